@@ -1,0 +1,43 @@
+// The one place where fp8_dummy's operators are defined. Device kernels live in
+// init_cpu.cpp and cuda/init_cuda.cu; the fake (Meta) kernel in fp8_dummy/ops.py
+// calls _check_init_args so trace-time errors are the same as run-time ones.
+#include <Python.h>
+#include <torch/library.h>
+
+#include "common.h"
+
+extern "C" {
+// Importing fp8_dummy._C loads this library, which registers the operators below.
+// No Python API is used beyond this, which keeps the extension abi3-compatible.
+PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}
+}
+
+namespace fp8_dummy {
+namespace {
+
+void check_init_args_op(const at::Tensor& self, double low, double high) {
+  check_init_args(self, low, high);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(fp8_dummy, m) {
+  // Fills `self` in place with the bytes of torch's reference path
+  //   t = empty_like(self, float16); t.uniform_(low, high, generator=g); self.copy_(t)
+  // (self.uniform_(...) for float16 and wider), g a fresh generator of self's device
+  // seeded with `seed`. Returns nothing: mutated inputs are not returned, which is
+  // what lets torch.compile functionalize the op.
+  m.def("init_(Tensor(a!) self, float low=-0.001, float high=0.001, int seed=1234) -> ()");
+  // The same with a caller's generator (None: the device's default generator), which
+  // is advanced exactly as the reference advances it.
+  m.def("init_.generator(Tensor(a!) self, float low, float high, *, Generator? generator) -> ()");
+  // The argument checks alone: used by the fake kernel, touches no data.
+  m.def("_check_init_args(Tensor self, float low, float high) -> ()");
+  m.impl("_check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
+         TORCH_FN(check_init_args_op));
+}
+
+}  // namespace fp8_dummy

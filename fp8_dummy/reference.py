@@ -1,0 +1,54 @@
+"""The plain-PyTorch paths that fp8_dummy replaces (vLLM's dummy weight loader).
+
+Used by the tests and benchmarks as the definition of the expected bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["new_path", "old_path"]
+
+
+def _generator(t: torch.Tensor, seed: int) -> torch.Generator:
+    g = torch.Generator(device=t.device)
+    g.manual_seed(seed)
+    return g
+
+
+def new_path(
+    p: torch.Tensor,
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Current vLLM path: a float16 temp for dtypes under 16 bits, else uniform_ in place."""
+    g = generator if generator is not None else _generator(p, seed)
+    if p.dtype.itemsize < 2:
+        t = torch.empty_like(p, dtype=torch.float16)
+        t.uniform_(low, high, generator=g)
+        p.copy_(t)
+    else:
+        p.uniform_(low, high, generator=g)
+    return p
+
+
+def old_path(
+    p: torch.Tensor,
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Older vLLM path: convert to float16, fill, convert back, copy (same bytes, more traffic)."""
+    g = generator if generator is not None else _generator(p, seed)
+    if p.dtype.itemsize < 2:
+        t = p.data.to(torch.float16)
+        t = t.uniform_(low, high, generator=g).to(p.dtype)
+        p.data.copy_(t)
+    else:
+        p.uniform_(low, high, generator=g)
+    return p
