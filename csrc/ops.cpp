@@ -38,6 +38,29 @@ TORCH_LIBRARY(fp8_dummy, m) {
   m.def("_check_init_args(Tensor self, float low, float high) -> ()");
   m.impl("_check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_init_args_op));
+
+  // ---- CUDA semantics on the CPU (cuda_emulator.cpp), for CPU-only CI and GPU tests.
+  // Writes into the CPU tensor `self` the bytes torch's CUDA reference path would write
+  // on a GPU with `sm_count` SMs and `max_threads_per_sm` threads per SM, for a
+  // generator at (seed, offset); returns the generator offset afterwards. FP8 and
+  // float16 only; saturate_e4m3fn picks how float8_e4m3fn treats values above 448.
+  m.def("emulate_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
+        "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True) -> int");
+  // The reference's CUDA launches for n float16 elements: [offset after, then per
+  // launch: start, count, threads, steps, offset used]. Allocates nothing, so the
+  // split of more than 2^30 elements can be tested anywhere.
+  m.def("_cuda_launch_plan(int numel, int sm_count, int max_threads_per_sm, int offset) -> int[]");
+  // Our float16 -> FP8 conversion of all 65536 float16 bit patterns (uint8 tensor).
+  m.def("_fp8_convert_table(ScalarType dtype, bool saturate_e4m3fn) -> Tensor");
+  // Which conversion mode matches a table of torch's copy_ (0 saturate, 1 NaN on
+  // overflow, -1 none): the logic of the CUDA kernel's one-time probe.
+  m.def("_pick_fp8_mode(Tensor table, ScalarType dtype) -> int");
+  // Philox4x32-10 of one counter under one key (known-answer tests).
+  m.def("_philox4x32_10(int[] counter, int[] key) -> int[]");
+  // CUDA only, for the benchmark: the Philox work of init_ on `numel` elements with no
+  // stores but one folded word per thread into `out` (int32, at least as many elements
+  // as the launch has threads; the number needed is returned by a call with out empty).
+  m.def("_philox_roofline(Tensor(a!) out, int numel, int seed) -> int");
 }
 
 }  // namespace fp8_dummy

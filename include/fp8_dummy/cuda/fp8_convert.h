@@ -1,0 +1,154 @@
+// float16 -> FP8 for the five FP8 dtypes, bit level, as torch's copy_ converts
+// (c10's Float8_* constructors, or the sm_89+ hardware instructions where they give
+// the same bytes). In range every path rounds to nearest even from the exact half
+// value; out-of-range values are what differs, see REFERENCE.md §5. Torch-free,
+// host and device.
+#pragma once
+
+#include <cstdint>
+
+#include "fp8_dummy/cuda/config.h"
+
+#if FP8_DUMMY_HW_FP8
+#include <cuda_fp8.h>
+#endif
+
+namespace fp8_dummy {
+namespace cuda {
+
+enum class Fp8Format : int { kE4m3fn = 0, kE5m2 = 1, kE4m3fnuz = 2, kE5m2fnuz = 3, kE8m0fnu = 4 };
+constexpr int kNumFp8Formats = 5;
+
+// float8_e4m3fn has no infinity; what a value above 448 becomes depends on the torch
+// version and device: saturation to +-448 (c10 since 2.12/2.13, the sm_89+ hardware
+// `satfinite` conversion) or NaN above 464 (c10 up to 2.11). Other formats have a
+// single behaviour.
+enum class E4m3fnOverflow : int { kSaturate = 0, kNan = 1 };
+
+// |h| rounded to nearest even onto a binary format with `mant_bits` mantissa bits and
+// smallest normal exponent `min_exp`, returned as the encoding exponent_field <<
+// mant_bits | mantissa (exponent field 0 = subnormal), unbounded above: the caller
+// decides what too large an encoding means. h must be finite.
+FP8_DUMMY_HD uint32_t round_half_magnitude(uint16_t h, int mant_bits, int min_exp) {
+  const int exp_field = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ffu;
+  // |h| = sig * 2^(scale), sig < 2^11.
+  const uint32_t sig = exp_field ? (mant | 0x400u) : mant;
+  if (sig == 0) return 0;
+  const int scale = (exp_field ? exp_field : 1) - 25;
+  int top = 10;  // floor(log2(sig))
+  while (!(sig >> top)) --top;
+  const int exponent = scale + top;  // floor(log2(|h|))
+  const bool normal = exponent >= min_exp;
+  // Quantum of the target at this magnitude: 2^(max(exponent, min_exp) - mant_bits).
+  const int quantum = (normal ? exponent : min_exp) - mant_bits;
+  uint32_t steps;  // |h| / quantum, rounded to nearest even
+  if (scale >= quantum) {
+    steps = sig << (scale - quantum);
+  } else {
+    const int shift = quantum - scale;
+    if (shift > 12) return 0;  // below half a quantum (sig < 2^11)
+    steps = sig >> shift;
+    const uint32_t rest = sig & ((1u << shift) - 1);
+    const uint32_t half_way = 1u << (shift - 1);
+    if (rest > half_way || (rest == half_way && (steps & 1u))) ++steps;
+  }
+  if (!normal) return steps;  // 2^mant_bits steps is the smallest normal: same encoding
+  // steps in [2^m, 2^(m+1)]; the implicit bit and a rounding carry both add into the
+  // exponent field.
+  const uint32_t field = static_cast<uint32_t>(exponent - min_exp);
+  return (field << mant_bits) + steps;
+}
+
+FP8_DUMMY_HD uint8_t half_to_e4m3fn(uint16_t h, E4m3fnOverflow overflow) {
+  const uint8_t sign = static_cast<uint8_t>((h >> 8) & 0x80u);
+  const uint16_t mag = h & 0x7fffu;
+  if (mag > 0x7c00u) return sign | 0x7f;  // NaN stays NaN, sign kept (as c10)
+  const bool saturate = overflow == E4m3fnOverflow::kSaturate;
+  if (mag == 0x7c00u) return sign | (saturate ? 0x7e : 0x7f);
+  const uint32_t enc = round_half_magnitude(mag, 3, -6);
+  if (enc > 0x7eu) return sign | (saturate ? 0x7e : 0x7f);  // 0x7f is NaN, 0x7e = 448
+  return sign | static_cast<uint8_t>(enc);
+}
+
+FP8_DUMMY_HD uint8_t half_to_e5m2(uint16_t h) {
+  const uint8_t sign = static_cast<uint8_t>((h >> 8) & 0x80u);
+  const uint16_t mag = h & 0x7fffu;
+  if (mag > 0x7c00u) return sign | 0x7f;
+  if (mag == 0x7c00u) return sign | 0x7c;
+  const uint32_t enc = round_half_magnitude(mag, 2, -14);
+  return sign | static_cast<uint8_t>(enc >= 0x7cu ? 0x7cu : enc);  // overflow: inf
+}
+
+// The fnuz formats have no negative zero, no infinity and a single NaN, 0x80, which
+// is also where every overflow, infinity and NaN goes.
+FP8_DUMMY_HD uint8_t half_to_fnuz(uint16_t h, int mant_bits, int min_exp) {
+  const uint8_t sign = static_cast<uint8_t>((h >> 8) & 0x80u);
+  const uint16_t mag = h & 0x7fffu;
+  if (mag >= 0x7c00u) return 0x80;
+  const uint32_t enc = round_half_magnitude(mag, mant_bits, min_exp);
+  if (enc > 0x7fu) return 0x80;
+  return enc == 0 ? 0 : (sign | static_cast<uint8_t>(enc));
+}
+
+// float8_e8m0fnu: a biased power of two (0x00 = 2^-127, 0xff = NaN), no sign. The
+// float's exponent field, plus one when the mantissa is at least one half (ties to
+// even: a normal float's implicit bit is odd); zero gives 0x00, inf and NaN 0xff.
+FP8_DUMMY_HD uint8_t half_to_e8m0fnu(uint16_t h) {
+  const uint16_t mag = h & 0x7fffu;
+  if (mag >= 0x7c00u) return 0xff;
+  if (mag == 0) return 0x00;
+  const int exp_field = mag >> 10;
+  uint32_t sig = exp_field ? (mag & 0x3ffu) | 0x400u : mag;
+  int exponent = (exp_field ? exp_field : 1) - 25;  // |h| = sig * 2^exponent
+  int top = 10;
+  while (!(sig >> top)) --top;
+  exponent += top;
+  const bool round_up = top > 0 && ((sig >> (top - 1)) & 1u);
+  return static_cast<uint8_t>(exponent + 127 + (round_up ? 1 : 0));
+}
+
+FP8_DUMMY_HD uint8_t half_to_fp8(uint16_t h, Fp8Format format, E4m3fnOverflow overflow) {
+  switch (format) {
+    case Fp8Format::kE4m3fn: return half_to_e4m3fn(h, overflow);
+    case Fp8Format::kE5m2: return half_to_e5m2(h);
+    case Fp8Format::kE4m3fnuz: return half_to_fnuz(h, 3, -7);
+    case Fp8Format::kE5m2fnuz: return half_to_fnuz(h, 2, -15);
+    default: return half_to_e8m0fnu(h);
+  }
+}
+
+// The hardware pair conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f16x2, sm_89+) gives
+// the software bytes wherever it does not saturate: for e4m3fn in saturate mode
+// always, otherwise while every |value| <= the largest finite value. The caller
+// checks that bound on the host (hw_conversion_ok) and picks the path per launch.
+FP8_DUMMY_HD bool hw_conversion_ok(Fp8Format format, E4m3fnOverflow overflow, float max_abs) {
+  switch (format) {
+    case Fp8Format::kE4m3fn: return overflow == E4m3fnOverflow::kSaturate || max_abs <= 448.0f;
+    case Fp8Format::kE5m2: return max_abs <= 57344.0f;
+    default: return false;
+  }
+}
+
+// Two halves (low 16 bits first) to two FP8 bytes (low byte first).
+template <Fp8Format F>
+FP8_DUMMY_HD uint16_t half2_to_fp8x2(uint32_t halves, bool use_hw, E4m3fnOverflow overflow) {
+#if FP8_DUMMY_HW_FP8
+  if (F == Fp8Format::kE4m3fn || F == Fp8Format::kE5m2) {
+    if (use_hw) {
+      __half2_raw pair;
+      pair.x = static_cast<unsigned short>(halves);
+      pair.y = static_cast<unsigned short>(halves >> 16);
+      return __nv_cvt_halfraw2_to_fp8x2(pair, __NV_SATFINITE,
+                                        F == Fp8Format::kE4m3fn ? __NV_E4M3 : __NV_E5M2);
+    }
+  }
+#endif
+  (void)use_hw;
+  const uint16_t lo = half_to_fp8(static_cast<uint16_t>(halves), F, overflow);
+  const uint16_t hi = half_to_fp8(static_cast<uint16_t>(halves >> 16), F, overflow);
+  return static_cast<uint16_t>(lo | (hi << 8));
+}
+
+}  // namespace cuda
+}  // namespace fp8_dummy

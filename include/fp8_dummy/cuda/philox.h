@@ -1,0 +1,70 @@
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+// SC'11): the counter-based generator behind torch's CUDA random kernels (through
+// cuRAND's curandStatePhilox4_32_10_t). Torch-free, host and device.
+#pragma once
+
+#include <cstdint>
+
+#include "fp8_dummy/cuda/config.h"
+
+namespace fp8_dummy {
+namespace cuda {
+
+// Four 32-bit words: a counter going in, random words coming out.
+struct Words4 {
+  uint32_t w[4];
+};
+
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
+constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
+constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;  // key bumps: golden ratio, sqrt(3) - 1
+constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
+
+// The high and low halves of the 64-bit product a * b.
+FP8_DUMMY_HD void mul_hi_lo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
+#if defined(__CUDA_ARCH__)
+  *hi = __umulhi(a, b);
+  *lo = a * b;
+#else
+  const uint64_t product = static_cast<uint64_t>(a) * b;
+  *hi = static_cast<uint32_t>(product >> 32);
+  *lo = static_cast<uint32_t>(product);
+#endif
+}
+
+// One round: two multiplications, the halves crossed over and mixed with the key.
+FP8_DUMMY_HD Words4 philox_round(Words4 c, uint32_t k0, uint32_t k1) {
+  uint32_t hi0, lo0, hi1, lo1;
+  mul_hi_lo(kPhiloxM0, c.w[0], &hi0, &lo0);
+  mul_hi_lo(kPhiloxM1, c.w[2], &hi1, &lo1);
+  return Words4{{hi1 ^ c.w[1] ^ k0, lo1, hi0 ^ c.w[3] ^ k1, lo0}};
+}
+
+// Philox4x32-10 of `counter` under key (k0, k1): 10 rounds, the key bumped between
+// rounds.
+FP8_DUMMY_HD Words4 philox4x32_10(Words4 counter, uint32_t k0, uint32_t k1) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int round = 0; round < 9; ++round) {
+    counter = philox_round(counter, k0, k1);
+    k0 += kPhiloxW0;
+    k1 += kPhiloxW1;
+  }
+  return philox_round(counter, k0, k1);
+}
+
+// The words cuRAND's Philox state returns after curand_init(seed, subsequence,
+// skip) with skip a multiple of 4, `step` calls of curand4 later: the counter is
+// (skip / 4 + step) in words 0-1 and the subsequence in words 2-3, the key the seed.
+FP8_DUMMY_HD Words4 philox_words(uint64_t seed, uint64_t subsequence, uint64_t skip,
+                                 uint64_t step) {
+  const uint64_t position = skip / 4 + step;
+  const Words4 counter{{static_cast<uint32_t>(position), static_cast<uint32_t>(position >> 32),
+                        static_cast<uint32_t>(subsequence),
+                        static_cast<uint32_t>(subsequence >> 32)}};
+  return philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
+}  // namespace cuda
+}  // namespace fp8_dummy

@@ -1,0 +1,178 @@
+"""An independent numpy model of torch's CUDA reference path (REFERENCE.md §2, §3, §5).
+
+Written from the specification, not from our C++ headers: Philox in numpy uint64
+arithmetic, the uniform mapping in numpy float32/float16 with an exactly rounded fused
+multiply-add, the launch split with an explicit stack like TensorIterator's, and the
+FP8 conversions by nearest-value search over each format's decoded code points.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+MASK = np.uint64(0xFFFFFFFF)
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def philox(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 on uint64 arrays holding 32-bit values; returns 4 arrays."""
+    c = [np.asarray(x, dtype=np.uint64) for x in (c0, c1, c2, c3)]
+    k0, k1 = np.uint64(k0), np.uint64(k1)
+    for r in range(10):
+        p0 = np.uint64(0xD2511F53) * c[0]
+        p1 = np.uint64(0xCD9E8D57) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & MASK, (p0 >> np.uint64(32)) ^ c[3] ^ k1,
+             p0 & MASK]
+        if r < 9:
+            k0 = (k0 + np.uint64(0x9E3779B9)) & MASK
+            k1 = (k1 + np.uint64(0xBB67AE85)) & MASK
+    return c
+
+
+def half_bounds(low: float, high: float):
+    """(from_h, to_h, range) as the kernel sees them: float16, float16, float32."""
+    from_h = np.float16(np.float32(low))
+    to_h = np.float16(np.float32(high))
+    rng = np.float32(np.float16(np.float32(to_h) - np.float32(from_h)))
+    return from_h, to_h, rng
+
+
+def _fma_f32(u: np.ndarray, rng: np.float32, base: np.float32) -> np.ndarray:
+    """fmaf(u, rng, base) exactly rounded: the product is exact in float64 (24 + 24 bits);
+    TwoSum gives the exact sum as s + err, and err decides float32 ties of s."""
+    p = u.astype(np.float64) * np.float64(rng)
+    f = np.float64(base)
+    s = p + f
+    bp = s - f
+    err = (p - (s - bp)) + (f - bp)
+    r = s.astype(np.float32)
+    r64 = r.astype(np.float64)
+    up = np.nextafter(r, np.float32(np.inf))
+    down = np.nextafter(r, np.float32(-np.inf))
+    other = np.where(r64 < s, up, down)
+    tie = (r64 != s) & ((r64 + other.astype(np.float64)) / 2 == s)
+    # At a tie the exact value s + err is on the side of err (err == 0: a true tie,
+    # where numpy's round to even already agrees).
+    want_up = tie & (err > 0)
+    want_down = tie & (err < 0)
+    hi = np.maximum(r, other)
+    lo = np.minimum(r, other)
+    return np.where(want_up, hi, np.where(want_down, lo, r))
+
+
+def uniform_halves_from_words(words: np.ndarray, low: float, high: float) -> np.ndarray:
+    from_h, to_h, rng = half_bounds(low, high)
+    # float(x) rounds once (exact via float64 for x < 2^32); * 2^-32 is exact; + 2^-33
+    # rounds once in float32.
+    u = words.astype(np.float64).astype(np.float32) * np.float32(2.0**-32) + np.float32(2.0**-33)
+    v = _fma_f32(u, rng, np.float32(from_h)).astype(np.float16)
+    v = np.where(v.astype(np.float32) == np.float32(to_h), from_h, v)
+    return v.astype(np.float16)
+
+
+def grid(n: int, sm: int, mt: int):
+    blocks = min((n + 255) // 256, sm * (mt // 256))
+    threads = blocks * 256
+    return threads, 4 * ((n - 1) // (4 * threads) + 1)
+
+
+def pieces(n: int):
+    """TensorIterator's SplitUntil32Bit over a 1-D float16 iteration: (start, count)."""
+    out, stack = [], [(0, n)]
+    while stack:
+        start, count = stack.pop()
+        if 1 + 2 * (count - 1) <= 2**31 - 1:
+            out.append((start, count))
+        else:
+            first = count // 2  # the first half is visited first
+            stack.append((start + first, count - first))
+            stack.append((start, first))
+    return out
+
+
+def launches(n: int, sm: int, mt: int, offset: int):
+    """[(start, count, threads, offset used)], offset after."""
+    _, inc = grid(n, sm, mt)
+    offset += inc
+    if n <= 2**30:
+        return [(0, n, grid(n, sm, mt)[0], offset - inc)], offset
+    out = []
+    for start, count in pieces(n):
+        threads, inc = grid(count, sm, mt)
+        out.append((start, count, threads, offset))
+        offset += inc
+    return out, offset
+
+
+def reference_halves(n, low, high, seed, offset, sm, mt):
+    """float16 values of the reference temp in memory order, and the offset after."""
+    out = np.empty(n, dtype=np.float16)
+    runs, after = launches(n, sm, mt, offset)
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    for start, count, threads, used in runs:
+        m = np.arange(count, dtype=np.uint64)
+        idx = m % np.uint64(threads)
+        q = m // np.uint64(threads)
+        pos = np.uint64(used // 4) + q // np.uint64(4)
+        w = philox(pos & MASK, pos >> np.uint64(32), idx & MASK, idx >> np.uint64(32),
+                   seed & 0xFFFFFFFF, seed >> 32)
+        ii = (q % np.uint64(4)).astype(np.int64)
+        words = np.choose(ii, w)
+        out[start:start + count] = uniform_halves_from_words(words, low, high)
+    return out, after
+
+
+# ---- float16 -> FP8 -----------------------------------------------------------------
+
+# name: (exponent bits, mantissa bits, bias, fnuz, largest finite code)
+FORMATS = {
+    "float8_e4m3fn": (4, 3, 7, False, 0x7E),
+    "float8_e5m2": (5, 2, 15, False, 0x7B),
+    "float8_e4m3fnuz": (4, 3, 8, True, 0x7F),
+    "float8_e5m2fnuz": (5, 2, 16, True, 0x7F),
+}
+
+
+def _decode(code: int, ebits: int, mbits: int, bias: int) -> float:
+    e, m = code >> mbits, code & ((1 << mbits) - 1)
+    if e == 0:
+        return m * 2.0 ** (1 - bias - mbits)
+    return (1 + m / 2**mbits) * 2.0 ** (e - bias)
+
+
+def fp8_table(name: str, saturate: bool = True) -> np.ndarray:
+    """FP8 byte for each of the 65536 float16 bit patterns."""
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    v = np.abs(halves.astype(np.float64))
+    neg = np.signbit(halves)
+    if name == "float8_e8m0fnu":
+        mant, exp = np.frexp(np.where(np.isfinite(v) & (v > 0), v, 1.0))
+        code = (exp - 1 + 127 + (mant >= 0.75)).astype(np.int64)
+        code = np.where(v == 0, 0, code)
+        return np.where(np.isfinite(v), code, 0xFF).astype(np.uint8)
+    ebits, mbits, bias, fnuz, top = FORMATS[name]
+    values = np.array([_decode(c, ebits, mbits, bias) for c in range(top + 1)])
+    # The next code point past the largest finite one stands for "overflow"; its code
+    # top + 1 has the parity round-to-even needs.
+    values = np.append(values, _decode(top + 1, ebits, mbits, bias) if not fnuz else 2.0 * (
+        values[-1] - values[-2]) * 2**mbits)
+    i = np.clip(np.searchsorted(values, np.where(np.isfinite(v), v, 0)), 1, top + 1)
+    lo, hi = values[i - 1], values[i]
+    with np.errstate(invalid="ignore"):
+        pick_hi = (v - lo > hi - v) | ((v - lo == hi - v) & (i % 2 == 0))
+    code = np.where(v >= values[-1], top + 1, np.where(pick_hi, i, i - 1))
+    if name == "float8_e4m3fn":
+        over = 0x7E if saturate else 0x7F
+        code = np.where(code > top, over, code)
+        code = np.where(np.isinf(v), over, code)
+        code = np.where(np.isnan(v), 0x7F, code)
+        return (code | np.where(neg, 0x80, 0)).astype(np.uint8)
+    if name == "float8_e5m2":
+        code = np.where(code > top, 0x7C, code)
+        code = np.where(np.isnan(v), 0x7F, code)
+        return (code | np.where(neg, 0x80, 0)).astype(np.uint8)
+    code = np.where(neg & (code != 0), code | 0x80, code)
+    return np.where((code > top) & ~neg | ~np.isfinite(v) | (v >= values[-1]), 0x80,
+                    code).astype(np.uint8)
