@@ -43,7 +43,9 @@ def extension():
     abi3 = torch_at_least(2, 6)
     sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
     cxx = ["-O0", "-g"] if debug else ["-O3"]
-    cxx += ["-std=c++17", "-fdiagnostics-color=always"]
+    # No -std here: torch's BuildExtension adds the C++ standard its headers need
+    # (torch 2.14's headers use C++20 features and fail to compile as C++17).
+    cxx += ["-fdiagnostics-color=always"]
     define_macros = []
     if abi3:
         define_macros.append(("Py_LIMITED_API", hex(PY_LIMITED_API)))
@@ -53,9 +55,7 @@ def extension():
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
         define_macros.append(("FP8_DUMMY_WITH_CUDA", None))
-        extra["nvcc"] = (["-O0", "-g", "-lineinfo"] if debug else ["-O3", "-lineinfo"]) + [
-            "-std=c++17"
-        ]
+        extra["nvcc"] = ["-O0", "-g", "-lineinfo"] if debug else ["-O3", "-lineinfo"]
         cls = CUDAExtension
     else:
         cls = CppExtension

@@ -1,0 +1,200 @@
+// CUDA kernels of fp8_dummy.init_ (both overloads) and the benchmark's Philox roofline.
+// FP8 tensors: the fused kernel of init_kernel.cuh, launched exactly as torch launches
+// uniform_ on the float16 temp (grid from the device's properties, the generator's
+// Philox state taken under its lock, the split of more than 2^30 elements), so the bytes
+// and the generator's state afterwards are the reference's. float16 and wider: the
+// reference itself, self.uniform_.
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <ATen/cuda/CUDAGraphsUtils.cuh>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "common.h"
+#include "cuda/init_kernel.cuh"
+#include "cuda_plan.h"
+
+namespace fp8_dummy {
+namespace {
+
+using cuda_kernels::PieceArgs;
+
+// The exact reference path, for what the fused kernel does not cover (layouts with
+// more than kMaxLayoutDims coalesced dimensions, an FP8 conversion we cannot match, a
+// first call inside graph capture). Same bytes and generator state, with its scratch.
+void reference_fill(const at::Tensor& self, double low, double high, const at::Generator& gen) {
+  auto temp = at::empty_like(self, self.options().dtype(at::kHalf));
+  temp.uniform_(low, high, gen);
+  at::Tensor(self).copy_(temp);
+}
+
+// How torch's copy_ converts float16 to this FP8 dtype on this device, found once per
+// (device, dtype) by converting all 65536 float16 bit patterns with torch itself and
+// matching the result against our conversions. Not probed inside graph capture (the
+// probe synchronizes); nullopt then, and when nothing matches.
+std::optional<cuda::E4m3fnOverflow> fp8_mode(const at::Tensor& self) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, int> cache;  // -1: no match
+  const std::pair<int, int> key{self.device().index(), static_cast<int>(self.scalar_type())};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
+      return std::nullopt;
+    }
+    const auto halves =
+        at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
+    const auto table = halves.to(self.device())
+                           .to(self.scalar_type())
+                           .view(at::kByte)
+                           .to(at::kCPU)
+                           .contiguous();
+    const auto mode = pick_fp8_mode(self.scalar_type(), table.const_data_ptr<uint8_t>());
+    it = cache.emplace(key, mode ? static_cast<int>(*mode) : -1).first;
+  }
+  if (it->second < 0) return std::nullopt;
+  return static_cast<cuda::E4m3fnOverflow>(it->second);
+}
+
+template <cuda::Fp8Format F>
+void launch_piece(const PieceArgs& args, bool linear, int64_t max_blocks, cudaStream_t stream) {
+  const int64_t items = cuda_kernels::work_items(args.threads, args.steps);
+  const int64_t wanted = (items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock;
+  const auto blocks = static_cast<unsigned>(std::min(wanted, max_blocks));
+  if (linear) {
+    cuda_kernels::init_fp8_kernel<F, true><<<blocks, cuda_kernels::kBlock, 0, stream>>>(args);
+  } else {
+    cuda_kernels::init_fp8_kernel<F, false><<<blocks, cuda_kernels::kBlock, 0, stream>>>(args);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void fill_fp8(const at::Tensor& self, double low, double high, const at::Generator& gen) {
+  auto* generator = at::check_generator<at::CUDAGeneratorImpl>(gen);
+  const auto mode = fp8_mode(self);
+  const auto layout = to_layout(memory_order(self));
+  if (!mode || !layout) {
+    reference_fill(self, low, high, gen);
+    return;
+  }
+  // uniform_ sizes its grid from the current device, which its device guard makes
+  // self's device, as ours does.
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
+  const int64_t sm_count = props->multiProcessorCount;
+  const int64_t max_threads_per_sm = props->maxThreadsPerMultiProcessor;
+  const int64_t max_blocks = sm_count * (max_threads_per_sm / cuda_kernels::kBlock);
+  const cuda::Fp8Format format = fp8_format(self.scalar_type());
+
+  PieceArgs args{};
+  args.data = static_cast<uint8_t*>(self.mutable_data_ptr());
+  args.uniform = cuda::make_uniform_params(low, high);
+  args.overflow = *mode;
+  args.use_hw = props->major * 10 + props->minor >= 89 &&
+                cuda::hw_conversion_ok(format, *mode, max_abs_uniform(args.uniform));
+  args.layout = *layout;
+  const bool linear = layout->linear();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+
+  cuda::reference_launches(
+      self.numel(), sm_count, max_threads_per_sm,
+      [&](uint64_t increment) {
+        // See Note [Acquire lock when using random generators]
+        std::lock_guard<std::mutex> lock(generator->mutex_);
+        return generator->philox_cuda_state(increment);
+      },
+      [&](int64_t start, int64_t count, const cuda::ReferenceGrid& grid,
+          const at::PhiloxCudaState& philox) {
+        args.start = start;
+        args.count = count;
+        args.threads = grid.threads;
+        args.steps = grid.steps;
+        args.philox = philox;
+        args.aligned = linear && reinterpret_cast<uintptr_t>(args.data + start) % 4 == 0;
+        switch (format) {
+          case cuda::Fp8Format::kE4m3fn:
+            return launch_piece<cuda::Fp8Format::kE4m3fn>(args, linear, max_blocks, stream);
+          case cuda::Fp8Format::kE5m2:
+            return launch_piece<cuda::Fp8Format::kE5m2>(args, linear, max_blocks, stream);
+          case cuda::Fp8Format::kE4m3fnuz:
+            return launch_piece<cuda::Fp8Format::kE4m3fnuz>(args, linear, max_blocks, stream);
+          case cuda::Fp8Format::kE5m2fnuz:
+            return launch_piece<cuda::Fp8Format::kE5m2fnuz>(args, linear, max_blocks, stream);
+          default:
+            return launch_piece<cuda::Fp8Format::kE8m0fnu>(args, linear, max_blocks, stream);
+        }
+      });
+}
+
+void fill(const at::Tensor& self, double low, double high, const at::Generator& gen) {
+  if (is_fp8(self.scalar_type())) {
+    fill_fp8(self, low, high, gen);
+  } else {
+    at::Tensor(self).uniform_(low, high, gen);  // float16 and wider: the reference itself
+  }
+}
+
+void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed) {
+  check_init_args(self, low, high);
+  if (self.numel() == 0) return;  // the reference draws nothing either
+  const c10::cuda::CUDAGuard guard(self.device());
+  // torch.Generator(device=self.device).manual_seed(seed): seed as uint64, offset 0.
+  auto gen = at::make_generator<at::CUDAGeneratorImpl>(self.device().index());
+  gen.set_current_seed(static_cast<uint64_t>(seed));
+  fill(self, low, high, gen);
+}
+
+void init_generator_cuda(at::Tensor& self, double low, double high,
+                         std::optional<at::Generator> gen) {
+  check_init_args(self, low, high);
+  const bool given = gen.has_value() && gen->defined();
+  TORCH_CHECK(!given || gen->device().is_cuda(),
+              "fp8_dummy.init_: expected a generator of device type 'cuda' for a CUDA tensor, "
+              "got one of device '", given ? gen->device().str() : "", "'");
+  if (self.numel() == 0) return;
+  const c10::cuda::CUDAGuard guard(self.device());
+  fill(self, low, high,
+       given ? *gen : at::cuda::detail::getDefaultCUDAGenerator(self.device().index()));
+}
+
+// Launch shape of init_ on `numel` (<= 2^30) elements: the same kernel grid and work
+// items. Returns the number of threads (= out elements needed); launches only when
+// `out` is large enough.
+int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
+  TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kInt && out.is_contiguous(),
+              "fp8_dummy._philox_roofline: expects a contiguous int32 CUDA tensor");
+  TORCH_CHECK(numel > 0 && numel <= cuda::kMax32BitHalfElements,
+              "fp8_dummy._philox_roofline: numel must be in [1, 2^30]");
+  const c10::cuda::CUDAGuard guard(out.device());
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(out.device().index());
+  const cuda::ReferenceGrid grid =
+      cuda::reference_grid(numel, props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
+  const int64_t items = cuda_kernels::work_items(grid.threads, grid.steps);
+  const int64_t max_blocks =
+      props->multiProcessorCount * (props->maxThreadsPerMultiProcessor / cuda_kernels::kBlock);
+  const int64_t blocks =
+      std::min((items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock, max_blocks);
+  const int64_t threads = blocks * cuda_kernels::kBlock;
+  if (out.numel() < threads) return threads;
+  cuda_kernels::philox_roofline_kernel<<<static_cast<unsigned>(blocks), cuda_kernels::kBlock, 0,
+                                         at::cuda::getCurrentCUDAStream()>>>(
+      out.mutable_data_ptr<int32_t>(), grid.threads, grid.steps, static_cast<uint64_t>(seed));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return threads;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy, CUDA, m) {
+  m.impl("init_", TORCH_FN(init_seed_cuda));
+  m.impl("init_.generator", TORCH_FN(init_generator_cuda));
+  m.impl("_philox_roofline", TORCH_FN(philox_roofline));
+}
+
+}  // namespace fp8_dummy

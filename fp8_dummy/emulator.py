@@ -1,0 +1,67 @@
+"""CPU emulation of torch's CUDA reference path (``torch.ops.fp8_dummy.emulate_cuda_init_``).
+
+The bytes of ``empty_like(t, float16).uniform_(low, high, generator=g)`` followed by
+``t.copy_(temp)`` on a GPU with a given number of SMs and threads per SM, computed on
+the CPU by the same torch-free headers our CUDA kernel runs. Lets CPU-only CI check
+the CUDA semantics, and GPU tests compare kernel, emulator and the real reference.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["A100", "H200", "Launch", "cuda_launch_plan", "device_properties", "emulate_cuda_init_"]
+
+# (SM count, max threads per SM)
+H200 = (132, 2048)
+A100 = (108, 2048)
+
+
+class Launch(NamedTuple):
+    """One kernel launch of the reference uniform_ on the float16 temp."""
+
+    start: int  # first element (in the temp's memory order)
+    count: int  # elements
+    threads: int  # grid threads T
+    steps: int  # Philox calls per thread
+    offset: int  # generator offset the launch uses
+
+
+def device_properties(device: torch.device | str | int | None = None) -> tuple[int, int]:
+    """(SM count, max threads per SM) of a CUDA device."""
+    props = torch.cuda.get_device_properties(device)
+    return props.multi_processor_count, props.max_threads_per_multi_processor
+
+
+def emulate_cuda_init_(
+    t: torch.Tensor,
+    low: float,
+    high: float,
+    seed: int,
+    *,
+    offset: int = 0,
+    sm_count: int,
+    max_threads_per_sm: int = 2048,
+    saturate_e4m3fn: bool = True,
+) -> int:
+    """Fill the CPU tensor ``t`` (FP8 or float16) with the bytes the CUDA reference path
+    would write for a generator at (``seed``, ``offset``); return the offset afterwards.
+
+    ``saturate_e4m3fn``: float8_e4m3fn values above 448 saturate (torch >= 2.13, and
+    sm_89+ hardware from 2.12) or become NaN above 464 (torch <= 2.11).
+    """
+    return torch.ops.fp8_dummy.emulate_cuda_init_(
+        t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate_e4m3fn
+    )
+
+
+def cuda_launch_plan(
+    numel: int, sm_count: int, max_threads_per_sm: int = 2048, offset: int = 0
+) -> tuple[list[Launch], int]:
+    """The reference's launches for ``numel`` float16 elements and the offset after them
+    (tensors over 2^30 elements are split); allocates nothing."""
+    flat = torch.ops.fp8_dummy._cuda_launch_plan(numel, sm_count, max_threads_per_sm, offset)
+    runs = [Launch(*flat[i : i + 5]) for i in range(1, len(flat), 5)]
+    return runs, flat[0]
