@@ -131,11 +131,24 @@ at::Tensor fp8_convert_table(c10::ScalarType dtype, bool saturate_e4m3fn) {
   return table;
 }
 
-int64_t pick_fp8_mode_op(const at::Tensor& table, c10::ScalarType dtype) {
+void check_table(const at::Tensor& table) {
   TORCH_CHECK(table.scalar_type() == at::kByte && table.numel() == 65536 && table.is_cpu(),
-              "fp8_dummy._pick_fp8_mode: expects a CPU uint8 tensor of 65536 bytes");
-  const auto mode = pick_fp8_mode(dtype, table.contiguous().const_data_ptr<uint8_t>());
-  return mode ? static_cast<int64_t>(*mode) : -1;
+              "fp8_dummy._pick_fp8_mode: expects CPU uint8 tensors of 65536 bytes");
+}
+
+std::vector<int64_t> pick_fp8_mode_op(const at::Tensor& table, c10::ScalarType dtype,
+                                      const std::optional<at::Tensor>& hw_table) {
+  check_table(table);
+  const auto torch_table = table.contiguous();
+  const auto mode = pick_fp8_mode(dtype, torch_table.const_data_ptr<uint8_t>());
+  if (!mode) return {-1, 0};
+  bool hw = false;
+  if (hw_table.has_value()) {
+    check_table(*hw_table);
+    hw = hw_table_agrees(dtype, *mode, hw_table->contiguous().const_data_ptr<uint8_t>(),
+                         torch_table.const_data_ptr<uint8_t>());
+  }
+  return {static_cast<int64_t>(*mode), hw ? 1 : 0};
 }
 
 std::vector<int64_t> philox_op(at::IntArrayRef counter, at::IntArrayRef key) {

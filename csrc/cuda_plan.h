@@ -63,6 +63,22 @@ inline std::optional<cuda::E4m3fnOverflow> pick_fp8_mode(c10::ScalarType dtype,
   return std::nullopt;
 }
 
+// Whether `hw_table` (our hardware pair conversion of all 65536 float16 bit patterns,
+// made on the GPU) gives torch's bytes `torch_table` on every finite input within
+// hw_limit: checked once per device and dtype, so that a hardware detail (say,
+// subnormal inputs) can only ever cost speed, never bytes.
+inline bool hw_table_agrees(c10::ScalarType dtype, cuda::E4m3fnOverflow mode,
+                            const uint8_t* hw_table, const uint8_t* torch_table) {
+  const float limit = cuda::hw_limit(fp8_format(dtype), mode);
+  if (limit <= 0.0f) return false;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    if (((h >> 10) & 0x1f) == 0x1f) continue;
+    if (std::fabs(cuda::half_to_float(static_cast<uint16_t>(h))) > limit) continue;
+    if (hw_table[h] != torch_table[h]) return false;
+  }
+  return true;
+}
+
 // The largest |value| uniform_ can produce with these bounds: every value is a half
 // rounded from a float in [from, from + range] (u in (0, 1]), then possibly replaced by
 // from; with one float16 step of margin for the roundings.

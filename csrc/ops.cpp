@@ -52,9 +52,10 @@ TORCH_LIBRARY(fp8_dummy, m) {
   m.def("_cuda_launch_plan(int numel, int sm_count, int max_threads_per_sm, int offset) -> int[]");
   // Our float16 -> FP8 conversion of all 65536 float16 bit patterns (uint8 tensor).
   m.def("_fp8_convert_table(ScalarType dtype, bool saturate_e4m3fn) -> Tensor");
-  // Which conversion mode matches a table of torch's copy_ (0 saturate, 1 NaN on
-  // overflow, -1 none): the logic of the CUDA kernel's one-time probe.
-  m.def("_pick_fp8_mode(Tensor table, ScalarType dtype) -> int");
+  // The logic of the CUDA kernel's one-time probe, given torch's copy_ of all float16
+  // bit patterns (`table`): [mode (0 saturate, 1 NaN on overflow, -1 none), whether
+  // `hw_table` (our hardware conversion's bytes) may stand in for it (0/1)].
+  m.def("_pick_fp8_mode(Tensor table, ScalarType dtype, Tensor? hw_table=None) -> int[]");
   // Philox4x32-10 of one counter under one key (known-answer tests).
   m.def("_philox4x32_10(int[] counter, int[] key) -> int[]");
   // CUDA only, for the benchmark: the Philox work of init_ on `numel` elements with no

@@ -169,19 +169,47 @@ def test_conversion_tables_match_torch_cpu_copy(name):
     assert torch.equal(ours, torch_cpu_table(name))
 
 
+def pick(table, dtype, hw_table=None):
+    return torch.ops.fp8_dummy._pick_fp8_mode(table, dtype, hw_table)
+
+
 @pytest.mark.parametrize("name", FP8)
 def test_mode_probe_picks_torchs_behaviour(name):
     dtype = getattr(torch, name)
-    mode = torch.ops.fp8_dummy._pick_fp8_mode(torch_cpu_table(name), dtype)
+    mode, _ = pick(torch_cpu_table(name), dtype)
     want_sat = name != "float8_e4m3fn" or torch_saturates_e4m3fn()
     assert mode == (0 if want_sat else 1)
     nan_mode = torch.from_numpy(oracle.fp8_table(name, saturate=False))
-    assert torch.ops.fp8_dummy._pick_fp8_mode(nan_mode, dtype) == (
-        1 if name == "float8_e4m3fn" else 0)
+    assert pick(nan_mode, dtype)[0] == (1 if name == "float8_e4m3fn" else 0)
     tampered = torch_cpu_table(name).clone()
     tampered[0x3C00] ^= 1  # float16 1.0 converted wrongly: nothing may match
-    assert torch.ops.fp8_dummy._pick_fp8_mode(tampered, dtype) == -1
+    assert pick(tampered, dtype) == [-1, 0]
     # Inputs uniform_ never produces (inf, NaN) do not take part in the choice.
     odd_nan = torch_cpu_table(name).clone()
     odd_nan[0x7E00] ^= 1
-    assert torch.ops.fp8_dummy._pick_fp8_mode(odd_nan, dtype) == mode
+    assert pick(odd_nan, dtype)[0] == mode
+
+
+@pytest.mark.parametrize("name", FP8)
+def test_hardware_conversion_check(name):
+    dtype = getattr(torch, name)
+    table = torch_cpu_table(name)
+    has_hw = name in ("float8_e4m3fn", "float8_e5m2")
+    assert pick(table, dtype, table.clone())[1] == int(has_hw)
+    # A hardware table that differs on a subnormal input must not be used...
+    sub = table.clone()
+    sub[0x0200] ^= 1
+    assert pick(table, dtype, sub)[1] == 0
+    # ...while one that differs only beyond the hardware limit (saturation where torch
+    # gives inf or NaN) may, since the kernel only uses it for bounds within the limit.
+    big = table.clone()
+    big[0x7BFF] ^= 1  # 65504
+    nan_mode = torch.from_numpy(oracle.fp8_table(name, saturate=False))
+    if name == "float8_e5m2":
+        assert pick(table, dtype, big)[1] == 1
+    if name == "float8_e4m3fn":
+        big_nan = nan_mode.clone()
+        big_nan[0x7BFF] ^= 1
+        assert pick(nan_mode, dtype, big_nan) == [1, 1]
+        if torch_saturates_e4m3fn():  # saturate mode: the hardware path covers 65504 too
+            assert pick(table, dtype, big) == [0, 0]

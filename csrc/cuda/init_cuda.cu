@@ -8,6 +8,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraphsUtils.cuh>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -35,32 +36,56 @@ void reference_fill(const at::Tensor& self, double low, double high, const at::G
   at::Tensor(self).copy_(temp);
 }
 
-// How torch's copy_ converts float16 to this FP8 dtype on this device, found once per
-// (device, dtype) by converting all 65536 float16 bit patterns with torch itself and
-// matching the result against our conversions. Not probed inside graph capture (the
-// probe synchronizes); nullopt then, and when nothing matches.
-std::optional<cuda::E4m3fnOverflow> fp8_mode(const at::Tensor& self) {
+// How torch's copy_ converts float16 to an FP8 dtype on a device, and whether our
+// hardware pair conversion may stand in for it.
+struct Conversion {
+  cuda::E4m3fnOverflow mode;
+  bool hw;
+};
+
+// Our hardware conversion's table for self's device (formats without one: none).
+std::optional<at::Tensor> hw_table(const at::Tensor& self, cuda::Fp8Format format) {
+  auto out = at::empty({65536}, self.options().dtype(at::kByte));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if (format == cuda::Fp8Format::kE4m3fn) {
+    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE4m3fn><<<128, 256, 0, stream>>>(
+        out.mutable_data_ptr<uint8_t>());
+  } else if (format == cuda::Fp8Format::kE5m2) {
+    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE5m2><<<128, 256, 0, stream>>>(
+        out.mutable_data_ptr<uint8_t>());
+  } else {
+    return std::nullopt;
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out.to(at::kCPU);
+}
+
+// Found once per (device, dtype) by converting all 65536 float16 bit patterns with
+// torch itself and matching the result against our conversions. Not probed inside
+// graph capture (the probe synchronizes): nullopt then, and when nothing matches.
+std::optional<Conversion> fp8_conversion(const at::Tensor& self) {
   static std::mutex mutex;
-  static std::map<std::pair<int, int>, int> cache;  // -1: no match
+  static std::map<std::pair<int, int>, std::optional<Conversion>> cache;
   const std::pair<int, int> key{self.device().index(), static_cast<int>(self.scalar_type())};
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-      return std::nullopt;
-    }
-    const auto halves =
-        at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
-    const auto table = halves.to(self.device())
-                           .to(self.scalar_type())
-                           .view(at::kByte)
-                           .to(at::kCPU)
-                           .contiguous();
-    const auto mode = pick_fp8_mode(self.scalar_type(), table.const_data_ptr<uint8_t>());
-    it = cache.emplace(key, mode ? static_cast<int>(*mode) : -1).first;
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
+    return std::nullopt;
   }
-  if (it->second < 0) return std::nullopt;
-  return static_cast<cuda::E4m3fnOverflow>(it->second);
+  const auto halves =
+      at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
+  const auto table =
+      halves.to(self.device()).to(self.scalar_type()).view(at::kByte).to(at::kCPU).contiguous();
+  const uint8_t* torch_table = table.const_data_ptr<uint8_t>();
+  std::optional<Conversion> found;
+  if (const auto mode = pick_fp8_mode(self.scalar_type(), torch_table)) {
+    const auto hw = hw_table(self, fp8_format(self.scalar_type()));
+    found = Conversion{*mode, hw && hw_table_agrees(self.scalar_type(), *mode,
+                                                    hw->const_data_ptr<uint8_t>(), torch_table)};
+  }
+  cache.emplace(key, found);
+  return found;
 }
 
 template <cuda::Fp8Format F>
@@ -78,9 +103,9 @@ void launch_piece(const PieceArgs& args, bool linear, int64_t max_blocks, cudaSt
 
 void fill_fp8(const at::Tensor& self, double low, double high, const at::Generator& gen) {
   auto* generator = at::check_generator<at::CUDAGeneratorImpl>(gen);
-  const auto mode = fp8_mode(self);
+  const auto conversion = fp8_conversion(self);
   const auto layout = to_layout(memory_order(self));
-  if (!mode || !layout) {
+  if (!conversion || !layout) {
     reference_fill(self, low, high, gen);
     return;
   }
@@ -95,9 +120,9 @@ void fill_fp8(const at::Tensor& self, double low, double high, const at::Generat
   PieceArgs args{};
   args.data = static_cast<uint8_t*>(self.mutable_data_ptr());
   args.uniform = cuda::make_uniform_params(low, high);
-  args.overflow = *mode;
-  args.use_hw = props->major * 10 + props->minor >= 89 &&
-                cuda::hw_conversion_ok(format, *mode, max_abs_uniform(args.uniform));
+  args.overflow = conversion->mode;
+  args.use_hw = conversion->hw &&
+                cuda::hw_conversion_ok(format, conversion->mode, max_abs_uniform(args.uniform));
   args.layout = *layout;
   const bool linear = layout->linear();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

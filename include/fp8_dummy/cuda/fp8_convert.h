@@ -120,14 +120,19 @@ FP8_DUMMY_HD uint8_t half_to_fp8(uint16_t h, Fp8Format format, E4m3fnOverflow ov
 
 // The hardware pair conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f16x2, sm_89+) gives
 // the software bytes wherever it does not saturate: for e4m3fn in saturate mode
-// always, otherwise while every |value| <= the largest finite value. The caller
-// checks that bound on the host (hw_conversion_ok) and picks the path per launch.
-FP8_DUMMY_HD bool hw_conversion_ok(Fp8Format format, E4m3fnOverflow overflow, float max_abs) {
+// always, otherwise while |value| <= the largest finite value. hw_limit is that bound
+// (0: no hardware path for the format); the caller checks it against the bounds of
+// the call on the host and picks the path per launch.
+FP8_DUMMY_HD float hw_limit(Fp8Format format, E4m3fnOverflow overflow) {
   switch (format) {
-    case Fp8Format::kE4m3fn: return overflow == E4m3fnOverflow::kSaturate || max_abs <= 448.0f;
-    case Fp8Format::kE5m2: return max_abs <= 57344.0f;
-    default: return false;
+    case Fp8Format::kE4m3fn: return overflow == E4m3fnOverflow::kSaturate ? 65504.0f : 448.0f;
+    case Fp8Format::kE5m2: return 57344.0f;
+    default: return 0.0f;
   }
+}
+
+FP8_DUMMY_HD bool hw_conversion_ok(Fp8Format format, E4m3fnOverflow overflow, float max_abs) {
+  return max_abs <= hw_limit(format, overflow) && hw_limit(format, overflow) > 0.0f;
 }
 
 // Two halves (low 16 bits first) to two FP8 bytes (low byte first).
