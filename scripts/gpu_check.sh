@@ -22,6 +22,10 @@ if ! timeout 60 "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_availab
   note "gpu_check: no GPU (torch.cuda.is_available() is False, or torch failed to load)"
   exit 2
 fi
+if ! "$PY" -c 'import setuptools, ninja, pytest' 2> /dev/null; then
+  note "gpu_check: $PY needs setuptools, ninja and pytest (numpy for the emulator tests)"
+  exit 1
+fi
 arch="$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))')"
 "$PY" -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"torch {torch.__version__}, {p.name}, {p.multi_processor_count} SMs")' | tee -a "$OUT/summary.txt"
 

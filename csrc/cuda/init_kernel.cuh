@@ -48,10 +48,14 @@ FP8_DUMMY_HD uint32_t work_items(int64_t threads, int64_t steps) {
   return static_cast<uint32_t>(threads / kGroup * steps);
 }
 
+// Word ii of the four subsequences' calls -> four FP8 bytes, low byte first.
 template <cuda::Fp8Format F>
-__device__ __forceinline__ uint32_t convert4(const uint16_t (&h)[kGroup], const PieceArgs& a) {
-  const uint32_t lo = cuda::half2_to_fp8x2<F>(h[0] | (uint32_t{h[1]} << 16), a.use_hw, a.overflow);
-  const uint32_t hi = cuda::half2_to_fp8x2<F>(h[2] | (uint32_t{h[3]} << 16), a.use_hw, a.overflow);
+__device__ __forceinline__ uint32_t four_bytes(const cuda::Words4 (&words)[kGroup], int ii,
+                                               const PieceArgs& a) {
+  const uint32_t h01 = cuda::uniform_half2(words[0].w[ii], words[1].w[ii], a.uniform);
+  const uint32_t h23 = cuda::uniform_half2(words[2].w[ii], words[3].w[ii], a.uniform);
+  const uint32_t lo = cuda::half2_to_fp8x2<F>(h01, a.use_hw, a.overflow);
+  const uint32_t hi = cuda::half2_to_fp8x2<F>(h23, a.use_hw, a.overflow);
   return lo | (hi << 16);
 }
 
@@ -95,10 +99,7 @@ __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
     for (int ii = 0; ii < 4; ++ii) {
       const int64_t m = cuda::element_of(idx, step, ii, a.threads);
       if (m >= a.count) break;  // later words land further on
-      uint16_t h[kGroup];
-#pragma unroll
-      for (int q = 0; q < kGroup; ++q) h[q] = cuda::uniform_half(words[q].w[ii], a.uniform);
-      store4<kLinear>(a, m, convert4<F>(h, a));
+      store4<kLinear>(a, m, four_bytes<F>(words, ii, a));
     }
   }
 }
