@@ -13,6 +13,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -88,17 +90,38 @@ std::optional<Conversion> fp8_conversion(const at::Tensor& self) {
   return found;
 }
 
-template <cuda::Fp8Format F>
-void launch_piece(const PieceArgs& args, bool linear, int64_t max_blocks, cudaStream_t stream) {
+// Blocks of `kernel` that fit on all SMs at once: the kernel loops over its work
+// items, so one full wave and no tail. Cached per kernel (the bytes never depend on
+// the grid; a process mixing GPU generations only gets a less tuned grid).
+template <auto kKernel>
+int64_t resident_blocks(int64_t sm_count) {
+  static std::atomic<int> per_sm{0};
+  int blocks = per_sm.load(std::memory_order_relaxed);
+  if (blocks == 0) {
+    C10_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, cuda_kernels::kBlock, 0));
+    blocks = std::max(blocks, 1);
+    per_sm.store(blocks, std::memory_order_relaxed);
+  }
+  return sm_count * blocks;
+}
+
+template <auto kKernel>
+void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
   const int64_t items = cuda_kernels::work_items(args.threads, args.steps);
   const int64_t wanted = (items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock;
-  const auto blocks = static_cast<unsigned>(std::min(wanted, max_blocks));
-  if (linear) {
-    cuda_kernels::init_fp8_kernel<F, true><<<blocks, cuda_kernels::kBlock, 0, stream>>>(args);
-  } else {
-    cuda_kernels::init_fp8_kernel<F, false><<<blocks, cuda_kernels::kBlock, 0, stream>>>(args);
-  }
+  const auto blocks = static_cast<unsigned>(std::min(wanted, resident_blocks<kKernel>(sm_count)));
+  kKernel<<<blocks, cuda_kernels::kBlock, 0, stream>>>(args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <cuda::Fp8Format F>
+void launch_piece(const PieceArgs& args, bool linear, int64_t sm_count, cudaStream_t stream) {
+  if (linear) {
+    launch<cuda_kernels::init_fp8_kernel<F, true>>(args, sm_count, stream);
+  } else {
+    launch<cuda_kernels::init_fp8_kernel<F, false>>(args, sm_count, stream);
+  }
 }
 
 void fill_fp8(const at::Tensor& self, double low, double high, const at::Generator& gen) {
@@ -114,7 +137,6 @@ void fill_fp8(const at::Tensor& self, double low, double high, const at::Generat
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
   const int64_t sm_count = props->multiProcessorCount;
   const int64_t max_threads_per_sm = props->maxThreadsPerMultiProcessor;
-  const int64_t max_blocks = sm_count * (max_threads_per_sm / cuda_kernels::kBlock);
   const cuda::Fp8Format format = fp8_format(self.scalar_type());
 
   PieceArgs args{};
@@ -144,15 +166,15 @@ void fill_fp8(const at::Tensor& self, double low, double high, const at::Generat
         args.aligned = linear && reinterpret_cast<uintptr_t>(args.data + start) % 4 == 0;
         switch (format) {
           case cuda::Fp8Format::kE4m3fn:
-            return launch_piece<cuda::Fp8Format::kE4m3fn>(args, linear, max_blocks, stream);
+            return launch_piece<cuda::Fp8Format::kE4m3fn>(args, linear, sm_count, stream);
           case cuda::Fp8Format::kE5m2:
-            return launch_piece<cuda::Fp8Format::kE5m2>(args, linear, max_blocks, stream);
+            return launch_piece<cuda::Fp8Format::kE5m2>(args, linear, sm_count, stream);
           case cuda::Fp8Format::kE4m3fnuz:
-            return launch_piece<cuda::Fp8Format::kE4m3fnuz>(args, linear, max_blocks, stream);
+            return launch_piece<cuda::Fp8Format::kE4m3fnuz>(args, linear, sm_count, stream);
           case cuda::Fp8Format::kE5m2fnuz:
-            return launch_piece<cuda::Fp8Format::kE5m2fnuz>(args, linear, max_blocks, stream);
+            return launch_piece<cuda::Fp8Format::kE5m2fnuz>(args, linear, sm_count, stream);
           default:
-            return launch_piece<cuda::Fp8Format::kE8m0fnu>(args, linear, max_blocks, stream);
+            return launch_piece<cuda::Fp8Format::kE8m0fnu>(args, linear, sm_count, stream);
         }
       });
 }
@@ -201,10 +223,9 @@ int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
   const cuda::ReferenceGrid grid =
       cuda::reference_grid(numel, props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
   const int64_t items = cuda_kernels::work_items(grid.threads, grid.steps);
-  const int64_t max_blocks =
-      props->multiProcessorCount * (props->maxThreadsPerMultiProcessor / cuda_kernels::kBlock);
   const int64_t blocks =
-      std::min((items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock, max_blocks);
+      std::min((items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock,
+               resident_blocks<cuda_kernels::philox_roofline_kernel>(props->multiProcessorCount));
   const int64_t threads = blocks * cuda_kernels::kBlock;
   if (out.numel() < threads) return threads;
   cuda_kernels::philox_roofline_kernel<<<static_cast<unsigned>(blocks), cuda_kernels::kBlock, 0,
