@@ -129,23 +129,19 @@ FP8_DUMMY_HD uint16_t uniform_half(uint32_t word, const UniformParams& p) {
   return equal ? p.from_h : v;
 }
 
-// Two elements at once, low half first: the same values, with one packed float ->
-// float16 conversion instruction for both on the device.
+// Two elements at once, low half first: the same values, on the device with one
+// packed float -> float16 conversion and one packed comparison (IEEE equality of the
+// halves is the reference's float equality, -0 == +0 included) for both.
 FP8_DUMMY_HD uint32_t uniform_half2(uint32_t word_lo, uint32_t word_hi, const UniformParams& p) {
 #if defined(__CUDA_ARCH__)
   const float lo = __fmaf_rn(word_to_unit(word_lo), p.range, p.from);
   const float hi = __fmaf_rn(word_to_unit(word_hi), p.range, p.from);
   const __half2 pair = __floats2half2_rn(lo, hi);
+  const __half to = __ushort_as_half(p.to_h);
+  const uint32_t equal = __heq2_mask(pair, __halves2half2(to, to));  // 0xffff per equal lane
   const uint32_t v = __half_as_ushort(__low2half(pair)) |
                      (static_cast<uint32_t>(__half_as_ushort(__high2half(pair))) << 16);
-  uint32_t out = 0;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    uint32_t h = (v >> (16 * i)) & 0xffffu;
-    if (h == p.to_h || ((h | p.to_h) & 0x7fffu) == 0) h = p.from_h;
-    out |= h << (16 * i);
-  }
-  return out;
+  return (v & ~equal) | ((p.from_h * 0x10001u) & equal);
 #else
   return uniform_half(word_lo, p) | (static_cast<uint32_t>(uniform_half(word_hi, p)) << 16);
 #endif
