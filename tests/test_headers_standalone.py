@@ -29,7 +29,9 @@ int main() {
   std::printf("%d %lld %llu\n", uniform_half(r.w[0], p), static_cast<long long>(g.threads),
               static_cast<unsigned long long>(g.counter_offset));
   unsigned sum = 0;
-  for (unsigned h = 0; h < 65536; ++h) sum = sum * 31 + half_to_fp8(h, Fp8Format::kE5m2, E4m3fnOverflow::kSaturate);
+  for (unsigned h = 0; h < 65536; ++h) {
+    sum = sum * 31 + half_to_fp8(h, Fp8Format::kE5m2, E4m3fnOverflow::kSaturate);
+  }
   std::printf("%u\n", sum);
   return 0;
 }
@@ -43,10 +45,29 @@ def test_headers_compile_without_torch(tmp_path):
     src = tmp_path / "standalone.cpp"
     src.write_text(PROGRAM)
     exe = tmp_path / "standalone"
-    subprocess.run([cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}",
-                    str(src), "-o", str(exe)], check=True, capture_output=True, text=True)
-    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
-    assert lines[0].split() == [str(x) for x in torch.ops.fp8_dummy._philox4x32_10([0] * 4, [0] * 2)]
+    subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-I{ROOT / 'include'}",
+            str(src),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split(
+        "\n"
+    )
+    assert lines[0].split() == [
+        str(x) for x in torch.ops.fp8_dummy._philox4x32_10([0] * 4, [0] * 2)
+    ]
     half, threads, offset = (int(x) for x in lines[1].split())
     assert (threads, offset) == (1024, 4)
     # The same element through the extension's emulator: n = 6 on a 1-SM GPU puts
