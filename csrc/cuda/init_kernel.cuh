@@ -12,7 +12,6 @@
 #pragma once
 
 #include <ATen/cuda/PhiloxUtils.cuh>
-
 #include <cstdint>
 
 #include "fp8_dummy/cuda/fp8_convert.h"
@@ -28,11 +27,11 @@ constexpr int kGroup = 4;  // reference threads per kernel thread
 
 // One reference launch (one 32-bit piece) of the temp.
 struct PieceArgs {
-  uint8_t* data;       // self's data pointer: element offsets of `layout` count from here
-  int64_t start;       // the piece's first element in the temp's memory order
-  int64_t count;       // elements in the piece (<= 2^30)
-  int64_t threads;     // the reference launch's thread count T (a multiple of 256)
-  int64_t steps;       // its grid-stride steps
+  uint8_t* data;    // self's data pointer: element offsets of `layout` count from here
+  int64_t start;    // the piece's first element in the temp's memory order
+  int64_t count;    // elements in the piece (<= 2^30)
+  int64_t threads;  // the reference launch's thread count T (a multiple of 256)
+  int64_t steps;    // its grid-stride steps
   at::PhiloxCudaState philox;
   cuda::UniformParams uniform;
   cuda::E4m3fnOverflow overflow;
@@ -76,7 +75,8 @@ __device__ __forceinline__ void store4(const PieceArgs& a, int64_t m, uint32_t b
   } else {
 #pragma unroll
     for (int q = 0; q < kGroup; ++q) {
-      if (m + q < a.count) a.data[a.layout.offset(pos + q)] = static_cast<uint8_t>(bytes >> (8 * q));
+      if (m + q < a.count)
+        a.data[a.layout.offset(pos + q)] = static_cast<uint8_t>(bytes >> (8 * q));
     }
   }
 }
@@ -116,7 +116,8 @@ __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
     const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
     cuda::Words4 words[kGroup];
 #pragma unroll
-    for (int q = 0; q < kGroup; ++q) words[q] = cuda::philox_words(seed, idx + q, offset, walk.step);
+    for (int q = 0; q < kGroup; ++q)
+      words[q] = cuda::philox_words(seed, idx + q, offset, walk.step);
 #pragma unroll
     for (int ii = 0; ii < 4; ++ii) {
       const int64_t m = cuda::element_of(idx, walk.step, ii, a.threads);

@@ -100,7 +100,7 @@ FP8_DUMMY_HD float word_to_unit(uint32_t x) {
 // float16 (double -> float -> half, as static_cast<c10::Half>(double) does) and
 // range = float(half(float(to) - float(from))) (c10::Half subtraction).
 struct UniformParams {
-  float from;        // float(from_h)
+  float from;  // float(from_h)
   float range;
   uint16_t from_h;
   uint16_t to_h;
@@ -202,8 +202,8 @@ void for_each_32bit_piece(int64_t start, int64_t n, Launch& launch) {
 // values from the generator and returns what the launch needs (e.g. a
 // PhiloxCudaState); `launch(start, count, grid, reserved)` runs one piece.
 template <typename Reserve, typename Launch>
-void reference_launches(int64_t n, int64_t sm_count, int64_t max_threads_per_sm,
-                        Reserve&& reserve, Launch&& launch) {
+void reference_launches(int64_t n, int64_t sm_count, int64_t max_threads_per_sm, Reserve&& reserve,
+                        Launch&& launch) {
   const ReferenceGrid whole = reference_grid(n, sm_count, max_threads_per_sm);
   auto reserved = reserve(whole.counter_offset);
   if (n <= kMax32BitHalfElements) {
