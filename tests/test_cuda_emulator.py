@@ -16,7 +16,7 @@ from fp8_dummy.emulator import A100, H200, cuda_launch_plan, emulate_cuda_init_ 
 
 FP8 = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
 BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
-DEVICES = {"H200": H200, "A100": A100}
+DEVICES = {"H200": H200, "A100": A100, "small": (3, 1536)}  # small: T = 4608, many steps
 
 
 def torch_saturates_e4m3fn() -> bool:
