@@ -51,7 +51,7 @@ def poisoned_like(t: torch.Tensor) -> torch.Tensor:
 def saturates_e4m3fn(device: str) -> bool:
     halves = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16)
     table = halves.to(device).to(torch.float8_e4m3fn).view(torch.uint8).cpu()
-    mode = torch.ops.fp8_dummy._pick_fp8_mode(table, torch.float8_e4m3fn)
+    mode, _ = torch.ops.fp8_dummy._pick_fp8_mode(table, torch.float8_e4m3fn)
     assert mode in (0, 1), "torch's e4m3fn conversion on this GPU matches none of ours"
     return mode == 0
 
