@@ -66,9 +66,6 @@ void check_bounds(double low, double high, const char* dtype_name) {
 
 void check_init_args(const at::Tensor& self, double low, double high) {
   TORCH_CHECK(self.defined(), "fp8_dummy.init_: expected a tensor, got an undefined one");
-  TORCH_CHECK(self.layout() == c10::kStrided,
-              "fp8_dummy.init_: only strided tensors are supported, got layout ",
-              self.layout());
   const auto dtype = self.scalar_type();
   TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), "fp8_dummy.init_: unsupported dtype ",
               dtype, "; supported dtypes: ", kSupported);

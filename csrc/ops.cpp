@@ -25,6 +25,8 @@ void check_init_args_op(const at::Tensor& self, double low, double high) {
 }  // namespace
 
 TORCH_LIBRARY(fp8_dummy, m) {
+  // Where the fake kernels live: torch imports it when it needs them.
+  m.set_python_module("fp8_dummy.ops");
   // Fills `self` in place with the bytes of torch's reference path
   //   t = empty_like(self, float16); t.uniform_(low, high, generator=g); self.copy_(t)
   // (self.uniform_(...) for float16 and wider), g a fresh generator of self's device
