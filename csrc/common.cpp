@@ -95,10 +95,15 @@ MemoryOrder memory_order(const at::Tensor& self) {
   // Ask torch itself which strides empty_like(self, float16) picks (they follow
   // self's strides when it is dense, else a dense layout that keeps its dimension
   // order; the rule has changed across versions). A meta tensor allocates nothing.
-  const auto meta_self = at::empty_strided(self.sizes(), self.strides(),
-                                           self.options().device(c10::kMeta));
-  const auto temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
-  const auto tstrides = temp.strides();
+  // A dense tensor's temp takes its strides in every version: skip the meta tensors,
+  // whose few microseconds matter for models made of thousands of small tensors.
+  at::Tensor temp;
+  if (!self.is_non_overlapping_and_dense()) {
+    const auto meta_self = at::empty_strided(self.sizes(), self.strides(),
+                                             self.options().device(c10::kMeta));
+    temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
+  }
+  const auto tstrides = temp.defined() ? temp.strides() : self.strides();
   const int64_t dim = self.dim();
   // The temp is dense, so sorting its dimensions by decreasing stride gives its
   // memory order (size-1 dimensions can go anywhere and are dropped below).
