@@ -46,7 +46,7 @@ def test_bad_bounds_zero_elements_still_checked():
 )
 def test_bad_dtype(dtype):
     t = torch.zeros(10, dtype=dtype)
-    with pytest.raises(RuntimeError, match=f"unsupported dtype.*supported dtypes: float8_e4m3fn"):
+    with pytest.raises(RuntimeError, match="unsupported dtype.*supported dtypes: float8_e4m3fn"):
         fp8_dummy.init_(t)
     assert not t.any()
 
@@ -80,9 +80,7 @@ def test_opcheck_full(dtype):
     torch.library.opcheck(torch.ops.fp8_dummy.init_.default, (t, -1.0, 1.0, 7))
     g = torch.Generator().manual_seed(0)
     torch.library.opcheck(torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), {"generator": g})
-    torch.library.opcheck(
-        torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), {"generator": None}
-    )
+    torch.library.opcheck(torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), {"generator": None})
 
 
 @pytest.mark.parametrize("dtype", FP8_DTYPES, ids=str)
