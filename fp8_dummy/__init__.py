@@ -11,10 +11,16 @@ from . import (
     _C,  # noqa: F401  (loads the library, which registers torch.ops.fp8_dummy)
     reference,
 )
-from .model import initialize_dummy_weights
+from .model import initialize_dummy_weights, is_scale_tensor
 from .ops import init_
 
-__all__ = ["init_", "initialize_dummy_weights", "library_path", "reference"]
+__all__ = [
+    "init_",
+    "initialize_dummy_weights",
+    "is_scale_tensor",
+    "library_path",
+    "reference",
+]
 
 
 def library_path() -> str:
