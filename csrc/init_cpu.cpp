@@ -1,8 +1,20 @@
-// CPU kernel. FP8 tensors: random numbers come from torch's own uniform_ on a small
-// float16 buffer (the CPU stream is one mt19937 word per element in memory order, so
-// filling in pieces gives the reference's bytes), then go through a float16 -> FP8
-// table built from torch's own copy_ and are scattered in the temp's memory order.
-// Scratch: one 512 KiB buffer, whatever the tensor's size.
+// CPU kernel. FP8 tensors take one of two paths that give the reference's bytes:
+//  - exact: random numbers from torch's own uniform_ on a small float16 buffer (the CPU
+//    stream is one mt19937 word per element in memory order, so filling in pieces gives the
+//    reference's bytes), through a float16 -> FP8 table built from torch's own copy_,
+//    scattered in the temp's memory order. Correct by construction, as slow as torch.
+//  - fast (cpu/fast_path.h): the same stream continued by our own SIMD mt19937 and the
+//    installed torch's transform, fused with the same table; about 10x faster. Used when
+//    this torch version's formula is known and the once-per-process self-check passed.
+// The environment variable FP8_DUMMY_CPU_PATH, read on every call, picks the path:
+//   auto (default, also when unset or empty): fast if available, else exact;
+//   exact: always the exact path;
+//   fast: the fast path with the best kernels the CPU runs (AVX2 where present), even if
+//         the self-check failed (for tests and benchmarks); an error if this torch
+//         version's formula is unknown;
+//   portable: the fast path with the portable (non-SIMD) kernels, likewise.
+// Either way the state of a generator that torch's engine would misread (set_state with
+// inconsistent left/next) goes to the exact path. Scratch: exact 512 KiB; fast ~170 KiB.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>
@@ -10,10 +22,13 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "common.h"
+#include "cpu/fast_path.h"
 #include "strided_walk.h"
 
 namespace fp8_dummy {
@@ -45,8 +60,8 @@ const uint8_t* fp8_table(c10::ScalarType dtype) {
   return tables[slot].data();
 }
 
-void fill_fp8(const at::Tensor& self, double low, double high,
-              const std::optional<at::Generator>& gen) {
+void fill_fp8_exact(const at::Tensor& self, double low, double high,
+                    const std::optional<at::Generator>& gen) {
   const int64_t n = self.numel();
   const uint8_t* table = fp8_table(self.scalar_type());
   StridedWalk walk(memory_order(self));
@@ -68,6 +83,107 @@ void fill_fp8(const at::Tensor& self, double low, double high,
     });
     done += count;
   }
+}
+
+enum class CpuPath { kAuto, kExact, kFast, kPortable };
+
+CpuPath cpu_path_from_env() {
+  const char* env = std::getenv("FP8_DUMMY_CPU_PATH");
+  const std::string value = env ? env : "";
+  if (value.empty() || value == "auto") return CpuPath::kAuto;
+  if (value == "exact") return CpuPath::kExact;
+  if (value == "fast") return CpuPath::kFast;
+  if (value == "portable") return CpuPath::kPortable;
+  TORCH_CHECK(false, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH must be one of auto, exact, fast, ",
+              "portable; got '", value, "'");
+}
+
+// The kernels the fast path runs for this call, or nullptr for the exact path.
+const cpu::Kernels* choose_fast_kernels(CpuPath path) {
+  static const cpu::Kernels portable = cpu::portable_kernels();
+#ifdef FP8_DUMMY_X86
+  static const cpu::Kernels avx2 = cpu::avx2_kernels();
+#endif
+  if (path == CpuPath::kExact) return nullptr;
+  const cpu::FastConfig& config = cpu::fast_config();
+  if (path == CpuPath::kPortable || path == CpuPath::kFast) {
+    TORCH_CHECK(cpu::kFormulaKnown, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH=fast/portable: no ",
+                "fast path for this torch version (", config.info, ")");
+#ifdef FP8_DUMMY_X86
+    if (path == CpuPath::kFast && cpu::cpu_has_avx2_fma_f16c()) return &avx2;
+#endif
+    return &portable;
+  }
+#ifdef FP8_DUMMY_X86
+  if (config.avx2_ok) return &avx2;
+#endif
+  return config.portable_ok ? &portable : nullptr;
+}
+
+// False, having drawn and written nothing, when the generator's state must go to the
+// exact path.
+bool fill_fp8_fast(const at::Tensor& self, double low, double high,
+                   const std::optional<at::Generator>& gen, const cpu::Kernels& kernels) {
+  const int64_t n = self.numel();
+  const uint8_t* table = fp8_table(self.scalar_type());
+  const auto params =
+      cpu::make_uniform_params(low, high, cpu::kFormula, cpu::fast_config().fma);
+  const MemoryOrder order = memory_order(self);
+  auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
+  auto* g = at::get_generator_or_default<at::CPUGeneratorImpl>(
+      gen, at::detail::getDefaultCPUGenerator());
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  auto pod = g->engine().data();
+  if (!cpu::stream_usable(pod)) return false;
+  if (order.sizes.size() <= 1) {
+    // One run (every dense layout): convert straight into the tensor.
+    const int64_t stride = order.strides.empty() ? 1 : order.strides[0];
+    cpu::draw_halves(
+        pod, n, params, kernels, cpu::kMinItemsPerThread,
+        [&](int64_t first, const uint16_t* h, int64_t len) {
+          uint8_t* dst = base + first * stride;
+          if (stride == 1) {
+            for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
+          } else {
+            for (int64_t i = 0; i < len; ++i) dst[i * stride] = table[h[i]];
+          }
+        },
+        [](int64_t, int64_t) {});
+  } else {
+    // Gaps: convert into a round-sized byte buffer, then scatter it in memory order.
+    std::vector<uint8_t> bytes(static_cast<size_t>(cpu::kRoundBlocks) * cpu::kMtN);
+    StridedWalk walk(order);
+    int64_t round_begin = 0;  // only changed by flush, between rounds
+    cpu::draw_halves(
+        pod, n, params, kernels, cpu::kMinItemsPerThread,
+        [&](int64_t first, const uint16_t* h, int64_t len) {
+          uint8_t* dst = bytes.data() + (first - round_begin);
+          for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
+        },
+        [&](int64_t, int64_t len) {
+          round_begin += len;
+          walk.next(len, [&](int64_t offset, int64_t stride, int64_t run, int64_t first) {
+            uint8_t* dst = base + offset;
+            const uint8_t* s = bytes.data() + first;
+            if (stride == 1) {
+              std::memcpy(dst, s, static_cast<size_t>(run));
+            } else {
+              for (int64_t i = 0; i < run; ++i) dst[i * stride] = s[i];
+            }
+          });
+        });
+  }
+  at::mt19937 engine;
+  engine.set_data(pod);
+  g->set_engine(engine);
+  return true;
+}
+
+void fill_fp8(const at::Tensor& self, double low, double high,
+              const std::optional<at::Generator>& gen) {
+  const cpu::Kernels* kernels = choose_fast_kernels(cpu_path_from_env());
+  if (kernels != nullptr && fill_fp8_fast(self, low, high, gen, *kernels)) return;
+  fill_fp8_exact(self, low, high, gen);
 }
 
 void fill(const at::Tensor& self, double low, double high,

@@ -1,0 +1,163 @@
+// Per-element transform of torch's CPU float16 uniform_ (REFERENCE.md §4): one 32-bit
+// mt19937 output -> float16 bits, for the two formulas torch has used:
+//   kBits24 (torch >= 2.12): x = (r & 0xFFFFFF) * 2^-24; v = x * range + low in float, with
+//     range = float(high) - float(low), low = float(low); contracted to one FMA in torch's
+//     AVX2/AVX512 kernels, a rounded multiply then a rounded add in its DEFAULT kernel;
+//     h = half(v); if h == half(high) (as floats, so +0 == -0) then h = half(low).
+//   kBits11 (torch <= 2.11): x = (r & 0x7FF) * 2^-11; the bounds are halves from_h, to_h and
+//     range = half(to_h - from_h); v = x * float(range) + float(from_h); h = half(v); no
+//     clamp. The product has at most 22 significant bits, so it is exact and FMA or not gives
+//     the same bytes.
+// float -> half is round-to-nearest-even in c10::Half and in F16C's vcvtps2ph (imm 0), which
+// also keeps subnormal results whatever MXCSR.FTZ says, as c10's software conversion does.
+#pragma once
+
+#include <c10/util/Half.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cpu/mt19937_simd.h"
+
+namespace fp8_dummy {
+namespace cpu {
+
+enum class Formula : int { kBits11 = 11, kBits24 = 24 };
+
+struct UniformParams {
+  uint32_t mask;
+  float scale;  // 2^-bits: exact, so (r & mask) * scale is exact too
+  float range;
+  float low;
+  bool fma;
+  bool clamp;
+  uint16_t to_bits;    // half(high): the value that is replaced (kBits24 only)
+  uint16_t from_bits;  // half(low): its replacement
+};
+
+inline UniformParams make_uniform_params(double low, double high, Formula formula, bool fma) {
+  UniformParams p{};
+  p.fma = fma;
+  if (formula == Formula::kBits24) {
+    p.mask = 0xFFFFFFu;
+    p.scale = 1.0f / 16777216.0f;
+    // As uniform_kernel: opmath (float) bounds, their difference rounded to float.
+    const float from = static_cast<float>(low);
+    const float to = static_cast<float>(high);
+    p.range = to - from;
+    p.low = from;
+    p.clamp = true;
+    // static_cast<c10::Half>(double) goes through float, as in the kernel.
+    p.to_bits = c10::Half(static_cast<float>(high)).x;
+    p.from_bits = c10::Half(static_cast<float>(low)).x;
+  } else {
+    p.mask = 0x7FFu;
+    p.scale = 1.0f / 2048.0f;
+    const c10::Half from_h(static_cast<float>(low));
+    const c10::Half to_h(static_cast<float>(high));
+    const c10::Half range_h = to_h - from_h;  // c10's half arithmetic: float op, then round
+    p.range = static_cast<float>(range_h);
+    p.low = static_cast<float>(from_h);
+    p.clamp = false;
+  }
+  return p;
+}
+
+inline bool half_equal(uint16_t a, uint16_t b) {
+  return a == b || ((a | b) & 0x7FFFu) == 0;  // no NaN can occur: bounds are finite
+}
+
+// Portable form, `r` a tempered word. No contraction can sneak in: the FMA case calls fma,
+// the other rounds the (exact, 48-bit) double product to float before the add.
+inline uint16_t transform_scalar(uint32_t r, const UniformParams& p) {
+  const float x = static_cast<float>(r & p.mask) * p.scale;
+  float v;
+  if (p.fma) {
+    v = std::fma(x, p.range, p.low);
+  } else {
+    const float prod = static_cast<float>(static_cast<double>(x) * static_cast<double>(p.range));
+    v = prod + p.low;
+  }
+  const uint16_t h = c10::Half(v).x;
+  return p.clamp && half_equal(h, p.to_bits) ? p.from_bits : h;
+}
+
+inline void transform_block_scalar(const uint32_t* words, int64_t n, bool temper,
+                                   const UniformParams& p, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = transform_scalar(temper ? mt_temper(words[i]) : words[i], p);
+  }
+}
+
+#ifdef FP8_DUMMY_X86
+
+template <bool kFma, bool kClamp>
+__attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(
+    __m256i r, const UniformParams& p) {
+  const __m256i masked = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(p.mask)));
+  // Masked words are below 2^24: the signed conversion is exact.
+  const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(masked), _mm256_set1_ps(p.scale));
+  const __m256 range = _mm256_set1_ps(p.range);
+  const __m256 low = _mm256_set1_ps(p.low);
+  const __m256 v =
+      kFma ? _mm256_fmadd_ps(x, range, low) : _mm256_add_ps(_mm256_mul_ps(x, range), low);
+  __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+  if (kClamp) {
+    // Equal to half(high) as floats: same bits, or both zeros (the sign bit aside).
+    const __m128i to = _mm_set1_epi16(static_cast<int16_t>(p.to_bits));
+    const __m128i same = _mm_cmpeq_epi16(h, to);
+    const __m128i zeros = _mm_cmpeq_epi16(
+        _mm_and_si128(_mm_or_si128(h, to), _mm_set1_epi16(0x7FFF)), _mm_setzero_si128());
+    const __m128i hit = _mm_or_si128(same, zeros);
+    h = _mm_blendv_epi8(h, _mm_set1_epi16(static_cast<int16_t>(p.from_bits)), hit);
+  }
+  return h;
+}
+
+template <bool kFma, bool kClamp>
+__attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
+    const uint32_t* words, int64_t n, bool temper, const UniformParams& p, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i));
+    if (temper) r = mt_temper8_avx2(r);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
+  }
+  if (i < n) {  // the tail through the same vector code, so it cannot differ
+    alignas(32) uint32_t tail[8] = {};
+    alignas(16) uint16_t res[8];
+    for (int64_t j = i; j < n; ++j) tail[j - i] = words[j];
+    __m256i r = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+    if (temper) r = mt_temper8_avx2(r);
+    _mm_store_si128(reinterpret_cast<__m128i*>(res), transform8_avx2<kFma, kClamp>(r, p));
+    for (int64_t j = i; j < n; ++j) out[j] = res[j - i];
+  }
+}
+
+inline void transform_block_avx2(const uint32_t* words, int64_t n, bool temper,
+                                 const UniformParams& p, uint16_t* out) {
+  if (p.fma) {
+    p.clamp ? transform_block_avx2_impl<true, true>(words, n, temper, p, out)
+            : transform_block_avx2_impl<true, false>(words, n, temper, p, out);
+  } else {
+    p.clamp ? transform_block_avx2_impl<false, true>(words, n, temper, p, out)
+            : transform_block_avx2_impl<false, false>(words, n, temper, p, out);
+  }
+}
+
+#endif  // FP8_DUMMY_X86
+
+// Whether this CPU (checked at run time) can run the AVX2 forms; the build's baseline
+// flags are not assumed.
+inline bool cpu_has_avx2_fma_f16c() {
+#ifdef FP8_DUMMY_X86
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+}  // namespace cpu
+}  // namespace fp8_dummy
