@@ -24,11 +24,14 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common.h"
 #include "cpu/fast_path.h"
+#include "cpu/fp8_convert.h"
 #include "strided_walk.h"
 
 namespace fp8_dummy {
@@ -98,34 +101,66 @@ CpuPath cpu_path_from_env() {
               "portable; got '", value, "'");
 }
 
-// The kernels the fast path runs for this call, or nullptr for the exact path.
-const cpu::Kernels* choose_fast_kernels(CpuPath path) {
-  static const cpu::Kernels portable = cpu::portable_kernels();
-#ifdef FP8_DUMMY_X86
-  static const cpu::Kernels avx2 = cpu::avx2_kernels();
-#endif
-  if (path == CpuPath::kExact) return nullptr;
+struct FastChoice {
+  cpu::Kernels kernels;
+  bool simd;
+};
+
+// The kernels the fast path runs for this call, or nullopt for the exact path.
+std::optional<FastChoice> choose_fast_kernels(CpuPath path) {
+  if (path == CpuPath::kExact) return std::nullopt;
   const cpu::FastConfig& config = cpu::fast_config();
+  bool simd = false;
   if (path == CpuPath::kPortable || path == CpuPath::kFast) {
     TORCH_CHECK(cpu::kFormulaKnown, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH=fast/portable: no ",
                 "fast path for this torch version (", config.info, ")");
-#ifdef FP8_DUMMY_X86
-    if (path == CpuPath::kFast && cpu::cpu_has_avx2_fma_f16c()) return &avx2;
-#endif
-    return &portable;
+    simd = path == CpuPath::kFast && cpu::cpu_has_avx2_fma_f16c();
+  } else if (config.avx2_ok) {
+    simd = true;
+  } else if (!config.portable_ok) {
+    return std::nullopt;
   }
 #ifdef FP8_DUMMY_X86
-  if (config.avx2_ok) return &avx2;
+  if (simd) return FastChoice{cpu::avx2_kernels(), true};
 #endif
-  return config.portable_ok ? &portable : nullptr;
+  return FastChoice{cpu::portable_kernels(), false};
+}
+
+// Float16 bits -> FP8 bytes for one block: in registers where that is known to equal the
+// table (cpu/fp8_convert.h: values in range, checked against the table once per dtype),
+// else through the table.
+struct Fp8Converter {
+  const uint8_t* table;
+  cpu::Fp8Format format;
+  bool direct = false;
+
+  void operator()(const uint16_t* h, int64_t len, uint8_t* dst) const {
+#ifdef FP8_DUMMY_X86
+    if (direct) return cpu::fp8_from_halves_avx2(h, len, format, dst);
+#endif
+    for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
+  }
+};
+
+Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool simd) {
+  Fp8Converter c{fp8_table(dtype), cpu::fp8_format(dtype)};
+#ifdef FP8_DUMMY_X86
+  // Every value drawn lies between half(low) and half(high), give or take a rounding of
+  // the range; the margin keeps them all well inside the format's finite values.
+  const double bound = std::max(std::abs(low), std::abs(high));
+  c.direct = simd && c.format.supported && bound <= 0.99 * c.format.max_finite &&
+             cpu::fp8_direct_ok(c.format, c.table);
+#endif
+  return c;
 }
 
 // False, having drawn and written nothing, when the generator's state must go to the
 // exact path.
 bool fill_fp8_fast(const at::Tensor& self, double low, double high,
-                   const std::optional<at::Generator>& gen, const cpu::Kernels& kernels) {
+                   const std::optional<at::Generator>& gen, const cpu::Kernels& kernels,
+                   bool simd) {
   const int64_t n = self.numel();
-  const uint8_t* table = fp8_table(self.scalar_type());
+  const Fp8Converter convert = make_converter(self.scalar_type(), low, high, simd);
   const auto params =
       cpu::make_uniform_params(low, high, cpu::kFormula, cpu::fast_config().fma);
   const MemoryOrder order = memory_order(self);
@@ -142,11 +177,10 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
         pod, n, params, kernels, cpu::kMinItemsPerThread,
         [&](int64_t first, const uint16_t* h, int64_t len) {
           uint8_t* dst = base + first * stride;
-          if (stride == 1) {
-            for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
-          } else {
-            for (int64_t i = 0; i < len; ++i) dst[i * stride] = table[h[i]];
-          }
+          if (stride == 1) return convert(h, len, dst);
+          uint8_t bytes[cpu::kMtN];
+          convert(h, len, bytes);
+          for (int64_t i = 0; i < len; ++i) dst[i * stride] = bytes[i];
         },
         [](int64_t, int64_t) {});
   } else {
@@ -157,8 +191,7 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
     cpu::draw_halves(
         pod, n, params, kernels, cpu::kMinItemsPerThread,
         [&](int64_t first, const uint16_t* h, int64_t len) {
-          uint8_t* dst = bytes.data() + (first - round_begin);
-          for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
+          convert(h, len, bytes.data() + (first - round_begin));
         },
         [&](int64_t, int64_t len) {
           round_begin += len;
@@ -181,8 +214,8 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
 
 void fill_fp8(const at::Tensor& self, double low, double high,
               const std::optional<at::Generator>& gen) {
-  const cpu::Kernels* kernels = choose_fast_kernels(cpu_path_from_env());
-  if (kernels != nullptr && fill_fp8_fast(self, low, high, gen, *kernels)) return;
+  const auto choice = choose_fast_kernels(cpu_path_from_env());
+  if (choice && fill_fp8_fast(self, low, high, gen, choice->kernels, choice->simd)) return;
   fill_fp8_exact(self, low, high, gen);
 }
 

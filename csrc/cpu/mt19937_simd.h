@@ -40,8 +40,12 @@ inline uint32_t mt_new_word(const uint32_t* old, const uint32_t* out, int i) {
   return mt_twist_word(far, old[i], v);
 }
 
+// The same split into ranges as the AVX2 form below, so no word pays for the index tests.
 inline void mt_twist_scalar(const uint32_t* old, uint32_t* out) {
-  for (int i = 0; i < kMtN; ++i) out[i] = mt_new_word(old, out, i);
+  int i = 0;
+  for (; i < kMtN - kMtM; ++i) out[i] = mt_twist_word(old[i + kMtM], old[i], old[i + 1]);
+  for (; i < kMtN - 1; ++i) out[i] = mt_twist_word(out[i + kMtM - kMtN], old[i], old[i + 1]);
+  out[i] = mt_twist_word(out[i + kMtM - kMtN], old[i], out[0]);
 }
 
 inline uint32_t mt_temper(uint32_t y) {

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/mt19937_simd.h"
 
@@ -67,13 +68,37 @@ inline bool half_equal(uint16_t a, uint16_t b) {
   return a == b || ((a | b) & 0x7FFFu) == 0;  // no NaN can occur: bounds are finite
 }
 
-// Portable form, `r` a tempered word. No contraction can sneak in: the FMA case calls fma,
-// the other rounds the (exact, 48-bit) double product to float before the add.
+// fmaf(x, y, z) when x * y is exact in double (x and y have at most 24 significant bits),
+// without an FMA instruction (std::fma is a slow library call on baseline x86-64). The sum
+// s = RN_double(x*y + z) can round to a float midpoint it was not, so with a nonzero rest
+// (TwoSum) s is made round-to-odd: an even last bit is moved one ulp towards the exact sum.
+// Then no float or float midpoint lies between s and the exact sum, so both round alike.
+inline float fma_exact_product(float x, float y, float z) {
+  const double a = static_cast<double>(x) * static_cast<double>(y);
+  const double b = static_cast<double>(z);
+  double s = a + b;
+  const double bb = s - a;
+  const double err = (a - (s - bb)) + (b - bb);
+  if (err != 0.0) {
+    uint64_t bits;
+    std::memcpy(&bits, &s, sizeof bits);
+    if ((bits & 1u) == 0) {
+      // s == 0 cannot happen here (a sum of doubles that rounds to 0 is exactly 0), so
+      // the sign of s tells which way along the bits is away from zero.
+      bits += ((err > 0.0) == (s > 0.0)) ? 1 : -1;
+      std::memcpy(&s, &bits, sizeof bits);
+    }
+  }
+  return static_cast<float>(s);
+}
+
+// Portable form, `r` a tempered word. No contraction can sneak in: the FMA case is emulated
+// above, the other rounds the (exact, 48-bit) double product to float before the add.
 inline uint16_t transform_scalar(uint32_t r, const UniformParams& p) {
   const float x = static_cast<float>(r & p.mask) * p.scale;
   float v;
   if (p.fma) {
-    v = std::fma(x, p.range, p.low);
+    v = fma_exact_product(x, p.range, p.low);
   } else {
     const float prod = static_cast<float>(static_cast<double>(x) * static_cast<double>(p.range));
     v = prod + p.low;
