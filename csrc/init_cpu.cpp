@@ -32,6 +32,7 @@
 #include "common.h"
 #include "cpu/fast_path.h"
 #include "cpu/fp8_convert.h"
+#include "cpu/scatter.h"
 #include "strided_walk.h"
 
 namespace fp8_dummy {
@@ -170,41 +171,20 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
   std::lock_guard<std::mutex> lock(g->mutex_);
   auto pod = g->engine().data();
   if (!cpu::stream_usable(pod)) return false;
-  if (order.sizes.size() <= 1) {
-    // One run (every dense layout): convert straight into the tensor.
-    const int64_t stride = order.strides.empty() ? 1 : order.strides[0];
-    cpu::draw_halves(
-        pod, n, params, kernels, cpu::kMinItemsPerThread,
-        [&](int64_t first, const uint16_t* h, int64_t len) {
-          uint8_t* dst = base + first * stride;
-          if (stride == 1) return convert(h, len, dst);
-          uint8_t bytes[cpu::kMtN];
-          convert(h, len, bytes);
-          for (int64_t i = 0; i < len; ++i) dst[i * stride] = bytes[i];
-        },
-        [](int64_t, int64_t) {});
+  const int threads = cpu::draw_threads(n / cpu::kMtN);
+  if (order.linear()) {
+    // Every dense layout: one run, straight into the tensor.
+    cpu::draw_halves(pod, n, params, kernels, threads,
+                     [&](int64_t first, const uint16_t* h, int64_t len) {
+                       convert(h, len, base + first);
+                     });
   } else {
-    // Gaps: convert into a round-sized byte buffer, then scatter it in memory order.
-    std::vector<uint8_t> bytes(static_cast<size_t>(cpu::kRoundBlocks) * cpu::kMtN);
-    StridedWalk walk(order);
-    int64_t round_begin = 0;  // only changed by flush, between rounds
-    cpu::draw_halves(
-        pod, n, params, kernels, cpu::kMinItemsPerThread,
-        [&](int64_t first, const uint16_t* h, int64_t len) {
-          convert(h, len, bytes.data() + (first - round_begin));
-        },
-        [&](int64_t, int64_t len) {
-          round_begin += len;
-          walk.next(len, [&](int64_t offset, int64_t stride, int64_t run, int64_t first) {
-            uint8_t* dst = base + offset;
-            const uint8_t* s = bytes.data() + first;
-            if (stride == 1) {
-              std::memcpy(dst, s, static_cast<size_t>(run));
-            } else {
-              for (int64_t i = 0; i < run; ++i) dst[i * stride] = s[i];
-            }
-          });
-        });
+    cpu::draw_halves(pod, n, params, kernels, threads,
+                     [&](int64_t first, const uint16_t* h, int64_t len) {
+                       uint8_t bytes[cpu::kMtN];
+                       convert(h, len, bytes);
+                       cpu::scatter_bytes(order, base, first, bytes, len);
+                     });
   }
   at::mt19937 engine;
   engine.set_data(pod);

@@ -48,23 +48,17 @@ struct FastConfig {
   std::string info;
 };
 
-// Items (blocks of up to 624 elements) a thread gets at least; below twice this the round
-// runs on the calling thread alone.
-constexpr int64_t kMinItemsPerThread = 8;
-
 // Draws n elements' float16 bits from `gen` (locked here) into `out` and advances it.
 // False, with nothing drawn, if the generator's state is one torch's engine would misread.
 inline bool fast_draw_halves(at::CPUGeneratorImpl* gen, int64_t n, const UniformParams& params,
-                             const Kernels& kernels, uint16_t* out) {
+                             const Kernels& kernels, int threads, uint16_t* out) {
   std::lock_guard<std::mutex> lock(gen->mutex_);
   auto pod = gen->engine().data();
   if (!stream_usable(pod)) return false;
-  draw_halves(
-      pod, n, params, kernels, kMinItemsPerThread,
-      [&](int64_t first, const uint16_t* h, int64_t len) {
-        std::memcpy(out + first, h, static_cast<size_t>(len) * sizeof(uint16_t));
-      },
-      [](int64_t, int64_t) {});
+  draw_halves(pod, n, params, kernels, threads,
+              [&](int64_t first, const uint16_t* h, int64_t len) {
+                std::memcpy(out + first, h, static_cast<size_t>(len) * sizeof(uint16_t));
+              });
   at::mt19937 engine;
   engine.set_data(pod);
   gen->set_engine(engine);
@@ -84,7 +78,9 @@ inline bool self_check(const Kernels& kernels, bool fma, std::ostringstream& why
   // [-500, 500]: about 30 of 2^16 elements differ between FMA and a separate multiply-add;
   // [0, 1]: about 16 hit the clamp; [-1e-3, 1e-3]: the default bounds, subnormal halves.
   const double bounds[][2] = {{-500.0, 500.0}, {0.0, 1.0}, {-1e-3, 1e-3}, {-3.0, 60000.0}};
+  int threads = 1;
   for (const auto& b : bounds) {
+    threads = 3 - threads;  // alternately 2 threads (exercises the ring) and 1
     auto g_ref = at::detail::createCPUGenerator(kSeed);
     auto g_ours = at::detail::createCPUGenerator(kSeed);
     auto* ref_impl = at::check_generator<at::CPUGeneratorImpl>(g_ref);
@@ -97,7 +93,7 @@ inline bool self_check(const Kernels& kernels, bool fma, std::ostringstream& why
     expected.uniform_(b[0], b[1], g_ref);
     std::vector<uint16_t> got(static_cast<size_t>(kN));
     const auto params = make_uniform_params(b[0], b[1], kFormula, fma);
-    if (!fast_draw_halves(ours_impl, kN, params, kernels, got.data())) {
+    if (!fast_draw_halves(ours_impl, kN, params, kernels, threads, got.data())) {
       why << " (state unusable)";
       return false;
     }
