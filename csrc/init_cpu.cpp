@@ -228,11 +228,41 @@ void init_generator_cpu(at::Tensor& self, double low, double high,
   fill(self, low, high, gen);
 }
 
+at::Tensor cpu_transform_test(const at::Tensor& words, double low, double high,
+                              int64_t formula, bool fma, bool simd) {
+  TORCH_CHECK(words.scalar_type() == at::kInt && words.dim() == 1,
+              "_cpu_transform_test: expected a 1-D int32 tensor");
+  TORCH_CHECK(formula == 24 || formula == 11, "_cpu_transform_test: formula must be 24 or 11");
+  const auto w = words.contiguous();
+  auto out = at::empty({w.numel()}, w.options().dtype(at::kHalf));
+  const auto params =
+      cpu::make_uniform_params(low, high, static_cast<cpu::Formula>(formula), fma);
+  const auto* src = static_cast<const uint32_t*>(w.const_data_ptr());
+  auto* dst = static_cast<uint16_t*>(out.mutable_data_ptr());
+  if (simd) {
+    TORCH_CHECK(cpu::cpu_has_avx2_fma_f16c(), "_cpu_transform_test: no AVX2/FMA/F16C here");
+#ifdef FP8_DUMMY_X86
+    cpu::transform_block_avx2(src, w.numel(), /*temper=*/false, params, dst);
+#endif
+  } else {
+    cpu::transform_block_scalar(src, w.numel(), /*temper=*/false, params, dst);
+  }
+  return out;
+}
+
+std::string cpu_fast_path_info() { return cpu::fast_config().info; }
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fp8_dummy, CPU, m) {
   m.impl("init_", TORCH_FN(init_seed_cpu));
   m.impl("init_.generator", TORCH_FN(init_generator_cpu));
+  m.impl("_cpu_transform_test", TORCH_FN(cpu_transform_test));
+}
+
+// No tensor argument: registered for every backend.
+TORCH_LIBRARY_IMPL(fp8_dummy, CompositeExplicitAutograd, m) {
+  m.impl("_cpu_fast_path_info", TORCH_FN(cpu_fast_path_info));
 }
 
 }  // namespace fp8_dummy

@@ -124,8 +124,17 @@ __attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(
   const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(masked), _mm256_set1_ps(p.scale));
   const __m256 range = _mm256_set1_ps(p.range);
   const __m256 low = _mm256_set1_ps(p.low);
-  const __m256 v =
-      kFma ? _mm256_fmadd_ps(x, range, low) : _mm256_add_ps(_mm256_mul_ps(x, range), low);
+  __m256 v;
+  if (kFma) {
+    v = _mm256_fmadd_ps(x, range, low);
+  } else {
+    // GCC contracts a multiply and an add into an FMA even when written as intrinsics
+    // (-ffp-contract=fast, and this function may use FMA): the empty asm makes the rounded
+    // product a value the compiler cannot see through. (The self-check caught this.)
+    __m256 prod = _mm256_mul_ps(x, range);
+    __asm__("" : "+x"(prod));
+    v = _mm256_add_ps(prod, low);
+  }
   __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
   if (kClamp) {
     // Equal to half(high) as floats: same bits, or both zeros (the sign bit aside).
