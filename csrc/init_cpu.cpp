@@ -22,9 +22,9 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <cmath>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -162,22 +162,20 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
                    bool simd) {
   const int64_t n = self.numel();
   const Fp8Converter convert = make_converter(self.scalar_type(), low, high, simd);
-  const auto params =
-      cpu::make_uniform_params(low, high, cpu::kFormula, cpu::fast_config().fma);
+  const auto params = cpu::make_uniform_params(low, high, cpu::kFormula, cpu::fast_config().fma);
   const MemoryOrder order = memory_order(self);
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
-  auto* g = at::get_generator_or_default<at::CPUGeneratorImpl>(
-      gen, at::detail::getDefaultCPUGenerator());
+  auto* g =
+      at::get_generator_or_default<at::CPUGeneratorImpl>(gen, at::detail::getDefaultCPUGenerator());
   std::lock_guard<std::mutex> lock(g->mutex_);
   auto pod = g->engine().data();
   if (!cpu::stream_usable(pod)) return false;
   const int threads = cpu::draw_threads(n / cpu::kMtN);
   if (order.linear()) {
     // Every dense layout: one run, straight into the tensor.
-    cpu::draw_halves(pod, n, params, kernels, threads,
-                     [&](int64_t first, const uint16_t* h, int64_t len) {
-                       convert(h, len, base + first);
-                     });
+    cpu::draw_halves(
+        pod, n, params, kernels, threads,
+        [&](int64_t first, const uint16_t* h, int64_t len) { convert(h, len, base + first); });
   } else {
     cpu::draw_halves(pod, n, params, kernels, threads,
                      [&](int64_t first, const uint16_t* h, int64_t len) {
@@ -228,15 +226,14 @@ void init_generator_cpu(at::Tensor& self, double low, double high,
   fill(self, low, high, gen);
 }
 
-at::Tensor cpu_transform_test(const at::Tensor& words, double low, double high,
-                              int64_t formula, bool fma, bool simd) {
+at::Tensor cpu_transform_test(const at::Tensor& words, double low, double high, int64_t formula,
+                              bool fma, bool simd) {
   TORCH_CHECK(words.scalar_type() == at::kInt && words.dim() == 1,
               "_cpu_transform_test: expected a 1-D int32 tensor");
   TORCH_CHECK(formula == 24 || formula == 11, "_cpu_transform_test: formula must be 24 or 11");
   const auto w = words.contiguous();
   auto out = at::empty({w.numel()}, w.options().dtype(at::kHalf));
-  const auto params =
-      cpu::make_uniform_params(low, high, static_cast<cpu::Formula>(formula), fma);
+  const auto params = cpu::make_uniform_params(low, high, static_cast<cpu::Formula>(formula), fma);
   const auto* src = static_cast<const uint32_t*>(w.const_data_ptr());
   auto* dst = static_cast<uint16_t*>(out.mutable_data_ptr());
   if (simd) {

@@ -55,10 +55,9 @@ inline bool fast_draw_halves(at::CPUGeneratorImpl* gen, int64_t n, const Uniform
   std::lock_guard<std::mutex> lock(gen->mutex_);
   auto pod = gen->engine().data();
   if (!stream_usable(pod)) return false;
-  draw_halves(pod, n, params, kernels, threads,
-              [&](int64_t first, const uint16_t* h, int64_t len) {
-                std::memcpy(out + first, h, static_cast<size_t>(len) * sizeof(uint16_t));
-              });
+  draw_halves(pod, n, params, kernels, threads, [&](int64_t first, const uint16_t* h, int64_t len) {
+    std::memcpy(out + first, h, static_cast<size_t>(len) * sizeof(uint16_t));
+  });
   at::mt19937 engine;
   engine.set_data(pod);
   gen->set_engine(engine);
@@ -66,8 +65,8 @@ inline bool fast_draw_halves(at::CPUGeneratorImpl* gen, int64_t n, const Uniform
 }
 
 inline bool same_engine(const at::mt19937_data_pod& a, const at::mt19937_data_pod& b) {
-  return a.seed_ == b.seed_ && a.left_ == b.left_ && a.seeded_ == b.seeded_ &&
-         a.next_ == b.next_ && a.state_ == b.state_;
+  return a.seed_ == b.seed_ && a.left_ == b.left_ && a.seeded_ == b.seeded_ && a.next_ == b.next_ &&
+         a.state_ == b.state_;
 }
 
 // One kernel set against torch's uniform_: several bounds, from mid-block, 2^16 + 11 elements

@@ -102,13 +102,16 @@ __attribute__((target("avx2,f16c"))) inline void fp8_from_halves_avx2_impl(const
   }
 }
 
-inline void fp8_from_halves_avx2(const uint16_t* h, int64_t n, const Fp8Format& f,
-                                 uint8_t* dst) {
+inline void fp8_from_halves_avx2(const uint16_t* h, int64_t n, const Fp8Format& f, uint8_t* dst) {
   switch (f.slot) {
-    case 0: return fp8_from_halves_avx2_impl<3, 7, false>(h, n, dst);
-    case 1: return fp8_from_halves_avx2_impl<2, 15, false>(h, n, dst);
-    case 2: return fp8_from_halves_avx2_impl<3, 8, true>(h, n, dst);
-    default: return fp8_from_halves_avx2_impl<2, 16, true>(h, n, dst);
+    case 0:
+      return fp8_from_halves_avx2_impl<3, 7, false>(h, n, dst);
+    case 1:
+      return fp8_from_halves_avx2_impl<2, 15, false>(h, n, dst);
+    case 2:
+      return fp8_from_halves_avx2_impl<3, 8, true>(h, n, dst);
+    default:
+      return fp8_from_halves_avx2_impl<2, 16, true>(h, n, dst);
   }
 }
 

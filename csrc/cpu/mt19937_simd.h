@@ -58,13 +58,12 @@ inline uint32_t mt_temper(uint32_t y) {
 
 #ifdef FP8_DUMMY_X86
 
-__attribute__((target("avx2"))) inline __m256i mt_twist8_avx2(__m256i far, __m256i u,
-                                                              __m256i v) {
+__attribute__((target("avx2"))) inline __m256i mt_twist8_avx2(__m256i far, __m256i u, __m256i v) {
   const __m256i y = _mm256_or_si256(_mm256_and_si256(u, _mm256_set1_epi32(int(kMtUpper))),
                                     _mm256_and_si256(v, _mm256_set1_epi32(int(kMtLower))));
   // All-ones where v is odd, so the AND picks MATRIX_A there and 0 elsewhere.
-  const __m256i odd = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                       _mm256_and_si256(v, _mm256_set1_epi32(1)));
+  const __m256i odd =
+      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(v, _mm256_set1_epi32(1)));
   const __m256i mag = _mm256_and_si256(odd, _mm256_set1_epi32(int(kMtMatrixA)));
   return _mm256_xor_si256(_mm256_xor_si256(far, _mm256_srli_epi32(y, 1)), mag);
 }
@@ -87,7 +86,7 @@ __attribute__((target("avx2"))) inline void mt_twist_avx2(const uint32_t* old, u
     store8(out + i, mt_twist8_avx2(load8(old + i + kMtM), load8(old + i), load8(old + i + 1)));
   }
   for (; i < kMtN - kMtM + 5; ++i) out[i] = mt_new_word(old, out, i);  // 224 .. 231
-  for (; i + 8 < kMtN; i += 8) {  // far words new: 232 .. 615
+  for (; i + 8 < kMtN; i += 8) {                                       // far words new: 232 .. 615
     store8(out + i,
            mt_twist8_avx2(load8(out + i + kMtM - kMtN), load8(old + i), load8(old + i + 1)));
   }

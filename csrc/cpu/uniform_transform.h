@@ -117,8 +117,8 @@ inline void transform_block_scalar(const uint32_t* words, int64_t n, bool temper
 #ifdef FP8_DUMMY_X86
 
 template <bool kFma, bool kClamp>
-__attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(
-    __m256i r, const UniformParams& p) {
+__attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(__m256i r,
+                                                                        const UniformParams& p) {
   const __m256i masked = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(p.mask)));
   // Masked words are below 2^24: the signed conversion is exact.
   const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(masked), _mm256_set1_ps(p.scale));
