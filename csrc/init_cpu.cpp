@@ -134,10 +134,11 @@ struct Fp8Converter {
   const uint8_t* table;
   cpu::Fp8Format format;
   bool direct = false;
+  bool tiny = false;  // every value below the format's smallest normal
 
   void operator()(const uint16_t* h, int64_t len, uint8_t* dst) const {
 #ifdef FP8_DUMMY_X86
-    if (direct) return cpu::fp8_from_halves_avx2(h, len, format, dst);
+    if (direct) return cpu::fp8_from_halves_avx2(h, len, format, tiny, dst);
 #endif
     for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
   }
@@ -147,10 +148,11 @@ Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool
   Fp8Converter c{fp8_table(dtype), cpu::fp8_format(dtype)};
 #ifdef FP8_DUMMY_X86
   // Every value drawn lies between half(low) and half(high), give or take a rounding of
-  // the range; the margin keeps them all well inside the format's finite values.
+  // the range; the margins keep them all well inside the ranges the forms are valid for.
   const double bound = std::max(std::abs(low), std::abs(high));
   c.direct = simd && c.format.supported && bound <= 0.99 * c.format.max_finite &&
              cpu::fp8_direct_ok(c.format, c.table);
+  c.tiny = c.direct && bound <= 0.99 * c.format.min_normal();
 #endif
   return c;
 }

@@ -116,7 +116,9 @@ inline void transform_block_scalar(const uint32_t* words, int64_t n, bool temper
 
 #ifdef FP8_DUMMY_X86
 
-template <bool kFma, bool kClamp>
+// kClamp: 0 none (kBits11); 1 half(high) is not a zero, so "equal as floats" is "same bits";
+// 2 half(high) is a zero, which -0 and +0 both equal.
+template <bool kFma, int kClamp>
 __attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(__m256i r,
                                                                         const UniformParams& p) {
   const __m256i masked = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(p.mask)));
@@ -136,19 +138,20 @@ __attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(__m256i 
     v = _mm256_add_ps(prod, low);
   }
   __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-  if (kClamp) {
+  if (kClamp != 0) {
     // Equal to half(high) as floats: same bits, or both zeros (the sign bit aside).
     const __m128i to = _mm_set1_epi16(static_cast<int16_t>(p.to_bits));
-    const __m128i same = _mm_cmpeq_epi16(h, to);
-    const __m128i zeros = _mm_cmpeq_epi16(
-        _mm_and_si128(_mm_or_si128(h, to), _mm_set1_epi16(0x7FFF)), _mm_setzero_si128());
-    const __m128i hit = _mm_or_si128(same, zeros);
+    __m128i hit = _mm_cmpeq_epi16(h, to);
+    if (kClamp == 2) {
+      hit = _mm_or_si128(
+          hit, _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_setzero_si128()));
+    }
     h = _mm_blendv_epi8(h, _mm_set1_epi16(static_cast<int16_t>(p.from_bits)), hit);
   }
   return h;
 }
 
-template <bool kFma, bool kClamp>
+template <bool kFma, int kClamp>
 __attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
     const uint32_t* words, int64_t n, bool temper, const UniformParams& p, uint16_t* out) {
   int64_t i = 0;
@@ -168,15 +171,18 @@ __attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
   }
 }
 
+template <bool kFma>
+inline void transform_block_avx2_fma(const uint32_t* words, int64_t n, bool temper,
+                                     const UniformParams& p, uint16_t* out) {
+  if (!p.clamp) return transform_block_avx2_impl<kFma, 0>(words, n, temper, p, out);
+  if (p.to_bits & 0x7FFF) return transform_block_avx2_impl<kFma, 1>(words, n, temper, p, out);
+  transform_block_avx2_impl<kFma, 2>(words, n, temper, p, out);
+}
+
 inline void transform_block_avx2(const uint32_t* words, int64_t n, bool temper,
                                  const UniformParams& p, uint16_t* out) {
-  if (p.fma) {
-    p.clamp ? transform_block_avx2_impl<true, true>(words, n, temper, p, out)
-            : transform_block_avx2_impl<true, false>(words, n, temper, p, out);
-  } else {
-    p.clamp ? transform_block_avx2_impl<false, true>(words, n, temper, p, out)
-            : transform_block_avx2_impl<false, false>(words, n, temper, p, out);
-  }
+  p.fma ? transform_block_avx2_fma<true>(words, n, temper, p, out)
+        : transform_block_avx2_fma<false>(words, n, temper, p, out);
 }
 
 #endif  // FP8_DUMMY_X86
