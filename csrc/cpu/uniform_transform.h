@@ -116,49 +116,70 @@ inline void transform_block_scalar(const uint32_t* words, int64_t n, bool temper
 
 #ifdef FP8_DUMMY_X86
 
+// The parameters as vectors, made once per block: built inside the loop they were reloaded
+// on every iteration (the uint16_t stores may alias UniformParams's uint16_t fields).
+struct UniformVectors {
+  __m256i mask;
+  __m256 scale, range, low;
+  __m128i to, from;
+};
+
+__attribute__((target("avx2"))) inline UniformVectors make_uniform_vectors(const UniformParams& p) {
+  return {_mm256_set1_epi32(static_cast<int>(p.mask)),
+          _mm256_set1_ps(p.scale),
+          _mm256_set1_ps(p.range),
+          _mm256_set1_ps(p.low),
+          _mm_set1_epi16(static_cast<int16_t>(p.to_bits)),
+          _mm_set1_epi16(static_cast<int16_t>(p.from_bits))};
+}
+
 // kClamp: 0 none (kBits11); 1 half(high) is not a zero, so "equal as floats" is "same bits";
 // 2 half(high) is a zero, which -0 and +0 both equal.
 template <bool kFma, int kClamp>
 __attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(__m256i r,
-                                                                        const UniformParams& p) {
-  const __m256i masked = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(p.mask)));
-  // Masked words are below 2^24: the signed conversion is exact.
-  const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(masked), _mm256_set1_ps(p.scale));
-  const __m256 range = _mm256_set1_ps(p.range);
-  const __m256 low = _mm256_set1_ps(p.low);
+                                                                        const UniformVectors& p) {
+  // Masked words are below 2^24: the signed conversion is exact, and so is the scaling.
+  const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(r, p.mask)), p.scale);
   __m256 v;
   if (kFma) {
-    v = _mm256_fmadd_ps(x, range, low);
+    v = _mm256_fmadd_ps(x, p.range, p.low);
   } else {
     // GCC contracts a multiply and an add into an FMA even when written as intrinsics
     // (-ffp-contract=fast, and this function may use FMA): the empty asm makes the rounded
     // product a value the compiler cannot see through. (The self-check caught this.)
-    __m256 prod = _mm256_mul_ps(x, range);
+    __m256 prod = _mm256_mul_ps(x, p.range);
     __asm__("" : "+x"(prod));
-    v = _mm256_add_ps(prod, low);
+    v = _mm256_add_ps(prod, p.low);
   }
   __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
   if (kClamp != 0) {
     // Equal to half(high) as floats: same bits, or both zeros (the sign bit aside).
-    const __m128i to = _mm_set1_epi16(static_cast<int16_t>(p.to_bits));
-    __m128i hit = _mm_cmpeq_epi16(h, to);
+    __m128i hit = _mm_cmpeq_epi16(h, p.to);
     if (kClamp == 2) {
       hit = _mm_or_si128(
           hit, _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_setzero_si128()));
     }
-    h = _mm_blendv_epi8(h, _mm_set1_epi16(static_cast<int16_t>(p.from_bits)), hit);
+    h = _mm_blendv_epi8(h, p.from, hit);
   }
   return h;
 }
 
 template <bool kFma, int kClamp>
 __attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
-    const uint32_t* words, int64_t n, bool temper, const UniformParams& p, uint16_t* out) {
+    const uint32_t* words, int64_t n, bool temper, const UniformParams& params, uint16_t* out) {
+  const UniformVectors p = make_uniform_vectors(params);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i));
-    if (temper) r = mt_temper8_avx2(r);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
+  if (temper) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256i r =
+          mt_temper8_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
+    }
   }
   if (i < n) {  // the tail through the same vector code, so it cannot differ
     alignas(32) uint32_t tail[8] = {};
