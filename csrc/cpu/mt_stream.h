@@ -8,17 +8,19 @@
 //
 // Threads: block b of the draw covers a fixed range of elements, so which thread transforms
 // it cannot change any byte. Stepping the state is cheap next to the transform (~0.12 vs
-// ~0.5 ns per word with AVX2), so every thread steps through the blocks itself, from the
-// same starting state, and transforms only its own groups of blocks (group g goes to thread
-// g % threads). No thread waits for another: no locks, no shared ring, nothing to tune for
-// a busy machine. (at::parallel_for would run serially here: its OpenMP body is inline in
-// torch's headers and this extension is not built with -fopenmp; so std::thread.)
+// ~0.4 ns per word with AVX2), so every thread steps through the blocks itself, from the
+// same starting state, and transforms only the groups of blocks it claims (an atomic
+// counter hands them out in order, so a thread slowed down by a busy machine claims fewer).
+// No locks, no shared ring, no thread waits for another. (at::parallel_for would run
+// serially here: its OpenMP body is inline in torch's headers and this extension is not
+// built with -fopenmp; so std::thread.)
 #pragma once
 
 #include <ATen/Parallel.h>
 #include <ATen/core/MT19937RNGEngine.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <system_error>
 #include <thread>
@@ -82,40 +84,41 @@ void draw_halves(at::mt19937_data_pod& pod, int64_t n, const UniformParams& para
   const int64_t last_len = rest - (blocks - 1) * kMtN;
   const int64_t groups = (blocks + kGroupBlocks - 1) / kGroupBlocks;
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, groups)));
-  // Thread t steps blocks [0, until) and transforms those of the groups t, t + threads, ...
-  // Thread 0 steps to the end: its last block is the generator's new state.
-  auto run = [&](int t, uint32_t* state) {
+  std::atomic<int64_t> next_group{0};
+  std::vector<uint32_t> final_state(kMtN);  // the last block: the generator's new state
+  auto run = [&](uint32_t* state) {         // two blocks of state, 5 KiB
     alignas(32) uint16_t h[kMtN];
-    const int64_t last_group = t == 0 ? groups - 1 : t + (groups - 1 - t) / threads * threads;
-    const int64_t until = t == 0 ? blocks : std::min(blocks, (last_group + 1) * kGroupBlocks);
     const uint32_t* prev = pod.state_.data();
-    for (int64_t b = 0; b < until; ++b) {
-      uint32_t* cur = state + (b & 1) * kMtN;
-      kernels.twist(prev, cur);
-      prev = cur;
-      if ((b / kGroupBlocks) % threads != t) continue;
-      const int64_t len = b + 1 == blocks ? last_len : int64_t{kMtN};
-      kernels.transform(cur, len, /*temper=*/true, params, h);
-      consume(head + b * kMtN, static_cast<const uint16_t*>(h), len);
+    int64_t b = 0;  // blocks stepped so far by this thread
+    for (;;) {
+      const int64_t g = next_group.fetch_add(1, std::memory_order_relaxed);
+      if (g >= groups) return;
+      const int64_t end = std::min(blocks, (g + 1) * kGroupBlocks);
+      for (; b < end; ++b) {
+        uint32_t* cur = state + (b & 1) * kMtN;
+        kernels.twist(prev, cur);
+        prev = cur;
+        if (b < g * kGroupBlocks) continue;  // another thread's block: only step past it
+        const int64_t len = b + 1 == blocks ? last_len : int64_t{kMtN};
+        kernels.transform(cur, len, /*temper=*/true, params, h);
+        consume(head + b * kMtN, static_cast<const uint16_t*>(h), len);
+      }
+      if (end == blocks) std::copy(prev, prev + kMtN, final_state.begin());
     }
   };
-  // Two blocks of state per thread: 5 KiB each.
   std::vector<uint32_t> states(static_cast<size_t>(threads) * 2 * kMtN);
   std::vector<std::thread> pool;
   pool.reserve(static_cast<size_t>(threads - 1));
-  std::vector<int> inline_runs;  // threads the system would not start: run here instead
   for (int t = 1; t < threads; ++t) {
     try {
-      pool.emplace_back(run, t, states.data() + t * 2 * kMtN);
+      pool.emplace_back(run, states.data() + t * 2 * kMtN);
     } catch (const std::system_error&) {
-      inline_runs.push_back(t);
+      break;  // the system would not start more: the threads there are take all groups
     }
   }
-  run(0, states.data());
-  for (const int t : inline_runs) run(t, states.data() + t * 2 * kMtN);
+  run(states.data());
   for (auto& t : pool) t.join();
-  const uint32_t* last = states.data() + ((blocks - 1) & 1) * kMtN;
-  std::copy(last, last + kMtN, pod.state_.begin());
+  std::copy(final_state.begin(), final_state.end(), pod.state_.begin());
   pod.next_ = static_cast<uint32_t>(last_len);
   pod.left_ = static_cast<int>(kMtN - last_len + 1);
 }
