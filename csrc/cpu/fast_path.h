@@ -4,10 +4,11 @@
 // generator's state is written back as torch's uniform_ would leave it.
 //
 // Whether it may be used is decided once per process (fast_config()):
-//  - the formula comes from the torch version this was compiled against (<= 2.11: 11 bits,
-//    2.12 .. 2.14: 24 bits; any other version is unknown and keeps the exact path);
+//  - the formula comes from the torch version this was compiled against (2.9 .. 2.11: 11
+//    bits, 2.12 .. 2.14: 24 bits; any other version is unknown and keeps the exact path);
 //  - FMA or not from torch's CPU capability (DEFAULT: torch's uniform_ kernel is the one
-//    built without FMA; AVX2/AVX512 and non-x86 builds contract the multiply-add);
+//    built without FMA; AVX2/AVX512 and non-x86 builds contract the multiply-add), or the
+//    other answer if only that one passes the self-check (an unusual build);
 //  - then a self-check: each of our kernels (AVX2 where the CPU has it, the portable one)
 //    against torch's own uniform_ on a scratch generator, from mid-block, with bounds where
 //    FMA and clamping show, bytes and final generator state compared. A kernel that ever
@@ -30,7 +31,8 @@
 namespace fp8_dummy {
 namespace cpu {
 
-#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7 && TORCH_VERSION_MINOR <= 11
+// Known: the versions whose kernels REFERENCE.md §4 was read from (2.9 .. 2.14).
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9 && TORCH_VERSION_MINOR <= 11
 constexpr bool kFormulaKnown = true;
 constexpr Formula kFormula = Formula::kBits11;
 #elif TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 12 && TORCH_VERSION_MINOR <= 14
@@ -115,29 +117,41 @@ inline const FastConfig& fast_config() {
     std::ostringstream info;
     const std::string capability = at::get_cpu_capability();
 #ifdef FP8_DUMMY_X86
-    config.fma = capability != "DEFAULT";
+    const bool guess = capability != "DEFAULT";
 #else
-    config.fma = true;  // GCC and Clang contract a * b + c on targets with FMA by default
+    const bool guess = true;  // GCC and Clang contract a * b + c where FMA exists, by default
 #endif
+    config.fma = guess;
     info << "torch=" << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR
          << " formula=" << static_cast<int>(kFormula) << (kFormulaKnown ? "" : "(unknown)")
-         << " capability=" << capability << " fma=" << config.fma;
+         << " capability=" << capability;
     if (!kFormulaKnown) {
-      info << " fast path off: formula of this torch version unknown";
-    } else {
-      std::ostringstream why;
-      if (cpu_has_avx2_fma_f16c()) {
-#ifdef FP8_DUMMY_X86
-        config.avx2_ok = self_check(avx2_kernels(), config.fma, why);
-#endif
-        info << " avx2=" << (config.avx2_ok ? "pass" : "FAIL") << why.str();
-      } else {
-        info << " avx2=unavailable";
-      }
-      why.str("");
-      config.portable_ok = self_check(portable_kernels(), config.fma, why);
-      info << " portable=" << (config.portable_ok ? "pass" : "FAIL") << why.str();
+      info << " fma=" << config.fma << " fast path off: formula of this torch version unknown";
+      config.info = info.str();
+      return;
     }
+    // The capability's answer first; if no kernel agrees with torch, the other answer (an
+    // unusual build); if neither, the fast path stays off for `auto`.
+    std::ostringstream avx2_why, portable_why;
+    for (const bool fma : {guess, !guess}) {
+      avx2_why.str("");
+      portable_why.str("");
+#ifdef FP8_DUMMY_X86
+      config.avx2_ok = cpu_has_avx2_fma_f16c() && self_check(avx2_kernels(), fma, avx2_why);
+#endif
+      config.portable_ok = self_check(portable_kernels(), fma, portable_why);
+      if (config.avx2_ok || config.portable_ok) {
+        config.fma = fma;
+        break;
+      }
+    }
+    info << " fma=" << config.fma << (config.fma == guess ? "" : " (not the capability's)");
+    if (cpu_has_avx2_fma_f16c()) {
+      info << " avx2=" << (config.avx2_ok ? "pass" : "FAIL") << avx2_why.str();
+    } else {
+      info << " avx2=unavailable";
+    }
+    info << " portable=" << (config.portable_ok ? "pass" : "FAIL") << portable_why.str();
     config.info = info.str();
   });
   return config;

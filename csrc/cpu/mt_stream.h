@@ -55,8 +55,10 @@ inline bool stream_usable(const at::mt19937_data_pod& pod) {
 constexpr int64_t kGroupBlocks = 32;          // ~20 Ki elements per turn of a thread
 constexpr int64_t kMinBlocksPerThread = 256;  // ~160 Ki elements, ~0.1 ms: worth a thread
 
-// Threads to use for `blocks` blocks: torch's intra-op setting, fewer for small draws.
+// Threads to use for `blocks` blocks: torch's intra-op setting, fewer for small draws, one
+// inside a parallel region of torch's (as at::parallel_for would).
 inline int draw_threads(int64_t blocks) {
+  if (at::in_parallel_region()) return 1;
   const int64_t by_size = blocks / kMinBlocksPerThread;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), by_size)));
 }
