@@ -74,6 +74,9 @@ inline bool half_equal(uint16_t a, uint16_t b) {
 // (TwoSum) s is made round-to-odd: an even last bit is moved one ulp towards the exact sum.
 // Then no float or float midpoint lies between s and the exact sum, so both round alike.
 inline float fma_exact_product(float x, float y, float z) {
+#if defined(__FP_FAST_FMAF) || defined(FP_FAST_FMAF)
+  return std::fma(x, y, z);  // the target has an FMA instruction (aarch64, x86 with -mfma)
+#endif
   const double a = static_cast<double>(x) * static_cast<double>(y);
   const double b = static_cast<double>(z);
   double s = a + b;
