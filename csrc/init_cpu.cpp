@@ -4,8 +4,10 @@
 //    reference's bytes), through a float16 -> FP8 table built from torch's own copy_,
 //    scattered in the temp's memory order. Correct by construction, as slow as torch.
 //  - fast (cpu/fast_path.h): the same stream continued by our own SIMD mt19937 and the
-//    installed torch's transform, fused with the same table; about 10x faster. Used when
-//    this torch version's formula is known and the once-per-process self-check passed.
+//    installed torch's transform, then FP8 through the same table or an in-register
+//    conversion checked against it (cpu/fp8_convert.h), block by block, on torch's number
+//    of intra-op threads; over 10x faster. Used when this torch version's formula is known
+//    and the once-per-process self-check passed.
 // The environment variable FP8_DUMMY_CPU_PATH, read on every call, picks the path:
 //   auto (default, also when unset or empty): fast if available, else exact;
 //   exact: always the exact path;
@@ -14,7 +16,8 @@
 //         version's formula is unknown;
 //   portable: the fast path with the portable (non-SIMD) kernels, likewise.
 // Either way the state of a generator that torch's engine would misread (set_state with
-// inconsistent left/next) goes to the exact path. Scratch: exact 512 KiB; fast ~170 KiB.
+// inconsistent left/next) goes to the exact path. Scratch: exact 512 KiB; fast about 10 KiB
+// per thread. Both share the 64 KiB per-dtype tables, built once per process.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>
