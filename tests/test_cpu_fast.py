@@ -29,7 +29,7 @@ FP8_DTYPES = [
     torch.float8_e5m2fnuz,
     torch.float8_e8m0fnu,
 ]
-PATHS = ["exact", "fast", "portable"]
+PATHS = ["exact", "fast", "portable", "auto"]
 BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
 SIZES = [0, 1, 3, 623, 624, 625, 4097, (1 << 20) + 5, 7919, 31337]
 FMA = torch.backends.cpu.get_cpu_capability() != "DEFAULT"

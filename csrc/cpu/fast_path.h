@@ -9,10 +9,10 @@
 //  - FMA or not from torch's CPU capability (DEFAULT: torch's uniform_ kernel is the one
 //    built without FMA; AVX2/AVX512 and non-x86 builds contract the multiply-add), or the
 //    other answer if only that one passes the self-check (an unusual build);
-//  - then a self-check: each of our kernels (AVX2 where the CPU has it, the portable one)
-//    against torch's own uniform_ on a scratch generator, from mid-block, with bounds where
-//    FMA and clamping show, bytes and final generator state compared. A kernel that ever
-//    disagrees is not used by the `auto` path.
+//  - then a self-check: each of our kernel sets (AVX2 where the CPU has it, the portable
+//    one) against torch's own uniform_ on a scratch generator, from mid-block, with bounds
+//    where FMA and clamping show, on one and on two threads, bytes and final generator
+//    state compared. A kernel set that disagrees is not used by the `auto` path.
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
