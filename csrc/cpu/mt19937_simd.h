@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(_M_X64)
+// The SIMD forms need GCC/Clang (target attributes, __builtin_cpu_supports) on x86-64;
+// everything else takes the portable forms.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define FP8_DUMMY_X86 1
 #endif
