@@ -215,8 +215,11 @@ inline void transform_block_avx2(const uint32_t* words, int64_t n, bool temper,
 // flags are not assumed.
 inline bool cpu_has_avx2_fma_f16c() {
 #ifdef FP8_DUMMY_X86
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = [] {
+    __builtin_cpu_init();  // normally done by a constructor already; harmless again
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
   return ok;
 #else
   return false;
