@@ -202,9 +202,10 @@ def test_default_generator(path):
                    generator=torch.default_generator)
     after_ref = torch.get_rng_state()
     torch.manual_seed(5)
-    ours = torch.ops.fp8_dummy.init_.generator(torch.empty(3000, dtype=torch.float8_e5m2),
-                                               -1.0, 1.0, generator=None)
-    assert ours is None
+    ours = torch.empty(3000, dtype=torch.float8_e5m2)
+    assert torch.ops.fp8_dummy.init_.generator(ours, -1.0, 1.0, generator=None) is None
+    np.testing.assert_array_equal(as_bytes(ours), as_bytes(ref))
+    assert torch.equal(torch.get_rng_state(), after_ref)
     torch.manual_seed(5)
     t = torch.empty(3000, dtype=torch.float8_e5m2)
     fp8_dummy.init_(t, -1.0, 1.0, generator=torch.default_generator)
