@@ -14,23 +14,17 @@ import sys
 import textwrap
 
 import numpy as np
+import oracle
 import pytest
 import torch
+from conftest import BOUNDS, FP8_DTYPES, cpu_formula
 
 import fp8_dummy
 from fp8_dummy.reference import new_path
 
 TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-FORMULA = 24 if TORCH_VERSION >= (2, 12) else 11
-FP8_DTYPES = [
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-    torch.float8_e4m3fnuz,
-    torch.float8_e5m2fnuz,
-    torch.float8_e8m0fnu,
-]
+FORMULA = int(cpu_formula()["formula"].removesuffix("bit"))
 PATHS = ["exact", "fast", "portable", "auto"]
-BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
 SIZES = [0, 1, 3, 623, 624, 625, 4097, (1 << 20) + 5, 7919, 31337]
 FMA = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
 
@@ -59,86 +53,22 @@ def run_both(make, low, high, seed=1234, pre=0, poison=0x55):
     return as_bytes(ours), as_bytes(ref), g_ours.get_state(), g_ref.get_state()
 
 
-# ---------------------------------------------------------------- numpy oracle
-
-
-def mt_words(seed: int, skip: int, n: int) -> np.ndarray:
-    """Outputs skip .. skip + n - 1 of torch's CPU generator seeded with `seed`."""
-    w = np.random.RandomState(seed).randint(0, 2**32, size=skip + n, dtype=np.uint64)
-    return w[skip:].astype(np.uint32)
+# ------------------------------------------------- numpy oracle (tests/oracle.py)
 
 
 def transform(words: np.ndarray, low: float, high: float, formula: int, fma: bool):
     """torch's CPU float16 uniform_ value for each word, as float16."""
-    if formula == 11:
-        from_h, to_h = np.float16(np.float32(low)), np.float16(np.float32(high))
-        range_h = np.float16(np.float32(to_h) - np.float32(from_h))
-        x = (words & 0x7FF).astype(np.float64) * 2.0**-11
-        exact = x * np.float64(range_h) + np.float64(from_h)  # 22 + 11 bits: exact in double
-        return exact.astype(np.float32).astype(np.float16)
-    lo, hi = np.float32(low), np.float32(high)
-    rng = np.float32(hi - lo)
-    prod = (words & 0xFFFFFF).astype(np.float64) * 2.0**-24 * np.float64(rng)  # exact
-    if fma:
-        assert np.finfo(np.longdouble).nmant >= 63, "needs x87 long double"
-        a, b = prod.astype(np.longdouble), np.longdouble(lo)
-        s = a + b
-        bb = s - a
-        assert not ((a - (s - bb)) + (b - bb)).any(), "oracle: sum not exact in long double"
-        v = s.astype(np.float32)
-    else:
-        v = prod.astype(np.float32) + lo
-    h = v.astype(np.float16)
-    return np.where(h == np.float16(hi), np.float16(lo), h)
-
-
-FORMATS = {  # mantissa bits, exponent bias, largest finite, kind
-    torch.float8_e4m3fn: (3, 7, 448.0, "fn"),
-    torch.float8_e5m2: (2, 15, 57344.0, "ieee"),
-    torch.float8_e4m3fnuz: (3, 8, 240.0, "fnuz"),
-    torch.float8_e5m2fnuz: (2, 16, 57344.0, "fnuz"),
-}
+    return oracle.cpu_uniform_half(words, low, high, f"{formula}bit", fma)
 
 
 def to_fp8(h: np.ndarray, dtype: torch.dtype) -> np.ndarray:
-    """float16 -> FP8 bytes as the installed torch converts (REFERENCE.md §5), finite inputs."""
-    v = h.astype(np.float64)
-    a, neg = np.abs(v), np.signbit(v)
-    if dtype == torch.float8_e8m0fnu:
-        m, e = np.frexp(np.where(a == 0, 1.0, a))  # a = m 2^e, m in [0.5, 1)
-        e = e - 1  # a = (2m) 2^e
-        up = 2 * m >= 1.5  # ties go up: torch 2.13 turns 0.75, 1.5, 3 into 1, 2, 4
-        code = np.clip(e + up + 127, 0, 254)
-        return np.where(a == 0, 0, code).astype(np.uint8)
-    man, bias, max_finite, kind = FORMATS[dtype]
-    _, e = np.frexp(np.where(a == 0, 1.0, a))
-    e = np.maximum(e - 1, 1 - bias)  # exponent of the quantum's binade (subnormals: the lowest)
-    count = np.rint(a / np.exp2(e - man))  # round half to even
-    r = count * np.exp2(e - man)
-    _, e2 = np.frexp(np.where(r == 0, 1.0, r))
-    e2 = e2 - 1
-    normal = r >= 2.0 ** (1 - bias)
-    code = np.where(
-        normal,
-        ((e2 + bias) << man) + np.rint((r / np.exp2(e2) - 1) * 2**man).astype(np.int64),
-        np.rint(r / 2.0 ** (1 - bias - man)).astype(np.int64),
-    ).astype(np.int64)
-    if kind == "fn" and TORCH_VERSION >= (2, 13):  # saturate
-        code = np.where(a > max_finite, 0x7E, code)
-    elif kind == "fn":  # torch <= 2.12: up to 464 rounds to 448, above is NaN (0x7f)
-        code = np.where(a > max_finite, np.where(a > 464.0, 0x7F, 0x7E), code)
-    elif kind == "ieee":
-        code = np.where(r > max_finite, 0x7C, code)  # rounds past the largest: inf
-    else:  # fnuz: no negative zero; rounding past the largest finite value: the NaN 0x80
-        neg = neg & (code != 0)
-        big = r > max_finite
-        code = np.where(big, 0, code)
-        neg = np.where(big, True, neg)
-    return (code | (neg.astype(np.int64) << 7)).astype(np.uint8)
+    """float16 -> FP8 bytes as the installed torch's CPU copy_ converts."""
+    name = str(dtype).removeprefix("torch.")
+    return oracle.half_to_fp8(h, name, cpu_formula()["saturate_e4m3fn"])
 
 
-def oracle(n, low, high, dtype, seed=1234, skip=0):
-    h = transform(mt_words(seed, skip, n), low, high, FORMULA, FMA)
+def reference_oracle(n, low, high, dtype, seed=1234, skip=0):
+    h = transform(oracle.mt19937_words(seed, n, skip), low, high, FORMULA, FMA)
     return to_fp8(h, dtype)
 
 
@@ -160,7 +90,7 @@ def test_oracle_matches_reference(dtype, bounds):
     n = 65536 + 3
     ref = torch.empty(n, dtype=dtype)
     new_path(ref, *bounds, seed=77)
-    np.testing.assert_array_equal(oracle(n, *bounds, dtype, seed=77), as_bytes(ref))
+    np.testing.assert_array_equal(reference_oracle(n, *bounds, dtype, seed=77), as_bytes(ref))
 
 
 @pytest.mark.parametrize("dtype", FP8_DTYPES, ids=str)
@@ -169,14 +99,15 @@ def test_matches_reference_and_oracle(path, dtype, bounds):
     rs = np.random.RandomState(hash((str(dtype), bounds)) % 2**32)
     for n in SIZES + [int(rs.randint(1, 5000)) * 2 + 1]:
         for poison in (0x55, 0xAA) if n <= 4097 else (0x55,):
-            ours, ref, s_ours, s_ref = run_both(lambda: torch.empty(n, dtype=dtype), *bounds,
-                                                poison=poison)
+            ours, ref, s_ours, s_ref = run_both(
+                lambda n=n: torch.empty(n, dtype=dtype), *bounds, poison=poison
+            )
             np.testing.assert_array_equal(ours, ref, err_msg=f"n={n}")
             assert torch.equal(s_ours, s_ref), f"generator state differs, n={n}"
     n = 65536 + 3
     ours = torch.empty(n, dtype=dtype)
     fp8_dummy.init_(ours, *bounds, seed=77)
-    np.testing.assert_array_equal(as_bytes(ours), oracle(n, *bounds, dtype, seed=77))
+    np.testing.assert_array_equal(as_bytes(ours), reference_oracle(n, *bounds, dtype, seed=77))
 
 
 @pytest.mark.parametrize("pre", [1, 7, 623, 624, 1000])
@@ -198,8 +129,9 @@ def test_mid_block_and_consecutive_calls(path, pre):
 
 def test_default_generator(path):
     torch.manual_seed(5)
-    ref = new_path(torch.empty(3000, dtype=torch.float8_e5m2), -1.0, 1.0,
-                   generator=torch.default_generator)
+    ref = new_path(
+        torch.empty(3000, dtype=torch.float8_e5m2), -1.0, 1.0, generator=torch.default_generator
+    )
     after_ref = torch.get_rng_state()
     torch.manual_seed(5)
     ours = torch.empty(3000, dtype=torch.float8_e5m2)
@@ -218,7 +150,8 @@ LAYOUTS = {
     "transposed": lambda dt: torch.empty(53, 37, dtype=dt).t(),
     "gaps": lambda dt: torch.empty(37, 106, dtype=dt)[:, ::2],
     "channels_last": lambda dt: torch.empty(3, 5, 7, 11, dtype=dt).to(
-        memory_format=torch.channels_last),
+        memory_format=torch.channels_last
+    ),
     "storage_offset": lambda dt: torch.empty(5000, dtype=dt)[17:4000],
     "strided_1d": lambda dt: torch.empty(9000, dtype=dt)[::3],
     "big_gaps": lambda dt: torch.empty(1100, 1200, dtype=dt)[3:, ::2],
@@ -234,8 +167,11 @@ def test_layouts(path, layout):
             base_ours, base_ref = make(dtype), make(dtype)
             # The whole storage, so bytes outside the view must stay as they were.
             for b in (base_ours, base_ref):
-                b.untyped_storage().copy_(torch.full((b.untyped_storage().nbytes(),), 0x55,
-                                                     dtype=torch.uint8).untyped_storage())
+                b.untyped_storage().copy_(
+                    torch.full(
+                        (b.untyped_storage().nbytes(),), 0x55, dtype=torch.uint8
+                    ).untyped_storage()
+                )
             g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
             fp8_dummy.init_(base_ours, *bounds, generator=g1)
             new_path(base_ref, *bounds, generator=g2)
@@ -247,8 +183,10 @@ def test_layouts(path, layout):
 
 def test_seed_argument(path):
     for seed in (0, 1234, 2**32 + 5, -1):
-        t, r = torch.empty(2000, dtype=torch.float8_e4m3fn), torch.empty(2000,
-                                                                        dtype=torch.float8_e4m3fn)
+        t, r = (
+            torch.empty(2000, dtype=torch.float8_e4m3fn),
+            torch.empty(2000, dtype=torch.float8_e4m3fn),
+        )
         fp8_dummy.init_(t, -1.0, 1.0, seed)
         new_path(r, -1.0, 1.0, seed)
         np.testing.assert_array_equal(as_bytes(t), as_bytes(r))
@@ -273,8 +211,9 @@ def test_threads_give_same_bytes(monkeypatch):
     for o, s in zip(outs[1:], states[1:]):
         np.testing.assert_array_equal(o, outs[0])
         assert torch.equal(s, states[0])
-    np.testing.assert_array_equal(outs[0][:200000], oracle(200000, -1.0, 1.0,
-                                                           torch.float8_e4m3fn, 21, 5))
+    np.testing.assert_array_equal(
+        outs[0][:200000], reference_oracle(200000, -1.0, 1.0, torch.float8_e4m3fn, 21, 5)
+    )
 
 
 STATE_LEFT, STATE_NEXT = 8, 16  # byte offsets in CPU get_state(): int32 left, uint64 next
@@ -286,13 +225,12 @@ def test_inconsistent_state_falls_back(path):
     g = torch.Generator().manual_seed(4)
     torch.rand(10, generator=g)
     state = g.get_state()
-    state[STATE_LEFT:STATE_LEFT + 4] = torch.tensor([600], dtype=torch.int32).view(torch.uint8)
-    state[STATE_NEXT:STATE_NEXT + 8] = torch.tensor([400], dtype=torch.int64).view(torch.uint8)
+    state[STATE_LEFT : STATE_LEFT + 4] = torch.tensor([600], dtype=torch.int32).view(torch.uint8)
+    state[STATE_NEXT : STATE_NEXT + 8] = torch.tensor([400], dtype=torch.int64).view(torch.uint8)
     g1, g2 = torch.Generator(), torch.Generator()
     g1.set_state(state)
     g2.set_state(state)
-    t, r = torch.empty(100, dtype=torch.float8_e4m3fn), torch.empty(100,
-                                                                    dtype=torch.float8_e4m3fn)
+    t, r = torch.empty(100, dtype=torch.float8_e4m3fn), torch.empty(100, dtype=torch.float8_e4m3fn)
     fp8_dummy.init_(t, -1.0, 1.0, generator=g1)
     new_path(r, -1.0, 1.0, generator=g2)
     np.testing.assert_array_equal(as_bytes(t), as_bytes(r))
@@ -314,18 +252,20 @@ def test_bad_env_value(monkeypatch):
 def test_transform_formulas(formula, fma, simd):
     if simd and "avx2=unavailable" in torch.ops.fp8_dummy._cpu_fast_path_info():
         pytest.skip("no AVX2 here")
-    words = mt_words(99, 0, 200003)
+    words = oracle.mt19937_words(99, 200003)
     for low, high in BOUNDS + [(-3.0, 60000.0), (0.0, 1.0), (-1.0, 0.0), (-65504.0, 0.0)]:
         got = torch.ops.fp8_dummy._cpu_transform_test(
-            torch.from_numpy(words.view(np.int32)), low, high, formula, fma, simd)
+            torch.from_numpy(words.view(np.int32)), low, high, formula, fma, simd
+        )
         want = transform(words, low, high, formula, fma)
-        np.testing.assert_array_equal(got.view(torch.int16).numpy(), want.view(np.int16),
-                                      err_msg=f"[{low}, {high}]")
+        np.testing.assert_array_equal(
+            got.view(torch.int16).numpy(), want.view(np.int16), err_msg=f"[{low}, {high}]"
+        )
 
 
 def test_fma_matters_at_these_bounds():
     """The FMA and non-FMA models differ on [-500, 500]: the tests above can tell them apart."""
-    words = mt_words(99, 0, 200003)
+    words = oracle.mt19937_words(99, 200003)
     a = transform(words, -500.0, 500.0, 24, True)
     b = transform(words, -500.0, 500.0, 24, False)
     assert (a != b).sum() > 10
@@ -353,6 +293,7 @@ def test_default_cpu_capability_subprocess():
     env.pop("FP8_DUMMY_CPU_PATH", None)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
