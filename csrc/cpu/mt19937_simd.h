@@ -15,8 +15,7 @@
 // The SIMD forms need GCC/Clang (target attributes, __builtin_cpu_supports) on x86-64;
 // everything else takes the portable forms. -DFP8_DUMMY_NO_SIMD builds that way on x86-64
 // too (to test what other architectures run).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(FP8_DUMMY_NO_SIMD)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FP8_DUMMY_NO_SIMD)
 #include <immintrin.h>
 #define FP8_DUMMY_X86 1
 #endif
