@@ -19,8 +19,8 @@ from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, C
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_ARCHS = "8.0;8.9;9.0;10.0;12.0+PTX"
-# abi3 wheels need torch's stable limited-API support (torch >= 2.6); Python >= 3.9.
-PY_LIMITED_API = 0x03090000
+# abi3 wheels need torch's limited-API support (torch >= 2.6), which also defines
+# Py_LIMITED_API for the compiler; Python >= 3.9.
 
 
 def want_cuda() -> bool:
@@ -47,8 +47,6 @@ def extension():
     # (torch 2.14's headers use C++20 features and fail to compile as C++17).
     cxx += ["-fdiagnostics-color=always"]
     define_macros = []
-    if abi3:
-        define_macros.append(("Py_LIMITED_API", hex(PY_LIMITED_API)))
     extra = {"cxx": cxx}
     include_dirs = [os.path.join(ROOT, "include"), os.path.join(ROOT, "csrc")]
     if use_cuda:

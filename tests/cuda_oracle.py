@@ -3,7 +3,7 @@
 Written from the specification, not from our C++ headers: Philox in numpy uint64
 arithmetic, the uniform mapping in numpy float32/float16 with an exactly rounded fused
 multiply-add, the launch split with an explicit stack like TensorIterator's, and the
-FP8 conversions by nearest-value search over each format's decoded code points.
+FP8 conversions from tests/oracle.py (the formats' definitions, shared with the CPU model).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from oracle import _fma_f32, half_to_fp8  # shared with the CPU model
 
 MASK = np.uint64(0xFFFFFFFF)
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -41,29 +42,6 @@ def half_bounds(low: float, high: float):
     to_h = np.float16(np.float32(high))
     rng = np.float32(np.float16(np.float32(to_h) - np.float32(from_h)))
     return from_h, to_h, rng
-
-
-def _fma_f32(u: np.ndarray, rng: np.float32, base: np.float32) -> np.ndarray:
-    """fmaf(u, rng, base) exactly rounded: the product is exact in float64 (24 + 24 bits);
-    TwoSum gives the exact sum as s + err, and err decides float32 ties of s."""
-    p = u.astype(np.float64) * np.float64(rng)
-    f = np.float64(base)
-    s = p + f
-    bp = s - f
-    err = (p - (s - bp)) + (f - bp)
-    r = s.astype(np.float32)
-    r64 = r.astype(np.float64)
-    up = np.nextafter(r, np.float32(np.inf))
-    down = np.nextafter(r, np.float32(-np.inf))
-    other = np.where(r64 < s, up, down)
-    tie = (r64 != s) & ((r64 + other.astype(np.float64)) / 2 == s)
-    # At a tie the exact value s + err is on the side of err (err == 0: a true tie,
-    # where numpy's round to even already agrees).
-    want_up = tie & (err > 0)
-    want_down = tie & (err < 0)
-    hi = np.maximum(r, other)
-    lo = np.minimum(r, other)
-    return np.where(want_up, hi, np.where(want_down, lo, r))
 
 
 def uniform_halves_from_words(words: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -136,58 +114,10 @@ def reference_halves(n, low, high, seed, offset, sm, mt):
 
 # ---- float16 -> FP8 -----------------------------------------------------------------
 
+
 # name: (exponent bits, mantissa bits, bias, fnuz, largest finite code)
-FORMATS = {
-    "float8_e4m3fn": (4, 3, 7, False, 0x7E),
-    "float8_e5m2": (5, 2, 15, False, 0x7B),
-    "float8_e4m3fnuz": (4, 3, 8, True, 0x7F),
-    "float8_e5m2fnuz": (5, 2, 16, True, 0x7F),
-}
-
-
-def _decode(code: int, ebits: int, mbits: int, bias: int) -> float:
-    e, m = code >> mbits, code & ((1 << mbits) - 1)
-    if e == 0:
-        return m * 2.0 ** (1 - bias - mbits)
-    return (1 + m / 2**mbits) * 2.0 ** (e - bias)
-
-
 def fp8_table(name: str, saturate: bool = True) -> np.ndarray:
-    """FP8 byte for each of the 65536 float16 bit patterns."""
+    """FP8 byte for each of the 65536 float16 bit patterns (`saturate`: e4m3fn overflow
+    saturates, as in torch >= 2.13; else NaN, as in torch 2.11's c10)."""
     halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    v = np.abs(halves.astype(np.float64))
-    neg = np.signbit(halves)
-    if name == "float8_e8m0fnu":
-        mant, exp = np.frexp(np.where(np.isfinite(v) & (v > 0), v, 1.0))
-        code = (exp - 1 + 127 + (mant >= 0.75)).astype(np.int64)
-        code = np.where(v == 0, 0, code)
-        return np.where(np.isfinite(v), code, 0xFF).astype(np.uint8)
-    ebits, mbits, bias, fnuz, top = FORMATS[name]
-    values = np.array([_decode(c, ebits, mbits, bias) for c in range(top + 1)])
-    # The next code point past the largest finite one stands for "overflow"; its code
-    # top + 1 has the parity round-to-even needs.
-    values = np.append(
-        values,
-        _decode(top + 1, ebits, mbits, bias)
-        if not fnuz
-        else 2.0 * (values[-1] - values[-2]) * 2**mbits,
-    )
-    i = np.clip(np.searchsorted(values, np.where(np.isfinite(v), v, 0)), 1, top + 1)
-    lo, hi = values[i - 1], values[i]
-    with np.errstate(invalid="ignore"):
-        pick_hi = (v - lo > hi - v) | ((v - lo == hi - v) & (i % 2 == 0))
-    code = np.where(v >= values[-1], top + 1, np.where(pick_hi, i, i - 1))
-    if name == "float8_e4m3fn":
-        over = 0x7E if saturate else 0x7F
-        code = np.where(code > top, over, code)
-        code = np.where(np.isinf(v), over, code)
-        code = np.where(np.isnan(v), 0x7F, code)
-        return (code | np.where(neg, 0x80, 0)).astype(np.uint8)
-    if name == "float8_e5m2":
-        code = np.where(code > top, 0x7C, code)
-        code = np.where(np.isnan(v), 0x7F, code)
-        return (code | np.where(neg, 0x80, 0)).astype(np.uint8)
-    code = np.where(neg & (code != 0), code | 0x80, code)
-    return np.where((code > top) & ~neg | ~np.isfinite(v) | (v >= values[-1]), 0x80, code).astype(
-        np.uint8
-    )
+    return half_to_fp8(halves, name, saturate)
