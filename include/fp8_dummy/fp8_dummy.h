@@ -45,8 +45,8 @@ namespace detail {
 template <typename Fn>
 c10::TypedOperatorHandle<Fn> find_op(const char* name, const char* overload) {
   const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
-  TORCH_CHECK(handle.has_value(), "fp8_dummy's operators are not registered (no schema for ",
-              name, overload[0] != '\0' ? "." : "", overload,
+  TORCH_CHECK(handle.has_value(), "fp8_dummy's operators are not registered (no schema for ", name,
+              overload[0] != '\0' ? "." : "", overload,
               "): import fp8_dummy or torch.ops.load_library(fp8_dummy.library_path()) "
               "first (from C++: dlopen that library)");
   return handle->typed<Fn>();

@@ -83,8 +83,8 @@ int main(int argc, char** argv) {
   expect(fp8_dummy::is_loaded(), "loaded after dlopen");
 
   const std::vector<at::ScalarType> dtypes = {
-      at::kFloat8_e4m3fn, at::kFloat8_e5m2, at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz,
-      at::kFloat8_e8m0fnu, at::kHalf,       at::kBFloat16,        at::kFloat};
+      at::kFloat8_e4m3fn,  at::kFloat8_e5m2, at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz,
+      at::kFloat8_e8m0fnu, at::kHalf,        at::kBFloat16,        at::kFloat};
   for (const auto dtype : dtypes) {
     for (const bool transposed : {false, true}) check_dtype(dtype, transposed);
   }
@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
   }
   expect(bad.find("range") != std::string::npos, "low > high rejected: " + bad.substr(0, 60));
 
-  std::printf(failures == 0 ? "call_op: all ok\n" : "call_op: %d FAILED\n", failures);
+  if (failures == 0) {
+    std::printf("call_op: all ok\n");
+  } else {
+    std::printf("call_op: %d FAILED\n", failures);
+  }
   return failures == 0 ? 0 : 1;
 }

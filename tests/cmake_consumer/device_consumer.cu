@@ -18,8 +18,8 @@ namespace fpc = fp8_dummy::cuda;
 __host__ __device__ inline uint8_t element(int64_t i, uint64_t seed,
                                            const fpc::UniformParams& params) {
   const fpc::Words4 counter{{static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0, 0}};
-  const fpc::Words4 words = fpc::philox4x32_10(counter, static_cast<uint32_t>(seed),
-                                               static_cast<uint32_t>(seed >> 32));
+  const fpc::Words4 words =
+      fpc::philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   const uint16_t half = fpc::uniform_half(words.w[0], params);
   return fpc::half_to_fp8(half, fpc::Fp8Format::kE4m3fn, fpc::E4m3fnOverflow::kSaturate);
 }
