@@ -122,7 +122,7 @@ def bench_one(device, dtype, n, table, repeats, progress) -> dict:
     results = {}
     for name, fn in table.items():
         progress(f"{device.type} {str(dtype)[6:]} {fmt_size(n)}: {name}")
-        times = time_calls(lambda i: fn(bufs[i % len(bufs)]), device, repeats)
+        times = time_calls(lambda i, fn=fn: fn(bufs[i % len(bufs)]), device, repeats)
         with peak_scratch(device) as peak:
             fn(bufs[0])
         sync(device)
@@ -134,7 +134,6 @@ def bench_one(device, dtype, n, table, repeats, progress) -> dict:
     base = results["new"]["median_s"]
     for stats in results.values():
         stats["speedup_vs_new"] = base / stats["median_s"]
-    del bufs
     return results
 
 
@@ -192,13 +191,15 @@ def main() -> int:
     )
     parser.add_argument("--devices", default=None, help="comma list (default: cpu and cuda if any)")
     parser.add_argument("--dtypes", default="float8_e4m3fn,float8_e5m2")
-    parser.add_argument("--sizes", default=None, help="comma list, e.g. 1Ki,64Mi (per-device default)")
+    parser.add_argument("--sizes", default=None, help="e.g. 1Ki,64Mi (default per device)")
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per point")
     parser.add_argument("--out", default="benchmarks/out", help="folder for the JSON and PNG")
     args = parser.parse_args()
 
-    devices = args.devices.split(",") if args.devices else ["cpu"] + (
-        ["cuda"] if torch.cuda.is_available() else []
+    devices = (
+        args.devices.split(",")
+        if args.devices
+        else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

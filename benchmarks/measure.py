@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import statistics
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 

@@ -57,9 +57,10 @@ void check_bounds(double low, double high, const char* dtype_name) {
               dtype_name, " (high=", high, ")");
   TORCH_CHECK(low <= high, "fp8_dummy.init_: uniform_ expects to return a [from, to) range, ",
               "but found from=", low, " > to=", high);
-  TORCH_CHECK(high - low <= max, "fp8_dummy.init_: uniform_ expects to-from <= ",
-              "std::numeric_limits<", dtype_name, ">::max(), but found to=", high,
-              " and from=", low, " which result in to-from to exceed the limit");
+  TORCH_CHECK(high - low <= max,
+              "fp8_dummy.init_: uniform_ expects to-from <= ", "std::numeric_limits<", dtype_name,
+              ">::max(), but found to=", high, " and from=", low,
+              " which result in to-from to exceed the limit");
 }
 
 }  // namespace
@@ -67,8 +68,8 @@ void check_bounds(double low, double high, const char* dtype_name) {
 void check_init_args(const at::Tensor& self, double low, double high) {
   TORCH_CHECK(self.defined(), "fp8_dummy.init_: expected a tensor, got an undefined one");
   const auto dtype = self.scalar_type();
-  TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), "fp8_dummy.init_: unsupported dtype ",
-              dtype, "; supported dtypes: ", kSupported);
+  TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), "fp8_dummy.init_: unsupported dtype ", dtype,
+              "; supported dtypes: ", kSupported);
   switch (is_fp8(dtype) ? c10::ScalarType::Half : dtype) {
     case c10::ScalarType::Half:
       check_bounds<c10::Half>(low, high, "c10::Half");
@@ -99,8 +100,8 @@ MemoryOrder memory_order(const at::Tensor& self) {
   // whose few microseconds matter for models made of thousands of small tensors.
   at::Tensor temp;
   if (!self.is_non_overlapping_and_dense()) {
-    const auto meta_self = at::empty_strided(self.sizes(), self.strides(),
-                                             self.options().device(c10::kMeta));
+    const auto meta_self =
+        at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
     temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
   }
   const auto tstrides = temp.defined() ? temp.strides() : self.strides();

@@ -29,16 +29,25 @@ const uint8_t* fp8_table(c10::ScalarType dtype) {
   static std::array<std::once_flag, 5> once;
   int slot = 0;
   switch (dtype) {
-    case c10::ScalarType::Float8_e4m3fn: slot = 0; break;
-    case c10::ScalarType::Float8_e5m2: slot = 1; break;
-    case c10::ScalarType::Float8_e4m3fnuz: slot = 2; break;
-    case c10::ScalarType::Float8_e5m2fnuz: slot = 3; break;
-    default: slot = 4; break;  // Float8_e8m0fnu
+    case c10::ScalarType::Float8_e4m3fn:
+      slot = 0;
+      break;
+    case c10::ScalarType::Float8_e5m2:
+      slot = 1;
+      break;
+    case c10::ScalarType::Float8_e4m3fnuz:
+      slot = 2;
+      break;
+    case c10::ScalarType::Float8_e5m2fnuz:
+      slot = 3;
+      break;
+    default:
+      slot = 4;
+      break;  // Float8_e8m0fnu
   }
   std::call_once(once[slot], [&] {
-    const auto halves = at::arange(65536, at::TensorOptions().dtype(at::kInt))
-                            .to(at::kShort)
-                            .view(at::kHalf);
+    const auto halves =
+        at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
     const auto bytes = halves.to(dtype).view(at::kByte).contiguous();
     std::memcpy(tables[slot].data(), bytes.const_data_ptr(), 65536);
   });
@@ -93,8 +102,8 @@ void init_generator_cpu(at::Tensor& self, double low, double high,
   check_init_args(self, low, high);
   TORCH_CHECK(!gen.has_value() || !gen->defined() || gen->device().is_cpu(),
               "fp8_dummy.init_: expected a generator of device type 'cpu' for a CPU tensor, "
-              "got one of device '", gen.has_value() && gen->defined() ? gen->device().str() : "",
-              "'");
+              "got one of device '",
+              gen.has_value() && gen->defined() ? gen->device().str() : "", "'");
   if (self.numel() == 0) return;
   fill(self, low, high, gen);
 }

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import torch  # noqa: F401  (must be loaded before the extension)
 
-from . import _C  # noqa: F401  (loads the library, which registers torch.ops.fp8_dummy)
-from . import reference
-from .model import initialize_dummy_weights
+from . import (
+    _C,  # noqa: F401  (loads the library, which registers torch.ops.fp8_dummy)
+    reference,
+)
+from .model import initialize_dummy_weights, is_scale_tensor
 from .ops import init_
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "get_include",
     "init_",
     "initialize_dummy_weights",
+    "is_scale_tensor",
     "library_path",
     "reference",
 ]
@@ -53,5 +56,3 @@ def get_cmake_dir() -> str:
         if (candidate / "fp8_dummyConfig.cmake").is_file():
             return str(candidate)
     raise FileNotFoundError(f"fp8_dummy's CMake package is not installed next to {_PACKAGE}")
-
-

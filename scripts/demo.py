@@ -65,15 +65,16 @@ def main() -> int:
     for t in [*ours.state_dict().values(), *theirs.state_dict().values()]:
         t.view(torch.uint8).fill_(0x55)  # touch every page now, so scratch is all we measure
     n = sum(p.numel() for p in ours.state_dict().values())
-    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'})")
-    print(f"torch {torch.__version__}, model: {n / 1e6:.1f} M parameters, {len(SHAPES)} FP8 linears")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"device: {device} ({name}), torch {torch.__version__}")
+    print(f"model: {n / 1e6:.1f} M parameters, {len(SHAPES)} FP8 linear layers")
 
     rows = []
     for label, model, fn in (
         ("reference (vLLM loop, new path)", theirs, reference_loop),
         ("fp8_dummy.initialize_dummy_weights", ours, fp8_dummy.initialize_dummy_weights),
     ):
-        times = time_calls(lambda i: fn(model, -1e-3, 1e-3, 1234), device, args.repeats)
+        times = time_calls(lambda i, f=fn, m=model: f(m, -1e-3, 1e-3, 1234), device, args.repeats)
         with peak_scratch(device) as peak:  # after the warm-up: code pages are in by now
             fn(model, -1e-3, 1e-3, 1234)
         rows.append((label, summarize(times)["median_s"], peak.bytes))

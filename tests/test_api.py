@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from conftest import FP8_DTYPES, WIDE_DTYPES, as_bytes, poison, storage_bytes
@@ -46,7 +48,7 @@ def test_bad_bounds_zero_elements_still_checked():
 )
 def test_bad_dtype(dtype):
     t = torch.zeros(10, dtype=dtype)
-    with pytest.raises(RuntimeError, match=f"unsupported dtype.*supported dtypes: float8_e4m3fn"):
+    with pytest.raises(RuntimeError, match="unsupported dtype.*supported dtypes: float8_e4m3fn"):
         fp8_dummy.init_(t)
     assert not t.any()
 
@@ -80,9 +82,7 @@ def test_opcheck_full(dtype):
     torch.library.opcheck(torch.ops.fp8_dummy.init_.default, (t, -1.0, 1.0, 7))
     g = torch.Generator().manual_seed(0)
     torch.library.opcheck(torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), {"generator": g})
-    torch.library.opcheck(
-        torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), {"generator": None}
-    )
+    torch.library.opcheck(torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), {"generator": None})
 
 
 @pytest.mark.parametrize("dtype", FP8_DTYPES, ids=str)
@@ -140,3 +140,79 @@ def test_initialize_dummy_weights_matches_vllm_loop():
 def test_supported_dtypes_cover_every_float():
     floats = [d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_floating_point]
     assert set(floats) <= set(FP8_DTYPES + WIDE_DTYPES) | {getattr(torch, "float4_e2m1fn_x2", None)}
+
+
+def test_initialize_skips_meta_tensors():
+    model = TinyModel().to("meta")
+    fp8_dummy.initialize_dummy_weights(model)  # nothing to fill, nothing raised
+
+
+@pytest.mark.parametrize(
+    "name,shape,expected",
+    [
+        ("layers.0.proj.weight_scale", (32, 1), True),
+        ("layers.0.proj.weight_scale_inv", (8, 8), True),
+        ("layers.0.attn.k_scale", (1,), True),
+        ("layers.0.mlp.weight_scale_2", (4,), True),
+        ("layers.0.proj.input_scale", (), True),
+        ("layers.0.temperature", (), True),  # 0-dim
+        ("layers.0.proj.weight", (32, 16), False),
+        ("layers.0.scale_proj.weight", (32, 16), False),  # only the last component counts
+        ("layers.0.norm.bias", (16,), False),
+    ],
+)
+def test_is_scale_tensor_rule(name, shape, expected):
+    assert fp8_dummy.is_scale_tensor(name, torch.empty(shape)) is expected
+
+
+class ScaledModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = TinyModel().proj
+        self.proj.weight_scale = torch.nn.Parameter(torch.empty(32, 1))
+        self.proj.input_scale = torch.nn.Parameter(torch.empty(()))
+        self.norm = torch.nn.LayerNorm(16)
+
+
+def test_scales_neutral_sets_scales_to_one_and_leaves_the_rest_as_reference():
+    a, b = ScaledModel(), ScaledModel()
+    fp8_dummy.initialize_dummy_weights(a, -1.0, 1.0, seed=3, scales="neutral")
+    fp8_dummy.initialize_dummy_weights(b, -1.0, 1.0, seed=3)
+    assert bool((a.proj.weight_scale == 1.0).all()) and float(a.proj.input_scale) == 1.0
+    assert not bool((b.proj.weight_scale == 1.0).any())
+    assert torch.equal(as_bytes(a.proj.weight), as_bytes(b.proj.weight))
+    assert torch.equal(a.norm.weight, b.norm.weight)
+    # a custom rule: only names ending in "weight_scale"
+    c = ScaledModel()
+    fp8_dummy.initialize_dummy_weights(
+        c, -1.0, 1.0, seed=3, scales="neutral", is_scale=lambda n, t: n.endswith("weight_scale")
+    )
+    assert bool((c.proj.weight_scale == 1.0).all())
+    assert torch.equal(c.proj.input_scale, b.proj.input_scale)
+    with pytest.raises(ValueError, match="scales must be"):
+        fp8_dummy.initialize_dummy_weights(c, scales="ones")
+
+
+def test_progress_plain_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # force the plain-line display
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    fp8_dummy.initialize_dummy_weights(TinyModel(), progress=True)
+    err = capsys.readouterr().err
+    assert "[fp8_dummy] 6/6 tensors" in err and "GB/s" in err  # 7 names, one tied
+    fp8_dummy.initialize_dummy_weights(TinyModel())  # small model: silent by default
+    assert capsys.readouterr().err == ""
+
+
+def test_vllm_drop_in_signatures_and_bytes():
+    from fp8_dummy import vllm as fv
+
+    a, b = TinyModel(), TinyModel()
+    fv.initialize_dummy_weights(a, None, -1.0, 1.0, 77)
+    for p in b.state_dict().values():
+        fv.initialize_single_dummy_weight(p, -1.0, 1.0, 77)
+    c = TinyModel()
+    for p in c.state_dict().values():  # vLLM's old path, as in its initialize_single_dummy_weight
+        if torch.is_floating_point(p):
+            reference.old_path(p, -1.0, 1.0, 77)
+    for x, y, z in zip(a.state_dict().values(), b.state_dict().values(), c.state_dict().values()):
+        assert torch.equal(as_bytes(x), as_bytes(z)) and torch.equal(as_bytes(y), as_bytes(z))
