@@ -53,17 +53,18 @@ def extension():
     use_cuda = want_cuda()
     debug = os.environ.get("FP8_DUMMY_DEBUG", "0") == "1"
     abi3 = torch_at_least(2, 6)
-    # The same globs as CMakeLists.txt.
     sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
-    sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     cxx = ["-O0", "-g"] if debug else ["-O3"]
     cxx += ["-std=c++17", "-fdiagnostics-color=always"]
-    # The PyInit__C stub in ops.cpp: the library is the Python module fp8_dummy._C.
-    define_macros = [("FP8_DUMMY_PYTHON_MODULE", None)]
+    define_macros = []
     if abi3:
         define_macros.append(("Py_LIMITED_API", hex(PY_LIMITED_API)))
     extra = {"cxx": cxx}
     include_dirs = [os.path.join(ROOT, "include"), os.path.join(ROOT, "csrc")]
+    # The same globs as CMakeLists.txt (csrc/*.cpp above, csrc/cuda/*.cu below).
+    sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
+    # The PyInit__C stub in ops.cpp: the library is the Python module fp8_dummy._C.
+    define_macros.append(("FP8_DUMMY_PYTHON_MODULE", None))
     if use_cuda:
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
