@@ -81,6 +81,8 @@ def consumer(prefix: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"-Dfp8_dummy_DIR={prefix / 'share' / 'cmake' / 'fp8_dummy'}",
         f"-DCMAKE_PREFIX_PATH={torch_prefix()}",
         "-DCONSUMER_WITH_TORCH=ON", "-DCONSUMER_FP8_DUMMY_VERSION=0.1",
+        # As some distributions' compilers do: the linked library must stay anyway.
+        "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed",
     )  # fmt: skip
     assert f"fp8_dummy_LIBRARY={installed_library(prefix)}" in out, out
     cmake("--build", build, "-j", "2")
@@ -116,6 +118,14 @@ def test_consumer_calls_op_from_cpp(consumer: Path, prefix: Path, library: str) 
     out = run([consumer / "call_op", path]).stdout
     print(out)
     assert "call_op: all ok" in out
+
+
+def test_consumer_links_library(consumer: Path) -> None:
+    """link_op: linked with fp8_dummy::fp8_dummy (even under --as-needed), the
+    operators are registered at start-up; same checks as call_op."""
+    out = run([consumer / "link_op"]).stdout
+    print(out)
+    assert "loaded by linking" in out and "call_op: all ok" in out
 
 
 @pytest.mark.skipif(not HAS_DEVICE_HEADERS, reason=NO_DEVICE_HEADERS)

@@ -55,7 +55,7 @@ for what, path in paths.items():
 assert paths["library"].endswith(".abi3.so"), paths["library"]
 assert (Path(paths["include"]) / "fp8_dummy" / "fp8_dummy.h").is_file()
 assert (Path(paths["cmake"]) / "fp8_dummyConfig.cmake").is_file()
-cli = subprocess.run([sys.executable, "-m", "fp8_dummy", "--cmakedir"], check=True,
+cli = subprocess.run([sys.executable, "-I", "-m", "fp8_dummy", "--cmakedir"], check=True,
                      stdout=subprocess.PIPE, text=True).stdout.strip()
 assert cli == paths["cmake"], (cli, paths["cmake"])
 

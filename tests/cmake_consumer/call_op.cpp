@@ -3,6 +3,7 @@
 // loaded, dlopen()s the library given as argv[1], then compares fp8_dummy::init_ with
 // the reference path computed here with ATen (empty_like(float16).uniform_().copy_()),
 // byte for byte, and the generator's state afterwards. Exit status 0 when all match.
+// Built with CONSUMER_LINKED (link_op), it links fp8_dummy::fp8_dummy instead.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <dlfcn.h>
@@ -56,6 +57,13 @@ void check_dtype(at::ScalarType dtype, bool transposed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef CONSUMER_LINKED
+  // Linked with fp8_dummy::fp8_dummy: registered when the program starts.
+  (void)argc;
+  (void)argv;
+  expect(fp8_dummy::is_loaded(), "loaded by linking");
+  at::Tensor t = at::empty({8}, at::TensorOptions().dtype(at::kFloat8_e4m3fn));
+#else
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s FP8_DUMMY_LIBRARY\n", argv[0]);
     return 2;
@@ -81,6 +89,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   expect(fp8_dummy::is_loaded(), "loaded after dlopen");
+#endif
 
   const std::vector<at::ScalarType> dtypes = {
       at::kFloat8_e4m3fn,  at::kFloat8_e5m2, at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz,
