@@ -81,8 +81,8 @@ def methods(device: torch.device) -> dict:
         "init_": lambda p: fp8_dummy.init_(p, LOW, HIGH, SEED),
         "init_(generator)": with_generator,
     }
-    if device.type == "cpu" and getattr(fp8_dummy, "CPU_PATHS", None):
-        for path in fp8_dummy.CPU_PATHS:
+    if device.type == "cpu":  # both CPU paths, forced (FP8_DUMMY_CPU_PATH)
+        for path in ("exact", "fast"):
             table[f"init_[{path}]"] = cpu_path_env(path)
     if device.type == "cuda":
         try:

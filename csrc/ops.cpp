@@ -48,6 +48,16 @@ TORCH_LIBRARY(fp8_dummy, m) {
   m.def("_check_init_args(Tensor self, float low, float high) -> ()");
   m.impl("_check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_init_args_op));
+  // Tests only (CPU, init_cpu.cpp): torch's float16 uniform_ transform of the given 32-bit
+  // generator outputs (int32 tensor, bit patterns), for formula 24 (torch >= 2.12) or 11
+  // (torch <= 2.11), with or without FMA, through the AVX2 (simd) or portable kernel.
+  // Returns the float16 values.
+  m.def(
+      "_cpu_transform_test(Tensor words, float low, float high, int formula, bool fma, "
+      "bool simd) -> Tensor");
+  // Tests and diagnostics: how the CPU fast path was configured in this process (torch
+  // version's formula, FMA, self-check results), one line.
+  m.def("_cpu_fast_path_info() -> str");
 }
 
 }  // namespace fp8_dummy
