@@ -49,6 +49,13 @@ def torch_at_least(major: int, minor: int) -> bool:
     return version >= (major, minor)
 
 
+def torch_requirement() -> str:
+    """The torch a build runs with: the same major.minor (any patch release or local
+    build, +cpu or +cu130), as extensions use torch's unstable C++ ABI."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return f"torch=={major}.{minor}.*"
+
+
 def extension():
     use_cuda = want_cuda()
     debug = os.environ.get("FP8_DUMMY_DEBUG", "0") == "1"
@@ -122,6 +129,7 @@ class BuildPyWithCxxApi(build_py):
 
 setup(
     packages=find_packages(include=["fp8_dummy", "fp8_dummy.*"]),
+    install_requires=[torch_requirement()],
     ext_modules=[extension()],
     cmdclass={
         "build_ext": BuildExtension.with_options(use_ninja=True),

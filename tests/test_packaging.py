@@ -118,6 +118,7 @@ def test_wheel_is_abi3_with_cxx_api(wheel: Path, tmp_path: Path) -> None:
     assert re.fullmatch(rf"fp8_dummy-{re.escape(VERSION)}-cp39-abi3-linux_\w+\.whl", wheel.name)
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
+        metadata = zf.read(f"fp8_dummy-{VERSION}.dist-info/METADATA").decode()
         version_file = zf.read(f"fp8_dummy/share/cmake/fp8_dummy/{CMAKE_FILES[1]}").decode()
         zf.extract("fp8_dummy/_C.abi3.so", tmp_path)
     assert "fp8_dummy/_C.abi3.so" in names
@@ -127,6 +128,9 @@ def test_wheel_is_abi3_with_cxx_api(wheel: Path, tmp_path: Path) -> None:
     assert not missing, f"not in the wheel: {missing}"
     assert f'set(PACKAGE_VERSION "{VERSION}")' in version_file
     assert not [n for n in names if n.endswith((".cpp", ".cu", ".cmake.in"))]
+    # Tied to the torch it was built with (major.minor), whose C++ ABI it uses.
+    major_minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    assert f"Requires-Dist: torch=={major_minor}.*" in metadata.splitlines(), metadata
     # abi3 in fact: the one Python function the library calls is in the limited API.
     symbols = undefined_python_symbols(tmp_path / "fp8_dummy" / "_C.abi3.so")
     if symbols is not None:
