@@ -6,21 +6,33 @@ Environment:
                          by whether a GPU is present.
   TORCH_CUDA_ARCH_LIST   GPU architectures; default "8.0;8.9;9.0;10.0;12.0+PTX".
   FP8_DUMMY_DEBUG=1      -O0 -g.
+
+Besides the library, the package carries what C++/CUDA consumers build against (see
+fp8_dummy.get_include() / get_cmake_dir()): include/fp8_dummy/** (kept once, at the
+repository root) as fp8_dummy/include/fp8_dummy/**, and the CMake package of cmake/ as
+fp8_dummy/share/cmake/fp8_dummy/. They are copied by build_py into the build tree, so
+they land in wheels and regular installs; an editable install finds them in the source
+tree instead.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import shutil
 
 import torch
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_ARCHS = "8.0;8.9;9.0;10.0;12.0+PTX"
 # abi3 wheels need torch's limited-API support (torch >= 2.6), which also defines
 # Py_LIMITED_API for the compiler; Python >= 3.9.
+# Where the CMake package goes in the Python package (fp8_dummy.get_cmake_dir()).
+CMAKE_DIR = os.path.join("fp8_dummy", "share", "cmake", "fp8_dummy")
+CMAKE_VERSION_FILE = os.path.join(CMAKE_DIR, "fp8_dummyConfigVersion.cmake")
 
 
 def want_cuda() -> bool:
@@ -37,6 +49,13 @@ def torch_at_least(major: int, minor: int) -> bool:
     return version >= (major, minor)
 
 
+def torch_requirement() -> str:
+    """The torch a build runs with: the same major.minor (any patch release or local
+    build, +cpu or +cu130), as extensions use torch's unstable C++ ABI."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return f"torch=={major}.{minor}.*"
+
+
 def extension():
     use_cuda = want_cuda()
     debug = os.environ.get("FP8_DUMMY_DEBUG", "0") == "1"
@@ -49,6 +68,10 @@ def extension():
     define_macros = []
     extra = {"cxx": cxx}
     include_dirs = [os.path.join(ROOT, "include"), os.path.join(ROOT, "csrc")]
+    # The same globs as CMakeLists.txt (csrc/*.cpp above, csrc/cuda/*.cu below).
+    sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
+    # The PyInit__C stub in ops.cpp: the library is the Python module fp8_dummy._C.
+    define_macros.append(("FP8_DUMMY_PYTHON_MODULE", None))
     if use_cuda:
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
@@ -68,9 +91,47 @@ def extension():
     )
 
 
+class BuildPyWithCxxApi(build_py):
+    """build_py that also puts the headers and the CMake package into the package."""
+
+    def _cxx_api_files(self) -> list[tuple[str, str]]:
+        """(source, destination relative to the build tree) of every file to add."""
+        files = []
+        include = os.path.join(ROOT, "include")
+        for src in sorted(glob.glob(os.path.join(include, "fp8_dummy", "**", "*"), recursive=True)):
+            if os.path.isfile(src):
+                rel = os.path.relpath(src, include)
+                files.append((src, os.path.join("fp8_dummy", "include", rel)))
+        config = os.path.join(ROOT, "cmake", "fp8_dummyConfig.cmake")
+        files.append((config, os.path.join(CMAKE_DIR, "fp8_dummyConfig.cmake")))
+        return files
+
+    def run(self) -> None:
+        super().run()
+        for src, rel in self._cxx_api_files():
+            dst = os.path.join(self.build_lib, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(src, dst)
+        # The version file, from the template that CMakeLists.txt fills in too.
+        with open(os.path.join(ROOT, "cmake", "fp8_dummyConfigVersion.cmake.in")) as f:
+            text = f.read().replace("@FP8_DUMMY_VERSION@", self.distribution.get_version())
+        with open(os.path.join(self.build_lib, CMAKE_VERSION_FILE), "w") as f:
+            f.write(text)
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        extra = [rel for _, rel in self._cxx_api_files()]
+        extra.append(CMAKE_VERSION_FILE)
+        outputs = super().get_outputs(include_bytecode)
+        return outputs + [os.path.join(self.build_lib, rel) for rel in extra]
+
+
 setup(
     packages=find_packages(include=["fp8_dummy", "fp8_dummy.*"]),
+    install_requires=[torch_requirement()],
     ext_modules=[extension()],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={
+        "build_ext": BuildExtension.with_options(use_ninja=True),
+        "build_py": BuildPyWithCxxApi,
+    },
     options={"bdist_wheel": {"py_limited_api": "cp39"}} if torch_at_least(2, 6) else {},
 )

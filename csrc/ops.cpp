@@ -1,11 +1,18 @@
 // The one place where fp8_dummy's operators are defined. Device kernels live in
 // init_cpu.cpp and cuda/init_cuda.cu; the fake (Meta) kernel in fp8_dummy/ops.py
 // calls _check_init_args so trace-time errors are the same as run-time ones.
-#include <Python.h>
+//
+// setup.py builds this library as the Python module fp8_dummy._C and defines
+// FP8_DUMMY_PYTHON_MODULE; the CMake build (CMakeLists.txt) builds the same library
+// for libtorch-only C++ users without the module stub, so without Python's headers.
+#ifdef FP8_DUMMY_PYTHON_MODULE
+#include <Python.h>  // first, as Python asks
+#endif
 #include <torch/library.h>
 
 #include "common.h"
 
+#ifdef FP8_DUMMY_PYTHON_MODULE
 extern "C" {
 // Importing fp8_dummy._C loads this library, which registers the operators below.
 // No Python API is used beyond this, which keeps the extension abi3-compatible.
@@ -14,6 +21,7 @@ PyObject* PyInit__C(void) {
   return PyModule_Create(&module_def);
 }
 }
+#endif  // FP8_DUMMY_PYTHON_MODULE
 
 namespace fp8_dummy {
 namespace {

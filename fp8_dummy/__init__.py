@@ -9,12 +9,16 @@ import torch  # noqa: F401  (must be loaded before the extension)
 
 from . import (
     _C,  # noqa: F401  (loads the library, which registers torch.ops.fp8_dummy)
+    emulator,
     reference,
 )
 from .model import initialize_dummy_weights, is_scale_tensor
 from .ops import init_
 
 __all__ = [
+    "emulator",
+    "get_cmake_dir",
+    "get_include",
     "init_",
     "initialize_dummy_weights",
     "is_scale_tensor",
@@ -22,7 +26,35 @@ __all__ = [
     "reference",
 ]
 
+_PACKAGE = Path(__file__).resolve().parent
+
 
 def library_path() -> str:
     """Path of the compiled library, for ``torch.ops.load_library`` in other processes."""
     return str(Path(_C.__file__).resolve())
+
+
+def get_include() -> str:
+    """Directory holding ``fp8_dummy/fp8_dummy.h`` (C++ API) and ``fp8_dummy/cuda/*.h``.
+
+    For ``include_dirs`` / ``extra_include_paths`` of a consumer's build. A wheel or a
+    regular install carries the headers inside the package; an editable install uses
+    the source tree's ``include/``.
+    """
+    for candidate in (_PACKAGE / "include", _PACKAGE.parent / "include"):
+        if (candidate / "fp8_dummy" / "fp8_dummy.h").is_file():
+            return str(candidate)
+    raise FileNotFoundError(f"fp8_dummy's C++ headers are not installed next to {_PACKAGE}")
+
+
+def get_cmake_dir() -> str:
+    """Directory of ``fp8_dummyConfig.cmake``, for ``-Dfp8_dummy_DIR=...``.
+
+    Targets: ``fp8_dummy::headers`` (C++ API, with the consumer's Torch) and
+    ``fp8_dummy::cuda_headers`` (torch-free device API). In an editable install it is
+    the source tree's ``cmake/``, which has no version file (request no version there).
+    """
+    for candidate in (_PACKAGE / "share" / "cmake" / "fp8_dummy", _PACKAGE.parent / "cmake"):
+        if (candidate / "fp8_dummyConfig.cmake").is_file():
+            return str(candidate)
+    raise FileNotFoundError(f"fp8_dummy's CMake package is not installed next to {_PACKAGE}")

@@ -1,0 +1,83 @@
+// fp8_dummy's C++ API: header-only, for other PyTorch C++/CUDA extensions and
+// libtorch programs.
+//
+//   #include <fp8_dummy/fp8_dummy.h>
+//   fp8_dummy::init_(weight, -1e-3, 1e-3, /*seed=*/1234);
+//   fp8_dummy::init_(weight, -1e-3, 1e-3, generator);  // std::optional<at::Generator>
+//
+// The calls go through the PyTorch dispatcher to the operators fp8_dummy's library
+// registers (torch.ops.fp8_dummy.init_ and init_.generator), so a consumer needs
+// fp8_dummy's headers only: no link-time dependency on fp8_dummy's library, nor a
+// matching build of it. The library must be loaded in the process before the first
+// call, by any of
+//   - Python: `import fp8_dummy`, or
+//     `torch.ops.load_library(fp8_dummy.library_path())` (no Python import of the
+//     package needed, e.g. in a worker that only gets the path);
+//   - C++: dlopen() of the library: fp8_dummy.library_path() of a pip install, or
+//     libfp8_dummy.so of a CMake install (fp8_dummy_LIBRARY in CMake), or linking
+//     the CMake target fp8_dummy::fp8_dummy.
+// Otherwise the call throws c10::Error saying so. The results are those of the
+// Python op: the bytes of torch's empty_like(float16).uniform_().copy_() path.
+// Needs torch's headers (at::Tensor, c10::Dispatcher); nothing else.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace fp8_dummy {
+
+// The operators' C++ signatures, as their kernels are registered. A mutable tensor
+// argument (`Tensor(a!)` in the schema) is `at::Tensor&`; the dispatcher checks that
+// a typed handle has exactly the kernels' signature.
+using InitSeedFn = void(at::Tensor&, double, double, int64_t);
+using InitGeneratorFn = void(at::Tensor&, double, double, std::optional<at::Generator>);
+
+namespace detail {
+
+// The handle of operator `name`.`overload`, or a c10::Error telling how to load
+// fp8_dummy's library. Looked up on every call until it succeeds: the callers keep
+// the result in a function-local static, whose initialization is retried if it
+// throws, so a call made before the library is loaded does not poison later ones.
+template <typename Fn>
+c10::TypedOperatorHandle<Fn> find_op(const char* name, const char* overload) {
+  const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  TORCH_CHECK(handle.has_value(), "fp8_dummy's operators are not registered (no schema for ", name,
+              overload[0] != '\0' ? "." : "", overload,
+              "): import fp8_dummy or torch.ops.load_library(fp8_dummy.library_path()) "
+              "first (from C++: dlopen that library)");
+  return handle->typed<Fn>();
+}
+
+}  // namespace detail
+
+// Fills `self` in place with uniform random numbers in [low, high): the bytes of
+// torch's reference path (for FP8 dtypes: a float16 temp filled by uniform_, then
+// copy_; float16 and wider: self.uniform_) with a fresh generator of self's device
+// seeded with `seed`. Same checks and messages as the Python op (c10::Error).
+// Returns `self`.
+inline at::Tensor& init_(at::Tensor& self, double low = -1e-3, double high = 1e-3,
+                         int64_t seed = 1234) {
+  static const auto op = detail::find_op<InitSeedFn>("fp8_dummy::init_", "");
+  op.call(self, low, high, seed);
+  return self;
+}
+
+// The same with the caller's generator (std::nullopt: the device's default
+// generator), advanced exactly as the reference path advances it.
+inline at::Tensor& init_(at::Tensor& self, double low, double high,
+                         std::optional<at::Generator> generator) {
+  static const auto op = detail::find_op<InitGeneratorFn>("fp8_dummy::init_", "generator");
+  op.call(self, low, high, std::move(generator));
+  return self;
+}
+
+// Whether fp8_dummy's operators are registered in this process (its library loaded).
+inline bool is_loaded() {
+  return c10::Dispatcher::singleton().findSchema({"fp8_dummy::init_", ""}).has_value();
+}
+
+}  // namespace fp8_dummy
