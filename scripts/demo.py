@@ -1,8 +1,9 @@
 """The main job: dummy-initialize a small FP8 model with fp8_dummy and with the
 reference loop (vLLM's), check that every byte agrees, print times and peak scratch.
 
-The model is one Llama-3-8B-shaped attention block plus MLP slice: FP8 linear weights
-(float8_e4m3fn), float32 per-channel weight scales, bfloat16 norms; ~64 M parameters.
+The model is one Llama-3-8B-shaped attention block plus an MLP slice: FP8 linear weights
+(float8_e4m3fn), float32 per-channel weight scales, bfloat16 norms and a bfloat16
+embedding slice (4096 tokens); ~82 M parameters.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Block(torch.nn.Module):
         for name, shape in SHAPES.items():
             self.add_module(name, FP8Linear(*shape, device=device))
         bf16 = {"dtype": torch.bfloat16, "device": device}
+        self.embed_tokens = torch.nn.Embedding(4096, 4096, **bf16)
         self.input_layernorm = torch.nn.LayerNorm(4096, **bf16)
         self.post_attention_layernorm = torch.nn.LayerNorm(4096, **bf16)
 
