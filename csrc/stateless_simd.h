@@ -1,0 +1,201 @@
+// Philox4x32-10 on 16 consecutive counters at once for the CPU kernel of the stateless
+// mode: a portable form, and AVX2 / AVX-512 forms written with intrinsics (GCC does
+// not vectorize the 32x32->64-bit products of the portable loops well). The x86
+// functions carry target attributes, so this compiles without -mavx*; callers check
+// the CPU (simd_level) before using them. Counters are (key.offset + first + lane, 0).
+#pragma once
+
+#include <cstdint>
+
+#include "fp8_dummy/cuda/philox.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns about the deliberately undefined lanes inside its own AVX-512 headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define FP8_DUMMY_X86_SIMD 1
+#else
+#define FP8_DUMMY_X86_SIMD 0
+#endif
+
+namespace fp8_dummy {
+namespace stateless_simd {
+
+constexpr int kLanes = 16;
+
+struct Key {
+  uint32_t k0, k1;
+  uint64_t offset;  // added to every counter (64-bit, wrapping)
+};
+
+// Words of calls first .. first + kLanes - 1: w[word][lane].
+struct Block {
+  uint32_t w[4][kLanes];
+};
+
+inline void philox_portable(uint64_t first, const Key& key, Block& out) {
+  uint32_t* c0 = out.w[0];
+  uint32_t* c1 = out.w[1];
+  uint32_t* c2 = out.w[2];
+  uint32_t* c3 = out.w[3];
+  for (int i = 0; i < kLanes; ++i) {
+    const uint64_t c = key.offset + first + static_cast<uint64_t>(i);
+    c0[i] = static_cast<uint32_t>(c);
+    c1[i] = static_cast<uint32_t>(c >> 32);
+    c2[i] = 0;
+    c3[i] = 0;
+  }
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < kLanes; ++i) {
+      const uint64_t p0 = static_cast<uint64_t>(c0[i]) * cuda::kPhiloxM0;
+      const uint64_t p1 = static_cast<uint64_t>(c2[i]) * cuda::kPhiloxM1;
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[i] ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[i] ^ k1;
+      c1[i] = static_cast<uint32_t>(p1);
+      c3[i] = static_cast<uint32_t>(p0);
+      c0[i] = n0;
+      c2[i] = n2;
+    }
+    k0 += cuda::kPhiloxW0;
+    k1 += cuda::kPhiloxW1;
+  }
+}
+
+#if FP8_DUMMY_X86_SIMD
+
+#define FP8_DUMMY_AVX512 __attribute__((target("avx512f")))
+#define FP8_DUMMY_AVX2 __attribute__((target("avx2")))
+
+// ---- AVX-512: 16 lanes in one register per counter word.
+
+FP8_DUMMY_AVX512 inline void mulhilo16(__m512i a, __m512i m, __m512i* hi, __m512i* lo) {
+  // vpmuludq multiplies the even 32-bit lanes; the odd ones are shifted down first.
+  const __m512i even = _mm512_mul_epu32(a, m);
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+  *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+
+FP8_DUMMY_AVX512 inline void philox16(uint64_t first, const Key& key, __m512i c[4]) {
+  const uint64_t base = key.offset + first;
+  const __m512i lo_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base)));
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  c[0] = _mm512_add_epi32(lo_base, iota);
+  const __m512i hi_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 32)));
+  const __mmask16 carry = _mm512_cmplt_epu32_mask(c[0], lo_base);  // low word wrapped
+  c[1] = _mm512_mask_add_epi32(hi_base, carry, hi_base, _mm512_set1_epi32(1));
+  c[2] = _mm512_setzero_si512();
+  c[3] = _mm512_setzero_si512();
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(cuda::kPhiloxM0));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(cuda::kPhiloxM1));
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int round = 0; round < 10; ++round) {
+    __m512i hi0, lo0, hi1, lo1;
+    mulhilo16(c[0], m0, &hi0, &lo0);
+    mulhilo16(c[2], m1, &hi1, &lo1);
+    c[0] = _mm512_xor_si512(_mm512_xor_si512(hi1, c[1]), _mm512_set1_epi32(static_cast<int>(k0)));
+    c[1] = lo1;
+    c[2] = _mm512_xor_si512(_mm512_xor_si512(hi0, c[3]), _mm512_set1_epi32(static_cast<int>(k1)));
+    c[3] = lo0;
+    k0 += cuda::kPhiloxW0;
+    k1 += cuda::kPhiloxW1;
+  }
+}
+
+FP8_DUMMY_AVX512 inline void philox_avx512(uint64_t first, const Key& key, Block& out) {
+  __m512i c[4];
+  philox16(first, key, c);
+  for (int k = 0; k < 4; ++k) _mm512_storeu_si512(out.w[k], c[k]);
+}
+
+// 64 FP8 bytes of calls first .. first + 15 to dst: byte 4 * lane + k is
+// table[word k of call lane & 0x7ff], table of uint32 holding one byte each.
+FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const uint32_t* table,
+                                        uint8_t* dst) {
+  __m512i c[4];
+  philox16(first, key, c);
+  const __m512i mask = _mm512_set1_epi32(0x7ff);
+  __m512i v = _mm512_setzero_si512();
+  for (int k = 0; k < 4; ++k) {
+    const __m512i g = _mm512_i32gather_epi32(_mm512_and_si512(c[k], mask), table, 4);
+    v = _mm512_or_si512(v, _mm512_sllv_epi32(g, _mm512_set1_epi32(8 * k)));
+  }
+  _mm512_storeu_si512(dst, v);
+}
+
+// ---- AVX2: two registers of 8 lanes per counter word.
+
+FP8_DUMMY_AVX2 inline void mulhilo8(__m256i a, __m256i m, __m256i* hi, __m256i* lo) {
+  const __m256i even = _mm256_mul_epu32(a, m);
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+  *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+  *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+}
+
+FP8_DUMMY_AVX2 inline void philox8(uint64_t base, const Key& key, __m256i c[4]) {
+  const __m256i lo_base = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(base)));
+  c[0] = _mm256_add_epi32(lo_base, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  // Unsigned c0 < lo_base (a wrap of the low word) via signed compare of biased values.
+  const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i carry =
+      _mm256_cmpgt_epi32(_mm256_xor_si256(lo_base, bias), _mm256_xor_si256(c[0], bias));
+  const __m256i hi_base = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 32)));
+  c[1] = _mm256_sub_epi32(hi_base, carry);  // carry lanes are -1
+  c[2] = _mm256_setzero_si256();
+  c[3] = _mm256_setzero_si256();
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(cuda::kPhiloxM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(cuda::kPhiloxM1));
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int round = 0; round < 10; ++round) {
+    __m256i hi0, lo0, hi1, lo1;
+    mulhilo8(c[0], m0, &hi0, &lo0);
+    mulhilo8(c[2], m1, &hi1, &lo1);
+    c[0] = _mm256_xor_si256(_mm256_xor_si256(hi1, c[1]), _mm256_set1_epi32(static_cast<int>(k0)));
+    c[1] = lo1;
+    c[2] = _mm256_xor_si256(_mm256_xor_si256(hi0, c[3]), _mm256_set1_epi32(static_cast<int>(k1)));
+    c[3] = lo0;
+    k0 += cuda::kPhiloxW0;
+    k1 += cuda::kPhiloxW1;
+  }
+}
+
+FP8_DUMMY_AVX2 inline void philox_avx2(uint64_t first, const Key& key, Block& out) {
+  for (int half = 0; half < 2; ++half) {
+    __m256i c[4];
+    philox8(key.offset + first + 8 * half, key, c);
+    for (int k = 0; k < 4; ++k) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.w[k] + 8 * half), c[k]);
+    }
+  }
+}
+
+FP8_DUMMY_AVX2 inline void fp8_avx2(uint64_t first, const Key& key, const uint32_t* table,
+                                    uint8_t* dst) {
+  const __m256i mask = _mm256_set1_epi32(0x7ff);
+  for (int half = 0; half < 2; ++half) {
+    __m256i c[4];
+    philox8(key.offset + first + 8 * half, key, c);
+    __m256i v = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i g = _mm256_i32gather_epi32(reinterpret_cast<const int*>(table),
+                                               _mm256_and_si256(c[k], mask), 4);
+      v = _mm256_or_si256(v, _mm256_sllv_epi32(g, _mm256_set1_epi32(8 * k)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * half), v);
+  }
+}
+
+#undef FP8_DUMMY_AVX512
+#undef FP8_DUMMY_AVX2
+
+#endif  // FP8_DUMMY_X86_SIMD
+
+// 2: AVX-512F, 1: AVX2, 0: portable. FP8_DUMMY_STATELESS_SIMD=0/1/2 caps it (tests).
+int simd_level();
+
+}  // namespace stateless_simd
+}  // namespace fp8_dummy
