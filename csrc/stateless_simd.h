@@ -80,51 +80,66 @@ FP8_DUMMY_AVX512 inline void mulhilo16(__m512i a, __m512i m, __m512i* hi, __m512
   *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
 }
 
-FP8_DUMMY_AVX512 inline void philox16(uint64_t first, const Key& key, __m512i c[4]) {
-  const uint64_t base = key.offset + first;
-  const __m512i lo_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base)));
+// kN independent groups of 16 counters (first + 16 n + lane) side by side: the rounds
+// are a chain of dependent multiplies, so interleaved groups keep the units busy.
+template <int kN>
+FP8_DUMMY_AVX512 inline void philox16(uint64_t first, const Key& key, __m512i c[4][kN]) {
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  c[0] = _mm512_add_epi32(lo_base, iota);
-  const __m512i hi_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 32)));
-  const __mmask16 carry = _mm512_cmplt_epu32_mask(c[0], lo_base);  // low word wrapped
-  c[1] = _mm512_mask_add_epi32(hi_base, carry, hi_base, _mm512_set1_epi32(1));
-  c[2] = _mm512_setzero_si512();
-  c[3] = _mm512_setzero_si512();
+  for (int n = 0; n < kN; ++n) {
+    const uint64_t base = key.offset + first + 16 * static_cast<uint64_t>(n);
+    const __m512i lo_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base)));
+    c[0][n] = _mm512_add_epi32(lo_base, iota);
+    const __m512i hi_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 32)));
+    const __mmask16 carry = _mm512_cmplt_epu32_mask(c[0][n], lo_base);  // low word wrapped
+    c[1][n] = _mm512_mask_add_epi32(hi_base, carry, hi_base, _mm512_set1_epi32(1));
+    c[2][n] = _mm512_setzero_si512();
+    c[3][n] = _mm512_setzero_si512();
+  }
   const __m512i m0 = _mm512_set1_epi32(static_cast<int>(cuda::kPhiloxM0));
   const __m512i m1 = _mm512_set1_epi32(static_cast<int>(cuda::kPhiloxM1));
   uint32_t k0 = key.k0, k1 = key.k1;
   for (int round = 0; round < 10; ++round) {
-    __m512i hi0, lo0, hi1, lo1;
-    mulhilo16(c[0], m0, &hi0, &lo0);
-    mulhilo16(c[2], m1, &hi1, &lo1);
-    c[0] = _mm512_xor_si512(_mm512_xor_si512(hi1, c[1]), _mm512_set1_epi32(static_cast<int>(k0)));
-    c[1] = lo1;
-    c[2] = _mm512_xor_si512(_mm512_xor_si512(hi0, c[3]), _mm512_set1_epi32(static_cast<int>(k1)));
-    c[3] = lo0;
+    const __m512i key0 = _mm512_set1_epi32(static_cast<int>(k0));
+    const __m512i key1 = _mm512_set1_epi32(static_cast<int>(k1));
+    for (int n = 0; n < kN; ++n) {
+      __m512i hi0, lo0, hi1, lo1;
+      mulhilo16(c[0][n], m0, &hi0, &lo0);
+      mulhilo16(c[2][n], m1, &hi1, &lo1);
+      c[0][n] = _mm512_ternarylogic_epi32(hi1, c[1][n], key0, 0x96);  // three-way xor
+      c[1][n] = lo1;
+      c[2][n] = _mm512_ternarylogic_epi32(hi0, c[3][n], key1, 0x96);
+      c[3][n] = lo0;
+    }
     k0 += cuda::kPhiloxW0;
     k1 += cuda::kPhiloxW1;
   }
 }
 
 FP8_DUMMY_AVX512 inline void philox_avx512(uint64_t first, const Key& key, Block& out) {
-  __m512i c[4];
-  philox16(first, key, c);
-  for (int k = 0; k < 4; ++k) _mm512_storeu_si512(out.w[k], c[k]);
+  __m512i c[4][1];
+  philox16<1>(first, key, c);
+  for (int k = 0; k < 4; ++k) _mm512_storeu_si512(out.w[k], c[k][0]);
 }
 
-// 64 FP8 bytes of calls first .. first + 15 to dst: byte 4 * lane + k is
-// table[word k of call lane & 0x7ff], table of uint32 holding one byte each.
+// Calls per fp8_avx512 call: 128 FP8 bytes.
+constexpr int kFp8Calls512 = 32;
+
+// 4 * kFp8Calls512 FP8 bytes of calls first, first + 1, ... to dst: byte 4 * call + k is
+// table[word k of the call & 0x7ff], table of uint32 holding one byte each.
 FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const uint32_t* table,
                                         uint8_t* dst) {
-  __m512i c[4];
-  philox16(first, key, c);
+  constexpr int kN = kFp8Calls512 / 16;
+  __m512i c[4][kN];
+  philox16<kN>(first, key, c);
   const __m512i mask = _mm512_set1_epi32(0x7ff);
-  __m512i v = _mm512_setzero_si512();
-  for (int k = 0; k < 4; ++k) {
-    const __m512i g = _mm512_i32gather_epi32(_mm512_and_si512(c[k], mask), table, 4);
-    v = _mm512_or_si512(v, _mm512_sllv_epi32(g, _mm512_set1_epi32(8 * k)));
+  for (int n = 0; n < kN; ++n) {
+    __m512i v = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      const __m512i g = _mm512_i32gather_epi32(_mm512_and_si512(c[k][n], mask), table, 4);
+      v = _mm512_or_si512(v, _mm512_slli_epi32(g, 8 * k));
+    }
+    _mm512_storeu_si512(dst + 64 * n, v);
   }
-  _mm512_storeu_si512(dst, v);
 }
 
 // ---- AVX2: two registers of 8 lanes per counter word.
@@ -173,6 +188,8 @@ FP8_DUMMY_AVX2 inline void philox_avx2(uint64_t first, const Key& key, Block& ou
   }
 }
 
+constexpr int kFp8Calls256 = 16;
+
 FP8_DUMMY_AVX2 inline void fp8_avx2(uint64_t first, const Key& key, const uint32_t* table,
                                     uint8_t* dst) {
   const __m256i mask = _mm256_set1_epi32(0x7ff);
@@ -183,7 +200,7 @@ FP8_DUMMY_AVX2 inline void fp8_avx2(uint64_t first, const Key& key, const uint32
     for (int k = 0; k < 4; ++k) {
       const __m256i g = _mm256_i32gather_epi32(reinterpret_cast<const int*>(table),
                                                _mm256_and_si256(c[k], mask), 4);
-      v = _mm256_or_si256(v, _mm256_sllv_epi32(g, _mm256_set1_epi32(8 * k)));
+      v = _mm256_or_si256(v, _mm256_slli_epi32(g, 8 * k));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * half), v);
   }
