@@ -86,6 +86,21 @@ def test_shapes(shape, dtype):
     check(t, shape, dtype, -1.0, 1.0, 5)
 
 
+def test_random_shapes_and_views():
+    gen = np.random.default_rng(2024)
+    for _ in range(25):
+        shape = tuple(int(x) for x in gen.integers(1, 9, size=gen.integers(1, 5)))
+        dtype = DTYPES[int(gen.integers(len(DTYPES)))]
+        base = torch.empty(shape, dtype=dtype)
+        perm = [int(x) for x in gen.permutation(len(shape))]
+        view = base.permute(perm)
+        if view.dim() and view.shape[-1] > 2:
+            view = view[..., 1:]
+        seed, key_offset = int(gen.integers(0, 2**62)), int(gen.integers(0, 2**40))
+        init_stateless_(view, -2.0, 3.0, seed, key_offset=key_offset)
+        check(view, tuple(view.shape), dtype, -2.0, 3.0, seed, key_offset)
+
+
 def _layouts(dtype):
     base = torch.empty(40, 66, dtype=dtype)
     yield "transposed", base.t()
