@@ -42,6 +42,18 @@ __device__ __forceinline__ cuda::Words4 call_words(const Args& a, uint64_t call)
       cuda::Words4{{static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u}}, a.k0, a.k1);
 }
 
+// w rotated left by s words (s in 0..3), with selects: indexing w.w[] with a run-time
+// index would put the words in local memory.
+__device__ __forceinline__ cuda::Words4 rotate_words(const cuda::Words4& w, int s) {
+  cuda::Words4 r;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int j = (i + s) & 3;
+    r.w[i] = j == 0 ? w.w[0] : j == 1 ? w.w[1] : j == 2 ? w.w[2] : w.w[3];
+  }
+  return r;
+}
+
 // Per dtype: element type, elements per Philox call, value of the k-th element.
 struct Fp8Out {
   using Elem = uint8_t;
@@ -179,7 +191,8 @@ __global__ void __launch_bounds__(kBlock) general_kernel(const __grid_constant__
     } else {
       const int64_t e = e_row + slot * g_in;
       const cuda::Words4 w = call_words(a, static_cast<uint64_t>(e / kPer));
-      out[off + slot * s_in] = Out::value(w, static_cast<int>(e % kPer), table, a.params);
+      const int k = static_cast<int>(e % kPer);
+      out[off + slot * s_in] = Out::value(rotate_words(w, k * (4 / kPer)), 0, table, a.params);
     }
   }
 }
