@@ -121,8 +121,9 @@ FP8_DUMMY_AVX512 inline void philox_avx512(uint64_t first, const Key& key, Block
   for (int k = 0; k < 4; ++k) _mm512_storeu_si512(out.w[k], c[k][0]);
 }
 
-// Calls per fp8_avx512 call: 128 FP8 bytes.
-constexpr int kFp8Calls512 = 32;
+// Calls per fp8_avx512 call (256 FP8 bytes): four interleaved groups measured ~10%
+// faster than two on the development machine (AMD EPYC, AVX-512).
+constexpr int kFp8Calls512 = 64;
 
 // 4 * kFp8Calls512 FP8 bytes of calls first, first + 1, ... to dst: byte 4 * call + k is
 // table[word k of the call & 0x7ff], table of uint32 holding one byte each.
