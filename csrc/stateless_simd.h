@@ -121,25 +121,60 @@ FP8_DUMMY_AVX512 inline void philox_avx512(uint64_t first, const Key& key, Block
   for (int k = 0; k < 4; ++k) _mm512_storeu_si512(out.w[k], c[k][0]);
 }
 
-// Calls per fp8_avx512 call (256 FP8 bytes): four interleaved groups measured ~10%
-// faster than two on the development machine (AMD EPYC, AVX-512).
-constexpr int kFp8Calls512 = 64;
+// The FP8 fast path keeps one call per 64-bit lane (8 per register): vpmuludq then
+// gives a lane's whole product, so a round is 2 multiplies, 2 shifts and 2 three-way
+// xors per 8 calls, a quarter fewer operations than the 32-bit-lane form. The upper
+// halves of the lanes carry garbage that vpmuludq (low 32 bits only), the shifts of the
+// products and the final 0x7ff mask never read.
+template <int kN>
+FP8_DUMMY_AVX512 inline void philox8x64(uint64_t first, const Key& key, __m512i c[4][kN]) {
+  const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int n = 0; n < kN; ++n) {
+    const uint64_t base = key.offset + first + 8 * static_cast<uint64_t>(n);
+    const __m512i counter = _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(base)), iota);
+    c[0][n] = counter;
+    c[1][n] = _mm512_srli_epi64(counter, 32);
+    c[2][n] = _mm512_setzero_si512();
+    c[3][n] = _mm512_setzero_si512();
+  }
+  const __m512i m0 = _mm512_set1_epi64(cuda::kPhiloxM0);
+  const __m512i m1 = _mm512_set1_epi64(cuda::kPhiloxM1);
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int round = 0; round < 10; ++round) {
+    const __m512i key0 = _mm512_set1_epi64(k0);
+    const __m512i key1 = _mm512_set1_epi64(k1);
+    for (int n = 0; n < kN; ++n) {
+      const __m512i p0 = _mm512_mul_epu32(c[0][n], m0);
+      const __m512i p1 = _mm512_mul_epu32(c[2][n], m1);
+      c[0][n] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c[1][n], key0, 0x96);
+      c[1][n] = p1;
+      c[2][n] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c[3][n], key1, 0x96);
+      c[3][n] = p0;
+    }
+    k0 += cuda::kPhiloxW0;
+    k1 += cuda::kPhiloxW1;
+  }
+}
+
+// Calls per fp8_avx512 call (128 FP8 bytes): four interleaved registers measured
+// fastest on the development machine (AMD EPYC, AVX-512).
+constexpr int kFp8Calls512 = 32;
 
 // 4 * kFp8Calls512 FP8 bytes of calls first, first + 1, ... to dst: byte 4 * call + k is
 // table[word k of the call & 0x7ff], table of uint32 holding one byte each.
 FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const uint32_t* table,
                                         uint8_t* dst) {
-  constexpr int kN = kFp8Calls512 / 16;
+  constexpr int kN = kFp8Calls512 / 8;
   __m512i c[4][kN];
-  philox16<kN>(first, key, c);
-  const __m512i mask = _mm512_set1_epi32(0x7ff);
+  philox8x64<kN>(first, key, c);
+  const __m512i mask = _mm512_set1_epi64(0x7ff);
   for (int n = 0; n < kN; ++n) {
-    __m512i v = _mm512_setzero_si512();
+    __m256i v = _mm256_setzero_si256();
     for (int k = 0; k < 4; ++k) {
-      const __m512i g = _mm512_i32gather_epi32(_mm512_and_si512(c[k][n], mask), table, 4);
-      v = _mm512_or_si512(v, _mm512_slli_epi32(g, 8 * k));
+      const __m256i g = _mm512_i64gather_epi32(_mm512_and_si512(c[k][n], mask), table, 4);
+      v = _mm256_or_si256(v, _mm256_slli_epi32(g, 8 * k));
     }
-    _mm512_storeu_si512(dst + 64 * n, v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * n), v);
   }
 }
 
