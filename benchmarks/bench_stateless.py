@@ -51,6 +51,7 @@ def bench_cpu(numel: int, reps: int) -> dict:
         for threads in (1, 2):
             torch.set_num_threads(threads)
             rows[f"stateless_{threads}t"] = wall(lambda: init_stateless_(t), reps)
+        rows["reference_new_path_1t"] = wall(lambda: new_path(t), max(3, reps // 2))
         torch.set_num_threads(before)
         rows[f"reference_new_path_{before}t"] = wall(lambda: new_path(t), max(3, reps // 2))
     finally:
@@ -68,6 +69,7 @@ def bench_cpu(numel: int, reps: int) -> dict:
         "speedup_2t_over_1t": med["stateless_1t"] / med["stateless_2t"],
         "speedup_2t_over_1t_min": rows["stateless_1t"][1] / rows["stateless_2t"][1],
         "speedup_over_reference": ref / min(med["stateless_1t"], med["stateless_2t"]),
+        "speedup_1t_over_reference_1t": med["reference_new_path_1t"] / med["stateless_1t"],
     }
 
 
@@ -135,6 +137,8 @@ def main() -> None:
             f"(best runs: {cpu['speedup_2t_over_1t_min']:.2f}x)"
         )
         print(f"  stateless vs reference new path: {cpu['speedup_over_reference']:.1f}x faster")
+        one = cpu["speedup_1t_over_reference_1t"]
+        print(f"  both on 1 thread: stateless {one:.1f}x faster")
     if not args.no_cuda and torch.cuda.is_available():
         gpu = result["cuda_bench"] = bench_cuda(args.cuda_numel, max(args.reps, 20))
         print(f"CUDA {gpu['device']}, {gpu['numel']} x {DTYPE}")
