@@ -32,6 +32,9 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
 
 cuda::StatelessParams stateless_params(c10::ScalarType dtype, double low, double high);
 
+// float16 bits for each of the 2048 values of a word's 11 random bits (stateless_half).
+std::array<uint16_t, 2048> stateless_half_table(const cuda::StatelessParams& p);
+
 // For FP8 dtypes: the output byte for each of the 2048 values of a word's 11 random
 // bits, i.e. torch's CPU copy_ of stateless_half (the same conversion as CUDA's copy_
 // on torch >= 2.13; using the CPU's everywhere keeps the mode device-independent).

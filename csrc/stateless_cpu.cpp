@@ -217,8 +217,7 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
   const cuda::StatelessParams p = stateless_params(dtype, low, high);
   switch (dtype) {
     case c10::ScalarType::Half: {
-      std::array<uint16_t, 2048> table;
-      for (uint32_t b = 0; b < 2048; ++b) table[b] = cuda::stateless_half(b, p);
+      const auto table = stateless_half_table(p);
       return fill(TableOut<uint16_t, 11>{table.data(), nullptr}, self, g, key);
     }
     case c10::ScalarType::BFloat16: {
