@@ -51,6 +51,9 @@ def bench_cpu(numel: int, reps: int) -> dict:
         for threads in (1, 2):
             torch.set_num_threads(threads)
             rows[f"stateless_{threads}t"] = wall(lambda: init_stateless_(t), reps)
+        # Wide bounds: many distinct FP8 bytes, the table-gather path instead of run counts.
+        rows["stateless_2t_bounds_pm1"] = wall(lambda: init_stateless_(t, -1.0, 1.0), reps)
+        torch.set_num_threads(1)
         rows["reference_new_path_1t"] = wall(lambda: new_path(t), max(3, reps // 2))
         torch.set_num_threads(before)
         rows[f"reference_new_path_{before}t"] = wall(lambda: new_path(t), max(3, reps // 2))

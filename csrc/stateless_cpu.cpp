@@ -44,6 +44,7 @@ struct TableOut {  // FP8 (uint8), float16 and bfloat16 (uint16): value = table[
   using Elem = T;
   const T* table;
   const uint32_t* table32;  // FP8 only: the same bytes widened, for the SIMD gathers
+  const void* runs;         // FP8 only: stateless_simd::Runs when the table has few runs
   void put(T* p, const uint32_t* w, int k) const { *p = table[w[k] & ((1u << kBits) - 1)]; }
 };
 using Fp8Out = TableOut<uint8_t, 11>;
@@ -99,7 +100,12 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
       for (; j + 4 * kCalls <= len; j += 4 * kCalls) {
         const uint64_t first = (e0 + static_cast<uint64_t>(j)) / kPer;
         if constexpr (kLevel == 2) {
-          stateless_simd::fp8_avx512(first, key, out.table32, p + j);
+          if (out.runs != nullptr) {
+            stateless_simd::fp8_runs_avx512(
+                first, key, *static_cast<const stateless_simd::Runs*>(out.runs), p + j);
+          } else {
+            stateless_simd::fp8_avx512(first, key, out.table32, p + j);
+          }
         } else {
           stateless_simd::fp8_avx2(first, key, out.table32, p + j);
         }
@@ -218,12 +224,12 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
   switch (dtype) {
     case c10::ScalarType::Half: {
       const auto table = stateless_half_table(p);
-      return fill(TableOut<uint16_t, 11>{table.data(), nullptr}, self, g, key);
+      return fill(TableOut<uint16_t, 11>{table.data(), nullptr, nullptr}, self, g, key);
     }
     case c10::ScalarType::BFloat16: {
       std::array<uint16_t, 256> table;
       for (uint32_t b = 0; b < 256; ++b) table[b] = cuda::stateless_bf16(b, p);
-      return fill(TableOut<uint16_t, 8>{table.data(), nullptr}, self, g, key);
+      return fill(TableOut<uint16_t, 8>{table.data(), nullptr, nullptr}, self, g, key);
     }
     case c10::ScalarType::Float:
       return fill(FloatOut{p}, self, g, key);
@@ -233,7 +239,12 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
       const auto table = stateless_fp8_table(dtype, p);
       std::array<uint32_t, 2048> table32;
       for (int b = 0; b < 2048; ++b) table32[b] = table[b];
-      return fill(Fp8Out{table.data(), table32.data()}, self, g, key);
+      const void* runs_ptr = nullptr;
+#if FP8_DUMMY_X86_SIMD
+      stateless_simd::Runs runs;
+      if (stateless_simd::make_runs(table.data(), &runs)) runs_ptr = &runs;
+#endif
+      return fill(Fp8Out{table.data(), table32.data(), runs_ptr}, self, g, key);
     }
   }
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "fp8_dummy/cuda/philox.h"
 
@@ -175,6 +176,59 @@ FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const ui
       v = _mm256_or_si256(v, _mm256_slli_epi32(g, 8 * k));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * n), v);
+  }
+}
+
+// Narrow bounds give few distinct FP8 bytes along the 2048 random-bit values (vLLM's
+// +-1e-3 gives four runs for float8_e4m3fn): then a byte is found by counting the run
+// starts at or below the index (compares on 16 lanes) and one register permute, which
+// beats the gathers. Filled by make_runs; count > kMaxRuns: not usable.
+constexpr int kMaxRuns = 8;
+struct Runs {
+  int count;                  // runs; starts[0] == 0 is implicit
+  uint32_t starts[kMaxRuns];  // starts[1 .. count - 1]: index where a run begins
+  uint32_t bytes[16];         // bytes[r]: the byte of run r (16 for the permute)
+};
+
+inline bool make_runs(const uint8_t* table, Runs* runs) {
+  runs->count = 1;
+  std::memset(runs->bytes, 0, sizeof(runs->bytes));
+  runs->bytes[0] = table[0];
+  for (uint32_t b = 1; b < 2048; ++b) {
+    if (table[b] == table[b - 1]) continue;
+    if (runs->count == kMaxRuns) return false;
+    runs->starts[runs->count] = b;
+    runs->bytes[runs->count++] = table[b];
+  }
+  return true;
+}
+
+// 4 * kFp8Calls512 FP8 bytes as fp8_avx512 writes them, via the runs.
+FP8_DUMMY_AVX512 inline void fp8_runs_avx512(uint64_t first, const Key& key, const Runs& runs,
+                                             uint8_t* dst) {
+  constexpr int kN = kFp8Calls512 / 8;
+  static_assert(kN % 2 == 0, "groups are taken in pairs: 16 consecutive calls");
+  __m512i c[4][kN];
+  philox8x64<kN>(first, key, c);
+  const __m512i mask = _mm512_set1_epi32(0x7ff);
+  const __m512i bytes = _mm512_loadu_si512(runs.bytes);
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int n = 0; n < kN; n += 2) {
+    __m512i v = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      // Word k of 16 consecutive calls, as 32-bit lanes (calls of group n first).
+      const __m512i words =
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(c[k][n])),
+                             _mm512_cvtepi64_epi32(c[k][n + 1]), 1);
+      const __m512i index = _mm512_and_si512(words, mask);
+      __m512i run = _mm512_setzero_si512();
+      for (int r = 1; r < runs.count; ++r) {
+        const __mmask16 past = _mm512_cmpge_epu32_mask(index, _mm512_set1_epi32(runs.starts[r]));
+        run = _mm512_mask_add_epi32(run, past, run, one);
+      }
+      v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_permutexvar_epi32(run, bytes), 8 * k));
+    }
+    _mm512_storeu_si512(dst + 32 * n, v);
   }
 }
 

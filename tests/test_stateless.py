@@ -195,11 +195,17 @@ def test_thread_count_independent():
 
 @pytest.mark.parametrize("level", ["0", "1", "2"])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16, torch.float64], ids=str)
-def test_simd_paths(monkeypatch, level, dtype):
+@pytest.mark.parametrize("low,high", [(-1.0, 1.0), (-1e-3, 1e-3), (-0.02, 0.03), (0.25, 0.25)])
+def test_simd_paths(monkeypatch, level, dtype, low, high):
+    # Narrow FP8 bounds take the AVX-512 run-count path (few distinct bytes), wide ones
+    # the gathers; unaligned rows give heads and tails; counters carry into word 1.
     monkeypatch.setenv("FP8_DUMMY_STATELESS_SIMD", level)
-    t = torch.empty(3, 1000, dtype=dtype)[:, 1:]  # unaligned runs, heads and tails
-    init_stateless_(t, -1.0, 1.0, 8, key_offset=2**32 - 5)  # counters carry into word 1
-    check(t, (3, 999), dtype, -1.0, 1.0, 8, 2**32 - 5)
+    t = torch.empty(3, 1000, dtype=dtype)[:, 1:]
+    init_stateless_(t, low, high, 8, key_offset=2**32 - 5)
+    check(t, (3, 999), dtype, low, high, 8, 2**32 - 5)
+    for fp8 in FP8:
+        u = init_stateless_(torch.empty(4096 + 7, dtype=fp8), low, high, 9)
+        check(u, (4096 + 7,), fp8, low, high, 9)
 
 
 def _philox_uniform_on_cpu() -> str | None:
