@@ -1,5 +1,5 @@
-"""The stateless mode's pieces that are not about one fill: the CUDA kernels' index
-arithmetic run on the host, and the per-bounds table cache of the CPU and CUDA paths."""
+"""The stateless mode beyond single fills: the CUDA kernels' index arithmetic run on the
+host, the per-bounds table cache, opcheck and torch.compile."""
 
 from __future__ import annotations
 
@@ -45,3 +45,36 @@ def test_alternating_bounds_and_dtypes(dtype):
             t = init_stateless_(torch.empty(777, dtype=dt), low, high, 5)
             want = so.expected_bytes(np.arange(777), dt, low, high, 5, 0, saturate)
             assert (so.tensor_bits(t) == want).all(), (dt, low, high)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_opcheck(dtype):
+    t = torch.empty(5, 7, dtype=dtype)
+    torch.library.opcheck(
+        torch.ops.fp8_dummy.init_stateless_.default,
+        (t, -1.0, 1.0, 3),
+        {"key_offset": 2, "element_offset": 10, "element_strides": [9, 1]},
+    )
+
+
+def test_opcheck_fp8():
+    # test_schema compares against FP8 ops torch lacks on CPU; the rest applies.
+    t = torch.empty(5, 7, dtype=torch.float8_e4m3fn)
+    torch.library.opcheck(
+        torch.ops.fp8_dummy.init_stateless_.default,
+        (t, -1.0, 1.0, 3),
+        test_utils=("test_faketensor", "test_autograd_registration"),
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16], ids=str)
+def test_compile_same_bytes(dtype):
+    def f(x):
+        init_stateless_(x, -1.0, 1.0, 77, key_offset=3)
+        return x
+
+    eager = f(torch.empty(33, 17, dtype=dtype))
+    compiled = torch.compile(f, fullgraph=True, backend="inductor")(
+        torch.empty(33, 17, dtype=dtype)
+    )
+    assert torch.equal(eager.view(torch.uint8), compiled.view(torch.uint8))
