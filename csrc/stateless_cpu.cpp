@@ -95,7 +95,7 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
   constexpr int64_t kBlockElems = int64_t{kLanes} * kPer;
 #if FP8_DUMMY_X86_SIMD
   if constexpr (kLevel > 0 && std::is_same_v<Out, Fp8Out>) {
-    if (stride == 1) {  // the common case: straight to memory, 256 or 64 bytes at a time
+    if (stride == 1) {  // the common case: straight to memory, 128 or 64 bytes at a time
       constexpr int64_t kCalls =
           kLevel == 2 ? stateless_simd::kFp8Calls512 : stateless_simd::kFp8Calls256;
       for (; j + 4 * kCalls <= len; j += 4 * kCalls) {
