@@ -31,8 +31,10 @@ def time_ms(fn, buffers, repeats: int, warmup: int) -> list[float]:
     for i in range(warmup):
         fn(buffers[i % len(buffers)])
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(repeats)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(repeats)
+    ]
     for i, (start, end) in enumerate(events):
         buf = buffers[i % len(buffers)]
         start.record()
@@ -55,14 +57,16 @@ def bench_dtype(dtype, numel: int, repeats: int, warmup: int, rotate: int) -> di
     buffers = [torch.empty(numel, dtype=dtype, device="cuda") for _ in range(rotate)]
     gen = torch.Generator(device="cuda").manual_seed(SEED)
     words_needed = torch.ops.fp8_dummy._philox_roofline(
-        torch.empty(0, dtype=torch.int32, device="cuda"), numel, SEED)
+        torch.empty(0, dtype=torch.int32, device="cuda"), numel, SEED
+    )
     words = torch.empty(words_needed, dtype=torch.int32, device="cuda")
     paths = {
         "old_path": lambda b: old_path(b, LOW, HIGH, SEED),
         "new_path": lambda b: new_path(b, LOW, HIGH, SEED),
         "init_": lambda b: torch.ops.fp8_dummy.init_.default(b, LOW, HIGH, SEED),
-        "init_generator": lambda b: torch.ops.fp8_dummy.init_.generator(b, LOW, HIGH,
-                                                                        generator=gen),
+        "init_generator": lambda b: torch.ops.fp8_dummy.init_.generator(
+            b, LOW, HIGH, generator=gen
+        ),
         "philox_roofline": lambda b: torch.ops.fp8_dummy._philox_roofline(words, numel, SEED),
         "byte_fill": lambda b: b.view(torch.uint8).fill_(0x3C),
     }
@@ -108,17 +112,23 @@ def table(results: list[dict]) -> str:
     lines = []
     for r in results:
         lines.append(f"{r['dtype']}  numel={r['numel']}")
-        lines.append(f"  {'path':16} {'median ms':>10} {'min':>8} {'max':>8} {'Gelem/s':>9} "
-                     f"{'GB/s':>8} {'scratch MiB':>12}")
+        lines.append(
+            f"  {'path':16} {'median ms':>10} {'min':>8} {'max':>8} {'Gelem/s':>9} "
+            f"{'GB/s':>8} {'scratch MiB':>12}"
+        )
         for name, p in r["paths"].items():
-            lines.append(f"  {name:16} {p['median_ms']:10.4f} {p['min_ms']:8.4f} "
-                         f"{p['max_ms']:8.4f} {p['elements_per_s'] / 1e9:9.2f} "
-                         f"{p['effective_GBps']:8.1f} {p['scratch_bytes'] / 2**20:12.1f}")
+            lines.append(
+                f"  {name:16} {p['median_ms']:10.4f} {p['min_ms']:8.4f} "
+                f"{p['max_ms']:8.4f} {p['elements_per_s'] / 1e9:9.2f} "
+                f"{p['effective_GBps']:8.1f} {p['scratch_bytes'] / 2**20:12.1f}"
+            )
         q = r["ratios"]
-        lines.append(f"  new/init_ {q['new_over_init']:.2f}x (target >= 4)   "
-                     f"old/init_ {q['old_over_init']:.2f}x (target >= 8)   "
-                     f"init_/roofline {q['init_over_roofline']:.2f} (target <= 1.3)   "
-                     f"init_/byte_fill {q['init_over_byte_fill']:.2f}")
+        lines.append(
+            f"  new/init_ {q['new_over_init']:.2f}x (target >= 4)   "
+            f"old/init_ {q['old_over_init']:.2f}x (target >= 8)   "
+            f"init_/roofline {q['init_over_roofline']:.2f} (target <= 1.3)   "
+            f"init_/byte_fill {q['init_over_byte_fill']:.2f}"
+        )
         lines.append("  targets met: " + ", ".join(f"{k}={v}" for k, v in r["met"].items()))
     return "\n".join(lines)
 
@@ -135,12 +145,21 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("bench_cuda: no CUDA GPU", file=sys.stderr)
         return 2
-    results = [bench_dtype(getattr(torch, name), args.numel, args.repeats, args.warmup,
-                           args.rotate) for name in args.dtypes.split(",")]
+    results = [
+        bench_dtype(getattr(torch, name), args.numel, args.repeats, args.warmup, args.rotate)
+        for name in args.dtypes.split(",")
+    ]
     props = torch.cuda.get_device_properties(0)
-    meta = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": props.name,
-            "sm_count": props.multi_processor_count, "python": platform.python_version(),
-            "bounds": [LOW, HIGH], "seed": SEED, "repeats": args.repeats}
+    meta = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": props.name,
+        "sm_count": props.multi_processor_count,
+        "python": platform.python_version(),
+        "bounds": [LOW, HIGH],
+        "seed": SEED,
+        "repeats": args.repeats,
+    }
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:

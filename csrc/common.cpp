@@ -57,21 +57,19 @@ void check_bounds(double low, double high, const char* dtype_name) {
               dtype_name, " (high=", high, ")");
   TORCH_CHECK(low <= high, "fp8_dummy.init_: uniform_ expects to return a [from, to) range, ",
               "but found from=", low, " > to=", high);
-  TORCH_CHECK(high - low <= max, "fp8_dummy.init_: uniform_ expects to-from <= ",
-              "std::numeric_limits<", dtype_name, ">::max(), but found to=", high,
-              " and from=", low, " which result in to-from to exceed the limit");
+  TORCH_CHECK(high - low <= max,
+              "fp8_dummy.init_: uniform_ expects to-from <= ", "std::numeric_limits<", dtype_name,
+              ">::max(), but found to=", high, " and from=", low,
+              " which result in to-from to exceed the limit");
 }
 
 }  // namespace
 
 void check_init_args(const at::Tensor& self, double low, double high) {
   TORCH_CHECK(self.defined(), "fp8_dummy.init_: expected a tensor, got an undefined one");
-  TORCH_CHECK(self.layout() == c10::kStrided,
-              "fp8_dummy.init_: only strided tensors are supported, got layout ",
-              self.layout());
   const auto dtype = self.scalar_type();
-  TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), "fp8_dummy.init_: unsupported dtype ",
-              dtype, "; supported dtypes: ", kSupported);
+  TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), "fp8_dummy.init_: unsupported dtype ", dtype,
+              "; supported dtypes: ", kSupported);
   switch (is_fp8(dtype) ? c10::ScalarType::Half : dtype) {
     case c10::ScalarType::Half:
       check_bounds<c10::Half>(low, high, "c10::Half");
@@ -98,10 +96,15 @@ MemoryOrder memory_order(const at::Tensor& self) {
   // Ask torch itself which strides empty_like(self, float16) picks (they follow
   // self's strides when it is dense, else a dense layout that keeps its dimension
   // order; the rule has changed across versions). A meta tensor allocates nothing.
-  const auto meta_self = at::empty_strided(self.sizes(), self.strides(),
-                                           self.options().device(c10::kMeta));
-  const auto temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
-  const auto tstrides = temp.strides();
+  // A dense tensor's temp takes its strides in every version: skip the meta tensors,
+  // whose few microseconds matter for models made of thousands of small tensors.
+  at::Tensor temp;
+  if (!self.is_non_overlapping_and_dense()) {
+    const auto meta_self =
+        at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
+    temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
+  }
+  const auto tstrides = temp.defined() ? temp.strides() : self.strides();
   const int64_t dim = self.dim();
   // The temp is dense, so sorting its dimensions by decreasing stride gives its
   // memory order (size-1 dimensions can go anywhere and are dropped below).

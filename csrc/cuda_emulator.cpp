@@ -50,9 +50,8 @@ uint64_t emulate_uniform(int64_t n, const cuda::UniformParams& params, uint64_t 
   return next;
 }
 
-int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t seed,
-                          int64_t offset, int64_t sm_count, int64_t max_threads_per_sm,
-                          bool saturate_e4m3fn) {
+int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
+                          int64_t sm_count, int64_t max_threads_per_sm, bool saturate_e4m3fn) {
   check_init_args(self, low, high);
   const auto dtype = self.scalar_type();
   TORCH_CHECK(self.device().is_cpu(), "fp8_dummy.emulate_cuda_init_: expects a CPU tensor");
@@ -72,10 +71,9 @@ int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t see
   uint64_t after;
   if (is_fp8(dtype)) {
     const auto format = fp8_format(dtype);
-    after = emulate_uniform(n, params, seed, offset, sm_count, max_threads_per_sm,
-                            [&](int64_t pos, uint16_t h) {
-                              values[pos] = cuda::half_to_fp8(h, format, overflow);
-                            });
+    after = emulate_uniform(
+        n, params, seed, offset, sm_count, max_threads_per_sm,
+        [&](int64_t pos, uint16_t h) { values[pos] = cuda::half_to_fp8(h, format, overflow); });
   } else {
     after = emulate_uniform(n, params, seed, offset, sm_count, max_threads_per_sm,
                             [&](int64_t pos, uint16_t h) { std::memcpy(&values[pos * 2], &h, 2); });
@@ -163,9 +161,7 @@ std::vector<int64_t> philox_op(at::IntArrayRef counter, at::IntArrayRef key) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fp8_dummy, CPU, m) {
-  m.impl("emulate_cuda_init_", TORCH_FN(emulate_cuda_init));
-}
+TORCH_LIBRARY_IMPL(fp8_dummy, CPU, m) { m.impl("emulate_cuda_init_", TORCH_FN(emulate_cuda_init)); }
 
 TORCH_LIBRARY_IMPL(fp8_dummy, CompositeImplicitAutograd, m) {
   m.impl("_cuda_launch_plan", TORCH_FN(cuda_launch_plan));

@@ -17,12 +17,18 @@ namespace fp8_dummy {
 
 inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
   switch (dtype) {
-    case c10::ScalarType::Float8_e4m3fn: return cuda::Fp8Format::kE4m3fn;
-    case c10::ScalarType::Float8_e5m2: return cuda::Fp8Format::kE5m2;
-    case c10::ScalarType::Float8_e4m3fnuz: return cuda::Fp8Format::kE4m3fnuz;
-    case c10::ScalarType::Float8_e5m2fnuz: return cuda::Fp8Format::kE5m2fnuz;
-    case c10::ScalarType::Float8_e8m0fnu: return cuda::Fp8Format::kE8m0fnu;
-    default: TORCH_CHECK(false, "fp8_dummy: not an FP8 dtype: ", dtype);
+    case c10::ScalarType::Float8_e4m3fn:
+      return cuda::Fp8Format::kE4m3fn;
+    case c10::ScalarType::Float8_e5m2:
+      return cuda::Fp8Format::kE5m2;
+    case c10::ScalarType::Float8_e4m3fnuz:
+      return cuda::Fp8Format::kE4m3fnuz;
+    case c10::ScalarType::Float8_e5m2fnuz:
+      return cuda::Fp8Format::kE5m2fnuz;
+    case c10::ScalarType::Float8_e8m0fnu:
+      return cuda::Fp8Format::kE8m0fnu;
+    default:
+      TORCH_CHECK(false, "fp8_dummy: not an FP8 dtype: ", dtype);
   }
 }
 
@@ -50,7 +56,7 @@ inline std::optional<cuda::StridedLayout> to_layout(const MemoryOrder& order) {
 // the only inputs uniform_ produces. nullopt: none does (the caller then takes the
 // exact reference path). Formats with one behaviour report kSaturate when they match.
 inline std::optional<cuda::E4m3fnOverflow> pick_fp8_mode(c10::ScalarType dtype,
-                                                        const uint8_t* table) {
+                                                         const uint8_t* table) {
   const cuda::Fp8Format format = fp8_format(dtype);
   for (const auto mode : {cuda::E4m3fnOverflow::kSaturate, cuda::E4m3fnOverflow::kNan}) {
     bool same = true;

@@ -25,6 +25,8 @@ void check_init_args_op(const at::Tensor& self, double low, double high) {
 }  // namespace
 
 TORCH_LIBRARY(fp8_dummy, m) {
+  // Where the fake kernels live: torch imports it when it needs them.
+  m.set_python_module("fp8_dummy.ops");
   // Fills `self` in place with the bytes of torch's reference path
   //   t = empty_like(self, float16); t.uniform_(low, high, generator=g); self.copy_(t)
   // (self.uniform_(...) for float16 and wider), g a fresh generator of self's device
@@ -38,6 +40,16 @@ TORCH_LIBRARY(fp8_dummy, m) {
   m.def("_check_init_args(Tensor self, float low, float high) -> ()");
   m.impl("_check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_init_args_op));
+  // Tests only (CPU, init_cpu.cpp): torch's float16 uniform_ transform of the given 32-bit
+  // generator outputs (int32 tensor, bit patterns), for formula 24 (torch >= 2.12) or 11
+  // (torch <= 2.11), with or without FMA, through the AVX2 (simd) or portable kernel.
+  // Returns the float16 values.
+  m.def(
+      "_cpu_transform_test(Tensor words, float low, float high, int formula, bool fma, "
+      "bool simd) -> Tensor");
+  // Tests and diagnostics: how the CPU fast path was configured in this process (torch
+  // version's formula, FMA, self-check results), one line.
+  m.def("_cpu_fast_path_info() -> str");
 
   // ---- Device-independent mode (stateless_cpu.cpp, cuda/stateless_cuda.cu). The element
   // of self at multi-index idx takes the value that
@@ -57,8 +69,9 @@ TORCH_LIBRARY(fp8_dummy, m) {
   // on a GPU with `sm_count` SMs and `max_threads_per_sm` threads per SM, for a
   // generator at (seed, offset); returns the generator offset afterwards. FP8 and
   // float16 only; saturate_e4m3fn picks how float8_e4m3fn treats values above 448.
-  m.def("emulate_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
-        "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True) -> int");
+  m.def(
+      "emulate_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True) -> int");
   // The reference's CUDA launches for n float16 elements: [offset after, then per
   // launch: start, count, threads, steps, offset used]. Allocates nothing, so the
   // split of more than 2^30 elements can be tested anywhere.

@@ -7,16 +7,22 @@ from pathlib import Path
 
 import torch  # noqa: F401  (must be loaded before the extension)
 
-from . import _C  # noqa: F401  (loads the library, which registers torch.ops.fp8_dummy)
-from . import reference
-from .model import initialize_dummy_weights
+from . import (
+    _C,  # noqa: F401  (loads the library, which registers torch.ops.fp8_dummy)
+    reference,
+)
+from .model import initialize_dummy_weights, is_scale_tensor
 from .ops import init_
 
-__all__ = ["init_", "initialize_dummy_weights", "library_path", "reference"]
+__all__ = [
+    "init_",
+    "initialize_dummy_weights",
+    "is_scale_tensor",
+    "library_path",
+    "reference",
+]
 
 
 def library_path() -> str:
     """Path of the compiled library, for ``torch.ops.load_library`` in other processes."""
     return str(Path(_C.__file__).resolve())
-
-

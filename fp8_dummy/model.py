@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import re
+import sys
+from typing import Callable, Literal
+
 import torch
 
+from ._progress import Progress
 from .ops import init_
 
-__all__ = ["initialize_dummy_weights"]
+__all__ = ["initialize_dummy_weights", "is_scale_tensor"]
+
+# Show progress by default only for models at least this large, on a terminal.
+PROGRESS_THRESHOLD_BYTES = 1 << 30
+
+_SCALE_NAME = re.compile(r"(scale|scale_inv|_scale_[^.]*)$")
+
+
+def is_scale_tensor(name: str, tensor: torch.Tensor) -> bool:
+    """The default rule of ``scales="neutral"``: a 0-dim tensor, or one whose last name
+    component ends in ``scale`` or ``scale_inv`` or contains ``_scale_`` followed by a
+    suffix (``weight_scale``, ``input_scale``, ``k_scale``, ``weight_scale_inv``,
+    ``weight_scale_2``). Such tensors multiply FP8 values; random ±1e-3 there turns a
+    model's activations into noise or zeros, so benchmarks want 1.0 instead."""
+    return tensor.dim() == 0 or bool(_SCALE_NAME.search(name.rsplit(".", 1)[-1]))
 
 
 def initialize_dummy_weights(
@@ -14,20 +33,47 @@ def initialize_dummy_weights(
     low: float = -1e-3,
     high: float = 1e-3,
     seed: int = 1234,
+    *,
+    scales: Literal["random", "neutral"] = "random",
+    is_scale: Callable[[str, torch.Tensor], bool] = is_scale_tensor,
+    progress: bool | None = None,
 ) -> None:
     """Fill every floating-point tensor of ``model.state_dict()`` in place.
 
-    Same bytes as vLLM's loop: for each tensor, in ``state_dict()`` order, a fresh
-    generator of its device seeded with ``seed``, then the reference path
-    (:func:`fp8_dummy.reference.new_path`). A tensor that appears under several names
+    By default the bytes are those of vLLM's loop: for each tensor, in ``state_dict()``
+    order, a fresh generator of its device seeded with ``seed``, then the reference
+    path (:func:`fp8_dummy.reference.new_path`). Meta tensors are skipped (vLLM defers
+    them), integer tensors are left alone. A tensor that appears under several names
     (tied weights) gets the same values each time, so it is filled once.
+
+    scales: ``"neutral"`` sets the tensors for which ``is_scale(name, tensor)`` holds to
+        1.0 instead of random values (opt-in: it changes those bytes).
+    progress: show tensors done, bytes done and throughput (tqdm if installed, else one
+        line on stderr). ``None``: only for models of at least 1 GiB on a terminal.
     """
+    if scales not in ("random", "neutral"):
+        raise ValueError(f"scales must be 'random' or 'neutral', got {scales!r}")
+    todo = []
     seen: set[tuple[object, ...]] = set()
-    for tensor in model.state_dict().values():
-        if not torch.is_floating_point(tensor):
+    for name, tensor in model.state_dict().items():
+        if not torch.is_floating_point(tensor) or tensor.is_meta:
             continue
         key = (tensor.device, tensor.data_ptr(), tensor.dtype, tensor.shape, tensor.stride())
-        if key in seen:
-            continue
-        seen.add(key)
-        init_(tensor, low, high, seed)
+        if key not in seen:
+            seen.add(key)
+            todo.append((name, tensor))
+    total_bytes = sum(t.numel() * t.element_size() for _, t in todo)
+    if progress is None:
+        progress = total_bytes >= PROGRESS_THRESHOLD_BYTES and sys.stderr.isatty()
+    bar = Progress(len(todo), total_bytes) if progress else None
+    try:
+        for name, tensor in todo:
+            if scales == "neutral" and is_scale(name, tensor):
+                tensor.fill_(1.0)
+            else:
+                init_(tensor, low, high, seed)
+            if bar is not None:
+                bar.update(tensor)
+    finally:
+        if bar is not None:
+            bar.close()

@@ -25,6 +25,10 @@ def init_(
     with ``seed``. With ``generator``, that generator is used and advanced exactly as
     the reference advances it; ``seed`` is then ignored.
     """
+    if t.layout != torch.strided:  # the dispatcher's own message would not say why
+        raise RuntimeError(
+            f"fp8_dummy.init_: only strided tensors are supported, got layout {t.layout}"
+        )
     if generator is None:
         torch.ops.fp8_dummy.init_.default(t, low, high, seed)
     else:
@@ -33,7 +37,7 @@ def init_(
 
 
 @torch.library.register_fake("fp8_dummy::init_")
-def _init_fake(t: torch.Tensor, low: float, high: float, seed: int) -> None:
+def _init_fake(t: torch.Tensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234) -> None:
     torch.ops.fp8_dummy._check_init_args(t, low, high)
 
 

@@ -38,15 +38,36 @@ fi
 so="$(ls "$OUT"/lib/fp8_dummy/_C*.so)"
 echo "compiled in $(( $(date +%s) - start )) s: $(basename "$so") (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 
+# The device headers are torch-free (issue #4): a kernel of anyone's, nvcc alone, C++17.
+cat > "$OUT/headers_only.cu" <<'CU'
+#include "fp8_dummy/cuda/fp8_convert.h"
+#include "fp8_dummy/cuda/layout.h"
+#include "fp8_dummy/cuda/philox.h"
+#include "fp8_dummy/cuda/uniform.h"
+using namespace fp8_dummy::cuda;
+__global__ void fill(uint8_t* out, int64_t n, UniformParams p, uint64_t seed) {
+  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const Words4 w = philox_words(seed, idx, 0, 0);
+  const uint16_t h = half2_to_fp8x2<Fp8Format::kE4m3fn>(uniform_half2(w.w[0], w.w[1], p), true,
+                                                       E4m3fnOverflow::kSaturate);
+  if (idx < n) out[idx] = static_cast<uint8_t>(h);
+}
+CU
+arch="sm_$(echo "${TORCH_CUDA_ARCH_LIST%%;*}" | tr -d '.+PTX')"
+nvcc -std=c++17 -arch="$arch" -Werror all-warnings -I"$ROOT/include" -c "$OUT/headers_only.cu" \
+  -o "$OUT/headers_only.o"
+echo "torch-free device headers: compiled with nvcc alone ($arch)"
+
 # Smoke test: the package from the source tree with the CUDA-built library in it.
 mkdir -p "$OUT/pkg"
 cp -r fp8_dummy "$OUT/pkg/"
 rm -f "$OUT"/pkg/fp8_dummy/_C*.so
 cp "$so" "$OUT/pkg/fp8_dummy/"
-cp -r tests "$OUT/pkg/"
+cp -r tests include "$OUT/pkg/"
 # The tests find the shared known-answer files beside the repository.
 [[ -d "$ROOT/../shared" ]] && ln -s "$ROOT/../shared" "$OUT/shared"
 cd "$OUT/pkg"
 "$PY" -c 'import torch, fp8_dummy; assert torch.ops.fp8_dummy.init_.default.has_kernel_for_dispatch_key("CUDA"), "no CUDA kernel registered"; print("CUDA kernels registered")'
-"$PY" -m pytest -q -p no:cacheprovider tests/test_philox.py tests/test_cuda_emulator.py tests/test_cuda.py \
-  tests/test_stateless.py tests/test_stateless_host.py tests/test_stateless_cuda.py tests/test_distributed.py
+"$PY" -m pytest -q -p no:cacheprovider tests/test_philox.py tests/test_cuda_emulator.py tests/test_headers_standalone.py \
+  tests/test_cuda.py tests/test_stateless.py tests/test_stateless_host.py tests/test_stateless_cuda.py \
+  tests/test_distributed.py

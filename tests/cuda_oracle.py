@@ -23,8 +23,12 @@ def philox(c0, c1, c2, c3, k0, k1):
     for r in range(10):
         p0 = np.uint64(0xD2511F53) * c[0]
         p1 = np.uint64(0xCD9E8D57) * c[2]
-        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & MASK, (p0 >> np.uint64(32)) ^ c[3] ^ k1,
-             p0 & MASK]
+        c = [
+            (p1 >> np.uint64(32)) ^ c[1] ^ k0,
+            p1 & MASK,
+            (p0 >> np.uint64(32)) ^ c[3] ^ k1,
+            p0 & MASK,
+        ]
         if r < 9:
             k0 = (k0 + np.uint64(0x9E3779B9)) & MASK
             k1 = (k1 + np.uint64(0xBB67AE85)) & MASK
@@ -116,11 +120,17 @@ def reference_halves(n, low, high, seed, offset, sm, mt):
         idx = m % np.uint64(threads)
         q = m // np.uint64(threads)
         pos = np.uint64(used // 4) + q // np.uint64(4)
-        w = philox(pos & MASK, pos >> np.uint64(32), idx & MASK, idx >> np.uint64(32),
-                   seed & 0xFFFFFFFF, seed >> 32)
+        w = philox(
+            pos & MASK,
+            pos >> np.uint64(32),
+            idx & MASK,
+            idx >> np.uint64(32),
+            seed & 0xFFFFFFFF,
+            seed >> 32,
+        )
         ii = (q % np.uint64(4)).astype(np.int64)
         words = np.choose(ii, w)
-        out[start:start + count] = uniform_halves_from_words(words, low, high)
+        out[start : start + count] = uniform_halves_from_words(words, low, high)
     return out, after
 
 
@@ -156,8 +166,12 @@ def fp8_table(name: str, saturate: bool = True) -> np.ndarray:
     values = np.array([_decode(c, ebits, mbits, bias) for c in range(top + 1)])
     # The next code point past the largest finite one stands for "overflow"; its code
     # top + 1 has the parity round-to-even needs.
-    values = np.append(values, _decode(top + 1, ebits, mbits, bias) if not fnuz else 2.0 * (
-        values[-1] - values[-2]) * 2**mbits)
+    values = np.append(
+        values,
+        _decode(top + 1, ebits, mbits, bias)
+        if not fnuz
+        else 2.0 * (values[-1] - values[-2]) * 2**mbits,
+    )
     i = np.clip(np.searchsorted(values, np.where(np.isfinite(v), v, 0)), 1, top + 1)
     lo, hi = values[i - 1], values[i]
     with np.errstate(invalid="ignore"):
@@ -174,5 +188,6 @@ def fp8_table(name: str, saturate: bool = True) -> np.ndarray:
         code = np.where(np.isnan(v), 0x7F, code)
         return (code | np.where(neg, 0x80, 0)).astype(np.uint8)
     code = np.where(neg & (code != 0), code | 0x80, code)
-    return np.where((code > top) & ~neg | ~np.isfinite(v) | (v >= values[-1]), 0x80,
-                    code).astype(np.uint8)
+    return np.where((code > top) & ~neg | ~np.isfinite(v) | (v >= values[-1]), 0x80, code).astype(
+        np.uint8
+    )

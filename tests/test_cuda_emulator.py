@@ -10,12 +10,13 @@ import torch
 np = pytest.importorskip("numpy")  # the oracle is numpy
 
 import cuda_oracle as oracle  # noqa: E402
+
 import fp8_dummy  # noqa: E402,F401  (registers the ops)
 from fp8_dummy.emulator import A100, H200, cuda_launch_plan, emulate_cuda_init_  # noqa: E402
 
 FP8 = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
 BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
-DEVICES = {"H200": H200, "A100": A100}
+DEVICES = {"H200": H200, "A100": A100, "small": (3, 1536)}  # small: T = 4608, many steps
 
 
 def torch_saturates_e4m3fn() -> bool:
@@ -57,12 +58,22 @@ def check(t, low=-1.0, high=1.0, seed=1234, offset=0, device=H200, saturate=True
     as_int = torch.uint8 if t.element_size() == 1 else torch.int16
     for poison in (0x55, 0xAA):
         storage_bytes(t).fill_(poison)
-        after = emulate_cuda_init_(t, low, high, seed, offset=offset, sm_count=device[0],
-                                   max_threads_per_sm=device[1], saturate_e4m3fn=saturate)
+        after = emulate_cuda_init_(
+            t,
+            low,
+            high,
+            seed,
+            offset=offset,
+            sm_count=device[0],
+            max_threads_per_sm=device[1],
+            saturate_e4m3fn=saturate,
+        )
         assert after == want_after
         assert torch.equal(t.view(as_int), want.view(as_int))
         storage = storage_bytes(t).view(as_int)
-        fill = poison if as_int == torch.uint8 else poison * 0x101 - (0x10000 if poison > 0x7F else 0)
+        fill = (
+            poison if as_int == torch.uint8 else poison * 0x101 - (0x10000 if poison > 0x7F else 0)
+        )
         assert bool((storage[outside_view(t)] == fill).all())
 
 
@@ -87,7 +98,9 @@ def test_large_odd_size_seed_and_offset():
 
 @pytest.mark.parametrize("seed", [0, 1, 1234, 2**32 + 7, 2**63 - 1, -1])
 def test_seeds(seed):
-    check(torch.empty(70_001, dtype=torch.float8_e4m3fn), -1.0, 1.0, seed=seed, offset=4 * seed % 64)
+    check(
+        torch.empty(70_001, dtype=torch.float8_e4m3fn), -1.0, 1.0, seed=seed, offset=4 * seed % 64
+    )
 
 
 def test_e4m3fn_nan_mode():
@@ -100,7 +113,8 @@ LAYOUTS = {
     "transposed": lambda dt: torch.empty(301, 517, dtype=dt).t(),
     "gaps": lambda dt: torch.empty(97, 2 * 263, dtype=dt)[:, ::2],
     "channels_last": lambda dt: torch.empty(3, 17, 29, 31, dtype=dt).to(
-        memory_format=torch.channels_last),
+        memory_format=torch.channels_last
+    ),
     "storage_offset": lambda dt: torch.empty(100_003, dtype=dt)[5:],
     "permuted_gaps": lambda dt: torch.empty(9, 31, 3 * 37, dtype=dt).permute(2, 0, 1)[::3],
     "many_dims": lambda dt: torch.empty([4] * 8, dtype=dt)[(slice(None, None, 2),) * 8],
@@ -130,8 +144,18 @@ def test_bad_inputs():
 
 # ---- launches and the split of more than 2^30 elements -------------------------------
 
-SPLIT_SIZES = [1, 270_335, 270_336, 270_337, 2**30 - 1, 2**30, 2**30 + 1, 152_064 * 8192,
-               3 * 2**30 + 5, 2**33 + 12_345]
+SPLIT_SIZES = [
+    1,
+    270_335,
+    270_336,
+    270_337,
+    2**30 - 1,
+    2**30,
+    2**30 + 1,
+    152_064 * 8192,
+    3 * 2**30 + 5,
+    2**33 + 12_345,
+]
 
 
 @pytest.mark.parametrize("device", DEVICES.values(), ids=DEVICES.keys())
@@ -151,6 +175,7 @@ def test_split_example_from_reference():
 
 
 # ---- FP8 conversions and the CUDA probe's mode choice --------------------------------
+
 
 @pytest.mark.parametrize("name", FP8)
 @pytest.mark.parametrize("saturate", [True, False])

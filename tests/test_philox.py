@@ -8,8 +8,9 @@ import torch
 
 np = pytest.importorskip("numpy")  # the oracle is numpy
 
-import fp8_dummy  # noqa: E402,F401  (registers the ops)
 from cuda_oracle import SHARED, philox  # noqa: E402
+
+import fp8_dummy  # noqa: E402,F401  (registers the ops)
 
 KAT = SHARED / "philox_kat.txt"
 

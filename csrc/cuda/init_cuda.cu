@@ -6,13 +6,13 @@
 // reference itself, self.uniform_.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
-#include <ATen/cuda/CUDAGraphsUtils.cuh>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <ATen/cuda/CUDAGraphsUtils.cuh>
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -50,11 +50,11 @@ std::optional<at::Tensor> hw_table(const at::Tensor& self, cuda::Fp8Format forma
   auto out = at::empty({65536}, self.options().dtype(at::kByte));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   if (format == cuda::Fp8Format::kE4m3fn) {
-    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE4m3fn><<<128, 256, 0, stream>>>(
-        out.mutable_data_ptr<uint8_t>());
+    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE4m3fn>
+        <<<128, 256, 0, stream>>>(out.mutable_data_ptr<uint8_t>());
   } else if (format == cuda::Fp8Format::kE5m2) {
-    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE5m2><<<128, 256, 0, stream>>>(
-        out.mutable_data_ptr<uint8_t>());
+    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE5m2>
+        <<<128, 256, 0, stream>>>(out.mutable_data_ptr<uint8_t>());
   } else {
     return std::nullopt;
   }
@@ -203,7 +203,8 @@ void init_generator_cuda(at::Tensor& self, double low, double high,
   const bool given = gen.has_value() && gen->defined();
   TORCH_CHECK(!given || gen->device().is_cuda(),
               "fp8_dummy.init_: expected a generator of device type 'cuda' for a CUDA tensor, "
-              "got one of device '", given ? gen->device().str() : "", "'");
+              "got one of device '",
+              given ? gen->device().str() : "", "'");
   if (self.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(self.device());
   fill(self, low, high,

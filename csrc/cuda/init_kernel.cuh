@@ -12,7 +12,6 @@
 #pragma once
 
 #include <ATen/cuda/PhiloxUtils.cuh>
-
 #include <cstdint>
 
 #include "fp8_dummy/cuda/fp8_convert.h"
@@ -28,11 +27,11 @@ constexpr int kGroup = 4;  // reference threads per kernel thread
 
 // One reference launch (one 32-bit piece) of the temp.
 struct PieceArgs {
-  uint8_t* data;       // self's data pointer: element offsets of `layout` count from here
-  int64_t start;       // the piece's first element in the temp's memory order
-  int64_t count;       // elements in the piece (<= 2^30)
-  int64_t threads;     // the reference launch's thread count T (a multiple of 256)
-  int64_t steps;       // its grid-stride steps
+  uint8_t* data;    // self's data pointer: element offsets of `layout` count from here
+  int64_t start;    // the piece's first element in the temp's memory order
+  int64_t count;    // elements in the piece (<= 2^30)
+  int64_t threads;  // the reference launch's thread count T (a multiple of 256)
+  int64_t steps;    // its grid-stride steps
   at::PhiloxCudaState philox;
   cuda::UniformParams uniform;
   cuda::E4m3fnOverflow overflow;
@@ -76,10 +75,35 @@ __device__ __forceinline__ void store4(const PieceArgs& a, int64_t m, uint32_t b
   } else {
 #pragma unroll
     for (int q = 0; q < kGroup; ++q) {
-      if (m + q < a.count) a.data[a.layout.offset(pos + q)] = static_cast<uint8_t>(bytes >> (8 * q));
+      if (m + q < a.count)
+        a.data[a.layout.offset(pos + q)] = static_cast<uint8_t>(bytes >> (8 * q));
     }
   }
 }
+
+// Walks work item w = step * groups + group, w = thread, thread + stride, ... < steps *
+// groups, keeping (step, group) in step with an add and a carry rather than a
+// division per item.
+struct WorkWalk {
+  uint32_t groups, step, group, stride_steps, stride_groups;
+
+  __device__ WorkWalk(uint32_t groups_) : groups(groups_) {
+    const uint32_t w = blockIdx.x * blockDim.x + threadIdx.x;
+    const uint32_t stride = gridDim.x * blockDim.x;
+    step = w / groups;
+    group = w - step * groups;
+    stride_steps = stride / groups;
+    stride_groups = stride - stride_steps * groups;
+  }
+  __device__ void next() {
+    step += stride_steps;
+    group += stride_groups;
+    if (group >= groups) {
+      group -= groups;
+      ++step;
+    }
+  }
+};
 
 template <cuda::Fp8Format F, bool kLinear>
 __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
@@ -87,17 +111,16 @@ __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
   const auto seeds = at::cuda::philox::unpack(a.philox);
   const uint64_t seed = std::get<0>(seeds);
   const uint64_t offset = std::get<1>(seeds);
-  const uint32_t groups = static_cast<uint32_t>(a.threads / kGroup);
-  const uint32_t items = work_items(a.threads, a.steps);
-  for (uint32_t w = blockIdx.x * blockDim.x + threadIdx.x; w < items; w += gridDim.x * blockDim.x) {
-    const uint32_t step = w / groups;
-    const int64_t idx = static_cast<int64_t>(w - step * groups) * kGroup;
+  const auto steps = static_cast<uint32_t>(a.steps);
+  for (WorkWalk walk(static_cast<uint32_t>(a.threads / kGroup)); walk.step < steps; walk.next()) {
+    const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
     cuda::Words4 words[kGroup];
 #pragma unroll
-    for (int q = 0; q < kGroup; ++q) words[q] = cuda::philox_words(seed, idx + q, offset, step);
+    for (int q = 0; q < kGroup; ++q)
+      words[q] = cuda::philox_words(seed, idx + q, offset, walk.step);
 #pragma unroll
     for (int ii = 0; ii < 4; ++ii) {
-      const int64_t m = cuda::element_of(idx, step, ii, a.threads);
+      const int64_t m = cuda::element_of(idx, walk.step, ii, a.threads);
       if (m >= a.count) break;  // later words land further on
       store4<kLinear>(a, m, four_bytes<F>(words, ii, a));
     }
@@ -119,20 +142,17 @@ __global__ void hw_table_kernel(uint8_t* out) {
 // The benchmark's roofline: the same Philox calls, folded into one word per thread.
 __global__ void __launch_bounds__(kBlock)
     philox_roofline_kernel(int32_t* out, int64_t threads, int64_t steps, uint64_t seed) {
-  const uint32_t groups = static_cast<uint32_t>(threads / kGroup);
-  const uint32_t items = work_items(threads, steps);
   uint32_t fold = 0;
-  const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
-  for (uint32_t w = tid; w < items; w += gridDim.x * blockDim.x) {
-    const uint32_t step = w / groups;
-    const int64_t idx = static_cast<int64_t>(w - step * groups) * kGroup;
+  const auto last = static_cast<uint32_t>(steps);
+  for (WorkWalk walk(static_cast<uint32_t>(threads / kGroup)); walk.step < last; walk.next()) {
+    const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
 #pragma unroll
     for (int q = 0; q < kGroup; ++q) {
-      const cuda::Words4 words = cuda::philox_words(seed, idx + q, 0, step);
+      const cuda::Words4 words = cuda::philox_words(seed, idx + q, 0, walk.step);
       fold ^= words.w[0] ^ words.w[1] ^ words.w[2] ^ words.w[3];
     }
   }
-  out[tid] = static_cast<int32_t>(fold);
+  out[blockIdx.x * blockDim.x + threadIdx.x] = static_cast<int32_t>(fold);
 }
 
 }  // namespace cuda_kernels

@@ -110,11 +110,16 @@ FP8_DUMMY_HD uint8_t half_to_e8m0fnu(uint16_t h) {
 
 FP8_DUMMY_HD uint8_t half_to_fp8(uint16_t h, Fp8Format format, E4m3fnOverflow overflow) {
   switch (format) {
-    case Fp8Format::kE4m3fn: return half_to_e4m3fn(h, overflow);
-    case Fp8Format::kE5m2: return half_to_e5m2(h);
-    case Fp8Format::kE4m3fnuz: return half_to_fnuz(h, 3, -7);
-    case Fp8Format::kE5m2fnuz: return half_to_fnuz(h, 2, -15);
-    default: return half_to_e8m0fnu(h);
+    case Fp8Format::kE4m3fn:
+      return half_to_e4m3fn(h, overflow);
+    case Fp8Format::kE5m2:
+      return half_to_e5m2(h);
+    case Fp8Format::kE4m3fnuz:
+      return half_to_fnuz(h, 3, -7);
+    case Fp8Format::kE5m2fnuz:
+      return half_to_fnuz(h, 2, -15);
+    default:
+      return half_to_e8m0fnu(h);
   }
 }
 
@@ -125,9 +130,12 @@ FP8_DUMMY_HD uint8_t half_to_fp8(uint16_t h, Fp8Format format, E4m3fnOverflow ov
 // the call on the host and picks the path per launch.
 FP8_DUMMY_HD float hw_limit(Fp8Format format, E4m3fnOverflow overflow) {
   switch (format) {
-    case Fp8Format::kE4m3fn: return overflow == E4m3fnOverflow::kSaturate ? 65504.0f : 448.0f;
-    case Fp8Format::kE5m2: return 57344.0f;
-    default: return 0.0f;
+    case Fp8Format::kE4m3fn:
+      return overflow == E4m3fnOverflow::kSaturate ? 65504.0f : 448.0f;
+    case Fp8Format::kE5m2:
+      return 57344.0f;
+    default:
+      return 0.0f;
   }
 }
 

@@ -100,7 +100,7 @@ FP8_DUMMY_HD float word_to_unit(uint32_t x) {
 // float16 (double -> float -> half, as static_cast<c10::Half>(double) does) and
 // range = float(half(float(to) - float(from))) (c10::Half subtraction).
 struct UniformParams {
-  float from;        // float(from_h)
+  float from;  // float(from_h)
   float range;
   uint16_t from_h;
   uint16_t to_h;
@@ -129,23 +129,19 @@ FP8_DUMMY_HD uint16_t uniform_half(uint32_t word, const UniformParams& p) {
   return equal ? p.from_h : v;
 }
 
-// Two elements at once, low half first: the same values, with one packed float ->
-// float16 conversion instruction for both on the device.
+// Two elements at once, low half first: the same values, on the device with one
+// packed float -> float16 conversion and one packed comparison (IEEE equality of the
+// halves is the reference's float equality, -0 == +0 included) for both.
 FP8_DUMMY_HD uint32_t uniform_half2(uint32_t word_lo, uint32_t word_hi, const UniformParams& p) {
 #if defined(__CUDA_ARCH__)
   const float lo = __fmaf_rn(word_to_unit(word_lo), p.range, p.from);
   const float hi = __fmaf_rn(word_to_unit(word_hi), p.range, p.from);
   const __half2 pair = __floats2half2_rn(lo, hi);
+  const __half to = __ushort_as_half(p.to_h);
+  const uint32_t equal = __heq2_mask(pair, __halves2half2(to, to));  // 0xffff per equal lane
   const uint32_t v = __half_as_ushort(__low2half(pair)) |
                      (static_cast<uint32_t>(__half_as_ushort(__high2half(pair))) << 16);
-  uint32_t out = 0;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    uint32_t h = (v >> (16 * i)) & 0xffffu;
-    if (h == p.to_h || ((h | p.to_h) & 0x7fffu) == 0) h = p.from_h;
-    out |= h << (16 * i);
-  }
-  return out;
+  return (v & ~equal) | ((p.from_h * 0x10001u) & equal);
 #else
   return uniform_half(word_lo, p) | (static_cast<uint32_t>(uniform_half(word_hi, p)) << 16);
 #endif
@@ -206,8 +202,8 @@ void for_each_32bit_piece(int64_t start, int64_t n, Launch& launch) {
 // values from the generator and returns what the launch needs (e.g. a
 // PhiloxCudaState); `launch(start, count, grid, reserved)` runs one piece.
 template <typename Reserve, typename Launch>
-void reference_launches(int64_t n, int64_t sm_count, int64_t max_threads_per_sm,
-                        Reserve&& reserve, Launch&& launch) {
+void reference_launches(int64_t n, int64_t sm_count, int64_t max_threads_per_sm, Reserve&& reserve,
+                        Launch&& launch) {
   const ReferenceGrid whole = reference_grid(n, sm_count, max_threads_per_sm);
   auto reserved = reserve(whole.counter_offset);
   if (n <= kMax32BitHalfElements) {

@@ -1,0 +1,230 @@
+// Per-element transform of torch's CPU float16 uniform_ (REFERENCE.md §4): one 32-bit
+// mt19937 output -> float16 bits, for the two formulas torch has used:
+//   kBits24 (torch >= 2.12): x = (r & 0xFFFFFF) * 2^-24; v = x * range + low in float, with
+//     range = float(high) - float(low), low = float(low); contracted to one FMA in torch's
+//     AVX2/AVX512 kernels, a rounded multiply then a rounded add in its DEFAULT kernel;
+//     h = half(v); if h == half(high) (as floats, so +0 == -0) then h = half(low).
+//   kBits11 (torch <= 2.11): x = (r & 0x7FF) * 2^-11; the bounds are halves from_h, to_h and
+//     range = half(to_h - from_h); v = x * float(range) + float(from_h); h = half(v); no
+//     clamp. The product has at most 22 significant bits, so it is exact and FMA or not gives
+//     the same bytes.
+// float -> half is round-to-nearest-even in c10::Half and in F16C's vcvtps2ph (imm 0), which
+// also keeps subnormal results whatever MXCSR.FTZ says, as c10's software conversion does.
+#pragma once
+
+#include <c10/util/Half.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/mt19937_simd.h"
+
+namespace fp8_dummy {
+namespace cpu {
+
+enum class Formula : int { kBits11 = 11, kBits24 = 24 };
+
+struct UniformParams {
+  uint32_t mask;
+  float scale;  // 2^-bits: exact, so (r & mask) * scale is exact too
+  float range;
+  float low;
+  bool fma;
+  bool clamp;
+  uint16_t to_bits;    // half(high): the value that is replaced (kBits24 only)
+  uint16_t from_bits;  // half(low): its replacement
+};
+
+inline UniformParams make_uniform_params(double low, double high, Formula formula, bool fma) {
+  UniformParams p{};
+  p.fma = fma;
+  if (formula == Formula::kBits24) {
+    p.mask = 0xFFFFFFu;
+    p.scale = 1.0f / 16777216.0f;
+    // As uniform_kernel: opmath (float) bounds, their difference rounded to float.
+    const float from = static_cast<float>(low);
+    const float to = static_cast<float>(high);
+    p.range = to - from;
+    p.low = from;
+    p.clamp = true;
+    // static_cast<c10::Half>(double) goes through float, as in the kernel.
+    p.to_bits = c10::Half(static_cast<float>(high)).x;
+    p.from_bits = c10::Half(static_cast<float>(low)).x;
+  } else {
+    p.mask = 0x7FFu;
+    p.scale = 1.0f / 2048.0f;
+    const c10::Half from_h(static_cast<float>(low));
+    const c10::Half to_h(static_cast<float>(high));
+    const c10::Half range_h = to_h - from_h;  // c10's half arithmetic: float op, then round
+    p.range = static_cast<float>(range_h);
+    p.low = static_cast<float>(from_h);
+    p.clamp = false;
+  }
+  return p;
+}
+
+inline bool half_equal(uint16_t a, uint16_t b) {
+  return a == b || ((a | b) & 0x7FFFu) == 0;  // no NaN can occur: bounds are finite
+}
+
+// fmaf(x, y, z) when x * y is exact in double (x and y have at most 24 significant bits),
+// without an FMA instruction (std::fma is a slow library call on baseline x86-64). The sum
+// s = RN_double(x*y + z) can round to a float midpoint it was not, so with a nonzero rest
+// (TwoSum) s is made round-to-odd: an even last bit is moved one ulp towards the exact sum.
+// Then no float or float midpoint lies between s and the exact sum, so both round alike.
+inline float fma_exact_product(float x, float y, float z) {
+#if defined(__FP_FAST_FMAF) || defined(FP_FAST_FMAF)
+  return std::fma(x, y, z);  // the target has an FMA instruction (aarch64, x86 with -mfma)
+#endif
+  const double a = static_cast<double>(x) * static_cast<double>(y);
+  const double b = static_cast<double>(z);
+  double s = a + b;
+  const double bb = s - a;
+  const double err = (a - (s - bb)) + (b - bb);
+  if (err != 0.0) {
+    uint64_t bits;
+    std::memcpy(&bits, &s, sizeof bits);
+    if ((bits & 1u) == 0) {
+      // s == 0 cannot happen here (a sum of doubles that rounds to 0 is exactly 0), so
+      // the sign of s tells which way along the bits is away from zero.
+      bits += ((err > 0.0) == (s > 0.0)) ? 1 : -1;
+      std::memcpy(&s, &bits, sizeof bits);
+    }
+  }
+  return static_cast<float>(s);
+}
+
+// Portable form, `r` a tempered word. No contraction can sneak in: the FMA case is emulated
+// above, the other rounds the (exact, 48-bit) double product to float before the add.
+inline uint16_t transform_scalar(uint32_t r, const UniformParams& p) {
+  const float x = static_cast<float>(r & p.mask) * p.scale;
+  float v;
+  if (p.fma) {
+    v = fma_exact_product(x, p.range, p.low);
+  } else {
+    const float prod = static_cast<float>(static_cast<double>(x) * static_cast<double>(p.range));
+    v = prod + p.low;
+  }
+  const uint16_t h = c10::Half(v).x;
+  return p.clamp && half_equal(h, p.to_bits) ? p.from_bits : h;
+}
+
+inline void transform_block_scalar(const uint32_t* words, int64_t n, bool temper,
+                                   const UniformParams& p, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = transform_scalar(temper ? mt_temper(words[i]) : words[i], p);
+  }
+}
+
+#ifdef FP8_DUMMY_X86
+
+// The parameters as vectors, made once per block: built inside the loop they were reloaded
+// on every iteration (the uint16_t stores may alias UniformParams's uint16_t fields).
+struct UniformVectors {
+  __m256i mask;
+  __m256 scale, range, low;
+  __m128i to, from;
+};
+
+__attribute__((target("avx2"))) inline UniformVectors make_uniform_vectors(const UniformParams& p) {
+  return {_mm256_set1_epi32(static_cast<int>(p.mask)),
+          _mm256_set1_ps(p.scale),
+          _mm256_set1_ps(p.range),
+          _mm256_set1_ps(p.low),
+          _mm_set1_epi16(static_cast<int16_t>(p.to_bits)),
+          _mm_set1_epi16(static_cast<int16_t>(p.from_bits))};
+}
+
+// kClamp: 0 none (kBits11); 1 half(high) is not a zero, so "equal as floats" is "same bits";
+// 2 half(high) is a zero, which -0 and +0 both equal.
+template <bool kFma, int kClamp>
+__attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(__m256i r,
+                                                                        const UniformVectors& p) {
+  // Masked words are below 2^24: the signed conversion is exact, and so is the scaling.
+  const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(r, p.mask)), p.scale);
+  __m256 v;
+  if (kFma) {
+    v = _mm256_fmadd_ps(x, p.range, p.low);
+  } else {
+    // GCC contracts a multiply and an add into an FMA even when written as intrinsics
+    // (-ffp-contract=fast, and this function may use FMA): the empty asm makes the rounded
+    // product a value the compiler cannot see through. (The self-check caught this.)
+    __m256 prod = _mm256_mul_ps(x, p.range);
+    __asm__("" : "+x"(prod));
+    v = _mm256_add_ps(prod, p.low);
+  }
+  __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+  if (kClamp != 0) {
+    // Equal to half(high) as floats: same bits, or both zeros (the sign bit aside).
+    __m128i hit = _mm_cmpeq_epi16(h, p.to);
+    if (kClamp == 2) {
+      hit = _mm_or_si128(
+          hit, _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_setzero_si128()));
+    }
+    h = _mm_blendv_epi8(h, p.from, hit);
+  }
+  return h;
+}
+
+template <bool kFma, int kClamp>
+__attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
+    const uint32_t* words, int64_t n, bool temper, const UniformParams& params, uint16_t* out) {
+  const UniformVectors p = make_uniform_vectors(params);
+  int64_t i = 0;
+  if (temper) {
+    for (; i + 8 <= n; i += 8) {
+      const __m256i r =
+          mt_temper8_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
+    }
+  }
+  if (i < n) {  // the tail through the same vector code, so it cannot differ
+    alignas(32) uint32_t tail[8] = {};
+    alignas(16) uint16_t res[8];
+    for (int64_t j = i; j < n; ++j) tail[j - i] = words[j];
+    __m256i r = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+    if (temper) r = mt_temper8_avx2(r);
+    _mm_store_si128(reinterpret_cast<__m128i*>(res), transform8_avx2<kFma, kClamp>(r, p));
+    for (int64_t j = i; j < n; ++j) out[j] = res[j - i];
+  }
+}
+
+template <bool kFma>
+inline void transform_block_avx2_fma(const uint32_t* words, int64_t n, bool temper,
+                                     const UniformParams& p, uint16_t* out) {
+  if (!p.clamp) return transform_block_avx2_impl<kFma, 0>(words, n, temper, p, out);
+  if (p.to_bits & 0x7FFF) return transform_block_avx2_impl<kFma, 1>(words, n, temper, p, out);
+  transform_block_avx2_impl<kFma, 2>(words, n, temper, p, out);
+}
+
+inline void transform_block_avx2(const uint32_t* words, int64_t n, bool temper,
+                                 const UniformParams& p, uint16_t* out) {
+  p.fma ? transform_block_avx2_fma<true>(words, n, temper, p, out)
+        : transform_block_avx2_fma<false>(words, n, temper, p, out);
+}
+
+#endif  // FP8_DUMMY_X86
+
+// Whether this CPU (checked at run time) can run the AVX2 forms; the build's baseline
+// flags are not assumed.
+inline bool cpu_has_avx2_fma_f16c() {
+#ifdef FP8_DUMMY_X86
+  static const bool ok = [] {
+    __builtin_cpu_init();  // normally done by a constructor already; harmless again
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+}  // namespace cpu
+}  // namespace fp8_dummy

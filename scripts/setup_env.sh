@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates (or reuses) a virtual environment and builds fp8_dummy into it.
+#   FP8_DUMMY_VENV   where (default: .venv in the repository)
+#   TORCH_SPEC       which torch to install (default: torch==2.13.0; "none" keeps the
+#                    venv's torch, e.g. one made with --system-site-packages)
+#   FP8_DUMMY_CUDA   1/0 forces the CUDA build on/off (default: on for a CUDA torch + nvcc)
+# Prints the venv's python path on its last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${FP8_DUMMY_VENV:-.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" >&2
+fi
+py="$venv/bin/python"
+pkgs=(numpy pytest ninja setuptools wheel)
+if [ "${TORCH_SPEC:-torch==2.13.0}" != none ]; then
+  pkgs+=("${TORCH_SPEC:-torch==2.13.0}")
+fi
+"$py" -m pip install -q --disable-pip-version-check "${pkgs[@]}" >&2
+"$py" -m pip install -q --disable-pip-version-check --no-build-isolation -e . >&2
+echo "$py"

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # for `import oracle`
+
+FP8_DTYPES = [
+    getattr(torch, name)
+    for name in (
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+    )
+    if hasattr(torch, name)
+]
+WIDE_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
+
+
+def torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def cpu_formula() -> dict:
+    """Which CPU uniform_ formula the installed torch uses (REFERENCE.md §4)."""
+    formula = "24bit" if torch_version() >= (2, 12) else "11bit"
+    # torch's AVX2/AVX512 kernels contract the multiply-add into an FMA, the
+    # DEFAULT (non-vectorized) build does not.
+    fma = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
+    # CPU copy_ to float8_e4m3fn saturates from torch 2.13 on (REFERENCE.md §5).
+    return {"formula": formula, "fma": fma, "saturate_e4m3fn": torch_version() >= (2, 13)}
+
+
+def storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """All bytes of t's storage (including those outside a view)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def poison(t: torch.Tensor, byte: int = 0x55) -> torch.Tensor:
+    """Fill every byte of t's storage with `byte` so unwritten bytes show up."""
+    storage_bytes(t).fill_(byte)
+    return t
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """Logical-order bytes of t (contiguous copy, so layouts compare elementwise)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    torch.manual_seed(0)
