@@ -3,6 +3,7 @@
 #include <ATen/ops/arange.h>
 #include <c10/util/irange.h>
 #include <c10/util/safe_numerics.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <cstring>
@@ -146,5 +147,38 @@ std::array<uint8_t, 2048> stateless_fp8_table(c10::ScalarType dtype,
   for (uint32_t bits = 0; bits < 2048; ++bits) out[bits] = copy[halves[bits]];
   return out;
 }
+
+namespace {
+
+// The Meta kernel (used by FakeTensor, so by torch.compile and opcheck): every check,
+// no data. A C++ Meta kernel rather than a Python fake: ops.cpp names fp8_dummy.ops as
+// the one Python module allowed to register fakes, and this mode lives apart from it.
+void init_stateless_meta(at::Tensor& self, double low, double high, int64_t /*seed*/,
+                         int64_t /*key_offset*/, int64_t element_offset,
+                         at::OptionalIntArrayRef element_strides) {
+  if (!self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    check_stateless_args(self, low, high, element_offset, element_strides);
+    return;
+  }
+  // Symbolic shapes (dynamic torch.compile): the checks that need no concrete size; the
+  // real kernel runs the rest.
+  check_init_args(self, low, high);
+  TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
+              element_offset);
+  if (element_strides.has_value()) {
+    TORCH_CHECK(static_cast<int64_t>(element_strides->size()) == self.dim(),
+                "fp8_dummy.init_stateless_: element_strides needs one entry per dimension of "
+                "self (",
+                self.dim(), "), got ", element_strides->size());
+    for (const int64_t stride : *element_strides) {
+      TORCH_CHECK(stride >= 0, "fp8_dummy.init_stateless_: element_strides must be >= 0, got ",
+                  stride);
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy, Meta, m) { m.impl("init_stateless_", TORCH_FN(init_stateless_meta)); }
 
 }  // namespace fp8_dummy

@@ -113,17 +113,3 @@ def shard_slices(
     offsets[dim] = start
     shape[dim] = stop - start
     return shape, offsets
-
-
-@torch.library.register_fake("fp8_dummy::init_stateless_")
-def _init_stateless_fake(
-    t: torch.Tensor,
-    low: float,
-    high: float,
-    seed: int,
-    *,
-    key_offset: int = 0,
-    element_offset: int = 0,
-    element_strides: Sequence[int] | None = None,
-) -> None:
-    torch.ops.fp8_dummy._check_init_args(t, low, high)
