@@ -59,6 +59,19 @@ TORCH_LIBRARY(fp8_dummy, m) {
   // version's formula, FMA, self-check results), one line.
   m.def("_cpu_fast_path_info() -> str");
 
+  // ---- Device-independent mode (stateless_cpu.cpp, cuda/stateless_cuda.cu). The element
+  // of self at multi-index idx takes the value that
+  //   torch.func._random.uniform_(key, t, low=low, high=high), key = (seed, key_offset),
+  // gives element e = element_offset + sum(idx[d] * element_strides[d]) of a contiguous
+  // tensor t (float16 for FP8 self, then converted as copy_ does; self's dtype otherwise).
+  // element_strides defaults to the row-major strides of self's shape (e = the logical
+  // index); a shard of a global tensor passes its offset and the global tensor's strides.
+  // The bytes depend only on (seed, key_offset, e, bounds, dtype): not on the device, the
+  // thread count or the sharding.
+  m.def(
+      "init_stateless_(Tensor(a!) self, float low=-0.001, float high=0.001, int seed=1234, "
+      "*, int key_offset=0, int element_offset=0, int[]? element_strides=None) -> ()");
+
   // ---- CUDA semantics on the CPU (cuda_emulator.cpp), for CPU-only CI and GPU tests.
   // Writes into the CPU tensor `self` the bytes torch's CUDA reference path would write
   // on a GPU with `sm_count` SMs and `max_threads_per_sm` threads per SM, for a

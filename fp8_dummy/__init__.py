@@ -11,19 +11,25 @@ from . import (
     _C,  # noqa: F401  (loads the library, which registers torch.ops.fp8_dummy)
     emulator,
     reference,
+    stateless,
 )
 from .model import initialize_dummy_weights, is_scale_tensor
 from .ops import init_
+from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = [
     "emulator",
     "get_cmake_dir",
     "get_include",
     "init_",
+    "init_shard_",
+    "init_stateless_",
     "initialize_dummy_weights",
     "is_scale_tensor",
     "library_path",
     "reference",
+    "shard_slices",
+    "stateless",
 ]
 
 _PACKAGE = Path(__file__).resolve().parent

@@ -54,7 +54,7 @@ fi
 start=$(date +%s)
 if timeout 300 "$PY" -m pytest -q -p no:cacheprovider --junitxml="$OUT/junit.xml" \
     tests/test_cuda.py tests/test_cuda_emulator.py tests/test_philox.py \
-    tests/test_headers_standalone.py > "$OUT/pytest.log" 2>&1; then
+    tests/test_headers_standalone.py tests/test_stateless_cuda.py > "$OUT/pytest.log" 2>&1; then
   note "tests: $(tail -n 1 "$OUT/pytest.log") ($(( $(date +%s) - start )) s)"
 else
   status=1

@@ -1,0 +1,114 @@
+// CUDA launcher of init_stateless_ (kernels in stateless_kernel.cuh). The same per-element
+// rule as the CPU kernel (fp8_dummy/cuda/stateless.h) and, for FP8, the same host-made
+// table built from torch's CPU copy_, so CUDA and CPU write the same bytes. No
+// allocation, no synchronization, the current stream: safe inside CUDA graph capture.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "common.h"
+#include "cuda/stateless_kernel.cuh"
+#include "stateless_common.h"
+
+namespace fp8_dummy {
+namespace {
+
+namespace sk = stateless_kernels;
+
+// Blocks of `kKernel` resident on all SMs at once (the kernels loop over their work).
+template <auto kKernel>
+int64_t resident_blocks(int64_t sm_count) {
+  static std::atomic<int> per_sm{0};
+  int blocks = per_sm.load(std::memory_order_relaxed);
+  if (blocks == 0) {
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, sk::kBlock, 0));
+    blocks = std::max(blocks, 1);
+    per_sm.store(blocks, std::memory_order_relaxed);
+  }
+  return sm_count * blocks;
+}
+
+template <typename Out>
+void launch(const sk::Args& args, bool linear, int64_t work, int64_t sm_count,
+            cudaStream_t stream) {
+  const int64_t wanted = std::max<int64_t>((work + sk::kBlock - 1) / sk::kBlock, 1);
+  if (linear) {
+    const auto blocks = std::min(wanted, resident_blocks<sk::linear_kernel<Out>>(sm_count));
+    sk::linear_kernel<Out><<<static_cast<unsigned>(blocks), sk::kBlock, 0, stream>>>(args);
+  } else {
+    const auto blocks = std::min(wanted, resident_blocks<sk::general_kernel<Out>>(sm_count));
+    sk::general_kernel<Out><<<static_cast<unsigned>(blocks), sk::kBlock, 0, stream>>>(args);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed,
+                         int64_t key_offset, int64_t element_offset,
+                         at::OptionalIntArrayRef element_strides) {
+  const ShardGeometry g = check_stateless_args(self, low, high, element_offset, element_strides);
+  if (self.numel() == 0) return;
+  TORCH_CHECK(g.sizes.size() <= static_cast<size_t>(sk::kMaxDims),
+              "fp8_dummy.init_stateless_: CUDA tensors with more than ", sk::kMaxDims,
+              " dimensions that cannot be merged are not supported (got ", g.sizes.size(), ")");
+  const c10::cuda::CUDAGuard guard(self.device());
+  const auto dtype = self.scalar_type();
+
+  sk::Args args{};
+  args.data = self.mutable_data_ptr();
+  args.numel = self.numel();
+  const auto useed = static_cast<uint64_t>(seed);
+  args.k0 = static_cast<uint32_t>(useed);
+  args.k1 = static_cast<uint32_t>(useed >> 32);
+  args.key_offset = static_cast<uint64_t>(key_offset);
+  args.params = stateless_params(dtype, low, high);
+  args.element_offset = g.element_offset;
+  if (g.sizes.empty()) {  // one element: a row of one
+    args.ndim = 1;
+    args.sizes[0] = 1;
+    args.self_strides[0] = 1;
+    args.global_strides[0] = 1;
+  } else {
+    args.ndim = static_cast<int>(g.sizes.size());
+    for (int d = 0; d < args.ndim; ++d) {
+      args.sizes[d] = g.sizes[d];
+      args.self_strides[d] = g.self_strides[d];
+      args.global_strides[d] = g.global_strides[d];
+    }
+  }
+  const bool linear = args.ndim == 1 && args.self_strides[0] == 1 && args.global_strides[0] == 1;
+  int64_t work;  // threads' worth of items
+  if (linear) {
+    work = args.numel / (sk::kUnitCalls * 2) + 2;  // units (float64: 8 elements, else 16)
+  } else {
+    const int64_t len = args.sizes[args.ndim - 1];
+    work = args.numel / len * (args.global_strides[args.ndim - 1] == 1 ? len / 2 + 2 : len);
+  }
+  if (is_fp8(dtype)) {
+    const auto table = stateless_fp8_table(dtype, args.params);
+    std::copy(table.begin(), table.end(), args.table);
+  }
+  const int64_t sm_count =
+      at::cuda::getDeviceProperties(self.device().index())->multiProcessorCount;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  switch (dtype) {
+    case c10::ScalarType::Half:
+      return launch<sk::HalfOut>(args, linear, work, sm_count, stream);
+    case c10::ScalarType::BFloat16:
+      return launch<sk::Bf16Out>(args, linear, work, sm_count, stream);
+    case c10::ScalarType::Float:
+      return launch<sk::FloatOut>(args, linear, work, sm_count, stream);
+    case c10::ScalarType::Double:
+      return launch<sk::DoubleOut>(args, linear, work, sm_count, stream);
+    default:
+      return launch<sk::Fp8Out>(args, linear, work, sm_count, stream);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy, CUDA, m) { m.impl("init_stateless_", TORCH_FN(init_stateless_cuda)); }
+
+}  // namespace fp8_dummy

@@ -1,0 +1,201 @@
+// CUDA kernels of init_stateless_: Philox, the per-dtype value and the store fused,
+// each output byte written once, no scratch. The value of an element depends only on
+// its global index (fp8_dummy/cuda/stateless.h), so the grid is free: sized for
+// occupancy, grid-stride, 64-bit indices.
+//
+// Linear kernel (self contiguous, consecutive global indices): a thread takes units of
+// 4 Philox calls (16 elements; 8 for float64) aligned in the global index and writes
+// them with 16-byte stores when the unit is whole and aligned.
+// General kernel (any layout, any shard): rows of the innermost dimension; a thread
+// takes one Philox call's slot of a row and writes the row's elements that call covers
+// (one call per element when the shard's inner dimension is not consecutive globally).
+#pragma once
+
+#include <cstdint>
+
+#include "fp8_dummy/cuda/stateless.h"
+
+namespace fp8_dummy {
+namespace stateless_kernels {
+
+constexpr int kBlock = 256;
+constexpr int kMaxDims = 8;
+constexpr int kUnitCalls = 4;
+
+struct Args {
+  void* data;
+  int64_t numel;
+  uint32_t k0, k1;
+  uint64_t key_offset;
+  cuda::StatelessParams params;
+  int64_t element_offset;
+  int ndim;  // coalesced; 0: one element
+  int64_t sizes[kMaxDims];
+  int64_t self_strides[kMaxDims];
+  int64_t global_strides[kMaxDims];
+  uint8_t table[2048];  // FP8: output byte per 11 random bits (made on the host)
+};
+
+__device__ __forceinline__ cuda::Words4 call_words(const Args& a, uint64_t call) {
+  const uint64_t c = a.key_offset + call;
+  return cuda::philox4x32_10(
+      cuda::Words4{{static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u}}, a.k0, a.k1);
+}
+
+// w rotated left by s words (s in 0..3), with selects: indexing w.w[] with a run-time
+// index would put the words in local memory.
+__device__ __forceinline__ cuda::Words4 rotate_words(const cuda::Words4& w, int s) {
+  cuda::Words4 r;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int j = (i + s) & 3;
+    r.w[i] = j == 0 ? w.w[0] : j == 1 ? w.w[1] : j == 2 ? w.w[2] : w.w[3];
+  }
+  return r;
+}
+
+// Per dtype: element type, elements per Philox call, value of the k-th element.
+struct Fp8Out {
+  using Elem = uint8_t;
+  static constexpr int kPer = 4;
+  static constexpr bool kTable = true;
+  __device__ static Elem value(const cuda::Words4& w, int k, const uint8_t* table,
+                               const cuda::StatelessParams&) {
+    return table[w.w[k] & 0x7ffu];
+  }
+};
+struct HalfOut {
+  using Elem = uint16_t;
+  static constexpr int kPer = 4;
+  static constexpr bool kTable = false;
+  __device__ static Elem value(const cuda::Words4& w, int k, const uint8_t*,
+                               const cuda::StatelessParams& p) {
+    return cuda::stateless_half(w.w[k], p);
+  }
+};
+struct Bf16Out {
+  using Elem = uint16_t;
+  static constexpr int kPer = 4;
+  static constexpr bool kTable = false;
+  __device__ static Elem value(const cuda::Words4& w, int k, const uint8_t*,
+                               const cuda::StatelessParams& p) {
+    return cuda::stateless_bf16(w.w[k], p);
+  }
+};
+struct FloatOut {
+  using Elem = float;
+  static constexpr int kPer = 4;
+  static constexpr bool kTable = false;
+  __device__ static Elem value(const cuda::Words4& w, int k, const uint8_t*,
+                               const cuda::StatelessParams& p) {
+    return cuda::stateless_float(w.w[k], p);
+  }
+};
+struct DoubleOut {
+  using Elem = double;
+  static constexpr int kPer = 2;
+  static constexpr bool kTable = false;
+  __device__ static Elem value(const cuda::Words4& w, int k, const uint8_t*,
+                               const cuda::StatelessParams& p) {
+    return cuda::stateless_double(w.w[2 * k], w.w[2 * k + 1], p);
+  }
+};
+
+// The FP8 table goes to shared memory once per block (random byte lookups from the
+// parameter space would serialize).
+template <typename Out>
+__device__ __forceinline__ const uint8_t* load_table(const Args& a, uint8_t* shared) {
+  if constexpr (Out::kTable) {
+    for (int i = threadIdx.x; i < 2048; i += blockDim.x) shared[i] = a.table[i];
+    __syncthreads();
+    return shared;
+  }
+  return nullptr;
+}
+
+template <typename Out>
+__global__ void __launch_bounds__(kBlock) linear_kernel(const __grid_constant__ Args a) {
+  __shared__ uint8_t shared_table[Out::kTable ? 2048 : 1];
+  const uint8_t* table = load_table<Out>(a, shared_table);
+  using Elem = typename Out::Elem;
+  constexpr int64_t kUnit = int64_t{kUnitCalls} * Out::kPer;  // elements per unit
+  static_assert(sizeof(Elem) * kUnit % 16 == 0, "units are whole 16-byte vectors");
+  Elem* out = static_cast<Elem*>(a.data);
+  const int64_t first = a.element_offset - a.element_offset % kUnit;  // unit-aligned
+  const int64_t units = (a.element_offset + a.numel - first + kUnit - 1) / kUnit;
+  for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < units;
+       u += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = first + u * kUnit;
+    union {
+      Elem v[kUnit];
+      uint4 vec[sizeof(Elem) * kUnit / 16];
+    } buf;
+#pragma unroll
+    for (int c = 0; c < kUnitCalls; ++c) {
+      const cuda::Words4 w = call_words(a, static_cast<uint64_t>(e / Out::kPer + c));
+#pragma unroll
+      for (int k = 0; k < Out::kPer; ++k)
+        buf.v[c * Out::kPer + k] = Out::value(w, k, table, a.params);
+    }
+    const int64_t j = e - a.element_offset;  // self index of buf.v[0]; may be < 0
+    Elem* dst = out + j;
+    if (j >= 0 && j + kUnit <= a.numel && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+#pragma unroll
+      for (int i = 0; i < static_cast<int>(sizeof(buf.vec) / 16); ++i) {
+        reinterpret_cast<uint4*>(dst)[i] = buf.vec[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kUnit; ++i) {
+        if (j + i >= 0 && j + i < a.numel) dst[i] = buf.v[i];
+      }
+    }
+  }
+}
+
+template <typename Out>
+__global__ void __launch_bounds__(kBlock) general_kernel(const __grid_constant__ Args a) {
+  __shared__ uint8_t shared_table[Out::kTable ? 2048 : 1];
+  const uint8_t* table = load_table<Out>(a, shared_table);
+  using Elem = typename Out::Elem;
+  constexpr int kPer = Out::kPer;
+  Elem* out = static_cast<Elem*>(a.data);
+  const int last = a.ndim - 1;
+  const int64_t len = a.sizes[last];
+  const int64_t s_in = a.self_strides[last];
+  const int64_t g_in = a.global_strides[last];
+  const bool consecutive = g_in == 1;
+  // Slots per row: the calls a row of len consecutive indices touches, or one per element.
+  const int64_t slots = consecutive ? (len + kPer - 1) / kPer + 1 : len;
+  const int64_t rows = a.numel / len;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < rows * slots;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    int64_t row = t / slots;
+    const int64_t slot = t - row * slots;
+    int64_t off = 0, e_row = a.element_offset;
+    for (int d = last - 1; d >= 0; --d) {
+      const int64_t q = row / a.sizes[d];
+      const int64_t i = row - q * a.sizes[d];
+      off += i * a.self_strides[d];
+      e_row += i * a.global_strides[d];
+      row = q;
+    }
+    if (consecutive) {
+      const int64_t call = e_row / kPer + slot;
+      const cuda::Words4 w = call_words(a, static_cast<uint64_t>(call));
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int64_t jj = call * kPer + k - e_row;
+        if (jj >= 0 && jj < len) out[off + jj * s_in] = Out::value(w, k, table, a.params);
+      }
+    } else {
+      const int64_t e = e_row + slot * g_in;
+      const cuda::Words4 w = call_words(a, static_cast<uint64_t>(e / kPer));
+      const int k = static_cast<int>(e % kPer);
+      out[off + slot * s_in] = Out::value(rotate_words(w, k * (4 / kPer)), 0, table, a.params);
+    }
+  }
+}
+
+}  // namespace stateless_kernels
+}  // namespace fp8_dummy

@@ -1,0 +1,308 @@
+// Philox4x32-10 on 16 consecutive counters at once for the CPU kernel of the stateless
+// mode: a portable form, and AVX2 / AVX-512 forms written with intrinsics (GCC does
+// not vectorize the 32x32->64-bit products of the portable loops well). The x86
+// functions carry target attributes, so this compiles without -mavx*; callers check
+// the CPU (simd_level) before using them. Counters are (key.offset + first + lane, 0).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "fp8_dummy/cuda/philox.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns about the deliberately undefined lanes inside its own AVX-512 headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define FP8_DUMMY_X86_SIMD 1
+#else
+#define FP8_DUMMY_X86_SIMD 0
+#endif
+
+namespace fp8_dummy {
+namespace stateless_simd {
+
+constexpr int kLanes = 16;
+
+struct Key {
+  uint32_t k0, k1;
+  uint64_t offset;  // added to every counter (64-bit, wrapping)
+};
+
+// Words of calls first .. first + kLanes - 1: w[word][lane].
+struct Block {
+  uint32_t w[4][kLanes];
+};
+
+inline void philox_portable(uint64_t first, const Key& key, Block& out) {
+  uint32_t* c0 = out.w[0];
+  uint32_t* c1 = out.w[1];
+  uint32_t* c2 = out.w[2];
+  uint32_t* c3 = out.w[3];
+  for (int i = 0; i < kLanes; ++i) {
+    const uint64_t c = key.offset + first + static_cast<uint64_t>(i);
+    c0[i] = static_cast<uint32_t>(c);
+    c1[i] = static_cast<uint32_t>(c >> 32);
+    c2[i] = 0;
+    c3[i] = 0;
+  }
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < kLanes; ++i) {
+      const uint64_t p0 = static_cast<uint64_t>(c0[i]) * cuda::kPhiloxM0;
+      const uint64_t p1 = static_cast<uint64_t>(c2[i]) * cuda::kPhiloxM1;
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[i] ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[i] ^ k1;
+      c1[i] = static_cast<uint32_t>(p1);
+      c3[i] = static_cast<uint32_t>(p0);
+      c0[i] = n0;
+      c2[i] = n2;
+    }
+    k0 += cuda::kPhiloxW0;
+    k1 += cuda::kPhiloxW1;
+  }
+}
+
+#if FP8_DUMMY_X86_SIMD
+
+#define FP8_DUMMY_AVX512 __attribute__((target("avx512f")))
+#define FP8_DUMMY_AVX2 __attribute__((target("avx2")))
+
+// ---- AVX-512: 16 lanes in one register per counter word.
+
+FP8_DUMMY_AVX512 inline void mulhilo16(__m512i a, __m512i m, __m512i* hi, __m512i* lo) {
+  // vpmuludq multiplies the even 32-bit lanes; the odd ones are shifted down first.
+  const __m512i even = _mm512_mul_epu32(a, m);
+  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+  *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+
+// kN independent groups of 16 counters (first + 16 n + lane) side by side: the rounds
+// are a chain of dependent multiplies, so interleaved groups keep the units busy.
+template <int kN>
+FP8_DUMMY_AVX512 inline void philox16(uint64_t first, const Key& key, __m512i c[4][kN]) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int n = 0; n < kN; ++n) {
+    const uint64_t base = key.offset + first + 16 * static_cast<uint64_t>(n);
+    const __m512i lo_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base)));
+    c[0][n] = _mm512_add_epi32(lo_base, iota);
+    const __m512i hi_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 32)));
+    const __mmask16 carry = _mm512_cmplt_epu32_mask(c[0][n], lo_base);  // low word wrapped
+    c[1][n] = _mm512_mask_add_epi32(hi_base, carry, hi_base, _mm512_set1_epi32(1));
+    c[2][n] = _mm512_setzero_si512();
+    c[3][n] = _mm512_setzero_si512();
+  }
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(cuda::kPhiloxM0));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(cuda::kPhiloxM1));
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int round = 0; round < 10; ++round) {
+    const __m512i key0 = _mm512_set1_epi32(static_cast<int>(k0));
+    const __m512i key1 = _mm512_set1_epi32(static_cast<int>(k1));
+    for (int n = 0; n < kN; ++n) {
+      __m512i hi0, lo0, hi1, lo1;
+      mulhilo16(c[0][n], m0, &hi0, &lo0);
+      mulhilo16(c[2][n], m1, &hi1, &lo1);
+      c[0][n] = _mm512_ternarylogic_epi32(hi1, c[1][n], key0, 0x96);  // three-way xor
+      c[1][n] = lo1;
+      c[2][n] = _mm512_ternarylogic_epi32(hi0, c[3][n], key1, 0x96);
+      c[3][n] = lo0;
+    }
+    k0 += cuda::kPhiloxW0;
+    k1 += cuda::kPhiloxW1;
+  }
+}
+
+FP8_DUMMY_AVX512 inline void philox_avx512(uint64_t first, const Key& key, Block& out) {
+  __m512i c[4][1];
+  philox16<1>(first, key, c);
+  for (int k = 0; k < 4; ++k) _mm512_storeu_si512(out.w[k], c[k][0]);
+}
+
+// The FP8 fast path keeps one call per 64-bit lane (8 per register): vpmuludq then
+// gives a lane's whole product, so a round is 2 multiplies, 2 shifts and 2 three-way
+// xors per 8 calls, a quarter fewer operations than the 32-bit-lane form. The upper
+// halves of the lanes carry garbage that vpmuludq (low 32 bits only), the shifts of the
+// products and the final 0x7ff mask never read.
+template <int kN>
+FP8_DUMMY_AVX512 inline void philox8x64(uint64_t first, const Key& key, __m512i c[4][kN]) {
+  const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int n = 0; n < kN; ++n) {
+    const uint64_t base = key.offset + first + 8 * static_cast<uint64_t>(n);
+    const __m512i counter = _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(base)), iota);
+    c[0][n] = counter;
+    c[1][n] = _mm512_srli_epi64(counter, 32);
+    c[2][n] = _mm512_setzero_si512();
+    c[3][n] = _mm512_setzero_si512();
+  }
+  const __m512i m0 = _mm512_set1_epi64(cuda::kPhiloxM0);
+  const __m512i m1 = _mm512_set1_epi64(cuda::kPhiloxM1);
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int round = 0; round < 10; ++round) {
+    const __m512i key0 = _mm512_set1_epi64(k0);
+    const __m512i key1 = _mm512_set1_epi64(k1);
+    for (int n = 0; n < kN; ++n) {
+      const __m512i p0 = _mm512_mul_epu32(c[0][n], m0);
+      const __m512i p1 = _mm512_mul_epu32(c[2][n], m1);
+      c[0][n] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c[1][n], key0, 0x96);
+      c[1][n] = p1;
+      c[2][n] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c[3][n], key1, 0x96);
+      c[3][n] = p0;
+    }
+    k0 += cuda::kPhiloxW0;
+    k1 += cuda::kPhiloxW1;
+  }
+}
+
+// Calls per fp8_avx512 call (128 FP8 bytes): four interleaved registers measured
+// fastest on the development machine (AMD EPYC, AVX-512).
+constexpr int kFp8Calls512 = 32;
+
+// 4 * kFp8Calls512 FP8 bytes of calls first, first + 1, ... to dst: byte 4 * call + k is
+// table[word k of the call & 0x7ff], table of uint32 holding one byte each.
+FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const uint32_t* table,
+                                        uint8_t* dst) {
+  constexpr int kN = kFp8Calls512 / 8;
+  __m512i c[4][kN];
+  philox8x64<kN>(first, key, c);
+  const __m512i mask = _mm512_set1_epi64(0x7ff);
+  for (int n = 0; n < kN; ++n) {
+    __m256i v = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i g = _mm512_i64gather_epi32(_mm512_and_si512(c[k][n], mask), table, 4);
+      v = _mm256_or_si256(v, _mm256_slli_epi32(g, 8 * k));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * n), v);
+  }
+}
+
+// Narrow bounds give few distinct FP8 bytes along the 2048 random-bit values (vLLM's
+// +-1e-3 gives four runs for float8_e4m3fn): then a byte is found by counting the run
+// starts at or below the index (compares on 16 lanes) and one register permute, which
+// beats the gathers. Filled by make_runs; count > kMaxRuns: not usable.
+constexpr int kMaxRuns = 8;
+struct Runs {
+  int count;                  // runs; starts[0] == 0 is implicit
+  uint32_t starts[kMaxRuns];  // starts[1 .. count - 1]: index where a run begins
+  uint32_t bytes[16];         // bytes[r]: the byte of run r (16 for the permute)
+};
+
+inline bool make_runs(const uint8_t* table, Runs* runs) {
+  runs->count = 1;
+  std::memset(runs->bytes, 0, sizeof(runs->bytes));
+  runs->bytes[0] = table[0];
+  for (uint32_t b = 1; b < 2048; ++b) {
+    if (table[b] == table[b - 1]) continue;
+    if (runs->count == kMaxRuns) return false;
+    runs->starts[runs->count] = b;
+    runs->bytes[runs->count++] = table[b];
+  }
+  return true;
+}
+
+// 4 * kFp8Calls512 FP8 bytes as fp8_avx512 writes them, via the runs.
+FP8_DUMMY_AVX512 inline void fp8_runs_avx512(uint64_t first, const Key& key, const Runs& runs,
+                                             uint8_t* dst) {
+  constexpr int kN = kFp8Calls512 / 8;
+  static_assert(kN % 2 == 0, "groups are taken in pairs: 16 consecutive calls");
+  __m512i c[4][kN];
+  philox8x64<kN>(first, key, c);
+  const __m512i mask = _mm512_set1_epi32(0x7ff);
+  const __m512i bytes = _mm512_loadu_si512(runs.bytes);
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int n = 0; n < kN; n += 2) {
+    __m512i v = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      // Word k of 16 consecutive calls, as 32-bit lanes (calls of group n first).
+      const __m512i words =
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(c[k][n])),
+                             _mm512_cvtepi64_epi32(c[k][n + 1]), 1);
+      const __m512i index = _mm512_and_si512(words, mask);
+      __m512i run = _mm512_setzero_si512();
+      for (int r = 1; r < runs.count; ++r) {
+        const __mmask16 past = _mm512_cmpge_epu32_mask(index, _mm512_set1_epi32(runs.starts[r]));
+        run = _mm512_mask_add_epi32(run, past, run, one);
+      }
+      v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_permutexvar_epi32(run, bytes), 8 * k));
+    }
+    _mm512_storeu_si512(dst + 32 * n, v);
+  }
+}
+
+// ---- AVX2: two registers of 8 lanes per counter word.
+
+FP8_DUMMY_AVX2 inline void mulhilo8(__m256i a, __m256i m, __m256i* hi, __m256i* lo) {
+  const __m256i even = _mm256_mul_epu32(a, m);
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
+  *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+  *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+}
+
+FP8_DUMMY_AVX2 inline void philox8(uint64_t base, const Key& key, __m256i c[4]) {
+  const __m256i lo_base = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(base)));
+  c[0] = _mm256_add_epi32(lo_base, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  // Unsigned c0 < lo_base (a wrap of the low word) via signed compare of biased values.
+  const __m256i bias = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i carry =
+      _mm256_cmpgt_epi32(_mm256_xor_si256(lo_base, bias), _mm256_xor_si256(c[0], bias));
+  const __m256i hi_base = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 32)));
+  c[1] = _mm256_sub_epi32(hi_base, carry);  // carry lanes are -1
+  c[2] = _mm256_setzero_si256();
+  c[3] = _mm256_setzero_si256();
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(cuda::kPhiloxM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(cuda::kPhiloxM1));
+  uint32_t k0 = key.k0, k1 = key.k1;
+  for (int round = 0; round < 10; ++round) {
+    __m256i hi0, lo0, hi1, lo1;
+    mulhilo8(c[0], m0, &hi0, &lo0);
+    mulhilo8(c[2], m1, &hi1, &lo1);
+    c[0] = _mm256_xor_si256(_mm256_xor_si256(hi1, c[1]), _mm256_set1_epi32(static_cast<int>(k0)));
+    c[1] = lo1;
+    c[2] = _mm256_xor_si256(_mm256_xor_si256(hi0, c[3]), _mm256_set1_epi32(static_cast<int>(k1)));
+    c[3] = lo0;
+    k0 += cuda::kPhiloxW0;
+    k1 += cuda::kPhiloxW1;
+  }
+}
+
+FP8_DUMMY_AVX2 inline void philox_avx2(uint64_t first, const Key& key, Block& out) {
+  for (int half = 0; half < 2; ++half) {
+    __m256i c[4];
+    philox8(key.offset + first + 8 * half, key, c);
+    for (int k = 0; k < 4; ++k) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.w[k] + 8 * half), c[k]);
+    }
+  }
+}
+
+constexpr int kFp8Calls256 = 16;
+
+FP8_DUMMY_AVX2 inline void fp8_avx2(uint64_t first, const Key& key, const uint32_t* table,
+                                    uint8_t* dst) {
+  const __m256i mask = _mm256_set1_epi32(0x7ff);
+  for (int half = 0; half < 2; ++half) {
+    __m256i c[4];
+    philox8(key.offset + first + 8 * half, key, c);
+    __m256i v = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i g = _mm256_i32gather_epi32(reinterpret_cast<const int*>(table),
+                                               _mm256_and_si256(c[k], mask), 4);
+      v = _mm256_or_si256(v, _mm256_slli_epi32(g, 8 * k));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * half), v);
+  }
+}
+
+#undef FP8_DUMMY_AVX512
+#undef FP8_DUMMY_AVX2
+
+#endif  // FP8_DUMMY_X86_SIMD
+
+// 2: AVX-512F, 1: AVX2, 0: portable. FP8_DUMMY_STATELESS_SIMD=0/1/2 caps it (tests).
+int simd_level();
+
+}  // namespace stateless_simd
+}  // namespace fp8_dummy
