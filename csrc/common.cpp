@@ -1,11 +1,15 @@
 #include "common.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
@@ -127,6 +131,36 @@ MemoryOrder memory_order(const at::Tensor& self) {
     }
   }
   return order;
+}
+
+const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype) {
+  static std::array<std::array<uint8_t, 65536>, 5> tables;
+  static std::array<std::once_flag, 5> once;
+  int slot = 0;
+  switch (dtype) {
+    case c10::ScalarType::Float8_e4m3fn:
+      slot = 0;
+      break;
+    case c10::ScalarType::Float8_e5m2:
+      slot = 1;
+      break;
+    case c10::ScalarType::Float8_e4m3fnuz:
+      slot = 2;
+      break;
+    case c10::ScalarType::Float8_e5m2fnuz:
+      slot = 3;
+      break;
+    default:
+      slot = 4;
+      break;  // Float8_e8m0fnu
+  }
+  std::call_once(once[slot], [&] {
+    const auto halves =
+        at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
+    const auto bytes = halves.to(dtype).view(at::kByte).contiguous();
+    std::memcpy(tables[slot].data(), bytes.const_data_ptr(), 65536);
+  });
+  return tables[slot].data();
 }
 
 }  // namespace fp8_dummy

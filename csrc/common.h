@@ -33,4 +33,10 @@ struct MemoryOrder {
 };
 MemoryOrder memory_order(const at::Tensor& self);
 
+// float16 bits -> FP8 byte for all 65536 float16 values, made once per dtype by the
+// installed torch's CPU copy_, so the conversion (out-of-range values included, which
+// changed across torch versions) is the reference's by construction. `dtype` must be
+// one of the five FP8 dtypes.
+const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype);
+
 }  // namespace fp8_dummy

@@ -27,7 +27,6 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -43,43 +42,10 @@ namespace {
 
 constexpr int64_t kChunk = int64_t{1} << 18;  // float16 elements: 512 KiB of scratch
 
-// Half bits -> FP8 byte for every one of the 65536 float16 values, made by the
-// installed torch's CPU copy_, so the conversion (out-of-range values included,
-// which changed across torch versions) is the reference's by construction.
-const uint8_t* fp8_table(c10::ScalarType dtype) {
-  static std::array<std::array<uint8_t, 65536>, 5> tables;
-  static std::array<std::once_flag, 5> once;
-  int slot = 0;
-  switch (dtype) {
-    case c10::ScalarType::Float8_e4m3fn:
-      slot = 0;
-      break;
-    case c10::ScalarType::Float8_e5m2:
-      slot = 1;
-      break;
-    case c10::ScalarType::Float8_e4m3fnuz:
-      slot = 2;
-      break;
-    case c10::ScalarType::Float8_e5m2fnuz:
-      slot = 3;
-      break;
-    default:
-      slot = 4;
-      break;  // Float8_e8m0fnu
-  }
-  std::call_once(once[slot], [&] {
-    const auto halves =
-        at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
-    const auto bytes = halves.to(dtype).view(at::kByte).contiguous();
-    std::memcpy(tables[slot].data(), bytes.const_data_ptr(), 65536);
-  });
-  return tables[slot].data();
-}
-
 void fill_fp8_exact(const at::Tensor& self, double low, double high,
                     const std::optional<at::Generator>& gen) {
   const int64_t n = self.numel();
-  const uint8_t* table = fp8_table(self.scalar_type());
+  const uint8_t* table = cpu_copy_fp8_table(self.scalar_type());
   StridedWalk walk(memory_order(self));
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   auto buf = at::empty({std::min(n, kChunk)}, self.options().dtype(at::kHalf));
@@ -159,7 +125,7 @@ struct Fp8Converter {
 };
 
 Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool simd) {
-  Fp8Converter c{fp8_table(dtype), cpu::fp8_format(dtype)};
+  Fp8Converter c{cpu_copy_fp8_table(dtype), cpu::fp8_format(dtype)};
 #ifdef FP8_DUMMY_X86
   // Every value drawn lies between half(low) and half(high), give or take a rounding of
   // the range; the margins keep them all well inside the ranges the forms are valid for.

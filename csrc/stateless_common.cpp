@@ -6,7 +6,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 
 #include "common.h"
@@ -84,45 +83,6 @@ cuda::StatelessParams stateless_params(c10::ScalarType dtype, double low, double
   }
 }
 
-namespace {
-
-// torch's CPU copy_ of all 65536 float16 bit patterns to `dtype`, made once per dtype.
-const uint8_t* cpu_copy_table(c10::ScalarType dtype) {
-  static std::mutex mutex;
-  static std::array<std::optional<std::array<uint8_t, 65536>>, 5> tables;
-  int slot = 4;
-  switch (dtype) {
-    case c10::ScalarType::Float8_e4m3fn:
-      slot = 0;
-      break;
-    case c10::ScalarType::Float8_e5m2:
-      slot = 1;
-      break;
-    case c10::ScalarType::Float8_e4m3fnuz:
-      slot = 2;
-      break;
-    case c10::ScalarType::Float8_e5m2fnuz:
-      slot = 3;
-      break;
-    default:
-      break;
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!tables[slot]) {
-    const auto bytes = at::arange(65536, at::TensorOptions().dtype(at::kInt))
-                           .to(at::kShort)
-                           .view(at::kHalf)
-                           .to(dtype)
-                           .view(at::kByte)
-                           .contiguous();
-    tables[slot].emplace();
-    std::memcpy(tables[slot]->data(), bytes.const_data_ptr(), 65536);
-  }
-  return tables[slot]->data();
-}
-
-}  // namespace
-
 std::array<uint16_t, 2048> stateless_half_table(const cuda::StatelessParams& p) {
   // Remembers the last bounds: a model's weights usually share them, and computing the
   // table (2048 software float -> float16 roundings) costs tens of microseconds.
@@ -141,7 +101,7 @@ std::array<uint16_t, 2048> stateless_half_table(const cuda::StatelessParams& p) 
 
 std::array<uint8_t, 2048> stateless_fp8_table(c10::ScalarType dtype,
                                               const cuda::StatelessParams& p) {
-  const uint8_t* copy = cpu_copy_table(dtype);
+  const uint8_t* copy = cpu_copy_fp8_table(dtype);
   const auto halves = stateless_half_table(p);
   std::array<uint8_t, 2048> out;
   for (uint32_t bits = 0; bits < 2048; ++bits) out[bits] = copy[halves[bits]];
