@@ -102,7 +102,29 @@ int64_t emulate_cuda_init_many(at::TensorList tensors, double low, double high, 
   return static_cast<int64_t>(plan.groups.size());
 }
 
+std::vector<int64_t> cuda_batch_table(at::IntArrayRef numels, int64_t sm_count,
+                                      int64_t max_threads_per_sm) {
+  TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads,
+              "fp8_dummy._cuda_batch_table: bad device properties");
+  std::vector<cuda_kernels::BatchTensor> inputs;
+  for (const int64_t n : numels) {
+    TORCH_CHECK(n > 0, "fp8_dummy._cuda_batch_table: sizes must be positive");
+    inputs.push_back({nullptr, n});
+  }
+  const BatchTable table = cuda_kernels::build_batch_table(inputs, sm_count, max_threads_per_sm);
+  std::vector<int64_t> flat{table.tiles};
+  for (const BatchPiece& p : table.pieces) {
+    flat.insert(flat.end(), {p.tensor, p.start, p.count, p.threads, p.steps,
+                             static_cast<int64_t>(p.offset), p.tile_begin});
+  }
+  return flat;
+}
+
 }  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy, CompositeImplicitAutograd, m) {
+  m.impl("_cuda_batch_table", TORCH_FN(cuda_batch_table));
+}
 
 TORCH_LIBRARY_IMPL(fp8_dummy, CPU, m) {
   m.impl("emulate_cuda_init_many_", TORCH_FN(emulate_cuda_init_many));

@@ -82,6 +82,9 @@ TORCH_LIBRARY(fp8_dummy, m) {
   m.def(
       "emulate_cuda_init_many_(Tensor(a!)[] tensors, float low, float high, int seed, "
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0) -> int");
+  // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
+  // then per piece: tensor, start, count, threads, steps, offset, first tile].
+  m.def("_cuda_batch_table(int[] numels, int sm_count, int max_threads_per_sm) -> int[]");
   // The reference's CUDA launches for n float16 elements: [offset after, then per
   // launch: start, count, threads, steps, offset used]. Allocates nothing, so the
   // split of more than 2^30 elements can be tested anywhere.

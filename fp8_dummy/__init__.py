@@ -13,13 +13,14 @@ from . import (
     reference,
 )
 from .model import initialize_dummy_weights, is_scale_tensor
-from .ops import init_
+from .ops import init_, init_many_
 
 __all__ = [
     "emulator",
     "get_cmake_dir",
     "get_include",
     "init_",
+    "init_many_",
     "initialize_dummy_weights",
     "is_scale_tensor",
     "library_path",
