@@ -9,13 +9,13 @@
 // per word on the linear (dense) layout, and a warp's store covers 128 contiguous
 // bytes. Work items (4 subsequences x 1 step) are handed out grid-stride, step-major,
 // so a kernel's grid is sized for occupancy, not tied to the reference's T. The work
-// item itself (fill_item) is in work_item.h, shared with the batched kernel below.
+// item itself (fill_item) is in work_item.h, shared with the batched kernel
+// (init_many_kernel.cuh).
 #pragma once
 
 #include <ATen/cuda/PhiloxUtils.cuh>
 #include <cstdint>
 
-#include "cuda/batch_table.h"
 #include "cuda/work_item.h"
 #include "fp8_dummy/cuda/fp8_convert.h"
 #include "fp8_dummy/cuda/philox.h"
@@ -68,17 +68,6 @@ __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
     fill_item<F, kLinear>(a.item, seed, offset, static_cast<int64_t>(walk.group) * kGroup,
                           walk.step);
   }
-}
-
-// The batched kernel: many dense tensors of one FP8 dtype, each filled as its own
-// init_ would fill it (batch_table.h). Fresh generators: the counter offsets are
-// known on the host and sit in the table.
-template <cuda::Fp8Format F>
-__global__ void __launch_bounds__(kTile)
-    init_many_fp8_kernel(const BatchPiece* pieces, int64_t num_pieces, int64_t tiles,
-                         const BatchCall call) {
-  FillDense<F> fill{call};
-  for_each_batch_item(pieces, num_pieces, tiles, blockIdx.x, gridDim.x, threadIdx.x, fill);
 }
 
 // Our hardware pair conversion of all 65536 float16 bit patterns (the one-time probe

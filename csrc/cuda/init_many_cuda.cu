@@ -1,5 +1,5 @@
 // init_many_ on CUDA: the dense FP8 tensors of a call are filled by one launch per
-// (device, dtype) of init_kernel.cuh's batched kernel, each tensor with the bytes its
+// (device, dtype) of init_many_kernel.cuh's batched kernel, each tensor with the bytes its
 // own init_(t, low, high, seed) gives (the work table: cuda/batch_table.h). The rest
 // (float16 and wider, layouts with gaps, tensors sharing bytes with another of the
 // call, a dtype whose conversion probe found no match, any call inside graph capture)
@@ -17,7 +17,7 @@
 #include "batch_plan.h"
 #include "common.h"
 #include "cuda/init_cuda.h"
-#include "cuda/init_kernel.cuh"
+#include "cuda/init_many_kernel.cuh"
 #include "cuda_plan.h"
 
 namespace fp8_dummy {
