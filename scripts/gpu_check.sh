@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check of issues #3 and #7, to run as is on a GPU machine (no network needed):
-# builds the extension in place for the local GPU, runs the GPU tests (and the CPU
-# emulator / Philox tests), then the GPU benchmarks (per tensor, whole model). Writes into OUTDIR: build.log,
-# pytest.log, junit.xml, bench_cuda.json, table.txt, bench_model.json, model_table.txt,
-# summary.txt. About 4-5 minutes on an H200 with 16 cores. Exit status: 0 all passed, 1 a step failed, 2 no GPU.
+# The GPU check of issues #3 and #7, to run as is on a GPU machine (no network
+# needed): builds the extension in place for the local GPU, runs the GPU tests (and the
+# CPU emulator / Philox tests), then the GPU benchmarks (per tensor, whole model).
+# Writes into OUTDIR: build.log, pytest.log, junit.xml, bench_cuda.json, table.txt,
+# bench_model.json, model_table.txt, summary.txt. About 4-5 minutes on an H200 with 16
+# cores. Exit status: 0 all passed, 1 a step failed, 2 no GPU.
 #
 # Usage: scripts/gpu_check.sh OUTDIR      (PYTHON=... to pick the interpreter)
 set -euo pipefail
