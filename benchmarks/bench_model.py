@@ -4,7 +4,7 @@ Llama-70B-like shapes, scaled down, plus their float32 weight scales and bfloat1
 Layer i has q, k, v, o, gate, up, down FP8 weights of Llama-70B's shapes (hidden 8192,
 8 KV heads of 128, intermediate 28672) divided by --scale, a float32 per-channel
 weight_scale each, and two bfloat16 norms; --layers 286 (default) gives 2,002 FP8
-tensors (4,579 in all). Timed, medians of --repeats calls after a warm-up:
+tensors (4,576 in all, 918 MiB at --scale 16). Timed, medians of --repeats calls after a warm-up:
   reference        vLLM's loop: a fresh generator per tensor, the reference path
   init_ loop       the same loop with fp8_dummy.init_ (one launch per tensor on CUDA)
   initialize       fp8_dummy.initialize_dummy_weights (batched init_many_ on CUDA)

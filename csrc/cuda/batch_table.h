@@ -91,9 +91,19 @@ inline BatchTable build_batch_table(const std::vector<BatchTensor>& tensors, int
 
 // The piece holding `tile`: the last one whose tile_begin <= tile, searched from `lo`
 // (a piece known to start at or before it: a block's tiles only grow, so its last
-// answer). Every piece has at least one tile, so tile_begin strictly increases.
+// answer). Every piece has at least one tile, so tile_begin strictly increases. Gallops
+// ahead of lo (1, 2, 4, ... pieces) before the binary search: a block usually stays in
+// the same large piece (one load) or moves a few small pieces on.
 FP8_DUMMY_HD int64_t find_piece(const BatchPiece* pieces, int64_t n, int64_t tile, int64_t lo) {
-  int64_t hi = n;  // pieces[lo].tile_begin <= tile < pieces[hi].tile_begin (hi = n: the end)
+  int64_t stride = 1;
+  int64_t hi = lo + 1;
+  while (hi < n && pieces[hi].tile_begin <= tile) {
+    lo = hi;
+    stride *= 2;
+    hi = lo + stride;
+  }
+  if (hi > n) hi = n;
+  // pieces[lo].tile_begin <= tile < pieces[hi].tile_begin (hi = n: the end)
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     if (pieces[mid].tile_begin <= tile) {
