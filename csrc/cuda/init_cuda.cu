@@ -113,18 +113,9 @@ void fill_fp8(const at::Tensor& self, double low, double high, const at::Generat
         args.steps = grid.steps;
         args.philox = philox;
         item.aligned = linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
-        switch (format) {
-          case cuda::Fp8Format::kE4m3fn:
-            return launch_piece<cuda::Fp8Format::kE4m3fn>(args, linear, sm_count, stream);
-          case cuda::Fp8Format::kE5m2:
-            return launch_piece<cuda::Fp8Format::kE5m2>(args, linear, sm_count, stream);
-          case cuda::Fp8Format::kE4m3fnuz:
-            return launch_piece<cuda::Fp8Format::kE4m3fnuz>(args, linear, sm_count, stream);
-          case cuda::Fp8Format::kE5m2fnuz:
-            return launch_piece<cuda::Fp8Format::kE5m2fnuz>(args, linear, sm_count, stream);
-          default:
-            return launch_piece<cuda::Fp8Format::kE8m0fnu>(args, linear, sm_count, stream);
-        }
+        with_fp8_format(format, [&](auto f) {
+          launch_piece<decltype(f)::value>(args, linear, sm_count, stream);
+        });
       });
 }
 
