@@ -35,6 +35,7 @@ struct BatchPiece {
   uint32_t tensor;     // the tensor's index among the call's inputs
   bool aligned;        // data + start 4-byte aligned: word stores
 };
+static_assert(sizeof(BatchPiece) == 64, "one piece, one 64-byte line of the table");
 
 // What all pieces of a launch share.
 struct BatchCall {
