@@ -5,6 +5,7 @@ number of kernel launches, no generator touched, no scratch beyond the work tabl
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from test_cuda import FP8, as_ints, saturates_e4m3fn, storage
 from test_init_many import EveryDtype, loop_reference
 
 import fp8_dummy
+import fp8_dummy.model
 from fp8_dummy.emulator import device_properties, emulate_cuda_init_many_
 from fp8_dummy.reference import new_path
 
@@ -44,6 +46,19 @@ def test_model_of_every_dtype_matches_the_loop(scales):
     loop_reference(b, -1.0, 1.0, 13, scales)
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(storage(x), storage(y)), name
+
+
+def test_progress_batches_in_runs(monkeypatch, capsys):
+    # With progress shown, CUDA tensors go in runs of PROGRESS_BATCH_BYTES: same bytes.
+    monkeypatch.setattr(fp8_dummy.model, "PROGRESS_BATCH_BYTES", 3000)
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the plain-line display
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    a, b = EveryDtype("cuda"), EveryDtype("cuda")
+    fp8_dummy.initialize_dummy_weights(a, -1.0, 1.0, seed=2, progress=True)
+    loop_reference(b, -1.0, 1.0, 2)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(storage(x), storage(y)), name
+    assert "[fp8_dummy] 18/18 tensors" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bounds", [(-1e-3, 1e-3), (-500.0, 500.0), (0.0, 60000.0)], ids=str)
