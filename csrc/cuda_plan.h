@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <optional>
+#include <type_traits>
 
 #include "common.h"
 #include "fp8_dummy/cuda/fp8_convert.h"
@@ -29,6 +30,25 @@ inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
       return cuda::Fp8Format::kE8m0fnu;
     default:
       TORCH_CHECK(false, "fp8_dummy: not an FP8 dtype: ", dtype);
+  }
+}
+
+// fn(std::integral_constant<cuda::Fp8Format, F>{}) for the format F of `format`: a
+// kernel template instantiated for each format, picked at run time.
+template <typename Fn>
+void with_fp8_format(cuda::Fp8Format format, Fn&& fn) {
+  using F = cuda::Fp8Format;
+  switch (format) {
+    case F::kE4m3fn:
+      return fn(std::integral_constant<F, F::kE4m3fn>{});
+    case F::kE5m2:
+      return fn(std::integral_constant<F, F::kE5m2>{});
+    case F::kE4m3fnuz:
+      return fn(std::integral_constant<F, F::kE4m3fnuz>{});
+    case F::kE5m2fnuz:
+      return fn(std::integral_constant<F, F::kE5m2fnuz>{});
+    default:
+      return fn(std::integral_constant<F, F::kE8m0fnu>{});
   }
 }
 

@@ -44,6 +44,13 @@ TORCH_LIBRARY(fp8_dummy, m) {
   // The same with a caller's generator (None: the device's default generator), which
   // is advanced exactly as the reference advances it.
   m.def("init_.generator(Tensor(a!) self, float low, float high, *, Generator? generator) -> ()");
+  // Every tensor of the list gets the bytes init_(t, low, high, seed) would give it (each
+  // its own fresh generator). On CUDA the FP8 tensors are filled by one launch per
+  // (device, dtype); tensors that share bytes with another of the list are filled one
+  // by one in list order, after the others, so the last one wins as in a loop.
+  m.def(
+      "init_many_(Tensor(a!)[] tensors, float low=-0.001, float high=0.001, int seed=1234) -> "
+      "()");
   // The argument checks alone: used by the fake kernel, touches no data.
   m.def("_check_init_args(Tensor self, float low, float high) -> ()");
   m.impl("_check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
@@ -80,6 +87,17 @@ TORCH_LIBRARY(fp8_dummy, m) {
   m.def(
       "emulate_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True) -> int");
+  // init_many_ as the CUDA kernel runs it, on CPU tensors: the batched tensors through the
+  // kernel's own work table, lookup and per-item code, simulated block by block on a
+  // GPU of `sm_count` SMs (`grid` blocks; 0: the kernel's own choice), the others
+  // through emulate_cuda_init_ (offset 0). Checks that every work item is visited once.
+  // Returns the number of batched launches.
+  m.def(
+      "emulate_cuda_init_many_(Tensor(a!)[] tensors, float low, float high, int seed, "
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0) -> int");
+  // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
+  // then per piece: tensor, start, count, threads, steps, offset, first tile].
+  m.def("_cuda_batch_table(int[] numels, int sm_count, int max_threads_per_sm) -> int[]");
   // The reference's CUDA launches for n float16 elements: [offset after, then per
   // launch: start, count, threads, steps, offset used]. Allocates nothing, so the
   // split of more than 2^30 elements can be tested anywhere.

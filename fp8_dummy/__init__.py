@@ -14,7 +14,7 @@ from . import (
     stateless,
 )
 from .model import initialize_dummy_weights, is_scale_tensor
-from .ops import init_
+from .ops import init_, init_many_
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "get_cmake_dir",
     "get_include",
     "init_",
+    "init_many_",
     "init_shard_",
     "init_stateless_",
     "initialize_dummy_weights",

@@ -12,7 +12,15 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["A100", "H200", "Launch", "cuda_launch_plan", "device_properties", "emulate_cuda_init_"]
+__all__ = [
+    "A100",
+    "H200",
+    "Launch",
+    "cuda_launch_plan",
+    "device_properties",
+    "emulate_cuda_init_",
+    "emulate_cuda_init_many_",
+]
 
 # (SM count, max threads per SM)
 H200 = (132, 2048)
@@ -54,6 +62,28 @@ def emulate_cuda_init_(
     """
     return torch.ops.fp8_dummy.emulate_cuda_init_(
         t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate_e4m3fn
+    )
+
+
+def emulate_cuda_init_many_(
+    tensors: list[torch.Tensor],
+    low: float,
+    high: float,
+    seed: int,
+    *,
+    sm_count: int,
+    max_threads_per_sm: int = 2048,
+    saturate_e4m3fn: bool = True,
+    grid: int = 0,
+) -> int:
+    """``init_many_`` as the CUDA kernel runs it, on CPU tensors (FP8 or float16): the
+    batched ones through the kernel's own work table, tile lookup and per-item code, block
+    by block on a simulated launch of ``grid`` blocks (0: one wave of ``sm_count`` x 8),
+    checking that every work item is visited exactly once; the others through
+    :func:`emulate_cuda_init_`. Each tensor gets the bytes of its own fresh generator.
+    Returns the number of batched launches (one per FP8 dtype)."""
+    return torch.ops.fp8_dummy.emulate_cuda_init_many_(
+        tensors, low, high, seed, sm_count, max_threads_per_sm, saturate_e4m3fn, grid
     )
 
 

@@ -9,12 +9,15 @@ from typing import Callable, Literal
 import torch
 
 from ._progress import Progress
-from .ops import init_
+from .ops import init_, init_many_
 
 __all__ = ["initialize_dummy_weights", "is_scale_tensor"]
 
 # Show progress by default only for models at least this large, on a terminal.
 PROGRESS_THRESHOLD_BYTES = 1 << 30
+# With progress shown, CUDA tensors are batched in runs of about this many bytes (in
+# state_dict order), so the display advances per run; without, one batch per call.
+PROGRESS_BATCH_BYTES = 1 << 30
 
 _SCALE_NAME = re.compile(r"(scale|scale_inv|_scale_[^.]*)$")
 
@@ -44,10 +47,14 @@ def initialize_dummy_weights(
     order, a fresh generator of its device seeded with ``seed``, then the reference
     path (:func:`fp8_dummy.reference.new_path`). Meta tensors are skipped (vLLM defers
     them), integer tensors are left alone. A tensor that appears under several names
-    (tied weights) gets the same values each time, so it is filled once.
+    (tied weights) gets the same values each time, so it is filled once. CUDA tensors
+    are filled by :func:`fp8_dummy.init_many_` (one kernel launch per device and FP8
+    dtype, same bytes); CPU tensors one by one.
 
     scales: ``"neutral"`` sets the tensors for which ``is_scale(name, tensor)`` holds to
-        1.0 instead of random values (opt-in: it changes those bytes).
+        1.0 instead of random values (opt-in: it changes those bytes). On CUDA they are
+        set before the batched random tensors are filled (only a scale tensor sharing
+        memory with a non-scale one could tell).
     progress: show tensors done, bytes done and throughput (tqdm if installed, else one
         line on stderr). ``None``: only for models of at least 1 GiB on a terminal.
     """
@@ -62,18 +69,41 @@ def initialize_dummy_weights(
         if key not in seen:
             seen.add(key)
             todo.append((name, tensor))
-    total_bytes = sum(t.numel() * t.element_size() for _, t in todo)
+    total_bytes = _nbytes([t for _, t in todo])
     if progress is None:
         progress = total_bytes >= PROGRESS_THRESHOLD_BYTES and sys.stderr.isatty()
     bar = Progress(len(todo), total_bytes) if progress else None
+    batch: list[torch.Tensor] = []  # random CUDA tensors, for one init_many_ call
+    batch_bytes = 0
+
+    def flush() -> None:
+        init_many_(batch, low, high, seed)
+        if bar is not None:
+            for t in batch:
+                bar.update(t)
+        batch.clear()
+
     try:
         for name, tensor in todo:
-            if scales == "neutral" and is_scale(name, tensor):
+            neutral = scales == "neutral" and is_scale(name, tensor)
+            if tensor.is_cuda and not neutral:
+                batch.append(tensor)
+                batch_bytes += tensor.numel() * tensor.element_size()
+                if bar is not None and batch_bytes >= PROGRESS_BATCH_BYTES:
+                    flush()
+                    batch_bytes = 0
+                continue
+            if neutral:
                 tensor.fill_(1.0)
             else:
                 init_(tensor, low, high, seed)
             if bar is not None:
                 bar.update(tensor)
+        flush()
     finally:
         if bar is not None:
             bar.close()
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)

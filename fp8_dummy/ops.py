@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
-__all__ = ["init_"]
+__all__ = ["init_", "init_many_"]
 
 
 def init_(
@@ -25,15 +27,39 @@ def init_(
     with ``seed``. With ``generator``, that generator is used and advanced exactly as
     the reference advances it; ``seed`` is then ignored.
     """
-    if t.layout != torch.strided:  # the dispatcher's own message would not say why
-        raise RuntimeError(
-            f"fp8_dummy.init_: only strided tensors are supported, got layout {t.layout}"
-        )
+    _check_layout(t)
     if generator is None:
         torch.ops.fp8_dummy.init_.default(t, low, high, seed)
     else:
         torch.ops.fp8_dummy.init_.generator(t, low, high, generator=generator)
     return t
+
+
+def init_many_(
+    tensors: Iterable[torch.Tensor], low: float = -1e-3, high: float = 1e-3, seed: int = 1234
+) -> list[torch.Tensor]:
+    """Fill every tensor of ``tensors`` in place with the bytes ``init_(t, low, high, seed)``
+    gives it (each its own fresh generator seeded with ``seed``); return them as a list.
+
+    On CUDA the dense FP8 tensors are filled by one kernel launch per (device, dtype)
+    instead of one per tensor; the others (float16 and wider, layouts with gaps) one by
+    one. Tensors that share memory with another of the list are filled one by one in
+    list order after the rest, so the last one wins as in a loop of ``init_``. Every
+    tensor's arguments are checked before anything is written.
+    """
+    tensors = list(tensors)
+    for t in tensors:
+        _check_layout(t)
+    if tensors:  # the dispatcher needs a tensor to pick a device
+        torch.ops.fp8_dummy.init_many_.default(tensors, low, high, seed)
+    return tensors
+
+
+def _check_layout(t: torch.Tensor) -> None:
+    if t.layout != torch.strided:  # the dispatcher's own message would not say why
+        raise RuntimeError(
+            f"fp8_dummy.init_: only strided tensors are supported, got layout {t.layout}"
+        )
 
 
 @torch.library.register_fake("fp8_dummy::init_")
@@ -46,3 +72,11 @@ def _init_generator_fake(
     t: torch.Tensor, low: float, high: float, *, generator: torch.Generator | None
 ) -> None:
     torch.ops.fp8_dummy._check_init_args(t, low, high)
+
+
+@torch.library.register_fake("fp8_dummy::init_many_")
+def _init_many_fake(
+    tensors: list[torch.Tensor], low: float = -1e-3, high: float = 1e-3, seed: int = 1234
+) -> None:
+    for t in tensors:
+        torch.ops.fp8_dummy._check_init_args(t, low, high)

@@ -54,4 +54,4 @@ cd "$OUT/pkg"
 "$PY" -c 'import torch, fp8_dummy; assert torch.ops.fp8_dummy.init_.default.has_kernel_for_dispatch_key("CUDA"), "no CUDA kernel registered"; print("CUDA kernels registered")'
 "$PY" -m pytest -q -p no:cacheprovider tests/test_philox.py tests/test_cuda_emulator.py tests/test_headers_standalone.py \
   tests/test_cuda.py tests/test_stateless.py tests/test_stateless_host.py tests/test_stateless_cuda.py \
-  tests/test_distributed.py
+  tests/test_distributed.py tests/test_cuda_batch_emulator.py tests/test_init_many.py tests/test_cuda_batched.py

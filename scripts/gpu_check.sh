@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check of issue #3, to run as is on a GPU machine (no network needed):
-# builds the extension in place for the local GPU, runs the GPU tests (and the CPU
-# emulator / Philox tests), then the GPU benchmark. Writes into OUTDIR: build.log,
-# pytest.log, junit.xml, bench_cuda.json, table.txt, summary.txt. About 3-4 minutes on
-# an H200 with 16 cores. Exit status: 0 all passed, 1 a step failed, 2 no GPU.
+# The GPU check of issues #3 and #7, to run as is on a GPU machine (no network
+# needed): builds the extension in place for the local GPU, runs the GPU tests (and the
+# CPU emulator / Philox tests), then the GPU benchmarks (per tensor, whole model).
+# Writes into OUTDIR: build.log, pytest.log, junit.xml, bench_cuda.json, table.txt,
+# bench_model.json, model_table.txt, summary.txt. About 4-5 minutes on an H200 with 16
+# cores. Exit status: 0 all passed, 1 a step failed, 2 no GPU.
 #
 # Usage: scripts/gpu_check.sh OUTDIR      (PYTHON=... to pick the interpreter)
 set -euo pipefail
@@ -53,7 +54,8 @@ fi
 
 start=$(date +%s)
 if timeout 300 "$PY" -m pytest -q -p no:cacheprovider --junitxml="$OUT/junit.xml" \
-    tests/test_cuda.py tests/test_cuda_emulator.py tests/test_philox.py \
+    tests/test_cuda.py tests/test_cuda_batched.py tests/test_cuda_emulator.py \
+    tests/test_cuda_batch_emulator.py tests/test_init_many.py tests/test_philox.py \
     tests/test_headers_standalone.py tests/test_stateless_cuda.py > "$OUT/pytest.log" 2>&1; then
   note "tests: $(tail -n 1 "$OUT/pytest.log") ($(( $(date +%s) - start )) s)"
 else
@@ -70,5 +72,17 @@ else
   status=1
   cat "$OUT/table.txt"
   note "benchmark: FAILED"
+fi
+
+# The whole-model benchmark of issue #7 (2,002 FP8 tensors; batched init_many_).
+start=$(date +%s)
+if timeout 240 "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json" \
+    > "$OUT/model_table.txt" 2>&1; then
+  cat "$OUT/model_table.txt"
+  note "model benchmark: ok in $(( $(date +%s) - start )) s"
+else
+  status=1
+  tail -30 "$OUT/model_table.txt"
+  note "model benchmark: FAILED"
 fi
 exit "$status"

@@ -14,13 +14,13 @@
 
 #include <ATen/cuda/CUDAGraphsUtils.cuh>
 #include <algorithm>
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <utility>
 
 #include "common.h"
+#include "cuda/init_cuda.h"
 #include "cuda/init_kernel.cuh"
 #include "cuda_plan.h"
 
@@ -37,13 +37,6 @@ void reference_fill(const at::Tensor& self, double low, double high, const at::G
   temp.uniform_(low, high, gen);
   at::Tensor(self).copy_(temp);
 }
-
-// How torch's copy_ converts float16 to an FP8 dtype on a device, and whether our
-// hardware pair conversion may stand in for it.
-struct Conversion {
-  cuda::E4m3fnOverflow mode;
-  bool hw;
-};
 
 // Our hardware conversion's table for self's device (formats without one: none).
 std::optional<at::Tensor> hw_table(const at::Tensor& self, cuda::Fp8Format format) {
@@ -62,53 +55,9 @@ std::optional<at::Tensor> hw_table(const at::Tensor& self, cuda::Fp8Format forma
   return out.to(at::kCPU);
 }
 
-// Found once per (device, dtype) by converting all 65536 float16 bit patterns with
-// torch itself and matching the result against our conversions. Not probed inside
-// graph capture (the probe synchronizes): nullopt then, and when nothing matches.
-std::optional<Conversion> fp8_conversion(const at::Tensor& self) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int>, std::optional<Conversion>> cache;
-  const std::pair<int, int> key{self.device().index(), static_cast<int>(self.scalar_type())};
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-    return std::nullopt;
-  }
-  const auto halves =
-      at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
-  const auto table =
-      halves.to(self.device()).to(self.scalar_type()).view(at::kByte).to(at::kCPU).contiguous();
-  const uint8_t* torch_table = table.const_data_ptr<uint8_t>();
-  std::optional<Conversion> found;
-  if (const auto mode = pick_fp8_mode(self.scalar_type(), torch_table)) {
-    const auto hw = hw_table(self, fp8_format(self.scalar_type()));
-    found = Conversion{*mode, hw && hw_table_agrees(self.scalar_type(), *mode,
-                                                    hw->const_data_ptr<uint8_t>(), torch_table)};
-  }
-  cache.emplace(key, found);
-  return found;
-}
-
-// Blocks of `kernel` that fit on all SMs at once: the kernel loops over its work
-// items, so one full wave and no tail. Cached per kernel (the bytes never depend on
-// the grid; a process mixing GPU generations only gets a less tuned grid).
-template <auto kKernel>
-int64_t resident_blocks(int64_t sm_count) {
-  static std::atomic<int> per_sm{0};
-  int blocks = per_sm.load(std::memory_order_relaxed);
-  if (blocks == 0) {
-    C10_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, cuda_kernels::kBlock, 0));
-    blocks = std::max(blocks, 1);
-    per_sm.store(blocks, std::memory_order_relaxed);
-  }
-  return sm_count * blocks;
-}
-
 template <auto kKernel>
 void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
-  const int64_t items = cuda_kernels::work_items(args.threads, args.steps);
+  const int64_t items = cuda_kernels::work_items(args.item.threads, args.steps);
   const int64_t wanted = (items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock;
   const auto blocks = static_cast<unsigned>(std::min(wanted, resident_blocks<kKernel>(sm_count)));
   kKernel<<<blocks, cuda_kernels::kBlock, 0, stream>>>(args);
@@ -140,12 +89,12 @@ void fill_fp8(const at::Tensor& self, double low, double high, const at::Generat
   const cuda::Fp8Format format = fp8_format(self.scalar_type());
 
   PieceArgs args{};
-  args.data = static_cast<uint8_t*>(self.mutable_data_ptr());
-  args.uniform = cuda::make_uniform_params(low, high);
-  args.overflow = conversion->mode;
-  args.use_hw = conversion->hw &&
-                cuda::hw_conversion_ok(format, conversion->mode, max_abs_uniform(args.uniform));
-  args.layout = *layout;
+  cuda_kernels::ItemArgs& item = args.item;
+  item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
+  item.uniform = cuda::make_uniform_params(low, high);
+  item.overflow = conversion->mode;
+  item.use_hw = use_hw_conversion(*conversion, format, item.uniform);
+  item.layout = *layout;
   const bool linear = layout->linear();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
@@ -158,24 +107,15 @@ void fill_fp8(const at::Tensor& self, double low, double high, const at::Generat
       },
       [&](int64_t start, int64_t count, const cuda::ReferenceGrid& grid,
           const at::PhiloxCudaState& philox) {
-        args.start = start;
-        args.count = count;
-        args.threads = grid.threads;
+        item.start = start;
+        item.count = count;
+        item.threads = grid.threads;
         args.steps = grid.steps;
         args.philox = philox;
-        args.aligned = linear && reinterpret_cast<uintptr_t>(args.data + start) % 4 == 0;
-        switch (format) {
-          case cuda::Fp8Format::kE4m3fn:
-            return launch_piece<cuda::Fp8Format::kE4m3fn>(args, linear, sm_count, stream);
-          case cuda::Fp8Format::kE5m2:
-            return launch_piece<cuda::Fp8Format::kE5m2>(args, linear, sm_count, stream);
-          case cuda::Fp8Format::kE4m3fnuz:
-            return launch_piece<cuda::Fp8Format::kE4m3fnuz>(args, linear, sm_count, stream);
-          case cuda::Fp8Format::kE5m2fnuz:
-            return launch_piece<cuda::Fp8Format::kE5m2fnuz>(args, linear, sm_count, stream);
-          default:
-            return launch_piece<cuda::Fp8Format::kE8m0fnu>(args, linear, sm_count, stream);
-        }
+        item.aligned = linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
+        with_fp8_format(format, [&](auto f) {
+          launch_piece<decltype(f)::value>(args, linear, sm_count, stream);
+        });
       });
 }
 
@@ -237,6 +177,34 @@ int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
 }
 
 }  // namespace
+
+// Found once per (device, dtype) by converting all 65536 float16 bit patterns with
+// torch itself and matching the result against our conversions. Not probed inside
+// graph capture (the probe synchronizes): nullopt then, and when nothing matches.
+std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, std::optional<Fp8Conversion>> cache;
+  const std::pair<int, int> key{self.device().index(), static_cast<int>(self.scalar_type())};
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
+    return std::nullopt;
+  }
+  const auto halves =
+      at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
+  const auto table =
+      halves.to(self.device()).to(self.scalar_type()).view(at::kByte).to(at::kCPU).contiguous();
+  const uint8_t* torch_table = table.const_data_ptr<uint8_t>();
+  std::optional<Fp8Conversion> found;
+  if (const auto mode = pick_fp8_mode(self.scalar_type(), torch_table)) {
+    const auto hw = hw_table(self, fp8_format(self.scalar_type()));
+    found = Fp8Conversion{*mode, hw && hw_table_agrees(self.scalar_type(), *mode,
+                                                       hw->const_data_ptr<uint8_t>(), torch_table)};
+  }
+  cache.emplace(key, found);
+  return found;
+}
 
 TORCH_LIBRARY_IMPL(fp8_dummy, CUDA, m) {
   m.impl("init_", TORCH_FN(init_seed_cuda));

@@ -1,0 +1,24 @@
+// The batched kernel of init_many_: many dense tensors of one FP8 dtype, each filled as
+// its own init_ would fill it, in one launch (the work table: batch_table.h; the work
+// item: work_item.h, the per-tensor kernel's own). Fresh generators: the counter
+// offsets are known on the host and sit in the table. A header apart from
+// init_kernel.cuh, whose non-template kernels may be defined in one file only.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/batch_table.h"
+
+namespace fp8_dummy {
+namespace cuda_kernels {
+
+template <cuda::Fp8Format F>
+__global__ void __launch_bounds__(kTile)
+    init_many_fp8_kernel(const BatchPiece* pieces, int64_t num_pieces, int64_t tiles,
+                         const BatchCall call) {
+  FillDense<F> fill{call};
+  for_each_batch_item(pieces, num_pieces, tiles, blockIdx.x, gridDim.x, threadIdx.x, fill);
+}
+
+}  // namespace cuda_kernels
+}  // namespace fp8_dummy
