@@ -10,6 +10,7 @@ import torch
 
 from ._progress import Progress
 from .ops import init_, init_many_
+from .stateless import init_stateless_
 
 __all__ = ["initialize_dummy_weights", "is_scale_tensor"]
 
@@ -37,6 +38,7 @@ def initialize_dummy_weights(
     high: float = 1e-3,
     seed: int = 1234,
     *,
+    mode: Literal["reference", "stateless"] = "reference",
     scales: Literal["random", "neutral"] = "random",
     is_scale: Callable[[str, torch.Tensor], bool] = is_scale_tensor,
     progress: bool | None = None,
@@ -51,6 +53,10 @@ def initialize_dummy_weights(
     are filled by :func:`fp8_dummy.init_many_` (one kernel launch per device and FP8
     dtype, same bytes); CPU tensors one by one.
 
+    mode: ``"reference"`` (the default): the bytes above, which on CUDA depend on the
+        GPU model for large tensors, as vLLM's do. ``"stateless"``: each tensor filled
+        by :func:`fp8_dummy.init_stateless_` with ``seed`` (the same bytes on every
+        device; see the README's "Modes").
     scales: ``"neutral"`` sets the tensors for which ``is_scale(name, tensor)`` holds to
         1.0 instead of random values (opt-in: it changes those bytes). On CUDA they are
         set before the batched random tensors are filled (only a scale tensor sharing
@@ -58,6 +64,8 @@ def initialize_dummy_weights(
     progress: show tensors done, bytes done and throughput (tqdm if installed, else one
         line on stderr). ``None``: only for models of at least 1 GiB on a terminal.
     """
+    if mode not in ("reference", "stateless"):
+        raise ValueError(f"mode must be 'reference' or 'stateless', got {mode!r}")
     if scales not in ("random", "neutral"):
         raise ValueError(f"scales must be 'random' or 'neutral', got {scales!r}")
     todo = []
@@ -86,7 +94,7 @@ def initialize_dummy_weights(
     try:
         for name, tensor in todo:
             neutral = scales == "neutral" and is_scale(name, tensor)
-            if tensor.is_cuda and not neutral:
+            if tensor.is_cuda and not neutral and mode == "reference":
                 batch.append(tensor)
                 batch_bytes += tensor.numel() * tensor.element_size()
                 if bar is not None and batch_bytes >= PROGRESS_BATCH_BYTES:
@@ -95,6 +103,8 @@ def initialize_dummy_weights(
                 continue
             if neutral:
                 tensor.fill_(1.0)
+            elif mode == "stateless":
+                init_stateless_(tensor, low, high, seed)
             else:
                 init_(tensor, low, high, seed)
             if bar is not None:

@@ -216,3 +216,15 @@ def test_vllm_drop_in_signatures_and_bytes():
             reference.old_path(p, -1.0, 1.0, 77)
     for x, y, z in zip(a.state_dict().values(), b.state_dict().values(), c.state_dict().values()):
         assert torch.equal(as_bytes(x), as_bytes(z)) and torch.equal(as_bytes(y), as_bytes(z))
+
+
+def test_initialize_stateless_mode():
+    a, b = TinyModel(), TinyModel()
+    fp8_dummy.initialize_dummy_weights(a, -1.0, 1.0, seed=5, mode="stateless")
+    for t in b.state_dict().values():
+        if t.is_floating_point():
+            fp8_dummy.init_stateless_(t, -1.0, 1.0, seed=5)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(as_bytes(x), as_bytes(y)), name
+    with pytest.raises(ValueError, match="mode must be"):
+        fp8_dummy.initialize_dummy_weights(a, mode="fast")
