@@ -11,22 +11,14 @@ import textwrap
 
 import pytest
 import torch
+from conftest import BOUNDS, WIDE_DTYPES
+from conftest import FP8_DTYPES as FP8
 
 import fp8_dummy  # noqa: F401  (registers the ops)
 from fp8_dummy.emulator import device_properties, emulate_cuda_init_
 from fp8_dummy.reference import new_path
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-FP8 = [
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-    torch.float8_e4m3fnuz,
-    torch.float8_e5m2fnuz,
-    torch.float8_e8m0fnu,
-]
-WIDE = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
-BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
 
 
 def full_threads() -> int:
@@ -88,7 +80,7 @@ def poisoned_cpu(t: torch.Tensor) -> torch.Tensor:
     )
 
 
-@pytest.mark.parametrize("dtype", FP8 + WIDE, ids=str)
+@pytest.mark.parametrize("dtype", FP8 + WIDE_DTYPES, ids=str)
 @pytest.mark.parametrize("bounds", BOUNDS, ids=str)
 def test_dtypes_and_bounds(dtype, bounds):
     check(torch.empty(3, 40_961, dtype=dtype, device="cuda"), *bounds, seed=1234)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import BOUNDS
 
 np = pytest.importorskip("numpy")  # the oracle is numpy
 
@@ -15,7 +16,6 @@ import fp8_dummy  # noqa: E402,F401  (registers the ops)
 from fp8_dummy.emulator import A100, H200, cuda_launch_plan, emulate_cuda_init_  # noqa: E402
 
 FP8 = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
-BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
 DEVICES = {"H200": H200, "A100": A100, "small": (3, 1536)}  # small: T = 4608, many steps
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import BOUNDS
 
 np = pytest.importorskip("numpy")  # the oracle is numpy
 
@@ -22,7 +23,6 @@ from fp8_dummy.stateless import (  # noqa: E402
 
 FP8 = list(so.FP8)
 DTYPES = FP8 + list(so.WIDE)
-BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
 SATURATE = so.e4m3fn_saturates()
 
 

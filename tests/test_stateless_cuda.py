@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import FP8_DTYPES as FP8
 
 import fp8_dummy  # noqa: F401  (registers the ops)
 from fp8_dummy.stateless import init_shard_, init_stateless_, shard_slices
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-FP8 = [
-    torch.float8_e4m3fn,
-    torch.float8_e5m2,
-    torch.float8_e4m3fnuz,
-    torch.float8_e5m2fnuz,
-    torch.float8_e8m0fnu,
-]
 DTYPES = FP8 + [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25), (-0.3, 0.7)]
 
