@@ -12,7 +12,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" >&2
 fi
 py="$venv/bin/python"
-pkgs=(numpy pytest ninja setuptools wheel)
+pkgs=(numpy pytest ninja setuptools wheel matplotlib)  # matplotlib: the benchmark plots
 if [ "${TORCH_SPEC:-torch==2.13.0}" != none ]; then
   pkgs+=("${TORCH_SPEC:-torch==2.13.0}")
 fi
