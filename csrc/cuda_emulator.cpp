@@ -21,13 +21,12 @@ namespace {
 
 using cuda::ReferenceGrid;
 
-// Runs `fill(pos, half_bits)` for every element of a reference uniform_ over n
-// float16 values (pos in the temp's memory order) and returns the generator offset
-// after it.
-template <typename Fill>
-uint64_t emulate_uniform(int64_t n, const cuda::UniformParams& params, uint64_t seed,
-                         uint64_t offset, int64_t sm_count, int64_t max_threads_per_sm,
-                         Fill&& fill) {
+// The reference's launches for n float16 elements with the generator at `offset`,
+// each reservation taken in turn as torch's generator hands them out; returns the
+// generator offset after them.
+template <typename Launch>
+uint64_t emulate_launches(int64_t n, int64_t sm_count, int64_t max_threads_per_sm, uint64_t offset,
+                          Launch&& launch) {
   uint64_t next = offset;
   cuda::reference_launches(
       n, sm_count, max_threads_per_sm,
@@ -36,6 +35,19 @@ uint64_t emulate_uniform(int64_t n, const cuda::UniformParams& params, uint64_t 
         next += increment;
         return at;
       },
+      launch);
+  return next;
+}
+
+// Runs `fill(pos, half_bits)` for every element of a reference uniform_ over n
+// float16 values (pos in the temp's memory order) and returns the generator offset
+// after it.
+template <typename Fill>
+uint64_t emulate_uniform(int64_t n, const cuda::UniformParams& params, uint64_t seed,
+                         uint64_t offset, int64_t sm_count, int64_t max_threads_per_sm,
+                         Fill&& fill) {
+  return emulate_launches(
+      n, sm_count, max_threads_per_sm, offset,
       [&](int64_t start, int64_t count, const ReferenceGrid& grid, uint64_t at) {
         for (int64_t k = 0; k < grid.steps; ++k) {
           for (int64_t idx = 0; idx < grid.threads; ++idx) {
@@ -47,7 +59,6 @@ uint64_t emulate_uniform(int64_t n, const cuda::UniformParams& params, uint64_t 
           }
         }
       });
-  return next;
 }
 
 int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
@@ -102,18 +113,12 @@ std::vector<int64_t> cuda_launch_plan(int64_t n, int64_t sm_count, int64_t max_t
   TORCH_CHECK(n > 0 && sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads,
               "fp8_dummy._cuda_launch_plan: bad arguments");
   std::vector<int64_t> plan{0};
-  uint64_t next = static_cast<uint64_t>(offset);
-  cuda::reference_launches(
-      n, sm_count, max_threads_per_sm,
-      [&](uint64_t increment) {
-        const uint64_t at = next;
-        next += increment;
-        return at;
-      },
+  const uint64_t after = emulate_launches(
+      n, sm_count, max_threads_per_sm, static_cast<uint64_t>(offset),
       [&](int64_t start, int64_t count, const ReferenceGrid& grid, uint64_t at) {
         plan.insert(plan.end(), {start, count, grid.threads, grid.steps, static_cast<int64_t>(at)});
       });
-  plan[0] = static_cast<int64_t>(next);
+  plan[0] = static_cast<int64_t>(after);
   return plan;
 }
 
