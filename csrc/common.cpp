@@ -134,26 +134,9 @@ MemoryOrder memory_order(const at::Tensor& self) {
 }
 
 const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype) {
-  static std::array<std::array<uint8_t, 65536>, 5> tables;
-  static std::array<std::once_flag, 5> once;
-  int slot = 0;
-  switch (dtype) {
-    case c10::ScalarType::Float8_e4m3fn:
-      slot = 0;
-      break;
-    case c10::ScalarType::Float8_e5m2:
-      slot = 1;
-      break;
-    case c10::ScalarType::Float8_e4m3fnuz:
-      slot = 2;
-      break;
-    case c10::ScalarType::Float8_e5m2fnuz:
-      slot = 3;
-      break;
-    default:
-      slot = 4;
-      break;  // Float8_e8m0fnu
-  }
+  static std::array<std::array<uint8_t, 65536>, cuda::kNumFp8Formats> tables;
+  static std::array<std::once_flag, cuda::kNumFp8Formats> once;
+  const int slot = static_cast<int>(fp8_format(dtype));
   std::call_once(once[slot], [&] {
     const auto halves =
         at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);

@@ -9,10 +9,31 @@
 #include <cstdint>
 #include <optional>
 
+#include "fp8_dummy/cuda/fp8_convert.h"
+
 namespace fp8_dummy {
 
 // The dtypes whose reference is "uniform_ into a float16 temp, then copy_".
 bool is_fp8(c10::ScalarType dtype);
+
+// The format of an FP8 dtype in the torch-free headers (also the index of per-format
+// tables); throws for any other dtype.
+inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Float8_e4m3fn:
+      return cuda::Fp8Format::kE4m3fn;
+    case c10::ScalarType::Float8_e5m2:
+      return cuda::Fp8Format::kE5m2;
+    case c10::ScalarType::Float8_e4m3fnuz:
+      return cuda::Fp8Format::kE4m3fnuz;
+    case c10::ScalarType::Float8_e5m2fnuz:
+      return cuda::Fp8Format::kE5m2fnuz;
+    case c10::ScalarType::Float8_e8m0fnu:
+      return cuda::Fp8Format::kE8m0fnu;
+    default:
+      TORCH_CHECK(false, "fp8_dummy: not an FP8 dtype: ", dtype);
+  }
+}
 
 // The dtypes whose reference is plain self.uniform_ (16 bits or wider).
 bool is_wide_float(c10::ScalarType dtype);

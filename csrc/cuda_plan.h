@@ -16,23 +16,6 @@
 
 namespace fp8_dummy {
 
-inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
-  switch (dtype) {
-    case c10::ScalarType::Float8_e4m3fn:
-      return cuda::Fp8Format::kE4m3fn;
-    case c10::ScalarType::Float8_e5m2:
-      return cuda::Fp8Format::kE5m2;
-    case c10::ScalarType::Float8_e4m3fnuz:
-      return cuda::Fp8Format::kE4m3fnuz;
-    case c10::ScalarType::Float8_e5m2fnuz:
-      return cuda::Fp8Format::kE5m2fnuz;
-    case c10::ScalarType::Float8_e8m0fnu:
-      return cuda::Fp8Format::kE8m0fnu;
-    default:
-      TORCH_CHECK(false, "fp8_dummy: not an FP8 dtype: ", dtype);
-  }
-}
-
 // fn(std::integral_constant<cuda::Fp8Format, F>{}) for the format F of `format`: a
 // kernel template instantiated for each format, picked at run time.
 template <typename Fn>

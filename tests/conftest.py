@@ -23,6 +23,15 @@ WIDE_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 BOUNDS = [(-1e-3, 1e-3), (-1.0, 1.0), (-500.0, 500.0), (0.0, 60000.0), (0.25, 0.25)]
 
 
+def needs_gpu_memory(gib: int):
+    """Skip unless cuda:0 exists and has at least `gib` GiB (for > 2^30-element tests)."""
+    enough = (
+        torch.cuda.is_available()
+        and torch.cuda.get_device_properties(0).total_memory >= gib * 2**30
+    )
+    return pytest.mark.skipif(not enough, reason=f"needs a GPU with {gib} GiB")
+
+
 def torch_version() -> tuple[int, int]:
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
     return int(major), int(minor)

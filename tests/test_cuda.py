@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import BOUNDS, WIDE_DTYPES
+from conftest import BOUNDS, WIDE_DTYPES, needs_gpu_memory
 from conftest import FP8_DTYPES as FP8
 
 import fp8_dummy  # noqa: F401  (registers the ops)
@@ -238,12 +238,7 @@ def test_second_device():
         assert torch.equal(g1.get_state(), g2.get_state())
 
 
-@pytest.mark.skipif(
-    torch.cuda.get_device_properties(0).total_memory < 16 * 2**30
-    if torch.cuda.is_available()
-    else True,
-    reason="needs 16 GiB",
-)
+@needs_gpu_memory(16)
 def test_split_above_2_pow_30():
     n = 2**30 + 4099  # the float16 temp needs two 32-bit pieces
     t = torch.empty(n, dtype=torch.float8_e5m2, device="cuda")

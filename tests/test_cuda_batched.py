@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from conftest import needs_gpu_memory
 from test_cuda import FP8, as_ints, saturates_e4m3fn, storage
 from test_init_many import EveryDtype, loop_reference
 
@@ -138,12 +139,7 @@ def test_no_generator_is_touched_and_no_scratch_beyond_the_table():
     assert torch.equal(state, torch.cuda.get_rng_state())
 
 
-@pytest.mark.skipif(
-    torch.cuda.get_device_properties(0).total_memory < 16 * 2**30
-    if torch.cuda.is_available()
-    else True,
-    reason="needs 16 GiB",
-)
+@needs_gpu_memory(16)
 def test_split_above_2_pow_30_in_a_batch():
     big = torch.empty(2**30 + 4099, dtype=torch.float8_e5m2, device="cuda")
     small = torch.empty(1234, dtype=torch.float8_e5m2, device="cuda")
