@@ -60,7 +60,9 @@ def extension():
     use_cuda = want_cuda()
     debug = os.environ.get("FP8_DUMMY_DEBUG", "0") == "1"
     abi3 = torch_at_least(2, 6)
-    sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
+    # The same globs as CMakeLists.txt: every .cpp of csrc/ (csrc/README.md: registration
+    # files at the top, then common/, cpu/, emulator/), the .cu files of csrc/cuda/ below.
+    sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
     cxx = ["-O0", "-g"] if debug else ["-O3"]
     # No -std here: torch's BuildExtension adds the C++ standard its headers need
     # (torch 2.14's headers use C++20 features and fail to compile as C++17).
@@ -68,8 +70,6 @@ def extension():
     define_macros = []
     extra = {"cxx": cxx}
     include_dirs = [os.path.join(ROOT, "include"), os.path.join(ROOT, "csrc")]
-    # The same globs as CMakeLists.txt (csrc/*.cpp above, csrc/cuda/*.cu below).
-    sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     # The PyInit__C stub in ops.cpp: the library is the Python module fp8_dummy._C.
     define_macros.append(("FP8_DUMMY_PYTHON_MODULE", None))
     if use_cuda:

@@ -56,7 +56,7 @@ def peak_scratch(fn, buf) -> int:
 def bench_dtype(dtype, numel: int, repeats: int, warmup: int, rotate: int) -> dict:
     buffers = [torch.empty(numel, dtype=dtype, device="cuda") for _ in range(rotate)]
     gen = torch.Generator(device="cuda").manual_seed(SEED)
-    words_needed = torch.ops.fp8_dummy._philox_roofline(
+    words_needed = torch.ops.fp8_dummy_internal.philox_roofline(
         torch.empty(0, dtype=torch.int32, device="cuda"), numel, SEED
     )
     words = torch.empty(words_needed, dtype=torch.int32, device="cuda")
@@ -67,7 +67,9 @@ def bench_dtype(dtype, numel: int, repeats: int, warmup: int, rotate: int) -> di
         "init_generator": lambda b: torch.ops.fp8_dummy.init_.generator(
             b, LOW, HIGH, generator=gen
         ),
-        "philox_roofline": lambda b: torch.ops.fp8_dummy._philox_roofline(words, numel, SEED),
+        "philox_roofline": lambda b: torch.ops.fp8_dummy_internal.philox_roofline(
+            words, numel, SEED
+        ),
         "byte_fill": lambda b: b.view(torch.uint8).fill_(0x3C),
     }
     # Correctness first: the timed kernel must give the reference's bytes.

@@ -8,16 +8,17 @@ from pathlib import Path
 import torch  # noqa: F401  (must be loaded before the extension)
 
 from . import (
-    _C,  # noqa: F401  (loads the library, which registers torch.ops.fp8_dummy)
+    _C,  # noqa: F401  (loads the library: torch.ops.fp8_dummy and fp8_dummy_internal)
     emulator,
     reference,
     stateless,
 )
 from .model import initialize_dummy_weights, is_scale_tensor
-from .ops import init_, init_many_
+from .ops import cpu_fast_path_info, init_, init_many_
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = [
+    "cpu_fast_path_info",
     "emulator",
     "get_cmake_dir",
     "get_include",

@@ -1,4 +1,4 @@
-"""CPU emulation of torch's CUDA reference path (``torch.ops.fp8_dummy.emulate_cuda_init_``).
+"""CPU emulation of torch's CUDA reference path (``fp8_dummy_internal::emulate_cuda_init_``).
 
 The bytes of ``empty_like(t, float16).uniform_(low, high, generator=g)`` followed by
 ``t.copy_(temp)`` on a GPU with a given number of SMs and threads per SM, computed on
@@ -60,7 +60,7 @@ def emulate_cuda_init_(
     ``saturate_e4m3fn``: float8_e4m3fn values above 448 saturate (torch >= 2.13, and
     sm_89+ hardware from 2.12) or become NaN above 464 (torch <= 2.11).
     """
-    return torch.ops.fp8_dummy.emulate_cuda_init_(
+    return torch.ops.fp8_dummy_internal.emulate_cuda_init_(
         t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate_e4m3fn
     )
 
@@ -82,7 +82,7 @@ def emulate_cuda_init_many_(
     checking that every work item is visited exactly once; the others through
     :func:`emulate_cuda_init_`. Each tensor gets the bytes of its own fresh generator.
     Returns the number of batched launches (one per FP8 dtype)."""
-    return torch.ops.fp8_dummy.emulate_cuda_init_many_(
+    return torch.ops.fp8_dummy_internal.emulate_cuda_init_many_(
         tensors, low, high, seed, sm_count, max_threads_per_sm, saturate_e4m3fn, grid
     )
 
@@ -92,6 +92,8 @@ def cuda_launch_plan(
 ) -> tuple[list[Launch], int]:
     """The reference's launches for ``numel`` float16 elements and the offset after them
     (tensors over 2^30 elements are split); allocates nothing."""
-    flat = torch.ops.fp8_dummy._cuda_launch_plan(numel, sm_count, max_threads_per_sm, offset)
+    flat = torch.ops.fp8_dummy_internal.cuda_launch_plan(
+        numel, sm_count, max_threads_per_sm, offset
+    )
     runs = [Launch(*flat[i : i + 5]) for i in range(1, len(flat), 5)]
     return runs, flat[0]

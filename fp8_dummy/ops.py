@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["init_", "init_many_"]
+__all__ = ["cpu_fast_path_info", "init_", "init_many_"]
 
 
 def init_(
@@ -55,6 +55,13 @@ def init_many_(
     return tensors
 
 
+def cpu_fast_path_info() -> str:
+    """One line on the CPU fast path of :func:`init_` in this process: the torch version's
+    uniform_ formula, FMA or not, and what the once-per-process self-check against
+    torch's own ``uniform_`` found (the fast path is used only where it passed)."""
+    return torch.ops.fp8_dummy_internal.cpu_fast_path_info()
+
+
 def _check_layout(t: torch.Tensor) -> None:
     if t.layout != torch.strided:  # the dispatcher's own message would not say why
         raise RuntimeError(
@@ -64,14 +71,14 @@ def _check_layout(t: torch.Tensor) -> None:
 
 @torch.library.register_fake("fp8_dummy::init_")
 def _init_fake(t: torch.Tensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234) -> None:
-    torch.ops.fp8_dummy._check_init_args(t, low, high)
+    torch.ops.fp8_dummy_internal.check_init_args(t, low, high)
 
 
 @torch.library.register_fake("fp8_dummy::init_.generator")
 def _init_generator_fake(
     t: torch.Tensor, low: float, high: float, *, generator: torch.Generator | None
 ) -> None:
-    torch.ops.fp8_dummy._check_init_args(t, low, high)
+    torch.ops.fp8_dummy_internal.check_init_args(t, low, high)
 
 
 @torch.library.register_fake("fp8_dummy::init_many_")
@@ -79,4 +86,4 @@ def _init_many_fake(
     tensors: list[torch.Tensor], low: float = -1e-3, high: float = 1e-3, seed: int = 1234
 ) -> None:
     for t in tensors:
-        torch.ops.fp8_dummy._check_init_args(t, low, high)
+        torch.ops.fp8_dummy_internal.check_init_args(t, low, high)

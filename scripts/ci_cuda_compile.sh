@@ -48,10 +48,8 @@ cp -r fp8_dummy "$OUT/pkg/"
 rm -f "$OUT"/pkg/fp8_dummy/_C*.so
 cp "$so" "$OUT/pkg/fp8_dummy/"
 cp -r tests include "$OUT/pkg/"
-# The tests find the shared known-answer files beside the repository.
-[[ -d "$ROOT/../shared" ]] && ln -s "$ROOT/../shared" "$OUT/shared"
 cd "$OUT/pkg"
 "$PY" -c 'import torch, fp8_dummy; assert torch.ops.fp8_dummy.init_.default.has_kernel_for_dispatch_key("CUDA"), "no CUDA kernel registered"; print("CUDA kernels registered")'
-"$PY" -m pytest -q -p no:cacheprovider tests/test_philox.py tests/test_cuda_emulator.py tests/test_headers_standalone.py \
-  tests/test_cuda.py tests/test_stateless.py tests/test_stateless_host.py tests/test_stateless_cuda.py \
-  tests/test_distributed.py tests/test_cuda_batch_emulator.py tests/test_init_many.py tests/test_cuda_batched.py
+"$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_headers_standalone.py \
+  tests/test_reference_cuda.py tests/test_stateless_cpu.py tests/test_stateless_api.py tests/test_stateless_cuda.py \
+  tests/test_stateless_distributed.py tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_init_many_cuda.py

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # for `import oracle`
+# tests/ on the path: the test modules import conftest, oracles/ and helpers/.
+sys.path.insert(0, str(Path(__file__).parent))
 
 FP8_DTYPES = [
     getattr(torch, name)

@@ -1,6 +1,6 @@
 """The stateless mode on a GPU: CUDA bytes equal CPU bytes (device independence) for
 every dtype, layouts and shards; CUDA equals torch.func._random on CUDA; graph capture.
-Skipped without a GPU (the CPU side is tests/test_stateless.py)."""
+Skipped without a GPU (the CPU side is tests/test_stateless_cpu.py)."""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@
 #include <optional>
 #include <utility>
 
-#include "common.h"
+#include "common/reference.h"
 #include "cuda/init_cuda.h"
 #include "cuda/init_kernel.cuh"
-#include "cuda_plan.h"
+#include "launch/cuda_launch_plan.h"
 
 namespace fp8_dummy {
 namespace {
@@ -156,9 +156,9 @@ void init_generator_cuda(at::Tensor& self, double low, double high,
 // `out` is large enough.
 int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kInt && out.is_contiguous(),
-              "fp8_dummy._philox_roofline: expects a contiguous int32 CUDA tensor");
+              "fp8_dummy_internal.philox_roofline: expects a contiguous int32 CUDA tensor");
   TORCH_CHECK(numel > 0 && numel <= cuda::kMax32BitHalfElements,
-              "fp8_dummy._philox_roofline: numel must be in [1, 2^30]");
+              "fp8_dummy_internal.philox_roofline: numel must be in [1, 2^30]");
   const c10::cuda::CUDAGuard guard(out.device());
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(out.device().index());
   const cuda::ReferenceGrid grid =
@@ -209,7 +209,10 @@ std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
 TORCH_LIBRARY_IMPL(fp8_dummy, CUDA, m) {
   m.impl("init_", TORCH_FN(init_seed_cuda));
   m.impl("init_.generator", TORCH_FN(init_generator_cuda));
-  m.impl("_philox_roofline", TORCH_FN(philox_roofline));
+}
+
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CUDA, m) {
+  m.impl("philox_roofline", TORCH_FN(philox_roofline));
 }
 
 }  // namespace fp8_dummy

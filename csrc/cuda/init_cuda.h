@@ -11,7 +11,7 @@
 #include <atomic>
 #include <optional>
 
-#include "cuda_plan.h"
+#include "launch/cuda_launch_plan.h"
 
 namespace fp8_dummy {
 

@@ -9,16 +9,16 @@
 // per word on the linear (dense) layout, and a warp's store covers 128 contiguous
 // bytes. Work items (4 subsequences x 1 step) are handed out grid-stride, step-major,
 // so a kernel's grid is sized for occupancy, not tied to the reference's T. The work
-// item itself (fill_item) is in work_item.h, shared with the batched kernel
+// item itself (fill_item) is in launch/cuda_work_item.h, shared with the batched kernel
 // (init_many_kernel.cuh).
 #pragma once
 
 #include <ATen/cuda/PhiloxUtils.cuh>
 #include <cstdint>
 
-#include "cuda/work_item.h"
 #include "fp8_dummy/cuda/fp8_convert.h"
 #include "fp8_dummy/cuda/philox.h"
+#include "launch/cuda_work_item.h"
 
 namespace fp8_dummy {
 namespace cuda_kernels {

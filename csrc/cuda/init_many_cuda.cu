@@ -1,9 +1,9 @@
 // init_many_ on CUDA: the dense FP8 tensors of a call are filled by one launch per
 // (device, dtype) of init_many_kernel.cuh's batched kernel, each tensor with the bytes its
-// own init_(t, low, high, seed) gives (the work table: cuda/batch_table.h). The rest
+// own init_(t, low, high, seed) gives (the work table: launch/cuda_batch_table.h). The rest
 // (float16 and wider, layouts with gaps, tensors sharing bytes with another of the
 // call, a dtype whose conversion probe found no match, any call inside graph capture)
-// takes the per-tensor path, after the batches, in call order (batch_plan.h).
+// takes the per-tensor path, after the batches, in call order (common/init_many_plan.h).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -14,11 +14,11 @@
 #include <cstring>
 #include <vector>
 
-#include "batch_plan.h"
-#include "common.h"
+#include "common/init_many_plan.h"
+#include "common/reference.h"
 #include "cuda/init_cuda.h"
 #include "cuda/init_many_kernel.cuh"
-#include "cuda_plan.h"
+#include "launch/cuda_launch_plan.h"
 
 namespace fp8_dummy {
 namespace {

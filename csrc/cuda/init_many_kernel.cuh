@@ -1,13 +1,13 @@
 // The batched kernel of init_many_: many dense tensors of one FP8 dtype, each filled as
-// its own init_ would fill it, in one launch (the work table: batch_table.h; the work
-// item: work_item.h, the per-tensor kernel's own). Fresh generators: the counter
+// its own init_ would fill it, in one launch (the work table: launch/cuda_batch_table.h; the work
+// item: launch/cuda_work_item.h, the per-tensor kernel's own). Fresh generators: the counter
 // offsets are known on the host and sit in the table. A header apart from
 // init_kernel.cuh, whose non-template kernels may be defined in one file only.
 #pragma once
 
 #include <cstdint>
 
-#include "cuda/batch_table.h"
+#include "launch/cuda_batch_table.h"
 
 namespace fp8_dummy {
 namespace cuda_kernels {

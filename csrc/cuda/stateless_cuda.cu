@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <atomic>
 
-#include "common.h"
+#include "common/reference.h"
+#include "common/stateless.h"
 #include "cuda/stateless_kernel.cuh"
-#include "stateless_common.h"
 
 namespace fp8_dummy {
 namespace {

@@ -4,11 +4,13 @@
 //   #include <fp8_dummy/fp8_dummy.h>
 //   fp8_dummy::init_(weight, -1e-3, 1e-3, /*seed=*/1234);
 //   fp8_dummy::init_(weight, -1e-3, 1e-3, generator);  // std::optional<at::Generator>
+//   fp8_dummy::init_many_({w1, w2, w3}, -1e-3, 1e-3, 1234);
+//   fp8_dummy::init_stateless_(weight, -1e-3, 1e-3, 1234);
 //
 // The calls go through the PyTorch dispatcher to the operators fp8_dummy's library
-// registers (torch.ops.fp8_dummy.init_ and init_.generator), so a consumer needs
-// fp8_dummy's headers only: no link-time dependency on fp8_dummy's library, nor a
-// matching build of it. The library must be loaded in the process before the first
+// registers (torch.ops.fp8_dummy: init_, init_.generator, init_many_, init_stateless_), so
+// a consumer needs fp8_dummy's headers only: no link-time dependency on fp8_dummy's
+// library, nor a matching build of it. The library must be loaded in the process before the first
 // call, by any of
 //   - Python: `import fp8_dummy`, or
 //     `torch.ops.load_library(fp8_dummy.library_path())` (no Python import of the
@@ -35,6 +37,9 @@ namespace fp8_dummy {
 // a typed handle has exactly the kernels' signature.
 using InitSeedFn = void(at::Tensor&, double, double, int64_t);
 using InitGeneratorFn = void(at::Tensor&, double, double, std::optional<at::Generator>);
+using InitManyFn = void(at::TensorList, double, double, int64_t);
+using InitStatelessFn = void(at::Tensor&, double, double, int64_t, int64_t, int64_t,
+                             at::OptionalIntArrayRef);
 
 namespace detail {
 
@@ -72,6 +77,28 @@ inline at::Tensor& init_(at::Tensor& self, double low, double high,
                          std::optional<at::Generator> generator) {
   static const auto op = detail::find_op<InitGeneratorFn>("fp8_dummy::init_", "generator");
   op.call(self, low, high, std::move(generator));
+  return self;
+}
+
+// Every tensor of `tensors` gets the bytes init_(t, low, high, seed) gives it (each its own
+// fresh generator); on CUDA the dense FP8 tensors of a (device, dtype) are filled by one
+// kernel launch. Every tensor's arguments are checked before the first is written.
+inline void init_many_(at::TensorList tensors, double low = -1e-3, double high = 1e-3,
+                       int64_t seed = 1234) {
+  static const auto op = detail::find_op<InitManyFn>("fp8_dummy::init_many_", "");
+  op.call(tensors, low, high, seed);
+}
+
+// The device-independent mode: the element of `self` at multi-index idx takes the value
+// element element_offset + sum(idx[d] * element_strides[d]) of a global tensor filled by
+// torch.func._random.uniform_ with key (seed, key_offset) has (element_strides: default the
+// row-major strides of self's shape). The same bytes on every device and for any sharding.
+inline at::Tensor& init_stateless_(at::Tensor& self, double low = -1e-3, double high = 1e-3,
+                                   int64_t seed = 1234, int64_t key_offset = 0,
+                                   int64_t element_offset = 0,
+                                   at::OptionalIntArrayRef element_strides = std::nullopt) {
+  static const auto op = detail::find_op<InitStatelessFn>("fp8_dummy::init_stateless_", "");
+  op.call(self, low, high, seed, key_offset, element_offset, element_strides);
   return self;
 }
 

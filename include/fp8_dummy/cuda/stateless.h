@@ -85,7 +85,7 @@ FP8_DUMMY_HD float stateless_float(uint32_t word, const StatelessParams& p) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(__fmul_rn(x, p.range), p.from);
 #else
-  const volatile float product = x * p.range;  // host callers: see stateless_cpu.cpp
+  const volatile float product = x * p.range;  // host callers: see csrc/cpu/stateless_cpu.cpp
   return product + p.from;
 #endif
 }

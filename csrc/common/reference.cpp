@@ -1,0 +1,149 @@
+#include "common/reference.h"
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+
+namespace fp8_dummy {
+
+bool is_fp8(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Float8_e4m3fn:
+    case c10::ScalarType::Float8_e5m2:
+    case c10::ScalarType::Float8_e4m3fnuz:
+    case c10::ScalarType::Float8_e5m2fnuz:
+    case c10::ScalarType::Float8_e8m0fnu:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_wide_float(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Half:
+    case c10::ScalarType::BFloat16:
+    case c10::ScalarType::Float:
+    case c10::ScalarType::Double:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+constexpr const char* kSupported =
+    "float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu, "
+    "float16, bfloat16, float32, float64";
+
+// Bounds are checked against the dtype uniform_ runs on: the float16 temp for FP8
+// tensors, the tensor itself otherwise. Same conditions and wording as
+// ATen/native/DistributionTemplates.h (uniform_impl_), so callers see the errors
+// the reference path would give.
+template <typename T>
+void check_bounds(double low, double high, const char* dtype_name) {
+  const double lowest = static_cast<double>(std::numeric_limits<T>::lowest());
+  const double max = static_cast<double>(std::numeric_limits<T>::max());
+  // Written so that NaN fails too, as in the reference.
+  TORCH_CHECK(low >= lowest && low <= max, "fp8_dummy.init_: from is out of bounds for ",
+              dtype_name, " (low=", low, ")");
+  TORCH_CHECK(high >= lowest && high <= max, "fp8_dummy.init_: to is out of bounds for ",
+              dtype_name, " (high=", high, ")");
+  TORCH_CHECK(low <= high, "fp8_dummy.init_: uniform_ expects to return a [from, to) range, ",
+              "but found from=", low, " > to=", high);
+  TORCH_CHECK(high - low <= max,
+              "fp8_dummy.init_: uniform_ expects to-from <= ", "std::numeric_limits<", dtype_name,
+              ">::max(), but found to=", high, " and from=", low,
+              " which result in to-from to exceed the limit");
+}
+
+}  // namespace
+
+void check_init_args(const at::Tensor& self, double low, double high) {
+  TORCH_CHECK(self.defined(), "fp8_dummy.init_: expected a tensor, got an undefined one");
+  const auto dtype = self.scalar_type();
+  TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), "fp8_dummy.init_: unsupported dtype ", dtype,
+              "; supported dtypes: ", kSupported);
+  switch (is_fp8(dtype) ? c10::ScalarType::Half : dtype) {
+    case c10::ScalarType::Half:
+      check_bounds<c10::Half>(low, high, "c10::Half");
+      break;
+    case c10::ScalarType::BFloat16:
+      check_bounds<c10::BFloat16>(low, high, "c10::BFloat16");
+      break;
+    case c10::ScalarType::Float:
+      check_bounds<float>(low, high, "float");
+      break;
+    default:
+      check_bounds<double>(low, high, "double");
+      break;
+  }
+  // The reference fails in copy_ (FP8) or in uniform_'s TensorIterator (wider
+  // dtypes) on a tensor whose elements share memory; we fail before writing.
+  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
+              "fp8_dummy.init_: unsupported operation: more than one element of the "
+              "written-to tensor refers to a single memory location. Please clone() the "
+              "tensor before performing the operation.");
+}
+
+MemoryOrder memory_order(const at::Tensor& self) {
+  // Ask torch itself which strides empty_like(self, float16) picks (they follow
+  // self's strides when it is dense, else a dense layout that keeps its dimension
+  // order; the rule has changed across versions). A meta tensor allocates nothing.
+  // A dense tensor's temp takes its strides in every version: skip the meta tensors,
+  // whose few microseconds matter for models made of thousands of small tensors.
+  at::Tensor temp;
+  if (!self.is_non_overlapping_and_dense()) {
+    const auto meta_self =
+        at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
+    temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
+  }
+  const auto tstrides = temp.defined() ? temp.strides() : self.strides();
+  const int64_t dim = self.dim();
+  // The temp is dense, so sorting its dimensions by decreasing stride gives its
+  // memory order (size-1 dimensions can go anywhere and are dropped below).
+  c10::SmallVector<int64_t, 6> perm(dim);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(),
+                   [&](int64_t a, int64_t b) { return tstrides[a] > tstrides[b]; });
+  MemoryOrder order;
+  for (const int64_t d : perm) {
+    const int64_t size = self.size(d);
+    const int64_t stride = self.stride(d);
+    if (size == 1) continue;
+    if (!order.sizes.empty() && order.strides.back() == stride * size) {
+      // Merge with the outer dimension: same walk, fewer loop levels.
+      order.sizes.back() *= size;
+      order.strides.back() = stride;
+    } else {
+      order.sizes.push_back(size);
+      order.strides.push_back(stride);
+    }
+  }
+  return order;
+}
+
+const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype) {
+  static std::array<std::array<uint8_t, 65536>, cuda::kNumFp8Formats> tables;
+  static std::array<std::once_flag, cuda::kNumFp8Formats> once;
+  const int slot = static_cast<int>(fp8_format(dtype));
+  std::call_once(once[slot], [&] {
+    const auto halves =
+        at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
+    const auto bytes = halves.to(dtype).view(at::kByte).contiguous();
+    std::memcpy(tables[slot].data(), bytes.const_data_ptr(), 65536);
+  });
+  return tables[slot].data();
+}
+
+}  // namespace fp8_dummy

@@ -1,0 +1,144 @@
+#include "common/stateless.h"
+
+#include <ATen/ops/arange.h>
+#include <c10/util/irange.h>
+#include <c10/util/safe_numerics.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "common/reference.h"
+
+namespace fp8_dummy {
+
+ShardGeometry check_stateless_args(const at::Tensor& self, double low, double high,
+                                   int64_t element_offset,
+                                   at::OptionalIntArrayRef element_strides) {
+  check_init_args(self, low, high);
+  const int64_t dim = self.dim();
+  TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
+              element_offset);
+  c10::SmallVector<int64_t, 6> global(dim);
+  if (element_strides.has_value()) {
+    TORCH_CHECK(static_cast<int64_t>(element_strides->size()) == dim,
+                "fp8_dummy.init_stateless_: element_strides needs one entry per dimension of "
+                "self (",
+                dim, "), got ", element_strides->size());
+    for (const auto d : c10::irange(dim)) {
+      global[d] = (*element_strides)[d];
+      TORCH_CHECK(global[d] >= 0, "fp8_dummy.init_stateless_: element_strides must be >= 0, got ",
+                  global[d], " in dimension ", d);
+      // A zero stride would give several elements one global index: not a shard.
+      TORCH_CHECK(global[d] > 0 || self.size(d) <= 1, "fp8_dummy.init_stateless_: element_strides[",
+                  d, "] is 0 but dimension ", d, " has size ", self.size(d),
+                  " (elements would share a global index)");
+    }
+  } else {
+    int64_t stride = 1;  // row-major strides of self's shape: e = logical linear index
+    for (int64_t d = dim - 1; d >= 0; --d) {
+      global[d] = stride;
+      stride *= std::max<int64_t>(self.size(d), 1);
+    }
+  }
+  // The largest global index must fit in int64 (it is a Philox counter position).
+  int64_t last = element_offset;
+  if (self.numel() > 0) {
+    for (const auto d : c10::irange(dim)) {
+      int64_t span = 0;
+      TORCH_CHECK(!c10::mul_overflows(self.size(d) - 1, global[d], &span) &&
+                      !c10::add_overflows(last, span, &last),
+                  "fp8_dummy.init_stateless_: global element indices overflow int64");
+    }
+  }
+  ShardGeometry g;
+  g.element_offset = element_offset;
+  for (const auto d : c10::irange(dim)) {
+    const int64_t size = self.size(d);
+    if (size == 1) continue;
+    if (!g.sizes.empty() && g.self_strides.back() == self.stride(d) * size &&
+        g.global_strides.back() == global[d] * size) {
+      g.sizes.back() *= size;  // contiguous in both: one loop level fewer
+      g.self_strides.back() = self.stride(d);
+      g.global_strides.back() = global[d];
+    } else {
+      g.sizes.push_back(size);
+      g.self_strides.push_back(self.stride(d));
+      g.global_strides.push_back(global[d]);
+    }
+  }
+  return g;
+}
+
+cuda::StatelessParams stateless_params(c10::ScalarType dtype, double low, double high) {
+  switch (dtype) {
+    case c10::ScalarType::BFloat16:
+      return cuda::stateless_params_bf16(low, high);
+    case c10::ScalarType::Float:
+      return cuda::stateless_params_float(low, high);
+    case c10::ScalarType::Double:
+      return cuda::stateless_params_double(low, high);
+    default:
+      return cuda::stateless_params_half(low, high);  // float16 and FP8
+  }
+}
+
+std::array<uint16_t, 2048> stateless_half_table(const cuda::StatelessParams& p) {
+  // Remembers the last bounds: a model's weights usually share them, and computing the
+  // table (2048 software float -> float16 roundings) costs tens of microseconds.
+  static std::mutex mutex;
+  static float last_from = 0.0f, last_range = -1.0f;  // range < 0: empty
+  static std::array<uint16_t, 2048> last;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (std::memcmp(&p.from, &last_from, sizeof(float)) != 0 ||
+      std::memcmp(&p.range, &last_range, sizeof(float)) != 0) {
+    for (uint32_t bits = 0; bits < 2048; ++bits) last[bits] = cuda::stateless_half(bits, p);
+    last_from = p.from;
+    last_range = p.range;
+  }
+  return last;
+}
+
+std::array<uint8_t, 2048> stateless_fp8_table(c10::ScalarType dtype,
+                                              const cuda::StatelessParams& p) {
+  const uint8_t* copy = cpu_copy_fp8_table(dtype);
+  const auto halves = stateless_half_table(p);
+  std::array<uint8_t, 2048> out;
+  for (uint32_t bits = 0; bits < 2048; ++bits) out[bits] = copy[halves[bits]];
+  return out;
+}
+
+namespace {
+
+// The Meta kernel (used by FakeTensor, so by torch.compile and opcheck): every check,
+// no data. A C++ Meta kernel rather than a Python fake: ops.cpp names fp8_dummy.ops as
+// the one Python module allowed to register fakes, and this mode lives apart from it.
+void init_stateless_meta(at::Tensor& self, double low, double high, int64_t /*seed*/,
+                         int64_t /*key_offset*/, int64_t element_offset,
+                         at::OptionalIntArrayRef element_strides) {
+  if (!self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    check_stateless_args(self, low, high, element_offset, element_strides);
+    return;
+  }
+  // Symbolic shapes (dynamic torch.compile): the checks that need no concrete size; the
+  // real kernel runs the rest.
+  check_init_args(self, low, high);
+  TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
+              element_offset);
+  if (element_strides.has_value()) {
+    TORCH_CHECK(static_cast<int64_t>(element_strides->size()) == self.dim(),
+                "fp8_dummy.init_stateless_: element_strides needs one entry per dimension of "
+                "self (",
+                self.dim(), "), got ", element_strides->size());
+    for (const int64_t stride : *element_strides) {
+      TORCH_CHECK(stride >= 0, "fp8_dummy.init_stateless_: element_strides must be >= 0, got ",
+                  stride);
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy, Meta, m) { m.impl("init_stateless_", TORCH_FN(init_stateless_meta)); }
+
+}  // namespace fp8_dummy

@@ -1,0 +1,252 @@
+// CPU kernel. FP8 tensors take one of two paths that give the reference's bytes:
+//  - exact: random numbers from torch's own uniform_ on a small float16 buffer (the CPU
+//    stream is one mt19937 word per element in memory order, so filling in pieces gives the
+//    reference's bytes), through a float16 -> FP8 table built from torch's own copy_,
+//    scattered in the temp's memory order. Correct by construction, as slow as torch.
+//  - fast (cpu/init_fast_path.h): the same stream continued by our own SIMD mt19937 and the
+//    installed torch's transform, then FP8 through the same table or an in-register
+//    conversion checked against it (cpu/fp8_convert_avx2.h), block by block, on torch's number
+//    of intra-op threads; over 10x faster. Used when this torch version's formula is known
+//    and the once-per-process self-check passed.
+// The environment variable FP8_DUMMY_CPU_PATH, read on every call, picks the path:
+//   auto (default, also when unset or empty): fast if available, else exact;
+//   exact: always the exact path;
+//   fast: the fast path with the best kernels the CPU runs (AVX2 where present), even if
+//         the self-check failed (for tests and benchmarks); an error if this torch
+//         version's formula is unknown;
+//   portable: the fast path with the portable (non-SIMD) kernels, likewise.
+// Either way the state of a generator that torch's engine would misread (set_state with
+// inconsistent left/next) goes to the exact path. Scratch: exact 512 KiB; fast about 10 KiB
+// per thread. Both share the 64 KiB per-dtype tables, built once per process.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/reference.h"
+#include "common/strided_walk.h"
+#include "cpu/fp8_convert_avx2.h"
+#include "cpu/init_fast_path.h"
+#include "cpu/scatter_bytes.h"
+
+namespace fp8_dummy {
+namespace {
+
+constexpr int64_t kChunk = int64_t{1} << 18;  // float16 elements: 512 KiB of scratch
+
+void fill_fp8_exact(const at::Tensor& self, double low, double high,
+                    const std::optional<at::Generator>& gen) {
+  const int64_t n = self.numel();
+  const uint8_t* table = cpu_copy_fp8_table(self.scalar_type());
+  StridedWalk walk(memory_order(self));
+  auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
+  auto buf = at::empty({std::min(n, kChunk)}, self.options().dtype(at::kHalf));
+  for (int64_t done = 0; done < n;) {
+    const int64_t count = std::min(kChunk, n - done);
+    auto piece = buf.narrow(0, 0, count);
+    piece.uniform_(low, high, gen);
+    const auto* src = static_cast<const uint16_t*>(piece.const_data_ptr());
+    walk.next(count, [&](int64_t offset, int64_t stride, int64_t len, int64_t first) {
+      uint8_t* dst = base + offset;
+      const uint16_t* s = src + first;
+      if (stride == 1) {
+        for (int64_t i = 0; i < len; ++i) dst[i] = table[s[i]];
+      } else {
+        for (int64_t i = 0; i < len; ++i) dst[i * stride] = table[s[i]];
+      }
+    });
+    done += count;
+  }
+}
+
+enum class CpuPath { kAuto, kExact, kFast, kPortable };
+
+CpuPath cpu_path_from_env() {
+  const char* env = std::getenv("FP8_DUMMY_CPU_PATH");
+  const std::string value = env ? env : "";
+  if (value.empty() || value == "auto") return CpuPath::kAuto;
+  if (value == "exact") return CpuPath::kExact;
+  if (value == "fast") return CpuPath::kFast;
+  if (value == "portable") return CpuPath::kPortable;
+  TORCH_CHECK(false, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH must be one of auto, exact, fast, ",
+              "portable; got '", value, "'");
+}
+
+struct FastChoice {
+  cpu::Kernels kernels;
+  bool simd;
+};
+
+// The kernels the fast path runs for this call, or nullopt for the exact path.
+std::optional<FastChoice> choose_fast_kernels(CpuPath path) {
+  if (path == CpuPath::kExact) return std::nullopt;
+  const cpu::FastConfig& config = cpu::fast_config();
+  bool simd = false;
+  if (path == CpuPath::kPortable || path == CpuPath::kFast) {
+    TORCH_CHECK(cpu::kFormulaKnown, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH=fast/portable: no ",
+                "fast path for this torch version (", config.info, ")");
+    simd = path == CpuPath::kFast && cpu::cpu_has_avx2_fma_f16c();
+  } else if (config.avx2_ok) {
+    simd = true;
+  } else if (!config.portable_ok) {
+    return std::nullopt;
+  }
+#ifdef FP8_DUMMY_X86
+  if (simd) return FastChoice{cpu::avx2_kernels(), true};
+#else
+  (void)simd;  // never true here: cpu_has_avx2_fma_f16c() is false off x86-64
+#endif
+  return FastChoice{cpu::portable_kernels(), false};
+}
+
+// Float16 bits -> FP8 bytes for one block: in registers where that is known to equal the
+// table (cpu/fp8_convert_avx2.h: values in range, checked against the table once per dtype),
+// else through the table.
+struct Fp8Converter {
+  const uint8_t* table;
+  cpu::Fp8Format format;
+  bool direct = false;
+  bool tiny = false;  // every value below the format's smallest normal
+
+  void operator()(const uint16_t* h, int64_t len, uint8_t* dst) const {
+#ifdef FP8_DUMMY_X86
+    if (direct) return cpu::fp8_from_halves_avx2(h, len, format, tiny, dst);
+#endif
+    for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
+  }
+};
+
+Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool simd) {
+  Fp8Converter c{cpu_copy_fp8_table(dtype), cpu::fp8_format(dtype)};
+#ifdef FP8_DUMMY_X86
+  // Every value drawn lies between half(low) and half(high), give or take a rounding of
+  // the range; the margins keep them all well inside the ranges the forms are valid for.
+  const double bound = std::max(std::abs(low), std::abs(high));
+  c.direct = simd && c.format.supported && bound <= 0.99 * c.format.max_finite &&
+             cpu::fp8_direct_ok(c.format, c.table);
+  c.tiny = c.direct && bound <= 0.99 * c.format.min_normal();
+#endif
+  return c;
+}
+
+// False, having drawn and written nothing, when the generator's state must go to the
+// exact path.
+bool fill_fp8_fast(const at::Tensor& self, double low, double high,
+                   const std::optional<at::Generator>& gen, const cpu::Kernels& kernels,
+                   bool simd) {
+  const int64_t n = self.numel();
+  const Fp8Converter convert = make_converter(self.scalar_type(), low, high, simd);
+  const auto params = cpu::make_uniform_params(low, high, cpu::kFormula, cpu::fast_config().fma);
+  const MemoryOrder order = memory_order(self);
+  auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
+  auto* g =
+      at::get_generator_or_default<at::CPUGeneratorImpl>(gen, at::detail::getDefaultCPUGenerator());
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  auto pod = g->engine().data();
+  if (!cpu::stream_usable(pod)) return false;
+  const int threads = cpu::draw_threads(n / cpu::kMtN);
+  if (order.linear()) {
+    // Every dense layout: one run, straight into the tensor.
+    cpu::draw_halves(
+        pod, n, params, kernels, threads,
+        [&](int64_t first, const uint16_t* h, int64_t len) { convert(h, len, base + first); });
+  } else {
+    cpu::draw_halves(pod, n, params, kernels, threads,
+                     [&](int64_t first, const uint16_t* h, int64_t len) {
+                       uint8_t bytes[cpu::kMtN];
+                       convert(h, len, bytes);
+                       cpu::scatter_bytes(order, base, first, bytes, len);
+                     });
+  }
+  at::mt19937 engine;
+  engine.set_data(pod);
+  g->set_engine(engine);
+  return true;
+}
+
+void fill_fp8(const at::Tensor& self, double low, double high,
+              const std::optional<at::Generator>& gen) {
+  const auto choice = choose_fast_kernels(cpu_path_from_env());
+  if (choice && fill_fp8_fast(self, low, high, gen, choice->kernels, choice->simd)) return;
+  fill_fp8_exact(self, low, high, gen);
+}
+
+void fill(const at::Tensor& self, double low, double high,
+          const std::optional<at::Generator>& gen) {
+  if (is_fp8(self.scalar_type())) {
+    fill_fp8(self, low, high, gen);
+  } else {
+    // float16 and wider: the reference is uniform_ on the tensor itself.
+    at::Tensor(self).uniform_(low, high, gen);
+  }
+}
+
+void init_seed_cpu(at::Tensor& self, double low, double high, int64_t seed) {
+  check_init_args(self, low, high);
+  if (self.numel() == 0) return;  // the reference draws nothing either
+  // Same state as torch.Generator().manual_seed(seed): mt19937 seeded with the low
+  // 32 bits of the seed's two's-complement value.
+  fill(self, low, high, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)));
+}
+
+void init_generator_cpu(at::Tensor& self, double low, double high,
+                        std::optional<at::Generator> gen) {
+  check_init_args(self, low, high);
+  TORCH_CHECK(!gen.has_value() || !gen->defined() || gen->device().is_cpu(),
+              "fp8_dummy.init_: expected a generator of device type 'cpu' for a CPU tensor, "
+              "got one of device '",
+              gen.has_value() && gen->defined() ? gen->device().str() : "", "'");
+  if (self.numel() == 0) return;
+  fill(self, low, high, gen);
+}
+
+at::Tensor cpu_transform_test(const at::Tensor& words, double low, double high, int64_t formula,
+                              bool fma, bool simd) {
+  TORCH_CHECK(words.scalar_type() == at::kInt && words.dim() == 1,
+              "fp8_dummy_internal.cpu_transform: expected a 1-D int32 tensor");
+  TORCH_CHECK(formula == 24 || formula == 11,
+              "fp8_dummy_internal.cpu_transform: formula must be 24 or 11");
+  const auto w = words.contiguous();
+  auto out = at::empty({w.numel()}, w.options().dtype(at::kHalf));
+  const auto params = cpu::make_uniform_params(low, high, static_cast<cpu::Formula>(formula), fma);
+  const auto* src = static_cast<const uint32_t*>(w.const_data_ptr());
+  auto* dst = static_cast<uint16_t*>(out.mutable_data_ptr());
+  if (simd) {
+    TORCH_CHECK(cpu::cpu_has_avx2_fma_f16c(),
+                "fp8_dummy_internal.cpu_transform: no AVX2/FMA/F16C here");
+#ifdef FP8_DUMMY_X86
+    cpu::transform_block_avx2(src, w.numel(), /*temper=*/false, params, dst);
+#endif
+  } else {
+    cpu::transform_block_scalar(src, w.numel(), /*temper=*/false, params, dst);
+  }
+  return out;
+}
+
+std::string cpu_fast_path_info() { return cpu::fast_config().info; }
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy, CPU, m) {
+  m.impl("init_", TORCH_FN(init_seed_cpu));
+  m.impl("init_.generator", TORCH_FN(init_generator_cpu));
+}
+
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CPU, m) {
+  m.impl("cpu_transform", TORCH_FN(cpu_transform_test));
+}
+
+// No tensor argument: registered for every backend.
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
+  m.impl("cpu_fast_path_info", TORCH_FN(cpu_fast_path_info));
+}
+
+}  // namespace fp8_dummy

@@ -1,0 +1,161 @@
+// The fast exact CPU path for FP8 tensors: the generator's mt19937 stream continued in bulk
+// by our own (SIMD) code, torch's per-element float16 transform of the installed version,
+// and the float16 -> FP8 table, fused per block, no scratch proportional to the tensor; the
+// generator's state is written back as torch's uniform_ would leave it.
+//
+// Whether it may be used is decided once per process (fast_config()):
+//  - the formula comes from the torch version this was compiled against (2.9 .. 2.11: 11
+//    bits, 2.12 .. 2.14: 24 bits; any other version is unknown and keeps the exact path);
+//  - FMA or not from torch's CPU capability (DEFAULT: torch's uniform_ kernel is the one
+//    built without FMA; AVX2/AVX512 and non-x86 builds contract the multiply-add), or the
+//    other answer if only that one passes the self-check (an unusual build);
+//  - then a self-check: each of our kernel sets (AVX2 where the CPU has it, the portable
+//    one) against torch's own uniform_ on a scratch generator, from mid-block, with bounds
+//    where FMA and clamping show, on one and on two threads, bytes and final generator
+//    state compared. A kernel set that disagrees is not used by the `auto` path.
+#pragma once
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Version.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/version.h>
+
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "cpu/mt19937_stream.h"
+
+namespace fp8_dummy {
+namespace cpu {
+
+// Known: the versions whose kernels REFERENCE.md §4 was read from (2.9 .. 2.14).
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9 && TORCH_VERSION_MINOR <= 11
+constexpr bool kFormulaKnown = true;
+constexpr Formula kFormula = Formula::kBits11;
+#elif TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 12 && TORCH_VERSION_MINOR <= 14
+constexpr bool kFormulaKnown = true;
+constexpr Formula kFormula = Formula::kBits24;
+#else
+constexpr bool kFormulaKnown = false;
+constexpr Formula kFormula = Formula::kBits24;
+#endif
+
+struct FastConfig {
+  bool fma = true;
+  bool avx2_ok = false;      // CPU has AVX2/FMA/F16C and the AVX2 kernels passed the check
+  bool portable_ok = false;  // the portable kernels passed the check
+  std::string info;
+};
+
+// Draws n elements' float16 bits from `gen` (locked here) into `out` and advances it.
+// False, with nothing drawn, if the generator's state is one torch's engine would misread.
+inline bool fast_draw_halves(at::CPUGeneratorImpl* gen, int64_t n, const UniformParams& params,
+                             const Kernels& kernels, int threads, uint16_t* out) {
+  std::lock_guard<std::mutex> lock(gen->mutex_);
+  auto pod = gen->engine().data();
+  if (!stream_usable(pod)) return false;
+  draw_halves(pod, n, params, kernels, threads, [&](int64_t first, const uint16_t* h, int64_t len) {
+    std::memcpy(out + first, h, static_cast<size_t>(len) * sizeof(uint16_t));
+  });
+  at::mt19937 engine;
+  engine.set_data(pod);
+  gen->set_engine(engine);
+  return true;
+}
+
+inline bool same_engine(const at::mt19937_data_pod& a, const at::mt19937_data_pod& b) {
+  return a.seed_ == b.seed_ && a.left_ == b.left_ && a.seeded_ == b.seeded_ && a.next_ == b.next_ &&
+         a.state_ == b.state_;
+}
+
+// One kernel set against torch's uniform_: several bounds, from mid-block, 2^16 + 11 elements
+// (over 100 blocks: every wrap of the step and the tail handling take part).
+inline bool self_check(const Kernels& kernels, bool fma, std::ostringstream& why) {
+  constexpr int64_t kN = (int64_t{1} << 16) + 11;
+  constexpr uint64_t kSeed = 20240607;
+  // [-500, 500]: about 30 of 2^16 elements differ between FMA and a separate multiply-add;
+  // [0, 1]: about 16 hit the clamp; [-1e-3, 1e-3]: the default bounds, subnormal halves.
+  const double bounds[][2] = {{-500.0, 500.0}, {0.0, 1.0}, {-1e-3, 1e-3}, {-3.0, 60000.0}};
+  int threads = 1;
+  for (const auto& b : bounds) {
+    threads = 3 - threads;  // alternately 2 threads (exercises the ring) and 1
+    auto g_ref = at::detail::createCPUGenerator(kSeed);
+    auto g_ours = at::detail::createCPUGenerator(kSeed);
+    auto* ref_impl = at::check_generator<at::CPUGeneratorImpl>(g_ref);
+    auto* ours_impl = at::check_generator<at::CPUGeneratorImpl>(g_ours);
+    for (int i = 0; i < 7; ++i) {  // leave both mid-block
+      ref_impl->random();
+      ours_impl->random();
+    }
+    auto expected = at::empty({kN}, at::TensorOptions().dtype(at::kHalf));
+    expected.uniform_(b[0], b[1], g_ref);
+    std::vector<uint16_t> got(static_cast<size_t>(kN));
+    const auto params = make_uniform_params(b[0], b[1], kFormula, fma);
+    if (!fast_draw_halves(ours_impl, kN, params, kernels, threads, got.data())) {
+      why << " (state unusable)";
+      return false;
+    }
+    if (std::memcmp(got.data(), expected.const_data_ptr(), sizeof(uint16_t) * kN) != 0) {
+      why << " (bytes differ at [" << b[0] << ", " << b[1] << "])";
+      return false;
+    }
+    if (!same_engine(ref_impl->engine().data(), ours_impl->engine().data())) {
+      why << " (generator state differs)";
+      return false;
+    }
+  }
+  return true;
+}
+
+inline const FastConfig& fast_config() {
+  static FastConfig config;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::ostringstream info;
+    const std::string capability = at::get_cpu_capability();
+#ifdef FP8_DUMMY_X86
+    const bool guess = capability != "DEFAULT";
+#else
+    const bool guess = true;  // GCC and Clang contract a * b + c where FMA exists, by default
+#endif
+    config.fma = guess;
+    info << "torch=" << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR
+         << " formula=" << static_cast<int>(kFormula) << (kFormulaKnown ? "" : "(unknown)")
+         << " capability=" << capability;
+    if (!kFormulaKnown) {
+      info << " fma=" << config.fma << " fast path off: formula of this torch version unknown";
+      config.info = info.str();
+      return;
+    }
+    // The capability's answer first; if no kernel agrees with torch, the other answer (an
+    // unusual build); if neither, the fast path stays off for `auto`.
+    std::ostringstream avx2_why, portable_why;
+    for (const bool fma : {guess, !guess}) {
+      avx2_why.str("");
+      portable_why.str("");
+#ifdef FP8_DUMMY_X86
+      config.avx2_ok = cpu_has_avx2_fma_f16c() && self_check(avx2_kernels(), fma, avx2_why);
+#endif
+      config.portable_ok = self_check(portable_kernels(), fma, portable_why);
+      if (config.avx2_ok || config.portable_ok) {
+        config.fma = fma;
+        break;
+      }
+    }
+    info << " fma=" << config.fma << (config.fma == guess ? "" : " (not the capability's)");
+    if (cpu_has_avx2_fma_f16c()) {
+      info << " avx2=" << (config.avx2_ok ? "pass" : "FAIL") << avx2_why.str();
+    } else {
+      info << " avx2=unavailable";
+    }
+    info << " portable=" << (config.portable_ok ? "pass" : "FAIL") << portable_why.str();
+    config.info = info.str();
+  });
+  return config;
+}
+
+}  // namespace cpu
+}  // namespace fp8_dummy

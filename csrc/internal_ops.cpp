@@ -1,0 +1,77 @@
+// The one place where fp8_dummy's internal operators are defined, in their own
+// namespace (torch.ops.fp8_dummy_internal) so that torch.ops.fp8_dummy shows users only
+// what they call (ops.cpp). These serve the fake kernels, the tests, the benchmarks and
+// the Python helpers (fp8_dummy.emulator, fp8_dummy.cpu_fast_path_info); their schemas
+// may change between releases. Kernels live beside the code they expose (csrc/README.md).
+#include <torch/library.h>
+
+#include "common/reference.h"
+
+namespace fp8_dummy {
+namespace {
+
+void check_init_args_op(const at::Tensor& self, double low, double high) {
+  check_init_args(self, low, high);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(fp8_dummy_internal, m) {
+  // ---- Argument checks (common/reference.cpp).
+  // The checks of init_ alone: used by the fake kernels (fp8_dummy/ops.py), touches no data.
+  m.def("check_init_args(Tensor self, float low, float high) -> ()");
+  m.impl("check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
+         TORCH_FN(check_init_args_op));
+
+  // ---- The CPU fast path (cpu/init_cpu.cpp).
+  // Tests only (CPU): torch's float16 uniform_ transform of the given 32-bit generator
+  // outputs (int32 tensor, bit patterns), for formula 24 (torch >= 2.12) or 11 (torch <=
+  // 2.11), with or without FMA, through the AVX2 (simd) or portable kernel. Returns the
+  // float16 values.
+  m.def(
+      "cpu_transform(Tensor words, float low, float high, int formula, bool fma, bool simd) "
+      "-> Tensor");
+  // Diagnostics: how the CPU fast path was configured in this process (torch version's
+  // formula, FMA, self-check results), one line (fp8_dummy.cpu_fast_path_info()).
+  m.def("cpu_fast_path_info() -> str");
+
+  // ---- CUDA semantics on the CPU (emulator/), for CPU-only CI and GPU tests.
+  // Writes into the CPU tensor `self` the bytes torch's CUDA reference path would write
+  // on a GPU with `sm_count` SMs and `max_threads_per_sm` threads per SM, for a
+  // generator at (seed, offset); returns the generator offset afterwards. FP8 and
+  // float16 only; saturate_e4m3fn picks how float8_e4m3fn treats values above 448.
+  m.def(
+      "emulate_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True) -> int");
+  // init_many_ as the CUDA kernel runs it, on CPU tensors: the batched tensors through the
+  // kernel's own work table, lookup and per-item code, simulated block by block on a
+  // GPU of `sm_count` SMs (`grid` blocks; 0: the kernel's own choice), the others
+  // through emulate_cuda_init_ (offset 0). Checks that every work item is visited once.
+  // Returns the number of batched launches.
+  m.def(
+      "emulate_cuda_init_many_(Tensor(a!)[] tensors, float low, float high, int seed, "
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0) -> int");
+  // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
+  // then per piece: tensor, start, count, threads, steps, offset, first tile].
+  m.def("cuda_batch_table(int[] numels, int sm_count, int max_threads_per_sm) -> int[]");
+  // The reference's CUDA launches for n float16 elements: [offset after, then per
+  // launch: start, count, threads, steps, offset used]. Allocates nothing, so the
+  // split of more than 2^30 elements can be tested anywhere.
+  m.def("cuda_launch_plan(int numel, int sm_count, int max_threads_per_sm, int offset) -> int[]");
+  // Our float16 -> FP8 conversion of all 65536 float16 bit patterns (uint8 tensor).
+  m.def("fp8_convert_table(ScalarType dtype, bool saturate_e4m3fn) -> Tensor");
+  // The logic of the CUDA kernel's one-time probe, given torch's copy_ of all float16
+  // bit patterns (`table`): [mode (0 saturate, 1 NaN on overflow, -1 none), whether
+  // `hw_table` (our hardware conversion's bytes) may stand in for it (0/1)].
+  m.def("pick_fp8_mode(Tensor table, ScalarType dtype, Tensor? hw_table=None) -> int[]");
+  // Philox4x32-10 of one counter under one key (known-answer tests).
+  m.def("philox4x32_10(int[] counter, int[] key) -> int[]");
+
+  // ---- CUDA only (cuda/init_cuda.cu), for the benchmark: the Philox work of init_ on
+  // `numel` elements with no stores but one folded word per thread into `out` (int32, at
+  // least as many elements as the launch has threads; the number needed is returned by a
+  // call with out empty).
+  m.def("philox_roofline(Tensor(a!) out, int numel, int seed) -> int");
+}
+
+}  // namespace fp8_dummy

@@ -1,0 +1,167 @@
+// The batched CUDA kernel's work table (torch-free; host + device lookups), shared by
+// the kernel (cuda/init_many_cuda.cu) and its CPU emulator (emulator/init_many_cuda_emulator.cpp).
+//
+// A batched call fills many dense FP8 tensors of one dtype, each exactly as its own
+// init_(t, low, high, seed) would: a fresh generator (key = seed, offset 0), its own
+// reference grid T = f(numel, device), its own 32-bit pieces with their own counter
+// offsets. Every piece of every tensor is one entry of the table; its work items (the
+// per-tensor kernel's items, numbered step-major the same way) are cut into tiles of
+// kTile items, a tile never spanning two pieces, and the tiles of all pieces are
+// numbered one after the other (tile_begin: a prefix sum). One launch walks the tiles
+// grid-stride; a block finds a tile's piece by binary search over tile_begin.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fp8_dummy/cuda/config.h"
+#include "fp8_dummy/cuda/uniform.h"
+#include "launch/cuda_work_item.h"
+
+namespace fp8_dummy {
+namespace cuda_kernels {
+
+constexpr int kTile = 256;  // work items per tile = threads per block of the batched kernel
+
+// One reference launch (32-bit piece) of one tensor.
+struct BatchPiece {
+  uint8_t* data;       // the tensor's first byte
+  int64_t start;       // the piece's first element
+  int64_t count;       // its elements (<= 2^30)
+  int64_t threads;     // the reference launch's T
+  uint64_t offset;     // the Philox counter offset it uses
+  int64_t tile_begin;  // its first tile
+  uint32_t steps;      // grid-stride steps of the reference launch
+  uint32_t tensor;     // the tensor's index among the call's inputs
+  bool aligned;        // data + start 4-byte aligned: word stores
+};
+static_assert(sizeof(BatchPiece) == 64, "one piece, one 64-byte line of the table");
+
+// What all pieces of a launch share.
+struct BatchCall {
+  uint64_t seed;
+  cuda::UniformParams uniform;
+  cuda::E4m3fnOverflow overflow;
+  bool use_hw;
+};
+
+struct BatchTensor {
+  uint8_t* data;  // first byte of a dense tensor (element m of the temp is byte m)
+  int64_t numel;  // > 0
+};
+
+struct BatchTable {
+  std::vector<BatchPiece> pieces;
+  int64_t tiles = 0;
+};
+
+// The table for `tensors` on a GPU with sm_count SMs and max_threads_per_sm threads per
+// SM: the launches init_ would make for each (cuda::reference_launches, a fresh
+// generator at offset 0), in order. Host only; O(number of pieces).
+inline BatchTable build_batch_table(const std::vector<BatchTensor>& tensors, int64_t sm_count,
+                                    int64_t max_threads_per_sm) {
+  BatchTable table;
+  table.pieces.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const BatchTensor& t = tensors[i];
+    uint64_t next = 0;  // a fresh generator per tensor
+    cuda::reference_launches(
+        t.numel, sm_count, max_threads_per_sm,
+        [&](uint64_t increment) {
+          const uint64_t at = next;
+          next += increment;
+          return at;
+        },
+        [&](int64_t start, int64_t count, const cuda::ReferenceGrid& grid, uint64_t at) {
+          BatchPiece p{};
+          p.data = t.data;
+          p.start = start;
+          p.count = count;
+          p.threads = grid.threads;
+          p.offset = at;
+          p.tile_begin = table.tiles;
+          p.steps = static_cast<uint32_t>(grid.steps);
+          p.tensor = static_cast<uint32_t>(i);
+          p.aligned = reinterpret_cast<uintptr_t>(t.data + start) % 4 == 0;
+          table.pieces.push_back(p);
+          table.tiles += (work_items(grid.threads, grid.steps) + kTile - 1) / kTile;
+        });
+  }
+  return table;
+}
+
+// The piece holding `tile`: the last one whose tile_begin <= tile, searched from `lo`
+// (a piece known to start at or before it: a block's tiles only grow, so its last
+// answer). Every piece has at least one tile, so tile_begin strictly increases. Gallops
+// ahead of lo (1, 2, 4, ... pieces) before the binary search: a block usually stays in
+// the same large piece (one load) or moves a few small pieces on.
+FP8_DUMMY_HD int64_t find_piece(const BatchPiece* pieces, int64_t n, int64_t tile, int64_t lo) {
+  int64_t stride = 1;
+  int64_t hi = lo + 1;
+  while (hi < n && pieces[hi].tile_begin <= tile) {
+    lo = hi;
+    stride *= 2;
+    hi = lo + stride;
+  }
+  if (hi > n) hi = n;
+  // pieces[lo].tile_begin <= tile < pieces[hi].tile_begin (hi = n: the end)
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (pieces[mid].tile_begin <= tile) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Item `lane` of `tile` (a tile of piece p) as the per-tensor kernel numbers items,
+// item = step * groups + group: its first subsequence idx and its step. False past the
+// piece's last item (the piece's last tile is partly empty).
+FP8_DUMMY_HD bool tile_item(const BatchPiece& p, int64_t tile, uint32_t lane, int64_t* idx,
+                            uint32_t* step) {
+  const auto groups = static_cast<uint32_t>(p.threads / kGroup);
+  const uint64_t item = static_cast<uint64_t>(tile - p.tile_begin) * kTile + lane;
+  if (item >= static_cast<uint64_t>(groups) * p.steps) return false;
+  const auto w = static_cast<uint32_t>(item);
+  *step = w / groups;
+  *idx = static_cast<int64_t>(w - *step * groups) * kGroup;
+  return true;
+}
+
+// Thread `lane` of block `block` of a launch of `grid` blocks: visit(piece, idx, step)
+// for each of its items, tiles block, block + grid, ... The kernel and the emulator
+// both run this loop.
+template <typename Visit>
+FP8_DUMMY_HD void for_each_batch_item(const BatchPiece* pieces, int64_t n, int64_t tiles,
+                                      uint32_t block, uint32_t grid, uint32_t lane, Visit& visit) {
+  int64_t p = 0;
+  for (int64_t tile = block; tile < tiles; tile += grid) {
+    p = find_piece(pieces, n, tile, p);
+    int64_t idx;
+    uint32_t step;
+    if (tile_item(pieces[p], tile, lane, &idx, &step)) visit(pieces[p], idx, step);
+  }
+}
+
+// The visit of the batched kernel: the per-tensor kernel's work item on a dense tensor.
+template <cuda::Fp8Format F>
+struct FillDense {
+  BatchCall call;
+  FP8_DUMMY_HD void operator()(const BatchPiece& p, int64_t idx, uint32_t step) const {
+    ItemArgs a{};
+    a.data = p.data;
+    a.start = p.start;
+    a.count = p.count;
+    a.threads = p.threads;
+    a.uniform = call.uniform;
+    a.overflow = call.overflow;
+    a.use_hw = call.use_hw;
+    a.aligned = p.aligned;
+    fill_item<F, true>(a, call.seed, p.offset, idx, step);
+  }
+};
+
+}  // namespace cuda_kernels
+}  // namespace fp8_dummy
