@@ -12,7 +12,9 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" >&2
 fi
 py="$venv/bin/python"
-pkgs=(numpy pytest ninja setuptools wheel matplotlib)  # matplotlib: the benchmark plots
+# setuptools: what every supported torch accepts (2.13+ ask for >= 77.0.3, 2.11/2.12 for
+# < 82); wheel: setuptools < 70 needs it to build. matplotlib: the benchmark plots.
+pkgs=(numpy pytest ninja "setuptools>=77.0.3,<82" wheel matplotlib)
 if [ "${TORCH_SPEC:-torch==2.13.0}" != none ]; then
   pkgs+=("${TORCH_SPEC:-torch==2.13.0}")
 fi

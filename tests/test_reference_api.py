@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from conftest import FP8_DTYPES, WIDE_DTYPES, as_bytes, poison, storage_bytes
+from conftest import FP8_DTYPES, WIDE_DTYPES, as_bytes, poison, storage_bytes, torch_version
 
 import fp8_dummy
 from fp8_dummy import reference
@@ -76,13 +76,36 @@ def test_meta_tensor_checks_only():
         fp8_dummy.init_(torch.empty(3, dtype=torch.int32, device="meta"))
 
 
+NON_AOT_OPCHECKS = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
 def test_opcheck_full(dtype):
     t = torch.empty(33, 17, dtype=dtype)
     torch.library.opcheck(torch.ops.fp8_dummy.init_.default, (t, -1.0, 1.0, 7))
     g = torch.Generator().manual_seed(0)
-    torch.library.opcheck(torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), {"generator": g})
+    kwargs = {"generator": g}
+    torch.library.opcheck(
+        torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), kwargs, test_utils=NON_AOT_OPCHECKS
+    )
     torch.library.opcheck(torch.ops.fp8_dummy.init_.generator, (t, -1.0, 1.0), {"generator": None})
+
+
+@pytest.mark.skipif(
+    torch_version() < (2, 13),
+    reason="torch < 2.13 cannot trace a Generator argument in AOT dispatch (torch/fx/proxy.py: "
+    "NotImplementedError 'argument of type: <class torch._C.Generator>'), for any op",
+)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_opcheck_generator_aot(dtype):
+    t = torch.empty(33, 17, dtype=dtype)
+    g = torch.Generator().manual_seed(0)
+    torch.library.opcheck(
+        torch.ops.fp8_dummy.init_.generator,
+        (t, -1.0, 1.0),
+        {"generator": g},
+        test_utils=("test_aot_dispatch_static", "test_aot_dispatch_dynamic"),
+    )
 
 
 @pytest.mark.parametrize("dtype", FP8_DTYPES, ids=str)

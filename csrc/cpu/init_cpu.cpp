@@ -5,15 +5,15 @@
 //    scattered in the temp's memory order. Correct by construction, as slow as torch.
 //  - fast (cpu/init_fast_path.h): the same stream continued by our own SIMD mt19937 and the
 //    installed torch's transform, then FP8 through the same table or an in-register
-//    conversion checked against it (cpu/fp8_convert_avx2.h), block by block, on torch's number
-//    of intra-op threads; over 10x faster. Used when this torch version's formula is known
-//    and the once-per-process self-check passed.
+//    conversion checked against it (cpu/fp8_convert_avx2.h), block by block, on torch's
+//    number of intra-op threads; over 10x faster. Used when the once-per-process self-check
+//    found which transform the installed torch runs and our kernels reproduce it.
 // The environment variable FP8_DUMMY_CPU_PATH, read on every call, picks the path:
 //   auto (default, also when unset or empty): fast if available, else exact;
 //   exact: always the exact path;
 //   fast: the fast path with the best kernels the CPU runs (AVX2 where present), even if
-//         the self-check failed (for tests and benchmarks); an error if this torch
-//         version's formula is unknown;
+//         that kernel set failed the self-check (for tests and benchmarks); an error if no
+//         transform matched torch at all;
 //   portable: the fast path with the portable (non-SIMD) kernels, likewise.
 // Either way the state of a generator that torch's engine would misread (set_state with
 // inconsistent left/next) goes to the exact path. Scratch: exact 512 KiB; fast about 10 KiB
@@ -91,8 +91,8 @@ std::optional<FastChoice> choose_fast_kernels(CpuPath path) {
   const cpu::FastConfig& config = cpu::fast_config();
   bool simd = false;
   if (path == CpuPath::kPortable || path == CpuPath::kFast) {
-    TORCH_CHECK(cpu::kFormulaKnown, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH=fast/portable: no ",
-                "fast path for this torch version (", config.info, ")");
+    TORCH_CHECK(config.found, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH=fast/portable: no fast ",
+                "path for this torch (", config.info, ")");
     simd = path == CpuPath::kFast && cpu::cpu_has_avx2_fma_f16c();
   } else if (config.avx2_ok) {
     simd = true;
@@ -144,7 +144,7 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
                    bool simd) {
   const int64_t n = self.numel();
   const Fp8Converter convert = make_converter(self.scalar_type(), low, high, simd);
-  const auto params = cpu::make_uniform_params(low, high, cpu::kFormula, cpu::fast_config().fma);
+  const auto params = cpu::make_uniform_params(low, high, cpu::fast_config().transform);
   const MemoryOrder order = memory_order(self);
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   auto* g =
@@ -216,7 +216,8 @@ at::Tensor cpu_transform_test(const at::Tensor& words, double low, double high, 
               "fp8_dummy_internal.cpu_transform: formula must be 24 or 11");
   const auto w = words.contiguous();
   auto out = at::empty({w.numel()}, w.options().dtype(at::kHalf));
-  const auto params = cpu::make_uniform_params(low, high, static_cast<cpu::Formula>(formula), fma);
+  const auto params = cpu::make_uniform_params(
+      low, high, cpu::Transform{static_cast<cpu::Formula>(formula), fma, formula == 24});
   const auto* src = static_cast<const uint32_t*>(w.const_data_ptr());
   auto* dst = static_cast<uint16_t*>(out.mutable_data_ptr());
   if (simd) {

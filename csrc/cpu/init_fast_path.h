@@ -3,16 +3,20 @@
 // and the float16 -> FP8 table, fused per block, no scratch proportional to the tensor; the
 // generator's state is written back as torch's uniform_ would leave it.
 //
-// Whether it may be used is decided once per process (fast_config()):
-//  - the formula comes from the torch version this was compiled against (2.9 .. 2.11: 11
-//    bits, 2.12 .. 2.14: 24 bits; any other version is unknown and keeps the exact path);
-//  - FMA or not from torch's CPU capability (DEFAULT: torch's uniform_ kernel is the one
-//    built without FMA; AVX2/AVX512 and non-x86 builds contract the multiply-add), or the
-//    other answer if only that one passes the self-check (an unusual build);
-//  - then a self-check: each of our kernel sets (AVX2 where the CPU has it, the portable
-//    one) against torch's own uniform_ on a scratch generator, from mid-block, with bounds
-//    where FMA and clamping show, on one and on two threads, bytes and final generator
-//    state compared. A kernel set that disagrees is not used by the `auto` path.
+// Whether it may be used is decided once per process (fast_config()), by evidence rather
+// than by a list of versions, so that a torch release we have not seen keeps the fast path
+// when its kernel is one we know:
+//  - the candidates are the transforms torch has used (uniform_transform.h): 11 random
+//    bits (torch <= 2.11); 24 bits with or without a fused multiply-add, with or without
+//    the replacement of half(high) by half(low) (torch >= 2.12: FMA in its AVX2/AVX512
+//    kernels, none in its DEFAULT one). The one the torch version and CPU capability
+//    suggest is tried first, the others after it;
+//  - a candidate is taken when one of our kernel sets (AVX2 where the CPU has it, the
+//    portable one) gives torch's own uniform_ bytes and final generator state on the
+//    self-check: a scratch generator, from mid-block, bounds where FMA and clamping show,
+//    on one and on two threads. A kernel set that disagrees is not used by `auto`;
+//  - if no candidate matches, the fast path stays off and the exact path is used, and
+//    cpu_fast_path_info() says why in one line.
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -25,26 +29,21 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cpu/mt19937_stream.h"
 
 namespace fp8_dummy {
 namespace cpu {
 
-// Known: the versions whose kernels REFERENCE.md §4 was read from (2.9 .. 2.14).
-#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9 && TORCH_VERSION_MINOR <= 11
-constexpr bool kFormulaKnown = true;
-constexpr Formula kFormula = Formula::kBits11;
-#elif TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 12 && TORCH_VERSION_MINOR <= 14
-constexpr bool kFormulaKnown = true;
-constexpr Formula kFormula = Formula::kBits24;
-#else
-constexpr bool kFormulaKnown = false;
-constexpr Formula kFormula = Formula::kBits24;
-#endif
+// The torch versions whose CPU uniform_ kernels were read (REFERENCE.md §4) and whose
+// transform the self-check found: on these the fast path is expected to be on.
+constexpr bool kVersionKnown =
+    TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9 && TORCH_VERSION_MINOR <= 15;
 
 struct FastConfig {
-  bool fma = true;
+  bool found = false;  // a candidate transform matched torch on some kernel set
+  Transform transform{Formula::kBits24, true, true};
   bool avx2_ok = false;      // CPU has AVX2/FMA/F16C and the AVX2 kernels passed the check
   bool portable_ok = false;  // the portable kernels passed the check
   std::string info;
@@ -73,7 +72,8 @@ inline bool same_engine(const at::mt19937_data_pod& a, const at::mt19937_data_po
 
 // One kernel set against torch's uniform_: several bounds, from mid-block, 2^16 + 11 elements
 // (over 100 blocks: every wrap of the step and the tail handling take part).
-inline bool self_check(const Kernels& kernels, bool fma, std::ostringstream& why) {
+inline bool self_check(const Kernels& kernels, const Transform& transform,
+                       std::ostringstream& why) {
   constexpr int64_t kN = (int64_t{1} << 16) + 11;
   constexpr uint64_t kSeed = 20240607;
   // [-500, 500]: about 30 of 2^16 elements differ between FMA and a separate multiply-add;
@@ -93,7 +93,7 @@ inline bool self_check(const Kernels& kernels, bool fma, std::ostringstream& why
     auto expected = at::empty({kN}, at::TensorOptions().dtype(at::kHalf));
     expected.uniform_(b[0], b[1], g_ref);
     std::vector<uint16_t> got(static_cast<size_t>(kN));
-    const auto params = make_uniform_params(b[0], b[1], kFormula, fma);
+    const auto params = make_uniform_params(b[0], b[1], transform);
     if (!fast_draw_halves(ours_impl, kN, params, kernels, threads, got.data())) {
       why << " (state unusable)";
       return false;
@@ -110,42 +110,65 @@ inline bool self_check(const Kernels& kernels, bool fma, std::ostringstream& why
   return true;
 }
 
+inline std::string describe(const Transform& t) {
+  std::ostringstream out;
+  out << "formula=" << static_cast<int>(t.formula) << " fma=" << t.fma << " clamp=" << t.clamp;
+  return out.str();
+}
+
+// The candidates, the one this torch version and CPU capability suggest first.
+inline std::vector<Transform> candidate_transforms(bool default_capability) {
+#ifdef FP8_DUMMY_X86
+  const bool fma_guess = !default_capability;
+#else
+  (void)default_capability;
+  const bool fma_guess = true;  // GCC and Clang contract a * b + c where FMA exists, by default
+#endif
+  const Transform bits11{Formula::kBits11, false, false};
+  const bool old = TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR <= 11;
+  std::vector<Transform> out;
+  if (old) out.push_back(bits11);
+  for (const bool clamp : {true, false}) {
+    for (const bool fma : {fma_guess, !fma_guess}) out.push_back({Formula::kBits24, fma, clamp});
+  }
+  if (!old) out.push_back(bits11);
+  return out;
+}
+
 inline const FastConfig& fast_config() {
   static FastConfig config;
   static std::once_flag once;
   std::call_once(once, [] {
     std::ostringstream info;
     const std::string capability = at::get_cpu_capability();
-#ifdef FP8_DUMMY_X86
-    const bool guess = capability != "DEFAULT";
-#else
-    const bool guess = true;  // GCC and Clang contract a * b + c where FMA exists, by default
-#endif
-    config.fma = guess;
     info << "torch=" << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR
-         << " formula=" << static_cast<int>(kFormula) << (kFormulaKnown ? "" : "(unknown)")
-         << " capability=" << capability;
-    if (!kFormulaKnown) {
-      info << " fma=" << config.fma << " fast path off: formula of this torch version unknown";
-      config.info = info.str();
-      return;
-    }
-    // The capability's answer first; if no kernel agrees with torch, the other answer (an
-    // unusual build); if neither, the fast path stays off for `auto`.
+         << (kVersionKnown ? "" : "(not seen before)") << " capability=" << capability;
+    const auto candidates = candidate_transforms(capability == "DEFAULT");
     std::ostringstream avx2_why, portable_why;
-    for (const bool fma : {guess, !guess}) {
+    for (const Transform& t : candidates) {
       avx2_why.str("");
       portable_why.str("");
 #ifdef FP8_DUMMY_X86
-      config.avx2_ok = cpu_has_avx2_fma_f16c() && self_check(avx2_kernels(), fma, avx2_why);
+      config.avx2_ok = cpu_has_avx2_fma_f16c() && self_check(avx2_kernels(), t, avx2_why);
 #endif
-      config.portable_ok = self_check(portable_kernels(), fma, portable_why);
+      config.portable_ok = self_check(portable_kernels(), t, portable_why);
       if (config.avx2_ok || config.portable_ok) {
-        config.fma = fma;
+        config.found = true;
+        config.transform = t;
         break;
       }
     }
-    info << " fma=" << config.fma << (config.fma == guess ? "" : " (not the capability's)");
+    if (!config.found) {
+      info << " fast path off: none of the " << candidates.size()
+           << " known transforms gives torch's uniform_ bytes (first: "
+           << describe(candidates.front()) << avx2_why.str() << portable_why.str() << ")";
+      config.info = info.str();
+      return;
+    }
+    info << " " << describe(config.transform)
+         << (describe(config.transform) == describe(candidates.front())
+                 ? ""
+                 : " (not the one this version suggests)");
     if (cpu_has_avx2_fma_f16c()) {
       info << " avx2=" << (config.avx2_ok ? "pass" : "FAIL") << avx2_why.str();
     } else {

@@ -25,6 +25,15 @@ namespace cpu {
 
 enum class Formula : int { kBits11 = 11, kBits24 = 24 };
 
+// One of the per-element transforms torch has used (the formula, whether the multiply-add
+// is fused, whether a value equal to half(high) is replaced by half(low)). Which one the
+// installed torch runs is found by evidence (init_fast_path.h), not from its version.
+struct Transform {
+  Formula formula;
+  bool fma;
+  bool clamp;
+};
+
 struct UniformParams {
   uint32_t mask;
   float scale;  // 2^-bits: exact, so (r & mask) * scale is exact too
@@ -36,10 +45,10 @@ struct UniformParams {
   uint16_t from_bits;  // half(low): its replacement
 };
 
-inline UniformParams make_uniform_params(double low, double high, Formula formula, bool fma) {
+inline UniformParams make_uniform_params(double low, double high, const Transform& t) {
   UniformParams p{};
-  p.fma = fma;
-  if (formula == Formula::kBits24) {
+  p.fma = t.fma;
+  if (t.formula == Formula::kBits24) {
     p.mask = 0xFFFFFFu;
     p.scale = 1.0f / 16777216.0f;
     // As uniform_kernel: opmath (float) bounds, their difference rounded to float.
@@ -47,7 +56,7 @@ inline UniformParams make_uniform_params(double low, double high, Formula formul
     const float to = static_cast<float>(high);
     p.range = to - from;
     p.low = from;
-    p.clamp = true;
+    p.clamp = t.clamp;
     // static_cast<c10::Half>(double) goes through float, as in the kernel.
     p.to_bits = c10::Half(static_cast<float>(high)).x;
     p.from_bits = c10::Half(static_cast<float>(low)).x;
@@ -59,7 +68,10 @@ inline UniformParams make_uniform_params(double low, double high, Formula formul
     const c10::Half range_h = to_h - from_h;  // c10's half arithmetic: float op, then round
     p.range = static_cast<float>(range_h);
     p.low = static_cast<float>(from_h);
-    p.clamp = false;
+    p.clamp = t.clamp;
+    // The clamp compares with half(high) and replaces by half(low), as in kBits24.
+    p.to_bits = to_h.x;
+    p.from_bits = from_h.x;
   }
   return p;
 }
