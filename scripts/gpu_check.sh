@@ -1,88 +1,185 @@
 #!/usr/bin/env bash
-# The GPU check of issues #3 and #7, to run as is on a GPU machine (no network
-# needed): builds the extension in place for the local GPU, runs the GPU tests (and the
-# CPU emulator / Philox tests), then the GPU benchmarks (per tensor, whole model).
-# Writes into OUTDIR: build.log, pytest.log, junit.xml, bench_cuda.json, table.txt,
-# bench_model.json, model_table.txt, summary.txt. About 4-5 minutes on an H200 with 16
-# cores. Exit status: 0 all passed, 1 a step failed, 2 no GPU.
+# The GPU check: one command on a GPU machine (no network needed) that builds the extension
+# in place and proves the CUDA bytes against torch's own CUDA reference, then measures.
 #
-# Usage: scripts/gpu_check.sh OUTDIR      (PYTHON=... to pick the interpreter)
-set -euo pipefail
+# Usage: scripts/gpu_check.sh [--quick] [--dry-run] [--budget SECONDS] OUTDIR
+#
+# Steps, in order of value (a later step never delays an earlier one):
+#   a build      setup.py build_ext --inplace, MAX_JOBS = cores, TORCH_CUDA_ARCH_LIST = the
+#                GPU's own architecture (9.0 on an H100/H200) unless set
+#   b bytes      init_, init_.generator, init_many_, init_stateless_ against torch's CUDA
+#                reference, byte for byte (tests/test_{reference,init_many,stateless}_cuda.py)
+#   c capture    CUDA graph capture and replay, both forms of init_ (the same files, -k capture)
+#   d bench      benchmarks/bench_cuda.py, bench_model.py, bench_stateless.py (JSON in OUTDIR)
+#   e rest       every other test that is not a slow packaging build
+# --quick runs a, b and d only. One global budget (default 450 s, under 8 minutes) bounds
+# the whole run: each step gets the time that is left, so a slow step costs the steps after
+# it, never the log of the ones before. Every step appends to OUTDIR/log.txt and records its
+# result in OUTDIR/summary.json as it finishes; OUTDIR holds at most 6 files: log.txt,
+# summary.json, build.log, bench_cuda.json, bench_model.json, bench_stateless.json.
+#
+# --dry-run (CI, no GPU): the same steps and bookkeeping; the build step checks that the
+# installed extension imports instead of building, the GPU tests run and skip, the
+# benchmarks are skipped (GPU only), and "rest" runs one quick module.
+#
+# Exit status: 0 every step passed, 1 a step failed or ran out of time, 2 no GPU.
+# PYTHON=... picks the interpreter (default: python3).
+set -uo pipefail
 
-OUT="${1:?usage: scripts/gpu_check.sh OUTDIR}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+quick=0 dry=0 budget=450
+while [[ $# -gt 1 ]]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --dry-run) dry=1 ;;
+    --budget) budget="$2"; shift ;;
+    *) echo "gpu_check: unknown option $1" >&2; exit 1 ;;
+  esac
+  shift
+done
+OUT="${1:?usage: scripts/gpu_check.sh [--quick] [--dry-run] [--budget SECONDS] OUTDIR}"
+mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 cd "$ROOT"
-: > "$OUT/summary.txt"
-note() { echo "$*" | tee -a "$OUT/summary.txt"; }
+start_all=$(date +%s)
+deadline=$((start_all + budget))
+LOG="$OUT/log.txt" SUMMARY="$OUT/summary.json"
+: > "$LOG"
+rm -f "$SUMMARY"
+status=0
 
-# A GPU-less machine must fail fast and clearly, never hang.
-if ! timeout 60 "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)'; then
-  note "gpu_check: no GPU (torch.cuda.is_available() is False, or torch failed to load)"
+log() { echo "$*" | tee -a "$LOG"; }
+left() { echo $((deadline - $(date +%s))); }
+
+# summary.json: {"environment": {...}, "steps": [{name, status, seconds, detail}, ...]},
+# rewritten after every step so that a run killed from outside keeps what it finished.
+record() {  # name status seconds detail [json-file-to-embed]
+  "$PY" - "$SUMMARY" "$@" <<'EOF'
+import json, os, sys
+path, name, status, seconds, detail = sys.argv[1:6]
+data = json.load(open(path)) if os.path.exists(path) else {"steps": []}
+step = {"name": name, "status": status, "seconds": int(seconds), "detail": detail}
+if len(sys.argv) > 6 and os.path.exists(sys.argv[6]):
+    step["result"] = os.path.basename(sys.argv[6])
+data["steps"].append(step)
+json.dump(data, open(path, "w"), indent=1)
+EOF
+}
+
+# run_step NAME MIN_SECONDS CMD...: runs CMD with the time that is left (if at least
+# MIN_SECONDS), its output appended to the log; records ok / FAILED / TIMEOUT / skipped.
+run_step() {
+  local name="$1" need="$2"; shift 2
+  local remaining; remaining=$(left)
+  if (( remaining < need )); then
+    log "== $name: skipped, $remaining s left of the budget (needs $need)"
+    record "$name" skipped 0 "budget: $remaining s left"
+    status=1
+    return 1
+  fi
+  log "== $name ($remaining s left)"
+  local t0 start_byte; t0=$(date +%s) start_byte=$(( $(wc -c < "$LOG") + 1 ))
+  timeout --kill-after=10 "$remaining" "$@" >> "$LOG" 2>&1
+  local rc=$? dt=$(( $(date +%s) - t0 ))
+  # This step's own pytest tally, if it printed one.
+  local tail_line; tail_line="$(tail -c +"$start_byte" "$LOG" |
+    grep -E '[0-9]+ (passed|failed|skipped|error)|no tests ran' | tail -n 1)"
+  if (( rc == 0 )); then
+    log "== $name: ok in $dt s ${tail_line:+($tail_line)}"
+    record "$name" ok "$dt" "$tail_line"
+  elif (( rc == 124 || rc == 137 )); then
+    log "== $name: TIMEOUT after $dt s (budget)"
+    record "$name" timeout "$dt" "$tail_line"
+    status=1
+  else
+    log "== $name: FAILED (exit $rc) in $dt s ${tail_line:+($tail_line)}"
+    record "$name" failed "$dt" "$tail_line"
+    status=1
+  fi
+  return $rc
+}
+
+skip_step() {  # name reason
+  log "== $1: skipped ($2)"
+  record "$1" skipped 0 "$2"
+}
+
+# ---- environment
+has_gpu=0
+timeout 60 "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)' && has_gpu=1
+if (( ! has_gpu && ! dry )); then
+  log "gpu_check: no GPU (torch.cuda.is_available() is False, or torch failed to load)"
+  record environment failed 0 "no GPU"
   exit 2
 fi
-if ! "$PY" -c 'import setuptools, pytest' 2> /dev/null; then
-  note "gpu_check: $PY needs setuptools and pytest (numpy for the emulator tests)"
-  exit 1
-fi
-# torch builds with ninja when it finds it (pip package or binary), slowly without.
-"$PY" -c 'import ninja' 2> /dev/null || command -v ninja > /dev/null ||
-  note "gpu_check: warning: no ninja, the build will be slow"
-arch="$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))')"
-"$PY" -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"torch {torch.__version__}, {p.name}, {p.multi_processor_count} SMs")' | tee -a "$OUT/summary.txt"
+"$PY" - "$SUMMARY" "$dry" "$quick" "$budget" <<'EOF' | tee -a "$LOG"
+import json, os, platform, sys
+import torch
+path, dry, quick, budget = sys.argv[1:]
+env = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+       "cores": os.cpu_count(), "dry_run": dry == "1", "quick": quick == "1", "budget_s": int(budget)}
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    env.update(gpu=p.name, sm_count=p.multi_processor_count,
+               capability="%d.%d" % torch.cuda.get_device_capability(0))
+json.dump({"environment": env, "steps": []}, open(path, "w"), indent=1)
+print("gpu_check:", ", ".join(f"{k}={v}" for k, v in env.items()))
+EOF
 
-export TORCH_CUDA_ARCH_LIST="$arch" FP8_DUMMY_CUDA=1 MAX_JOBS="${MAX_JOBS:-16}"
+export FP8_DUMMY_CUDA=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" PYTHONUNBUFFERED=1
 # The in-place build is imported from the source tree (benchmarks/ is not on sys.path).
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-if [[ -z "${CUDA_HOME:-}" ]] && ! command -v nvcc > /dev/null; then
-  export CUDA_HOME=/usr/local/cuda
-  export PATH="$CUDA_HOME/bin:$PATH"
+if (( has_gpu )); then
+  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))')}"
 fi
-# cu13 wheels carry CUDA library headers a bare toolkit may lack.
+if [[ -z "${CUDA_HOME:-}" ]] && ! command -v nvcc > /dev/null; then
+  export CUDA_HOME=/usr/local/cuda PATH="/usr/local/cuda/bin:$PATH"
+fi
+# cu13 wheels carry CUDA library headers (cuSPARSE, ...) a bare toolkit may lack.
 site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [[ -d "$site/nvidia/cu13/include" ]] && export CPATH="$site/nvidia/cu13/include${CPATH:+:$CPATH}"
+pytest=("$PY" -m pytest -q -p no:cacheprovider -rfEs)
+gpu_tests=(tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py)
 
-status=0
-start=$(date +%s)
-if timeout 240 "$PY" setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
-  note "build (TORCH_CUDA_ARCH_LIST=$arch): ok in $(( $(date +%s) - start )) s"
+# ---- a: build
+if (( dry )); then
+  run_step build 10 "$PY" -c 'import fp8_dummy; print("dry run, no build:", fp8_dummy.library_path())'
 else
-  note "build: FAILED, see build.log"; tail -30 "$OUT/build.log"; exit 1
+  # The compiler's output goes to its own file (long); the log gets its last lines.
+  run_step build 30 bash -c '"$0" setup.py build_ext --inplace > "$1/build.log" 2>&1; rc=$?
+    tail -n 15 "$1/build.log"; exit $rc' "$PY" "$OUT"
+fi
+built=$?
+if (( built != 0 )); then
+  log "gpu_check: no build, nothing else can run"
+  exit 1
 fi
 
-start=$(date +%s)
-if timeout 300 "$PY" -m pytest -q -p no:cacheprovider --junitxml="$OUT/junit.xml" \
-    tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_reference_cuda_emulator.py \
-    tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_headers_philox.py \
-    tests/test_headers_standalone.py tests/test_stateless_cuda.py > "$OUT/pytest.log" 2>&1; then
-  note "tests: $(tail -n 1 "$OUT/pytest.log") ($(( $(date +%s) - start )) s)"
-else
-  status=1
-  note "tests: FAILED: $(tail -n 1 "$OUT/pytest.log"), see pytest.log"
-  grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20 | tee -a "$OUT/summary.txt" || true
+# ---- b: bytes against torch's own CUDA reference
+run_step bytes 20 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"
+
+# ---- c: graph capture
+if (( quick )); then skip_step capture "--quick"; else
+  run_step capture 15 "${pytest[@]}" "${gpu_tests[@]}" -k capture
 fi
 
-start=$(date +%s)
-if timeout 180 "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json" > "$OUT/table.txt" 2>&1; then
-  cat "$OUT/table.txt"
-  note "benchmark: ok in $(( $(date +%s) - start )) s"
+# ---- d: benchmarks
+if (( ! has_gpu )); then
+  skip_step bench_cuda "no GPU (dry run)"
+  skip_step bench_model "no GPU (dry run)"
+  skip_step bench_stateless "no GPU (dry run)"
 else
-  status=1
-  cat "$OUT/table.txt"
-  note "benchmark: FAILED"
+  run_step bench_cuda 30 "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
+  run_step bench_model 30 "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
+  run_step bench_stateless 20 "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
 fi
 
-# The whole-model benchmark of issue #7 (2,002 FP8 tensors; batched init_many_).
-start=$(date +%s)
-if timeout 240 "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json" \
-    > "$OUT/model_table.txt" 2>&1; then
-  cat "$OUT/model_table.txt"
-  note "model benchmark: ok in $(( $(date +%s) - start )) s"
+# ---- e: the rest of the suite (not the slow packaging builds)
+if (( quick )); then skip_step rest "--quick"; elif (( dry )); then
+  run_step rest 10 "${pytest[@]}" tests/test_headers_philox.py
 else
-  status=1
-  tail -30 "$OUT/model_table.txt"
-  note "model benchmark: FAILED"
+  run_step rest 30 "${pytest[@]}" tests -m "not slow" $(printf -- '--ignore=%s ' "${gpu_tests[@]}")
 fi
+
+log "gpu_check: done in $(( $(date +%s) - start_all )) s of a $budget s budget, status $status"
 exit "$status"

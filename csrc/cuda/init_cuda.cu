@@ -73,12 +73,43 @@ void launch_piece(const PieceArgs& args, bool linear, int64_t sm_count, cudaStre
   }
 }
 
-void fill_fp8(const at::Tensor& self, double low, double high, const at::Generator& gen) {
-  auto* generator = at::check_generator<at::CUDAGeneratorImpl>(gen);
+// Where the Philox state of each reference launch comes from: the caller's generator
+// (reserved under its lock, capture-aware), or, for the seed form, the offsets a fresh
+// generator seeded with `seed` would hand out (no generator object is made).
+struct PhiloxSource {
+  std::optional<at::Generator> generator;  // the caller's; none for the seed form
+  uint64_t seed = 0;
+  FreshOffsets fresh;
+
+  at::PhiloxCudaState operator()(uint64_t increment) {
+    if (!generator) return at::PhiloxCudaState(seed, fresh(increment));
+    auto* impl = at::check_generator<at::CUDAGeneratorImpl>(*generator);
+    // See Note [Acquire lock when using random generators]
+    std::lock_guard<std::mutex> lock(impl->mutex_);
+    return impl->philox_cuda_state(increment);
+  }
+};
+
+// The generator the reference path itself needs (float16 and wider, and the FP8 cases the
+// kernel does not cover): the caller's, or a fresh one for the seed form, as vLLM makes.
+at::Generator reference_generator(const at::Tensor& self, const PhiloxSource& source) {
+  if (source.generator) return *source.generator;
+  TORCH_CHECK(at::cuda::currentStreamCaptureStatus() == at::cuda::CaptureStatus::None,
+              "fp8_dummy.init_: this call (", self.scalar_type(), " on ", self.device(),
+              ") needs torch's own uniform_ with a fresh generator, which cannot be created "
+              "inside CUDA graph capture (the reference path fails there too). FP8 tensors "
+              "are capture-safe once init_ ran outside capture for their device and dtype "
+              "(a one-time conversion check); other dtypes: pass a generator.");
+  auto gen = at::make_generator<at::CUDAGeneratorImpl>(self.device().index());
+  gen.set_current_seed(source.seed);  // torch.Generator(device).manual_seed(seed): offset 0
+  return gen;
+}
+
+void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source) {
   const auto conversion = fp8_conversion(self);
   const auto layout = to_layout(memory_order(self));
   if (!conversion || !layout) {
-    reference_fill(self, low, high, gen);
+    reference_fill(self, low, high, reference_generator(self, source));
     return;
   }
   // uniform_ sizes its grid from the current device, which its device guard makes
@@ -98,32 +129,28 @@ void fill_fp8(const at::Tensor& self, double low, double high, const at::Generat
   const bool linear = layout->linear();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
-  cuda::reference_launches(
-      self.numel(), sm_count, max_threads_per_sm,
-      [&](uint64_t increment) {
-        // See Note [Acquire lock when using random generators]
-        std::lock_guard<std::mutex> lock(generator->mutex_);
-        return generator->philox_cuda_state(increment);
-      },
-      [&](int64_t start, int64_t count, const cuda::ReferenceGrid& grid,
-          const at::PhiloxCudaState& philox) {
-        item.start = start;
-        item.count = count;
-        item.threads = grid.threads;
-        args.steps = grid.steps;
-        args.philox = philox;
-        item.aligned = linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
-        with_fp8_format(format, [&](auto f) {
-          launch_piece<decltype(f)::value>(args, linear, sm_count, stream);
-        });
-      });
+  cuda::reference_launches(self.numel(), sm_count, max_threads_per_sm, source,
+                           [&](int64_t start, int64_t count, const cuda::ReferenceGrid& grid,
+                               const at::PhiloxCudaState& philox) {
+                             item.start = start;
+                             item.count = count;
+                             item.threads = grid.threads;
+                             args.steps = grid.steps;
+                             args.philox = philox;
+                             item.aligned =
+                                 linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
+                             with_fp8_format(format, [&](auto f) {
+                               launch_piece<decltype(f)::value>(args, linear, sm_count, stream);
+                             });
+                           });
 }
 
-void fill(const at::Tensor& self, double low, double high, const at::Generator& gen) {
+void fill(const at::Tensor& self, double low, double high, PhiloxSource source) {
   if (is_fp8(self.scalar_type())) {
-    fill_fp8(self, low, high, gen);
+    fill_fp8(self, low, high, std::move(source));
   } else {
-    at::Tensor(self).uniform_(low, high, gen);  // float16 and wider: the reference itself
+    // float16 and wider: the reference itself.
+    at::Tensor(self).uniform_(low, high, reference_generator(self, source));
   }
 }
 
@@ -131,10 +158,11 @@ void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
   const c10::cuda::CUDAGuard guard(self.device());
-  // torch.Generator(device=self.device).manual_seed(seed): seed as uint64, offset 0.
-  auto gen = at::make_generator<at::CUDAGeneratorImpl>(self.device().index());
-  gen.set_current_seed(static_cast<uint64_t>(seed));
-  fill(self, low, high, gen);
+  // A fresh generator seeded with `seed` (as uint64) is at offset 0: its Philox states
+  // are known without making one.
+  PhiloxSource source;
+  source.seed = static_cast<uint64_t>(seed);
+  fill(self, low, high, std::move(source));
 }
 
 void init_generator_cuda(at::Tensor& self, double low, double high,
@@ -147,8 +175,10 @@ void init_generator_cuda(at::Tensor& self, double low, double high,
               given ? gen->device().str() : "", "'");
   if (self.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(self.device());
-  fill(self, low, high,
-       given ? *gen : at::cuda::detail::getDefaultCUDAGenerator(self.device().index()));
+  PhiloxSource source;
+  source.generator =
+      given ? *gen : at::cuda::detail::getDefaultCUDAGenerator(self.device().index());
+  fill(self, low, high, std::move(source));
 }
 
 // Launch shape of init_ on `numel` (<= 2^30) elements: the same kernel grid and work

@@ -27,16 +27,9 @@ using cuda::ReferenceGrid;
 template <typename Launch>
 uint64_t emulate_launches(int64_t n, int64_t sm_count, int64_t max_threads_per_sm, uint64_t offset,
                           Launch&& launch) {
-  uint64_t next = offset;
-  cuda::reference_launches(
-      n, sm_count, max_threads_per_sm,
-      [&](uint64_t increment) {
-        const uint64_t at = next;
-        next += increment;
-        return at;
-      },
-      launch);
-  return next;
+  FreshOffsets offsets{offset};
+  cuda::reference_launches(n, sm_count, max_threads_per_sm, offsets, launch);
+  return offsets.next;
 }
 
 // Runs `fill(pos, half_bits)` for every element of a reference uniform_ over n

@@ -21,7 +21,14 @@ def mt19937_words(seed: int, n: int, skip: int = 0) -> np.ndarray:
 
 
 def _fma_f32(a: np.ndarray, b: F32, c: F32) -> np.ndarray:
-    """RN_f32(a*b + c) with one rounding, a and b float32 (so a*b is exact in float64)."""
+    """RN_f32(a*b + c) with one rounding, a and b float32 (so a*b is exact in float64).
+    An infinite b (a float16 range that overflowed) gives inf, as fmaf does; the TwoSum
+    correction then sees NaNs, which never select the other neighbour."""
+    with np.errstate(invalid="ignore"):
+        return _fma_f32_finite(a, b, c)
+
+
+def _fma_f32_finite(a: np.ndarray, b: F32, c: F32) -> np.ndarray:
     p = a.astype(F64) * F64(b)
     c64 = np.full_like(p, F64(c))
     s = p + c64

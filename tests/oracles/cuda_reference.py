@@ -38,7 +38,8 @@ def half_bounds(low: float, high: float):
     """(from_h, to_h, range) as the kernel sees them: float16, float16, float32."""
     from_h = np.float16(np.float32(low))
     to_h = np.float16(np.float32(high))
-    rng = np.float32(np.float16(np.float32(to_h) - np.float32(from_h)))
+    with np.errstate(over="ignore"):  # the range may overflow float16 to inf, as in the kernel
+        rng = np.float32(np.float16(np.float32(to_h) - np.float32(from_h)))
     return from_h, to_h, rng
 
 

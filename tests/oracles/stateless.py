@@ -49,9 +49,11 @@ def _bf16_value(bits) -> np.float32:
 def half_values(w: np.ndarray, low: float, high: float) -> np.ndarray:
     from_h = np.float16(np.float32(low))
     to_h = np.float16(np.float32(high))
-    rng = np.float32(np.float16(np.float32(to_h) - np.float32(from_h)))
     x = (w & np.uint64(0x7FF)).astype(np.float32) * np.float32(2.0**-11)
-    return (x * rng + np.float32(from_h)).astype(np.float16)
+    # The range may overflow float16 to inf (then x = 0 gives NaN), as in torch's kernel.
+    with np.errstate(over="ignore", invalid="ignore"):
+        rng = np.float32(np.float16(np.float32(to_h) - np.float32(from_h)))
+        return (x * rng + np.float32(from_h)).astype(np.float16)
 
 
 def expected_bytes(
