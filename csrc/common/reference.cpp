@@ -138,10 +138,17 @@ const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype) {
   static std::array<std::once_flag, cuda::kNumFp8Formats> once;
   const int slot = static_cast<int>(fp8_format(dtype));
   std::call_once(once[slot], [&] {
-    const auto halves =
-        at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
-    const auto bytes = halves.to(dtype).view(at::kByte).contiguous();
-    std::memcpy(tables[slot].data(), bytes.const_data_ptr(), 65536);
+    // In pieces below torch's parallel grain size (32768 elements), so each copy_ runs on
+    // the calling thread: a first call on a small tensor must not start torch's OpenMP
+    // pool, after which a forked child would hang in its first parallel operation.
+    constexpr int64_t kPiece = 16384;
+    for (int64_t start = 0; start < 65536; start += kPiece) {
+      const auto halves = at::arange(start, start + kPiece, at::TensorOptions().dtype(at::kInt))
+                              .to(at::kShort)
+                              .view(at::kHalf);
+      const auto bytes = halves.to(dtype).view(at::kByte).contiguous();
+      std::memcpy(tables[slot].data() + start, bytes.const_data_ptr(), kPiece);
+    }
   });
   return tables[slot].data();
 }

@@ -7,10 +7,38 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include "common/reference.h"
 
 namespace fp8_dummy {
+
+namespace {
+
+// Two elements of self must never share a global index (a shard is a set of distinct
+// elements of the global tensor). Taken in increasing stride, each dimension must step past
+// everything the smaller ones can reach: stride[k] > sum over j < k of stride[j] (size[j] - 1).
+// That is what any block of a row-major (or permuted) tensor satisfies; strides that fail it
+// (such as [1, 1]) are refused, even the rare ones that would still be distinct.
+void check_distinct_global_indices(at::IntArrayRef sizes, c10::ArrayRef<int64_t> strides) {
+  c10::SmallVector<std::pair<int64_t, int64_t>, 6> dims;  // (stride, size), sizes > 1
+  for (const auto d : c10::irange(sizes.size())) {
+    if (sizes[d] > 1) dims.emplace_back(strides[d], sizes[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the largest index offset the smaller dimensions reach
+  for (const auto& [stride, size] : dims) {
+    TORCH_CHECK(stride > reach, "fp8_dummy.init_stateless_: element_strides ", strides,
+                " give two elements of self (sizes ", sizes,
+                ") the same global index; each stride must exceed what the smaller ones reach");
+    int64_t span = 0;
+    TORCH_CHECK(
+        !c10::mul_overflows(size - 1, stride, &span) && !c10::add_overflows(reach, span, &reach),
+        "fp8_dummy.init_stateless_: global element indices overflow int64");
+  }
+}
+
+}  // namespace
 
 ShardGeometry check_stateless_args(const at::Tensor& self, double low, double high,
                                    int64_t element_offset,
@@ -34,6 +62,7 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
                   d, "] is 0 but dimension ", d, " has size ", self.size(d),
                   " (elements would share a global index)");
     }
+    check_distinct_global_indices(self.sizes(), global);
   } else {
     int64_t stride = 1;  // row-major strides of self's shape: e = logical linear index
     for (int64_t d = dim - 1; d >= 0; --d) {

@@ -49,10 +49,19 @@ void fill_fp8_exact(const at::Tensor& self, double low, double high,
   StridedWalk walk(memory_order(self));
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   auto buf = at::empty({std::min(n, kChunk)}, self.options().dtype(at::kHalf));
+  // The reference's one uniform_ holds the generator for the whole call; so do we: the
+  // pieces draw from a private copy of its state, written back at the end, all under its
+  // lock, so a caller sharing the generator never sees a stretch stitched from two places.
+  auto* g =
+      at::get_generator_or_default<at::CPUGeneratorImpl>(gen, at::detail::getDefaultCPUGenerator());
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  const at::Generator private_gen = at::detail::createCPUGenerator();
+  auto* copy = at::check_generator<at::CPUGeneratorImpl>(private_gen);
+  copy->set_engine(g->engine());  // uniform_ on CPU draws from the engine alone
   for (int64_t done = 0; done < n;) {
     const int64_t count = std::min(kChunk, n - done);
     auto piece = buf.narrow(0, 0, count);
-    piece.uniform_(low, high, gen);
+    piece.uniform_(low, high, private_gen);
     const auto* src = static_cast<const uint16_t*>(piece.const_data_ptr());
     walk.next(count, [&](int64_t offset, int64_t stride, int64_t len, int64_t first) {
       uint8_t* dst = base + offset;
@@ -65,6 +74,7 @@ void fill_fp8_exact(const at::Tensor& self, double low, double high,
     });
     done += count;
   }
+  g->set_engine(copy->engine());
 }
 
 enum class CpuPath { kAuto, kExact, kFast, kPortable };

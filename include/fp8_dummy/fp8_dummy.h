@@ -59,6 +59,9 @@ c10::TypedOperatorHandle<Fn> find_op(const char* name, const char* overload) {
 
 }  // namespace detail
 
+// Seeds and key offsets are 64-bit patterns: a uint64_t seed u is passed as
+// static_cast<int64_t>(u), which is what torch.Generator.manual_seed(u) reads.
+//
 // Fills `self` in place with uniform random numbers in [low, high): the bytes of
 // torch's reference path (for FP8 dtypes: a float16 temp filled by uniform_, then
 // copy_; float16 and wider: self.uniform_) with a fresh generator of self's device

@@ -1,0 +1,266 @@
+"""Our operators behave as torch's in-place operators around the numbers (issue #14): the
+version counter, autograd (leaves, non-leaves, views, saved tensors), inference tensors,
+mixed-device lists, the whole unsigned 64-bit seed range, one generator shared by threads,
+fork after a small call, argument types. Each expectation is checked against what torch's
+own reference path does in the same situation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+import torch
+from conftest import FP8_DTYPES, WIDE_DTYPES, as_bytes, poison, storage_bytes
+from oracles import stateless as so
+
+import fp8_dummy
+from fp8_dummy import reference
+
+CALLS = {
+    "init_": lambda t: torch.ops.fp8_dummy.init_.default(t, -1.0, 1.0, 3),
+    "init_.generator": lambda t: torch.ops.fp8_dummy.init_.generator(
+        t, -1.0, 1.0, generator=torch.Generator(device=t.device).manual_seed(3)
+    ),
+    "init_many_": lambda t: torch.ops.fp8_dummy.init_many_.default([t], -1.0, 1.0, 3),
+    "init_stateless_": lambda t: torch.ops.fp8_dummy.init_stateless_.default(t, -1.0, 1.0, 3),
+}
+REFERENCE = lambda t: reference.new_path(t, -1.0, 1.0, 3)  # noqa: E731
+
+
+def error_of(fn, *args) -> str | None:
+    try:
+        fn(*args)
+    except RuntimeError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
+# ---------------------------------------------------------------- 1. version counter
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+@pytest.mark.parametrize("dtype", FP8_DTYPES + WIDE_DTYPES, ids=str)
+def test_version_counter_bumped_once_as_the_reference(call, dtype):
+    ours, ref = torch.empty(40, dtype=dtype), torch.empty(40, dtype=dtype)
+    CALLS[call](ours)
+    REFERENCE(ref)
+    assert ours._version == ref._version == 1
+
+
+def test_saved_tensor_modified_is_detected_by_backward():
+    for call in CALLS.values():
+        x = torch.ones(6, requires_grad=True)
+        u = torch.ones(6)
+        y = x * u  # saves u
+        call(u)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+# ---------------------------------------------------------------- 2-3. autograd
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float32], ids=str)
+def test_leaf_that_requires_grad_is_refused_like_the_reference(call, dtype):
+    if not dtype.is_floating_point or dtype.itemsize == 1:
+        p = torch.nn.Parameter(poison(torch.empty(8, dtype=dtype)), requires_grad=False)
+        p.requires_grad_(True)  # FP8 parameters can require grad too
+    else:
+        p = torch.nn.Parameter(poison(torch.empty(8, dtype=dtype)))
+    ref = torch.nn.Parameter(torch.empty(8, dtype=dtype), requires_grad=True)
+    expected = error_of(REFERENCE, ref)
+    assert expected and "leaf Variable that requires grad" in expected
+    before = storage_bytes(p).clone()
+    assert error_of(CALLS[call], p) == expected
+    assert torch.equal(storage_bytes(p), before)  # refused before anything was written
+    with torch.no_grad():  # as vLLM calls it: allowed, as for the reference
+        CALLS[call](p)
+
+
+def test_view_of_a_leaf_is_refused_like_the_reference():
+    leaf = torch.zeros(10, requires_grad=True)
+    expected = error_of(lambda v: v.uniform_(-1.0, 1.0), leaf[2:])
+    for call in CALLS.values():
+        assert error_of(call, leaf[2:]) == expected
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_non_leaf_gets_the_reference_gradient(call):
+    a = torch.ones(5, requires_grad=True)
+    b = a * 2
+    CALLS[call](b)
+    (b * 3).sum().backward()
+    a_ref = torch.ones(5, requires_grad=True)
+    b_ref = a_ref * 2
+    b_ref.uniform_(-1.0, 1.0)
+    (b_ref * 3).sum().backward()
+    assert torch.equal(a.grad, a_ref.grad)  # zeros: the new values ignore the old ones
+    assert b.requires_grad and b.grad_fn is not None
+
+
+def test_non_leaf_view_rebases_its_base():
+    a = torch.ones(6, requires_grad=True)
+    base = a * 1
+    torch.ops.fp8_dummy.init_stateless_.default(base[1:4], -1.0, 1.0, 3)
+    base.sum().backward()
+    assert a.grad.tolist() == [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+
+
+# ---------------------------------------------------------------- 4. inference tensors
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_inference_tensor_outside_inference_mode_is_refused(call):
+    with torch.inference_mode():
+        t = poison(torch.empty(16, dtype=torch.float8_e5m2))
+        ref = torch.empty(16, dtype=torch.float8_e5m2)
+    expected = error_of(REFERENCE, ref)
+    assert expected and "inference tensor outside InferenceMode" in expected
+    assert error_of(CALLS[call], t) == expected
+    assert (t.view(torch.uint8) == 0x55).all()  # nothing written
+    with torch.inference_mode():
+        CALLS[call](t)  # allowed there, as for torch's own ops
+
+
+# ---------------------------------------------------------------- 5. mixed-device lists
+
+
+@pytest.mark.parametrize("via", ["wrapper", "operator"])
+def test_init_many_with_a_meta_tensor_fills_the_others(via):
+    cpu = [poison(torch.empty(n, dtype=torch.float8_e4m3fn)) for n in (33, 700)]
+    meta = torch.empty(50, dtype=torch.float8_e4m3fn, device="meta")
+    tensors = [cpu[0], meta, cpu[1]]
+    if via == "wrapper":
+        fp8_dummy.init_many_(tensors, -1.0, 1.0, 9)
+    else:
+        torch.ops.fp8_dummy.init_many_.default(tensors, -1.0, 1.0, 9)
+    for t in cpu:
+        expected = reference.new_path(torch.empty_like(t), -1.0, 1.0, 9)
+        assert torch.equal(as_bytes(t), as_bytes(expected))
+    with pytest.raises(RuntimeError, match="range"):  # meta tensors are still checked
+        torch.ops.fp8_dummy.init_many_.default([cpu[0], meta], 1.0, 0.0, 9)
+
+
+# ---------------------------------------------------------------- 6. the unsigned seed range
+
+
+@pytest.mark.parametrize("seed", [2**63, 2**64 - 1, 2**63 + 12345, -1, -(2**63)])
+def test_seed_form_takes_every_64_bit_seed(seed):
+    for dtype in (torch.float8_e4m3fn, torch.bfloat16):
+        ours, ref = torch.empty(999, dtype=dtype), torch.empty(999, dtype=dtype)
+        fp8_dummy.init_(ours, -1.0, 1.0, seed)
+        reference.new_path(ref, -1.0, 1.0, seed)  # manual_seed(seed)
+        assert torch.equal(as_bytes(ours), as_bytes(ref))
+
+
+@pytest.mark.parametrize("seed,key_offset", [(2**64 - 1, 0), (5, 2**63 + 7), (2**63, 2**64 - 3)])
+def test_stateless_takes_every_64_bit_key(seed, key_offset):
+    t = torch.empty(257, dtype=torch.float8_e4m3fn)
+    fp8_dummy.init_stateless_(t, -1.0, 1.0, seed, key_offset=key_offset)
+    want = so.expected_bytes(
+        np.arange(257), torch.float8_e4m3fn, -1.0, 1.0, seed, key_offset, so.e4m3fn_saturates()
+    )
+    np.testing.assert_array_equal(t.view(torch.uint8).numpy(), want)
+
+
+def test_bad_seeds_and_types_are_clear():
+    t = torch.empty(4, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="64 bits"):
+        fp8_dummy.init_(t, -1.0, 1.0, 2**64)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        fp8_dummy.init_(t, -1.0, 1.0, 1.5)
+    with pytest.raises(TypeError, match="'low' must be float"):
+        fp8_dummy.init_(t, "a", 1.0)
+    with pytest.raises(TypeError, match="generator"):
+        fp8_dummy.init_(t, -1.0, 1.0, generator="cpu")
+    with pytest.raises(TypeError, match="'high' must be float"):
+        fp8_dummy.init_many_([t], -1.0, None)
+    with pytest.raises(TypeError, match="key_offset must be an int"):
+        fp8_dummy.init_stateless_(t, key_offset=2.0)
+
+
+# ---------------------------------------------------------------- 7. one generator, threads
+
+
+def test_exact_path_holds_the_generator_for_the_whole_call(monkeypatch):
+    # Two threads share a generator; each call spans several of the exact path's 512 KiB
+    # pieces. Each result must be one unbroken stretch of the stream: the two calls in
+    # either order, never pieces of one interleaved with the other's.
+    monkeypatch.setenv("FP8_DUMMY_CPU_PATH", "exact")
+    n = 3 * (1 << 18) + 5
+    g = torch.Generator().manual_seed(31)
+    start = g.get_state()
+    first, second = (torch.empty(n, dtype=torch.float8_e5m2) for _ in range(2))
+    reference.new_path(first, -1.0, 1.0, generator=g)
+    reference.new_path(second, -1.0, 1.0, generator=g)
+    for _ in range(12):
+        shared = torch.Generator()
+        shared.set_state(start)
+        outs = [torch.empty(n, dtype=torch.float8_e5m2) for _ in range(2)]
+        workers = [
+            threading.Thread(
+                target=fp8_dummy.init_, args=(o, -1.0, 1.0), kwargs={"generator": shared}
+            )
+            for o in outs
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        got = {bytes(as_bytes(o).numpy()) for o in outs}
+        assert got == {bytes(as_bytes(first).numpy()), bytes(as_bytes(second).numpy())}
+        assert torch.equal(shared.get_state(), g.get_state())
+
+
+# ---------------------------------------------------------------- 8. fork
+
+
+def test_fork_after_a_small_call_is_safe():
+    # A small first call must not start torch's OpenMP pool: a child forked after it would
+    # hang in its first parallel operation.
+    code = textwrap.dedent("""
+        import os, signal, torch, fp8_dummy
+        t = torch.empty(8, dtype=torch.float8_e4m3fn)
+        fp8_dummy.init_(t, -1.0, 1.0, 3)
+        fp8_dummy.init_stateless_(t, -1.0, 1.0, 3)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(30)
+            x = torch.randn(1500, 1500)
+            assert float((x @ x).sum()) == float((x @ x).sum())
+            torch.randn(10**7).sum()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child status", status)
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, OMP_NUM_THREADS="2"),
+    )
+    assert out.returncode == 0 and "child status 0" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- 10. element strides
+
+
+def test_element_strides_must_be_distinct_ints():
+    t = torch.empty(3, 4, dtype=torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="element_strides must be ints"):
+        fp8_dummy.init_stateless_(t, element_strides=[2.5, 1])
+    with pytest.raises(RuntimeError, match="same global index"):
+        fp8_dummy.init_stateless_(t, element_strides=[1, 1])
+    with pytest.raises(RuntimeError, match="same global index"):
+        torch.ops.fp8_dummy.init_stateless_.default(t, -1.0, 1.0, 3, element_strides=[3, 1])
+    fp8_dummy.init_stateless_(t, element_strides=[4, 1])  # row-major: fine
+    fp8_dummy.init_stateless_(t, element_strides=[1, 3])  # column-major block: fine
+    with pytest.raises(ValueError, match="element_offset"):
+        fp8_dummy.init_stateless_(t, element_offset=2**63)
