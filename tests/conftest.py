@@ -57,6 +57,20 @@ def cpu_formula() -> dict:
     return {"formula": formula, "fma": fma, "saturate_e4m3fn": torch_version() >= (2, 13)}
 
 
+def cpu_reference_refuses(dtype: torch.dtype, low: float, high: float) -> bool:
+    """Whether torch's CPU uniform_ on the float16 values refuses these bounds: the 11-bit
+    kernel (torch <= 2.11) checks half(high) - half(low), computed in half precision, against
+    65504, and [-48, 65456] overflows it (65472 + 48 rounds to inf) though high - low does
+    not. Later kernels compute in float and take them."""
+    import numpy as np
+
+    if cpu_formula()["formula"] != "11bit" or dtype.itemsize > 2 or dtype == torch.bfloat16:
+        return False
+    with np.errstate(over="ignore"):
+        diff = np.float16(np.float32(np.float16(high)) - np.float32(np.float16(low)))
+    return bool(np.isinf(diff))
+
+
 def storage_bytes(t: torch.Tensor) -> torch.Tensor:
     """All bytes of t's storage (including those outside a view)."""
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())

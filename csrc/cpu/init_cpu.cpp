@@ -185,6 +185,12 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
 void fill_fp8(const at::Tensor& self, double low, double high,
               const std::optional<at::Generator>& gen) {
   const auto choice = choose_fast_kernels(cpu_path_from_env());
+  // torch's own message and moment (before any draw); the exact path gets it from torch.
+  TORCH_CHECK(!choice || cpu::fast_config().transform.formula != cpu::Formula::kBits11 ||
+                  !cpu::bits11_range_overflows(low, high),
+              "Expected to - from <= std::numeric_limits<T>::max() to be true, but got false.  "
+              "(Could this error message be improved?  If so, please report an enhancement "
+              "request to PyTorch.)");
   if (choice && fill_fp8_fast(self, low, high, gen, choice->kernels, choice->simd)) return;
   fill_fp8_exact(self, low, high, gen);
 }

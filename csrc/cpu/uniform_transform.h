@@ -76,6 +76,16 @@ inline UniformParams make_uniform_params(double low, double high, const Transfor
   return p;
 }
 
+// Whether torch's 11-bit kernel (torch <= 2.11) refuses these bounds: its distribution checks
+// half(to) - half(from), computed in half precision, against the largest half, and that
+// difference can overflow to inf where high - low itself is within range (e.g. [-48, 65456]:
+// 65472 + 48 rounds to inf). The check runs before the kernel's first draw.
+inline bool bits11_range_overflows(double low, double high) {
+  const c10::Half from_h(static_cast<float>(low));
+  const c10::Half to_h(static_cast<float>(high));
+  return std::isinf(static_cast<float>(c10::Half(to_h - from_h)));
+}
+
 inline bool half_equal(uint16_t a, uint16_t b) {
   return a == b || ((a | b) & 0x7FFFu) == 0;  // no NaN can occur: bounds are finite
 }
