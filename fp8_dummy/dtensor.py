@@ -43,7 +43,7 @@ def _name(op: str) -> str:
     return f"fp8_dummy.{op}"
 
 
-def _check_placements(t: DTensor, op: str) -> None:
+def _refuse_partial(t: DTensor, op: str) -> None:
     for p in t.placements:
         if isinstance(p, Partial):
             # The local tensors are summands of the global one: no rank holds its values.
@@ -52,6 +52,11 @@ def _check_placements(t: DTensor, op: str) -> None:
                 f"{_name(op)}: DTensor placement Partial ({p}) is not supported (the local "
                 "tensors are partial sums, not values); redistribute to Shard or Replicate"
             )
+
+
+def _check_placements(t: DTensor, op: str) -> None:
+    _refuse_partial(t, op)
+    for p in t.placements:
         strided = _StridedShard is not None and isinstance(p, _StridedShard)
         if not (strided or isinstance(p, (Shard, Replicate))):
             raise RuntimeError(f"{_name(op)}: unknown DTensor placement {p!r}")
@@ -175,8 +180,9 @@ def _init_stateless(
 
 
 def _check_reference(t: DTensor, low: float, high: float, op: str) -> torch.Tensor | None:
-    """The local tensor to fill as torch's reference would, or None off the mesh."""
-    _check_placements(t, op)
+    """The local tensor to fill as torch's reference would, or None off the mesh. (The
+    reference runs uniform_ on the local tensor whatever the placements, but Partial.)"""
+    _refuse_partial(t, op)
     local = t.to_local()
     torch.ops.fp8_dummy_internal.check_init_args(local, low, high)
     if local.device.type not in ("cpu", "meta"):
