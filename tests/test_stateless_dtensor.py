@@ -2,7 +2,7 @@
 
 One process group per world size (2 and 4), each rank running every check of
 tests/helpers/dtensor_checks.py: 1-D and 2-D meshes; Shard(0), Shard(1), nested Shard,
-Replicate and FSDP2+TP's _StridedShard; uneven shapes; FP8 and wide dtypes;
+Replicate and FSDP2+TP's _StridedShard; uneven shapes; a sub-mesh; FP8 and wide dtypes;
 init_stateless_ (full_tensor() == one fill of the full shape, wrapper and operator),
 init_/init_many_ (== torch's reference path on the same DTensor), whole models (FSDP2
 fully_shard, tensor parallel, both), refusals. Plus single-process tests of the pieces.
@@ -52,6 +52,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
             "models": checks.check_models(world, rank),
         }
         checks.check_layout(world, rank)
+        checks.check_submesh(world, rank)
         checks.check_refusals(world, rank)
         dist.barrier()
         if rank == 0:

@@ -8,7 +8,7 @@ import warnings
 
 import torch
 from conftest import storage_bytes
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.placement_types import _StridedShard
 
@@ -110,6 +110,22 @@ def check_layout(world: int, rank: int) -> None:
         full = fp8_dummy.init_stateless_(torch.empty(shape, dtype=torch.float8_e5m2), -1, 1, SEED)
         assert torch.equal(full_bits(dt), bits(full)), f"rank {rank} mesh {tuple(mesh.shape)}"
         assert bool((base[:, 1::2].view(torch.uint8) == 0x55).all()), f"rank {rank} gaps"
+
+
+def check_submesh(world: int, rank: int) -> None:
+    """A mesh of ranks 0 and 1 only: the others hold nothing and do nothing, as torch."""
+    mesh = DeviceMesh("cpu", [0, 1])
+    shape = (7, 5)
+    full = fp8_dummy.init_stateless_(torch.empty(shape, dtype=torch.bfloat16), LOW, HIGH, SEED)
+    dt = make(mesh, shape, torch.bfloat16, (Shard(1),))
+    fp8_dummy.init_stateless_(dt, LOW, HIGH, SEED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fp8_dummy.init_(make(mesh, shape, torch.bfloat16, (Shard(1),)), LOW, HIGH, SEED)
+    if rank < 2:
+        assert torch.equal(full_bits(dt), bits(full)), f"rank {rank} sub-mesh"
+    else:
+        assert dt.to_local().numel() == 0, f"rank {rank} outside the mesh holds data"
 
 
 def _reference_and_ours(mesh, shape, dtype, pl, fill_ref, fill_ours, seed: int):
