@@ -75,6 +75,38 @@ def test_dtensor_across_ranks(world, tmp_path):
     assert counts["stateless"] >= 100 and counts["reference"] >= 100 and counts["models"] >= 50
 
 
+def _cuda_worker(rank: int, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        import fp8_dummy
+
+        mesh = init_device_mesh("cuda", (1,))
+        full = torch.empty(7, 5, dtype=torch.float8_e4m3fn)
+        fp8_dummy.init_stateless_(full, -1.0, 1.0, 1234)
+        host = torch.empty(7, 5, dtype=torch.float8_e4m3fn)
+        dt = distribute_tensor(host.cuda(), mesh, [Shard(0)], src_data_rank=None)
+        fp8_dummy.init_stateless_(dt, -1.0, 1.0, 1234)  # device-independent: the CPU bytes
+        assert torch.equal(dt.to_local().cpu().view(torch.uint8), full.view(torch.uint8))
+        try:
+            fp8_dummy.init_(dt, -1.0, 1.0, 1234)
+        except RuntimeError as e:
+            assert "cuda meshes are not supported" in str(e) and "init_stateless_" in str(e)
+        else:
+            raise AssertionError("init_ on a CUDA DTensor: no error")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_mesh():
+    # init_stateless_ works on a CUDA mesh; init_ refuses it, naming init_stateless_.
+    mp.spawn(_cuda_worker, args=(_free_port(),), nprocs=1)
+
+
 def _python(code: str) -> str:
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
