@@ -9,6 +9,7 @@ import torch  # noqa: F401  (must be loaded before the extension)
 
 from . import (
     _C,  # noqa: F401  (loads the library: torch.ops.fp8_dummy and fp8_dummy_internal)
+    _lazy_dtensor,
     emulator,
     reference,
     stateless,
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 _PACKAGE = Path(__file__).resolve().parent
+
+# DTensor rules (fp8_dummy/dtensor.py), registered once torch.distributed.tensor is imported.
+_lazy_dtensor.install()
 
 
 def library_path() -> str:

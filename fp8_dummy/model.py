@@ -73,8 +73,12 @@ def initialize_dummy_weights(
     for name, tensor in model.state_dict().items():
         if not torch.is_floating_point(tensor) or tensor.is_meta:
             continue
-        key = (tensor.device, tensor.data_ptr(), tensor.dtype, tensor.shape, tensor.stride())
-        if key not in seen:
+        # A DTensor's own data_ptr() is 0 (no storage): key it by its local tensor's. In
+        # reference mode a DTensor's fill draws from the default generator (docs/modes.md),
+        # so a tied one filled twice differs from once: fill it as often as the loop does.
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        key = (tensor.device, local.data_ptr(), tensor.dtype, tensor.shape, tensor.stride())
+        if key not in seen or (mode == "reference" and local is not tensor):
             seen.add(key)
             todo.append((name, tensor))
     total_bytes = _nbytes([t for _, t in todo])
