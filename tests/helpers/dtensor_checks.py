@@ -86,7 +86,10 @@ def check_stateless(world: int, rank: int) -> int:
             assert torch.equal(bits(op_dt.to_local()), bits(dt.to_local())), where
             n += 1
         # key_offset, element_offset and element_strides refer to the global tensor.
-        strides = [1] + [shape[0] * 2] * (len(shape) - 1)  # column-major-ish, with gaps
+        strides, step = [], 1  # column-major, with gaps between the columns
+        for size in shape:
+            strides.append(step)
+            step *= 2 * max(size, 1)
         kw = dict(key_offset=5, element_offset=11, element_strides=strides)
         full = fp8_dummy.init_stateless_(torch.empty(shape, dtype=DTYPES[0]), LOW, HIGH, 7, **kw)
         dt = make(mesh, shape, DTYPES[0], pl)
