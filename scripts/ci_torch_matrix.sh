@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# CI: the CPU byte-exactness tests on the torch versions users run besides CI's own two
+# (the full suite runs on 2.13, the CUDA compile job on 2.14.1):
+#   2.11.0  built WITH CUDA (TORCH_CUDA_ARCH_LIST=9.0): its extensions compile as C++17, as on
+#           the GPU machine (torch 2.11.0+cu130), so every .cpp and .cu file is checked as C++17
+#   2.12.0, 2.15.0  CPU builds
+# For each: a venv with that torch from PyPI (the full wheel, as users install it), the
+# extension built into a temporary directory with the setuptools the venv has, then the tests
+# of the reference mode (exact, fast and portable CPU paths), the stateless mode and
+# opcheck/torch.compile, and one line with the fast path's state and the counts.
+#
+# The venvs are cached in $FP8_DUMMY_CACHE (default ~/.cache/fp8_dummy) and rebuilt when
+# missing or incomplete; warm, the matrix costs the builds and the tests only.
+#
+# Usage: scripts/ci_torch_matrix.sh [VERSION ...]   (default: 2.11.0 2.12.0 2.15.0)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${FP8_DUMMY_CACHE:-$HOME/.cache/fp8_dummy}"
+versions=("$@")
+[[ ${#versions[@]} -gt 0 ]] || versions=(2.11.0 2.12.0 2.15.0)
+TESTS=(tests/test_reference_cpu.py tests/test_reference_cpu_fast_path.py tests/test_reference_api.py
+  tests/test_init_many_cpu.py tests/test_stateless_cpu.py tests/test_stateless_api.py
+  tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_inplace_semantics.py
+  tests/test_stateless_dtensor.py)
+mkdir -p "$CACHE"
+summary=()
+
+venv_for() {  # version -> path of a ready venv (made if missing)
+  local version="$1" venv="$CACHE/venv-torch-$1"
+  if [[ ! -f "$venv/.ready" ]]; then
+    rm -rf "$venv"
+    python3.11 -m venv "$venv" >&2
+    # The pip configuration here caps torch below 2.15; an empty constraint file lifts it.
+    # setuptools: what torch accepts (2.11/2.12: < 82; 2.13+: >= 77.0.3).
+    PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --disable-pip-version-check \
+      "torch==$version" numpy pytest ninja "setuptools>=77.0.3,<82" wheel >&2
+    touch "$venv/.ready"
+  fi
+  echo "$venv"
+}
+
+for version in "${versions[@]}"; do
+  start=$(date +%s)
+  venv="$(venv_for "$version")"
+  py="$venv/bin/python"
+  out="$(mktemp -d "${TMPDIR:-/tmp}/fp8_dummy_torch_$version.XXXXXX")"
+  cuda=0
+  [[ "$version" == 2.11.* ]] && cuda=1
+  (
+    cd "$ROOT"
+    export FP8_DUMMY_CUDA="$cuda" MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+    if ((cuda)); then
+      site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+      export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda-13.0}" TORCH_CUDA_ARCH_LIST=9.0
+      export PATH="$CUDA_HOME/bin:$PATH"
+      export CPATH="$(ls -d "$site"/nvidia/cu1*/include | head -n 1)${CPATH:+:$CPATH}"
+    fi
+    if ! "$py" setup.py build_ext --build-temp "$out/temp" --build-lib "$out/lib" \
+      > "$out/build.log" 2>&1; then
+      grep -E "error|Error" "$out/build.log" | head -30
+      echo "torch $version: BUILD FAILED"
+      exit 1
+    fi
+    mkdir -p "$out/pkg"
+    cp -r fp8_dummy tests include "$out/pkg/"
+    rm -f "$out"/pkg/fp8_dummy/_C*.so
+    cp "$out"/lib/fp8_dummy/_C*.so "$out/pkg/fp8_dummy/"
+  ) || exit 1
+  cd "$out/pkg"
+  info="$("$py" -c 'import fp8_dummy; print(fp8_dummy.cpu_fast_path_info())')"
+  set +e
+  "$py" -m pytest -q -p no:cacheprovider "${TESTS[@]}" > "$out/pytest.log" 2>&1
+  rc=$?
+  set -e
+  cd "$ROOT"
+  counts="$(tail -n 1 "$out/pytest.log")"
+  line="torch $version ($(( $(date +%s) - start )) s, cuda build=$cuda): fast path: $info; $counts"
+  echo "$line"
+  summary+=("$line")
+  if ((rc != 0)); then
+    grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20
+    echo "torch $version: TESTS FAILED"
+    exit 1
+  fi
+  rm -rf "$out"
+done
+printf '%s\n' "${summary[@]}"
