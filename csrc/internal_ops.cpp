@@ -28,7 +28,7 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.impl("check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_init_args_op));
   // The checks of random_ alone (common/random_bytes.cpp), likewise.
-  m.def("check_random_args(Tensor self, int from, int to) -> ()");
+  m.def("check_random_args(Tensor self, int low, int high) -> ()");
   m.impl("check_random_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_random_args_op));
 
