@@ -31,7 +31,16 @@ inline bool cpu_has_avx512() {
 
 #ifdef FP8_DUMMY_X86
 
+// Both can be predefined: tests/consumers/avx512_on_simde.cpp compiles this file without
+// the target (so nothing here needs AVX-512 to run) over SIMDe's portable intrinsics, to run
+// these kernels on CPUs without AVX-512.
+#ifndef FP8_DUMMY_TARGET_AVX512
 #define FP8_DUMMY_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#endif
+// Makes a value opaque to the compiler, so a multiply and an add are not contracted.
+#ifndef FP8_DUMMY_OPAQUE_512
+#define FP8_DUMMY_OPAQUE_512(x) __asm__("" : "+v"(x))
+#endif
 
 // GCC's avx512fintrin.h trips -Wuninitialized/-Wmaybe-uninitialized in some versions
 // (_mm512_undefined_*); the warnings are about the header, not this code.
@@ -88,7 +97,7 @@ FP8_DUMMY_TARGET_AVX512 inline __m256i transform16_avx512(__m512i r, const Unifo
     v = _mm512_fmadd_ps(x, _mm512_set1_ps(params.range), _mm512_set1_ps(params.low));
   } else {
     __m512 prod = _mm512_mul_ps(x, _mm512_set1_ps(params.range));
-    __asm__("" : "+v"(prod));  // no contraction into an FMA (see transform8_avx2)
+    FP8_DUMMY_OPAQUE_512(prod);  // no contraction into an FMA (see transform8_avx2)
     v = _mm512_add_ps(prod, _mm512_set1_ps(params.low));
   }
   __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
