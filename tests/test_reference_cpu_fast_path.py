@@ -150,6 +150,25 @@ def test_matches_reference_and_oracle(path, dtype, bounds):
     np.testing.assert_array_equal(as_bytes(ours), reference_oracle(n, *bounds, dtype, seed=77))
 
 
+NARROW = [(-1e-3, 1e-3), (0.0, 0.01), (-0.02, 0.03), (0.1, 0.11), (-3e-5, 2e-5), (-240.0, -200.0)]
+
+
+@pytest.mark.parametrize("dtype", FP8_DTYPES, ids=str)
+def test_narrow_bounds(path, dtype):
+    """Bounds where few FP8 values occur: the fast path takes the bytes straight from the
+    random bits as a step function (cpu/fp8_runs.h) from 2048 elements on; below that, and
+    for bounds with many values, through float16."""
+    for bounds in NARROW:
+        for n in (2047, 2048, 100_003):
+            ours, ref, s_ours, s_ref = run_both(
+                lambda n=n: torch.empty(n, dtype=dtype), *bounds, pre=3
+            )
+            np.testing.assert_array_equal(ours, ref, err_msg=f"{bounds} n={n}")
+            assert torch.equal(s_ours, s_ref)
+        want = reference_oracle(100_003, *bounds, dtype, seed=1234, skip=3)
+        np.testing.assert_array_equal(ours, want, err_msg=str(bounds))
+
+
 @pytest.mark.parametrize("pre", [1, 7, 623, 624, 1000])
 def test_mid_block_and_consecutive_calls(path, pre):
     """The generator already drawn from, then several calls in a row."""

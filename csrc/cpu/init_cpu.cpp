@@ -110,6 +110,22 @@ Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool
   return c;
 }
 
+// The FP8 bytes as a step function of the random bits (cpu/fp8_runs.h), where that holds
+// (a format whose conversion is monotone, bounds within its finite range), has few steps,
+// and the tensor is large enough for the ~10 us of finding them to pay.
+std::optional<cpu::Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, double high,
+                                     const cpu::UniformParams& params, const uint8_t* table) {
+  constexpr int64_t kMinElements = 2048;
+  const cpu::Fp8Format format = cpu::fp8_format(dtype);
+  const double bound = std::max(std::abs(low), std::abs(high));
+  if (n < kMinElements || !format.supported || bound > 0.99 * format.max_finite) {
+    return std::nullopt;
+  }
+  cpu::Fp8Runs runs;
+  if (!cpu::make_fp8_runs(params, table, &runs)) return std::nullopt;
+  return runs;
+}
+
 // False, having drawn and written nothing, when the generator's state must go to the
 // exact path.
 bool fill_fp8_fast(const at::Tensor& self, double low, double high,
@@ -126,8 +142,11 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
   auto pod = g->engine().data();
   if (!cpu::stream_usable(pod)) return false;
   const int threads = cpu::draw_threads(n);
-  // A block at a time: words -> float16 bits (in cache) -> FP8 bytes.
+  const auto runs = fp8_runs(self.scalar_type(), n, low, high, params, convert.table);
+  // A block at a time: words -> FP8 bytes from the runs, or words -> float16 bits (in
+  // cache) -> FP8 bytes.
   auto to_bytes = [&](const uint32_t* words, int64_t len, uint8_t* dst) {
+    if (runs) return kernels.runs(words, len, params.mask, *runs, dst);
     alignas(32) uint16_t halves[cpu::kMtN];
     kernels.transform(words, len, /*temper=*/true, params, halves);
     convert(halves, len, dst);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cpu/fp8_runs.h"
 #include "cpu/mt19937_simd.h"
 #include "cpu/random_bytes_transform.h"
 #include "cpu/uniform_transform.h"
@@ -168,6 +169,29 @@ inline void bytes_block_avx512(const uint32_t* words, int64_t n, const ByteParam
                                uint8_t* out) {
   if (p.pow2()) return bytes_pow2_avx512(words, n, p, out);
   bytes_block_scalar(words, n, p, out);  // a division per element: no SIMD form
+}
+
+// FP8 bytes from the runs (fp8_runs.h): a masked add per breakpoint, vpmovdb to bytes.
+FP8_DUMMY_TARGET_AVX512 inline void runs_block_avx512(const uint32_t* words, int64_t n,
+                                                      uint32_t mask, const Fp8Runs& r,
+                                                      uint8_t* out) {
+  const __m512i m = _mm512_set1_epi32(static_cast<int>(mask));
+  __m512i start[kMaxBreaks], delta[kMaxBreaks];
+  for (int k = 0; k < r.breaks; ++k) {
+    start[k] = _mm512_set1_epi32(static_cast<int>(r.start[k]));
+    delta[k] = _mm512_set1_epi32(r.delta[k]);
+  }
+  const __m512i first = _mm512_set1_epi32(r.first);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i x = _mm512_and_si512(mt_temper16_avx512(load16(words + i)), m);
+    __m512i a = first;
+    for (int k = 0; k < r.breaks; ++k) {
+      a = _mm512_mask_add_epi32(a, _mm512_cmpge_epu32_mask(x, start[k]), a, delta[k]);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(a));
+  }
+  runs_block_scalar(words + i, n - i, mask, r, out + i);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

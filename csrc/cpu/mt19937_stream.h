@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/fp8_runs.h"
 #include "cpu/mt19937_avx512.h"
 #include "cpu/mt19937_jump.h"
 #include "cpu/random_bytes_transform.h"
@@ -45,6 +46,7 @@ inline const char* level_name(SimdLevel level) {
 using TwistFn = void (*)(const uint32_t*, uint32_t*);
 using TransformFn = void (*)(const uint32_t*, int64_t, bool, const UniformParams&, uint16_t*);
 using BytesFn = void (*)(const uint32_t*, int64_t, const ByteParams&, uint8_t*);
+using RunsFn = void (*)(const uint32_t*, int64_t, uint32_t, const Fp8Runs&, uint8_t*);
 
 // One SIMD level's kernels (the same words and bytes at every level).
 struct Kernels {
@@ -52,6 +54,7 @@ struct Kernels {
   TwistFn twist;
   TransformFn transform;  // tempers, then torch's float16 uniform_ transform
   BytesFn bytes;          // tempers, then random_'s byte
+  RunsFn runs;            // tempers, masks, then the FP8 byte from its runs (fp8_runs.h)
 };
 
 inline bool cpu_has_level(SimdLevel level) {
@@ -64,13 +67,15 @@ inline bool cpu_has_level(SimdLevel level) {
 inline Kernels kernels_for(SimdLevel level) {
 #ifdef FP8_DUMMY_X86
   if (level == SimdLevel::kAvx512) {
-    return {level, &mt_twist_avx512, &transform_block_avx512, &bytes_block_avx512};
+    return {level, &mt_twist_avx512, &transform_block_avx512, &bytes_block_avx512,
+            &runs_block_avx512};
   }
   if (level == SimdLevel::kAvx2) {
-    return {level, &mt_twist_avx2, &transform_block_avx2, &bytes_block_avx2};
+    return {level, &mt_twist_avx2, &transform_block_avx2, &bytes_block_avx2, &runs_block_avx2};
   }
 #endif
-  return {SimdLevel::kPortable, &mt_twist_scalar, &transform_block_scalar, &bytes_block_scalar};
+  return {SimdLevel::kPortable, &mt_twist_scalar, &transform_block_scalar, &bytes_block_scalar,
+          &runs_block_scalar};
 }
 
 // False for a state torch's own engine would read out of bounds from (set_state accepts

@@ -9,6 +9,7 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -94,6 +95,22 @@ int main() {
       bytes_block_scalar(words.data(), n, r, b1.data());
       bytes_block_avx512(words.data(), n, r, b2.data());
       check(std::memcmp(b1.data(), b2.data(), n) == 0, "bytes", static_cast<int>(r.range));
+    }
+  }
+  // FP8 bytes from runs (fp8_runs.h): a made-up table monotone in the half's value (as
+  // float16 -> FP8 is), runs from a narrow and a wider range.
+  static uint8_t table[65536];
+  for (int h = 0; h < 65536; ++h) {
+    table[h] = static_cast<uint8_t>(detail::half_order(static_cast<uint16_t>(h)) >> 11);
+  }
+  for (const auto& bd : {std::array<double, 2>{-1e-3, 1e-3}, std::array<double, 2>{0.1, 0.13}}) {
+    const auto p = make_uniform_params(bd[0], bd[1], Transform{Formula::kBits24, true, true});
+    Fp8Runs runs;
+    check(make_fp8_runs(p, table, &runs) && runs.breaks > 0, "runs found", runs.breaks);
+    for (const int64_t n : {int64_t{4099}, int64_t{31}, int64_t{2}}) {
+      runs_block_scalar(words.data(), n, p.mask, runs, b1.data());
+      runs_block_avx512(words.data(), n, p.mask, runs, b2.data());
+      check(std::memcmp(b1.data(), b2.data(), n) == 0, "runs", runs.breaks);
     }
   }
   std::printf("%d passed, %d failed\n", checks - failures, failures);
