@@ -133,14 +133,29 @@ inline void runs_block_scalar(const uint32_t* words, int64_t n, uint32_t mask, c
 
 #ifdef FP8_DUMMY_X86
 
+// The bytes of 8 elements, each in its own dword.
+template <int K>
+__attribute__((target("avx2"))) inline __m256i runs8_avx2(__m256i x, const __m256i* start,
+                                                          const __m256i* delta, __m256i first) {
+  __m256i a = first;
+  for (int k = 0; k < K; ++k) {  // x < 2^24: the signed compare is exact
+    a = _mm256_add_epi32(a, _mm256_and_si256(_mm256_cmpgt_epi32(x, start[k]), delta[k]));
+  }
+  return a;
+}
+
 // 32 elements per turn: 4 vectors of bytes-in-dwords, packed (the sums are the bytes
-// themselves, so unsigned saturation never bites) and put back in order.
-__attribute__((target("avx2"))) inline void runs_block_avx2(const uint32_t* words, int64_t n,
-                                                            uint32_t mask, const Fp8Runs& r,
-                                                            uint8_t* out) {
+// themselves, so unsigned saturation never bites) and put back in order; then 8 at a time,
+// the last few through a padded vector (a block of 624 has 16 left after the 32s). K, the
+// number of breakpoints, is a template argument so the loops unroll and the sums stay in
+// registers (with a run-time count they were spilled to the stack).
+template <int K>
+__attribute__((target("avx2"))) inline void runs_block_avx2_k(const uint32_t* words, int64_t n,
+                                                              uint32_t mask, const Fp8Runs& r,
+                                                              uint8_t* out) {
   const __m256i m = _mm256_set1_epi32(static_cast<int>(mask));
-  __m256i start[kMaxBreaks], delta[kMaxBreaks];
-  for (int i = 0; i < r.breaks; ++i) {
+  __m256i start[K > 0 ? K : 1], delta[K > 0 ? K : 1];
+  for (int i = 0; i < K; ++i) {
     start[i] = _mm256_set1_epi32(static_cast<int>(r.start[i]) - 1);  // x > start - 1
     delta[i] = _mm256_set1_epi32(r.delta[i]);
   }
@@ -148,20 +163,49 @@ __attribute__((target("avx2"))) inline void runs_block_avx2(const uint32_t* word
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    __m256i acc[4];
-    for (int v = 0; v < 4; ++v) {
-      const __m256i x = _mm256_and_si256(mt_temper8_avx2(load8(words + i + 8 * v)), m);
-      __m256i a = first;
-      for (int k = 0; k < r.breaks; ++k) {  // x < 2^24: the signed compare is exact
-        a = _mm256_add_epi32(a, _mm256_and_si256(_mm256_cmpgt_epi32(x, start[k]), delta[k]));
-      }
-      acc[v] = a;
-    }
-    const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(acc[0], acc[1]),
-                                          _mm256_packus_epi32(acc[2], acc[3]));
+    const __m256i* w = reinterpret_cast<const __m256i*>(words + i);
+    const __m256i a0 = runs8_avx2<K>(_mm256_and_si256(mt_temper8_avx2(_mm256_loadu_si256(w)), m),
+                                     start, delta, first);
+    const __m256i a1 = runs8_avx2<K>(
+        _mm256_and_si256(mt_temper8_avx2(_mm256_loadu_si256(w + 1)), m), start, delta, first);
+    const __m256i a2 = runs8_avx2<K>(
+        _mm256_and_si256(mt_temper8_avx2(_mm256_loadu_si256(w + 2)), m), start, delta, first);
+    const __m256i a3 = runs8_avx2<K>(
+        _mm256_and_si256(mt_temper8_avx2(_mm256_loadu_si256(w + 3)), m), start, delta, first);
+    const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(a0, a1), _mm256_packus_epi32(a2, a3));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permutevar8x32_epi32(b, order));
   }
-  runs_block_scalar(words + i, n - i, mask, r, out + i);
+  alignas(32) uint32_t tail[8] = {};
+  for (; i < n; i += 8) {
+    const int64_t len = n - i < 8 ? n - i : 8;
+    const uint32_t* w = words + i;
+    if (len < 8) {
+      for (int64_t j = 0; j < len; ++j) tail[j] = words[i + j];
+      w = tail;
+    }
+    const __m256i a =
+        runs8_avx2<K>(_mm256_and_si256(mt_temper8_avx2(load8(w)), m), start, delta, first);
+    const __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(a, a), _mm256_setzero_si256());
+    alignas(16) uint8_t bytes[16];
+    // Lane 0 holds bytes 0-3 in its first dword, lane 1 bytes 4-7 in its first (dword 4).
+    _mm_store_si128(reinterpret_cast<__m128i*>(bytes),
+                    _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(p, order)));
+    for (int64_t j = 0; j < len; ++j) out[i + j] = bytes[j];
+  }
+}
+
+template <int K>
+inline void runs_dispatch_avx2(const uint32_t* words, int64_t n, uint32_t mask, const Fp8Runs& r,
+                               uint8_t* out) {
+  if constexpr (K < kMaxBreaks) {
+    if (r.breaks > K) return runs_dispatch_avx2<K + 1>(words, n, mask, r, out);
+  }
+  runs_block_avx2_k<K>(words, n, mask, r, out);
+}
+
+inline void runs_block_avx2(const uint32_t* words, int64_t n, uint32_t mask, const Fp8Runs& r,
+                            uint8_t* out) {
+  runs_dispatch_avx2<0>(words, n, mask, r, out);
 }
 
 #endif  // FP8_DUMMY_X86
