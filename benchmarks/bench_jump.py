@@ -7,11 +7,15 @@ Measures (medians; 1 thread unless said):
             words with 8 threads, minus 1 thread, over 7): the split's fixed cost
   r         per element: init_'s fast path on float8_e4m3fn (bounds +-1e-3), random_ on
             uint8 [0, 256), and fill_ of the same bytes, each at 128 Mi elements
-Then the PROJECTION (arithmetic, not a measurement) of the split for n elements on T cores:
-    t(T) = n r / T + J(n) + (T - 1) spawn
-(every range n/T words; the slowest thread jumps nearly n words; thread 0 starts the others
-one after another), against t(1) = n r. It assumes each core keeps the 1-thread per-element
-rate, i.e. that memory bandwidth does not bind; the fill_ rate per core shows how far that is.
+Then the PROJECTION (arithmetic, not a measurement) of the split on T cores. A tensor of n
+elements gets t = min(T, n / 2 Mi) threads (the op's cap), and takes
+    t_T(n) = n r / t + J(n) + (t - 1) spawn
+(every range n/t words; the slowest thread jumps nearly n words; thread 0 starts the others
+one after another), against t_1(n) = n r. A whole model is the sum over its tensors (each
+tensor is one call): Llama-70B's shapes (80 layers of q, k, v, o, gate, up, down at 8192
+hidden, 1024 kv, 28672 MLP, and two 128256 x 8192 embeddings: 70.6 G elements). It assumes
+each core keeps the 1-thread per-element rate, i.e. that memory bandwidth does not bind;
+the fill_ rate per core shows how far that is.
 
 Example: python benchmarks/bench_jump.py --json out.json
 """
@@ -39,7 +43,12 @@ JUMP_K = {
     "70 G": 70 * 10**9,
 }
 CORES = (16, 64, 128)
-SIZES = {"128 Mi": 128 << 20, "70 G": 70 * 10**9}
+MIN_WORDS_PER_THREAD = 1 << 21  # csrc/cpu/mt19937_stream.h kMinWordsPerThread
+LAYER = [8192 * 8192, 8192 * 1024, 8192 * 1024, 8192 * 8192] + [28672 * 8192] * 3
+MODELS = {
+    "one 128 Mi tensor": [128 << 20],
+    "Llama-70B shapes (70.6 G)": LAYER * 80 + [128256 * 8192] * 2,
+}
 
 
 def median_time(fn, repeats: int) -> float:
@@ -84,16 +93,23 @@ def main() -> int:
     }
     out["spawn_us"] = spawn * 1e6
     out["ns_per_element"] = {key: v * 1e9 for key, v in r.items()}
-    jbest = out["jump_ms"]
+    jname = "avx2" if levels[0] else "portable"
+    jpoints = sorted((k, out["jump_ms"][f"{name} {jname}"] / 1e3) for name, k in JUMP_K.items())
+
+    def jump_s(k: int) -> float:  # the measured cost at the next measured distance up
+        return next((j for d, j in jpoints if d >= k), jpoints[-1][1])
+
+    def t_tensor(n: int, rate: float, cores: int) -> float:
+        t = max(1, min(cores, n // MIN_WORDS_PER_THREAD))
+        return n * rate / t + (jump_s(n) + (t - 1) * spawn if t > 1 else 0.0)
+
     proj = {}
-    for size_name, size in SIZES.items():
-        k_name = "2^27 (128 Mi)" if size == 128 << 20 else "70 G"
-        j = jbest[f"{k_name} {'avx2' if levels[0] else 'portable'}"] / 1e3
+    for model, tensors in MODELS.items():
         for what in ("init_ fp8 (fast)", "random_ uint8"):
-            t1 = size * r[what]
+            t1 = sum(n * r[what] for n in tensors)
             for cores in CORES:
-                t = size * r[what] / cores + j + (cores - 1) * spawn
-                proj[f"{what}, {size_name}, {cores} cores"] = {
+                t = sum(t_tensor(n, r[what], cores) for n in tensors)
+                proj[f"{what}, {model}, {cores} cores"] = {
                     "t1_ms": t1 * 1e3,
                     "tT_ms": t * 1e3,
                     "speedup": t1 / t,
@@ -115,10 +131,10 @@ def main() -> int:
     print("per element, 1 thread (ns):")
     for key, v in out["ns_per_element"].items():
         print(f"  {key:24} {v:8.3f}")
-    print("PROJECTION t(T) = n r / T + J(n) + (T - 1) spawn (not measured):")
+    print("PROJECTION t_T(n) = n r / t + J(n) + (t - 1) spawn, t = min(T, n / 2 Mi), per tensor:")
     for key, p in proj.items():
         print(
-            f"  {key:40} t(1) {p['t1_ms']:10.1f} ms  t(T) {p['tT_ms']:9.2f} ms  "
+            f"  {key:56} t(1) {p['t1_ms']:10.1f} ms  t(T) {p['tT_ms']:9.2f} ms  "
             f"{p['speedup']:6.1f}x  ({p['efficiency'] * 100:.0f}% of ideal)"
         )
     if args.json:
