@@ -112,13 +112,15 @@ Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool
 
 // The FP8 bytes as a step function of the random bits (cpu/fp8_runs.h), where that holds
 // (a format whose conversion is monotone, bounds within its finite range), has few steps,
-// and the tensor is large enough for the ~10 us of finding them to pay.
+// and the tensor is large enough for the ~10 us of finding them to pay. The steps are found
+// with the portable transform, so only where that one passed the self-check.
 std::optional<cpu::Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, double high,
                                      const cpu::UniformParams& params, const uint8_t* table) {
   constexpr int64_t kMinElements = 2048;
   const cpu::Fp8Format format = cpu::fp8_format(dtype);
   const double bound = std::max(std::abs(low), std::abs(high));
-  if (n < kMinElements || !format.supported || bound > 0.99 * format.max_finite) {
+  if (n < kMinElements || !format.supported || bound > 0.99 * format.max_finite ||
+      !cpu::fast_config().ok[static_cast<int>(cpu::SimdLevel::kPortable)]) {
     return std::nullopt;
   }
   cpu::Fp8Runs runs;
