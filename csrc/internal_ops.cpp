@@ -5,6 +5,7 @@
 // may change between releases. Kernels live beside the code they expose (csrc/README.md).
 #include <torch/library.h>
 
+#include "common/random_bytes.h"
 #include "common/reference.h"
 
 namespace fp8_dummy {
@@ -12,6 +13,10 @@ namespace {
 
 void check_init_args_op(const at::Tensor& self, double low, double high) {
   check_init_args(self, low, high);
+}
+
+void check_random_args_op(const at::Tensor& self, int64_t from, int64_t to) {
+  check_random_args(self, from, to);
 }
 
 }  // namespace
@@ -22,18 +27,31 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.def("check_init_args(Tensor self, float low, float high) -> ()");
   m.impl("check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_init_args_op));
+  // The checks of random_ alone (common/random_bytes.cpp), likewise.
+  m.def("check_random_args(Tensor self, int low, int high) -> ()");
+  m.impl("check_random_args", c10::DispatchKey::CompositeExplicitAutograd,
+         TORCH_FN(check_random_args_op));
 
-  // ---- The CPU fast path (cpu/init_cpu.cpp).
+  // ---- The CPU fast path (cpu/init_cpu.cpp, cpu/random_cpu.cpp, cpu/stream_test_ops.cpp).
   // Tests only (CPU): torch's float16 uniform_ transform of the given 32-bit generator
   // outputs (int32 tensor, bit patterns), for formula 24 (torch >= 2.12) or 11 (torch <=
-  // 2.11), with or without FMA, through the AVX2 (simd) or portable kernel. Returns the
-  // float16 values.
+  // 2.11), with or without FMA, through the kernels of SIMD level 0 (portable), 1 (AVX2)
+  // or 2 (AVX-512; an error where the CPU lacks the level). Returns the float16 values.
   m.def(
-      "cpu_transform(Tensor words, float low, float high, int formula, bool fma, bool simd) "
+      "cpu_transform(Tensor words, float low, float high, int formula, bool fma, int level) "
       "-> Tensor");
+  // Tests and benchmarks: advances a CPU generator by `distance` words with the jump-ahead
+  // (not by stepping), with the portable or AVX2 polynomial arithmetic.
+  m.def("cpu_mt19937_jump(Generator? generator, int distance, bool avx2) -> ()");
+  // Tests: the next n (tempered) words of a CPU generator's stream, made by the stream on
+  // exactly `threads` threads (split and jumps at any size) at SIMD level `level`; the
+  // generator advances by n.
+  m.def("cpu_mt19937_words(Generator? generator, int n, int threads, int level) -> Tensor");
   // Diagnostics: how the CPU fast path was configured in this process (torch version's
-  // formula, FMA, self-check results), one line (fp8_dummy.cpu_fast_path_info()).
+  // formula, FMA, self-check results per SIMD level), one line (fp8_dummy.cpu_fast_path_info()).
   m.def("cpu_fast_path_info() -> str");
+  // The same for random_'s CPU path: which SIMD levels matched torch's random_.
+  m.def("cpu_random_info() -> str");
 
   // ---- CUDA semantics on the CPU (emulator/), for CPU-only CI and GPU tests.
   // Writes into the CPU tensor `self` the bytes torch's CUDA reference path would write

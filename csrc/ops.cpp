@@ -1,7 +1,8 @@
 // The one place where fp8_dummy's public operators (torch.ops.fp8_dummy) are defined;
 // the internal ones (tests, diagnostics, emulators) are in internal_ops.cpp. Kernels:
 // cpu/, cuda/ (csrc/README.md); the fake kernels in fp8_dummy/ops.py call
-// fp8_dummy_internal::check_init_args so trace-time errors are the run-time ones.
+// fp8_dummy_internal::check_init_args (check_random_args) so trace-time errors are the
+// run-time ones.
 //
 // setup.py builds this library as the Python module fp8_dummy._C and defines
 // FP8_DUMMY_PYTHON_MODULE; the CMake build (CMakeLists.txt) builds the same library
@@ -43,6 +44,16 @@ TORCH_LIBRARY(fp8_dummy, m) {
   m.def(
       "init_many_(Tensor(a!)[] tensors, float low=-0.001, float high=0.001, int seed=1234) -> "
       "()");
+  // Fills the int8/uint8 tensor `self` in place with the bytes of
+  //   self.random_(low, high, generator=g)     (torch's from, to: keywords in Python, which
+  //                                             torch.compile's graphs cannot take as names)
+  // (the engines' dummy init of int8, uint8 and, viewed as uint8, packed-FP4 weights), g a
+  // fresh generator of self's device seeded with `seed`; torch's own checks and messages.
+  // CPU: our parallel mt19937 stream (cpu/random_cpu.cpp); CUDA: torch's random_ itself.
+  m.def("random_(Tensor(a!) self, int low, int high, int seed=1234) -> ()");
+  // The same with a caller's generator (None: the device's default one), left in the state
+  // torch's random_ leaves it in.
+  m.def("random_.generator(Tensor(a!) self, int low, int high, *, Generator? generator) -> ()");
   // ---- Device-independent mode (cpu/stateless_cpu.cpp, cuda/stateless_cuda.cu). The element
   // of self at multi-index idx takes the value that
   //   torch.func._random.uniform_(key, t, low=low, high=high), key = (seed, key_offset),

@@ -15,7 +15,7 @@ from . import (
     stateless,
 )
 from .model import initialize_dummy_weights, is_scale_tensor
-from .ops import cpu_fast_path_info, init_, init_many_
+from .ops import cpu_fast_path_info, init_, init_many_, random_
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "initialize_dummy_weights",
     "is_scale_tensor",
     "library_path",
+    "random_",
     "reference",
     "shard_slices",
     "stateless",

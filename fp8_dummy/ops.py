@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["cpu_fast_path_info", "init_", "init_many_"]
+__all__ = ["cpu_fast_path_info", "init_", "init_many_", "random_"]
 
 _TWO_63, _TWO_64 = 1 << 63, 1 << 64
 
@@ -91,6 +91,42 @@ def init_many_(
     return tensors
 
 
+def random_(
+    t: torch.Tensor,
+    low: int,
+    high: int,
+    seed: int = 1234,
+    *,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Fill the int8 or uint8 tensor ``t`` in place with the bytes of
+    ``t.random_(low, high, generator=g)``; return ``t``.
+
+    This is the serving engines' dummy init of int8 weights (``random_(-128, 128)``) and of
+    uint8 and packed-FP4 weights (``t.view(torch.uint8).random_(0, 256)``: view
+    ``float4_e2m1fn_x2`` tensors as uint8 first). Without ``generator``, ``g`` is a fresh
+    ``torch.Generator(device=t.device)`` seeded with ``seed``; with it, that generator is
+    used and left in the state torch's ``random_`` leaves it in (``seed`` is then ignored).
+    torch's checks and messages, before anything is written. On the CPU the stream is made
+    by several threads (byte-identical to torch's serial loop); on CUDA it is torch's own
+    ``random_``.
+    """
+    _check_layout(t, "random_")
+    for name, value in (("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"fp8_dummy.random_: {name} must be an int, not {type(value).__name__}")
+    if generator is None:
+        torch.ops.fp8_dummy.random_.default(t, low, high, as_int64(seed, "seed", "random_"))
+    else:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"fp8_dummy.random_: generator must be a torch.Generator, not "
+                f"{type(generator).__name__}"
+            )
+        torch.ops.fp8_dummy.random_.generator(t, low, high, generator=generator)
+    return t
+
+
 def cpu_fast_path_info() -> str:
     """One line on the CPU fast path of :func:`init_` in this process: the torch version's
     uniform_ formula, FMA or not, and what the once-per-process self-check against
@@ -98,10 +134,10 @@ def cpu_fast_path_info() -> str:
     return torch.ops.fp8_dummy_internal.cpu_fast_path_info()
 
 
-def _check_layout(t: torch.Tensor) -> None:
+def _check_layout(t: torch.Tensor, op: str = "init_") -> None:
     if t.layout != torch.strided:  # the dispatcher's own message would not say why
         raise RuntimeError(
-            f"fp8_dummy.init_: only strided tensors are supported, got layout {t.layout}"
+            f"fp8_dummy.{op}: only strided tensors are supported, got layout {t.layout}"
         )
 
 
@@ -133,3 +169,15 @@ def _init_many_fake(
     ]
     if real:
         torch.ops.fp8_dummy.init_many_.default(real, low, high, seed)
+
+
+@torch.library.register_fake("fp8_dummy::random_")
+def _random_fake(t: torch.Tensor, low: int, high: int, seed: int = 1234) -> None:
+    torch.ops.fp8_dummy_internal.check_random_args(t, low, high)
+
+
+@torch.library.register_fake("fp8_dummy::random_.generator")
+def _random_generator_fake(
+    t: torch.Tensor, low: int, high: int, *, generator: torch.Generator | None
+) -> None:
+    torch.ops.fp8_dummy_internal.check_random_args(t, low, high)

@@ -49,7 +49,8 @@ rm -f "$OUT"/pkg/fp8_dummy/_C*.so
 cp "$so" "$OUT/pkg/fp8_dummy/"
 cp -r tests include "$OUT/pkg/"
 cd "$OUT/pkg"
-"$PY" -c 'import torch, fp8_dummy; assert torch.ops.fp8_dummy.init_.default.has_kernel_for_dispatch_key("CUDA"), "no CUDA kernel registered"; print("CUDA kernels registered")'
+"$PY" -c 'import torch, fp8_dummy; assert all(op.default.has_kernel_for_dispatch_key("CUDA") for op in (torch.ops.fp8_dummy.init_, torch.ops.fp8_dummy.random_)), "no CUDA kernel registered"; print("CUDA kernels registered")'
 "$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_headers_standalone.py \
   tests/test_reference_cuda.py tests/test_stateless_cpu.py tests/test_stateless_api.py tests/test_stateless_cuda.py \
-  tests/test_stateless_distributed.py tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_init_many_cuda.py
+  tests/test_stateless_distributed.py tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_init_many_cuda.py \
+  tests/test_random_bytes_cpu.py tests/test_random_bytes_cuda.py

@@ -139,7 +139,8 @@ fi
 site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [[ -d "$site/nvidia/cu13/include" ]] && export CPATH="$site/nvidia/cu13/include${CPATH:+:$CPATH}"
 pytest=("$PY" -m pytest -q -p no:cacheprovider -rfEs)
-gpu_tests=(tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py)
+gpu_tests=(tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py
+  tests/test_random_bytes_cuda.py)
 
 # ---- a: build
 if (( dry )); then

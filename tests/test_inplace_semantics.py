@@ -264,3 +264,38 @@ def test_element_strides_must_be_distinct_ints():
     fp8_dummy.init_stateless_(t, element_strides=[1, 3])  # column-major block: fine
     with pytest.raises(ValueError, match="element_offset"):
         fp8_dummy.init_stateless_(t, element_offset=2**63)
+
+
+# ---------------------------------------------------------------- random_ (issue #15's op)
+
+RANDOM_CALLS = {
+    "random_": lambda t: torch.ops.fp8_dummy.random_.default(t, 0, 256, 3),
+    "random_.generator": lambda t: torch.ops.fp8_dummy.random_.generator(
+        t, 0, 256, generator=torch.Generator().manual_seed(3)
+    ),
+}
+
+
+@pytest.mark.parametrize("call", sorted(RANDOM_CALLS))
+def test_random_bumps_the_version_and_refuses_inference_tensors_as_torch(call):
+    ours, ref = torch.empty(40, dtype=torch.uint8), torch.empty(40, dtype=torch.uint8)
+    RANDOM_CALLS[call](ours)
+    ref.random_(0, 256, generator=torch.Generator().manual_seed(3))
+    assert ours._version == ref._version == 1
+    with torch.inference_mode():
+        t = poison(torch.empty(16, dtype=torch.uint8))
+        ref = torch.empty(16, dtype=torch.uint8)
+    expected = error_of(lambda r: r.random_(0, 256), ref)
+    assert expected and "inference tensor outside InferenceMode" in expected
+    assert error_of(RANDOM_CALLS[call], t) == expected
+    assert (t == 0x55).all()  # nothing written
+
+
+@pytest.mark.parametrize("seed", [2**63, 2**64 - 1, -1])
+def test_random_takes_every_64_bit_seed(seed):
+    ours, ref = torch.empty(999, dtype=torch.int8), torch.empty(999, dtype=torch.int8)
+    fp8_dummy.random_(ours, -128, 128, seed)
+    ref.random_(-128, 128, generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(ours, ref)
+    with pytest.raises(TypeError, match="low must be an int"):
+        fp8_dummy.random_(ours, -128.0, 128)

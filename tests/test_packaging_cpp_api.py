@@ -1,7 +1,7 @@
 """The header-only C++ API, used like another extension would: a consumer built with
 torch.utils.cpp_extension.load against fp8_dummy.get_include() only (no link to
-fp8_dummy), whose own operators call fp8_dummy::init_, init_many_ and init_stateless_
-from C++. Slow (one compile of the consumer, ~30 s)."""
+fp8_dummy), whose own operators call fp8_dummy::init_, init_many_, init_stateless_ and
+random_ from C++. Slow (one compile of the consumer, ~30 s)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,14 @@ void fill_stateless(at::Tensor& t, int64_t seed, int64_t element_offset) {
   fp8_dummy::init_stateless_(t, -1.0, 1.0, seed, /*key_offset=*/3, element_offset);
 }
 
+void fill_bytes(at::Tensor& t, int64_t seed, std::optional<at::Generator> g) {
+  if (g.has_value()) {
+    fp8_dummy::random_(t, -128, 128, std::move(g));
+  } else {
+    fp8_dummy::random_(t, -128, 128, seed);
+  }
+}
+
 bool loaded() { return fp8_dummy::is_loaded(); }
 
 }  // namespace
@@ -46,6 +54,7 @@ TORCH_LIBRARY(fp8_dummy_consumer, m) {
   m.def("fill_generator(Tensor(a!) t, float low, float high, Generator? g) -> ()");
   m.def("fill_many(Tensor(a!)[] ts, int seed) -> ()");
   m.def("fill_stateless(Tensor(a!) t, int seed, int element_offset) -> ()");
+  m.def("fill_bytes(Tensor(a!) t, int seed, Generator? g) -> ()");
   m.def("loaded() -> bool", &loaded);
 }
 
@@ -54,6 +63,7 @@ TORCH_LIBRARY_IMPL(fp8_dummy_consumer, CPU, m) {
   m.impl("fill_generator", TORCH_FN(fill_generator));
   m.impl("fill_many", TORCH_FN(fill_many));
   m.impl("fill_stateless", TORCH_FN(fill_stateless));
+  m.impl("fill_bytes", TORCH_FN(fill_bytes));
 }
 """
 
@@ -152,6 +162,18 @@ def test_consumer_init_many_and_stateless(consumer: Path) -> None:
     torch.ops.fp8_dummy_consumer.fill_stateless(shard, 9, 3 * 16)
     fp8_dummy.init_stateless_(whole, -1.0, 1.0, 9, key_offset=3)
     assert torch.equal(as_bytes(shard), as_bytes(whole[3:]))
+
+
+def test_consumer_random_bytes(consumer: Path) -> None:
+    via_cpp, expected = torch.empty(5000, dtype=torch.int8), torch.empty(5000, dtype=torch.int8)
+    torch.ops.fp8_dummy_consumer.fill_bytes(via_cpp, 31, None)
+    expected.random_(-128, 128, generator=torch.Generator().manual_seed(31))
+    assert torch.equal(via_cpp, expected)
+    g_cpp, g_ref = torch.Generator().manual_seed(8), torch.Generator().manual_seed(8)
+    torch.ops.fp8_dummy_consumer.fill_bytes(via_cpp, 0, g_cpp)
+    expected.random_(-128, 128, generator=g_ref)
+    assert torch.equal(via_cpp, expected)
+    assert torch.equal(g_cpp.get_state(), g_ref.get_state())
 
 
 def test_consumer_errors_are_the_ops(consumer: Path) -> None:

@@ -253,7 +253,7 @@ def test_initialize_stateless_mode():
         fp8_dummy.initialize_dummy_weights(a, mode="fast")
 
 
-PUBLIC_OPS = {"init_", "init_many_", "init_stateless_"}
+PUBLIC_OPS = {"init_", "init_many_", "init_stateless_", "random_"}
 
 
 def test_public_namespace_holds_only_public_operators():
@@ -271,4 +271,5 @@ def test_public_namespace_holds_only_public_operators():
         if n.startswith("fp8_dummy_internal::")
     }
     assert {"check_init_args", "cpu_fast_path_info", "emulate_cuda_init_"} <= internal
+    assert {"check_random_args", "cpu_random_info", "cpu_mt19937_jump"} <= internal
     assert isinstance(fp8_dummy.cpu_fast_path_info(), str)

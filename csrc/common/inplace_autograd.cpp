@@ -120,8 +120,8 @@ void inplace_or_view_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet k
 }
 
 // Every public operator that writes into a tensor argument.
-constexpr const char* kMutatingOps[] = {"init_", "init_.generator", "init_many_",
-                                        "init_stateless_"};
+constexpr const char* kMutatingOps[] = {"init_",           "init_.generator", "init_many_",
+                                        "init_stateless_", "random_",         "random_.generator"};
 
 }  // namespace
 

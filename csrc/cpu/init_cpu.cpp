@@ -6,18 +6,18 @@
 //  - fast (cpu/init_fast_path.h): the same stream continued by our own SIMD mt19937 and the
 //    installed torch's transform, then FP8 through the same table or an in-register
 //    conversion checked against it (cpu/fp8_convert_avx2.h), block by block, on torch's
-//    number of intra-op threads; over 10x faster. Used when the once-per-process self-check
+//    number of intra-op threads (each jumping to its own range of the stream,
+//    cpu/mt19937_stream.h); over 10x faster. Used when the once-per-process self-check
 //    found which transform the installed torch runs and our kernels reproduce it.
-// The environment variable FP8_DUMMY_CPU_PATH, read on every call, picks the path:
-//   auto (default, also when unset or empty): fast if available, else exact;
-//   exact: always the exact path;
-//   fast: the fast path with the best kernels the CPU runs (AVX2 where present), even if
-//         that kernel set failed the self-check (for tests and benchmarks); an error if no
-//         transform matched torch at all;
-//   portable: the fast path with the portable (non-SIMD) kernels, likewise.
+// The environment variable FP8_DUMMY_CPU_PATH, read on every call, picks the path
+// (cpu/init_fast_path.h): auto (default): fast at the widest SIMD level that passed the
+// self-check, else exact; exact; fast (the widest level the CPU runs, even if it failed
+// the self-check: for tests and benchmarks); avx512, avx2, portable (that level, likewise;
+// an error where the CPU lacks it). An error too if no transform matched torch at all.
 // Either way the state of a generator that torch's engine would misread (set_state with
 // inconsistent left/next) goes to the exact path. Scratch: exact 512 KiB; fast about 10 KiB
-// per thread. Both share the 64 KiB per-dtype tables, built once per process.
+// per thread (and a 156 KiB table while a thread jumps). Both share the 64 KiB per-dtype tables,
+// built once per process.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>
@@ -77,44 +77,17 @@ void fill_fp8_exact(const at::Tensor& self, double low, double high,
   g->set_engine(copy->engine());
 }
 
-enum class CpuPath { kAuto, kExact, kFast, kPortable };
-
-CpuPath cpu_path_from_env() {
-  const char* env = std::getenv("FP8_DUMMY_CPU_PATH");
-  const std::string value = env ? env : "";
-  if (value.empty() || value == "auto") return CpuPath::kAuto;
-  if (value == "exact") return CpuPath::kExact;
-  if (value == "fast") return CpuPath::kFast;
-  if (value == "portable") return CpuPath::kPortable;
-  TORCH_CHECK(false, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH must be one of auto, exact, fast, ",
-              "portable; got '", value, "'");
-}
-
-struct FastChoice {
-  cpu::Kernels kernels;
-  bool simd;
-};
-
 // The kernels the fast path runs for this call, or nullopt for the exact path.
-std::optional<FastChoice> choose_fast_kernels(CpuPath path) {
-  if (path == CpuPath::kExact) return std::nullopt;
+std::optional<cpu::Kernels> choose_fast_kernels(cpu::CpuPath path) {
+  if (path == cpu::CpuPath::kExact) return std::nullopt;
   const cpu::FastConfig& config = cpu::fast_config();
-  bool simd = false;
-  if (path == CpuPath::kPortable || path == CpuPath::kFast) {
-    TORCH_CHECK(config.found, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH=fast/portable: no fast ",
-                "path for this torch (", config.info, ")");
-    simd = path == CpuPath::kFast && cpu::cpu_has_avx2_fma_f16c();
-  } else if (config.avx2_ok) {
-    simd = true;
-  } else if (!config.portable_ok) {
-    return std::nullopt;
+  if (path == cpu::CpuPath::kAuto) {
+    if (!config.found) return std::nullopt;
+    return cpu::kernels_for(config.best());
   }
-#ifdef FP8_DUMMY_X86
-  if (simd) return FastChoice{cpu::avx2_kernels(), true};
-#else
-  (void)simd;  // never true here: cpu_has_avx2_fma_f16c() is false off x86-64
-#endif
-  return FastChoice{cpu::portable_kernels(), false};
+  TORCH_CHECK(config.found, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH forces the fast path, but ",
+              "there is none for this torch (", config.info, ")");
+  return cpu::kernels_for(cpu::forced_level(path, "init_"));
 }
 
 // Float16 bits -> FP8 bytes for one block: in registers where that is known to equal the
@@ -147,12 +120,30 @@ Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool
   return c;
 }
 
+// The FP8 bytes as a step function of the random bits (cpu/fp8_runs.h), where that holds
+// (a format whose conversion is monotone, bounds within its finite range), has few steps,
+// and the tensor is large enough for the ~10 us of finding them to pay. The steps are found
+// with the portable transform, so only where that one passed the self-check.
+std::optional<cpu::Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, double high,
+                                     const cpu::UniformParams& params, const uint8_t* table) {
+  constexpr int64_t kMinElements = 2048;
+  const cpu::Fp8Format format = cpu::fp8_format(dtype);
+  const double bound = std::max(std::abs(low), std::abs(high));
+  if (n < kMinElements || !format.supported || bound > 0.99 * format.max_finite ||
+      !cpu::fast_config().ok[static_cast<int>(cpu::SimdLevel::kPortable)]) {
+    return std::nullopt;
+  }
+  cpu::Fp8Runs runs;
+  if (!cpu::make_fp8_runs(params, table, &runs)) return std::nullopt;
+  return runs;
+}
+
 // False, having drawn and written nothing, when the generator's state must go to the
 // exact path.
 bool fill_fp8_fast(const at::Tensor& self, double low, double high,
-                   const std::optional<at::Generator>& gen, const cpu::Kernels& kernels,
-                   bool simd) {
+                   const std::optional<at::Generator>& gen, const cpu::Kernels& kernels) {
   const int64_t n = self.numel();
+  const bool simd = kernels.level != cpu::SimdLevel::kPortable;
   const Fp8Converter convert = make_converter(self.scalar_type(), low, high, simd);
   const auto params = cpu::make_uniform_params(low, high, cpu::fast_config().transform);
   const MemoryOrder order = memory_order(self);
@@ -162,19 +153,29 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
   std::lock_guard<std::mutex> lock(g->mutex_);
   auto pod = g->engine().data();
   if (!cpu::stream_usable(pod)) return false;
-  const int threads = cpu::draw_threads(n / cpu::kMtN);
+  const int threads = cpu::draw_threads(n);
+  const auto runs = fp8_runs(self.scalar_type(), n, low, high, params, convert.table);
+  // A block at a time: words -> FP8 bytes from the runs, or words -> float16 bits (in
+  // cache) -> FP8 bytes.
+  auto to_bytes = [&](const uint32_t* words, int64_t len, uint8_t* dst) {
+    if (runs) return kernels.runs(words, len, params.mask, *runs, dst);
+    alignas(32) uint16_t halves[cpu::kMtN];
+    kernels.transform(words, len, /*temper=*/true, params, halves);
+    convert(halves, len, dst);
+  };
   if (order.linear()) {
     // Every dense layout: one run, straight into the tensor.
-    cpu::draw_halves(
-        pod, n, params, kernels, threads,
-        [&](int64_t first, const uint16_t* h, int64_t len) { convert(h, len, base + first); });
+    cpu::draw_words(pod, n, kernels, threads,
+                    [&](int64_t first, const uint32_t* words, int64_t len) {
+                      to_bytes(words, len, base + first);
+                    });
   } else {
-    cpu::draw_halves(pod, n, params, kernels, threads,
-                     [&](int64_t first, const uint16_t* h, int64_t len) {
-                       uint8_t bytes[cpu::kMtN];
-                       convert(h, len, bytes);
-                       cpu::scatter_bytes(order, base, first, bytes, len);
-                     });
+    cpu::draw_words(pod, n, kernels, threads,
+                    [&](int64_t first, const uint32_t* words, int64_t len) {
+                      uint8_t bytes[cpu::kMtN];
+                      to_bytes(words, len, bytes);
+                      cpu::scatter_bytes(order, base, first, bytes, len);
+                    });
   }
   at::mt19937 engine;
   engine.set_data(pod);
@@ -184,14 +185,14 @@ bool fill_fp8_fast(const at::Tensor& self, double low, double high,
 
 void fill_fp8(const at::Tensor& self, double low, double high,
               const std::optional<at::Generator>& gen) {
-  const auto choice = choose_fast_kernels(cpu_path_from_env());
+  const auto kernels = choose_fast_kernels(cpu::cpu_path_from_env("init_"));
   // torch's own message and moment (before any draw); the exact path gets it from torch.
-  TORCH_CHECK(!choice || cpu::fast_config().transform.formula != cpu::Formula::kBits11 ||
+  TORCH_CHECK(!kernels || cpu::fast_config().transform.formula != cpu::Formula::kBits11 ||
                   !cpu::bits11_range_overflows(low, high),
               "Expected to - from <= std::numeric_limits<T>::max() to be true, but got false.  "
               "(Could this error message be improved?  If so, please report an enhancement "
               "request to PyTorch.)");
-  if (choice && fill_fp8_fast(self, low, high, gen, choice->kernels, choice->simd)) return;
+  if (kernels && fill_fp8_fast(self, low, high, gen, *kernels)) return;
   fill_fp8_exact(self, low, high, gen);
 }
 
@@ -224,30 +225,6 @@ void init_generator_cpu(at::Tensor& self, double low, double high,
   fill(self, low, high, gen);
 }
 
-at::Tensor cpu_transform_test(const at::Tensor& words, double low, double high, int64_t formula,
-                              bool fma, bool simd) {
-  TORCH_CHECK(words.scalar_type() == at::kInt && words.dim() == 1,
-              "fp8_dummy_internal.cpu_transform: expected a 1-D int32 tensor");
-  TORCH_CHECK(formula == 24 || formula == 11,
-              "fp8_dummy_internal.cpu_transform: formula must be 24 or 11");
-  const auto w = words.contiguous();
-  auto out = at::empty({w.numel()}, w.options().dtype(at::kHalf));
-  const auto params = cpu::make_uniform_params(
-      low, high, cpu::Transform{static_cast<cpu::Formula>(formula), fma, formula == 24});
-  const auto* src = static_cast<const uint32_t*>(w.const_data_ptr());
-  auto* dst = static_cast<uint16_t*>(out.mutable_data_ptr());
-  if (simd) {
-    TORCH_CHECK(cpu::cpu_has_avx2_fma_f16c(),
-                "fp8_dummy_internal.cpu_transform: no AVX2/FMA/F16C here");
-#ifdef FP8_DUMMY_X86
-    cpu::transform_block_avx2(src, w.numel(), /*temper=*/false, params, dst);
-#endif
-  } else {
-    cpu::transform_block_scalar(src, w.numel(), /*temper=*/false, params, dst);
-  }
-  return out;
-}
-
 std::string cpu_fast_path_info() { return cpu::fast_config().info; }
 
 }  // namespace
@@ -255,10 +232,6 @@ std::string cpu_fast_path_info() { return cpu::fast_config().info; }
 TORCH_LIBRARY_IMPL(fp8_dummy, CPU, m) {
   m.impl("init_", TORCH_FN(init_seed_cpu));
   m.impl("init_.generator", TORCH_FN(init_generator_cpu));
-}
-
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CPU, m) {
-  m.impl("cpu_transform", TORCH_FN(cpu_transform_test));
 }
 
 // No tensor argument: registered for every backend.

@@ -11,10 +11,11 @@
 //    the replacement of half(high) by half(low) (torch >= 2.12: FMA in its AVX2/AVX512
 //    kernels, none in its DEFAULT one). The one the torch version and CPU capability
 //    suggest is tried first, the others after it;
-//  - a candidate is taken when one of our kernel sets (AVX2 where the CPU has it, the
-//    portable one) gives torch's own uniform_ bytes and final generator state on the
-//    self-check: a scratch generator, from mid-block, bounds where FMA and clamping show,
-//    on one and on two threads. A kernel set that disagrees is not used by `auto`;
+//  - a candidate is taken when one of our kernel sets (AVX-512 and AVX2 where the CPU has
+//    them, the portable one) gives torch's own uniform_ bytes and final generator state on
+//    the self-check: a scratch generator, from mid-block, bounds where FMA and clamping
+//    show, on one thread and split over 2 and 3 threads (so the jump-ahead and the split
+//    are checked too). A kernel set that disagrees is not used by `auto`;
 //  - if no candidate matches, the fast path stays off and the exact path is used, and
 //    cpu_fast_path_info() says why in one line.
 #pragma once
@@ -25,6 +26,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/version.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -44,9 +46,12 @@ constexpr bool kVersionKnown =
 struct FastConfig {
   bool found = false;  // a candidate transform matched torch on some kernel set
   Transform transform{Formula::kBits24, true, true};
-  bool avx2_ok = false;      // CPU has AVX2/FMA/F16C and the AVX2 kernels passed the check
-  bool portable_ok = false;  // the portable kernels passed the check
+  bool ok[3] = {};  // by SimdLevel: the CPU runs it and its kernels passed the check
   std::string info;
+  // The widest level that passed; found is true, so one did.
+  SimdLevel best() const {
+    return ok[2] ? SimdLevel::kAvx512 : ok[1] ? SimdLevel::kAvx2 : SimdLevel::kPortable;
+  }
 };
 
 // Draws n elements' float16 bits from `gen` (locked here) into `out` and advances it.
@@ -56,8 +61,8 @@ inline bool fast_draw_halves(at::CPUGeneratorImpl* gen, int64_t n, const Uniform
   std::lock_guard<std::mutex> lock(gen->mutex_);
   auto pod = gen->engine().data();
   if (!stream_usable(pod)) return false;
-  draw_halves(pod, n, params, kernels, threads, [&](int64_t first, const uint16_t* h, int64_t len) {
-    std::memcpy(out + first, h, static_cast<size_t>(len) * sizeof(uint16_t));
+  draw_words(pod, n, kernels, threads, [&](int64_t first, const uint32_t* words, int64_t len) {
+    kernels.transform(words, len, /*temper=*/true, params, out + first);
   });
   at::mt19937 engine;
   engine.set_data(pod);
@@ -71,7 +76,8 @@ inline bool same_engine(const at::mt19937_data_pod& a, const at::mt19937_data_po
 }
 
 // One kernel set against torch's uniform_: several bounds, from mid-block, 2^16 + 11 elements
-// (over 100 blocks: every wrap of the step and the tail handling take part).
+// (over 100 blocks: every wrap of the step and the tail handling take part), on 1, 2 and 3
+// threads (draw_words splits whatever the size when told to: the jumps take part).
 inline bool self_check(const Kernels& kernels, const Transform& transform,
                        std::ostringstream& why) {
   constexpr int64_t kN = (int64_t{1} << 16) + 11;
@@ -79,9 +85,9 @@ inline bool self_check(const Kernels& kernels, const Transform& transform,
   // [-500, 500]: about 30 of 2^16 elements differ between FMA and a separate multiply-add;
   // [0, 1]: about 16 hit the clamp; [-1e-3, 1e-3]: the default bounds, subnormal halves.
   const double bounds[][2] = {{-500.0, 500.0}, {0.0, 1.0}, {-1e-3, 1e-3}, {-3.0, 60000.0}};
-  int threads = 1;
+  int round = 0;
   for (const auto& b : bounds) {
-    threads = 3 - threads;  // alternately 2 threads (exercises the ring) and 1
+    const int threads = 1 + (round++ % 3);  // 1, 2, 3, 1: one and several ranges
     auto g_ref = at::detail::createCPUGenerator(kSeed);
     auto g_ours = at::detail::createCPUGenerator(kSeed);
     auto* ref_impl = at::check_generator<at::CPUGeneratorImpl>(g_ref);
@@ -144,15 +150,16 @@ inline const FastConfig& fast_config() {
     info << "torch=" << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR
          << (kVersionKnown ? "" : "(not seen before)") << " capability=" << capability;
     const auto candidates = candidate_transforms(capability == "DEFAULT");
-    std::ostringstream avx2_why, portable_why;
+    std::ostringstream why[3];
     for (const Transform& t : candidates) {
-      avx2_why.str("");
-      portable_why.str("");
-#ifdef FP8_DUMMY_X86
-      config.avx2_ok = cpu_has_avx2_fma_f16c() && self_check(avx2_kernels(), t, avx2_why);
-#endif
-      config.portable_ok = self_check(portable_kernels(), t, portable_why);
-      if (config.avx2_ok || config.portable_ok) {
+      bool any = false;
+      for (int level = 2; level >= 0; --level) {
+        why[level].str("");
+        const auto l = static_cast<SimdLevel>(level);
+        config.ok[level] = cpu_has_level(l) && self_check(kernels_for(l), t, why[level]);
+        any = any || config.ok[level];
+      }
+      if (any) {
         config.found = true;
         config.transform = t;
         break;
@@ -161,7 +168,7 @@ inline const FastConfig& fast_config() {
     if (!config.found) {
       info << " fast path off: none of the " << candidates.size()
            << " known transforms gives torch's uniform_ bytes (first: "
-           << describe(candidates.front()) << avx2_why.str() << portable_why.str() << ")";
+           << describe(candidates.front()) << why[2].str() << why[1].str() << why[0].str() << ")";
       config.info = info.str();
       return;
     }
@@ -169,15 +176,55 @@ inline const FastConfig& fast_config() {
          << (describe(config.transform) == describe(candidates.front())
                  ? ""
                  : " (not the one this version suggests)");
-    if (cpu_has_avx2_fma_f16c()) {
-      info << " avx2=" << (config.avx2_ok ? "pass" : "FAIL") << avx2_why.str();
-    } else {
-      info << " avx2=unavailable";
+    for (int level = 2; level >= 0; --level) {
+      const auto l = static_cast<SimdLevel>(level);
+      info << " " << level_name(l) << "="
+           << (!cpu_has_level(l)  ? "unavailable"
+               : config.ok[level] ? "pass"
+                                  : "FAIL")
+           << why[level].str();
     }
-    info << " portable=" << (config.portable_ok ? "pass" : "FAIL") << portable_why.str();
     config.info = info.str();
   });
   return config;
+}
+
+// FP8_DUMMY_CPU_PATH (read on every call), shared by init_ and random_: auto (also unset or
+// empty): the fast path at the widest level that passed its self-check, else torch's own
+// kernel (exact); exact: always that; fast: the fast path at the widest level the CPU runs;
+// avx512, avx2, portable: the fast path at that level (an error where the CPU lacks it).
+// The forced values skip the self-check's verdict (for tests and benchmarks).
+enum class CpuPath { kAuto, kExact, kFast, kAvx512, kAvx2, kPortable };
+
+inline CpuPath cpu_path_from_env(const char* op) {
+  const char* env = std::getenv("FP8_DUMMY_CPU_PATH");
+  const std::string value = env ? env : "";
+  if (value.empty() || value == "auto") return CpuPath::kAuto;
+  if (value == "exact") return CpuPath::kExact;
+  if (value == "fast") return CpuPath::kFast;
+  if (value == "avx512") return CpuPath::kAvx512;
+  if (value == "avx2") return CpuPath::kAvx2;
+  if (value == "portable") return CpuPath::kPortable;
+  TORCH_CHECK(false, "fp8_dummy.", op, ": FP8_DUMMY_CPU_PATH must be one of auto, exact, fast, ",
+              "avx512, avx2, portable; got '", value, "'");
+}
+
+// The level a forced fast path (kFast .. kPortable) runs at; an error if the CPU lacks it.
+inline SimdLevel forced_level(CpuPath path, const char* op) {
+  if (path == CpuPath::kFast) {
+    return cpu_has_level(SimdLevel::kAvx512) ? SimdLevel::kAvx512
+           : cpu_has_level(SimdLevel::kAvx2) ? SimdLevel::kAvx2
+                                             : SimdLevel::kPortable;
+  }
+  const SimdLevel level = path == CpuPath::kAvx512 ? SimdLevel::kAvx512
+                          : path == CpuPath::kAvx2 ? SimdLevel::kAvx2
+                                                   : SimdLevel::kPortable;
+  TORCH_CHECK(cpu_has_level(level), "fp8_dummy.", op, ": FP8_DUMMY_CPU_PATH=", level_name(level),
+              ": this CPU does not run it (",
+              level == SimdLevel::kAvx512 ? "needs AVX512F, AVX2, FMA and F16C"
+                                          : "needs AVX2, FMA and F16C",
+              ")");
+  return level;
 }
 
 }  // namespace cpu

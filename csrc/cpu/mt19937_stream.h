@@ -1,128 +1,179 @@
 // Continues a CPU generator's mt19937 stream in bulk: the words torch's generator would hand
-// out next, one per element, in order, made a block (624 words) at a time and transformed
-// to float16 bits, by several threads when the tensor is large. The engine's bookkeeping, as
-// at::mt19937 keeps it: `left_ - 1` words of the current block remain, starting at `next_`;
-// when none remain the next draw steps the block first (a freshly seeded engine has
-// left_ == 1: none remain). After drawing, the same fields say where the stream stands, so
-// writing the state back leaves the generator where torch's own uniform_ would leave it.
+// out next, one per element, in order, made a block (624 words) at a time and handed to a
+// consumer (which tempers and transforms them), by several threads when the tensor is large.
+// The engine's bookkeeping, as at::mt19937 keeps it: `left_ - 1` words of the current block
+// remain, starting at `next_`; when none remain the next draw steps the block first (a
+// freshly seeded engine has left_ == 1: none remain). After drawing, the same fields say
+// where the stream stands, so writing the state back leaves the generator where torch's own
+// kernel would leave it.
 //
-// Threads: block b of the draw covers a fixed range of elements, so which thread transforms
-// it cannot change any byte. Stepping the state is cheap next to the transform (~0.12 vs
-// ~0.4 ns per word with AVX2), so every thread steps through the blocks itself, from the
-// same starting state, and transforms only the groups of blocks it claims (an atomic
-// counter hands them out in order, so a thread slowed down by a busy machine claims fewer).
-// No locks, no shared ring, no thread waits for another. (at::parallel_for would run
-// serially here: its OpenMP body is inline in torch's headers and this extension is not
-// built with -fopenmp; so std::thread.)
+// Threads: the n words are split into one contiguous range per thread. Thread 0 starts from
+// the generator's state; thread t > 0 jumps a copy of it to its range's start
+// (mt19937_jump.h, ~0.3-1 ms) and makes only its own range. The generator's new state is the
+// last range's end state. Which thread makes a word cannot change it, so the bytes are the
+// same for every thread count. Thread 0, which does not jump, gets a larger range so all
+// finish together. Below kMinWordsPerThread words per thread no thread is started at all
+// (tiny tensors stay on the caller's thread: cheaper, and nothing to go wrong after a fork).
+// (at::parallel_for would run serially here: its OpenMP body is inline in torch's headers
+// and this extension is not built with -fopenmp; so std::thread.)
 #pragma once
 
 #include <ATen/Parallel.h>
 #include <ATen/core/MT19937RNGEngine.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "cpu/fp8_runs.h"
+#include "cpu/mt19937_avx512.h"
+#include "cpu/mt19937_jump.h"
+#include "cpu/random_bytes_transform.h"
 #include "cpu/uniform_transform.h"
 
 namespace fp8_dummy {
 namespace cpu {
 
+enum class SimdLevel : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
+inline const char* level_name(SimdLevel level) {
+  return level == SimdLevel::kAvx512 ? "avx512" : level == SimdLevel::kAvx2 ? "avx2" : "portable";
+}
+
 using TwistFn = void (*)(const uint32_t*, uint32_t*);
 using TransformFn = void (*)(const uint32_t*, int64_t, bool, const UniformParams&, uint16_t*);
+using BytesFn = void (*)(const uint32_t*, int64_t, const ByteParams&, uint8_t*);
+using RunsFn = void (*)(const uint32_t*, int64_t, uint32_t, const Fp8Runs&, uint8_t*);
 
+// One SIMD level's kernels (the same words and bytes at every level).
 struct Kernels {
+  SimdLevel level;
   TwistFn twist;
-  TransformFn transform;
+  TransformFn transform;  // tempers, then torch's float16 uniform_ transform
+  BytesFn bytes;          // tempers, then random_'s byte
+  RunsFn runs;            // tempers, masks, then the FP8 byte from its runs (fp8_runs.h)
 };
 
-inline Kernels portable_kernels() { return {&mt_twist_scalar, &transform_block_scalar}; }
+inline bool cpu_has_level(SimdLevel level) {
+  if (level == SimdLevel::kAvx512) return cpu_has_avx512();
+  if (level == SimdLevel::kAvx2) return cpu_has_avx2_fma_f16c();
+  return true;
+}
 
+// The kernels of `level`, which the caller has checked the CPU runs (cpu_has_level).
+inline Kernels kernels_for(SimdLevel level) {
 #ifdef FP8_DUMMY_X86
-inline Kernels avx2_kernels() { return {&mt_twist_avx2, &transform_block_avx2}; }
+  if (level == SimdLevel::kAvx512) {
+    return {level, &mt_twist_avx512, &transform_block_avx512, &bytes_block_avx512,
+            &runs_block_avx512};
+  }
+  if (level == SimdLevel::kAvx2) {
+    return {level, &mt_twist_avx2, &transform_block_avx2, &bytes_block_avx2, &runs_block_avx2};
+  }
 #endif
+  return {SimdLevel::kPortable, &mt_twist_scalar, &transform_block_scalar, &bytes_block_scalar,
+          &runs_block_scalar};
+}
 
 // False for a state torch's own engine would read out of bounds from (set_state accepts
-// left_ and next_ independently): such a state goes to the exact path, which runs torch.
+// left_ and next_ independently): such a state goes to torch's own kernel.
 inline bool stream_usable(const at::mt19937_data_pod& pod) {
   return pod.left_ >= 1 && pod.left_ <= kMtN && pod.next_ <= static_cast<uint32_t>(kMtN) &&
          pod.next_ + static_cast<uint32_t>(pod.left_) - 1 <= static_cast<uint32_t>(kMtN);
 }
 
-constexpr int64_t kGroupBlocks = 32;          // ~20 Ki elements per turn of a thread
-constexpr int64_t kMinBlocksPerThread = 256;  // ~160 Ki elements, ~0.1 ms: worth a thread
+// Per thread, at least this many words, or no thread is started. A jump costs about as
+// much as making 1-2 Mi words, so a smaller range would spend most of its time jumping
+// (benchmarks/bench_jump.py measures both; RESULTS.md).
+constexpr int64_t kMinWordsPerThread = int64_t{1} << 21;
+// How many more words thread 0 makes than the others, for the jump it does not make.
+constexpr int64_t kJumpWords = int64_t{1} << 20;
 
-// Threads to use for `blocks` blocks: torch's intra-op setting, fewer for small draws, one
-// inside a parallel region of torch's (as at::parallel_for would).
-inline int draw_threads(int64_t blocks) {
+// Threads to use for n words: torch's intra-op setting, fewer for small draws, one inside a
+// parallel region of torch's (as at::parallel_for would).
+inline int draw_threads(int64_t n) {
   if (at::in_parallel_region()) return 1;
-  const int64_t by_size = blocks / kMinBlocksPerThread;
+  const int64_t by_size = n / kMinWordsPerThread;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), by_size)));
 }
 
-// Draws n words from the stream in `pod` (which must be stream_usable) and advances it.
-// consume(first, halves, len) receives the float16 bits of elements [first, first + len),
-// a block or less; it is called from up to `threads` threads at once, for disjoint ranges.
+// Draws `count` words from `pod` (positioned at word `first` of the draw) on this thread and
+// leaves it after them. consume(first, words, len) receives the untempered words of
+// [first, first + len), a block or less, in order.
 template <class Consume>
-void draw_halves(at::mt19937_data_pod& pod, int64_t n, const UniformParams& params,
-                 const Kernels& kernels, int threads, const Consume& consume) {
-  alignas(32) uint16_t halves[kMtN];
-  // What is left of the current block comes first, on this thread.
-  const int64_t head = std::min<int64_t>(pod.left_ - 1, n);
+void draw_range(at::mt19937_data_pod& pod, int64_t first, int64_t count, TwistFn twist,
+                const Consume& consume) {
+  const int64_t head = std::min<int64_t>(pod.left_ - 1, count);  // rest of the current block
   if (head > 0) {
-    kernels.transform(pod.state_.data() + pod.next_, head, /*temper=*/true, params, halves);
-    consume(int64_t{0}, static_cast<const uint16_t*>(halves), head);
+    consume(first, static_cast<const uint32_t*>(pod.state_.data() + pod.next_), head);
+    pod.next_ += static_cast<uint32_t>(head);
+    pod.left_ -= static_cast<int>(head);
   }
-  const int64_t rest = n - head;
-  if (rest == 0) {
-    pod.next_ += static_cast<uint32_t>(n);
-    pod.left_ -= static_cast<int>(n);
-    return;
+  const int64_t rest = count - head;
+  if (rest == 0) return;
+  alignas(64) uint32_t blocks[2][kMtN];  // out-of-place twists, alternating
+  const uint32_t* prev = pod.state_.data();
+  int64_t len = 0;
+  for (int64_t done = 0, b = 0; done < rest; done += len, ++b) {
+    uint32_t* cur = blocks[b & 1];
+    twist(prev, cur);
+    prev = cur;
+    len = std::min<int64_t>(kMtN, rest - done);
+    consume(first + head + done, static_cast<const uint32_t*>(cur), len);
   }
-  const int64_t blocks = (rest + kMtN - 1) / kMtN;  // block b: elements head + 624 b ...
-  const int64_t last_len = rest - (blocks - 1) * kMtN;
-  const int64_t groups = (blocks + kGroupBlocks - 1) / kGroupBlocks;
-  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, groups)));
-  std::atomic<int64_t> next_group{0};
-  std::vector<uint32_t> final_state(kMtN);  // the last block: the generator's new state
-  auto run = [&](uint32_t* state) {         // two blocks of state, 5 KiB
-    alignas(32) uint16_t h[kMtN];
-    const uint32_t* prev = pod.state_.data();
-    int64_t b = 0;  // blocks stepped so far by this thread
-    for (;;) {
-      const int64_t g = next_group.fetch_add(1, std::memory_order_relaxed);
-      if (g >= groups) return;
-      const int64_t end = std::min(blocks, (g + 1) * kGroupBlocks);
-      for (; b < end; ++b) {
-        uint32_t* cur = state + (b & 1) * kMtN;
-        kernels.twist(prev, cur);
-        prev = cur;
-        if (b < g * kGroupBlocks) continue;  // another thread's block: only step past it
-        const int64_t len = b + 1 == blocks ? last_len : int64_t{kMtN};
-        kernels.transform(cur, len, /*temper=*/true, params, h);
-        consume(head + b * kMtN, static_cast<const uint16_t*>(h), len);
-      }
-      if (end == blocks) std::copy(prev, prev + kMtN, final_state.begin());
+  std::copy(prev, prev + kMtN, pod.state_.begin());
+  pod.next_ = static_cast<uint32_t>(len);
+  pod.left_ = static_cast<int>(kMtN + 1 - len);
+}
+
+// Draws n words from the stream in `pod` (which must be stream_usable) on up to `threads`
+// threads and advances it. consume is called from several threads at once, for disjoint
+// ranges (each range's pieces in order).
+template <class Consume>
+void draw_words(at::mt19937_data_pod& pod, int64_t n, const Kernels& kernels, int threads,
+                const Consume& consume) {
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
+  if (threads == 1) return draw_range(pod, 0, n, kernels.twist, consume);
+  // Ranges: thread 0 gets `bonus` more than the others (for the jump it skips).
+  const int64_t bonus = std::min(kJumpWords, n / (2 * threads));
+  const int64_t share = (n - bonus) / threads;
+  std::vector<int64_t> start(static_cast<size_t>(threads) + 1);
+  start[0] = 0;
+  for (int t = 1; t < threads; ++t)
+    start[t] = bonus + share * t + std::min<int64_t>(t, (n - bonus) % threads);
+  start[threads] = n;
+  const bool avx2_jump = kernels.level != SimdLevel::kPortable;
+  std::vector<at::mt19937_data_pod> ends(static_cast<size_t>(threads), pod);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  auto run = [&](int t) {
+    try {
+      at::mt19937_data_pod& local = ends[t];
+      if (t > 0) mt_jump(local, static_cast<uint64_t>(start[t]), avx2_jump);
+      draw_range(local, start[t], start[t + 1] - start[t], kernels.twist, consume);
+    } catch (...) {
+      errors[t] = std::current_exception();
     }
   };
-  std::vector<uint32_t> states(static_cast<size_t>(threads) * 2 * kMtN);
   std::vector<std::thread> pool;
   pool.reserve(static_cast<size_t>(threads - 1));
-  for (int t = 1; t < threads; ++t) {
+  int started = 1;
+  for (; started < threads; ++started) {
     try {
-      pool.emplace_back(run, states.data() + t * 2 * kMtN);
+      pool.emplace_back(run, started);
     } catch (const std::system_error&) {
-      break;  // the system would not start more: the threads there are take all groups
+      break;  // the system would not start more: this thread makes the ranges left
     }
   }
-  run(states.data());
-  for (auto& t : pool) t.join();
-  std::copy(final_state.begin(), final_state.end(), pod.state_.begin());
-  pod.next_ = static_cast<uint32_t>(last_len);
-  pod.left_ = static_cast<int>(kMtN - last_len + 1);
+  run(0);
+  for (int t = started; t < threads; ++t) run(t);
+  for (auto& th : pool) th.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  pod = ends[threads - 1];
 }
 
 }  // namespace cpu

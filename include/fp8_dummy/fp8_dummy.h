@@ -6,9 +6,11 @@
 //   fp8_dummy::init_(weight, -1e-3, 1e-3, generator);  // std::optional<at::Generator>
 //   fp8_dummy::init_many_({w1, w2, w3}, -1e-3, 1e-3, 1234);
 //   fp8_dummy::init_stateless_(weight, -1e-3, 1e-3, 1234);
+//   fp8_dummy::random_(int8_weight, -128, 128, /*seed=*/1234);  // int8 / uint8 tensors
 //
 // The calls go through the PyTorch dispatcher to the operators fp8_dummy's library
-// registers (torch.ops.fp8_dummy: init_, init_.generator, init_many_, init_stateless_), so
+// registers (torch.ops.fp8_dummy: init_, init_.generator, init_many_, init_stateless_,
+// random_, random_.generator), so
 // a consumer needs fp8_dummy's headers only: no link-time dependency on fp8_dummy's
 // library, nor a matching build of it. The library must be loaded in the process before the first
 // call, by any of
@@ -40,6 +42,8 @@ using InitGeneratorFn = void(at::Tensor&, double, double, std::optional<at::Gene
 using InitManyFn = void(at::TensorList, double, double, int64_t);
 using InitStatelessFn = void(at::Tensor&, double, double, int64_t, int64_t, int64_t,
                              at::OptionalIntArrayRef);
+using RandomSeedFn = void(at::Tensor&, int64_t, int64_t, int64_t);
+using RandomGeneratorFn = void(at::Tensor&, int64_t, int64_t, std::optional<at::Generator>);
 
 namespace detail {
 
@@ -102,6 +106,25 @@ inline at::Tensor& init_stateless_(at::Tensor& self, double low = -1e-3, double 
                                    at::OptionalIntArrayRef element_strides = std::nullopt) {
   static const auto op = detail::find_op<InitStatelessFn>("fp8_dummy::init_stateless_", "");
   op.call(self, low, high, seed, key_offset, element_offset, element_strides);
+  return self;
+}
+
+// Fills the int8 or uint8 tensor `self` in place with the bytes of
+// self.random_(low, high, generator) for a fresh generator of self's device seeded with
+// `seed` (the engines' dummy init of int8, uint8 and, viewed as uint8, packed-FP4 weights).
+// torch's checks and messages (c10::Error). Returns `self`.
+inline at::Tensor& random_(at::Tensor& self, int64_t low, int64_t high, int64_t seed = 1234) {
+  static const auto op = detail::find_op<RandomSeedFn>("fp8_dummy::random_", "");
+  op.call(self, low, high, seed);
+  return self;
+}
+
+// The same with the caller's generator (std::nullopt: the device's default generator), left
+// in the state torch's random_ leaves it in.
+inline at::Tensor& random_(at::Tensor& self, int64_t low, int64_t high,
+                           std::optional<at::Generator> generator) {
+  static const auto op = detail::find_op<RandomGeneratorFn>("fp8_dummy::random_", "generator");
+  op.call(self, low, high, std::move(generator));
   return self;
 }
 
