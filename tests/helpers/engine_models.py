@@ -39,7 +39,7 @@ class QuantLinear(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, device, fp4: bool):
+    def __init__(self, device, fp4: bool, dummy_values: bool):
         super().__init__()
         self.q_proj = QuantLinear(40, 48, E4M3, torch.float32, device)
         self.k_proj = QuantLinear(24, 48, E5M2, torch.float32, device, transpose=True)
@@ -55,8 +55,10 @@ class Block(nn.Module):
         self.mlp.inner = nn.Module()  # nesting three deep
         self.mlp.inner.down = QuantLinear(32, 40, E4M3, torch.float32, device)
         self.norm = nn.LayerNorm(48, dtype=torch.bfloat16, device=device)
-        self.norm.weight.dummy_weight_value = 1.0  # vLLM >= 0.30 fills this value
-        self.k_scale = _param((), torch.float32, device, dummy_weight_value=1.0)
+        self.k_scale = _param((), torch.float32, device)
+        if dummy_values:  # vLLM >= 0.30 fills these values in
+            self.norm.weight.dummy_weight_value = 1.0
+            self.k_scale.dummy_weight_value = 1.0
         self.register_buffer("rope", torch.empty(8, 6, device=device))
         self.register_buffer("inv_freq", torch.empty(6, device=device), persistent=False)
         self.register_buffer("positions", torch.empty(5, dtype=torch.int64, device=device))
@@ -66,12 +68,13 @@ class Block(nn.Module):
 class EngineModel(nn.Module):
     """Two blocks, a bfloat16 embedding tied to the head, float16 and float32 extras.
     ``fp4``: include float4_e2m1fn_x2 (vLLM >= 0.33 only: the others raise on it);
-    ``meta``: include a meta parameter (skipped by vLLM; SGLang raises)."""
+    ``meta``: include a meta parameter (skipped by vLLM; SGLang raises);
+    ``dummy_values``: ``dummy_weight_value`` attributes on a norm and a 0-dim scale."""
 
-    def __init__(self, device="cpu", *, fp4=False, meta=False):
+    def __init__(self, device="cpu", *, fp4=False, meta=False, dummy_values=True):
         super().__init__()
         self.embed = nn.Embedding(64, 48, dtype=torch.bfloat16, device=device)
-        self.layers = nn.ModuleList([Block(device, fp4) for _ in range(2)])
+        self.layers = nn.ModuleList([Block(device, fp4, dummy_values) for _ in range(2)])
         self.head = nn.Linear(48, 64, bias=False, dtype=torch.bfloat16, device=device)
         self.head.weight = self.embed.weight  # tied
         self.extra = nn.Linear(8, 8, dtype=torch.float16, device=device)
