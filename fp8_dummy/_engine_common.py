@@ -10,6 +10,7 @@ Nothing here imports an engine: the rules are written down from the engines' sou
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -148,17 +149,23 @@ def fusable(t: torch.Tensor) -> bool:
     a dtype and device it supports, and a plain tensor or ``nn.Parameter`` (vLLM's
     parameter classes included) whose ``.data`` is a plain tensor. Wrapper subclasses
     (whose ``uniform_``/``copy_`` may update side tensors) stay with the engine."""
-    if t.layout != torch.strided or t.dtype not in _FUSED_DTYPES:
+    if t.dtype not in _FUSED_DTYPES or t.layout != torch.strided:
         return False
-    if not (type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter)):
-        return False
-    if type(t.data) is not torch.Tensor:
-        return False
-    if t.device.type == "cpu":
+    kind = type(t)
+    if kind is not torch.Tensor and kind is not torch.nn.Parameter:
+        if not isinstance(t, torch.nn.Parameter) or type(t.data) is not torch.Tensor:
+            return False
+    device = t.device.type
+    if device == "cpu":
         return True
-    if t.device.type == "cuda" and torch.version.hip is None:
-        return torch.ops.fp8_dummy.init_.default.has_kernel_for_dispatch_key("CUDA")
-    return False
+    return device == "cuda" and _cuda_kernels()
+
+
+@functools.cache
+def _cuda_kernels() -> bool:
+    if torch.version.hip is not None:  # our kernels are CUDA's; ROCm keeps the engine's path
+        return False
+    return torch.ops.fp8_dummy.init_.default.has_kernel_for_dispatch_key("CUDA")
 
 
 class SelfCheck:

@@ -148,21 +148,20 @@ def run_plan(
             kind, message = action.value
             raise kind(f"fp8_dummy: {name}: {message}")
     entries = [e for e in entries if e[2].kind != "skip"]
+    ids = [_identity(t) for _, t, _ in entries]
     views: dict[tuple, set[tuple]] = {}
     first: dict[tuple, Action] = {}
     ordered_storages: set[tuple] = set()
-    for _, t, action in entries:
-        key, storage = _key(t), (t.device, t.untyped_storage().data_ptr())
+    for (_, _, action), (storage, key) in zip(entries, ids):
         views.setdefault(storage, set()).add(key)
         if first.setdefault(key, action) != action or len(views[storage]) > 1:
             ordered_storages.add(storage)
     todo, seen = [], set()
-    for _, t, action in entries:
-        storage = (t.device, t.untyped_storage().data_ptr())
+    for (_, t, action), (storage, key) in zip(entries, ids):
         if storage in ordered_storages:
             todo.append((t, action, True))
-        elif _key(t) not in seen:
-            seen.add(_key(t))
+        elif key not in seen:
+            seen.add(key)
             todo.append((t, action, False))
     total = sum(t.numel() * t.element_size() for t, _, _ in todo)
     if progress is None:
@@ -237,5 +236,11 @@ def _reference_new(t: torch.Tensor, low: float, high: float, seed: int) -> None:
     reference.new_path(t, low, high, seed)
 
 
-def _key(t: torch.Tensor) -> tuple:
-    return (t.device, t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+def _identity(t: torch.Tensor) -> tuple[tuple, tuple]:
+    """(storage, view) keys. A tensor without accessible storage (a wrapper subclass)
+    counts as its own storage and view."""
+    try:
+        storage = (t.device, t.untyped_storage().data_ptr())
+        return storage, (t.device, t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return ("opaque", id(t)), ("opaque", id(t))

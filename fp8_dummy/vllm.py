@@ -25,6 +25,7 @@ import torch
 from . import reference
 from ._engine_common import Action, SelfCheck, fusable, vllm_action
 from .model import apply_action, run_plan, walk
+from .ops import init_
 
 __all__ = ["generation", "initialize_dummy_weights", "initialize_single_dummy_weight", "version"]
 
@@ -54,7 +55,11 @@ def _metadata_version() -> str | None:  # cached: the walk over sys.path costs ~
 def generation(v: str | None = None) -> int:
     """Which dummy-weight semantics a vLLM version has: 28 (0.28, 0.29), 30 (0.30-0.32) or
     33 (0.33 and later, and when vLLM is not installed: the latest matched)."""
-    v = version() if v is None else v
+    return _generation_of(version() if v is None else v)
+
+
+@functools.cache
+def _generation_of(v: str | None) -> int:
     if v is None:
         return 33
     try:
@@ -158,9 +163,12 @@ def initialize_single_dummy_weight(
     if action.kind == "error":
         kind, message = action.value
         raise kind(f"fp8_dummy: {message}")
-    if action.kind == "uniform":
-        check = self_check(original)
-        run_plan([(name, param, action)], seed, progress=False, check=check)
+    if action.kind == "uniform":  # one tensor: straight to the operator, no planning
+        lo, hi = action.low, action.high
+        if fusable(param) and self_check(original).passed(param, lo, hi):
+            init_(param.data, lo, hi, seed)
+        else:  # only without vLLM (with it, plan_single hands these to vLLM)
+            reference.new_path(param, lo, hi, seed)
         return
     apply_action(param, action, seed)
 
