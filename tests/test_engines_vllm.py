@@ -8,6 +8,7 @@ this once with each; without vLLM it skips."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ try:
     from vllm.config.load import LoadConfig
     from vllm.model_executor.model_loader import dummy_loader, get_model_loader, weight_utils
 except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
+    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
+        raise
     pytest.skip(
         f"vLLM is not importable here ({type(e).__name__}: {e}); scripts/ci_engines.sh installs it",
         allow_module_level=True,
@@ -27,11 +30,10 @@ except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
 
 from conftest import FP8_DTYPES, WIDE_DTYPES, poison, storage_bytes
 from helpers import entry_points
-from helpers.engine_models import EngineModel, assert_same_bytes
+from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 from oracles import engines as oracle
 
 import fp8_dummy
-from fp8_dummy import model as fmodel
 from fp8_dummy import vllm as fvllm
 from fp8_dummy import vllm_plugin
 
@@ -105,6 +107,21 @@ def test_loader_models_match_fp8_dummy_and_the_oracle():
     assert_same_bytes(oracle_model, theirs)
 
 
+def test_by_hand_recipe_same_bytes(monkeypatch):
+    # docs/engines.md, without the plugin: the loader's binding replaced by hand.
+    without, with_recipe = _models(2, dummy_values=GEN >= 30)
+    dummy_loader.DummyModelLoader(LoadConfig(load_format="dummy")).load_weights(without, None)
+    monkeypatch.setattr(
+        dummy_loader, "initialize_single_dummy_weight", fvllm.initialize_single_dummy_weight
+    )
+    if GEN < 30:
+        monkeypatch.setattr(
+            dummy_loader, "initialize_dummy_weights", fvllm.initialize_dummy_weights
+        )
+    dummy_loader.DummyModelLoader(LoadConfig(load_format="dummy")).load_weights(with_recipe, None)
+    assert_same_bytes(with_recipe, without)
+
+
 @pytest.mark.skipif(GEN > 30, reason="initialize_dummy_weights was removed in vLLM 0.31")
 @pytest.mark.parametrize("bounds", [(), (-0.5, 0.5, 3)])
 def test_old_initialize_dummy_weights_matches_vllm(bounds):
@@ -145,9 +162,7 @@ def test_plugin_routes_dummy_loader_through_fp8_dummy_same_bytes(plugin, monkeyp
     plugins.load_general_plugins()  # as vLLM does in every process
     assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single, how
     assert f"fp8_dummy: dummy weights through fp8_dummy (vLLM {vllm.__version__})" in records
-    fused = []
-    real_init = fmodel.init_
-    monkeypatch.setattr(fmodel, "init_", lambda t, *a: fused.append(t.dtype) or real_init(t, *a))
+    fused = spy_fused(monkeypatch)
     dummy_loader.DummyModelLoader(LoadConfig(load_format="dummy")).load_weights(with_plugin, None)
     assert torch.float8_e4m3fn in fused and torch.bfloat16 in fused  # we filled those
     assert assert_same_bytes(with_plugin, without) > 60

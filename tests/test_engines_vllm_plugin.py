@@ -13,9 +13,8 @@ import pytest
 import torch
 from conftest import storage_bytes
 from helpers import entry_points, fake_vllm
-from helpers.engine_models import EngineModel, assert_same_bytes
+from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 
-from fp8_dummy import model as fmodel
 from fp8_dummy import vllm as fvllm
 from fp8_dummy import vllm_plugin
 
@@ -81,10 +80,7 @@ def test_dummy_loader_through_the_plugin_same_bytes(fake, device, monkeypatch):
     _loader().load_weights(without, None)
     plugins.load_general_plugins()
     assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
-    fused = []
-    real = fmodel.init_many_ if device == "cuda" else fmodel.init_
-    name = "init_many_" if device == "cuda" else "init_"
-    monkeypatch.setattr(fmodel, name, lambda t, *a: fused.append(1) or real(t, *a))
+    fused = spy_fused(monkeypatch)
     _loader().load_weights(with_plugin, None)
     assert fused, "nothing went through fp8_dummy"
     assert assert_same_bytes(with_plugin, without) > 60

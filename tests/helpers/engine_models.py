@@ -118,3 +118,27 @@ def changed(model: nn.Module) -> set[str]:
         for name, t in all_tensors(model).items()
         if t.device.type != "meta" and not bool((storage_bytes(t) == 0x55).all())
     }
+
+
+def spy_fused(monkeypatch) -> list:
+    """Records the dtype of every tensor fp8_dummy's operators fill through the engine
+    integrations (fp8_dummy.model's batched/loop calls, fp8_dummy.vllm's single calls)."""
+    import fp8_dummy.model
+    import fp8_dummy.vllm
+
+    seen: list = []
+
+    def wrap(fn):
+        def spy(t, *args, **kwargs):
+            seen.extend(x.dtype for x in (t if isinstance(t, list) else [t]))
+            return fn(t, *args, **kwargs)
+
+        return spy
+
+    for module, name in (
+        (fp8_dummy.model, "init_"),
+        (fp8_dummy.model, "init_many_"),
+        (fp8_dummy.vllm, "init_"),
+    ):
+        monkeypatch.setattr(module, name, wrap(getattr(module, name)))
+    return seen
