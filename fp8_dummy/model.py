@@ -129,13 +129,14 @@ def run_plan(
     seed: int,
     *,
     mode: str = "reference",
-    progress: bool | None = None,
+    progress: bool | None = False,
     check: SelfCheck | None = None,
     reference: Callable[[torch.Tensor, float, float, int], Any] | None = None,
 ) -> None:
     """Carry out the actions. ``uniform`` goes through our fused operator where
     :func:`fusable` and ``check`` (if given) allow it, else through ``reference``
     (default :func:`fp8_dummy.reference.new_path`); ``call`` runs ``action.value()``.
+    No progress display by default: inside an engine, its own loader shows none.
 
     Fill order only matters where tensors share memory, so: an exact alias with the same
     action is filled once; every entry on a storage that is touched in any other way
