@@ -10,6 +10,8 @@
 #             pyproject.toml (default: build/ci-torch-2.14, left by ci_cuda_compile.sh;
 #             built here, CPU only, if missing)
 #   FP8_DUMMY_ENGINES_PY   the interpreter (default: .venv-cuda/bin/python, torch 2.14.1)
+#   FP8_DUMMY_ENGINES      which engines (default: "vllm-0.33.0 vllm-0.30.0 sglang-0.5.23";
+#                          vllm-0.28.0 is also pinned), one test process each
 #   FP8_DUMMY_CACHE        cache root (default: ~/.cache/fp8_dummy): engines/<lock>-<hash>/
 #                          holds each installed target (reused while its lock file is
 #                          unchanged), pip/ the downloaded wheels
@@ -60,24 +62,29 @@ target() {
   fi
   echo "$dir"
 }
-deps="$(target vllm-deps)"
-vllm33="$(target vllm-0.33.0)"
-vllm30="$(target vllm-0.30.0)"
-sglang="$(target sglang-0.5.23)"
+engines=(${FP8_DUMMY_ENGINES:-vllm-0.33.0 vllm-0.30.0 sglang-0.5.23})
+paths=()
+for engine in "${engines[@]}"; do
+  dir="$(target "$engine")"
+  if [[ "$engine" == vllm-* ]]; then  # the vLLMs share one dependency directory
+    deps="$(target vllm-deps)"
+    dir="$dir:$deps"
+  fi
+  paths+=("$dir")
+done
 echo "ci_engines: engines ready in $(( $(date +%s) - start )) s"
 
 cd "$PKG"
 status=0
-run() {  # label pythonpath test-file
-  local t0; t0=$(date +%s)
-  echo "== $1"
+for i in "${!engines[@]}"; do
+  engine="${engines[$i]}" t0=$(date +%s)
+  tests=tests/test_engines_vllm.py
+  [[ "$engine" == sglang-* ]] && tests=tests/test_engines_sglang.py
+  echo "== $engine"
   env -u FP8_DUMMY_VLLM -u FP8_DUMMY_SGLANG -u VLLM_PLUGINS -u SGLANG_PLUGINS \
-    PYTHONPATH="$PKG:$2" FP8_DUMMY_REQUIRE_ENGINES=1 \
-    "$PY" -m pytest -q -p no:cacheprovider -rs "$3" || status=1
-  echo "== $1: $(( $(date +%s) - t0 )) s"
-}
-run "vLLM 0.33.0" "$vllm33:$deps" tests/test_engines_vllm.py
-run "vLLM 0.30.0" "$vllm30:$deps" tests/test_engines_vllm.py
-run "SGLang 0.5.23" "$sglang" tests/test_engines_sglang.py
+    PYTHONPATH="$PKG:${paths[$i]}" FP8_DUMMY_REQUIRE_ENGINES=1 \
+    "$PY" -m pytest -q -p no:cacheprovider -rs "$tests" || status=1
+  echo "== $engine: $(( $(date +%s) - t0 )) s"
+done
 echo "ci_engines: done in $(( $(date +%s) - start )) s, status $status"
 exit $status
