@@ -14,11 +14,12 @@ from . import (
     reference,
     stateless,
 )
-from .model import initialize_dummy_weights, is_scale_tensor
+from .model import SEMANTICS, initialize_dummy_weights, is_scale_tensor
 from .ops import cpu_fast_path_info, init_, init_many_, random_
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = [
+    "SEMANTICS",
     "cpu_fast_path_info",
     "emulator",
     "get_cmake_dir",

@@ -1,24 +1,31 @@
-"""Whole-model dummy initialization with vLLM's semantics."""
+"""Whole-model dummy initialization with a serving engine's semantics."""
 
 from __future__ import annotations
 
 import re
 import sys
-from typing import Callable, Literal
+from collections.abc import Iterator
+from typing import Any, Callable, Literal
 
 import torch
 
+from . import reference
+from ._engine_common import Action, SelfCheck, fusable, random_bytes_, sglang_action, vllm_action
 from ._progress import Progress
 from .ops import init_, init_many_
 from .stateless import init_stateless_
 
-__all__ = ["initialize_dummy_weights", "is_scale_tensor"]
+__all__ = ["SEMANTICS", "initialize_dummy_weights", "is_scale_tensor"]
 
 # Show progress by default only for models at least this large, on a terminal.
 PROGRESS_THRESHOLD_BYTES = 1 << 30
 # With progress shown, CUDA tensors are batched in runs of about this many bytes (in
-# state_dict order), so the display advances per run; without, one batch per call.
+# walk order), so the display advances per run; without, one batch per call.
 PROGRESS_BATCH_BYTES = 1 << 30
+
+SEMANTICS = ("vllm-0.33", "vllm-0.30", "sglang-0.5")
+Semantics = Literal["vllm-0.33", "vllm-0.30", "sglang-0.5"]
+Entry = tuple[str, torch.Tensor, Action]  # (dotted name, tensor, what to do)
 
 _SCALE_NAME = re.compile(r"(scale|scale_inv|_scale_[^.]*)$")
 
@@ -34,90 +41,216 @@ def is_scale_tensor(name: str, tensor: torch.Tensor) -> bool:
 
 def initialize_dummy_weights(
     model: torch.nn.Module,
-    low: float = -1e-3,
-    high: float = 1e-3,
+    low: float | None = None,
+    high: float | None = None,
     seed: int = 1234,
     *,
+    semantics: Semantics = "vllm-0.33",
     mode: Literal["reference", "stateless"] = "reference",
     scales: Literal["random", "neutral"] = "random",
     is_scale: Callable[[str, torch.Tensor], bool] = is_scale_tensor,
     progress: bool | None = None,
 ) -> None:
-    """Fill every floating-point tensor of ``model.state_dict()`` in place.
+    """Fill the model's weights in place with the bytes a serving engine's dummy loader
+    gives them: every tensor its own fresh generator of its device seeded with ``seed``.
 
-    By default the bytes are those of vLLM's loop: for each tensor, in ``state_dict()``
-    order, a fresh generator of its device seeded with ``seed``, then the reference
-    path (:func:`fp8_dummy.reference.new_path`). Meta tensors are skipped (vLLM defers
-    them), integer tensors are left alone. A tensor that appears under several names
-    (tied weights) gets the same values each time, so it is filled once. CUDA tensors
-    are filled by :func:`fp8_dummy.init_many_` (one kernel launch per device and FP8
-    dtype, same bytes); CPU tensors one by one.
+    semantics (see docs/engines.md):
+      ``"vllm-0.33"`` (default): vLLM 0.33's ``DummyModelLoader`` (every module's own
+        parameters and persistent buffers). 8-bit floats in ±1.0 and wider floats in
+        ±1e-3 unless ``low``/``high`` are given; E8M0 tensors and uint8 tensors named
+        ``*scale*`` set to byte 120 (2^-7); int8, uint8 and packed FP4 random bytes;
+        other integers untouched; a parameter's ``dummy_weight_value`` attribute wins.
+      ``"vllm-0.30"``: vLLM 0.28-0.32: floating tensors only, in ±1e-3 by default
+        (``dummy_weight_value`` honoured as from 0.30).
+      ``"sglang-0.5"``: SGLang 0.5.23's ``initialize_dummy_weights``: the floating
+        tensors of ``state_dict()``, ±1e-3 by default, names ending in
+        ``weight_scale_inv`` or ``weight_scale_2`` set to 1.0.
+    Meta tensors are skipped (vLLM defers them; SGLang raises). Where the engine raises
+    (SGLang on meta tensors, packed FP4 through a float path), so does this, before
+    anything is written. A tensor reachable under several names (tied weights) is filled
+    once. CUDA float tensors are filled by :func:`fp8_dummy.init_many_` (one launch per
+    device and FP8 dtype), the rest one by one; tensors sharing storage in other ways are
+    filled one by one in the engine's order.
 
-    mode: ``"reference"`` (the default): the bytes above, which on CUDA depend on the
-        GPU model for large tensors, as vLLM's do. ``"stateless"``: each tensor filled
-        by :func:`fp8_dummy.init_stateless_` with ``seed`` (the same bytes on every
-        device; see the README's "Modes").
-    scales: ``"neutral"`` sets the tensors for which ``is_scale(name, tensor)`` holds to
-        1.0 instead of random values (opt-in: it changes those bytes). On CUDA they are
-        set before the batched random tensors are filled (only a scale tensor sharing
-        memory with a non-scale one could tell).
+    mode: ``"reference"`` (the default): the engine's bytes, which on CUDA depend on
+        the GPU model for large tensors, as the engine's do. ``"stateless"``: random
+        floats by :func:`fp8_dummy.init_stateless_` instead (the same bytes on every
+        device); integer random bytes stay the engine's.
+    scales: ``"neutral"`` sets the floating tensors that would get random values and for
+        which ``is_scale(name, tensor)`` holds (``name`` dotted) to 1.0 (opt-in: it
+        changes those bytes).
     progress: show tensors done, bytes done and throughput (tqdm if installed, else one
         line on stderr). ``None``: only for models of at least 1 GiB on a terminal.
     """
-    if mode not in ("reference", "stateless"):
-        raise ValueError(f"mode must be 'reference' or 'stateless', got {mode!r}")
+    if semantics not in SEMANTICS:
+        raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
     if scales not in ("random", "neutral"):
         raise ValueError(f"scales must be 'random' or 'neutral', got {scales!r}")
-    todo = []
-    seen: set[tuple[object, ...]] = set()
-    for name, tensor in model.state_dict().items():
-        if not torch.is_floating_point(tensor) or tensor.is_meta:
-            continue
-        # A DTensor's own data_ptr() is 0 (no storage): key it by its local tensor's. In
-        # reference mode a DTensor's fill draws from the default generator (docs/modes.md),
+    rocm = torch.version.hip is not None
+    entries = []
+    for name, local, t in walk(model, "state_dict" if semantics == "sglang-0.5" else "modules"):
+        if semantics == "sglang-0.5":
+            lo, hi = (-1e-3 if low is None else low), (1e-3 if high is None else high)
+            action = sglang_action(t, lo, hi, name)
+        else:
+            generation = 33 if semantics == "vllm-0.33" else 30
+            action = vllm_action(t, low, high, local, generation, rocm=rocm)
+        if scales == "neutral" and action.kind == "uniform" and is_scale(name, t):
+            action = Action("fill", value=1.0)
+        entries.append((name, t, action))
+    # SGLang's float path is vLLM's older one (.to(float16)): the same bytes, but it is
+    # what a tensor we do not fuse (a wrapper subclass) must go through.
+    sglang = semantics == "sglang-0.5"
+    run_plan(entries, seed, mode=mode, progress=progress, reference=_ref_old if sglang else None)
+
+
+def walk(model: torch.nn.Module, how: str) -> Iterator[tuple[str, str, torch.Tensor]]:
+    """(dotted name, local name, tensor) in an engine's order. ``"modules"``: vLLM
+    >= 0.30's loader, every module's own parameters then buffers, non-persistent buffers
+    left out, the tensors themselves (their attributes visible); ``"state_dict"``:
+    ``model.state_dict()`` (detached tensors, attributes gone)."""
+    if how == "state_dict":
+        for name, t in model.state_dict().items():
+            yield name, name.rsplit(".", 1)[-1], t
+        return
+    for prefix, layer in model.named_modules():
+        own = {**layer._parameters, **layer._buffers}
+        for local, t in own.items():
+            if t is not None and local not in layer._non_persistent_buffers_set:
+                yield (f"{prefix}.{local}" if prefix else local), local, t
+
+
+def _ref_old(t: torch.Tensor, low: float, high: float, seed: int) -> None:
+    reference.old_path(t, low, high, seed)
+
+
+def run_plan(
+    entries: list[Entry],
+    seed: int,
+    *,
+    mode: str = "reference",
+    progress: bool | None = False,
+    check: SelfCheck | None = None,
+    reference: Callable[[torch.Tensor, float, float, int], Any] | None = None,
+) -> None:
+    """Carry out the actions. ``uniform`` goes through our fused operator where
+    :func:`fusable` and ``check`` (if given) allow it, else through ``reference``
+    (default :func:`fp8_dummy.reference.new_path`); ``call`` runs ``action.value()``.
+    No progress display by default: inside an engine, its own loader shows none.
+
+    Fill order only matters where tensors share memory, so: an exact alias with the same
+    action is filled once; every entry on a storage that is touched in any other way
+    (different views, or one tensor under different actions) is done strictly in the
+    given order; the rest is free to be batched."""
+    if mode not in ("reference", "stateless"):
+        raise ValueError(f"mode must be 'reference' or 'stateless', got {mode!r}")
+    for name, _, action in entries:  # refuse before anything is written
+        if action.kind == "error":
+            kind, message = action.value
+            raise kind(f"fp8_dummy: {name}: {message}")
+    entries = [e for e in entries if e[2].kind != "skip"]
+    ids = [_identity(t) for _, t, _ in entries]
+    views: dict[tuple, set[tuple]] = {}
+    first: dict[tuple, Action] = {}
+    ordered_storages: set[tuple] = set()
+    for (_, t, action), (storage, key) in zip(entries, ids):
+        views.setdefault(storage, set()).add(key)
+        # In reference mode a DTensor's fill draws from the default generator (docs/modes.md),
         # so a tied one filled twice differs from once: fill it as often as the loop does.
-        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-        key = (tensor.device, local.data_ptr(), tensor.dtype, tensor.shape, tensor.stride())
-        if key not in seen or (mode == "reference" and local is not tensor):
+        redrawn = mode == "reference" and _is_dtensor(t)
+        if first.setdefault(key, action) != action or len(views[storage]) > 1 or redrawn:
+            ordered_storages.add(storage)
+    todo, seen = [], set()
+    for (_, t, action), (storage, key) in zip(entries, ids):
+        if storage in ordered_storages:
+            todo.append((t, action, True))
+        elif key not in seen:
             seen.add(key)
-            todo.append((name, tensor))
-    total_bytes = _nbytes([t for _, t in todo])
+            todo.append((t, action, False))
+    total = sum(t.numel() * t.element_size() for t, _, _ in todo)
     if progress is None:
-        progress = total_bytes >= PROGRESS_THRESHOLD_BYTES and sys.stderr.isatty()
-    bar = Progress(len(todo), total_bytes) if progress else None
-    batch: list[torch.Tensor] = []  # random CUDA tensors, for one init_many_ call
+        progress = total >= PROGRESS_THRESHOLD_BYTES and sys.stderr.isatty()
+    bar = Progress(len(todo), total) if progress else None
+    ref = reference or _reference_new
+    # Fused uniform CUDA tensors, one init_many_ call per (low, high): 8-bit floats and
+    # wider ones have different default bounds in vLLM >= 0.33.
+    batches: dict[tuple[float, float], list[torch.Tensor]] = {}
     batch_bytes = 0
 
     def flush() -> None:
-        init_many_(batch, low, high, seed)
-        if bar is not None:
-            for t in batch:
-                bar.update(t)
-        batch.clear()
+        for (lo, hi), batch in batches.items():
+            init_many_(batch, lo, hi, seed)
+            if bar is not None:
+                for x in batch:
+                    bar.update(x)
+        batches.clear()
 
     try:
-        for name, tensor in todo:
-            neutral = scales == "neutral" and is_scale(name, tensor)
-            if tensor.is_cuda and not neutral and mode == "reference":
-                batch.append(tensor)
-                batch_bytes += tensor.numel() * tensor.element_size()
-                if bar is not None and batch_bytes >= PROGRESS_BATCH_BYTES:
-                    flush()
-                    batch_bytes = 0
-                continue
-            if neutral:
-                tensor.fill_(1.0)
-            elif mode == "stateless":
-                init_stateless_(tensor, low, high, seed)
-            else:
-                init_(tensor, low, high, seed)
-            if bar is not None:
-                bar.update(tensor)
-        flush()
+        with torch.no_grad():
+            for t, action, ordered in todo:
+                fused = (
+                    action.kind == "uniform"
+                    and mode == "reference"
+                    and fusable(t)
+                    and (check is None or check.passed(t, action.low, action.high))
+                )
+                if fused and t.is_cuda and not ordered:
+                    batches.setdefault((action.low, action.high), []).append(t.data)
+                    batch_bytes += t.numel() * t.element_size()
+                    if bar is not None and batch_bytes >= PROGRESS_BATCH_BYTES:
+                        flush()
+                        batch_bytes = 0
+                    continue
+                if fused:
+                    init_(t.data, action.low, action.high, seed)
+                elif action.kind == "uniform" and mode == "stateless":
+                    init_stateless_(t.data, action.low, action.high, seed)
+                elif action.kind == "uniform":
+                    ref(t, action.low, action.high, seed)
+                else:
+                    apply_action(t, action, seed)
+                if bar is not None:
+                    bar.update(t)
+            flush()
     finally:
         if bar is not None:
             bar.close()
 
 
-def _nbytes(tensors: list[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+def apply_action(t: torch.Tensor, action: Action, seed: int) -> None:
+    """The non-uniform actions, as the engines carry them out."""
+    kind = action.kind
+    if kind == "fill":
+        t.fill_(action.value)
+    elif kind == "byte":
+        t.view(torch.uint8).fill_(action.value)
+    elif kind == "int8":
+        random_bytes_(t, -128, 128, seed)
+    elif kind == "uint8":
+        random_bytes_(t.view(torch.uint8), 0, 256, seed)
+    elif kind == "zero":
+        t.zero_()
+    elif kind == "call":
+        action.value()
+    elif kind != "skip":
+        raise RuntimeError(f"fp8_dummy: no way to carry out {action}")
+
+
+def _reference_new(t: torch.Tensor, low: float, high: float, seed: int) -> None:
+    reference.new_path(t, low, high, seed)
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return hasattr(t, "to_local") and hasattr(t, "placements")
+
+
+def _identity(t: torch.Tensor) -> tuple[tuple, tuple]:
+    """(storage, view) keys. A tensor without accessible storage (a wrapper subclass)
+    counts as its own storage and view."""
+    # A DTensor has no storage of its own (data_ptr() 0): its local shard's is what it writes.
+    local = t.to_local() if _is_dtensor(t) else t
+    try:
+        storage = (t.device, local.untyped_storage().data_ptr())
+        return storage, (t.device, local.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return ("opaque", id(t)), ("opaque", id(t))

@@ -2,7 +2,9 @@
 # CI step: compile the CUDA code on a GPU-less machine so a broken .cu never lands, then
 # load the CUDA-built extension (its CPU kernels run without a GPU) and run the CPU
 # tests against it. torch 2.14.1+cu130 from local wheels, nvcc 13.0, TORCH_CUDA_ARCH_LIST=9.0.
-# Builds into a temporary directory: the in-place CPU build is left alone.
+# Builds into a temporary directory: the in-place CPU build is left alone. The package with
+# the CUDA-built library is left in build/ci-torch-2.14 for scripts/ci_engines.sh (the
+# engines pin torch 2.14), so the extension is compiled once.
 #
 # Usage: scripts/ci_cuda_compile.sh [VENV_DIR]   (default: .venv-cuda in the repo, reused)
 set -euo pipefail
@@ -43,12 +45,13 @@ bash "$ROOT/scripts/ci_cuda_consumer.sh"
 echo "torch-free device headers: consumer kernel compiled with nvcc alone"
 
 # Smoke test: the package from the source tree with the CUDA-built library in it.
-mkdir -p "$OUT/pkg"
-cp -r fp8_dummy "$OUT/pkg/"
-rm -f "$OUT"/pkg/fp8_dummy/_C*.so
-cp "$so" "$OUT/pkg/fp8_dummy/"
-cp -r tests include "$OUT/pkg/"
-cd "$OUT/pkg"
+PKG="$ROOT/build/ci-torch-2.14"
+rm -rf "$PKG" && mkdir -p "$PKG"
+cp -r fp8_dummy "$PKG/"
+rm -f "$PKG"/fp8_dummy/_C*.so
+cp "$so" "$PKG/fp8_dummy/"
+cp -r tests include pyproject.toml "$PKG/"
+cd "$PKG"
 "$PY" -c 'import torch, fp8_dummy; assert all(op.default.has_kernel_for_dispatch_key("CUDA") for op in (torch.ops.fp8_dummy.init_, torch.ops.fp8_dummy.random_)), "no CUDA kernel registered"; print("CUDA kernels registered")'
 "$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_headers_standalone.py \
   tests/test_reference_cuda.py tests/test_stateless_cpu.py tests/test_stateless_api.py tests/test_stateless_cuda.py \

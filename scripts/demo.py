@@ -4,6 +4,10 @@ reference loop (vLLM's), check that every byte agrees, print times and peak scra
 The model is one Llama-3-8B-shaped attention block plus an MLP slice: FP8 linear weights
 (float8_e4m3fn), float32 per-channel weight scales, bfloat16 norms and a bfloat16
 embedding slice (4096 tokens); ~82 M parameters.
+
+By default both sides follow vLLM 0.33's dummy loader, so the numbers are the ones a vLLM
+user sees: FP8 weights uniform in ±1.0, wider floats in ±1e-3. ``--semantics vllm-0.30``
+(vLLM 0.28-0.32) or ``sglang-0.5`` (SGLang 0.5.23) draw FP8 weights in ±1e-3 instead.
 """
 
 from __future__ import annotations
@@ -50,17 +54,22 @@ class Block(torch.nn.Module):
         self.post_attention_layernorm = torch.nn.LayerNorm(4096, **bf16)
 
 
-def reference_loop(model: torch.nn.Module, low: float, high: float, seed: int) -> None:
-    """vLLM's initialize_dummy_weights loop (new path)."""
+def reference_loop(model: torch.nn.Module, semantics: str, seed: int) -> None:
+    """The engine's loop in plain PyTorch, for this model's tensor kinds (floats; no scale
+    names SGLang treats specially): a fresh generator per tensor; vLLM 0.33 draws 8-bit
+    floats in ±1.0 and the rest in ±1e-3, the older engines everything in ±1e-3."""
+    path = reference.old_path if semantics == "sglang-0.5" else reference.new_path
     for p in model.state_dict().values():
         if torch.is_floating_point(p):
-            reference.new_path(p, low, high, seed)
+            r = 1.0 if semantics == "vllm-0.33" and p.element_size() == 1 else 1e-3
+            path(p, -r, r, seed)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--semantics", default="vllm-0.33", choices=fp8_dummy.SEMANTICS)
     args = parser.parse_args()
     device = torch.device(args.device)
     ours, theirs = Block(device), Block(device)
@@ -70,15 +79,23 @@ def main() -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"device: {device} ({name}), torch {torch.__version__}")
     print(f"model: {n / 1e6:.1f} M parameters, {len(SHAPES)} FP8 linear layers")
+    fp8_range = "±1.0" if args.semantics == "vllm-0.33" else "±1e-3"
+    print(f"semantics: {args.semantics} (FP8 weights in {fp8_range}, wider floats in ±1e-3)")
+
+    def ref(m: torch.nn.Module) -> None:
+        reference_loop(m, args.semantics, 1234)
+
+    def fused(m: torch.nn.Module) -> None:
+        fp8_dummy.initialize_dummy_weights(m, seed=1234, semantics=args.semantics)
 
     rows = []
     for label, model, fn in (
-        ("reference (vLLM loop, new path)", theirs, reference_loop),
-        ("fp8_dummy.initialize_dummy_weights", ours, fp8_dummy.initialize_dummy_weights),
+        (f"reference ({args.semantics} loop)", theirs, ref),
+        ("fp8_dummy.initialize_dummy_weights", ours, fused),
     ):
-        times = time_calls(lambda i, f=fn, m=model: f(m, -1e-3, 1e-3, 1234), device, args.repeats)
+        times = time_calls(lambda i, f=fn, m=model: f(m), device, args.repeats)
         with peak_scratch(device) as peak:  # after the warm-up: code pages are in by now
-            fn(model, -1e-3, 1e-3, 1234)
+            fn(model)
         rows.append((label, summarize(times)["median_s"], peak.bytes))
 
     mismatched = [

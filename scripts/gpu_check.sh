@@ -8,7 +8,9 @@
 #   a build      setup.py build_ext --inplace, MAX_JOBS = cores, TORCH_CUDA_ARCH_LIST = the
 #                GPU's own architecture (9.0 on an H100/H200) unless set
 #   b bytes      init_, init_.generator, init_many_, init_stateless_ against torch's CUDA
-#                reference, byte for byte (tests/test_{reference,init_many,stateless}_cuda.py)
+#                reference, byte for byte (tests/test_{reference,init_many,stateless}_cuda.py);
+#                the engines' dummy loaders on CUDA models, the vLLM plugin through a
+#                stand-in vLLM (tests/test_engines_{rules,vllm_plugin}.py; no engine there)
 #   c capture    CUDA graph capture and replay, both forms of init_ (the same files, -k capture)
 #   d bench      benchmarks/bench_cuda.py, bench_model.py, bench_stateless.py (JSON in OUTDIR)
 #   e rest       every other test that is not a slow packaging build
@@ -140,7 +142,7 @@ site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [[ -d "$site/nvidia/cu13/include" ]] && export CPATH="$site/nvidia/cu13/include${CPATH:+:$CPATH}"
 pytest=("$PY" -m pytest -q -p no:cacheprovider -rfEs)
 gpu_tests=(tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py
-  tests/test_random_bytes_cuda.py)
+  tests/test_random_bytes_cuda.py tests/test_engines_rules.py tests/test_engines_vllm_plugin.py)
 
 # ---- a: build
 if (( dry )); then

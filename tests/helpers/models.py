@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 from conftest import FP8_DTYPES, WIDE_DTYPES
+from oracles import engines
 
 import fp8_dummy
-from fp8_dummy import reference
 
 
 class EveryDtype(torch.nn.Module):
@@ -22,12 +22,17 @@ class EveryDtype(torch.nn.Module):
         self.register_buffer("steps", torch.tensor([1, 2, 3], device=device))
 
 
+@torch.no_grad()
 def loop_reference(model, low, high, seed, scales="random"):
-    """vLLM's loop, with the scale policy applied by hand."""
-    for name, p in model.state_dict().items():
-        if not torch.is_floating_point(p):
-            continue
-        if scales == "neutral" and fp8_dummy.is_scale_tensor(name, p):
-            p.fill_(1.0)
-        else:
-            reference.new_path(p, low, high, seed)
+    """vLLM 0.33's dummy loader (fp8_dummy's default semantics, tests/oracles/engines.py),
+    with the scale policy applied by hand to the floats that would get random values."""
+    for prefix, layer in model.named_modules():
+        for name, p in [*layer._parameters.items(), *layer._buffers.items()]:
+            if p is None or name in layer._non_persistent_buffers_set:
+                continue
+            full = f"{prefix}.{name}" if prefix else name
+            random_float = p.is_floating_point() and p.dtype != torch.float8_e8m0fnu
+            if scales == "neutral" and random_float and fp8_dummy.is_scale_tensor(full, p):
+                p.fill_(1.0)
+            else:
+                engines.vllm_single(p, low, high, seed, name)

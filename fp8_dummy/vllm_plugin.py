@@ -1,0 +1,180 @@
+"""The vLLM plugin (entry point ``fp8_dummy`` of the group ``vllm.general_plugins``).
+
+vLLM calls :func:`register` in every process it starts (API server, engine core,
+workers) once fp8_dummy is installed. It then routes ``--load-format dummy`` through
+fp8_dummy with unchanged bytes: the dummy loader's ``initialize_single_dummy_weight``
+becomes :func:`fp8_dummy.vllm.initialize_single_dummy_weight` (fused float16-temp path,
+vLLM's own function for every other branch, a self-check per device and dtype), and
+(vLLM 0.28/0.29) its ``initialize_dummy_weights`` our batched one. It also registers the
+load format ``fp8_dummy``: the same bytes, whole model at once, batched launches.
+
+``FP8_DUMMY_VLLM=0`` (or false/off/no) turns it off; so does vLLM's own allow-list
+``VLLM_PLUGINS`` without ``fp8_dummy`` in it. Nothing here imports vLLM before vLLM does:
+the patch is applied when vLLM imports its model-loader modules (or at once if it has).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import logging
+import os
+import sys
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+from . import vllm as fv
+from ._engine_common import enabled
+from .model import run_plan
+
+ENV = "FP8_DUMMY_VLLM"
+DUMMY_LOADER = "vllm.model_executor.model_loader.dummy_loader"
+LOADER_PACKAGE = "vllm.model_executor.model_loader"
+LOAD_FORMAT = "fp8_dummy"
+# A child of vLLM's logger, so the line shows in vLLM's log with its format.
+logger = logging.getLogger("vllm.fp8_dummy")
+
+
+def register() -> None:
+    """The entry point: install fp8_dummy in vLLM's dummy loader (idempotent)."""
+    if not enabled(ENV):
+        logger.info("fp8_dummy: %s=%s, dummy weights left to vLLM", ENV, os.environ[ENV])
+        return
+    v = fv.version()
+    if v is None:
+        return
+    if not _at_least(v, (0, 28)):
+        logger.info("fp8_dummy: vLLM %s predates the versions matched (0.28+), not used", v)
+        return
+    after_import(DUMMY_LOADER, _patch_dummy_loader)
+    after_import(LOADER_PACKAGE, _register_load_format)
+
+
+def unregister() -> None:
+    """Give the dummy loader its own functions back (tests; the load format stays)."""
+    module = sys.modules.get(DUMMY_LOADER)
+    if module is not None and getattr(module, "_fp8_dummy_patched", False):
+        module.initialize_single_dummy_weight = fv.originals["single"]
+        if "model" in fv.originals:
+            module.initialize_dummy_weights = fv.originals["model"]
+        module._fp8_dummy_patched = False
+    for finder in [f for f in sys.meta_path if isinstance(f, _AfterImport)]:
+        sys.meta_path.remove(finder)
+
+
+def _at_least(v: str, wanted: tuple[int, int]) -> bool:
+    try:
+        return tuple(int(x) for x in v.split("+")[0].split(".")[:2]) >= wanted
+    except ValueError:
+        return True  # a version we cannot read is a new one
+
+
+def _patch_dummy_loader(module: ModuleType) -> None:
+    if getattr(module, "_fp8_dummy_patched", False):
+        return
+    gen = fv.generation()
+    fv.originals.setdefault("single", module.initialize_single_dummy_weight)
+    module.initialize_single_dummy_weight = _single
+    if gen < 30 and hasattr(module, "initialize_dummy_weights"):  # its loader calls this one
+        fv.originals.setdefault("model", module.initialize_dummy_weights)
+        module.initialize_dummy_weights = fv.initialize_dummy_weights
+    module._fp8_dummy_patched = True
+    logger.info("fp8_dummy: dummy weights through fp8_dummy (vLLM %s)", fv.version())
+
+
+def _single(
+    param: torch.Tensor,
+    low: float | None = None,
+    high: float | None = None,
+    seed: int = 1234,
+    name: str = "",
+    **more: Any,
+) -> None:
+    if more:  # an argument of a later vLLM we do not know: its own function decides
+        fv.originals["single"](param, low, high, seed, name=name, **more)
+        return
+    fv.initialize_single_dummy_weight(param, low, high, seed, name)
+
+
+def _register_load_format(package: ModuleType) -> None:
+    dl = sys.modules[DUMMY_LOADER]
+    needed = ("DummyModelLoader", "get_layerwise_info", "get_layer_tensors")
+    if LOAD_FORMAT in getattr(package, "_LOAD_FORMAT_TO_MODEL_LOADER", {}):
+        return
+    if not all(hasattr(dl, n) for n in needed) or not hasattr(package, "register_model_loader"):
+        return  # a loader we do not know the shape of: only the per-tensor patch
+    package.register_model_loader(LOAD_FORMAT)(_loader_class(dl))
+
+
+def _loader_class(dl: ModuleType) -> type:
+    class FP8DummyModelLoader(dl.DummyModelLoader):
+        """``--load-format fp8_dummy``: the bytes of ``dummy``, with the float tensors of
+        the whole model filled together (one launch per device, dtype and bounds on
+        CUDA). Online-quantized layers go through vLLM's own processing, in order.
+        vLLM code that tests ``load_format == "dummy"`` does not see this format."""
+
+        def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
+            gen, original = fv.generation(), fv.original_single()
+            check = fv.self_check(original)
+            bounds = (None, None) if gen >= 33 else (-1e-3, 1e-3)
+            entries: list = []
+            for layer in model.modules():
+                info = dl.get_layerwise_info(layer)
+                if info.can_load():
+                    run_plan(entries, 1234, check=check)  # keep the loader's order
+                    entries = []
+                    self._process_online_quant_layer(layer, info)
+                    continue
+                for name, t in dl.get_layer_tensors(layer).items():
+                    if name not in layer._non_persistent_buffers_set:
+                        given = name if gen >= 33 else ""
+                        action = fv.plan_single(t, *bounds, 1234, given, gen, original)
+                        entries.append((name, t, action))
+            run_plan(entries, 1234, check=check)
+
+    return FP8DummyModelLoader
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``callback(module)`` right after ``name`` is first imported (so we neither
+    import vLLM's loader early nor miss it)."""
+
+    def __init__(self, name: str, callback: Callable[[ModuleType], None]):
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        spec = None
+        for finder in sys.meta_path:  # whoever would have found it
+            if not isinstance(finder, _AfterImport) and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None:
+            return None
+        inner, callback = spec.loader, self.callback
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return inner.create_module(spec)
+
+            def exec_module(self, module: ModuleType) -> None:
+                inner.exec_module(module)
+                module.__loader__ = module.__spec__.loader = inner
+                callback(module)
+
+        spec.loader = Loader()
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        return spec
+
+
+def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
+    """``callback(module)`` now if ``name`` is imported, else right after its import."""
+    module = sys.modules.get(name)
+    if module is not None:
+        callback(module)
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, callback))

@@ -1,0 +1,225 @@
+"""The engines' dummy-weight semantics without the engines: fp8_dummy's whole-model and
+per-tensor functions against plain-torch transcriptions of vLLM's and SGLang's code
+(tests/oracles/engines.py, themselves proven against the real engines in
+tests/test_engines_vllm.py and tests/test_engines_sglang.py), on the CPU and on CUDA."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FP8_DTYPES, WIDE_DTYPES, poison, storage_bytes
+from helpers.engine_models import EngineModel, all_tensors, assert_same_bytes, changed
+from oracles import engines as oracle
+
+import fp8_dummy
+from fp8_dummy import _engine_common
+from fp8_dummy import model as fmodel
+from fp8_dummy import sglang as fsglang
+from fp8_dummy import vllm as fvllm
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+    ),
+]
+ENGINE_DTYPES = FP8_DTYPES + WIDE_DTYPES + [torch.int8, torch.uint8, torch.float4_e2m1fn_x2]
+ENGINE_DTYPES += [torch.int32, torch.bool]
+NAMES = ["weight", "weight_scale", "k_scale_inv"]
+BOUNDS = [(None, None), (-0.5, 0.5), (None, 2.0), (-1e-3, 1e-3)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("semantics", ["vllm-0.33", "vllm-0.30"])
+@pytest.mark.parametrize("bounds", [(None, None), (-0.25, 0.5)])
+def test_model_vllm_semantics_match_the_loader(device, semantics, bounds):
+    gen = 33 if semantics == "vllm-0.33" else 30
+    a = EngineModel(device, fp4=gen >= 33, meta=True)
+    b = EngineModel(device, fp4=gen >= 33, meta=True)
+    fp8_dummy.initialize_dummy_weights(a, *bounds, seed=99, semantics=semantics)
+    oracle.vllm_load_weights(b, gen, *bounds, seed=99)
+    assert assert_same_bytes(a, b) > 60
+    done = changed(a)
+    assert "layers.0.inv_freq" not in done and "layers.1.positions" not in done
+    assert ("layers.0.int8_proj.weight" in done) == (gen >= 33)
+    assert bool((a.layers[0].norm.weight == 1.0).all())  # dummy_weight_value
+    if gen >= 33:
+        assert bool((a.layers[1].mx_proj.weight_scale.view(torch.uint8) == 120).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_model_default_is_vllm_033_fp8_at_one(device):
+    m = EngineModel(device)
+    fp8_dummy.initialize_dummy_weights(m)
+    w = m.layers[0].q_proj.weight.float()
+    assert float(w.abs().max()) > 0.5 and float(w.abs().max()) <= 1.0  # not +-1e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bounds", [(), (-0.5, 0.25)])
+def test_model_sglang_semantics_match_sglang(device, bounds):
+    a, b = EngineModel(device), EngineModel(device)
+    fp8_dummy.initialize_dummy_weights(a, *bounds, seed=5, semantics="sglang-0.5")
+    oracle.sglang_initialize_dummy_weights(b, *bounds, seed=5)
+    assert_same_bytes(a, b)
+    assert bool((a.layers[0].nv_proj.weight_scale_2 == 1.0).all())
+    assert "layers.0.int8_proj.weight" not in changed(a)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sglang_drop_in_matches_sglang(device):
+    a, b = EngineModel(device), EngineModel(device)
+    fsglang.initialize_dummy_weights(a, -0.1, 0.1, 3)
+    oracle.sglang_initialize_dummy_weights(b, -0.1, 0.1, 3)
+    assert_same_bytes(a, b)
+
+
+@pytest.mark.parametrize(
+    "semantics,kwargs,error",
+    [
+        ("sglang-0.5", {"meta": True}, RuntimeError),
+        ("sglang-0.5", {"fp4": True}, NotImplementedError),
+        ("vllm-0.30", {"fp4": True}, NotImplementedError),
+    ],
+)
+def test_model_raises_where_the_engine_raises_before_writing(semantics, kwargs, error):
+    m = EngineModel(**kwargs)
+    with pytest.raises(error, match="fp8_dummy: "):
+        fp8_dummy.initialize_dummy_weights(m, semantics=semantics)
+    assert changed(m) == set()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_old_api_matches_vllm_030(device):
+    a, b = EngineModel(device, meta=True), EngineModel(device, meta=True)
+    fvllm.initialize_dummy_weights(a, None, -0.5, 0.5, 21)
+    oracle.vllm_initialize_dummy_weights(b, -0.5, 0.5, 21)
+    assert_same_bytes(a, b)
+    assert "layers.0.norm.weight" in changed(a)  # state_dict: no dummy_weight_value
+    assert not bool((a.layers[0].norm.weight == 1.0).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ENGINE_DTYPES, ids=str)
+def test_vllm_single_matches_vllm(device, dtype):
+    gen = fvllm.generation()
+    for name in NAMES:
+        for low, high in BOUNDS:
+            for layout in ("dense", "transposed", "gaps"):
+                base = torch.empty(6, 34, dtype=dtype, device=device)
+                x = {"dense": base, "transposed": base.t(), "gaps": base[:, ::3]}[layout]
+                y = torch.empty_like(base)
+                y = {"dense": y, "transposed": y.t(), "gaps": y[:, ::3]}[layout]
+                poison(x), poison(y)
+                err = None
+                try:
+                    oracle.vllm_single(y, low, high, 8, name, generation=gen)
+                except (NotImplementedError, RuntimeError) as e:
+                    err = type(e)
+                if err is not None:
+                    with pytest.raises(err):
+                        fvllm.initialize_single_dummy_weight(x, low, high, 8, name)
+                    continue
+                fvllm.initialize_single_dummy_weight(x, low, high, 8, name)
+                where = f"{name} {low} {high} {layout}"
+                assert torch.equal(storage_bytes(x), storage_bytes(y)), where
+
+
+def test_vllm_single_skips_meta_and_fills_dummy_weight_value():
+    fvllm.initialize_single_dummy_weight(torch.empty(3, device="meta"))
+    p = torch.nn.Parameter(torch.empty(4, dtype=torch.bfloat16), requires_grad=True)
+    p.dummy_weight_value = 0.5
+    fvllm.initialize_single_dummy_weight(p)
+    assert bool((p == 0.5).all())
+
+
+def test_scales_neutral_touches_only_random_float_scales():
+    a, b = EngineModel(fp4=True), EngineModel(fp4=True)
+    fp8_dummy.initialize_dummy_weights(a, scales="neutral")
+    fp8_dummy.initialize_dummy_weights(b)
+    blk_a, blk_b = a.layers[0], b.layers[0]
+    assert bool((blk_a.q_proj.weight_scale == 1.0).all()) and float(blk_a.q_proj.input_scale) == 1
+    assert torch.equal(
+        blk_a.mx_e8m0.weight_scale.view(torch.uint8),
+        torch.full_like(blk_b.mx_e8m0.weight_scale.view(torch.uint8), 120),
+    )  # the engine's own rule stays
+    assert torch.equal(blk_a.q_proj.weight.view(torch.uint8), blk_b.q_proj.weight.view(torch.uint8))
+
+
+def _shared_storage_model() -> torch.nn.Module:
+    # One uint8 tensor under two local names: vLLM 0.33 fills it as "weight" (random)
+    # and then as "weight_scale" (byte 120); and an FP8 weight with a view into it.
+    m = torch.nn.Module()
+    m.a, m.b, m.c = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
+    shared = torch.nn.Parameter(torch.empty(8, 8, dtype=torch.uint8), requires_grad=False)
+    m.a.weight = shared
+    m.b.weight_scale = shared
+    big = torch.nn.Parameter(torch.empty(4, 16, dtype=torch.float8_e4m3fn), requires_grad=False)
+    m.c.weight = big
+    m.c.head = torch.nn.Parameter(big.data[:2], requires_grad=False)
+    m.c.head.dummy_weight_value = 0.5  # so the view's fill differs from the weight's
+    for t in all_tensors(m).values():
+        storage_bytes(t).fill_(0x55)
+    return m
+
+
+def test_shared_storage_keeps_the_engine_order():
+    a, b = _shared_storage_model(), _shared_storage_model()
+    fp8_dummy.initialize_dummy_weights(a, seed=4)
+    oracle.vllm_load_weights(b, 33, seed=4)
+    assert_same_bytes(a, b)
+    assert bool((a.a.weight == 120).all()) and bool((a.c.weight[:2].float() == 0.5).all())
+
+
+def test_self_check_falls_back_to_the_reference_with_one_warning():
+    def wrong(t, low, high, seed):
+        t.view(torch.uint8).fill_(7)
+
+    check = _engine_common.SelfCheck("test", wrong)
+    x = torch.empty(10, dtype=torch.float8_e4m3fn)
+    with pytest.warns(RuntimeWarning, match="self-check failed"):
+        fmodel.run_plan(
+            [("x", x, _engine_common.Action("uniform", -1, 1))], 0, check=check, reference=wrong
+        )
+    assert bool((x.view(torch.uint8) == 7).all())  # the reference filled it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not check.passed(x, -1.0, 1.0)  # remembered, no second warning
+    right = _engine_common.SelfCheck(
+        "test", lambda t, lo, hi, s: fp8_dummy.reference.new_path(t, lo, hi, s)
+    )
+    assert right.passed(x, -1.0, 1.0)
+
+
+def test_random_bytes_helper_is_torchs_random():
+    x = torch.empty(1000, dtype=torch.int8)
+    _engine_common.random_bytes_(x, -128, 128, 11)
+    g = torch.Generator()
+    g.manual_seed(11)
+    assert torch.equal(x, torch.empty(1000, dtype=torch.int8).random_(-128, 128, generator=g))
+
+
+def test_bad_semantics_is_refused():
+    with pytest.raises(ValueError, match="semantics must be one of"):
+        fp8_dummy.initialize_dummy_weights(EngineModel(), semantics="vllm")
+
+
+def test_importing_fp8_dummy_imports_no_engine(tmp_path):
+    # A stand-in "vllm" and "sglang" that fail on import: importing our modules (and
+    # asking vLLM's version) must not touch them.
+    for name in ("vllm", "sglang"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('imported')\n")
+    code = (
+        "import sys, fp8_dummy, fp8_dummy.vllm, fp8_dummy.vllm_plugin, fp8_dummy.sglang\n"
+        "fp8_dummy.vllm.version()\n"
+        "assert not {'vllm', 'sglang'} & set(sys.modules), sorted(sys.modules)\n"
+    )
+    root = Path(fp8_dummy.__file__).resolve().parent.parent
+    env = {"PYTHONPATH": f"{root}:{tmp_path}", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)

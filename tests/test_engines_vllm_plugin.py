@@ -1,0 +1,172 @@
+"""The vLLM plugin's mechanics without vLLM (tests/helpers/fake_vllm.py stands in for it,
+its per-tensor function being the oracle of vLLM's): entry-point loading, the patch when
+vLLM imports its loader (before or after the plugin runs), the same bytes through
+``--load-format dummy`` and ``fp8_dummy``, the switch, the self-check. On the CPU and on
+CUDA (scripts/gpu_check.sh runs it on a GPU, where no vLLM is installed)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+import torch
+from conftest import storage_bytes
+from helpers import entry_points, fake_vllm
+from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
+
+from fp8_dummy import vllm as fvllm
+from fp8_dummy import vllm_plugin
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+    ),
+]
+
+
+def _vllm_modules() -> dict:
+    return {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
+
+
+@pytest.fixture(params=["0.33.0", "0.30.0", "0.28.0"])
+def fake(request, tmp_path, monkeypatch):
+    """The stand-in vLLM of that version on sys.path, fp8_dummy's entry point visible,
+    fp8_dummy.vllm's caches empty; everything put back after."""
+    saved = _vllm_modules()
+    for k in saved:
+        del sys.modules[k]
+    site = fake_vllm.write(tmp_path / "site", request.param)
+    monkeypatch.syspath_prepend(str(site))
+    entry_points.provide("vllm.general_plugins", tmp_path / "entry_points")
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    monkeypatch.delenv(vllm_plugin.ENV, raising=False)
+    monkeypatch.setattr(fvllm, "originals", {})
+    monkeypatch.setattr(fvllm, "_checks", {})
+    monkeypatch.setattr(fvllm, "_platform", None)
+    importlib.invalidate_caches()
+    try:
+        yield request.param
+    finally:
+        vllm_plugin.unregister()
+        for k in _vllm_modules():
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def _loader(fmt="dummy"):
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+
+    return get_model_loader(LoadConfig(load_format=fmt))
+
+
+def _model(device, version):
+    m = EngineModel(device, fp4=version >= "0.33", meta=True, dummy_values=version >= "0.30")
+    m.layers[1].q_proj.online_quant = True  # vLLM's online-quantization path
+    scratch = torch.empty(3, device=device)
+    storage_bytes(scratch).fill_(0x55)
+    m.layers[1].q_proj.register_buffer("scratch", scratch, persistent=False)
+    return m
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dummy_loader_through_the_plugin_same_bytes(fake, device, monkeypatch):
+    from vllm import plugins
+    from vllm.model_executor.model_loader import dummy_loader
+
+    without, with_plugin = _model(device, fake), _model(device, fake)
+    _loader().load_weights(without, None)
+    plugins.load_general_plugins()
+    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    fused = spy_fused(monkeypatch)
+    _loader().load_weights(with_plugin, None)
+    assert fused, "nothing went through fp8_dummy"
+    assert assert_same_bytes(with_plugin, without) > 60
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_load_format_fp8_dummy_same_bytes(fake, device):
+    from vllm import plugins
+
+    dummy, batched = _model(device, fake), _model(device, fake)
+    _loader().load_weights(dummy, None)
+    plugins.load_general_plugins()
+    loader = _loader("fp8_dummy")
+    assert type(loader).__name__ == "FP8DummyModelLoader"
+    loader.load_weights(batched, None)
+    assert_same_bytes(batched, dummy)
+
+
+def test_patch_waits_for_vllm_to_import_its_loader(fake):
+    import vllm  # noqa: F401  (the package only, as when vLLM loads plugins early)
+
+    vllm_plugin.register()
+    assert "vllm.model_executor.model_loader" not in sys.modules  # not imported by us
+    from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER, dummy_loader
+
+    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    assert "fp8_dummy" in _LOAD_FORMAT_TO_MODEL_LOADER
+    if fvllm.generation() < 30:
+        assert dummy_loader.initialize_dummy_weights is fvllm.initialize_dummy_weights
+
+
+def test_switched_off(fake, monkeypatch):
+    from vllm import plugins
+    from vllm.model_executor.model_loader import dummy_loader
+
+    monkeypatch.setenv(vllm_plugin.ENV, "false")
+    plugins.load_general_plugins()
+    assert dummy_loader.initialize_single_dummy_weight is not vllm_plugin._single
+
+
+def test_not_for_older_vllm(tmp_path, monkeypatch):
+    saved = _vllm_modules()
+    for k in saved:
+        del sys.modules[k]
+    monkeypatch.syspath_prepend(str(fake_vllm.write(tmp_path, "0.27.1")))
+    try:
+        import vllm.model_executor.model_loader.dummy_loader as dl
+
+        vllm_plugin.register()
+        assert dl.initialize_single_dummy_weight is not vllm_plugin._single
+    finally:
+        for k in _vllm_modules():
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def test_self_check_failure_falls_back_to_vllm(fake, monkeypatch):
+    from vllm import plugins
+    from vllm.model_executor.model_loader import dummy_loader, weight_utils
+
+    if fvllm.generation() < 30:
+        pytest.skip("checked through the 0.30 and 0.33 layouts")
+
+    real = weight_utils.vllm_single
+
+    def odd(t, low, high, seed, name, generation):  # a vLLM whose bf16 bytes differ
+        real(t, low, high, seed, name, generation=generation)
+        if t.dtype == torch.bfloat16 and t.is_floating_point():
+            t.view(torch.uint8).bitwise_xor_(1)
+
+    monkeypatch.setattr(weight_utils, "vllm_single", odd)
+    without, with_plugin = _model("cpu", fake), _model("cpu", fake)
+    _loader().load_weights(without, None)
+    plugins.load_general_plugins()
+    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    with pytest.warns(RuntimeWarning, match="self-check failed on cpu torch.bfloat16"):
+        _loader().load_weights(with_plugin, None)
+    assert_same_bytes(with_plugin, without)
+
+
+def test_unknown_keyword_of_a_later_vllm_goes_to_vllm(fake):
+    from vllm import plugins
+    from vllm.model_executor.model_loader import dummy_loader
+
+    plugins.load_general_plugins()
+    seen = []
+    fvllm.originals["single"] = lambda *a, **kw: seen.append(kw)
+    dummy_loader.initialize_single_dummy_weight(torch.empty(3), name="w", new_option=1)
+    assert seen == [{"name": "w", "new_option": 1}]
