@@ -12,11 +12,16 @@
 # The venvs are cached in $FP8_DUMMY_CACHE (default ~/.cache/fp8_dummy) and rebuilt when
 # missing or incomplete; warm, the matrix costs the builds and the tests only.
 #
-# Usage: scripts/ci_torch_matrix.sh [VERSION ...]   (default: 2.11.0 2.12.0 2.15.0)
+# Usage: scripts/ci_torch_matrix.sh [--bench] [VERSION ...]   (default: 2.11.0 2.12.0 2.15.0)
+#   --bench  also time 64 Mi float8_e4m3fn on the CPU per version (benchmarks/bench_init.py:
+#            the reference new path and init_ in the same run), for benchmarks/RESULTS.md;
+#            not in CI (timings do not belong in tests)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${FP8_DUMMY_CACHE:-$HOME/.cache/fp8_dummy}"
+bench=0
+if [[ "${1:-}" == --bench ]]; then bench=1; shift; fi
 versions=("$@")
 [[ ${#versions[@]} -gt 0 ]] || versions=(2.11.0 2.12.0 2.15.0)
 TESTS=(tests/test_reference_cpu.py tests/test_reference_cpu_fast_path.py tests/test_reference_api.py
@@ -83,6 +88,12 @@ for version in "${versions[@]}"; do
     grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20
     echo "torch $version: TESTS FAILED"
     exit 1
+  fi
+  if ((bench)); then
+    (cd "$out/pkg" && cp -r "$ROOT/benchmarks" . &&
+      "$py" benchmarks/bench_init.py --devices cpu --sizes 64Mi --dtypes float8_e4m3fn \
+        --repeats 7 --out "$out/bench" | grep -E "^cpu .* (new|init_) ")
+    cp "$out/bench/bench_init.json" "${TMPDIR:-/tmp}/fp8_dummy_bench_torch_$version.json"
   fi
   rm -rf "$out"
 done
