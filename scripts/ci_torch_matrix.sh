@@ -69,7 +69,7 @@ for version in "${versions[@]}"; do
       exit 1
     fi
     mkdir -p "$out/pkg"
-    cp -r fp8_dummy tests include "$out/pkg/"
+    cp -r fp8_dummy tests include csrc scripts "$out/pkg/"
     rm -f "$out"/pkg/fp8_dummy/_C*.so
     cp "$out"/lib/fp8_dummy/_C*.so "$out/pkg/fp8_dummy/"
   ) || exit 1
@@ -91,7 +91,7 @@ for version in "${versions[@]}"; do
   fi
   if ((bench)); then
     (cd "$out/pkg" && cp -r "$ROOT/benchmarks" . &&
-      "$py" benchmarks/bench_init.py --devices cpu --sizes 64Mi --dtypes float8_e4m3fn \
+      PYTHONPATH="$out/pkg" "$py" benchmarks/bench_init.py --devices cpu --sizes 64Mi --dtypes float8_e4m3fn \
         --repeats 7 --out "$out/bench" | grep -E "^cpu .* (new|init_) ")
     cp "$out/bench/bench_init.json" "${TMPDIR:-/tmp}/fp8_dummy_bench_torch_$version.json"
   fi
