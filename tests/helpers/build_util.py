@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,9 +77,24 @@ def copy_source_tree(dst: Path) -> Path:
 
 
 def cmake_args() -> list[str]:
-    """Generator (Ninja when there is one: faster and quieter) for cmake -S/-B."""
+    """Generator (Ninja when there is one: faster and quieter) for cmake -S/-B, and where
+    torch is a CUDA build, the CUDA toolkit: its TorchConfig.cmake looks for one (FindCUDA)
+    and stops without it, even for a CPU-only consumer like ours."""
     ninja = which("ninja")
-    return ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
+    args = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
+    if torch.version.cuda:
+        from torch.utils.cpp_extension import CUDA_HOME
+
+        candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), CUDA_HOME]
+        toolkits = [c for c in candidates + ["/usr/local/cuda"] if c]
+        toolkits = [c for c in toolkits if Path(c, "include", "cuda_runtime.h").is_file()]
+        if not toolkits:
+            pytest.skip(
+                f"torch {torch.__version__} is a CUDA build: find_package(Torch) needs a CUDA "
+                "toolkit, and none was found (set CUDA_HOME)"
+            )
+        args.append(f"-DCUDA_TOOLKIT_ROOT_DIR={toolkits[0]}")
+    return args
 
 
 def torch_prefix() -> str:
