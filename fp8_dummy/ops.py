@@ -59,11 +59,7 @@ def init_(
     if generator is None:
         torch.ops.fp8_dummy.init_.default(t, low, high, as_int64(seed, "seed"))
     else:
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"fp8_dummy.init_: generator must be a torch.Generator, not "
-                f"{type(generator).__name__}"
-            )
+        _check_generator(generator, "init_")
         torch.ops.fp8_dummy.init_.generator(t, low, high, generator=generator)
     return t
 
@@ -118,11 +114,7 @@ def random_(
     if generator is None:
         torch.ops.fp8_dummy.random_.default(t, low, high, as_int64(seed, "seed", "random_"))
     else:
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"fp8_dummy.random_: generator must be a torch.Generator, not "
-                f"{type(generator).__name__}"
-            )
+        _check_generator(generator, "random_")
         torch.ops.fp8_dummy.random_.generator(t, low, high, generator=generator)
     return t
 
@@ -132,6 +124,13 @@ def cpu_fast_path_info() -> str:
     uniform_ formula, FMA or not, and what the once-per-process self-check against
     torch's own ``uniform_`` found (the fast path is used only where it passed)."""
     return torch.ops.fp8_dummy_internal.cpu_fast_path_info()
+
+
+def _check_generator(generator: object, op: str) -> None:
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"fp8_dummy.{op}: generator must be a torch.Generator, not {type(generator).__name__}"
+        )
 
 
 def _check_layout(t: torch.Tensor, op: str = "init_") -> None:
