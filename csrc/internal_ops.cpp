@@ -32,6 +32,22 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.impl("check_random_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_random_args_op));
 
+  // ---- The proof mechanism (common/proof.cpp): every key probed or recorded in this
+  // process, as [key, "proven" or "refused", detail, ...] (fp8_dummy.self_check_report());
+  // a key's verdict (-1 unknown, 0 refused, 1 proven); a verdict reached in Python (the
+  // engine integrations), which warns once on a refusal and returns the verdict kept; and
+  // whether FP8_DUMMY_FAULT names a path (the fault-injection switch, read once).
+  m.def("proof_report() -> str[]");
+  m.def("proof_lookup(str key) -> int");
+  m.def("proof_record(str key, bool passed, str detail) -> bool");
+  m.def("proof_fault(str path) -> bool");
+  // Tests only: forget the keys starting with `prefix` (they are probed again); returns
+  // how many.
+  m.def("proof_forget(str prefix) -> int");
+  // Python's warnings: refusals wait to be taken (fp8_dummy/_proof.py) instead of printing.
+  m.def("proof_defer_warnings(bool defer) -> ()");
+  m.def("proof_take_warnings() -> str[]");
+
   // ---- The CPU fast path (cpu/init_cpu.cpp, cpu/random_cpu.cpp, cpu/stream_test_ops.cpp).
   // Tests only (CPU): torch's float16 uniform_ transform of the given 32-bit generator
   // outputs (int32 tensor, bit patterns), for formula 24 (torch >= 2.12) or 11 (torch <=
@@ -69,6 +85,29 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.def(
       "emulate_cuda_init_many_(Tensor(a!)[] tensors, float low, float high, int seed, "
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0) -> int");
+  // Our per-tensor CUDA kernel on the CPU (FP8 only): every work item through the kernel's
+  // own WorkWalk and per-item code, on a simulated grid of `grid` blocks (0: a wave of 8
+  // blocks per SM); returns the generator offset afterwards, as emulate_cuda_init_.
+  m.def(
+      "emulate_cuda_kernel_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0) -> int");
+  // The CUDA launchers' proofs with emulated kernels (launch/cuda_proof.h): init_ and
+  // init_many_ as the launchers run them on a GPU of these properties, the kernels used
+  // where their key is proven, the reference emulation else (the report shows the keys).
+  m.def(
+      "emulate_proven_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn, bool generator_form) -> int");
+  m.def(
+      "emulate_proven_cuda_init_many_(Tensor(a!)[] tensors, float low, float high, int seed, "
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True) -> int");
+  // init_stateless_ as its CUDA launcher runs it, emulated: the kernel's per-element rule
+  // (fp8_dummy/cuda/stateless.h) where its key is proven against the CPU kernel, else the CPU.
+  m.def(
+      "emulate_proven_cuda_init_stateless_(Tensor(a!) self, float low, float high, int seed, "
+      "int key_offset=0, int element_offset=0, int[]? element_strides=None, int sm_count=132) "
+      "-> ()");
+  // Elements of the CUDA paths' probes on a GPU of these properties (launch/cuda_proof.h).
+  m.def("cuda_probe_numel(int sm_count, int max_threads_per_sm) -> int");
   // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
   // then per piece: tensor, start, count, threads, steps, offset, first tile].
   m.def("cuda_batch_table(int[] numels, int sm_count, int max_threads_per_sm) -> int[]");

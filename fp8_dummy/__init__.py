@@ -14,12 +14,14 @@ from . import (
     reference,
     stateless,
 )
+from ._proof import ProofEntry, self_check_report
 from .model import SEMANTICS, initialize_dummy_weights, is_scale_tensor
 from .ops import cpu_fast_path_info, init_, init_many_, random_
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = [
     "SEMANTICS",
+    "ProofEntry",
     "cpu_fast_path_info",
     "emulator",
     "get_cmake_dir",
@@ -33,6 +35,7 @@ __all__ = [
     "library_path",
     "random_",
     "reference",
+    "self_check_report",
     "shard_slices",
     "stateless",
 ]

@@ -1,7 +1,8 @@
 """What the serving-engine drop-ins (``vllm.py``, ``sglang.py``, ``model.py``) share: the
 per-tensor rules of each engine's dummy loader as plain data (:class:`Action`), which
-tensors our fused operator may fill, the one helper for random integer bytes, the
-once-per-(device, dtype) self-check, and the environment switch of the plugins.
+tensors our fused operator may fill, the one helper for random integer bytes, the probe
+tensors of the engines' proofs (fp8_dummy/_proof.py), and the environment switch of the
+plugins.
 
 Nothing here imports an engine: the rules are written down from the engines' sources
 (vLLM 0.28-0.33, SGLang 0.5.23) and tested against them byte for byte
@@ -12,15 +13,14 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from . import ops
 
-__all__ = ["Action", "SelfCheck", "fusable", "random_bytes_", "sglang_action", "vllm_action"]
+__all__ = ["Action", "fusable", "probe_tensor", "random_bytes_", "sglang_action", "vllm_action"]
 
 # vLLM >= 0.33 fills E8M0 scales with this byte (2**-7) and draws 8-bit floats in +-1.0
 # by default (+-1e-3 would round almost every FP8 E4M3 value to zero).
@@ -64,9 +64,11 @@ class Action:
     ``value``); ``int8`` / ``uint8`` (random bytes, :func:`random_bytes_` over
     [-128, 128) on the tensor / over [0, 256) on its uint8 view); ``zero``; ``uniform``
     (the float16-temp path, or ``uniform_`` for 16-bit and wider floats, in
-    ``[low, high)``, a fresh generator seeded per tensor); ``tpu`` (vLLM's CPU-drawn TPU
-    path: left to vLLM); ``call`` (``value()`` does it: delegation to the engine);
-    ``error`` (the engine raises: ``value`` is (exception type, message)).
+    ``[low, high)``, a fresh generator seeded per tensor); ``reference`` (the float path as
+    ``uniform``, but through the reference path, never fused: our fill was refused for it);
+    ``tpu`` (vLLM's CPU-drawn TPU path: left to vLLM); ``call`` (``value()`` does it:
+    delegation to the engine); ``error`` (the engine raises: ``value`` is (exception type,
+    message)).
     """
 
     kind: str
@@ -174,62 +176,15 @@ def _cuda_kernels() -> bool:
     return torch.ops.fp8_dummy.init_.default.has_kernel_for_dispatch_key("CUDA")
 
 
-class SelfCheck:
-    """Proves our fused fill against a reference once per (device, dtype), on a small
-    probe, before an engine integration uses it (the rule of the house: whatever replaces
-    the reference without the user asking first proves itself on that device and torch).
-
-    ``reference(t, low, high, seed)`` fills ``t`` the engine's way. On a mismatch, or if
-    our fill raises where the reference does not, ``passed`` is False from then on for
-    that key and one warning says so; callers then use the reference."""
-
-    PROBE_SHAPE = (67, 129)
-
-    def __init__(self, label: str, reference: Callable[[torch.Tensor, float, float, int], Any]):
-        self.label = label
-        self.reference = reference
-        self.results: dict[tuple[torch.device, torch.dtype], bool] = {}
-
-    def passed(self, t: torch.Tensor, low: float, high: float) -> bool:
-        key = (t.device, t.dtype)
-        if key not in self.results:
-            result = self._run(t.device, t.dtype, low, high)
-            if result is None:  # the reference refuses these bounds: let it raise its error
-                return False
-            self.results[key] = result
-        return self.results[key]
-
-    def _run(
-        self, device: torch.device, dtype: torch.dtype, low: float, high: float
-    ) -> bool | None:
-        from .ops import init_
-
-        def probe() -> torch.Tensor:
-            p = torch.empty(self.PROBE_SHAPE, dtype=dtype, device=device)
-            p.view(torch.uint8).fill_(0x55)
-            return p
-
-        with torch.no_grad():
-            theirs = probe()
-            try:
-                self.reference(theirs, low, high, 1234)
-            except Exception:
-                return None
-            ours = probe()
-            try:
-                init_(ours, low, high, 1234)
-                same = torch.equal(ours.view(torch.uint8), theirs.view(torch.uint8))
-                why = "different bytes"
-            except Exception as e:  # noqa: BLE001 (any failure means: use the reference)
-                same, why = False, f"{type(e).__name__}: {e}"
-        if not same:
-            warnings.warn(
-                f"fp8_dummy: {self.label}: self-check failed on {device} {dtype} ({why}); "
-                "these tensors are filled by the reference path from now on",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return same
+def probe_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A small tensor like ``t`` for an engine probe (fp8_dummy/_proof.py): its dtype, device
+    and number of dimensions (0, 1 or 2+), 8,643 elements (67 x 129) unless 0-dim, every
+    byte 0x55."""
+    shape = {0: (), 1: (67 * 129,)}.get(t.dim(), (67, 129) + (1,) * (t.dim() - 2))
+    p = torch.empty(shape, dtype=t.dtype, device=t.device)
+    raw = torch.empty(0, dtype=torch.uint8, device=t.device)
+    raw.set_(p.untyped_storage()).fill_(0x55)
+    return p
 
 
 def enabled(variable: str) -> bool:

@@ -12,14 +12,21 @@ from typing import NamedTuple
 
 import torch
 
+from ._proof import emit_pending
+
 __all__ = [
     "A100",
     "H200",
     "Launch",
     "cuda_launch_plan",
+    "cuda_probe_numel",
     "device_properties",
     "emulate_cuda_init_",
     "emulate_cuda_init_many_",
+    "emulate_cuda_kernel_init_",
+    "emulate_proven_cuda_init_",
+    "emulate_proven_cuda_init_many_",
+    "emulate_proven_cuda_init_stateless_",
 ]
 
 # (SM count, max threads per SM)
@@ -97,3 +104,90 @@ def cuda_launch_plan(
     )
     runs = [Launch(*flat[i : i + 5]) for i in range(1, len(flat), 5)]
     return runs, flat[0]
+
+
+def emulate_cuda_kernel_init_(
+    t: torch.Tensor,
+    low: float,
+    high: float,
+    seed: int,
+    *,
+    offset: int = 0,
+    sm_count: int,
+    max_threads_per_sm: int = 2048,
+    saturate_e4m3fn: bool = True,
+    grid: int = 0,
+) -> int:
+    """Our per-tensor CUDA kernel (not the reference) on the CPU tensor ``t`` (FP8): every
+    work item through the kernel's own work walk and per-item code, thread after thread of
+    a simulated grid of ``grid`` blocks (0: 8 per SM). The same bytes and returned offset as
+    :func:`emulate_cuda_init_` when the kernel is right."""
+    return torch.ops.fp8_dummy_internal.emulate_cuda_kernel_init_(
+        t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate_e4m3fn, grid
+    )
+
+
+def cuda_probe_numel(sm_count: int, max_threads_per_sm: int = 2048) -> int:
+    """Elements of the CUDA paths' proof probes on such a GPU: two full grid steps of the
+    reference and a partial one (csrc/launch/cuda_proof.h)."""
+    return torch.ops.fp8_dummy_internal.cuda_probe_numel(sm_count, max_threads_per_sm)
+
+
+def emulate_proven_cuda_init_(
+    t: torch.Tensor,
+    low: float,
+    high: float,
+    seed: int,
+    *,
+    offset: int = 0,
+    sm_count: int,
+    max_threads_per_sm: int = 2048,
+    saturate_e4m3fn: bool = True,
+    generator_form: bool = False,
+) -> int:
+    """``init_`` as the CUDA launcher runs it, with the emulated kernel: proven on its key
+    (the launcher's probe and verdict) before it fills ``t``, else the emulated reference.
+    Refusals are in :func:`fp8_dummy.self_check_report` and warn once."""
+    after = torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_(
+        t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate_e4m3fn, generator_form
+    )
+    emit_pending()
+    return after
+
+
+def emulate_proven_cuda_init_many_(
+    tensors: list[torch.Tensor],
+    low: float,
+    high: float,
+    seed: int,
+    *,
+    sm_count: int,
+    max_threads_per_sm: int = 2048,
+    saturate_e4m3fn: bool = True,
+) -> int:
+    """``init_many_`` as the CUDA launcher runs it, with the emulated batched kernel, proven
+    per dtype before use; returns the number of batched launches."""
+    launches = torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_many_(
+        tensors, low, high, seed, sm_count, max_threads_per_sm, saturate_e4m3fn
+    )
+    emit_pending()
+    return launches
+
+
+def emulate_proven_cuda_init_stateless_(
+    t: torch.Tensor,
+    low: float,
+    high: float,
+    seed: int,
+    *,
+    key_offset: int = 0,
+    element_offset: int = 0,
+    element_strides: list[int] | None = None,
+    sm_count: int = 132,
+) -> None:
+    """``init_stateless_`` as its CUDA launcher runs it, with the kernel's per-element rule
+    on the CPU, proven against the CPU kernel (linear or general layout) before use."""
+    torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_stateless_(
+        t, low, high, seed, key_offset, element_offset, element_strides, sm_count
+    )
+    emit_pending()

@@ -10,8 +10,9 @@ from typing import Any, Callable, Literal
 import torch
 
 from . import reference
-from ._engine_common import Action, SelfCheck, fusable, random_bytes_, sglang_action, vllm_action
+from ._engine_common import Action, fusable, random_bytes_, sglang_action, vllm_action
 from ._progress import Progress
+from ._proof import corrupt_, emit_pending, fault
 from .ops import init_, init_many_
 from .stateless import init_stateless_
 
@@ -130,13 +131,16 @@ def run_plan(
     *,
     mode: str = "reference",
     progress: bool | None = False,
-    check: SelfCheck | None = None,
     reference: Callable[[torch.Tensor, float, float, int], Any] | None = None,
+    fault_path: str | None = None,
 ) -> None:
     """Carry out the actions. ``uniform`` goes through our fused operator where
-    :func:`fusable` and ``check`` (if given) allow it, else through ``reference``
-    (default :func:`fp8_dummy.reference.new_path`); ``call`` runs ``action.value()``.
-    No progress display by default: inside an engine, its own loader shows none.
+    :func:`fusable` allows it (the engines' drop-ins decide beforehand what their proofs
+    allow: ``reference`` actions), else through ``reference`` (default
+    :func:`fp8_dummy.reference.new_path`); ``call`` runs ``action.value()``. ``fault_path``:
+    the engine integration whose injected fault (FP8_DUMMY_FAULT) corrupts one byte of each
+    fused fill (tests of the proof). No progress display by default: inside an engine, its
+    own loader shows none.
 
     Fill order only matters where tensors share memory, so: an exact alias with the same
     action is filled once; every entry on a storage that is touched in any other way
@@ -177,9 +181,13 @@ def run_plan(
     batches: dict[tuple[float, float], list[torch.Tensor]] = {}
     batch_bytes = 0
 
+    corrupt = fault_path is not None and fault(fault_path)
+
     def flush() -> None:
         for (lo, hi), batch in batches.items():
             init_many_(batch, lo, hi, seed)
+            for x in batch if corrupt else ():
+                corrupt_(x)
             if bar is not None:
                 for x in batch:
                     bar.update(x)
@@ -188,12 +196,7 @@ def run_plan(
     try:
         with torch.no_grad():
             for t, action, ordered in todo:
-                fused = (
-                    action.kind == "uniform"
-                    and mode == "reference"
-                    and fusable(t)
-                    and (check is None or check.passed(t, action.low, action.high))
-                )
+                fused = action.kind == "uniform" and mode == "reference" and fusable(t)
                 if fused and t.is_cuda and not ordered:
                     batches.setdefault((action.low, action.high), []).append(t.data)
                     batch_bytes += t.numel() * t.element_size()
@@ -203,9 +206,11 @@ def run_plan(
                     continue
                 if fused:
                     init_(t.data, action.low, action.high, seed)
+                    if corrupt:
+                        corrupt_(t.data)
                 elif action.kind == "uniform" and mode == "stateless":
                     init_stateless_(t.data, action.low, action.high, seed)
-                elif action.kind == "uniform":
+                elif action.kind in ("uniform", "reference"):
                     ref(t, action.low, action.high, seed)
                 else:
                     apply_action(t, action, seed)
@@ -215,6 +220,7 @@ def run_plan(
     finally:
         if bar is not None:
             bar.close()
+        emit_pending()
 
 
 def apply_action(t: torch.Tensor, action: Action, seed: int) -> None:

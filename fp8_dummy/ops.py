@@ -7,6 +7,8 @@ from collections.abc import Iterable
 
 import torch
 
+from ._proof import emit_pending
+
 __all__ = ["cpu_fast_path_info", "init_", "init_many_", "random_"]
 
 _TWO_63, _TWO_64 = 1 << 63, 1 << 64
@@ -61,6 +63,7 @@ def init_(
     else:
         _check_generator(generator, "init_")
         torch.ops.fp8_dummy.init_.generator(t, low, high, generator=generator)
+    emit_pending()
     return t
 
 
@@ -84,6 +87,7 @@ def init_many_(
     seed = as_int64(seed, "seed", "init_many_")
     if tensors:  # the dispatcher needs a tensor to pick a device
         torch.ops.fp8_dummy.init_many_.default(tensors, low, high, seed)
+        emit_pending()
     return tensors
 
 
@@ -116,6 +120,7 @@ def random_(
     else:
         _check_generator(generator, "random_")
         torch.ops.fp8_dummy.random_.generator(t, low, high, generator=generator)
+    emit_pending()
     return t
 
 

@@ -24,7 +24,8 @@ from typing import Any, Callable
 import torch
 
 from . import reference
-from ._engine_common import SelfCheck, enabled, sglang_action
+from ._engine_common import _cuda_kernels, enabled, probe_tensor, sglang_action
+from ._proof import first_difference, proven
 from .model import run_plan, walk
 
 __all__ = ["initialize_dummy_weights", "register"]
@@ -32,8 +33,6 @@ __all__ = ["initialize_dummy_weights", "register"]
 ENV = "FP8_DUMMY_SGLANG"
 TARGET = "sglang.srt.model_loader.weight_utils.initialize_dummy_weights"
 logger = logging.getLogger(__name__)  # SGLang configures the root logger
-_checks: dict[Any, SelfCheck] = {}
-_rules_ok: dict[Any, bool] = {}
 
 
 def initialize_dummy_weights(
@@ -47,12 +46,19 @@ def initialize_dummy_weights(
     SGLang raises (a meta tensor that is not such a scale, packed FP4), so does this,
     before anything is written. CUDA tensors are batched (:func:`fp8_dummy.init_many_`).
     """
-    _fill(_sglang_function(), model, low, high, seed)
+    _fill(_sglang_function(), model, (low, high, seed))
 
 
 def register() -> None:
     """The plugin's entry point: an AROUND hook on SGLang's ``initialize_dummy_weights``
     (SGLang rebinds every ``from ... import`` copy of it, the loader's included)."""
+    try:
+        _register()
+    except Exception as e:  # noqa: BLE001 (a plugin must never break SGLang's start)
+        _warn_once("registration", e)
+
+
+def _register() -> None:
     if not enabled(ENV):
         logger.info("fp8_dummy: %s=%s, dummy weights left to SGLang", ENV, os.environ[ENV])
         return
@@ -62,29 +68,124 @@ def register() -> None:
         logger.info("fp8_dummy: this SGLang has no hook registry; see fp8_dummy.sglang")
         return
     HookRegistry.register(TARGET, _around, HookType.AROUND)
-    logger.info("fp8_dummy: dummy weights through fp8_dummy (SGLang %s)", _version())
+    logger.info(
+        "fp8_dummy: SGLang %s: dummy weights through fp8_dummy (%s)", _version(), _what_happens()
+    )
+
+
+def _what_happens() -> str:
+    proof = "each kind of tensor after a probe against SGLang's own function"
+    if torch.version.cuda is not None and not _cuda_kernels():
+        return f"{proof}; CUDA kernels not built: CUDA dummy weights left to SGLang"
+    if torch.version.hip is not None:
+        return f"{proof}; ROCm tensors left to SGLang"
+    return proof
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(what: str, e: Exception) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(
+            f"fp8_dummy: the SGLang plugin's {what} failed ({type(e).__name__}: {e}); "
+            "SGLang's own dummy weights are used",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _around(original: Callable[..., Any], model: torch.nn.Module, *args: Any, **kw: Any) -> Any:
-    known = set(kw) <= {"low", "high", "seed"} and len(args) + len(kw) <= 3
-    if not known:  # arguments of a later SGLang: its own function decides
-        return original(model, *args, **kw)
-    bound = dict(zip(("low", "high", "seed"), args), **kw)
-    return _fill(original, model, **bound)
+    """The hook: ours where proven; whatever fails in ours, SGLang's own function (if that
+    raises too, its error is the engine's and propagates)."""
+    try:
+        return _fill(original, model, args, kw)
+    except Exception as e:  # noqa: BLE001
+        result = original(model, *args, **kw)
+        _warn_once("fill", e)
+        return result
 
 
 def _fill(
     original: Callable[..., Any] | None,
     model: torch.nn.Module,
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
+    args: tuple = (),
+    kwargs: dict | None = None,
 ) -> None:
-    if original is not None and not _same_rules(original):
-        original(model, low, high, seed)
-        return
+    """The model as SGLang's function called with (``args``, ``kwargs``) fills it: ours where
+    every kind of tensor met passed its probe against ``original``, else ``original`` itself
+    on the whole model (its semantics may be a later SGLang's)."""
+    kwargs = kwargs or {}
+    try:
+        low, high, seed = _bound(args, kwargs)
+    except TypeError:  # arguments of a later SGLang: its own function decides
+        if original is None:
+            raise
+        return original(model, *args, **kwargs)
     entries = [(n, t, sglang_action(t, low, high, n)) for n, _, t in walk(model, "state_dict")]
-    run_plan(entries, seed, check=_self_check(original), reference=_reference_old)
+    if original is not None:
+        for name, t, _ in entries:
+            if not t.is_meta and not _proven(original, name, t, args, kwargs, (low, high, seed)):
+                return original(model, *args, **kwargs)
+    run_plan(entries, seed, reference=_reference_old, fault_path="sglang")
+
+
+def _bound(args: tuple, kwargs: dict) -> tuple[float, float, int]:
+    """(low, high, seed) of a call of SGLang 0.5.23's signature (after the model)."""
+    if len(args) > 3 or set(kwargs) - {"low", "high", "seed"}:
+        raise TypeError("not SGLang 0.5.23's signature")
+    values = {"low": -1e-3, "high": 1e-3, "seed": 1234, **dict(zip(("low", "high", "seed"), args))}
+    values.update(kwargs)
+    return values["low"], values["high"], values["seed"]
+
+
+def _proven(
+    original: Callable[..., Any],
+    name: str,
+    t: torch.Tensor,
+    args: tuple,
+    kwargs: dict,
+    bounds: tuple[float, float, int],
+) -> bool:
+    """Once per (SGLang version, device, dtype, local name, number of dimensions, the
+    arguments): SGLang's own function on a probe model holding one small poisoned tensor
+    under ``name``, called exactly as the loader called it, against our plan of it."""
+    call = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    local = name.rsplit(".", 1)[-1]
+    key = (
+        f"sglang: SGLang {_version()} {t.device} {t.dtype} name={local!r} "
+        f"dims={min(t.dim(), 2)} call=(model{', ' if call else ''}{call})"
+    )
+
+    def probe() -> str | None:
+        theirs, ours = _probe_model(name, t), _probe_model(name, t)
+        low, high, seed = bounds
+        entries = [(n, x, sglang_action(x, low, high, n)) for n, _, x in walk(ours, "state_dict")]
+        try:
+            original(theirs, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 (the same refusal as ours is a match)
+            refusal = entries[0][2].value if entries[0][2].kind == "error" else None
+            if refusal is not None and isinstance(e, refusal[0]):
+                return None
+            return f"SGLang raised {type(e).__name__}: {e}; our plan is {entries[0][2].kind!r}"
+        run_plan(entries, seed, reference=_reference_old, fault_path="sglang")
+        return first_difference(ours.get_buffer(name), theirs.get_buffer(name))
+
+    return proven(key, probe)
+
+
+def _probe_model(name: str, like: torch.Tensor) -> torch.nn.Module:
+    """A module tree whose only state_dict entry is ``name`` (dotted), a probe tensor."""
+    root = torch.nn.Module()
+    *path, leaf = name.split(".")
+    m = root
+    for part in path:
+        child = torch.nn.Module()
+        m.add_module(part, child)
+        m = child
+    m.register_buffer(leaf, probe_tensor(like))
+    return root
 
 
 def _reference_old(t: torch.Tensor, low: float, high: float, seed: int) -> None:
@@ -98,65 +199,6 @@ def _sglang_function() -> Callable[..., Any] | None:
     while f is not None and getattr(f, "__wrapped__", None) is not None:
         f = f.__wrapped__  # under our hook: the function it wraps
     return None if f is initialize_dummy_weights else f
-
-
-def _self_check(original: Callable[..., Any] | None) -> SelfCheck:
-    if original not in _checks:
-        if original is None:
-            _checks[None] = SelfCheck("SGLang dummy weights", _reference_old)
-        else:
-
-            def theirs(t: torch.Tensor, low: float, high: float, seed: int) -> None:
-                probe = torch.nn.Module()
-                probe.register_buffer("probe", t)
-                original(probe, low, high, seed)
-
-            _checks[original] = SelfCheck("SGLang initialize_dummy_weights", theirs)
-    return _checks[original]
-
-
-def _same_rules(original: Callable[..., Any]) -> bool:
-    """Once per function: do SGLang's rules (names, integers, nesting) give our bytes on a
-    tiny CPU model? A later SGLang may change them; then its function is used."""
-    if original not in _rules_ok:
-        pair = [_probe_model(), _probe_model()]
-        try:
-            original(pair[0], -0.5, 0.5, 7)
-            _fill(None, pair[1], -0.5, 0.5, 7)
-            same = all(
-                torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-                for a, b in zip(pair[0].state_dict().values(), pair[1].state_dict().values())
-            )
-        except Exception:  # noqa: BLE001 (any difference means: use SGLang's function)
-            same = False
-        if not same:
-            warnings.warn(
-                "fp8_dummy: this SGLang's initialize_dummy_weights follows other rules than "
-                "0.5.23's; it is used as is",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        _rules_ok[original] = same
-    return _rules_ok[original]
-
-
-def _probe_model() -> torch.nn.Module:
-    m = torch.nn.Module()
-    m.inner = torch.nn.Module()
-    for name, dtype in (
-        ("weight", torch.float8_e4m3fn),
-        ("weight_scale_inv", torch.float32),
-        ("weight_scale_2", torch.float32),
-        ("weight_scale", torch.float32),
-        ("qweight", torch.int8),
-        ("packed", torch.uint8),
-        ("norm", torch.bfloat16),
-    ):
-        t = torch.empty(5, 7, dtype=dtype)
-        t.view(torch.uint8).fill_(0x55)
-        m.inner.register_buffer(name, t)
-    m.register_buffer("steps", torch.arange(3))
-    return m
 
 
 def _version() -> str:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ._proof import emit_pending
 from .ops import as_float, as_int64
 
 __all__ = ["init_shard_", "init_stateless_", "shard_slices", "split_bounds"]
@@ -53,6 +54,7 @@ def init_stateless_(
         element_offset=_as_index(element_offset, "element_offset", op),
         element_strides=strides,
     )
+    emit_pending()
     return t
 
 

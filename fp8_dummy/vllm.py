@@ -23,7 +23,8 @@ from typing import Any, Callable
 import torch
 
 from . import reference
-from ._engine_common import Action, SelfCheck, fusable, vllm_action
+from ._engine_common import Action, fusable, probe_tensor, vllm_action
+from ._proof import corrupt_, fault, first_difference, proven
 from .model import apply_action, run_plan, walk
 from .ops import init_
 
@@ -31,7 +32,6 @@ __all__ = ["generation", "initialize_dummy_weights", "initialize_single_dummy_we
 
 # Set by the plugin to vLLM's own functions before it replaces them in the loader.
 originals: dict[str, Callable[..., Any]] = {}
-_checks: dict[Any, SelfCheck] = {}
 _platform: tuple[bool, bool] | None = None
 
 
@@ -90,24 +90,73 @@ def original_single() -> Callable[..., Any] | None:
         return originals["single"]
     if version() is None:
         return None
-    from vllm.model_executor.model_loader import weight_utils
-
-    f = weight_utils.initialize_single_dummy_weight
+    try:
+        from vllm.model_executor.model_loader import weight_utils
+    except Exception:  # noqa: BLE001 (a vLLM whose loader does not import: ours alone)
+        return None
+    f = getattr(weight_utils, "initialize_single_dummy_weight", None)
     return None if f is initialize_single_dummy_weight else f
 
 
-def self_check(original: Callable[..., Any] | None) -> SelfCheck:
-    """The once-per-(device, dtype) check of our fused fill against ``original`` (vLLM's
-    function called with explicit bounds: its float path), or the reference path."""
-    if original not in _checks:
+def fused_fill_(t: torch.Tensor, low: float, high: float, seed: int) -> None:
+    """Our fill of a tensor vLLM sends through its float path (FP8_DUMMY_FAULT=vllm corrupts
+    one byte of it, for the tests of the proof)."""
+    init_(t, low, high, seed)
+    if fault("vllm"):
+        corrupt_(t)
+
+
+def _call_text(args: tuple, kwargs: dict) -> str:
+    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if k != "name"]
+    return "(" + ", ".join(["t", *shown, "name=..."]) + ")"
+
+
+def proven_fused(
+    param: torch.Tensor,
+    call: tuple[tuple, dict],
+    name: str,
+    gen: int,
+    original: Callable[..., Any] | None,
+) -> bool:
+    """Whether our fused fill may stand in for vLLM's float path for tensors like ``param``.
+
+    Once per (vLLM version, device, dtype, local name, number of dimensions, the loader's
+    arguments), a probe: vLLM's own function called on a small poisoned tensor exactly as
+    the loader called it (``call``: the arguments after the tensor), and our plan of that
+    call, compared byte for byte (fp8_dummy/_proof.py). Without vLLM, the reference path
+    (docs/engines.md) is the function. A version we have not matched is used only where
+    its probes pass; a refusal warns once, naming the version and the key."""
+    args, kwargs = call
+    version_text = version() or "not installed"
+    local = name.rsplit(".", 1)[-1]
+    key = (
+        f"vllm: vLLM {version_text} {param.device} {param.dtype} name={local!r} "
+        f"dims={min(param.dim(), 2)} call={_call_text(args, kwargs)}"
+    )
+
+    def probe() -> str | None:
+        theirs, ours = probe_tensor(param), probe_tensor(param)
         if original is None:
-            _checks[None] = SelfCheck("vLLM dummy weights", reference.new_path)
+            low, high, seed = _bound(args, kwargs)
+            action = vllm_action(ours, low, high, name, gen)
+            reference.new_path(theirs, action.low, action.high, seed)
         else:
-            _checks[original] = SelfCheck(
-                "vLLM initialize_single_dummy_weight",
-                lambda t, low, high, seed: original(t, low, high, seed),
-            )
-    return _checks[original]
+            original(theirs, *args, **kwargs)
+            low, high, seed = _bound(args, kwargs)
+            action = vllm_action(ours, low, high, name, gen)
+        if action.kind != "uniform":
+            return f"our plan is {action.kind!r}, not the float path"
+        fused_fill_(ours, action.low, action.high, seed)
+        return first_difference(ours, theirs)
+
+    return proven(key, probe)
+
+
+def _bound(args: tuple, kwargs: dict) -> tuple[float | None, float | None, int]:
+    """(low, high, seed) of a call of vLLM's signature (after the tensor)."""
+    values = dict(zip(("low", "high", "seed"), args))
+    values.update({k: v for k, v in kwargs.items() if k in ("low", "high", "seed")})
+    return values.get("low"), values.get("high"), values.get("seed", 1234)
 
 
 def plan_single(
@@ -118,25 +167,30 @@ def plan_single(
     name: str,
     gen: int,
     original: Callable[..., Any] | None,
+    call: tuple[tuple, dict] | None = None,
 ) -> Action:
-    """The action for one tensor: ``uniform`` where we fill it (fused, self-checked),
-    else a call of vLLM's own function with the arguments the loader gave, else (no vLLM)
-    our reproduction of vLLM's branch."""
+    """The action for one tensor: ``uniform`` where we fill it (fused, proven), else a call
+    of vLLM's own function with the arguments the loader gave (``call``, the arguments after
+    the tensor; default: these values as keywords), else (no vLLM) our reproduction of
+    vLLM's branch."""
     tpu, rocm = _vllm_platform()
     action = vllm_action(param, low, high, name, gen, tpu=tpu, rocm=rocm)
-    if action.kind == "skip" or original is None:
+    if action.kind == "skip":
         return action
+    if call is None:
+        call = ((low, high, seed), {"name": name}) if gen >= 33 else ((low, high, seed), {})
+        if gen < 33:  # the older signature has these defaults
+            call = ((-1e-3 if low is None else low, 1e-3 if high is None else high, seed), {})
     if (
         action.kind == "uniform"
         and fusable(param)
-        and self_check(original).passed(param, action.low, action.high)
+        and proven_fused(param, call, name, gen, original)
     ):
         return action
-    if gen >= 33:
-        return Action("call", value=lambda: original(param, low, high, seed, name=name))
-    lo = -1e-3 if low is None else low  # the older signature has these defaults
-    hi = 1e-3 if high is None else high
-    return Action("call", value=lambda: original(param, lo, hi, seed))
+    if original is None:
+        return action if action.kind != "uniform" else Action("reference", action.low, action.high)
+    args, kwargs = call
+    return Action("call", value=lambda: original(param, *args, **kwargs))
 
 
 @torch.no_grad()
@@ -156,21 +210,30 @@ def initialize_single_dummy_weight(
     where a bound is None. vLLM 0.30-0.32: meta skipped, ``dummy_weight_value``, floats
     only, None bounds read as ±1e-3 (those versions default to it). 0.28-0.29: the
     same without ``dummy_weight_value``. ``name`` is used from 0.33 on.
+
+    The float path runs fused where its probe against vLLM's own function passed (once per
+    kind of tensor, :func:`proven_fused`); everything else is vLLM's own function.
     """
+    fill_single(param, ((low, high, seed), {"name": name}), name)
+
+
+def fill_single(param: torch.Tensor, call: tuple[tuple, dict], name: str) -> None:
+    """One tensor as vLLM's loader asked for it: ``call`` = the arguments after the tensor."""
     gen = generation()
     original = original_single()
-    action = plan_single(param, low, high, seed, name, gen, original)
+    low, high, seed = _bound(*call)
+    if gen < 33:
+        call = ((-1e-3 if low is None else low, 1e-3 if high is None else high, seed), {})
+    action = plan_single(param, low, high, seed, name, gen, original, call)
     if action.kind == "error":
         kind, message = action.value
         raise kind(f"fp8_dummy: {message}")
     if action.kind == "uniform":  # one tensor: straight to the operator, no planning
-        lo, hi = action.low, action.high
-        if fusable(param) and self_check(original).passed(param, lo, hi):
-            init_(param.data, lo, hi, seed)
-        else:  # only without vLLM (with it, plan_single hands these to vLLM)
-            reference.new_path(param, lo, hi, seed)
-        return
-    apply_action(param, action, seed)
+        fused_fill_(param.data, action.low, action.high, seed)
+    elif action.kind == "reference":
+        reference.new_path(param, action.low, action.high, seed)
+    else:
+        apply_action(param, action, seed)
 
 
 def initialize_dummy_weights(
@@ -192,4 +255,4 @@ def initialize_dummy_weights(
         (name, t, plan_single(t, low, high, seed, "", gen, original))
         for name, _, t in walk(model, "state_dict")
     ]
-    run_plan(entries, seed, check=self_check(original))
+    run_plan(entries, seed, fault_path="vllm")

@@ -17,8 +17,7 @@ from helpers.engine_models import EngineModel, all_tensors, assert_same_bytes, c
 from oracles import engines as oracle
 
 import fp8_dummy
-from fp8_dummy import _engine_common
-from fp8_dummy import model as fmodel
+from fp8_dummy import _engine_common, _proof
 from fp8_dummy import sglang as fsglang
 from fp8_dummy import vllm as fvllm
 
@@ -176,24 +175,35 @@ def test_shared_storage_keeps_the_engine_order():
     assert bool((a.a.weight == 120).all()) and bool((a.c.weight[:2].float() == 0.5).all())
 
 
-def test_self_check_falls_back_to_the_reference_with_one_warning():
-    def wrong(t, low, high, seed):
-        t.view(torch.uint8).fill_(7)
+def test_a_refused_key_warns_once_and_is_remembered():
+    key = "test: a probe that differs"
+    probes = []
 
-    check = _engine_common.SelfCheck("test", wrong)
-    x = torch.empty(10, dtype=torch.float8_e4m3fn)
-    with pytest.warns(RuntimeWarning, match="self-check failed"):
-        fmodel.run_plan(
-            [("x", x, _engine_common.Action("uniform", -1, 1))], 0, check=check, reference=wrong
-        )
-    assert bool((x.view(torch.uint8) == 7).all())  # the reference filled it
+    def probe():
+        probes.append(1)
+        return "first differing byte at element 0"
+
+    torch.ops.fp8_dummy_internal.proof_forget("test:")
+    with pytest.warns(RuntimeWarning, match="self-check refused test: a probe that differs"):
+        assert not _proof.proven(key, probe)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not check.passed(x, -1.0, 1.0)  # remembered, no second warning
-    right = _engine_common.SelfCheck(
-        "test", lambda t, lo, hi, s: fp8_dummy.reference.new_path(t, lo, hi, s)
-    )
-    assert right.passed(x, -1.0, 1.0)
+        assert not _proof.proven(key, probe)  # remembered: no probe, no second warning
+    assert probes == [1]
+    entry = next(e for e in fp8_dummy.self_check_report() if e.key == key)
+    assert (entry.path, entry.proven, entry.detail) == ("test", False, probe())
+    assert _proof.proven("test: a probe that matches", lambda: None)
+    assert _proof.proven("test: a probe that matches", probe)  # cached verdict
+
+
+def test_a_probe_that_raises_is_a_refusal():
+    torch.ops.fp8_dummy_internal.proof_forget("test:")
+
+    def probe():
+        raise ValueError("no such thing")
+
+    with pytest.warns(RuntimeWarning, match="the probe failed: ValueError: no such thing"):
+        assert not _proof.proven("test: raises", probe)
 
 
 def test_random_bytes_helper_is_torchs_random():

@@ -133,6 +133,7 @@ def test_rules_self_check_uses_sglang_when_its_rules_change(monkeypatch):
                 t.fill_(0.5)
 
     a = EngineModel()
-    with pytest.warns(RuntimeWarning, match="other rules"):
+    torch.ops.fp8_dummy_internal.proof_forget("sglang")
+    with pytest.warns(RuntimeWarning, match="self-check refused sglang: SGLang"):
         fsglang._around(other_rules, a, -0.1, 0.1)
     assert bool((a.layers[0].norm.weight == 0.5).all())

@@ -6,13 +6,12 @@ CUDA (scripts/gpu_check.sh runs it on a GPU, where no vLLM is installed)."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import pytest
 import torch
 from conftest import storage_bytes
-from helpers import entry_points, fake_vllm
+from helpers import fake_vllm
 from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 
 from fp8_dummy import vllm as fvllm
@@ -26,33 +25,14 @@ DEVICES = [
 ]
 
 
-def _vllm_modules() -> dict:
-    return {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
+_vllm_modules = fake_vllm._vllm_modules
 
 
 @pytest.fixture(params=["0.33.0", "0.30.0", "0.28.0"])
 def fake(request, tmp_path, monkeypatch):
-    """The stand-in vLLM of that version on sys.path, fp8_dummy's entry point visible,
-    fp8_dummy.vllm's caches empty; everything put back after."""
-    saved = _vllm_modules()
-    for k in saved:
-        del sys.modules[k]
-    site = fake_vllm.write(tmp_path / "site", request.param)
-    monkeypatch.syspath_prepend(str(site))
-    entry_points.provide("vllm.general_plugins", tmp_path / "entry_points")
-    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
-    monkeypatch.delenv(vllm_plugin.ENV, raising=False)
-    monkeypatch.setattr(fvllm, "originals", {})
-    monkeypatch.setattr(fvllm, "_checks", {})
-    monkeypatch.setattr(fvllm, "_platform", None)
-    importlib.invalidate_caches()
-    try:
-        yield request.param
-    finally:
-        vllm_plugin.unregister()
-        for k in _vllm_modules():
-            del sys.modules[k]
-        sys.modules.update(saved)
+    """The stand-in vLLM of that version, installed for the test (helpers/fake_vllm.py)."""
+    with fake_vllm.installed(tmp_path, monkeypatch, request.param) as version:
+        yield version
 
 
 def _loader(fmt="dummy"):
@@ -109,7 +89,7 @@ def test_patch_waits_for_vllm_to_import_its_loader(fake):
     assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
     assert "fp8_dummy" in _LOAD_FORMAT_TO_MODEL_LOADER
     if fvllm.generation() < 30:
-        assert dummy_loader.initialize_dummy_weights is fvllm.initialize_dummy_weights
+        assert dummy_loader.initialize_dummy_weights is vllm_plugin._model
 
 
 def test_switched_off(fake, monkeypatch):
@@ -156,7 +136,7 @@ def test_self_check_failure_falls_back_to_vllm(fake, monkeypatch):
     _loader().load_weights(without, None)
     plugins.load_general_plugins()
     assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
-    with pytest.warns(RuntimeWarning, match="self-check failed on cpu torch.bfloat16"):
+    with pytest.warns(RuntimeWarning, match=r"self-check refused vllm: vLLM .* cpu torch.bfloat16"):
         _loader().load_weights(with_plugin, None)
     assert_same_bytes(with_plugin, without)
 

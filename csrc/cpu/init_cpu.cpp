@@ -22,15 +22,19 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 
+#include "common/proof.h"
 #include "common/reference.h"
 #include "common/strided_walk.h"
 #include "cpu/fp8_convert_avx2.h"
@@ -138,71 +142,160 @@ std::optional<cpu::Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double lo
   return runs;
 }
 
+// Everything that selects the fast path's code for one call: made once per call, shared by
+// the call and its probe, so the probe runs the call's very branches.
+struct FastPlan {
+  cpu::Kernels kernels;
+  cpu::UniformParams params;
+  Fp8Converter convert;
+  std::optional<cpu::Fp8Runs> runs;
+  int threads;
+  bool linear;
+};
+
+FastPlan plan_fast(const at::Tensor& self, double low, double high, const cpu::Kernels& kernels) {
+  const bool simd = kernels.level != cpu::SimdLevel::kPortable;
+  FastPlan p{kernels, cpu::make_uniform_params(low, high, cpu::fast_config().transform),
+             make_converter(self.scalar_type(), low, high, simd)};
+  p.runs = fp8_runs(self.scalar_type(), self.numel(), low, high, p.params, p.convert.table);
+  p.threads = cpu::draw_threads(self.numel());
+  p.linear = memory_order(self).linear();
+  return p;
+}
+
 // False, having drawn and written nothing, when the generator's state must go to the
 // exact path.
-bool fill_fp8_fast(const at::Tensor& self, double low, double high,
-                   const std::optional<at::Generator>& gen, const cpu::Kernels& kernels) {
+bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastPlan& plan) {
   const int64_t n = self.numel();
-  const bool simd = kernels.level != cpu::SimdLevel::kPortable;
-  const Fp8Converter convert = make_converter(self.scalar_type(), low, high, simd);
-  const auto params = cpu::make_uniform_params(low, high, cpu::fast_config().transform);
   const MemoryOrder order = memory_order(self);
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
-  auto* g =
-      at::get_generator_or_default<at::CPUGeneratorImpl>(gen, at::detail::getDefaultCPUGenerator());
-  std::lock_guard<std::mutex> lock(g->mutex_);
-  auto pod = g->engine().data();
-  if (!cpu::stream_usable(pod)) return false;
-  const int threads = cpu::draw_threads(n);
-  const auto runs = fp8_runs(self.scalar_type(), n, low, high, params, convert.table);
-  // A block at a time: words -> FP8 bytes from the runs, or words -> float16 bits (in
-  // cache) -> FP8 bytes.
-  auto to_bytes = [&](const uint32_t* words, int64_t len, uint8_t* dst) {
-    if (runs) return kernels.runs(words, len, params.mask, *runs, dst);
-    alignas(32) uint16_t halves[cpu::kMtN];
-    kernels.transform(words, len, /*temper=*/true, params, halves);
-    convert(halves, len, dst);
-  };
-  if (order.linear()) {
-    // Every dense layout: one run, straight into the tensor.
-    cpu::draw_words(pod, n, kernels, threads,
-                    [&](int64_t first, const uint32_t* words, int64_t len) {
-                      to_bytes(words, len, base + first);
-                    });
-  } else {
-    cpu::draw_words(pod, n, kernels, threads,
-                    [&](int64_t first, const uint32_t* words, int64_t len) {
-                      uint8_t bytes[cpu::kMtN];
-                      to_bytes(words, len, bytes);
-                      cpu::scatter_bytes(order, base, first, bytes, len);
-                    });
+  auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
+  {
+    std::lock_guard<std::mutex> lock(g->mutex_);
+    auto pod = g->engine().data();
+    if (!cpu::stream_usable(pod)) return false;
+    const auto& kernels = plan.kernels;
+    const auto& params = plan.params;
+    // A block at a time: words -> FP8 bytes from the runs, or words -> float16 bits (in
+    // cache) -> FP8 bytes.
+    auto to_bytes = [&](const uint32_t* words, int64_t len, uint8_t* dst) {
+      if (plan.runs) return kernels.runs(words, len, params.mask, *plan.runs, dst);
+      alignas(32) uint16_t halves[cpu::kMtN];
+      kernels.transform(words, len, /*temper=*/true, params, halves);
+      plan.convert(halves, len, dst);
+    };
+    if (order.linear()) {
+      // Every dense layout: one run, straight into the tensor.
+      cpu::draw_words(pod, n, kernels, plan.threads,
+                      [&](int64_t first, const uint32_t* words, int64_t len) {
+                        to_bytes(words, len, base + first);
+                      });
+    } else {
+      cpu::draw_words(pod, n, kernels, plan.threads,
+                      [&](int64_t first, const uint32_t* words, int64_t len) {
+                        uint8_t bytes[cpu::kMtN];
+                        to_bytes(words, len, bytes);
+                        cpu::scatter_bytes(order, base, first, bytes, len);
+                      });
+    }
+    at::mt19937 engine;
+    engine.set_data(pod);
+    g->set_engine(engine);
   }
-  at::mt19937 engine;
-  engine.set_data(pod);
-  g->set_engine(engine);
+  if (proof::fault("cpu.init_")) proof::corrupt(self);
   return true;
 }
 
+std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_form) {
+  std::ostringstream key;
+  key << "cpu.init_: " << self.scalar_type() << " simd=" << cpu::level_name(p.kernels.level)
+      << " conversion="
+      << (p.runs             ? "runs"
+          : p.convert.direct ? (p.convert.tiny ? "direct-subnormal" : "direct")
+                             : "table")
+      << " layout=" << (p.linear ? "dense" : "gaps")
+      << " threads=" << (p.threads > 1 ? "split" : "one")
+      << " generator=" << (generator_form ? "given" : "seed");
+  return key.str();
+}
+
+// The call's branch against torch's reference (empty_like float16, uniform_, copy_) on a
+// probe of 2^15 - 5 elements (52 mt19937 blocks: every wrap of the step and a tail) with the
+// call's dtype, bounds, plan and generator form: bytes and the generator's state
+// afterwards. Below TensorIterator's grain size, and poisoned by memset, so that the probe
+// of a small first call starts no OpenMP pool (a process forked after it must not hang).
+proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed,
+                          FastPlan plan, bool generator_form) {
+  constexpr int64_t kN = (int64_t{1} << 15) - 5;
+  auto make = [&] {
+    at::Tensor p;
+    if (plan.linear) {
+      p = at::empty({kN}, self.options());
+    } else {  // gaps: every other column of a row-major block
+      p = at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
+    }
+    std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
+    return p;
+  };
+  at::Tensor ours = make(), ref = make();
+  plan.threads = plan.threads > 1 ? std::min(plan.threads, 3) : 1;
+  auto g_ours = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  auto g_ref = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  if (generator_form) {  // a generator in use: mid-block
+    for (int i = 0; i < 7; ++i) {
+      at::check_generator<at::CPUGeneratorImpl>(g_ours)->random();
+      at::check_generator<at::CPUGeneratorImpl>(g_ref)->random();
+    }
+  }
+  if (!fill_fp8_fast(ours, g_ours, plan)) return {false, "the probe's generator state is unusable"};
+  auto temp = at::empty_like(ref, ref.options().dtype(at::kHalf));
+  temp.uniform_(low, high, g_ref);
+  ref.copy_(temp);
+  auto verdict = proof::same_bytes(ours, ref, "bytes");
+  if (verdict.passed &&
+      !cpu::same_engine(at::check_generator<at::CPUGeneratorImpl>(g_ours)->engine().data(),
+                        at::check_generator<at::CPUGeneratorImpl>(g_ref)->engine().data())) {
+    verdict = {false, "the generator's state afterwards differs"};
+  }
+  return verdict;
+}
+
 void fill_fp8(const at::Tensor& self, double low, double high,
-              const std::optional<at::Generator>& gen) {
-  const auto kernels = choose_fast_kernels(cpu::cpu_path_from_env("init_"));
+              const std::optional<at::Generator>& gen, int64_t seed) {
+  const cpu::CpuPath path = cpu::cpu_path_from_env("init_");
+  const auto kernels = choose_fast_kernels(path);
   // torch's own message and moment (before any draw); the exact path gets it from torch.
   TORCH_CHECK(!kernels || cpu::fast_config().transform.formula != cpu::Formula::kBits11 ||
                   !cpu::bits11_range_overflows(low, high),
               "Expected to - from <= std::numeric_limits<T>::max() to be true, but got false.  "
               "(Could this error message be improved?  If so, please report an enhancement "
               "request to PyTorch.)");
-  if (kernels && fill_fp8_fast(self, low, high, gen, *kernels)) return;
-  fill_fp8_exact(self, low, high, gen);
+  // gen: the generator form's generator (the caller's or the default one); none: the seed
+  // form, whose fresh generator is made here.
+  const bool generator_form = gen.has_value();
+  const at::Generator g =
+      generator_form ? *gen : at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  if (kernels) {
+    const FastPlan plan = plan_fast(self, low, high, *kernels);
+    // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
+    const bool use = path != cpu::CpuPath::kAuto ||
+                     proof::proven(fast_key(self, plan, generator_form), [&] {
+                       return probe_fast(self, low, high, seed, plan, generator_form);
+                     });
+    if (use && fill_fp8_fast(self, g, plan)) return;
+  }
+  fill_fp8_exact(self, low, high, g);
 }
 
 void fill(const at::Tensor& self, double low, double high,
-          const std::optional<at::Generator>& gen) {
+          const std::optional<at::Generator>& gen, int64_t seed) {
   if (is_fp8(self.scalar_type())) {
-    fill_fp8(self, low, high, gen);
-  } else {
+    fill_fp8(self, low, high, gen, seed);
+  } else if (gen.has_value()) {
     // float16 and wider: the reference is uniform_ on the tensor itself.
-    at::Tensor(self).uniform_(low, high, gen);
+    at::Tensor(self).uniform_(low, high, *gen);
+  } else {
+    at::Tensor(self).uniform_(low, high, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)));
   }
 }
 
@@ -210,8 +303,8 @@ void init_seed_cpu(at::Tensor& self, double low, double high, int64_t seed) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
   // Same state as torch.Generator().manual_seed(seed): mt19937 seeded with the low
-  // 32 bits of the seed's two's-complement value.
-  fill(self, low, high, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)));
+  // 32 bits of the seed's two's-complement value (made in fill()).
+  fill(self, low, high, std::nullopt, seed);
 }
 
 void init_generator_cpu(at::Tensor& self, double low, double high,
@@ -222,7 +315,9 @@ void init_generator_cpu(at::Tensor& self, double low, double high,
               "got one of device '",
               gen.has_value() && gen->defined() ? gen->device().str() : "", "'");
   if (self.numel() == 0) return;
-  fill(self, low, high, gen);
+  // The generator form: the caller's generator, or the default one.
+  const bool given = gen.has_value() && gen->defined();
+  fill(self, low, high, given ? *gen : at::detail::getDefaultCPUGenerator(), /*seed=*/0);
 }
 
 std::string cpu_fast_path_info() { return cpu::fast_config().info; }

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/proof.h"
 #include "cpu/mt19937_stream.h"
 
 namespace fp8_dummy {
@@ -141,6 +142,11 @@ inline std::vector<Transform> candidate_transforms(bool default_capability) {
   return out;
 }
 
+// Which transform this torch runs and which of our kernel sets reproduce it, searched once
+// per process through the proof mechanism (common/proof.h): each (candidate, level) pair is
+// a key of its own, reported but silent when refused (candidates are expected to fail);
+// finding none is a refusal of the fast path itself, which warns. Each call's branch is then
+// proven on its own (cpu/init_cpu.cpp).
 inline const FastConfig& fast_config() {
   static FastConfig config;
   static std::once_flag once;
@@ -150,13 +156,27 @@ inline const FastConfig& fast_config() {
     info << "torch=" << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR
          << (kVersionKnown ? "" : "(not seen before)") << " capability=" << capability;
     const auto candidates = candidate_transforms(capability == "DEFAULT");
-    std::ostringstream why[3];
+    std::string why[3];
     for (const Transform& t : candidates) {
       bool any = false;
       for (int level = 2; level >= 0; --level) {
-        why[level].str("");
+        why[level].clear();
         const auto l = static_cast<SimdLevel>(level);
-        config.ok[level] = cpu_has_level(l) && self_check(kernels_for(l), t, why[level]);
+        if (!cpu_has_level(l)) {
+          config.ok[level] = false;
+          continue;
+        }
+        const std::string key =
+            std::string("cpu.uniform_: ") + describe(t) + " simd=" + level_name(l);
+        config.ok[level] = proof::proven(
+            key,
+            [&] {
+              std::ostringstream out;
+              const bool same = self_check(kernels_for(l), t, out);
+              why[level] = out.str();
+              return proof::Verdict{same, same ? "" : "float16 stream" + out.str()};
+            },
+            proof::Warn::kNever);
         any = any || config.ok[level];
       }
       if (any) {
@@ -168,8 +188,10 @@ inline const FastConfig& fast_config() {
     if (!config.found) {
       info << " fast path off: none of the " << candidates.size()
            << " known transforms gives torch's uniform_ bytes (first: "
-           << describe(candidates.front()) << why[2].str() << why[1].str() << why[0].str() << ")";
+           << describe(candidates.front()) << why[2] << why[1] << why[0] << ")";
       config.info = info.str();
+      proof::record(std::string("cpu.init_: fast path, capability=") + capability, false,
+                    "none of the known uniform_ transforms gives this torch's bytes");
       return;
     }
     info << " " << describe(config.transform)
@@ -182,7 +204,7 @@ inline const FastConfig& fast_config() {
            << (!cpu_has_level(l)  ? "unavailable"
                : config.ok[level] ? "pass"
                                   : "FAIL")
-           << why[level].str();
+           << why[level];
     }
     config.info = info.str();
   });

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/proof.h"
 #include "common/random_bytes.h"
 #include "cpu/init_fast_path.h"
 #include "cpu/scatter_bytes.h"
@@ -104,21 +105,41 @@ struct RandomConfig {
   std::string info;
 };
 
+// Which of our kernel sets give torch's random_ bytes, found once per process through the
+// proof mechanism (common/proof.h): one silent key per level; none passing is a refusal of
+// the fast path itself, which warns. Each call's branch is then proven on its own (fill()).
 const RandomConfig& random_config() {
   static RandomConfig config;
   static std::once_flag once;
   std::call_once(once, [] {
     std::ostringstream info;
     info << "random_:";
+    bool any = false;
     for (int level = 2; level >= 0; --level) {
       const auto l = static_cast<cpu::SimdLevel>(level);
-      std::ostringstream why;
-      config.ok[level] = cpu::cpu_has_level(l) && random_self_check(cpu::kernels_for(l), why);
+      std::string why;
+      if (cpu::cpu_has_level(l)) {
+        const std::string key = std::string("cpu.random_: kernels simd=") + cpu::level_name(l);
+        config.ok[level] = proof::proven(
+            key,
+            [&] {
+              std::ostringstream out;
+              const bool same = random_self_check(cpu::kernels_for(l), out);
+              why = out.str();
+              return proof::Verdict{same, same ? "" : "bytes" + why};
+            },
+            proof::Warn::kNever);
+      }
+      any = any || config.ok[level];
       info << " " << cpu::level_name(l) << "="
            << (!cpu::cpu_has_level(l) ? "unavailable"
                : config.ok[level]     ? "pass"
                                       : "FAIL")
-           << why.str();
+           << why;
+    }
+    if (!any) {
+      proof::record("cpu.random_: fast path", false,
+                    "none of our kernel sets gives this torch's random_ bytes");
     }
     config.info = info.str();
   });
@@ -136,13 +157,71 @@ std::optional<cpu::Kernels> choose_kernels(cpu::CpuPath path) {
   return std::nullopt;
 }
 
-void fill(at::Tensor& self, int64_t from, int64_t to, const at::Generator& gen) {
-  const auto kernels = choose_kernels(cpu::cpu_path_from_env("random_"));
+// random_fast plus the injected fault (FP8_DUMMY_FAULT=cpu.random_): what a call runs.
+bool random_fast_call(const at::Tensor& self, const MemoryOrder& order, int64_t from, int64_t to,
+                      at::CPUGeneratorImpl* gen, const cpu::Kernels& kernels, int threads) {
+  if (!random_fast(self, order, from, to, gen, kernels, threads)) return false;
+  if (proof::fault("cpu.random_")) proof::corrupt(self);
+  return true;
+}
+
+// The call's branch (dtype, range, kernels, layout kind, threads, generator form) against
+// torch's random_ on a probe of 2^15 - 9 elements (below TensorIterator's grain size, as
+// init_'s probe: no OpenMP pool for a small first call): bytes and the generator's state.
+proof::Verdict probe_random(const at::Tensor& self, bool dense, int64_t from, int64_t to,
+                            const cpu::Kernels& kernels, int threads, bool generator_form) {
+  constexpr int64_t kN = (int64_t{1} << 15) - 9;
+  auto make = [&] {
+    auto p = dense ? at::empty({kN}, self.options())
+                   : at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
+    std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
+    return p;
+  };
+  at::Tensor ours = make(), ref = make();
+  const auto order = random_order(ours);
+  if (!order) return {false, "the probe's layout has no known order"};
+  auto g_ours = at::detail::createCPUGenerator(20240611);
+  auto g_ref = at::detail::createCPUGenerator(20240611);
+  auto* ours_impl = at::check_generator<at::CPUGeneratorImpl>(g_ours);
+  auto* ref_impl = at::check_generator<at::CPUGeneratorImpl>(g_ref);
+  if (generator_form) {  // a generator in use: mid-block
+    for (int i = 0; i < 5; ++i) {
+      ours_impl->random();
+      ref_impl->random();
+    }
+  }
+  const int probe_threads = threads > 1 ? std::min(threads, 3) : 1;
+  if (!random_fast_call(ours, *order, from, to, ours_impl, kernels, probe_threads)) {
+    return {false, "the probe's generator state is unusable"};
+  }
+  ref.random_(from, to, g_ref);
+  auto verdict = proof::same_bytes(ours, ref, "bytes");
+  if (verdict.passed && !cpu::same_engine(ours_impl->engine().data(), ref_impl->engine().data())) {
+    verdict = {false, "the generator's state afterwards differs"};
+  }
+  return verdict;
+}
+
+void fill(at::Tensor& self, int64_t from, int64_t to, const at::Generator& gen,
+          bool generator_form) {
+  const cpu::CpuPath path = cpu::cpu_path_from_env("random_");
+  const auto kernels = choose_kernels(path);
   const auto order = kernels ? random_order(self) : std::nullopt;
   auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
-  if (order &&
-      random_fast(self, *order, from, to, impl, *kernels, cpu::draw_threads(self.numel()))) {
-    return;
+  if (order) {
+    const int threads = cpu::draw_threads(self.numel());
+    std::ostringstream key;
+    key << "cpu.random_: " << self.scalar_type() << " range=[" << from << ", " << to
+        << ") simd=" << cpu::level_name(kernels->level)
+        << " layout=" << (order->linear() ? "dense" : "gaps")
+        << " threads=" << (threads > 1 ? "split" : "one")
+        << " generator=" << (generator_form ? "given" : "seed");
+    // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
+    const bool use = path != cpu::CpuPath::kAuto || proof::proven(key.str(), [&] {
+                       return probe_random(self, order->linear(), from, to, *kernels, threads,
+                                           generator_form);
+                     });
+    if (use && random_fast_call(self, *order, from, to, impl, *kernels, threads)) return;
   }
   self.random_(from, to, gen);  // torch's own kernel: the reference itself
 }
@@ -151,7 +230,7 @@ void random_seed_cpu(at::Tensor& self, int64_t from, int64_t to, int64_t seed) {
   check_random_args(self, from, to);
   if (self.numel() == 0) return;  // torch draws nothing either
   // torch.Generator().manual_seed(seed): mt19937 seeded with the seed's low 32 bits.
-  fill(self, from, to, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)));
+  fill(self, from, to, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)), false);
 }
 
 void random_generator_cpu(at::Tensor& self, int64_t from, int64_t to,
@@ -163,7 +242,7 @@ void random_generator_cpu(at::Tensor& self, int64_t from, int64_t to,
               "got one of device '",
               given ? gen->device().str() : "", "'");
   if (self.numel() == 0) return;
-  fill(self, from, to, given ? *gen : at::detail::getDefaultCPUGenerator());
+  fill(self, from, to, given ? *gen : at::detail::getDefaultCPUGenerator(), true);
 }
 
 std::string cpu_random_info() { return random_config().info; }

@@ -19,10 +19,12 @@
 #include <optional>
 #include <utility>
 
+#include "common/proof.h"
 #include "common/reference.h"
 #include "cuda/init_cuda.h"
 #include "cuda/init_kernel.cuh"
 #include "launch/cuda_launch_plan.h"
+#include "launch/cuda_proof.h"
 
 namespace fp8_dummy {
 namespace {
@@ -105,13 +107,9 @@ at::Generator reference_generator(const at::Tensor& self, const PhiloxSource& so
   return gen;
 }
 
-void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source) {
-  const auto conversion = fp8_conversion(self);
-  const auto layout = to_layout(memory_order(self));
-  if (!conversion || !layout) {
-    reference_fill(self, low, high, reference_generator(self, source));
-    return;
-  }
+// The fused kernel on self, as the reference launches uniform_ on its float16 temp.
+void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& source,
+               const Fp8Conversion& conversion, const cuda::StridedLayout& layout) {
   // uniform_ sizes its grid from the current device, which its device guard makes
   // self's device, as ours does.
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
@@ -123,10 +121,10 @@ void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource sour
   cuda_kernels::ItemArgs& item = args.item;
   item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
   item.uniform = cuda::make_uniform_params(low, high);
-  item.overflow = conversion->mode;
-  item.use_hw = use_hw_conversion(*conversion, format, item.uniform);
-  item.layout = *layout;
-  const bool linear = layout->linear();
+  item.overflow = conversion.mode;
+  item.use_hw = use_hw_conversion(conversion, format, item.uniform);
+  item.layout = layout;
+  const bool linear = layout.linear();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
 
   cuda::reference_launches(self.numel(), sm_count, max_threads_per_sm, source,
@@ -143,6 +141,76 @@ void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource sour
                                launch_piece<decltype(f)::value>(args, linear, sm_count, stream);
                              });
                            });
+  if (proof::fault("cuda.init_")) proof::corrupt(self);
+}
+
+// The proof key of a fused fill: everything that selects the kernel's code for self.
+std::string fused_key(const at::Tensor& self, const Fp8Conversion& conversion, bool use_hw,
+                      cuda_proof::Layout layout, bool split, bool generator_form) {
+  return cuda_proof::key(
+      "cuda.init_", device_description(self.device()),
+      {c10::toString(self.scalar_type()), use_hw ? "conversion=hardware" : "conversion=software",
+       conversion.mode == cuda::E4m3fnOverflow::kSaturate ? "overflow=saturate" : "overflow=nan",
+       std::string("layout=") + cuda_proof::layout_name(layout),
+       split ? "split=yes" : "split=no", generator_form ? "generator=given" : "generator=seed"});
+}
+
+// Whether the fused kernel is proven for self's key: the first time, a probe of the key's
+// layout kind and size class filled by the kernel and by torch's reference (a scratch
+// generator at the same state each), bytes and offsets compared. Inside graph capture no
+// probe can run (it allocates and synchronizes): only a key proven before counts.
+bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conversion& conversion,
+                  bool generator_form) {
+  const auto format = fp8_format(self.scalar_type());
+  const bool use_hw = use_hw_conversion(conversion, format, cuda::make_uniform_params(low, high));
+  const bool split = self.numel() > cuda::kMax32BitHalfElements;
+  const auto layout = !memory_order(self).linear() ? cuda_proof::Layout::kGaps
+                      : reinterpret_cast<uintptr_t>(self.data_ptr()) % 4 == 0
+                          ? cuda_proof::Layout::kDense
+                          : cuda_proof::Layout::kUnaligned;
+  const std::string key = fused_key(self, conversion, use_hw, layout, split, generator_form);
+  if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
+    return proof::lookup(key) == 1;
+  }
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
+  const int64_t n = split ? cuda::kMax32BitHalfElements + 4097
+                          : cuda_proof::probe_numel(props->multiProcessorCount,
+                                                    props->maxThreadsPerMultiProcessor);
+  auto generator = [&](uint64_t seed, uint64_t offset) {
+    auto g = at::make_generator<at::CUDAGeneratorImpl>(self.device().index());
+    g.set_current_seed(seed);
+    g.set_offset(offset);
+    return g;
+  };
+  auto ours = [&](at::Tensor& t, uint64_t seed, uint64_t offset) -> uint64_t {
+    PhiloxSource source;
+    source.seed = seed;
+    if (generator_form) source.generator = generator(seed, offset);
+    const auto layout = to_layout(memory_order(t));
+    run_fused(t, low, high, source, conversion, *layout);
+    return generator_form ? source.generator->get_offset() : source.fresh.next;
+  };
+  auto ref = [&](at::Tensor& t, uint64_t seed, uint64_t offset) -> uint64_t {
+    auto g = generator(seed, offset);
+    reference_fill(t, low, high, g);
+    return g.get_offset();
+  };
+  return proof::proven(key, [&] {
+    auto verdict = cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
+    C10_CUDA_CHECK(cudaStreamSynchronize(at::cuda::getCurrentCUDAStream()));
+    return verdict;
+  });
+}
+
+void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source) {
+  const auto conversion = fp8_conversion(self);
+  const auto layout = to_layout(memory_order(self));
+  if (!conversion || !layout ||
+      !fused_proven(self, low, high, *conversion, source.generator.has_value())) {
+    reference_fill(self, low, high, reference_generator(self, source));
+    return;
+  }
+  run_fused(self, low, high, source, *conversion, *layout);
 }
 
 void fill(const at::Tensor& self, double low, double high, PhiloxSource source) {
@@ -233,6 +301,14 @@ std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
                                                        hw->const_data_ptr<uint8_t>(), torch_table)};
   }
   cache.emplace(key, found);
+  // The search is reported with the proofs (the kernels' keys name what it found); finding
+  // nothing sends this dtype to the reference, which warns once.
+  proof::record(cuda_proof::key("cuda.copy_", device_description(self.device()),
+                                {c10::toString(self.scalar_type())}),
+                found.has_value(),
+                !found       ? "none of our conversions gives torch's copy_ bytes"
+                : found->hw  ? "found; the hardware conversion agrees"
+                             : "found; software conversion (the hardware one differs or is absent)");
   return found;
 }
 

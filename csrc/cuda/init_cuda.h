@@ -4,12 +4,14 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <optional>
+#include <string>
 
 #include "launch/cuda_launch_plan.h"
 
@@ -27,6 +29,13 @@ struct Fp8Conversion {
 // nothing matches, and inside graph capture before the first eager call (the probe
 // synchronizes): the caller then takes the exact reference path.
 std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self);
+
+// A device as the proof keys name it: "cuda:0 (NVIDIA H200, 132 SMs)". The SM count is in
+// the key because the reference's grid, hence its bytes, depends on it.
+inline std::string device_description(const c10::Device& device) {
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
+  return device.str() + " (" + p->name + ", " + std::to_string(p->multiProcessorCount) + " SMs)";
+}
 
 // Whether a launch with these bounds may use the packed hardware conversion.
 inline bool use_hw_conversion(const Fp8Conversion& conversion, cuda::Fp8Format format,

@@ -32,30 +32,6 @@ struct PieceArgs {
   at::PhiloxCudaState philox;
 };
 
-// Walks work item w = step * groups + group, w = thread, thread + stride, ... < steps *
-// groups, keeping (step, group) in step with an add and a carry rather than a
-// division per item.
-struct WorkWalk {
-  uint32_t groups, step, group, stride_steps, stride_groups;
-
-  __device__ WorkWalk(uint32_t groups_) : groups(groups_) {
-    const uint32_t w = blockIdx.x * blockDim.x + threadIdx.x;
-    const uint32_t stride = gridDim.x * blockDim.x;
-    step = w / groups;
-    group = w - step * groups;
-    stride_steps = stride / groups;
-    stride_groups = stride - stride_steps * groups;
-  }
-  __device__ void next() {
-    step += stride_steps;
-    group += stride_groups;
-    if (group >= groups) {
-      group -= groups;
-      ++step;
-    }
-  }
-};
-
 template <cuda::Fp8Format F, bool kLinear>
 __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
   // Graph-capture safe: the seed and offset are read from device memory when captured.
@@ -63,8 +39,9 @@ __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
   const uint64_t seed = std::get<0>(seeds);
   const uint64_t offset = std::get<1>(seeds);
   const auto steps = static_cast<uint32_t>(a.steps);
-  for (WorkWalk walk(static_cast<uint32_t>(a.item.threads / kGroup)); walk.step < steps;
-       walk.next()) {
+  for (WorkWalk walk(static_cast<uint32_t>(a.item.threads / kGroup), blockIdx.x * blockDim.x + threadIdx.x,
+                     gridDim.x * blockDim.x);
+       walk.step < steps; walk.next()) {
     fill_item<F, kLinear>(a.item, seed, offset, static_cast<int64_t>(walk.group) * kGroup,
                           walk.step);
   }
@@ -87,7 +64,9 @@ __global__ void __launch_bounds__(kBlock)
     philox_roofline_kernel(int32_t* out, int64_t threads, int64_t steps, uint64_t seed) {
   uint32_t fold = 0;
   const auto last = static_cast<uint32_t>(steps);
-  for (WorkWalk walk(static_cast<uint32_t>(threads / kGroup)); walk.step < last; walk.next()) {
+  for (WorkWalk walk(static_cast<uint32_t>(threads / kGroup), blockIdx.x * blockDim.x + threadIdx.x,
+                     gridDim.x * blockDim.x);
+       walk.step < last; walk.next()) {
     const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
 #pragma unroll
     for (int q = 0; q < kGroup; ++q) {

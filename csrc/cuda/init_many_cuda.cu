@@ -5,7 +5,9 @@
 // call, a dtype whose conversion probe found no match, any call inside graph capture)
 // takes the per-tensor path, after the batches, in call order (common/init_many_plan.h).
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -15,10 +17,12 @@
 #include <vector>
 
 #include "common/init_many_plan.h"
+#include "common/proof.h"
 #include "common/reference.h"
 #include "cuda/init_cuda.h"
 #include "cuda/init_many_kernel.cuh"
 #include "launch/cuda_launch_plan.h"
+#include "launch/cuda_proof.h"
 
 namespace fp8_dummy {
 namespace {
@@ -76,6 +80,49 @@ void launch_group(at::TensorList tensors, const std::vector<size_t>& group,
   });
 }
 
+// launch_group plus the injected fault (FP8_DUMMY_FAULT=cuda.init_many_): what a call runs.
+void run_group(at::TensorList tensors, const std::vector<size_t>& group,
+               const Fp8Conversion& conversion, double low, double high, int64_t seed) {
+  launch_group(tensors, group, conversion, low, high, seed);
+  if (proof::fault("cuda.init_many_")) proof::corrupt(tensors[group[0]]);
+}
+
+// Whether the batched kernel is proven for this group's key (device, dtype, conversion):
+// the first time, probe tensors of several sizes (several grid steps, tiny, odd, one at an
+// odd address) filled in one batched launch and each by torch's reference with its own
+// fresh generator, every byte compared (launch/cuda_proof.h).
+bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, double low,
+                  double high, int64_t seed) {
+  const bool use_hw = use_hw_conversion(conversion, fp8_format(first.scalar_type()),
+                                        cuda::make_uniform_params(low, high));
+  const std::string key = cuda_proof::key(
+      "cuda.init_many_", device_description(first.device()),
+      {c10::toString(first.scalar_type()), use_hw ? "conversion=hardware" : "conversion=software",
+       conversion.mode == cuda::E4m3fnOverflow::kSaturate ? "overflow=saturate" : "overflow=nan"});
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(first.device().index());
+  const auto sizes = cuda_proof::many_probe_numels(props->multiProcessorCount,
+                                                   props->maxThreadsPerMultiProcessor);
+  auto ours = [&](std::vector<at::Tensor>& ts) {
+    std::vector<size_t> all(ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) all[i] = i;
+    run_group(ts, all, conversion, low, high, seed);
+  };
+  auto ref = [&](at::Tensor& t, uint64_t s, uint64_t) -> uint64_t {
+    auto g = at::make_generator<at::CUDAGeneratorImpl>(t.device().index());
+    g.set_current_seed(s);  // torch.Generator(device).manual_seed(seed): offset 0
+    auto temp = at::empty_like(t, t.options().dtype(at::kHalf));
+    temp.uniform_(low, high, g);
+    t.copy_(temp);
+    return g.get_offset();
+  };
+  return proof::proven(key, [&] {
+    auto verdict = cuda_proof::many_probe(first.options(), sizes, static_cast<uint64_t>(seed),
+                                          ours, ref);
+    C10_CUDA_CHECK(cudaStreamSynchronize(at::cuda::getCurrentCUDAStream()));
+    return verdict;
+  });
+}
+
 void init_many_cuda(at::TensorList tensors, double low, double high, int64_t seed) {
   check_init_many_args(tensors, low, high);
   BatchPlan plan;
@@ -90,9 +137,10 @@ void init_many_cuda(at::TensorList tensors, double low, double high, int64_t see
   }
   for (const auto& group : plan.groups) {
     const c10::cuda::CUDAGuard guard(tensors[group[0]].device());
-    if (const auto conversion = fp8_conversion(tensors[group[0]])) {
-      launch_group(tensors, group, *conversion, low, high, seed);
-    } else {  // the per-tensor path takes the exact reference path for these
+    const auto conversion = fp8_conversion(tensors[group[0]]);
+    if (conversion && group_proven(tensors[group[0]], *conversion, low, high, seed)) {
+      run_group(tensors, group, *conversion, low, high, seed);
+    } else {  // the per-tensor path (its own proof, else the reference) takes these
       plan.singles.insert(plan.singles.end(), group.begin(), group.end());
     }
   }

@@ -3,57 +3,51 @@
 // table built from torch's CPU copy_, so CUDA and CPU write the same bytes. No
 // allocation, no synchronization, the current stream: safe inside CUDA graph capture.
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
+
+#include <ATen/cuda/CUDAGraphsUtils.cuh>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <atomic>
 
+#include "common/proof.h"
 #include "common/reference.h"
 #include "common/stateless.h"
+#include "cuda/init_cuda.h"
 #include "cuda/stateless_kernel.cuh"
+#include "launch/cuda_proof.h"
 
 namespace fp8_dummy {
 namespace {
 
 namespace sk = stateless_kernels;
 
-// Blocks of `kKernel` resident on all SMs at once (the kernels loop over their work).
-template <auto kKernel>
-int64_t resident_blocks(int64_t sm_count) {
-  static std::atomic<int> per_sm{0};
-  int blocks = per_sm.load(std::memory_order_relaxed);
-  if (blocks == 0) {
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, sk::kBlock, 0));
-    blocks = std::max(blocks, 1);
-    per_sm.store(blocks, std::memory_order_relaxed);
-  }
-  return sm_count * blocks;
-}
-
 template <typename Out>
 void launch(const sk::Args& args, bool linear, int64_t work, int64_t sm_count,
             cudaStream_t stream) {
   const int64_t wanted = std::max<int64_t>((work + sk::kBlock - 1) / sk::kBlock, 1);
   if (linear) {
-    const auto blocks = std::min(wanted, resident_blocks<sk::linear_kernel<Out>>(sm_count));
+    const auto blocks = std::min(wanted, resident_blocks<sk::linear_kernel<Out>>(sm_count, sk::kBlock));
     sk::linear_kernel<Out><<<static_cast<unsigned>(blocks), sk::kBlock, 0, stream>>>(args);
   } else {
-    const auto blocks = std::min(wanted, resident_blocks<sk::general_kernel<Out>>(sm_count));
+    const auto blocks = std::min(wanted, resident_blocks<sk::general_kernel<Out>>(sm_count, sk::kBlock));
     sk::general_kernel<Out><<<static_cast<unsigned>(blocks), sk::kBlock, 0, stream>>>(args);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed,
-                         int64_t key_offset, int64_t element_offset,
-                         at::OptionalIntArrayRef element_strides) {
-  const ShardGeometry g = check_stateless_args(self, low, high, element_offset, element_strides);
-  if (self.numel() == 0) return;
-  TORCH_CHECK(g.sizes.size() <= static_cast<size_t>(sk::kMaxDims),
-              "fp8_dummy.init_stateless_: CUDA tensors with more than ", sk::kMaxDims,
-              " dimensions that cannot be merged are not supported (got ", g.sizes.size(), ")");
-  const c10::cuda::CUDAGuard guard(self.device());
+// The linear kernel: self dense and its global indices consecutive.
+bool linear_geometry(const ShardGeometry& g) {
+  return g.sizes.size() <= 1 &&
+         (g.sizes.empty() || (g.self_strides[0] == 1 && g.global_strides[0] == 1));
+}
+
+// The kernels on self (numel > 0, at most kMaxDims merged dimensions).
+void run_stateless(const at::Tensor& self, double low, double high, int64_t seed,
+                   int64_t key_offset, const ShardGeometry& g) {
   const auto dtype = self.scalar_type();
 
   sk::Args args{};
@@ -78,7 +72,7 @@ void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed
       args.global_strides[d] = g.global_strides[d];
     }
   }
-  const bool linear = args.ndim == 1 && args.self_strides[0] == 1 && args.global_strides[0] == 1;
+  const bool linear = linear_geometry(g);
   int64_t work;  // threads' worth of items
   if (linear) {
     work = args.numel / (sk::kUnitCalls * 2) + 2;  // units (float64: 8 elements, else 16)
@@ -105,6 +99,68 @@ void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed
     default:
       return launch<sk::Fp8Out>(args, linear, work, sm_count, stream);
   }
+}
+
+// run_stateless plus the injected fault (FP8_DUMMY_FAULT=cuda.init_stateless_).
+void run_with_fault(const at::Tensor& self, double low, double high, int64_t seed,
+                       int64_t key_offset, const ShardGeometry& g) {
+  run_stateless(self, low, high, seed, key_offset, g);
+  if (proof::fault("cuda.init_stateless_")) proof::corrupt(self);
+}
+
+void cpu_stateless(at::Tensor& t, double low, double high, int64_t seed, int64_t key_offset,
+                   int64_t element_offset, at::OptionalIntArrayRef strides) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("fp8_dummy::init_stateless_", "")
+                             .typed<void(at::Tensor&, double, double, int64_t, int64_t, int64_t,
+                                         at::OptionalIntArrayRef)>();
+  op.call(t, low, high, seed, key_offset, element_offset, strides);
+}
+
+// Whether the kernel for self's key (device, dtype, linear or general kernel) is proven: the
+// first time, a probe of that kind filled by the kernel and by the CPU kernel (the mode's
+// promise: the same bytes), compared byte for byte. Inside graph capture no probe can run.
+bool stateless_proven(const at::Tensor& self, double low, double high, int64_t seed,
+                      int64_t key_offset, bool linear) {
+  const std::string key = cuda_proof::key(
+      "cuda.init_stateless_", device_description(self.device()),
+      {c10::toString(self.scalar_type()), linear ? "layout=linear" : "layout=general"});
+  if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
+    return proof::lookup(key) == 1;
+  }
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
+  const int64_t n =
+      cuda_proof::probe_numel(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
+  return proof::proven(key, [&] {
+    return cuda_proof::stateless_probe(
+        self.options(), n, linear,
+        [&](at::Tensor& t, int64_t offset) {
+          run_with_fault(t, low, high, seed, key_offset,
+                            check_stateless_args(t, low, high, offset, std::nullopt));
+        },
+        [&](at::Tensor& t, int64_t offset) {
+          cpu_stateless(t, low, high, seed, key_offset, offset, std::nullopt);
+        });
+  });
+}
+
+void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed,
+                         int64_t key_offset, int64_t element_offset,
+                         at::OptionalIntArrayRef element_strides) {
+  const ShardGeometry g = check_stateless_args(self, low, high, element_offset, element_strides);
+  if (self.numel() == 0) return;
+  TORCH_CHECK(g.sizes.size() <= static_cast<size_t>(sk::kMaxDims),
+              "fp8_dummy.init_stateless_: CUDA tensors with more than ", sk::kMaxDims,
+              " dimensions that cannot be merged are not supported (got ", g.sizes.size(), ")");
+  const c10::cuda::CUDAGuard guard(self.device());
+  if (stateless_proven(self, low, high, seed, key_offset, linear_geometry(g))) {
+    run_with_fault(self, low, high, seed, key_offset, g);
+    return;
+  }
+  // The reference of this mode: the CPU kernel's bytes, copied over.
+  auto cpu = at::empty_like(self, self.options().device(at::kCPU));
+  cpu_stateless(cpu, low, high, seed, key_offset, element_offset, element_strides);
+  self.copy_(cpu);
 }
 
 }  // namespace

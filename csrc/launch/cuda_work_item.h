@@ -36,6 +36,30 @@ FP8_DUMMY_HD uint32_t work_items(int64_t threads, int64_t steps) {
   return static_cast<uint32_t>(threads / kGroup * steps);
 }
 
+// Walks work items w = step * groups + group for w = first, first + stride, ... (a kernel
+// thread's grid-stride share), keeping (step, group) in step with an add and a carry rather
+// than a division per item. Host + device: the kernel starts it at its global thread index
+// with the grid's size as stride; the emulator (emulator/init_cuda_emulator.cpp) does the
+// same for every simulated thread, so CPU tests cover the carry across grid steps.
+struct WorkWalk {
+  uint32_t groups, step, group, stride_steps, stride_groups;
+
+  FP8_DUMMY_HD WorkWalk(uint32_t groups_, uint32_t first, uint32_t stride) : groups(groups_) {
+    step = first / groups;
+    group = first - step * groups;
+    stride_steps = stride / groups;
+    stride_groups = stride - stride_steps * groups;
+  }
+  FP8_DUMMY_HD void next() {
+    step += stride_steps;
+    group += stride_groups;
+    if (group >= groups) {
+      group -= groups;
+      ++step;
+    }
+  }
+};
+
 // What a work item needs of its launch (one 32-bit piece of one tensor).
 struct ItemArgs {
   uint8_t* data;    // the tensor's data pointer: element offsets of `layout` count from here

@@ -7,7 +7,13 @@ the same checks against the real vLLM."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import torch
 
 FILES = {
     "vllm/__init__.py": '__version__ = "{version}"\n',
@@ -72,25 +78,30 @@ class BaseModelLoader:
         self.load_config = load_config
 """,
     "vllm/model_executor/model_loader/weight_utils.py": """
+import torch
+
 from oracles.engines import vllm_single
 
 GENERATION = {generation}
+FP8_RANGE = {fp8_range}  # a later vLLM may change the default bounds of 8-bit floats
 
 
-def initialize_single_dummy_weight(param, low={default_low}, high={default_high}, seed=1234,
-                                   name=""):
+def {single}(param, low={default_low}, high={default_high}, seed=1234, name=""):
+    small = param.is_floating_point() and torch.finfo(param.dtype).bits < 16
+    if GENERATION >= 33 and small and low is None and high is None and FP8_RANGE != 1.0:
+        low, high = -FP8_RANGE, FP8_RANGE
     vllm_single(param, low, high, seed, name, generation=GENERATION)
 
 
 def initialize_dummy_weights(model, model_config=None, low=-1e-3, high=1e-3, seed=1234):
     for t in model.state_dict().values():
-        initialize_single_dummy_weight(t, low, high, seed)
+        {single}(t, low, high, seed)
 """,
     "vllm/model_executor/model_loader/dummy_loader.py": """
 import torch
 
 from .base_loader import BaseModelLoader
-from .weight_utils import initialize_dummy_weights, initialize_single_dummy_weight
+from .weight_utils import initialize_dummy_weights, {single}
 
 GENERATION = {generation}
 
@@ -123,13 +134,13 @@ class DummyModelLoader(BaseModelLoader):
             else:
                 for name, t in get_layer_tensors(layer).items():
                     if name not in layer._non_persistent_buffers_set:
-                        initialize_single_dummy_weight(t, name=name)
+                        {single}(t, name=name)
 
     def _process_online_quant_layer(self, layer, info):
         # every tensor, non-persistent buffers too, then a post-processing step that
         # depends on the values (as quantization would)
         for name, t in get_layer_tensors(layer).items():
-            initialize_single_dummy_weight(t, name=name)
+            {single}(t, name=name)
         with torch.no_grad():
             for t in get_layer_tensors(layer).values():
                 raw = torch.empty(0, dtype=torch.uint8, device=t.device)
@@ -138,8 +149,53 @@ class DummyModelLoader(BaseModelLoader):
 }
 
 
-def write(root: Path, version: str) -> Path:
-    """Writes the package under ``root``; returns ``root`` (to put on sys.path)."""
+# A loader package that imports its modules on first use (PEP 562), as a later vLLM might:
+# importing the package does not import dummy_loader.
+LAZY_PACKAGE = """
+import importlib
+
+from .base_loader import BaseModelLoader
+
+_LOAD_FORMAT_TO_MODEL_LOADER = {{}}
+
+
+def register_model_loader(load_format):
+    def wrap(cls):
+        assert issubclass(cls, BaseModelLoader)
+        _LOAD_FORMAT_TO_MODEL_LOADER[load_format] = cls
+        return cls
+
+    return wrap
+
+
+def get_model_loader(load_config):
+    if "dummy" not in _LOAD_FORMAT_TO_MODEL_LOADER:
+        _LOAD_FORMAT_TO_MODEL_LOADER["dummy"] = importlib.import_module(
+            __name__ + ".dummy_loader"
+        ).DummyModelLoader
+    return _LOAD_FORMAT_TO_MODEL_LOADER[load_config.load_format](load_config)
+
+
+def __getattr__(name):
+    if name == "DummyModelLoader":
+        return importlib.import_module(__name__ + ".dummy_loader").DummyModelLoader
+    raise AttributeError(name)
+"""
+
+
+def write(
+    root: Path,
+    version: str,
+    *,
+    lazy: bool = False,
+    single: str = "initialize_single_dummy_weight",
+    fp8_range: float = 1.0,
+) -> Path:
+    """Writes the package under ``root``; returns ``root`` (to put on sys.path).
+
+    Stand-ins for releases we have not matched: ``lazy`` (the loader package imports its
+    modules on first use), ``single`` (another name for the per-tensor function),
+    ``fp8_range`` (other default bounds for 8-bit floats)."""
     major, minor = (int(x) for x in version.split(".")[:2])
     generation = 33 if (major, minor) >= (0, 33) else 30 if (major, minor) >= (0, 30) else 28
     new = generation >= 33
@@ -148,9 +204,50 @@ def write(root: Path, version: str) -> Path:
         "generation": generation,
         "default_low": "None" if new else "-1e-3",
         "default_high": "None" if new else "1e-3",
+        "single": single,
+        "fp8_range": fp8_range,
     }
-    for rel, text in FILES.items():
+    files = dict(FILES)
+    if lazy:
+        files["vllm/model_executor/model_loader/__init__.py"] = LAZY_PACKAGE
+    for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text.format(**fields))
     return root
+
+
+def _vllm_modules() -> dict:
+    return {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
+
+
+@contextlib.contextmanager
+def installed(tmp_path: Path, monkeypatch, version: str, **variant) -> Iterator[str]:
+    """The stand-in vLLM of that version (and variant, see :func:`write`) on sys.path,
+    fp8_dummy's entry point visible, fp8_dummy.vllm's state and the vllm proof keys fresh;
+    everything put back after."""
+    from fp8_dummy import vllm as fvllm
+    from fp8_dummy import vllm_plugin
+
+    from . import entry_points
+
+    saved = _vllm_modules()
+    for k in saved:
+        del sys.modules[k]
+    site = write(tmp_path / "site", version, **variant)
+    monkeypatch.syspath_prepend(str(site))
+    entry_points.provide("vllm.general_plugins", tmp_path / "entry_points")
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    monkeypatch.delenv(vllm_plugin.ENV, raising=False)
+    monkeypatch.setattr(fvllm, "originals", {})
+    monkeypatch.setattr(fvllm, "_platform", None)
+    torch.ops.fp8_dummy_internal.proof_forget("vllm")  # each stand-in is probed afresh
+    importlib.invalidate_caches()
+    try:
+        yield version
+    finally:
+        vllm_plugin.unregister()
+        torch.ops.fp8_dummy_internal.proof_forget("vllm")
+        for k in _vllm_modules():
+            del sys.modules[k]
+        sys.modules.update(saved)

@@ -1,0 +1,204 @@
+// The CUDA paths' proofs run on the CPU: our per-tensor kernel emulated work item by work
+// item (the kernel's own WorkWalk and fill_item from launch/cuda_work_item.h, on a
+// simulated grid), and emulate_proven_cuda_init_ / emulate_proven_cuda_init_many_, which put
+// the emulated kernels through the very probe planning and verdicts the CUDA launchers use
+// (launch/cuda_proof.h, common/proof.h) against the emulated reference
+// (emulator/init_cuda_emulator.cpp). CPU tests thus show a broken kernel caught
+// (FP8_DUMMY_FAULT=cuda.init_ or cuda.init_many_), the reference's bytes returned and the
+// refusal reported, without a GPU.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/proof.h"
+#include "common/reference.h"
+#include "launch/cuda_launch_plan.h"
+#include "launch/cuda_proof.h"
+#include "launch/cuda_work_item.h"
+
+namespace fp8_dummy {
+namespace {
+
+using cuda_kernels::ItemArgs;
+using cuda_kernels::kGroup;
+
+// The reference emulation (emulate_cuda_init_, another file) through the dispatcher.
+int64_t reference_emulation(at::Tensor& t, double low, double high, int64_t seed, int64_t offset,
+                            int64_t sm_count, int64_t max_threads_per_sm, bool saturate) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_", "")
+          .typed<int64_t(at::Tensor&, double, double, int64_t, int64_t, int64_t, int64_t, bool)>();
+  return op.call(t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate);
+}
+
+int64_t many_emulation(std::vector<at::Tensor>& ts, double low, double high, int64_t seed,
+                       int64_t sm_count, int64_t max_threads_per_sm, bool saturate) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_many_", "")
+                             .typed<int64_t(at::TensorList, double, double, int64_t, int64_t,
+                                            int64_t, bool, int64_t)>();
+  return op.call(ts, low, high, seed, sm_count, max_threads_per_sm, saturate, 0);
+}
+
+// Our per-tensor kernel (cuda/init_kernel.cuh) on the CPU: each reference launch's work items
+// visited by the simulated threads of a grid of `grid` blocks (0: the wave a GPU of
+// `sm_count` SMs holds at 8 blocks per SM), thread after thread, each through WorkWalk.
+int64_t emulate_kernel(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
+                       int64_t sm_count, int64_t max_threads_per_sm, bool saturate, int64_t grid) {
+  check_init_args(self, low, high);
+  TORCH_CHECK(self.device().is_cpu() && is_fp8(self.scalar_type()),
+              "fp8_dummy_internal.emulate_cuda_kernel_init_: expects an FP8 CPU tensor");
+  TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads && grid >= 0,
+              "fp8_dummy_internal.emulate_cuda_kernel_init_: bad device properties or grid");
+  const auto layout = to_layout(memory_order(self));
+  TORCH_CHECK(layout.has_value(),
+              "fp8_dummy_internal.emulate_cuda_kernel_init_: a layout the kernel leaves to the "
+              "reference path");
+  if (self.numel() == 0) return offset;
+  ItemArgs item{};
+  item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
+  item.uniform = cuda::make_uniform_params(low, high);
+  item.overflow = saturate ? cuda::E4m3fnOverflow::kSaturate : cuda::E4m3fnOverflow::kNan;
+  item.use_hw = false;  // no hardware conversion on the host
+  item.layout = *layout;
+  const bool linear = layout->linear();
+  FreshOffsets offsets{static_cast<uint64_t>(offset)};
+  cuda::reference_launches(
+      self.numel(), sm_count, max_threads_per_sm, offsets,
+      [&](int64_t start, int64_t count, const cuda::ReferenceGrid& g, uint64_t at) {
+        item.start = start;
+        item.count = count;
+        item.threads = g.threads;
+        item.aligned = linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
+        const uint32_t items = cuda_kernels::work_items(g.threads, g.steps);
+        const int64_t wanted = (items + 255) / 256;
+        const int64_t blocks = grid > 0 ? grid : std::min(wanted, sm_count * 8);
+        const auto stride = static_cast<uint32_t>(blocks * 256);
+        const auto groups = static_cast<uint32_t>(g.threads / kGroup);
+        with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
+          constexpr auto F = decltype(f)::value;
+          for (uint32_t w = 0; w < stride; ++w) {
+            for (cuda_kernels::WorkWalk walk(groups, w, stride); walk.step < g.steps; walk.next()) {
+              const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
+              if (linear) {
+                cuda_kernels::fill_item<F, true>(item, static_cast<uint64_t>(seed), at, idx,
+                                                 walk.step);
+              } else {
+                cuda_kernels::fill_item<F, false>(item, static_cast<uint64_t>(seed), at, idx,
+                                                  walk.step);
+              }
+            }
+          }
+        });
+      });
+  return static_cast<int64_t>(offsets.next);
+}
+
+std::string emulated_device(int64_t sm_count, int64_t max_threads_per_sm) {
+  return "emulated (" + std::to_string(sm_count) + " SMs x " + std::to_string(max_threads_per_sm) +
+         " threads)";
+}
+
+cuda_proof::Layout layout_kind(const at::Tensor& t) {
+  if (!memory_order(t).linear()) return cuda_proof::Layout::kGaps;
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0 ? cuda_proof::Layout::kDense
+                                                             : cuda_proof::Layout::kUnaligned;
+}
+
+// init_ as the CUDA launcher runs it, emulated: the kernel where its key is proven (the
+// same key parts and probe as cuda/init_cuda.cu, the device emulated), else the reference.
+int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t seed,
+                            int64_t offset, int64_t sm_count, int64_t max_threads_per_sm,
+                            bool saturate, bool generator_form) {
+  check_init_args(self, low, high);
+  if (self.numel() == 0) return offset;
+  const auto layout = layout_kind(self);
+  const bool split = self.numel() > cuda::kMax32BitHalfElements;
+  const std::string key = cuda_proof::key(
+      "cuda.init_", emulated_device(sm_count, max_threads_per_sm),
+      {c10::toString(self.scalar_type()), "conversion=table",
+       std::string("overflow=") + (saturate ? "saturate" : "nan"),
+       std::string("layout=") + cuda_proof::layout_name(layout),
+       std::string("split=") + (split ? "yes" : "no"),
+       std::string("generator=") + (generator_form ? "given" : "seed")});
+  auto ours = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
+    const auto after = emulate_kernel(t, low, high, static_cast<int64_t>(s),
+                                      static_cast<int64_t>(o), sm_count, max_threads_per_sm,
+                                      saturate, 0);
+    if (proof::fault("cuda.init_")) proof::corrupt(t);
+    return static_cast<uint64_t>(after);
+  };
+  auto ref = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
+    return static_cast<uint64_t>(reference_emulation(t, low, high, static_cast<int64_t>(s),
+                                                     static_cast<int64_t>(o), sm_count,
+                                                     max_threads_per_sm, saturate));
+  };
+  const int64_t n = split ? cuda::kMax32BitHalfElements + 4097
+                          : cuda_proof::probe_numel(sm_count, max_threads_per_sm);
+  const bool use = proof::proven(key, [&] {
+    return cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
+  });
+  return static_cast<int64_t>(use ? ours(self, seed, offset) : ref(self, seed, offset));
+}
+
+// init_many_ as the CUDA launcher runs it, emulated: per dtype of the list, the batched
+// kernel where that key is proven, else each tensor's reference.
+int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int64_t seed,
+                            int64_t sm_count, int64_t max_threads_per_sm, bool saturate) {
+  std::set<c10::ScalarType> dtypes;
+  for (const auto& t : tensors) dtypes.insert(t.scalar_type());
+  int64_t batched = 0;
+  for (const auto dtype : dtypes) {
+    std::vector<at::Tensor> group;
+    for (const auto& t : tensors) {
+      if (t.scalar_type() == dtype) group.push_back(t);
+    }
+    const std::string key = cuda_proof::key(
+        "cuda.init_many_", emulated_device(sm_count, max_threads_per_sm),
+        {c10::toString(dtype), "conversion=table",
+         std::string("overflow=") + (saturate ? "saturate" : "nan")});
+    auto ours = [&](std::vector<at::Tensor>& ts) {
+      const auto launches = many_emulation(ts, low, high, seed, sm_count, max_threads_per_sm,
+                                           saturate);
+      if (proof::fault("cuda.init_many_")) proof::corrupt(ts.front());
+      return launches;
+    };
+    auto ref = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
+      return static_cast<uint64_t>(reference_emulation(t, low, high, static_cast<int64_t>(s),
+                                                       static_cast<int64_t>(o), sm_count,
+                                                       max_threads_per_sm, saturate));
+    };
+    const auto sizes = cuda_proof::many_probe_numels(sm_count, max_threads_per_sm);
+    const at::TensorOptions options = group.front().options();
+    const bool use = proof::proven(key, [&] {
+      return cuda_proof::many_probe(options, sizes, static_cast<uint64_t>(seed),
+                                    [&](std::vector<at::Tensor>& ts) { ours(ts); }, ref);
+    });
+    if (use) {
+      batched += ours(group);
+    } else {
+      for (auto& t : group) ref(t, static_cast<uint64_t>(seed), 0);
+    }
+  }
+  return batched;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CPU, m) {
+  m.impl("emulate_cuda_kernel_init_", TORCH_FN(emulate_kernel));
+  m.impl("emulate_proven_cuda_init_", TORCH_FN(emulate_proven_init));
+  m.impl("emulate_proven_cuda_init_many_", TORCH_FN(emulate_proven_many));
+}
+
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
+  m.impl("cuda_probe_numel", TORCH_FN(cuda_proof::probe_numel));
+}
+
+}  // namespace fp8_dummy

@@ -1,0 +1,115 @@
+"""vLLM releases we have not matched, as stand-ins (tests/helpers/fake_vllm.py): the plugin
+never breaks vLLM's import or load, whatever the layout of its loader, and a release whose
+semantics changed gets exactly its own bytes (the proof probes vLLM's own function as its
+loader calls it: docs/engines.md). Also: every plugin callback is guarded, and the log line
+says what happens."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from helpers import fake_vllm
+from helpers.engine_models import assert_same_bytes, spy_fused
+from test_engines_vllm_plugin import _loader, _model
+
+from fp8_dummy import vllm_plugin
+
+
+def _load(version, *, plugin: bool, fmt="dummy"):
+    from vllm import plugins
+
+    m = _model("cpu", version)
+    if plugin:
+        plugins.load_general_plugins()
+    _loader(fmt).load_weights(m, None)
+    return m
+
+
+def test_lazy_package_and_renamed_function_keep_vllm_working(tmp_path, monkeypatch):
+    variant = dict(lazy=True, single="initialize_dummy_weight")
+    with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.34.0", **variant):
+        without = _load("0.34.0", plugin=False)
+    with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.34.0", **variant):
+        from vllm import plugins
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no failing callback
+            plugins.load_general_plugins()
+            import vllm.model_executor.model_loader.dummy_loader as dl  # must not raise
+
+        assert not hasattr(dl, "initialize_single_dummy_weight")
+        assert not getattr(dl, "_fp8_dummy_patched", False)
+        with_plugin = _model("cpu", "0.34.0")
+        _loader().load_weights(with_plugin, None)  # vLLM's own code fills it
+        from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER
+
+        assert "fp8_dummy" not in _LOAD_FORMAT_TO_MODEL_LOADER  # nothing to prove it against
+    assert assert_same_bytes(with_plugin, without) > 60
+
+
+def test_lazy_package_is_patched_when_its_loader_is_imported(tmp_path, monkeypatch):
+    with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.34.0", lazy=True):
+        without = _load("0.34.0", plugin=False)
+    with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.34.0", lazy=True):
+        fused = spy_fused(monkeypatch)
+        with_plugin = _load("0.34.0", plugin=True)
+        import vllm.model_executor.model_loader.dummy_loader as dl
+
+        assert dl.initialize_single_dummy_weight is vllm_plugin._single
+        assert fused, "a proven release goes through fp8_dummy"
+        batched = _load("0.34.0", plugin=True, fmt="fp8_dummy")
+    assert assert_same_bytes(with_plugin, without) > 60
+    assert_same_bytes(batched, without)
+
+
+def test_changed_default_bounds_give_vllms_own_bytes(tmp_path, monkeypatch):
+    with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.34.0", fp8_range=0.5):
+        without = _load("0.34.0", plugin=False)
+    with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.34.0", fp8_range=0.5):
+        with pytest.warns(RuntimeWarning) as caught:
+            with_plugin = _load("0.34.0", plugin=True)
+            batched = _load("0.34.0", plugin=True, fmt="fp8_dummy")
+    refusals = [str(w.message) for w in caught if "self-check refused" in str(w.message)]
+    # one warning per refused kind of tensor (name, dtype), each naming the version, none twice
+    assert refusals and all("vLLM 0.34.0" in r and "float8" in r for r in refusals), refusals
+    assert len(refusals) == len(set(refusals))
+    assert assert_same_bytes(with_plugin, without) > 60
+    assert_same_bytes(batched, without)
+
+
+def test_a_failing_callback_leaves_vllm_alone(tmp_path, monkeypatch):
+    def broken(module):
+        raise KeyError("surprise")
+
+    with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.33.0"):
+        without = _load("0.33.0", plugin=False)
+    with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
+        monkeypatch.setattr(vllm_plugin, "_patch_dummy_loader", broken)
+        monkeypatch.setattr(vllm_plugin, "_warned", set())
+        with pytest.warns(RuntimeWarning, match="patch of the dummy loader failed .*surprise"):
+            with_plugin = _load("0.33.0", plugin=True)
+    assert_same_bytes(with_plugin, without)
+
+
+def test_a_failing_fill_falls_back_to_vllm(tmp_path, monkeypatch):
+    from fp8_dummy import vllm as fvllm
+
+    with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.33.0"):
+        without = _load("0.33.0", plugin=False)
+    with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
+        monkeypatch.setattr(vllm_plugin, "_warned", set())
+        monkeypatch.setattr(fvllm, "fill_single", lambda *a: 1 / 0)
+        with pytest.warns(RuntimeWarning, match="per-tensor fill failed .*ZeroDivisionError"):
+            with_plugin = _load("0.33.0", plugin=True)
+    assert_same_bytes(with_plugin, without)
+
+
+def test_the_log_line_says_what_happens(monkeypatch):
+    assert "through fp8_dummy" in vllm_plugin.what_happens()
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(vllm_plugin, "_cuda_kernels", lambda: False)
+    line = vllm_plugin.what_happens()
+    assert "CUDA kernels not built" in line and "CUDA dummy weights left to vLLM" in line

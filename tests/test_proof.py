@@ -1,0 +1,138 @@
+"""The one proof mechanism (csrc/common/proof.h, fp8_dummy/_proof.py; docs/contract.md,
+"Proof before use"): the report, the probes' planning for the CUDA paths on GPUs of
+several sizes, our per-tensor CUDA kernel emulated through its own work walk (the carry
+across grid steps), and the proven CUDA paths emulated, each against the emulated
+reference and the independent numpy model (tests/oracles/cuda_reference.py). The refusals
+themselves: tests/test_proof_faults.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import poison, storage_bytes
+from oracles import cuda_reference as cref
+from oracles import stateless as sref
+
+import fp8_dummy
+from fp8_dummy import emulator
+
+# (SM count, threads per SM): an H200, an A100, a small GPU, a tiny one.
+GPUS = [(132, 2048), (108, 2048), (16, 1536), (2, 1024)]
+
+
+@pytest.mark.parametrize("sm, mt", GPUS)
+def test_probe_runs_two_full_grid_steps_and_a_partial_one(sm, mt):
+    n = emulator.cuda_probe_numel(sm, mt)
+    launches, _ = emulator.cuda_launch_plan(n, sm, mt)
+    assert len(launches) == 1
+    (run,) = launches
+    assert run.threads == sm * (mt // 256) * 256  # the whole grid: T of a large tensor
+    per_step = 4 * run.threads
+    assert run.steps == 3 and n > 2 * per_step and n % per_step not in (0, per_step // 2)
+    assert n % 2 == 1  # an odd remainder: the last work items are partial
+
+
+@pytest.mark.parametrize("sm, mt", GPUS)
+def test_batched_probe_spans_steps_sizes_and_an_odd_address(sm, mt):
+    # the sizes the launcher probes with (csrc/launch/cuda_proof.h): the work table covers
+    # pieces of 3, 1 and 2 grid steps and tiny ones in one launch
+    t = sm * (mt // 256) * 256
+    sizes = [emulator.cuda_probe_numel(sm, mt), 1, 255, 4 * t + 1, 65537]
+    table = torch.ops.fp8_dummy_internal.cuda_batch_table(sizes, sm, mt)
+    steps = {table[1 + 7 * i + 4] for i in range(len(sizes))}
+    assert {1, 2, 3} <= steps, steps
+
+
+def test_report_lists_what_a_call_needed():
+    w = poison(torch.empty(300, 41, dtype=torch.float8_e5m2))
+    fp8_dummy.init_(w, -2.0, 2.0, seed=3)
+    before = fp8_dummy.self_check_report()
+    keys = [e.key for e in before]
+    assert any(e.path == "cpu.init_" and "Float8_e5m2" in e.key for e in before), keys
+    assert all(isinstance(e.proven, bool) and e.key.startswith(e.path + ":") for e in before)
+    for _ in range(5):  # one probe per key, not per call: the report does not grow
+        fp8_dummy.init_(poison(torch.empty(300, 41, dtype=torch.float8_e5m2)), -2.0, 2.0, 3)
+    assert [e.key for e in fp8_dummy.self_check_report()] == keys
+
+
+def _oracle_bytes(n, low, high, seed, offset, sm, mt, name="float8_e4m3fn"):
+    halves, after = cref.reference_halves(n, low, high, seed, offset, sm, mt)
+    return cref.fp8_table(name)[halves.view(np.uint16)], after
+
+
+@pytest.mark.parametrize("sm, mt", [(16, 1536), (2, 1024)])
+@pytest.mark.parametrize("grid", [0, 1, 7, 37])
+def test_kernel_emulation_walks_every_item_across_steps(sm, mt, grid):
+    # grids whose thread count is no multiple of the work groups: the walk's carry runs
+    n = emulator.cuda_probe_numel(sm, mt)
+    t = poison(torch.empty(n, dtype=torch.float8_e4m3fn))
+    after = emulator.emulate_cuda_kernel_init_(
+        t, -1.0, 1.0, 77, offset=8, sm_count=sm, max_threads_per_sm=mt, grid=grid
+    )
+    want, want_after = _oracle_bytes(n, -1.0, 1.0, 77, 8, sm, mt)
+    assert after == want_after
+    assert np.array_equal(t.view(torch.uint8).numpy(), want)
+
+
+def test_kernel_emulation_on_gaps_and_odd_addresses():
+    sm, mt = 2, 1024
+    base = poison(torch.empty(3001, 12, dtype=torch.float8_e5m2))
+    flat = poison(torch.empty(30002, dtype=torch.float8_e5m2))
+    for v in (base[:, 1::2], flat[1:30001]):
+        ref = poison(torch.empty_like(v))
+        emulator.emulate_cuda_kernel_init_(v, -3.0, 3.0, 5, sm_count=sm, max_threads_per_sm=mt)
+        emulator.emulate_cuda_init_(ref, -3.0, 3.0, 5, sm_count=sm, max_threads_per_sm=mt)
+        assert torch.equal(v.contiguous().view(torch.uint8), ref.contiguous().view(torch.uint8))
+    assert bool((storage_bytes(base).view(3001, 12)[:, 0::2] == 0x55).all())  # gaps untouched
+    assert int(storage_bytes(flat)[0]) == int(storage_bytes(flat)[-1]) == 0x55
+
+
+@pytest.mark.parametrize("generator_form", [False, True])
+def test_proven_cuda_init_emulated(generator_form):
+    sm, mt = 16, 1536
+    t = poison(torch.empty(5000, 33, dtype=torch.float8_e4m3fn)[:, ::2])
+    offset = 4 if generator_form else 0
+    after = emulator.emulate_proven_cuda_init_(
+        t,
+        -1.0,
+        1.0,
+        9,
+        offset=offset,
+        sm_count=sm,
+        max_threads_per_sm=mt,
+        generator_form=generator_form,
+    )
+    n = t.numel()
+    want, want_after = _oracle_bytes(n, -1.0, 1.0, 9, offset, sm, mt)
+    # the temp of a view with gaps is dense in t's dimension order: row-major here
+    assert np.array_equal(t.contiguous().view(torch.uint8).numpy().reshape(-1), want)
+    assert after == want_after
+    entries = [e for e in fp8_dummy.self_check_report() if e.path == "cuda.init_"]
+    assert any("emulated (16 SMs" in e.key and "layout=gaps" in e.key for e in entries)
+    assert all(e.proven for e in entries)
+
+
+def test_proven_cuda_init_many_emulated():
+    sm, mt = 16, 1536
+    ts = [poison(torch.empty(n, dtype=torch.float8_e5m2)) for n in (1, 4097, 300_001)]
+    assert (
+        emulator.emulate_proven_cuda_init_many_(
+            ts, -1.0, 1.0, 21, sm_count=sm, max_threads_per_sm=mt
+        )
+        == 1
+    )
+    for t in ts:
+        want, _ = _oracle_bytes(t.numel(), -1.0, 1.0, 21, 0, sm, mt, "float8_e5m2")
+        assert np.array_equal(t.view(torch.uint8).numpy(), want)
+    keys = [e.key for e in fp8_dummy.self_check_report() if e.path == "cuda.init_many_"]
+    assert any("Float8_e5m2" in k for k in keys), keys
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16, torch.float64])
+def test_proven_cuda_stateless_emulated(dtype):
+    t = poison(torch.empty(400, 61, dtype=dtype)[:, 3:50])
+    emulator.emulate_proven_cuda_init_stateless_(t, -1.0, 1.0, 4, element_offset=11, sm_count=8)
+    rows, cols = np.meshgrid(np.arange(400), np.arange(47), indexing="ij")
+    want = sref.expected_bytes(11 + (rows * 47 + cols).reshape(-1), dtype, -1.0, 1.0, 4)
+    assert np.array_equal(sref.tensor_bits(t.contiguous()).reshape(-1), want)

@@ -1,0 +1,195 @@
+"""A broken fast path is caught: with FP8_DUMMY_FAULT naming it (docs/development.md), the
+path corrupts one byte of every output; its proof must refuse it, the bytes returned must
+be the reference's (checked against torch's reference or the emulated one, and against the
+independent numpy models), one warning must name the key, and self_check_report() must
+list the refusal. One fresh process per path (the switch is read once). The CUDA paths run
+through the emulator (their launchers' own probes and verdicts, launch/cuda_proof.h); the
+engines through a stand-in vLLM and SGLang's loop in plain torch (tests/oracles/engines.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+PRELUDE = """
+import json, sys, warnings
+import numpy as np
+import torch
+import fp8_dummy
+from conftest import cpu_formula, poison
+from fp8_dummy import emulator
+from oracles import cpu_reference as cpu_oracle, cuda_reference as cuda_oracle
+from oracles import engines as engine_oracle, stateless as stateless_oracle
+
+def same(a, b):
+    return bool(torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                            b.contiguous().reshape(-1).view(torch.uint8)))
+
+def fp8_oracle(n, seed, sm, mt, name="float8_e4m3fn"):
+    halves, _ = cuda_oracle.reference_halves(n, -1.0, 1.0, seed, 0, sm, mt)
+    return torch.from_numpy(cuda_oracle.fp8_table(name)[halves.view(np.uint16)])
+"""
+
+# Each body fills two tensors the fast path would fill (a second call must not warn again)
+# and sets `checks`: every one must be True.
+BODIES = {
+    "cpu.init_": """
+        checks = []
+        for seed, rows in ((5, 1000), (6, 500)):
+            t = poison(torch.empty(rows, 77, dtype=torch.float8_e4m3fn))
+            ref = poison(torch.empty_like(t))
+            fp8_dummy.init_(t, -1.0, 1.0, seed=seed)
+            fp8_dummy.reference.new_path(ref, -1.0, 1.0, seed)
+            want = cpu_oracle.reference_bytes(t.shape, t.stride(), "float8_e4m3fn", seed,
+                                              -1.0, 1.0, **cpu_formula())
+            checks += [same(t, ref), same(t.view(torch.uint8), torch.from_numpy(want))]
+    """,
+    "cpu.random_": """
+        checks = []
+        for seed in (3, 4):
+            q = poison(torch.empty(10007, dtype=torch.int8))
+            fp8_dummy.random_(q, -128, 128, seed=seed)
+            ref = torch.empty_like(q).random_(-128, 128,
+                                              generator=torch.Generator().manual_seed(seed))
+            words = cpu_oracle.mt19937_words(seed, q.numel())
+            want = (words.astype(np.int64) % 256 - 128).astype(np.int8)
+            checks += [same(q, ref), same(q, torch.from_numpy(want))]
+    """,
+    "cuda.init_": """
+        checks = []
+        for seed, n in ((9, 30_001), (10, 4097)):
+            t = poison(torch.empty(n, dtype=torch.float8_e4m3fn))
+            ref = poison(torch.empty_like(t))
+            emulator.emulate_proven_cuda_init_(t, -1.0, 1.0, seed, sm_count=2,
+                                               max_threads_per_sm=1024)
+            emulator.emulate_cuda_init_(ref, -1.0, 1.0, seed, sm_count=2,
+                                        max_threads_per_sm=1024)
+            checks += [same(t, ref), same(t.view(torch.uint8), fp8_oracle(n, seed, 2, 1024))]
+    """,
+    "cuda.init_many_": """
+        checks = []
+        for seed in (21, 22):
+            ts = [poison(torch.empty(n, dtype=torch.float8_e4m3fn)) for n in (1, 4097, 30_001)]
+            emulator.emulate_proven_cuda_init_many_(ts, -1.0, 1.0, seed, sm_count=2,
+                                                    max_threads_per_sm=1024)
+            for t in ts:
+                ref = poison(torch.empty_like(t))
+                emulator.emulate_cuda_init_(ref, -1.0, 1.0, seed, sm_count=2,
+                                            max_threads_per_sm=1024)
+                oracle = fp8_oracle(t.numel(), seed, 2, 1024)
+                checks += [same(t, ref), same(t.view(torch.uint8), oracle)]
+    """,
+    "cuda.init_stateless_": """
+        checks = []
+        for seed in (4, 5):
+            t = poison(torch.empty(700, 31, dtype=torch.bfloat16))
+            ref = poison(torch.empty_like(t))
+            emulator.emulate_proven_cuda_init_stateless_(t, -1.0, 1.0, seed, sm_count=2)
+            fp8_dummy.init_stateless_(ref, -1.0, 1.0, seed)
+            want = stateless_oracle.expected_bytes(np.arange(t.numel()), t.dtype, -1.0, 1.0, seed)
+            bits = stateless_oracle.tensor_bits(t).reshape(-1)
+            checks += [same(t, ref), bool(np.array_equal(bits, want))]
+    """,
+    "vllm": """
+        from pathlib import Path
+        from helpers import entry_points, fake_vllm
+        root = Path(sys.argv[1])
+        sys.path.insert(0, str(fake_vllm.write(root / "site", "0.33.0")))
+        entry_points.provide("vllm.general_plugins", root / "entry_points")
+        from vllm import plugins
+        from vllm.model_executor.model_loader import dummy_loader
+        plugins.load_general_plugins()
+        assert dummy_loader._fp8_dummy_patched
+        checks = []
+        for rows in (1000, 300):
+            t = poison(torch.empty(rows, 77, dtype=torch.float8_e4m3fn))
+            ref = poison(torch.empty_like(t))
+            dummy_loader.initialize_single_dummy_weight(t, name="weight")  # as the loader
+            engine_oracle.vllm_single(ref, name="weight")
+            ours_new = poison(torch.empty_like(t))
+            fp8_dummy.reference.new_path(ours_new, -1.0, 1.0, 1234)  # vLLM's +-1.0 for FP8
+            checks += [same(t, ref), same(t, ours_new)]
+    """,
+    "sglang": """
+        from fp8_dummy import sglang as fsglang
+        def model():
+            m = torch.nn.Sequential(torch.nn.Linear(77, 300), torch.nn.Linear(300, 77))
+            for p in m.parameters():
+                p.data = poison(torch.empty(p.shape, dtype=torch.float8_e4m3fn))
+            return m
+        ours, theirs = model(), model()
+        fsglang._around(engine_oracle.sglang_initialize_dummy_weights, ours, -1.0, 1.0)
+        engine_oracle.sglang_initialize_dummy_weights(theirs, -1.0, 1.0)
+        checks = [same(a, b) for a, b in zip(ours.state_dict().values(),
+                                             theirs.state_dict().values())]
+    """,
+}
+
+EPILOGUE = """
+refused = [str(w.message) for w in caught if "self-check refused" in str(w.message)]
+report = [[e.path, e.proven, e.key] for e in fp8_dummy.self_check_report()]
+print("RESULT", json.dumps({"checks": checks, "refused": refused, "report": report}))
+"""
+
+
+def _script(body: str) -> str:
+    inner = textwrap.indent(textwrap.dedent(body), "    ")
+    run = "with warnings.catch_warnings(record=True) as caught:\n"
+    run += '    warnings.simplefilter("always")\n' + inner
+    return PRELUDE + run + EPILOGUE
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+def test_injected_fault_is_caught(path, tmp_path):
+    env = dict(
+        os.environ, FP8_DUMMY_FAULT=path, PYTHONPATH=f"{TESTS}:{os.environ.get('PYTHONPATH', '')}"
+    )
+    env.pop("FP8_DUMMY_CPU_PATH", None)  # auto: the proof decides
+    out = subprocess.run(
+        [sys.executable, "-c", _script(BODIES[path]), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, out.stdout + out.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert result["checks"] and all(result["checks"]), result  # the reference's bytes
+    refused = [r for r in result["refused"] if f"refused {path}:" in r]
+    assert len(refused) == 1, result["refused"]  # one warning, for the key of the fault
+    entries = [e for e in result["report"] if e[0] == path and not e[1]]
+    assert len(entries) == 1 and entries[0][2] in refused[0], result["report"]
+
+
+def test_no_fault_no_refusal(tmp_path):
+    # The same scripts without the switch: every key proven, nothing refused.
+    env = dict(os.environ, PYTHONPATH=f"{TESTS}:{os.environ.get('PYTHONPATH', '')}")
+    env.pop("FP8_DUMMY_FAULT", None)
+    env.pop("FP8_DUMMY_CPU_PATH", None)
+    body = "\n".join(textwrap.dedent(b) for b in BODIES.values())
+    body = body.replace("checks = []", "").replace("checks = [", "checks += [")
+    out = subprocess.run(
+        [sys.executable, "-c", _script("checks = []\n" + body), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, out.stdout + out.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert all(result["checks"]) and not result["refused"], result["refused"]
+    paths = {e[0] for e in result["report"] if e[1]}
+    assert set(BODIES) <= paths, paths
