@@ -7,6 +7,9 @@
 # Steps, in order of value (a later step never delays an earlier one):
 #   a build      setup.py build_ext --inplace, MAX_JOBS = cores, TORCH_CUDA_ARCH_LIST = the
 #                GPU's own architecture (9.0 on an H100/H200) unless set
+#   p proof      scripts/gpu_proof.py: every path that replaces a reference proves itself on
+#                this GPU first (the runtime proof users get); fp8_dummy.self_check_report()
+#                goes into summary.json ("self_check_report") and the log: which paths hold
 #   b bytes      init_, init_.generator, init_many_, init_stateless_ against torch's CUDA
 #                reference, byte for byte (tests/test_{reference,init_many,stateless}_cuda.py);
 #                the engines' dummy loaders on CUDA models, the vLLM plugin through a
@@ -14,15 +17,16 @@
 #   c capture    CUDA graph capture and replay, both forms of init_ (the same files, -k capture)
 #   d bench      benchmarks/bench_cuda.py, bench_model.py, bench_stateless.py (JSON in OUTDIR)
 #   e rest       every other test that is not a slow packaging build
-# --quick runs a, b and d only. One global budget (default 450 s, under 8 minutes) bounds
+# --quick runs a, p, b and d only. One global budget (default 450 s, under 8 minutes) bounds
 # the whole run: each step gets the time that is left, so a slow step costs the steps after
 # it, never the log of the ones before. Every step appends to OUTDIR/log.txt and records its
 # result in OUTDIR/summary.json as it finishes; OUTDIR holds at most 6 files: log.txt,
 # summary.json, build.log, bench_cuda.json, bench_model.json, bench_stateless.json.
 #
 # --dry-run (CI, no GPU): the same steps and bookkeeping; the build step checks that the
-# installed extension imports instead of building, the GPU tests run and skip, the
-# benchmarks are skipped (GPU only), and "rest" runs one quick module.
+# installed extension imports instead of building, the proof runs on the CPU and through the
+# emulator, the GPU tests run and skip, the benchmarks are skipped (GPU only), and "rest"
+# runs one quick module.
 #
 # Exit status: 0 every step passed, 1 a step failed or ran out of time, 2 no GPU.
 # PYTHON=... picks the interpreter (default: python3).
@@ -157,6 +161,10 @@ if (( built != 0 )); then
   log "gpu_check: no build, nothing else can run"
   exit 1
 fi
+
+# ---- p: the proof, first: which paths hold on this GPU and torch (a refused key is filled
+# by the reference, so the step fails but the run goes on)
+run_step proof 20 "$PY" scripts/gpu_proof.py "$SUMMARY"
 
 # ---- b: bytes against torch's own CUDA reference
 run_step bytes 20 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"

@@ -16,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["build", "bytes", "capture", "bench_cuda", "bench_model", "bench_stateless", "rest"]
+STEPS = ["build", "proof", "bytes", "capture", "bench_cuda", "bench_model", "bench_stateless", "rest"]
 
 
 def run(out: Path, *args: str) -> subprocess.CompletedProcess:
@@ -43,8 +43,14 @@ def test_dry_run_runs_every_step_and_writes_at_most_6_files(tmp_path):
     assert data["environment"]["dry_run"] is True
     steps = {s["name"]: s for s in data["steps"]}
     assert [s["name"] for s in data["steps"]] == STEPS
-    assert all(steps[n]["status"] == "ok" for n in ("build", "bytes", "capture", "rest"))
-    assert all(steps[n]["status"] == "skipped" for n in STEPS[3:6])
+    assert all(steps[n]["status"] == "ok" for n in ("build", "proof", "bytes", "capture", "rest"))
+    assert all(steps[n]["status"] == "skipped" for n in STEPS[4:7])
+    # the proof comes first after the build, and its report is in the summary
+    report = data["self_check_report"]
+    assert {"cpu.init_", "cuda.init_", "cuda.init_many_", "cuda.init_stateless_"} <= {
+        e["path"] for e in report
+    }
+    assert all(e["proven"] for e in report if e["path"] in ("cpu.init_", "cuda.init_"))
     assert "skipped" in steps["bytes"]["detail"]  # the GPU tests ran and skipped here
     assert "passed" in steps["rest"]["detail"]
 
@@ -64,4 +70,4 @@ def test_quick_skips_capture_and_rest(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:]
     steps = {s["name"]: s for s in summary(tmp_path)["steps"]}
     assert steps["capture"]["status"] == steps["rest"]["status"] == "skipped"
-    assert steps["bytes"]["status"] == "ok"
+    assert steps["bytes"]["status"] == steps["proof"]["status"] == "ok"
