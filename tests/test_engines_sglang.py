@@ -107,7 +107,9 @@ def test_plugin_hooks_sglang_same_bytes(plugins, monkeypatch):
     sglang_plugins.load_plugins()  # what SGLang's engine, scheduler and workers call
     assert weight_utils.initialize_dummy_weights is not ORIGINAL["sglang"], how
     assert sglang_loader.initialize_dummy_weights is weight_utils.initialize_dummy_weights
-    assert any("dummy weights through fp8_dummy (SGLang" in r for r in records)
+    assert any(
+        r.startswith("fp8_dummy: SGLang 0.5.23: dummy weights through fp8_dummy") for r in records
+    ), records
     fused = spy_fused(monkeypatch)
     for bounds in [(), (-0.5, 0.5), (-0.25, 0.25, 9)]:
         a, b = EngineModel(), EngineModel()

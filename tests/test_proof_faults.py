@@ -148,23 +148,46 @@ def _script(body: str) -> str:
     return PRELUDE + run + EPILOGUE
 
 
-@pytest.mark.parametrize("path", list(BODIES))
-def test_injected_fault_is_caught(path, tmp_path):
-    env = dict(
-        os.environ, FP8_DUMMY_FAULT=path, PYTHONPATH=f"{TESTS}:{os.environ.get('PYTHONPATH', '')}"
-    )
+def _env(fault: str | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=f"{TESTS}:{os.environ.get('PYTHONPATH', '')}")
     env.pop("FP8_DUMMY_CPU_PATH", None)  # auto: the proof decides
-    out = subprocess.run(
-        [sys.executable, "-c", _script(BODIES[path]), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    assert out.returncode == 0 and lines, out.stdout + out.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
+    env.pop("FP8_DUMMY_FAULT", None)
+    if fault is not None:
+        env["FP8_DUMMY_FAULT"] = fault
+    return env
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict:
+    """Every path's script in its own fresh process, all started at once (each spends most
+    of its time importing torch), plus all scripts together without the switch (key None)."""
+    scripts = {path: _script(body) for path, body in BODIES.items()}
+    together = "\n".join(textwrap.dedent(b) for b in BODIES.values())
+    together = together.replace("checks = []", "").replace("checks = [", "checks += [")
+    scripts[None] = _script("checks = []\n" + together)
+    procs = {}
+    for path, code in scripts.items():
+        where = tmp_path_factory.mktemp(str(path).replace(".", "_"))
+        procs[path] = subprocess.Popen(
+            [sys.executable, "-c", code, str(where)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(path),
+            cwd=where,
+        )
+    out = {}
+    for path, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+        assert proc.returncode == 0 and lines, f"{path}: {stdout}{stderr[-3000:]}"
+        out[path] = json.loads(lines[-1][len("RESULT ") :])
+    return out
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+def test_injected_fault_is_caught(path, results):
+    result = results[path]
     assert result["checks"] and all(result["checks"]), result  # the reference's bytes
     refused = [r for r in result["refused"] if f"refused {path}:" in r]
     assert len(refused) == 1, result["refused"]  # one warning, for the key of the fault
@@ -172,24 +195,8 @@ def test_injected_fault_is_caught(path, tmp_path):
     assert len(entries) == 1 and entries[0][2] in refused[0], result["report"]
 
 
-def test_no_fault_no_refusal(tmp_path):
-    # The same scripts without the switch: every key proven, nothing refused.
-    env = dict(os.environ, PYTHONPATH=f"{TESTS}:{os.environ.get('PYTHONPATH', '')}")
-    env.pop("FP8_DUMMY_FAULT", None)
-    env.pop("FP8_DUMMY_CPU_PATH", None)
-    body = "\n".join(textwrap.dedent(b) for b in BODIES.values())
-    body = body.replace("checks = []", "").replace("checks = [", "checks += [")
-    out = subprocess.run(
-        [sys.executable, "-c", _script("checks = []\n" + body), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    assert out.returncode == 0 and lines, out.stdout + out.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
-    assert all(result["checks"]) and not result["refused"], result["refused"]
-    paths = {e[0] for e in result["report"] if e[1]}
-    assert set(BODIES) <= paths, paths
+def test_no_fault_no_refusal(results):
+    # The same scripts together without the switch: every key proven, nothing refused.
+    result = results[None]
+    assert result["checks"] and all(result["checks"]) and not result["refused"], result
+    assert set(BODIES) <= {e[0] for e in result["report"] if e[1]}, result["report"]

@@ -16,7 +16,16 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["build", "proof", "bytes", "capture", "bench_cuda", "bench_model", "bench_stateless", "rest"]
+STEPS = [
+    "build",
+    "proof",
+    "bytes",
+    "capture",
+    "bench_cuda",
+    "bench_model",
+    "bench_stateless",
+    "rest",
+]
 
 
 def run(out: Path, *args: str) -> subprocess.CompletedProcess:

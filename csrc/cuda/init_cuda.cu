@@ -100,8 +100,9 @@ at::Generator reference_generator(const at::Tensor& self, const PhiloxSource& so
               "fp8_dummy.init_: this call (", self.scalar_type(), " on ", self.device(),
               ") needs torch's own uniform_ with a fresh generator, which cannot be created "
               "inside CUDA graph capture (the reference path fails there too). FP8 tensors "
-              "are capture-safe once init_ ran outside capture for their device and dtype "
-              "(a one-time conversion check); other dtypes: pass a generator.");
+              "are capture-safe once a call of the same kind (device, dtype, bounds, layout) "
+              "ran outside capture (its one-time proof, fp8_dummy.self_check_report()); "
+              "other dtypes: pass a generator.");
   auto gen = at::make_generator<at::CUDAGeneratorImpl>(self.device().index());
   gen.set_current_seed(source.seed);  // torch.Generator(device).manual_seed(seed): offset 0
   return gen;
@@ -201,6 +202,16 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
     return verdict;
   });
 }
+
+}  // namespace
+
+bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form) {
+  const auto conversion = fp8_conversion(self);
+  return conversion && to_layout(memory_order(self)) &&
+         fused_proven(self, low, high, *conversion, generator_form);
+}
+
+namespace {
 
 void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source) {
   const auto conversion = fp8_conversion(self);

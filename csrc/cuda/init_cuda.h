@@ -30,6 +30,12 @@ struct Fp8Conversion {
 // synchronizes): the caller then takes the exact reference path.
 std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self);
 
+// Whether the per-tensor kernel is proven for a call like this one (its key: device, dtype,
+// conversion, layout kind, size class, generator form), probing it now if need be (never
+// inside graph capture). init_many_ asks it for the tensors it batches, so that their
+// per-tensor path, which a captured init_many_ takes, is proven too.
+bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form);
+
 // A device as the proof keys name it: "cuda:0 (NVIDIA H200, 132 SMs)". The SM count is in
 // the key because the reference's grid, hence its bytes, depends on it.
 inline std::string device_description(const c10::Device& device) {

@@ -138,6 +138,9 @@ void init_many_cuda(at::TensorList tensors, double low, double high, int64_t see
   for (const auto& group : plan.groups) {
     const c10::cuda::CUDAGuard guard(tensors[group[0]].device());
     const auto conversion = fp8_conversion(tensors[group[0]]);
+    // The per-tensor kernel for these too (one probe per kind, cached): the path a
+    // captured init_many_ of the same tensors takes, and this call's fallback.
+    for (const size_t i : group) fused_kernel_proven(tensors[i], low, high, false);
     if (conversion && group_proven(tensors[group[0]], *conversion, low, high, seed)) {
       run_group(tensors, group, *conversion, low, high, seed);
     } else {  // the per-tensor path (its own proof, else the reference) takes these

@@ -157,6 +157,12 @@ void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed
     run_with_fault(self, low, high, seed, key_offset, g);
     return;
   }
+  TORCH_CHECK(at::cuda::currentStreamCaptureStatus() == at::cuda::CaptureStatus::None,
+              "fp8_dummy.init_stateless_: the CUDA kernel for ", self.scalar_type(), " on ",
+              self.device(), " (", linear_geometry(g) ? "linear" : "general",
+              " layout) has not proven itself in this process, which cannot happen inside CUDA "
+              "graph capture: call init_stateless_ on such a tensor once outside capture (its "
+              "one-time proof, fp8_dummy.self_check_report())");
   // The reference of this mode: the CPU kernel's bytes, copied over.
   auto cpu = at::empty_like(self, self.options().device(at::kCPU));
   cpu_stateless(cpu, low, high, seed, key_offset, element_offset, element_strides);
