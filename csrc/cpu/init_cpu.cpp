@@ -37,9 +37,8 @@
 #include "common/proof.h"
 #include "common/reference.h"
 #include "common/strided_walk.h"
-#include "cpu/fp8_convert_avx2.h"
+#include "cpu/init_fast_fill.h"
 #include "cpu/init_fast_path.h"
-#include "cpu/scatter_bytes.h"
 
 namespace fp8_dummy {
 namespace {
@@ -94,172 +93,6 @@ std::optional<cpu::Kernels> choose_fast_kernels(cpu::CpuPath path) {
   return cpu::kernels_for(cpu::forced_level(path, "init_"));
 }
 
-// Float16 bits -> FP8 bytes for one block: in registers where that is known to equal the
-// table (cpu/fp8_convert_avx2.h: values in range, checked against the table once per dtype),
-// else through the table.
-struct Fp8Converter {
-  const uint8_t* table;
-  cpu::Fp8Format format;
-  bool direct = false;
-  bool tiny = false;  // every value below the format's smallest normal
-
-  void operator()(const uint16_t* h, int64_t len, uint8_t* dst) const {
-#ifdef FP8_DUMMY_X86
-    if (direct) return cpu::fp8_from_halves_avx2(h, len, format, tiny, dst);
-#endif
-    for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
-  }
-};
-
-Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool simd) {
-  Fp8Converter c{cpu_copy_fp8_table(dtype), cpu::fp8_format(dtype)};
-#ifdef FP8_DUMMY_X86
-  // Every value drawn lies between half(low) and half(high), give or take a rounding of
-  // the range; the margins keep them all well inside the ranges the forms are valid for.
-  const double bound = std::max(std::abs(low), std::abs(high));
-  c.direct = simd && c.format.supported && bound <= 0.99 * c.format.max_finite &&
-             cpu::fp8_direct_ok(c.format, c.table);
-  c.tiny = c.direct && bound <= 0.99 * c.format.min_normal();
-#endif
-  return c;
-}
-
-// The FP8 bytes as a step function of the random bits (cpu/fp8_runs.h), where that holds
-// (a format whose conversion is monotone, bounds within its finite range), has few steps,
-// and the tensor is large enough for the ~10 us of finding them to pay. The steps are found
-// with the portable transform, so only where that one passed the self-check.
-std::optional<cpu::Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, double high,
-                                     const cpu::UniformParams& params, const uint8_t* table) {
-  constexpr int64_t kMinElements = 2048;
-  const cpu::Fp8Format format = cpu::fp8_format(dtype);
-  const double bound = std::max(std::abs(low), std::abs(high));
-  if (n < kMinElements || !format.supported || bound > 0.99 * format.max_finite ||
-      !cpu::fast_config().ok[static_cast<int>(cpu::SimdLevel::kPortable)]) {
-    return std::nullopt;
-  }
-  cpu::Fp8Runs runs;
-  if (!cpu::make_fp8_runs(params, table, &runs)) return std::nullopt;
-  return runs;
-}
-
-// Everything that selects the fast path's code for one call: made once per call, shared by
-// the call and its probe, so the probe runs the call's very branches.
-struct FastPlan {
-  cpu::Kernels kernels;
-  cpu::UniformParams params;
-  Fp8Converter convert;
-  std::optional<cpu::Fp8Runs> runs;
-  int threads;
-  bool linear;
-};
-
-FastPlan plan_fast(const at::Tensor& self, double low, double high, const cpu::Kernels& kernels) {
-  const bool simd = kernels.level != cpu::SimdLevel::kPortable;
-  FastPlan p{kernels, cpu::make_uniform_params(low, high, cpu::fast_config().transform),
-             make_converter(self.scalar_type(), low, high, simd)};
-  p.runs = fp8_runs(self.scalar_type(), self.numel(), low, high, p.params, p.convert.table);
-  p.threads = cpu::draw_threads(self.numel());
-  p.linear = memory_order(self).linear();
-  return p;
-}
-
-// False, having drawn and written nothing, when the generator's state must go to the
-// exact path.
-bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastPlan& plan) {
-  const int64_t n = self.numel();
-  const MemoryOrder order = memory_order(self);
-  auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
-  auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
-  {
-    std::lock_guard<std::mutex> lock(g->mutex_);
-    auto pod = g->engine().data();
-    if (!cpu::stream_usable(pod)) return false;
-    const auto& kernels = plan.kernels;
-    const auto& params = plan.params;
-    // A block at a time: words -> FP8 bytes from the runs, or words -> float16 bits (in
-    // cache) -> FP8 bytes.
-    auto to_bytes = [&](const uint32_t* words, int64_t len, uint8_t* dst) {
-      if (plan.runs) return kernels.runs(words, len, params.mask, *plan.runs, dst);
-      alignas(32) uint16_t halves[cpu::kMtN];
-      kernels.transform(words, len, /*temper=*/true, params, halves);
-      plan.convert(halves, len, dst);
-    };
-    if (order.linear()) {
-      // Every dense layout: one run, straight into the tensor.
-      cpu::draw_words(pod, n, kernels, plan.threads,
-                      [&](int64_t first, const uint32_t* words, int64_t len) {
-                        to_bytes(words, len, base + first);
-                      });
-    } else {
-      cpu::draw_words(pod, n, kernels, plan.threads,
-                      [&](int64_t first, const uint32_t* words, int64_t len) {
-                        uint8_t bytes[cpu::kMtN];
-                        to_bytes(words, len, bytes);
-                        cpu::scatter_bytes(order, base, first, bytes, len);
-                      });
-    }
-    at::mt19937 engine;
-    engine.set_data(pod);
-    g->set_engine(engine);
-  }
-  if (proof::fault("cpu.init_")) proof::corrupt(self);
-  return true;
-}
-
-std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_form) {
-  std::ostringstream key;
-  key << "cpu.init_: " << self.scalar_type() << " simd=" << cpu::level_name(p.kernels.level)
-      << " conversion="
-      << (p.runs             ? "runs"
-          : p.convert.direct ? (p.convert.tiny ? "direct-subnormal" : "direct")
-                             : "table")
-      << " layout=" << (p.linear ? "dense" : "gaps")
-      << " threads=" << (p.threads > 1 ? "split" : "one")
-      << " generator=" << (generator_form ? "given" : "seed");
-  return key.str();
-}
-
-// The call's branch against torch's reference (empty_like float16, uniform_, copy_) on a
-// probe of 2^15 - 5 elements (52 mt19937 blocks: every wrap of the step and a tail) with the
-// call's dtype, bounds, plan and generator form: bytes and the generator's state
-// afterwards. Below TensorIterator's grain size, and poisoned by memset, so that the probe
-// of a small first call starts no OpenMP pool (a process forked after it must not hang).
-proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed,
-                          FastPlan plan, bool generator_form) {
-  constexpr int64_t kN = (int64_t{1} << 15) - 5;
-  auto make = [&] {
-    at::Tensor p;
-    if (plan.linear) {
-      p = at::empty({kN}, self.options());
-    } else {  // gaps: every other column of a row-major block
-      p = at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
-    }
-    std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
-    return p;
-  };
-  at::Tensor ours = make(), ref = make();
-  plan.threads = plan.threads > 1 ? std::min(plan.threads, 3) : 1;
-  auto g_ours = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
-  auto g_ref = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
-  if (generator_form) {  // a generator in use: mid-block
-    for (int i = 0; i < 7; ++i) {
-      at::check_generator<at::CPUGeneratorImpl>(g_ours)->random();
-      at::check_generator<at::CPUGeneratorImpl>(g_ref)->random();
-    }
-  }
-  if (!fill_fp8_fast(ours, g_ours, plan)) return {false, "the probe's generator state is unusable"};
-  auto temp = at::empty_like(ref, ref.options().dtype(at::kHalf));
-  temp.uniform_(low, high, g_ref);
-  ref.copy_(temp);
-  auto verdict = proof::same_bytes(ours, ref, "bytes");
-  if (verdict.passed &&
-      !cpu::same_engine(at::check_generator<at::CPUGeneratorImpl>(g_ours)->engine().data(),
-                        at::check_generator<at::CPUGeneratorImpl>(g_ref)->engine().data())) {
-    verdict = {false, "the generator's state afterwards differs"};
-  }
-  return verdict;
-}
-
 void fill_fp8(const at::Tensor& self, double low, double high,
               const std::optional<at::Generator>& gen, int64_t seed) {
   const cpu::CpuPath path = cpu::cpu_path_from_env("init_");
@@ -276,13 +109,13 @@ void fill_fp8(const at::Tensor& self, double low, double high,
   const at::Generator g =
       generator_form ? *gen : at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
   if (kernels) {
-    const FastPlan plan = plan_fast(self, low, high, *kernels);
+    const cpu::FastPlan plan = cpu::plan_fast(self, low, high, *kernels);
     // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
     const bool use = path != cpu::CpuPath::kAuto ||
-                     proof::proven(fast_key(self, plan, generator_form), [&] {
-                       return probe_fast(self, low, high, seed, plan, generator_form);
+                     proof::proven(cpu::fast_key(self, plan, generator_form), [&] {
+                       return cpu::probe_fast(self, low, high, seed, plan, generator_form);
                      });
-    if (use && fill_fp8_fast(self, g, plan)) return;
+    if (use && cpu::fill_fp8_fast(self, g, plan)) return;
   }
   fill_fp8_exact(self, low, high, g);
 }

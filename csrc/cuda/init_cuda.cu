@@ -1,4 +1,4 @@
-// CUDA kernels of fp8_dummy.init_ (both overloads) and the benchmark's Philox roofline.
+// CUDA kernels of fp8_dummy.init_ (both overloads), behind their proof (launch/cuda_proof.h).
 // FP8 tensors: the fused kernel of init_kernel.cuh, launched exactly as torch launches
 // uniform_ on the float16 temp (grid from the device's properties, the generator's
 // Philox state taken under its lock, the split of more than 2^30 elements), so the bytes
@@ -260,31 +260,6 @@ void init_generator_cuda(at::Tensor& self, double low, double high,
   fill(self, low, high, std::move(source));
 }
 
-// Launch shape of init_ on `numel` (<= 2^30) elements: the same kernel grid and work
-// items. Returns the number of threads (= out elements needed); launches only when
-// `out` is large enough.
-int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
-  TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kInt && out.is_contiguous(),
-              "fp8_dummy_internal.philox_roofline: expects a contiguous int32 CUDA tensor");
-  TORCH_CHECK(numel > 0 && numel <= cuda::kMax32BitHalfElements,
-              "fp8_dummy_internal.philox_roofline: numel must be in [1, 2^30]");
-  const c10::cuda::CUDAGuard guard(out.device());
-  const cudaDeviceProp* props = at::cuda::getDeviceProperties(out.device().index());
-  const cuda::ReferenceGrid grid =
-      cuda::reference_grid(numel, props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
-  const int64_t items = cuda_kernels::work_items(grid.threads, grid.steps);
-  const int64_t blocks =
-      std::min((items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock,
-               resident_blocks<cuda_kernels::philox_roofline_kernel>(props->multiProcessorCount));
-  const int64_t threads = blocks * cuda_kernels::kBlock;
-  if (out.numel() < threads) return threads;
-  cuda_kernels::philox_roofline_kernel<<<static_cast<unsigned>(blocks), cuda_kernels::kBlock, 0,
-                                         at::cuda::getCurrentCUDAStream()>>>(
-      out.mutable_data_ptr<int32_t>(), grid.threads, grid.steps, static_cast<uint64_t>(seed));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return threads;
-}
-
 }  // namespace
 
 // Found once per (device, dtype) by converting all 65536 float16 bit patterns with
@@ -326,10 +301,6 @@ std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
 TORCH_LIBRARY_IMPL(fp8_dummy, CUDA, m) {
   m.impl("init_", TORCH_FN(init_seed_cuda));
   m.impl("init_.generator", TORCH_FN(init_generator_cuda));
-}
-
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CUDA, m) {
-  m.impl("philox_roofline", TORCH_FN(philox_roofline));
 }
 
 }  // namespace fp8_dummy

@@ -1,0 +1,171 @@
+// See cpu/init_fast_fill.h.
+#include "cpu/init_fast_fill.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "common/reference.h"
+#include "cpu/fp8_convert_avx2.h"
+#include "cpu/scatter_bytes.h"
+
+namespace fp8_dummy {
+namespace cpu {
+
+void Fp8Converter::operator()(const uint16_t* h, int64_t len, uint8_t* dst) const {
+#ifdef FP8_DUMMY_X86
+  if (direct) return fp8_from_halves_avx2(h, len, format, tiny, dst);
+#endif
+  for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
+}
+
+namespace {
+
+Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool simd) {
+  Fp8Converter c{cpu_copy_fp8_table(dtype), fp8_format(dtype)};
+#ifdef FP8_DUMMY_X86
+  // Every value drawn lies between half(low) and half(high), give or take a rounding of
+  // the range; the margins keep them all well inside the ranges the forms are valid for.
+  const double bound = std::max(std::abs(low), std::abs(high));
+  c.direct = simd && c.format.supported && bound <= 0.99 * c.format.max_finite &&
+             fp8_direct_ok(c.format, c.table);
+  c.tiny = c.direct && bound <= 0.99 * c.format.min_normal();
+#endif
+  return c;
+}
+
+// The FP8 bytes as a step function of the random bits (cpu/fp8_runs.h), where that holds
+// (a format whose conversion is monotone, bounds within its finite range), has few steps,
+// and the tensor is large enough for the ~10 us of finding them to pay. The steps are found
+// with the portable transform, so only where that one passed the self-check.
+std::optional<Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, double high,
+                                     const UniformParams& params, const uint8_t* table) {
+  constexpr int64_t kMinElements = 2048;
+  const Fp8Format format = fp8_format(dtype);
+  const double bound = std::max(std::abs(low), std::abs(high));
+  if (n < kMinElements || !format.supported || bound > 0.99 * format.max_finite ||
+      !fast_config().ok[static_cast<int>(SimdLevel::kPortable)]) {
+    return std::nullopt;
+  }
+  Fp8Runs runs;
+  if (!make_fp8_runs(params, table, &runs)) return std::nullopt;
+  return runs;
+}
+
+}  // namespace
+
+FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels) {
+  const bool simd = kernels.level != SimdLevel::kPortable;
+  FastPlan p{kernels, make_uniform_params(low, high, fast_config().transform),
+             make_converter(self.scalar_type(), low, high, simd)};
+  p.runs = fp8_runs(self.scalar_type(), self.numel(), low, high, p.params, p.convert.table);
+  p.threads = draw_threads(self.numel());
+  p.linear = memory_order(self).linear();
+  return p;
+}
+
+// False, having drawn and written nothing, when the generator's state must go to the
+// exact path.
+bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastPlan& plan) {
+  const int64_t n = self.numel();
+  const MemoryOrder order = memory_order(self);
+  auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
+  auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
+  {
+    std::lock_guard<std::mutex> lock(g->mutex_);
+    auto pod = g->engine().data();
+    if (!stream_usable(pod)) return false;
+    const auto& kernels = plan.kernels;
+    const auto& params = plan.params;
+    // A block at a time: words -> FP8 bytes from the runs, or words -> float16 bits (in
+    // cache) -> FP8 bytes.
+    auto to_bytes = [&](const uint32_t* words, int64_t len, uint8_t* dst) {
+      if (plan.runs) return kernels.runs(words, len, params.mask, *plan.runs, dst);
+      alignas(32) uint16_t halves[kMtN];
+      kernels.transform(words, len, /*temper=*/true, params, halves);
+      plan.convert(halves, len, dst);
+    };
+    if (order.linear()) {
+      // Every dense layout: one run, straight into the tensor.
+      draw_words(pod, n, kernels, plan.threads,
+                      [&](int64_t first, const uint32_t* words, int64_t len) {
+                        to_bytes(words, len, base + first);
+                      });
+    } else {
+      draw_words(pod, n, kernels, plan.threads,
+                      [&](int64_t first, const uint32_t* words, int64_t len) {
+                        uint8_t bytes[kMtN];
+                        to_bytes(words, len, bytes);
+                        scatter_bytes(order, base, first, bytes, len);
+                      });
+    }
+    at::mt19937 engine;
+    engine.set_data(pod);
+    g->set_engine(engine);
+  }
+  if (proof::fault("cpu.init_")) proof::corrupt(self);
+  return true;
+}
+
+std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_form) {
+  std::ostringstream key;
+  key << "cpu.init_: " << self.scalar_type() << " simd=" << level_name(p.kernels.level)
+      << " conversion="
+      << (p.runs             ? "runs"
+          : p.convert.direct ? (p.convert.tiny ? "direct-subnormal" : "direct")
+                             : "table")
+      << " layout=" << (p.linear ? "dense" : "gaps")
+      << " threads=" << (p.threads > 1 ? "split" : "one")
+      << " generator=" << (generator_form ? "given" : "seed");
+  return key.str();
+}
+
+// The call's branch against torch's reference (empty_like float16, uniform_, copy_) on a
+// probe of 2^15 - 5 elements (52 mt19937 blocks: every wrap of the step and a tail) with the
+// call's dtype, bounds, plan and generator form: bytes and the generator's state
+// afterwards. Below TensorIterator's grain size, and poisoned by memset, so that the probe
+// of a small first call starts no OpenMP pool (a process forked after it must not hang).
+proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed,
+                          FastPlan plan, bool generator_form) {
+  constexpr int64_t kN = (int64_t{1} << 15) - 5;
+  auto make = [&] {
+    at::Tensor p;
+    if (plan.linear) {
+      p = at::empty({kN}, self.options());
+    } else {  // gaps: every other column of a row-major block
+      p = at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
+    }
+    std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
+    return p;
+  };
+  at::Tensor ours = make(), ref = make();
+  plan.threads = plan.threads > 1 ? std::min(plan.threads, 3) : 1;
+  auto g_ours = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  auto g_ref = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  if (generator_form) {  // a generator in use: mid-block
+    for (int i = 0; i < 7; ++i) {
+      at::check_generator<at::CPUGeneratorImpl>(g_ours)->random();
+      at::check_generator<at::CPUGeneratorImpl>(g_ref)->random();
+    }
+  }
+  if (!fill_fp8_fast(ours, g_ours, plan)) return {false, "the probe's generator state is unusable"};
+  auto temp = at::empty_like(ref, ref.options().dtype(at::kHalf));
+  temp.uniform_(low, high, g_ref);
+  ref.copy_(temp);
+  auto verdict = proof::same_bytes(ours, ref, "bytes");
+  if (verdict.passed &&
+      !same_engine(at::check_generator<at::CPUGeneratorImpl>(g_ours)->engine().data(),
+                        at::check_generator<at::CPUGeneratorImpl>(g_ref)->engine().data())) {
+    verdict = {false, "the generator's state afterwards differs"};
+  }
+  return verdict;
+}
+
+}  // namespace cpu
+}  // namespace fp8_dummy

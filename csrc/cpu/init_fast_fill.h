@@ -1,0 +1,54 @@
+// The CPU fast path of init_ for one call (cpu/init_cpu.cpp chooses it): the plan of what
+// the call runs (kernels, transform, FP8 conversion form, threads, layout), the fill itself,
+// and its proof key and probe (common/proof.h), which run the plan's very branches.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+
+#include "common/proof.h"
+#include "cpu/fp8_convert_avx2.h"
+#include "cpu/fp8_runs.h"
+#include "cpu/init_fast_path.h"
+
+namespace fp8_dummy {
+namespace cpu {
+
+// Float16 bits -> FP8 bytes for one block: in registers where that is known to equal the
+// table (cpu/fp8_convert_avx2.h: values in range, checked against the table once per dtype),
+// else through the table.
+struct Fp8Converter {
+  const uint8_t* table;
+  Fp8Format format;
+  bool direct = false;
+  bool tiny = false;  // every value below the format's smallest normal
+
+  void operator()(const uint16_t* h, int64_t len, uint8_t* dst) const;
+};
+
+// Everything that selects the fast path's code for one call: made once per call, shared by
+// the call and its probe, so the probe runs the call's very branches.
+struct FastPlan {
+  Kernels kernels;
+  UniformParams params;
+  Fp8Converter convert;
+  std::optional<Fp8Runs> runs;
+  int threads;
+  bool linear;
+};
+
+FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels);
+
+// Fills self from gen's stream; false, having drawn and written nothing, when the
+// generator's state must go to the exact path. FP8_DUMMY_FAULT=cpu.init_ corrupts a byte.
+bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastPlan& plan);
+
+// The proof key of a call and its probe against torch's reference.
+std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_form);
+proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed,
+                          FastPlan plan, bool generator_form);
+
+}  // namespace cpu
+}  // namespace fp8_dummy

@@ -1,0 +1,46 @@
+// The benchmark's Philox roofline (benchmarks/bench_cuda.py): init_'s launch shape and
+// Philox calls on `numel` elements, no stores but one folded word per thread.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "cuda/init_cuda.h"
+#include "cuda/init_kernel.cuh"
+
+namespace fp8_dummy {
+namespace {
+
+// Launch shape of init_ on `numel` (<= 2^30) elements: the same kernel grid and work
+// items. Returns the number of threads (= out elements needed); launches only when
+// `out` is large enough.
+int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
+  TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kInt && out.is_contiguous(),
+              "fp8_dummy_internal.philox_roofline: expects a contiguous int32 CUDA tensor");
+  TORCH_CHECK(numel > 0 && numel <= cuda::kMax32BitHalfElements,
+              "fp8_dummy_internal.philox_roofline: numel must be in [1, 2^30]");
+  const c10::cuda::CUDAGuard guard(out.device());
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(out.device().index());
+  const cuda::ReferenceGrid grid =
+      cuda::reference_grid(numel, props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
+  const int64_t items = cuda_kernels::work_items(grid.threads, grid.steps);
+  const int64_t blocks =
+      std::min((items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock,
+               resident_blocks<cuda_kernels::philox_roofline_kernel>(props->multiProcessorCount));
+  const int64_t threads = blocks * cuda_kernels::kBlock;
+  if (out.numel() < threads) return threads;
+  cuda_kernels::philox_roofline_kernel<<<static_cast<unsigned>(blocks), cuda_kernels::kBlock, 0,
+                                         at::cuda::getCurrentCUDAStream()>>>(
+      out.mutable_data_ptr<int32_t>(), grid.threads, grid.steps, static_cast<uint64_t>(seed));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return threads;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CUDA, m) {
+  m.impl("philox_roofline", TORCH_FN(philox_roofline));
+}
+
+}  // namespace fp8_dummy
