@@ -26,7 +26,7 @@ import fp8_dummy
 from fp8_dummy import emulator
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
-FP8 += [getattr(torch, "float8_e8m0fnu")] if hasattr(torch, "float8_e8m0fnu") else []
+FP8 += [torch.float8_e8m0fnu] if hasattr(torch, "float8_e8m0fnu") else []
 BOUNDS = [(-1.0, 1.0), (-1e-3, 1e-3), (-500.0, 500.0)]  # hardware conversion, subnormals, wide
 
 
@@ -76,7 +76,8 @@ def main() -> int:
             run_emulated()
     report = fp8_dummy.self_check_report()
     for e in report:
-        print(f"proof: {'proven ' if e.proven else 'REFUSED'} {e.key}" + (f": {e.detail}" if e.detail else ""))
+        verdict = "proven " if e.proven else "REFUSED"
+        print(f"proof: {verdict} {e.key}" + (f": {e.detail}" if e.detail else ""))
     for w in caught:
         if "self-check refused" not in str(w.message):
             print(f"proof: warning: {w.message}")

@@ -10,6 +10,28 @@
 #include "cuda/init_kernel.cuh"
 
 namespace fp8_dummy {
+namespace cuda_kernels {
+
+// The benchmark's roofline: the same Philox calls, folded into one word per thread.
+__global__ void __launch_bounds__(kBlock)
+    philox_roofline_kernel(int32_t* out, int64_t threads, int64_t steps, uint64_t seed) {
+  uint32_t fold = 0;
+  const auto last = static_cast<uint32_t>(steps);
+  for (WorkWalk walk(static_cast<uint32_t>(threads / kGroup), blockIdx.x * blockDim.x + threadIdx.x,
+                     gridDim.x * blockDim.x);
+       walk.step < last; walk.next()) {
+    const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
+#pragma unroll
+    for (int q = 0; q < kGroup; ++q) {
+      const cuda::Words4 words = cuda::philox_words(seed, idx + q, 0, walk.step);
+      fold ^= words.w[0] ^ words.w[1] ^ words.w[2] ^ words.w[3];
+    }
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = static_cast<int32_t>(fold);
+}
+
+}  // namespace cuda_kernels
+
 namespace {
 
 // Launch shape of init_ on `numel` (<= 2^30) elements: the same kernel grid and work
