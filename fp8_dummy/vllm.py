@@ -26,8 +26,15 @@ from . import reference
 from ._engine_common import Action, SelfCheck, fusable, vllm_action
 from .model import apply_action, run_plan, walk
 from .ops import init_
+from .vllm_invariant import initialize_invariant_dummy_weights  # issue 21
 
-__all__ = ["generation", "initialize_dummy_weights", "initialize_single_dummy_weight", "version"]
+__all__ = [
+    "generation",
+    "initialize_dummy_weights",
+    "initialize_invariant_dummy_weights",
+    "initialize_single_dummy_weight",
+    "version",
+]
 
 # Set by the plugin to vLLM's own functions before it replaces them in the loader.
 originals: dict[str, Callable[..., Any]] = {}

@@ -48,7 +48,7 @@ def register() -> None:
         logger.info("fp8_dummy: vLLM %s predates the versions matched (0.28+), not used", v)
         return
     after_import(DUMMY_LOADER, _patch_dummy_loader)
-    after_import(LOADER_PACKAGE, _register_load_format)
+    after_import(LOADER_PACKAGE, _register_load_formats)
 
 
 def unregister() -> None:
@@ -134,6 +134,15 @@ def _loader_class(dl: ModuleType) -> type:
             run_plan(entries, 1234, check=check)
 
     return FP8DummyModelLoader
+
+
+def _register_load_formats(package: ModuleType) -> None:
+    # One callback per module (after_import keeps one per name): fp8_dummy, then
+    # fp8_dummy_invariant (fp8_dummy/vllm_invariant.py).
+    _register_load_format(package)
+    from .vllm_invariant import register_load_format
+
+    register_load_format(package)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
