@@ -48,10 +48,10 @@ def _run(rank: int, world: int, port: int) -> dict:
             full[name] = L.build_linear(kind, kwargs, disable_tp=True)
             kinds[name] = kind
     placements = [None] + (["linear", "round_robin"] if world > 1 else [])
-    static, _block = L.quant_configs()
+    static, block = L.quant_configs()
     for placement in placements:
-        for quant in (None, static):
-            name = f"moe_{placement or 'tp'}_{'fp8' if quant else 'bf16'}"
+        for label, quant in (("bf16", None), ("fp8", static), ("blk", block)):
+            name = f"moe_{placement or 'tp'}_{label}"
             with set_current_vllm_config(L.moe_config(cfg, placement)):
                 ours.add_module(name, L.build_moe(quant, f"{name}.ours"))
                 oracle.add_module(name, L.build_moe(quant, f"{name}.oracle"))
