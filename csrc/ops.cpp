@@ -61,6 +61,8 @@ TORCH_LIBRARY(fp8_dummy, m) {
   // tensor t (float16 for FP8 self, then converted as copy_ does; self's dtype otherwise).
   // element_strides defaults to the row-major strides of self's shape (e = the logical
   // index); a shard of a global tensor passes its offset and the global tensor's strides.
+  // int8/uint8 self (and packed FP4 viewed as uint8): random bytes, integer bounds [low, high),
+  // element e = low + (its Philox word) % (high - low) (include/fp8_dummy/cuda/stateless.h).
   // The bytes depend only on (seed, key_offset, e, bounds, dtype): not on the device, the
   // thread count or the sharding.
   m.def(

@@ -27,8 +27,15 @@ from ._engine_common import Action, fusable, probe_tensor, vllm_action
 from ._proof import corrupt_, fault, first_difference, proven
 from .model import apply_action, run_plan, walk
 from .ops import init_
+from .vllm_invariant import initialize_invariant_dummy_weights  # issue 21
 
-__all__ = ["generation", "initialize_dummy_weights", "initialize_single_dummy_weight", "version"]
+__all__ = [
+    "generation",
+    "initialize_dummy_weights",
+    "initialize_invariant_dummy_weights",
+    "initialize_single_dummy_weight",
+    "version",
+]
 
 # Set by the plugin to vLLM's own functions before it replaces them in the loader.
 originals: dict[str, Callable[..., Any]] = {}

@@ -77,10 +77,7 @@ def _register() -> None:
     after_import(
         DUMMY_LOADER, lambda m: guarded("patch of the dummy loader", _patch_dummy_loader, m)
     )
-    after_import(
-        LOADER_PACKAGE,
-        lambda m: guarded("registration of --load-format fp8_dummy", _register_load_format, m),
-    )
+    after_import(LOADER_PACKAGE, _register_load_formats)
 
 
 def unregister() -> None:
@@ -218,6 +215,19 @@ def _loader_class(dl: ModuleType) -> type:
             run_plan(entries, 1234, fault_path="vllm")
 
     return FP8DummyModelLoader
+
+
+def _register_load_formats(package: ModuleType) -> None:
+    # One callback per module (after_import keeps one per name): fp8_dummy, then
+    # fp8_dummy_invariant (fp8_dummy/vllm_invariant.py), each guarded on its own.
+    guarded("registration of --load-format fp8_dummy", _register_load_format, package)
+    guarded("registration of --load-format fp8_dummy_invariant", _register_invariant, package)
+
+
+def _register_invariant(package: ModuleType) -> None:
+    from .vllm_invariant import register_load_format
+
+    register_load_format(package)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

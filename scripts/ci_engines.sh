@@ -2,8 +2,10 @@
 # CI step: fp8_dummy against the serving engines' own code, on the CPU. Installs vLLM
 # 0.33.0, vLLM 0.30.0 and SGLang 0.5.23 (wheels from PyPI) with --no-deps into target
 # directories, plus the pinned packages their model loaders import (scripts/engines/*.txt),
-# never touching torch; then runs tests/test_engines_vllm.py once per vLLM and
-# tests/test_engines_sglang.py, each in one process (an engine import costs 20-40 s).
+# never touching torch; then runs tests/test_engines_vllm.py once per vLLM (with vLLM 0.33
+# also tests/test_engines_vllm_invariant.py, whose gloo workers import vLLM in 1, 2 and 4
+# processes) and tests/test_engines_sglang.py, each in one process (an engine import costs
+# 20-40 s).
 #
 # Usage: scripts/ci_engines.sh [PKG_DIR]
 #   PKG_DIR   fp8_dummy built against the interpreter's torch, with tests/ and
@@ -78,12 +80,14 @@ cd "$PKG"
 status=0
 for i in "${!engines[@]}"; do
   engine="${engines[$i]}" t0=$(date +%s)
-  tests=tests/test_engines_vllm.py
-  [[ "$engine" == sglang-* ]] && tests=tests/test_engines_sglang.py
+  tests=(tests/test_engines_vllm.py)
+  # vLLM 0.33's parallel layers in 1, 2 and 4 gloo processes (fp8_dummy_invariant, ~3 min).
+  [[ "$engine" == vllm-0.33.* ]] && tests+=(tests/test_engines_vllm_invariant.py)
+  [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py)
   echo "== $engine"
   env -u FP8_DUMMY_VLLM -u FP8_DUMMY_SGLANG -u VLLM_PLUGINS -u SGLANG_PLUGINS \
     PYTHONPATH="$PKG:${paths[$i]}" FP8_DUMMY_REQUIRE_ENGINES=1 \
-    "$PY" -m pytest -q -p no:cacheprovider -rs "$tests" || status=1
+    "$PY" -m pytest -q -p no:cacheprovider -rs "${tests[@]}" || status=1
   echo "== $engine: $(( $(date +%s) - t0 )) s"
 done
 echo "ci_engines: done in $(( $(date +%s) - start )) s, status $status"

@@ -134,3 +134,23 @@ def test_cuda_second_device_if_present():
         pytest.skip("one GPU")
     a = init_stateless_(torch.empty(12345, dtype=torch.float8_e4m3fn, device="cuda:1"))
     assert same(a, init_stateless_(torch.empty(12345, dtype=torch.float8_e4m3fn)))
+
+
+INT_BOUNDS = {torch.int8: [(-128, 128), (-5, 3)], torch.uint8: [(0, 256), (7, 200)]}
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8], ids=str)
+def test_cuda_equals_cpu_integer_bytes(dtype):
+    # Integer random bytes: the same bytes on the GPU, every layout and shard.
+    for low, high in INT_BOUNDS[dtype]:
+        for n in (1, 17, 4097, 5_000_011):
+            gpu, cpu = both((n,), dtype, low, high, 99, key_offset=5)
+            assert same(gpu, cpu), (low, high, n)
+    for make in (
+        lambda d: torch.empty(40, 66, dtype=dtype, device=d).t(),
+        lambda d: torch.empty(40, 66, dtype=dtype, device=d)[3:, 5:60:3],
+        lambda d: torch.empty(1001, dtype=dtype, device=d)[1:],
+    ):
+        gpu = init_stateless_(make("cuda"), *INT_BOUNDS[dtype][0], 3, element_offset=11)
+        cpu = init_stateless_(make("cpu"), *INT_BOUNDS[dtype][0], 3, element_offset=11)
+        assert same(gpu, cpu)

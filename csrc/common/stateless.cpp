@@ -1,11 +1,13 @@
 #include "common/stateless.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/arange.h>
 #include <c10/util/irange.h>
 #include <c10/util/safe_numerics.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <utility>
 
@@ -40,10 +42,33 @@ void check_distinct_global_indices(at::IntArrayRef sizes, c10::ArrayRef<int64_t>
 
 }  // namespace
 
+bool is_stateless_int(c10::ScalarType dtype) {
+  return dtype == c10::ScalarType::Char || dtype == c10::ScalarType::Byte;
+}
+
+void check_stateless_values(const at::Tensor& self, double low, double high) {
+  TORCH_CHECK(self.defined(), "fp8_dummy.init_stateless_: expected a tensor, got an undefined one");
+  if (!is_stateless_int(self.scalar_type())) {
+    check_init_args(self, low, high);
+    return;
+  }
+  const bool is_signed = self.scalar_type() == c10::ScalarType::Char;
+  const double min = is_signed ? -128.0 : 0.0;
+  const double max = is_signed ? 128.0 : 256.0;  // one past the largest value
+  TORCH_CHECK(
+      std::floor(low) == low && std::floor(high) == high && min <= low && low < high && high <= max,
+      "fp8_dummy.init_stateless_: ", self.scalar_type(), " takes integer bounds low < high in [",
+      min, ", ", max, "] (values in [low, high)), ", "got low=", low, ", high=", high);
+  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
+              "fp8_dummy.init_stateless_: unsupported operation: more than one element of the "
+              "written-to tensor refers to a single memory location. Please clone() the "
+              "tensor before performing the operation.");
+}
+
 ShardGeometry check_stateless_args(const at::Tensor& self, double low, double high,
                                    int64_t element_offset,
                                    at::OptionalIntArrayRef element_strides) {
-  check_init_args(self, low, high);
+  check_stateless_values(self, low, high);
   const int64_t dim = self.dim();
   TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
               element_offset);
@@ -107,6 +132,9 @@ cuda::StatelessParams stateless_params(c10::ScalarType dtype, double low, double
       return cuda::stateless_params_float(low, high);
     case c10::ScalarType::Double:
       return cuda::stateless_params_double(low, high);
+    case c10::ScalarType::Char:
+    case c10::ScalarType::Byte:
+      return cuda::stateless_params_int(low, high);
     default:
       return cuda::stateless_params_half(low, high);  // float16 and FP8
   }
@@ -151,7 +179,7 @@ void init_stateless_meta(at::Tensor& self, double low, double high, int64_t /*se
   }
   // Symbolic shapes (dynamic torch.compile): the checks that need no concrete size; the
   // real kernel runs the rest.
-  check_init_args(self, low, high);
+  check_stateless_values(self, low, high);
   TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
               element_offset);
   if (element_strides.has_value()) {

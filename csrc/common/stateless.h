@@ -25,6 +25,13 @@ struct ShardGeometry {
   int64_t element_offset = 0;
 };
 
+// int8 and uint8 (random bytes: include/fp8_dummy/cuda/stateless.h).
+bool is_stateless_int(c10::ScalarType dtype);
+
+// The dtype and the bounds: init_'s checks for floats; for int8/uint8, integer bounds with
+// low < high inside the dtype's range (high one past its largest value), as random_(from, to).
+void check_stateless_values(const at::Tensor& self, double low, double high);
+
 // Checks every argument of init_stateless_ (bounds as init_, then the shard
 // description) and returns the geometry. Throws before anything is written.
 ShardGeometry check_stateless_args(const at::Tensor& self, double low, double high,

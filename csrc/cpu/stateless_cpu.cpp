@@ -4,9 +4,9 @@
 // for any thread count. Runs that are consecutive in the global index take 16 or more
 // Philox calls at a time (stateless_philox_simd.h: AVX-512, AVX2 or portable, picked at run
 // time). The output is a table lookup on a word's random bits for FP8, float16 and
-// bfloat16 (2048 / 256 entries, made per call), the formula itself for float32 and
-// float64. Contiguous FP8 runs take a fast path straight to memory (gathers from the
-// table, or run counting when it has few runs). No scratch.
+// bfloat16 (2048 / 256 entries, made per call), the formula itself for float32, float64
+// and the integer bytes (int8, uint8). Contiguous FP8 runs take a fast path straight to memory
+// (gathers from the table, or run counting when it has few runs). No scratch.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
@@ -49,6 +49,13 @@ struct TableOut {  // FP8 (uint8), float16 and bfloat16 (uint16): value = table[
   void put(T* p, const uint32_t* w, int k) const { *p = table[w[k] & ((1u << kBits) - 1)]; }
 };
 using Fp8Out = TableOut<uint8_t, 11>;
+
+struct ByteOut {  // int8 / uint8: low + word % range
+  static constexpr int kPerCall = 4;
+  using Elem = uint8_t;
+  cuda::StatelessParams params;
+  void put(uint8_t* p, const uint32_t* w, int k) const { *p = cuda::stateless_byte(w[k], params); }
+};
 
 struct FloatOut {
   static constexpr int kPerCall = 4;
@@ -236,6 +243,9 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
       return fill(FloatOut{p}, self, g, key);
     case c10::ScalarType::Double:
       return fill(DoubleOut{p}, self, g, key);
+    case c10::ScalarType::Char:
+    case c10::ScalarType::Byte:
+      return fill(ByteOut{p}, self, g, key);
     default: {  // FP8 (check_stateless_args admitted nothing else)
       const auto table = stateless_fp8_table(dtype, p);
       std::array<uint32_t, 2048> table32;

@@ -96,6 +96,9 @@ void run_stateless(const at::Tensor& self, double low, double high, int64_t seed
       return launch<sk::FloatOut>(args, linear, work, sm_count, stream);
     case c10::ScalarType::Double:
       return launch<sk::DoubleOut>(args, linear, work, sm_count, stream);
+    case c10::ScalarType::Char:
+    case c10::ScalarType::Byte:
+      return launch<sk::ByteOut>(args, linear, work, sm_count, stream);
     default:
       return launch<sk::Fp8Out>(args, linear, work, sm_count, stream);
   }

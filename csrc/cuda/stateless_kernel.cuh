@@ -64,6 +64,15 @@ struct Fp8Out {
     return table[w.w[k] & 0x7ffu];
   }
 };
+struct ByteOut {  // int8 / uint8
+  using Elem = uint8_t;
+  static constexpr int kPer = 4;
+  static constexpr bool kTable = false;
+  __device__ static Elem value(const cuda::Words4& w, int k, const uint8_t*,
+                               const cuda::StatelessParams& p) {
+    return cuda::stateless_byte(w.w[k], p);
+  }
+};
 struct HalfOut {
   using Elem = uint16_t;
   static constexpr int kPer = 4;

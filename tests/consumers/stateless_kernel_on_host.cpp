@@ -2,7 +2,7 @@
 // one emulated thread after another, and checks every element they write against a
 // per-element reference loop (global index -> Philox call -> value) for many
 // geometries: contiguous, offsets that are not unit-aligned, views with gaps, shards
-// whose inner dimension is not consecutive globally, every dtype. It checks the
+// whose inner dimension is not consecutive globally, every dtype (integer bytes too). It checks the
 // kernels' index arithmetic (units, slots, grid stride, bounds) on a GPU-less machine;
 // the device arithmetic itself needs a GPU (tests/test_stateless_cuda.py).
 // Built and run by tests/test_stateless_api.py::test_cuda_kernel_index_logic_on_host.
@@ -72,6 +72,7 @@ void check(const char* name, std::vector<int64_t> sizes, std::vector<int64_t> se
   a.params = cuda::stateless_params_float(-1.0, 1.0);
   if (sizeof(Elem) == 8) a.params = cuda::stateless_params_double(-1.0, 1.0);
   if (sizeof(Elem) == 2) a.params = cuda::stateless_params_half(-1.0, 1.0);
+  if (!Out::kTable && sizeof(Elem) == 1) a.params = cuda::stateless_params_int(-100.0, 77.0);
   for (int i = 0; i < 2048; ++i) a.table[i] = static_cast<uint8_t>(i * 37 + (i >> 8));
   a.element_offset = offset;
   a.ndim = static_cast<int>(sizes.size());
@@ -138,6 +139,7 @@ void all_geometries() {
 
 int main() {
   all_geometries<sk::Fp8Out>();
+  all_geometries<sk::ByteOut>();
   all_geometries<sk::HalfOut>();
   all_geometries<sk::Bf16Out>();
   all_geometries<sk::FloatOut>();

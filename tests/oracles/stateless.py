@@ -22,6 +22,7 @@ FP8 = {
     torch.float8_e5m2fnuz: "float8_e5m2fnuz",
     torch.float8_e8m0fnu: "float8_e8m0fnu",
 }
+INTS = (torch.int8, torch.uint8)
 WIDE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 NP_VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -76,6 +77,9 @@ def expected_bytes(
         x = (((hi << np.uint64(32)) | lo) & np.uint64((1 << 53) - 1)).astype(np.float64) * 2.0**-53
         return (x * (np.float64(high) - np.float64(low)) + np.float64(low)).view(np.uint64)
     word = w[rows, k]
+    if dtype in INTS:  # random_(from, to)'s reduction of a 32-bit draw, as a byte
+        rng = int(high) - int(low)
+        return ((word % np.uint64(rng)).astype(np.int64) + int(low)).astype(np.uint8)
     if dtype == torch.float32:
         x = (word & np.uint64(0xFFFFFF)).astype(np.float32) * np.float32(2.0**-24)
         f, t = np.float32(low), np.float32(high)

@@ -12,6 +12,9 @@
 //   float32/float64: range = T(high) - T(low), value = x * range + T(low), a separate
 //   multiply and add (torch's CPU kernel does not fuse them); no clamp at high.
 // FP8 dtypes take the float16 value converted as torch's copy_ converts it.
+// Integer bytes (int8, uint8; packed FP4 as its uint8 view) take the word of element e as
+// the 16- and 32-bit dtypes do and reduce it as torch's random_(from, to) reduces a 32-bit
+// draw: value = low + word % (high - low), stored as the byte's two's complement.
 // Torch-free, host and device.
 #pragma once
 
@@ -45,26 +48,39 @@ struct StatelessParams {
   float range;
   double from_d;  // float64
   double range_d;
+  int32_t int_low;  // int8 / uint8: [int_low, int_low + int_range), 1 <= int_range <= 256
+  uint32_t int_range;
 };
 
 FP8_DUMMY_HD StatelessParams stateless_params_half(double low, double high) {
   const UniformParams u = make_uniform_params(low, high);  // same bound roundings
-  return StatelessParams{u.from, u.range, 0.0, 0.0};
+  return StatelessParams{u.from, u.range, 0.0, 0.0, 0, 0u};
 }
 
 FP8_DUMMY_HD StatelessParams stateless_params_bf16(double low, double high) {
   const float from = bf16_to_float(float_to_bf16_rn(static_cast<float>(low)));
   const float to = bf16_to_float(float_to_bf16_rn(static_cast<float>(high)));
-  return StatelessParams{from, bf16_to_float(float_to_bf16_rn(to - from)), 0.0, 0.0};
+  return StatelessParams{from, bf16_to_float(float_to_bf16_rn(to - from)), 0.0, 0.0, 0, 0u};
 }
 
 FP8_DUMMY_HD StatelessParams stateless_params_float(double low, double high) {
   const float from = static_cast<float>(low);
-  return StatelessParams{from, static_cast<float>(high) - from, 0.0, 0.0};
+  return StatelessParams{from, static_cast<float>(high) - from, 0.0, 0.0, 0, 0u};
 }
 
 FP8_DUMMY_HD StatelessParams stateless_params_double(double low, double high) {
-  return StatelessParams{0.0f, 0.0f, low, high - low};
+  return StatelessParams{0.0f, 0.0f, low, high - low, 0, 0u};
+}
+
+FP8_DUMMY_HD StatelessParams stateless_params_int(double low, double high) {
+  const auto lo = static_cast<int32_t>(low);
+  return StatelessParams{0.0f, 0.0f, 0.0,
+                         0.0,  lo,   static_cast<uint32_t>(static_cast<int32_t>(high) - lo)};
+}
+
+// An integer byte for a word (range a power of two: the word's low bits).
+FP8_DUMMY_HD uint8_t stateless_byte(uint32_t word, const StatelessParams& p) {
+  return static_cast<uint8_t>(static_cast<uint32_t>(p.int_low) + word % p.int_range);
 }
 
 // float16 bits for a word: 11 random bits. Also the input of the FP8 conversion.
