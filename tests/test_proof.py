@@ -129,10 +129,14 @@ def test_proven_cuda_init_many_emulated():
     assert any("Float8_e5m2" in k for k in keys), keys
 
 
-@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16, torch.float64])
-def test_proven_cuda_stateless_emulated(dtype):
+@pytest.mark.parametrize(
+    "dtype, low, high",
+    [(torch.float8_e4m3fn, -1.0, 1.0), (torch.bfloat16, -1.0, 1.0), (torch.float64, -1.0, 1.0)]
+    + [(torch.int8, -128, 128), (torch.uint8, 3, 200)],
+)
+def test_proven_cuda_stateless_emulated(dtype, low, high):
     t = poison(torch.empty(400, 61, dtype=dtype)[:, 3:50])
-    emulator.emulate_proven_cuda_init_stateless_(t, -1.0, 1.0, 4, element_offset=11, sm_count=8)
+    emulator.emulate_proven_cuda_init_stateless_(t, low, high, 4, element_offset=11, sm_count=8)
     rows, cols = np.meshgrid(np.arange(400), np.arange(47), indexing="ij")
-    want = sref.expected_bytes(11 + (rows * 47 + cols).reshape(-1), dtype, -1.0, 1.0, 4)
+    want = sref.expected_bytes(11 + (rows * 47 + cols).reshape(-1), dtype, low, high, 4)
     assert np.array_equal(sref.tensor_bits(t.contiguous()).reshape(-1), want)

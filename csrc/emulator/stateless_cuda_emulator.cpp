@@ -46,6 +46,8 @@ void emulate_rule(at::Tensor& self, double low, double high, int64_t seed, int64
     uint8_t* out = base + at * size;
     if (fp8) {
       *out = table[w.w[k] & 0x7ffu];
+    } else if (dtype == at::kChar || dtype == at::kByte) {
+      *out = cuda::stateless_byte(w.w[k], params);
     } else if (dtype == at::kHalf) {
       const uint16_t v = cuda::stateless_half(w.w[k], params);
       std::memcpy(out, &v, 2);
@@ -56,6 +58,8 @@ void emulate_rule(at::Tensor& self, double low, double high, int64_t seed, int64
       const float v = cuda::stateless_float(w.w[k], params);
       std::memcpy(out, &v, 4);
     } else {
+      TORCH_CHECK(dtype == at::kDouble, "fp8_dummy_internal.emulate_proven_cuda_init_stateless_: ",
+                  "no rule for ", dtype);
       const double v = cuda::stateless_double(w.w[2 * k], w.w[2 * k + 1], params);
       std::memcpy(out, &v, 8);
     }
