@@ -32,6 +32,8 @@ try:  # private; FSDP2 + tensor parallel on one tensor dim produce it
 except ImportError:  # pragma: no cover (a torch without it cannot produce it either)
     _StridedShard = None
 
+from .stateless import row_major_strides
+
 __all__ = ["local_runs"]
 
 # A run: local elements [local_start, local_start + length) of one dimension hold global
@@ -140,14 +142,6 @@ def local_runs(t: DTensor, op: str = "init_stateless_") -> list[list[Run]] | Non
     return out
 
 
-def _row_major(shape: Sequence[int]) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(int(size), 1)
-    return strides[::-1]
-
-
 def _init_stateless(
     t: DTensor,
     low: float = -1e-3,
@@ -165,7 +159,7 @@ def _init_stateless(
     # (a meta tensor: no memory, no data).
     whole = torch.empty(t.shape, dtype=t.dtype, device="meta")
     op(whole, low, high, seed, **kw, element_strides=strides)
-    strides = strides if strides is not None else _row_major(t.shape)
+    strides = strides if strides is not None else row_major_strides(t.shape)
     runs = local_runs(t)
     if runs is None:
         return

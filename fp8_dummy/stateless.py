@@ -69,7 +69,9 @@ def _as_index(value: object, name: str, op: str) -> int:
     return value
 
 
-def _row_major_strides(shape: Sequence[int]) -> list[int]:
+def row_major_strides(shape: Sequence[int]) -> list[int]:
+    """The element strides of a contiguous tensor of ``shape``: a global tensor's default
+    ``element_strides`` (one rule for init_shard_, the DTensor rules and the vLLM layouts)."""
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
@@ -103,7 +105,7 @@ def init_shard_(
                 f"init_shard_: dimension {d}: shard [{start}, {start + n}) is outside the "
                 f"global size {size}"
             )
-    strides = _row_major_strides(global_shape)
+    strides = row_major_strides(global_shape)
     offset = sum(o * s for o, s in zip(shard_offsets, strides))
     return init_stateless_(
         t, low, high, seed, key_offset=key_offset, element_offset=offset, element_strides=strides

@@ -22,7 +22,8 @@ import torch
 
 from ._engine_common import vllm_action
 from ._vllm_placement import Placement, UncoveredParameterError, placement
-from .stateless import init_stateless_
+from .model import apply_action
+from .stateless import init_stateless_, row_major_strides
 
 __all__ = [
     "UncoveredParameterError",
@@ -120,7 +121,7 @@ def fill_entries(entries: list[Entry], seed: int = SEED) -> None:
         if sum(v.numel() for v, _ in views) != data.numel():
             data.view(torch.uint8).zero_() if data.dtype == _FP4 else data.zero_()
         key = tensor_seed(seed, full)
-        strides = _row_major(where.global_shape)
+        strides = row_major_strides(where.global_shape)
         for view, piece in views:
             if view.numel() == 0:
                 continue
@@ -132,12 +133,8 @@ def fill_entries(entries: list[Entry], seed: int = SEED) -> None:
 
 def _fill(view: torch.Tensor, action: Any, key: int, offset: int, strides: list[int]) -> None:
     kind = action.kind
-    if kind == "fill":
-        view.fill_(action.value)
-    elif kind == "byte":
-        view.view(torch.uint8).fill_(action.value)
-    elif kind == "zero":
-        view.zero_()
+    if kind in ("fill", "byte", "zero"):  # no random numbers: as the engine does them
+        apply_action(view, action, key)
     else:
         if kind == "int8":
             target, low, high = view, -128, 128
@@ -146,14 +143,6 @@ def _fill(view: torch.Tensor, action: Any, key: int, offset: int, strides: list[
         else:
             target, low, high = view, action.low, action.high
         init_stateless_(target, low, high, key, element_offset=offset, element_strides=strides)
-
-
-def _row_major(shape: tuple[int, ...]) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(int(size), 1)
-    return strides[::-1]
 
 
 def initialize_invariant_dummy_weights(model: torch.nn.Module, seed: int = SEED) -> None:

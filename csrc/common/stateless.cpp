@@ -1,6 +1,7 @@
 #include "common/stateless.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/arange.h>
 #include <c10/util/irange.h>
 #include <c10/util/safe_numerics.h>
@@ -63,6 +64,15 @@ void check_stateless_values(const at::Tensor& self, double low, double high) {
               "fp8_dummy.init_stateless_: unsupported operation: more than one element of the "
               "written-to tensor refers to a single memory location. Please clone() the "
               "tensor before performing the operation.");
+}
+
+void stateless_on_cpu(at::Tensor& t, double low, double high, int64_t seed, int64_t key_offset,
+                      int64_t element_offset, at::OptionalIntArrayRef element_strides) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("fp8_dummy::init_stateless_", "")
+                             .typed<void(at::Tensor&, double, double, int64_t, int64_t, int64_t,
+                                         at::OptionalIntArrayRef)>();
+  op.call(t, low, high, seed, key_offset, element_offset, element_strides);
 }
 
 ShardGeometry check_stateless_args(const at::Tensor& self, double low, double high,

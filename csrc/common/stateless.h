@@ -34,6 +34,11 @@ void check_stateless_values(const at::Tensor& self, double low, double high);
 
 // Checks every argument of init_stateless_ (bounds as init_, then the shard
 // description) and returns the geometry. Throws before anything is written.
+// init_stateless_ on the CPU tensor t through the dispatcher: the mode's reference bytes for
+// the CUDA kernel's proof and fallback (cuda/stateless_cuda.cu) and its emulator.
+void stateless_on_cpu(at::Tensor& t, double low, double high, int64_t seed, int64_t key_offset,
+                      int64_t element_offset, at::OptionalIntArrayRef element_strides);
+
 ShardGeometry check_stateless_args(const at::Tensor& self, double low, double high,
                                    int64_t element_offset, at::OptionalIntArrayRef element_strides);
 

@@ -3,7 +3,6 @@
 // table built from torch's CPU copy_, so CUDA and CPU write the same bytes. No
 // allocation, no synchronization, the current stream: safe inside CUDA graph capture.
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -111,14 +110,6 @@ void run_with_fault(const at::Tensor& self, double low, double high, int64_t see
   if (proof::fault("cuda.init_stateless_")) proof::corrupt(self);
 }
 
-void cpu_stateless(at::Tensor& t, double low, double high, int64_t seed, int64_t key_offset,
-                   int64_t element_offset, at::OptionalIntArrayRef strides) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("fp8_dummy::init_stateless_", "")
-                             .typed<void(at::Tensor&, double, double, int64_t, int64_t, int64_t,
-                                         at::OptionalIntArrayRef)>();
-  op.call(t, low, high, seed, key_offset, element_offset, strides);
-}
 
 // Whether the kernel for self's key (device, dtype, linear or general kernel) is proven: the
 // first time, a probe of that kind filled by the kernel and by the CPU kernel (the mode's
@@ -142,7 +133,7 @@ bool stateless_proven(const at::Tensor& self, double low, double high, int64_t s
                             check_stateless_args(t, low, high, offset, std::nullopt));
         },
         [&](at::Tensor& t, int64_t offset) {
-          cpu_stateless(t, low, high, seed, key_offset, offset, std::nullopt);
+          stateless_on_cpu(t, low, high, seed, key_offset, offset, std::nullopt);
         });
   });
 }
@@ -168,7 +159,7 @@ void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed
               "one-time proof, fp8_dummy.self_check_report())");
   // The reference of this mode: the CPU kernel's bytes, copied over.
   auto cpu = at::empty_like(self, self.options().device(at::kCPU));
-  cpu_stateless(cpu, low, high, seed, key_offset, element_offset, element_strides);
+  stateless_on_cpu(cpu, low, high, seed, key_offset, element_offset, element_strides);
   self.copy_(cpu);
 }
 

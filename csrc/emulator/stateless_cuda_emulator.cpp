@@ -5,7 +5,6 @@
 // broken CUDA path (FP8_DUMMY_FAULT=cuda.init_stateless_) caught and replaced. The kernel's
 // own index arithmetic is checked apart, by tests/consumers/stateless_kernel_on_host.cpp.
 #include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <array>
@@ -70,14 +69,6 @@ void emulate_rule(at::Tensor& self, double low, double high, int64_t seed, int64
   }
 }
 
-void cpu_stateless(at::Tensor& t, double low, double high, int64_t seed, int64_t key_offset,
-                   int64_t element_offset, at::OptionalIntArrayRef strides) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("fp8_dummy::init_stateless_", "")
-                             .typed<void(at::Tensor&, double, double, int64_t, int64_t, int64_t,
-                                         at::OptionalIntArrayRef)>();
-  op.call(t, low, high, seed, key_offset, element_offset, strides);
-}
 
 void emulate_proven_stateless(at::Tensor& self, double low, double high, int64_t seed,
                               int64_t key_offset, int64_t element_offset,
@@ -103,13 +94,13 @@ void emulate_proven_stateless(at::Tensor& self, double low, double high, int64_t
           ours(t, check_stateless_args(t, low, high, offset, std::nullopt));
         },
         [&](at::Tensor& t, int64_t offset) {
-          cpu_stateless(t, low, high, seed, key_offset, offset, std::nullopt);
+          stateless_on_cpu(t, low, high, seed, key_offset, offset, std::nullopt);
         });
   });
   if (use) {
     ours(self, g);
   } else {
-    cpu_stateless(self, low, high, seed, key_offset, element_offset, element_strides);
+    stateless_on_cpu(self, low, high, seed, key_offset, element_offset, element_strides);
   }
 }
 

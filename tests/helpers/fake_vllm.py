@@ -15,6 +15,18 @@ from pathlib import Path
 
 import torch
 
+# The loader registry both package layouts share.
+REGISTRY = """
+
+def register_model_loader(load_format):
+    def wrap(cls):
+        assert issubclass(cls, BaseModelLoader)
+        _LOAD_FORMAT_TO_MODEL_LOADER[load_format] = cls
+        return cls
+
+    return wrap
+"""
+
 FILES = {
     "vllm/__init__.py": '__version__ = "{version}"\n',
     "vllm/platforms/__init__.py": """
@@ -58,16 +70,9 @@ from .base_loader import BaseModelLoader
 from .dummy_loader import DummyModelLoader
 
 _LOAD_FORMAT_TO_MODEL_LOADER = {{"dummy": DummyModelLoader}}
-
-
-def register_model_loader(load_format):
-    def wrap(cls):
-        assert issubclass(cls, BaseModelLoader)
-        _LOAD_FORMAT_TO_MODEL_LOADER[load_format] = cls
-        return cls
-
-    return wrap
-
+"""
+    + REGISTRY
+    + """
 
 def get_model_loader(load_config):
     return _LOAD_FORMAT_TO_MODEL_LOADER[load_config.load_format](load_config)
@@ -151,22 +156,16 @@ class DummyModelLoader(BaseModelLoader):
 
 # A loader package that imports its modules on first use (PEP 562), as a later vLLM might:
 # importing the package does not import dummy_loader.
-LAZY_PACKAGE = """
+LAZY_PACKAGE = (
+    """
 import importlib
 
 from .base_loader import BaseModelLoader
 
 _LOAD_FORMAT_TO_MODEL_LOADER = {{}}
-
-
-def register_model_loader(load_format):
-    def wrap(cls):
-        assert issubclass(cls, BaseModelLoader)
-        _LOAD_FORMAT_TO_MODEL_LOADER[load_format] = cls
-        return cls
-
-    return wrap
-
+"""
+    + REGISTRY
+    + """
 
 def get_model_loader(load_config):
     if "dummy" not in _LOAD_FORMAT_TO_MODEL_LOADER:
@@ -181,6 +180,7 @@ def __getattr__(name):
         return importlib.import_module(__name__ + ".dummy_loader").DummyModelLoader
     raise AttributeError(name)
 """
+)
 
 
 def write(
