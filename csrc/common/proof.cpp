@@ -4,8 +4,8 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -159,8 +159,11 @@ Verdict same_bytes(const at::Tensor& ours, const at::Tensor& ref, const std::str
   for (int64_t i = 0; i < bytes; ++i) {
     if (pa[i] != pb[i]) {
       char buf[160];
-      std::snprintf(buf, sizeof(buf), "%s: first differing byte at element %lld (byte %lld): 0x%02x, the reference 0x%02x",
-                    what.c_str(), static_cast<long long>(i / size), static_cast<long long>(i % size), pa[i], pb[i]);
+      std::snprintf(
+          buf, sizeof(buf),
+          "%s: first differing byte at element %lld (byte %lld): 0x%02x, the reference 0x%02x",
+          what.c_str(), static_cast<long long>(i / size), static_cast<long long>(i % size), pa[i],
+          pb[i]);
       return {false, buf};
     }
   }

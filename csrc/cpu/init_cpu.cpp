@@ -120,15 +120,16 @@ void fill_fp8(const at::Tensor& self, double low, double high,
   fill_fp8_exact(self, low, high, g);
 }
 
-void fill(const at::Tensor& self, double low, double high,
-          const std::optional<at::Generator>& gen, int64_t seed) {
+void fill(const at::Tensor& self, double low, double high, const std::optional<at::Generator>& gen,
+          int64_t seed) {
   if (is_fp8(self.scalar_type())) {
     fill_fp8(self, low, high, gen, seed);
   } else if (gen.has_value()) {
     // float16 and wider: the reference is uniform_ on the tensor itself.
     at::Tensor(self).uniform_(low, high, *gen);
   } else {
-    at::Tensor(self).uniform_(low, high, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)));
+    at::Tensor(self).uniform_(low, high,
+                              at::detail::createCPUGenerator(static_cast<uint64_t>(seed)));
   }
 }
 

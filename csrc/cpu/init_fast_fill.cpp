@@ -45,7 +45,7 @@ Fp8Converter make_converter(c10::ScalarType dtype, double low, double high, bool
 // and the tensor is large enough for the ~10 us of finding them to pay. The steps are found
 // with the portable transform, so only where that one passed the self-check.
 std::optional<Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, double high,
-                                     const UniformParams& params, const uint8_t* table) {
+                                const UniformParams& params, const uint8_t* table) {
   constexpr int64_t kMinElements = 2048;
   const Fp8Format format = fp8_format(dtype);
   const double bound = std::max(std::abs(low), std::abs(high));
@@ -94,16 +94,16 @@ bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastP
     if (order.linear()) {
       // Every dense layout: one run, straight into the tensor.
       draw_words(pod, n, kernels, plan.threads,
-                      [&](int64_t first, const uint32_t* words, int64_t len) {
-                        to_bytes(words, len, base + first);
-                      });
+                 [&](int64_t first, const uint32_t* words, int64_t len) {
+                   to_bytes(words, len, base + first);
+                 });
     } else {
       draw_words(pod, n, kernels, plan.threads,
-                      [&](int64_t first, const uint32_t* words, int64_t len) {
-                        uint8_t bytes[kMtN];
-                        to_bytes(words, len, bytes);
-                        scatter_bytes(order, base, first, bytes, len);
-                      });
+                 [&](int64_t first, const uint32_t* words, int64_t len) {
+                   uint8_t bytes[kMtN];
+                   to_bytes(words, len, bytes);
+                   scatter_bytes(order, base, first, bytes, len);
+                 });
     }
     at::mt19937 engine;
     engine.set_data(pod);
@@ -161,7 +161,7 @@ proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64
   auto verdict = proof::same_bytes(ours, ref, "bytes");
   if (verdict.passed &&
       !same_engine(at::check_generator<at::CPUGeneratorImpl>(g_ours)->engine().data(),
-                        at::check_generator<at::CPUGeneratorImpl>(g_ref)->engine().data())) {
+                   at::check_generator<at::CPUGeneratorImpl>(g_ref)->engine().data())) {
     verdict = {false, "the generator's state afterwards differs"};
   }
   return verdict;

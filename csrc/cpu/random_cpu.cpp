@@ -217,10 +217,10 @@ void fill(at::Tensor& self, int64_t from, int64_t to, const at::Generator& gen,
         << " threads=" << (threads > 1 ? "split" : "one")
         << " generator=" << (generator_form ? "given" : "seed");
     // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
-    const bool use = path != cpu::CpuPath::kAuto || proof::proven(key.str(), [&] {
-                       return probe_random(self, order->linear(), from, to, *kernels, threads,
-                                           generator_form);
-                     });
+    const bool use =
+        path != cpu::CpuPath::kAuto || proof::proven(key.str(), [&] {
+          return probe_random(self, order->linear(), from, to, *kernels, threads, generator_form);
+        });
     if (use && random_fast_call(self, *order, from, to, impl, *kernels, threads)) return;
   }
   self.random_(from, to, gen);  // torch's own kernel: the reference itself

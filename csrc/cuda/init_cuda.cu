@@ -152,8 +152,8 @@ std::string fused_key(const at::Tensor& self, const Fp8Conversion& conversion, b
       "cuda.init_", device_description(self.device()),
       {c10::toString(self.scalar_type()), use_hw ? "conversion=hardware" : "conversion=software",
        conversion.mode == cuda::E4m3fnOverflow::kSaturate ? "overflow=saturate" : "overflow=nan",
-       std::string("layout=") + cuda_proof::layout_name(layout),
-       split ? "split=yes" : "split=no", generator_form ? "generator=given" : "generator=seed"});
+       std::string("layout=") + cuda_proof::layout_name(layout), split ? "split=yes" : "split=no",
+       generator_form ? "generator=given" : "generator=seed"});
 }
 
 // Whether the fused kernel is proven for self's key: the first time, a probe of the key's
@@ -292,9 +292,9 @@ std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
   proof::record(cuda_proof::key("cuda.copy_", device_description(self.device()),
                                 {c10::toString(self.scalar_type())}),
                 found.has_value(),
-                !found       ? "none of our conversions gives torch's copy_ bytes"
-                : found->hw  ? "found; the hardware conversion agrees"
-                             : "found; software conversion (the hardware one differs or is absent)");
+                !found      ? "none of our conversions gives torch's copy_ bytes"
+                : found->hw ? "found; the hardware conversion agrees"
+                            : "found; software conversion (the hardware one differs or is absent)");
   return found;
 }
 

@@ -39,8 +39,8 @@ __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
   const uint64_t seed = std::get<0>(seeds);
   const uint64_t offset = std::get<1>(seeds);
   const auto steps = static_cast<uint32_t>(a.steps);
-  for (WorkWalk walk(static_cast<uint32_t>(a.item.threads / kGroup), blockIdx.x * blockDim.x + threadIdx.x,
-                     gridDim.x * blockDim.x);
+  for (WorkWalk walk(static_cast<uint32_t>(a.item.threads / kGroup),
+                     blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
        walk.step < steps; walk.next()) {
     fill_item<F, kLinear>(a.item, seed, offset, static_cast<int64_t>(walk.group) * kGroup,
                           walk.step);

@@ -91,8 +91,8 @@ void run_group(at::TensorList tensors, const std::vector<size_t>& group,
 // the first time, probe tensors of several sizes (several grid steps, tiny, odd, one at an
 // odd address) filled in one batched launch and each by torch's reference with its own
 // fresh generator, every byte compared (launch/cuda_proof.h).
-bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, double low,
-                  double high, int64_t seed) {
+bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, double low, double high,
+                  int64_t seed) {
   const bool use_hw = use_hw_conversion(conversion, fp8_format(first.scalar_type()),
                                         cuda::make_uniform_params(low, high));
   const std::string key = cuda_proof::key(
@@ -100,8 +100,8 @@ bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, doub
       {c10::toString(first.scalar_type()), use_hw ? "conversion=hardware" : "conversion=software",
        conversion.mode == cuda::E4m3fnOverflow::kSaturate ? "overflow=saturate" : "overflow=nan"});
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(first.device().index());
-  const auto sizes = cuda_proof::many_probe_numels(props->multiProcessorCount,
-                                                   props->maxThreadsPerMultiProcessor);
+  const auto sizes =
+      cuda_proof::many_probe_numels(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
   auto ours = [&](std::vector<at::Tensor>& ts) {
     std::vector<size_t> all(ts.size());
     for (size_t i = 0; i < ts.size(); ++i) all[i] = i;
@@ -116,8 +116,8 @@ bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, doub
     return g.get_offset();
   };
   return proof::proven(key, [&] {
-    auto verdict = cuda_proof::many_probe(first.options(), sizes, static_cast<uint64_t>(seed),
-                                          ours, ref);
+    auto verdict =
+        cuda_proof::many_probe(first.options(), sizes, static_cast<uint64_t>(seed), ours, ref);
     C10_CUDA_CHECK(cudaStreamSynchronize(at::cuda::getCurrentCUDAStream()));
     return verdict;
   });

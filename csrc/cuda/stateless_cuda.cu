@@ -5,10 +5,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
-
-#include <ATen/cuda/CUDAGraphsUtils.cuh>
 #include <torch/library.h>
 
+#include <ATen/cuda/CUDAGraphsUtils.cuh>
 #include <algorithm>
 #include <atomic>
 
@@ -29,10 +28,12 @@ void launch(const sk::Args& args, bool linear, int64_t work, int64_t sm_count,
             cudaStream_t stream) {
   const int64_t wanted = std::max<int64_t>((work + sk::kBlock - 1) / sk::kBlock, 1);
   if (linear) {
-    const auto blocks = std::min(wanted, resident_blocks<sk::linear_kernel<Out>>(sm_count, sk::kBlock));
+    const auto blocks =
+        std::min(wanted, resident_blocks<sk::linear_kernel<Out>>(sm_count, sk::kBlock));
     sk::linear_kernel<Out><<<static_cast<unsigned>(blocks), sk::kBlock, 0, stream>>>(args);
   } else {
-    const auto blocks = std::min(wanted, resident_blocks<sk::general_kernel<Out>>(sm_count, sk::kBlock));
+    const auto blocks =
+        std::min(wanted, resident_blocks<sk::general_kernel<Out>>(sm_count, sk::kBlock));
     sk::general_kernel<Out><<<static_cast<unsigned>(blocks), sk::kBlock, 0, stream>>>(args);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -105,11 +106,10 @@ void run_stateless(const at::Tensor& self, double low, double high, int64_t seed
 
 // run_stateless plus the injected fault (FP8_DUMMY_FAULT=cuda.init_stateless_).
 void run_with_fault(const at::Tensor& self, double low, double high, int64_t seed,
-                       int64_t key_offset, const ShardGeometry& g) {
+                    int64_t key_offset, const ShardGeometry& g) {
   run_stateless(self, low, high, seed, key_offset, g);
   if (proof::fault("cuda.init_stateless_")) proof::corrupt(self);
 }
-
 
 // Whether the kernel for self's key (device, dtype, linear or general kernel) is proven: the
 // first time, a probe of that kind filled by the kernel and by the CPU kernel (the mode's
@@ -130,7 +130,7 @@ bool stateless_proven(const at::Tensor& self, double low, double high, int64_t s
         self.options(), n, linear,
         [&](at::Tensor& t, int64_t offset) {
           run_with_fault(t, low, high, seed, key_offset,
-                            check_stateless_args(t, low, high, offset, std::nullopt));
+                         check_stateless_args(t, low, high, offset, std::nullopt));
         },
         [&](at::Tensor& t, int64_t offset) {
           stateless_on_cpu(t, low, high, seed, key_offset, offset, std::nullopt);

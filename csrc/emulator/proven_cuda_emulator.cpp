@@ -108,29 +108,29 @@ std::string emulated_device(int64_t sm_count, int64_t max_threads_per_sm) {
 cuda_proof::Layout layout_kind(const at::Tensor& t) {
   if (!memory_order(t).linear()) return cuda_proof::Layout::kGaps;
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0 ? cuda_proof::Layout::kDense
-                                                             : cuda_proof::Layout::kUnaligned;
+                                                            : cuda_proof::Layout::kUnaligned;
 }
 
 // init_ as the CUDA launcher runs it, emulated: the kernel where its key is proven (the
 // same key parts and probe as cuda/init_cuda.cu, the device emulated), else the reference.
-int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t seed,
-                            int64_t offset, int64_t sm_count, int64_t max_threads_per_sm,
-                            bool saturate, bool generator_form) {
+int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
+                            int64_t sm_count, int64_t max_threads_per_sm, bool saturate,
+                            bool generator_form) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return offset;
   const auto layout = layout_kind(self);
   const bool split = self.numel() > cuda::kMax32BitHalfElements;
-  const std::string key = cuda_proof::key(
-      "cuda.init_", emulated_device(sm_count, max_threads_per_sm),
-      {c10::toString(self.scalar_type()), "conversion=table",
-       std::string("overflow=") + (saturate ? "saturate" : "nan"),
-       std::string("layout=") + cuda_proof::layout_name(layout),
-       std::string("split=") + (split ? "yes" : "no"),
-       std::string("generator=") + (generator_form ? "given" : "seed")});
+  const std::string key =
+      cuda_proof::key("cuda.init_", emulated_device(sm_count, max_threads_per_sm),
+                      {c10::toString(self.scalar_type()), "conversion=table",
+                       std::string("overflow=") + (saturate ? "saturate" : "nan"),
+                       std::string("layout=") + cuda_proof::layout_name(layout),
+                       std::string("split=") + (split ? "yes" : "no"),
+                       std::string("generator=") + (generator_form ? "given" : "seed")});
   auto ours = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
-    const auto after = emulate_kernel(t, low, high, static_cast<int64_t>(s),
-                                      static_cast<int64_t>(o), sm_count, max_threads_per_sm,
-                                      saturate, 0);
+    const auto after =
+        emulate_kernel(t, low, high, static_cast<int64_t>(s), static_cast<int64_t>(o), sm_count,
+                       max_threads_per_sm, saturate, 0);
     if (proof::fault("cuda.init_")) proof::corrupt(t);
     return static_cast<uint64_t>(after);
   };
@@ -159,13 +159,13 @@ int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int
     for (const auto& t : tensors) {
       if (t.scalar_type() == dtype) group.push_back(t);
     }
-    const std::string key = cuda_proof::key(
-        "cuda.init_many_", emulated_device(sm_count, max_threads_per_sm),
-        {c10::toString(dtype), "conversion=table",
-         std::string("overflow=") + (saturate ? "saturate" : "nan")});
+    const std::string key =
+        cuda_proof::key("cuda.init_many_", emulated_device(sm_count, max_threads_per_sm),
+                        {c10::toString(dtype), "conversion=table",
+                         std::string("overflow=") + (saturate ? "saturate" : "nan")});
     auto ours = [&](std::vector<at::Tensor>& ts) {
-      const auto launches = many_emulation(ts, low, high, seed, sm_count, max_threads_per_sm,
-                                           saturate);
+      const auto launches =
+          many_emulation(ts, low, high, seed, sm_count, max_threads_per_sm, saturate);
       if (proof::fault("cuda.init_many_")) proof::corrupt(ts.front());
       return launches;
     };
@@ -177,8 +177,9 @@ int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int
     const auto sizes = cuda_proof::many_probe_numels(sm_count, max_threads_per_sm);
     const at::TensorOptions options = group.front().options();
     const bool use = proof::proven(key, [&] {
-      return cuda_proof::many_probe(options, sizes, static_cast<uint64_t>(seed),
-                                    [&](std::vector<at::Tensor>& ts) { ours(ts); }, ref);
+      return cuda_proof::many_probe(
+          options, sizes, static_cast<uint64_t>(seed),
+          [&](std::vector<at::Tensor>& ts) { ours(ts); }, ref);
     });
     if (use) {
       batched += ours(group);

@@ -38,9 +38,9 @@ void emulate_rule(at::Tensor& self, double low, double high, int64_t seed, int64
       at += idx[d] * g.self_strides[d];
       e += idx[d] * g.global_strides[d];
     }
-    const auto w = cuda::stateless_call(static_cast<uint64_t>(seed),
-                                        static_cast<uint64_t>(key_offset),
-                                        static_cast<uint64_t>(e / per));
+    const auto w =
+        cuda::stateless_call(static_cast<uint64_t>(seed), static_cast<uint64_t>(key_offset),
+                             static_cast<uint64_t>(e / per));
     const int k = static_cast<int>(e % per);
     uint8_t* out = base + at * size;
     if (fp8) {
@@ -57,8 +57,9 @@ void emulate_rule(at::Tensor& self, double low, double high, int64_t seed, int64
       const float v = cuda::stateless_float(w.w[k], params);
       std::memcpy(out, &v, 4);
     } else {
-      TORCH_CHECK(dtype == at::kDouble, "fp8_dummy_internal.emulate_proven_cuda_init_stateless_: ",
-                  "no rule for ", dtype);
+      TORCH_CHECK(dtype == at::kDouble,
+                  "fp8_dummy_internal.emulate_proven_cuda_init_stateless_: ", "no rule for ",
+                  dtype);
       const double v = cuda::stateless_double(w.w[2 * k], w.w[2 * k + 1], params);
       std::memcpy(out, &v, 8);
     }
@@ -69,17 +70,15 @@ void emulate_rule(at::Tensor& self, double low, double high, int64_t seed, int64
   }
 }
 
-
 void emulate_proven_stateless(at::Tensor& self, double low, double high, int64_t seed,
                               int64_t key_offset, int64_t element_offset,
                               at::OptionalIntArrayRef element_strides, int64_t sm_count) {
   TORCH_CHECK(self.device().is_cpu(),
               "fp8_dummy_internal.emulate_proven_cuda_init_stateless_: expects a CPU tensor");
-  const ShardGeometry g =
-      check_stateless_args(self, low, high, element_offset, element_strides);
+  const ShardGeometry g = check_stateless_args(self, low, high, element_offset, element_strides);
   if (self.numel() == 0) return;
-  const bool linear = g.sizes.size() <= 1 && (g.sizes.empty() || (g.self_strides[0] == 1 &&
-                                                                  g.global_strides[0] == 1));
+  const bool linear = g.sizes.size() <= 1 &&
+                      (g.sizes.empty() || (g.self_strides[0] == 1 && g.global_strides[0] == 1));
   const std::string key = cuda_proof::key(
       "cuda.init_stateless_", "emulated (" + std::to_string(sm_count) + " SMs)",
       {c10::toString(self.scalar_type()), linear ? "layout=linear" : "layout=general"});

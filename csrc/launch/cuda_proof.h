@@ -99,9 +99,10 @@ inline proof::Verdict many_probe(const at::TensorOptions& options, const std::ve
   ours(a);
   for (size_t i = 0; i < n.size(); ++i) {
     ref(b[i], seed, 0);
-    auto verdict = proof::same_bytes(a[i], b[i], "tensor " + std::to_string(i) + " of " +
-                                                     std::to_string(n.size()) + " (" +
-                                                     std::to_string(n[i]) + " elements)");
+    auto verdict =
+        proof::same_bytes(a[i], b[i],
+                          "tensor " + std::to_string(i) + " of " + std::to_string(n.size()) + " (" +
+                              std::to_string(n[i]) + " elements)");
     if (!verdict.passed) return verdict;
   }
   return {true, ""};
