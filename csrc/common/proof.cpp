@@ -107,7 +107,12 @@ std::vector<Entry> report() {
   return r.entries;
 }
 
+std::atomic<uint32_t> forgotten_epoch{0};
+
+uint32_t epoch() { return forgotten_epoch.load(std::memory_order_acquire); }
+
 int64_t forget(const std::string& prefix) {
+  forgotten_epoch.fetch_add(1, std::memory_order_acq_rel);
   Registry& r = registry();
   std::lock_guard<std::recursive_mutex> lock(r.mutex);
   std::vector<Entry> kept;

@@ -15,6 +15,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -61,6 +63,56 @@ int64_t forget(const std::string& prefix);
 
 // The path name of a key: what precedes its first ':' (the name FP8_DUMMY_FAULT uses).
 std::string path_of(const std::string& key);
+
+// Bumped by forget(): memos (below) drop what they remember.
+uint32_t epoch();
+
+// A memo of the registry's verdicts for one path whose branch parameters pack into a small
+// code: a hit is one atomic load, so a call does not rebuild its key's text (a few
+// microseconds) to look it up. The registry stays the one record: a miss asks it (which
+// probes once per key), and forget() empties every memo.
+template <size_t N>
+class Memo {
+ public:
+  Memo() {
+    for (auto& s : state_) s.store(-1, std::memory_order_relaxed);
+  }
+
+  // proven(key(), probe), remembered under `code` (< N).
+  template <class KeyFn>
+  bool proven(size_t code, KeyFn&& key, const std::function<Verdict()>& probe) {
+    TORCH_INTERNAL_ASSERT(code < N, "fp8_dummy: proof memo code out of range");
+    refresh();
+    const int8_t known = state_[code].load(std::memory_order_acquire);
+    if (known >= 0) return known == 1;
+    const bool passed = proof::proven(key(), probe);
+    state_[code].store(passed ? 1 : 0, std::memory_order_release);
+    return passed;
+  }
+
+  // lookup(key()) == 1, remembered once known (inside CUDA graph capture: never probes).
+  template <class KeyFn>
+  bool known_proven(size_t code, KeyFn&& key) {
+    TORCH_INTERNAL_ASSERT(code < N, "fp8_dummy: proof memo code out of range");
+    refresh();
+    const int8_t known = state_[code].load(std::memory_order_acquire);
+    if (known >= 0) return known == 1;
+    const int found = lookup(key());
+    if (found >= 0) state_[code].store(static_cast<int8_t>(found), std::memory_order_release);
+    return found == 1;
+  }
+
+ private:
+  void refresh() {
+    const uint32_t now = epoch();
+    if (seen_.load(std::memory_order_acquire) != now) {
+      for (auto& s : state_) s.store(-1, std::memory_order_relaxed);
+      seen_.store(now, std::memory_order_release);
+    }
+  }
+  std::array<std::atomic<int8_t>, N> state_;
+  std::atomic<uint32_t> seen_{0};
+};
 
 // Whether FP8_DUMMY_FAULT names `path`.
 bool fault(const std::string& path);

@@ -111,10 +111,13 @@ void fill_fp8(const at::Tensor& self, double low, double high,
   if (kernels) {
     const cpu::FastPlan plan = cpu::plan_fast(self, low, high, *kernels);
     // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
-    const bool use = path != cpu::CpuPath::kAuto ||
-                     proof::proven(cpu::fast_key(self, plan, generator_form), [&] {
-                       return cpu::probe_fast(self, low, high, seed, plan, generator_form);
-                     });
+    static proof::Memo<cpu::kFastCodes> memo;
+    const bool use =
+        path != cpu::CpuPath::kAuto ||
+        memo.proven(
+            cpu::fast_code(self, plan, generator_form),
+            [&] { return cpu::fast_key(self, plan, generator_form); },
+            [&] { return cpu::probe_fast(self, low, high, seed, plan, generator_form); });
     if (use && cpu::fill_fp8_fast(self, g, plan)) return;
   }
   fill_fp8_exact(self, low, high, g);

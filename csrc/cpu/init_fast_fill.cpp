@@ -113,6 +113,17 @@ bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastP
   return true;
 }
 
+// The key's parts, each a small number: (format, level, conversion, layout, threads, form).
+size_t fast_code(const at::Tensor& self, const FastPlan& p, bool generator_form) {
+  const size_t conversion = p.runs ? 0 : p.convert.direct ? (p.convert.tiny ? 1 : 2) : 3;
+  size_t code = static_cast<size_t>(fp8_dummy::fp8_format(self.scalar_type()));
+  code = code * 3 + static_cast<size_t>(p.kernels.level);
+  code = code * 4 + conversion;
+  code = code * 2 + (p.linear ? 1 : 0);
+  code = code * 2 + (p.threads > 1 ? 1 : 0);
+  return code * 2 + (generator_form ? 1 : 0);
+}
+
 std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_form) {
   std::ostringstream key;
   key << "cpu.init_: " << self.scalar_type() << " simd=" << level_name(p.kernels.level)

@@ -45,7 +45,10 @@ FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernel
 // generator's state must go to the exact path. FP8_DUMMY_FAULT=cpu.init_ corrupts a byte.
 bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastPlan& plan);
 
-// The proof key of a call and its probe against torch's reference.
+// The proof key of a call and its probe against torch's reference; fast_code numbers the
+// same parts (< kFastCodes) for the key's memo (proof::Memo).
+constexpr size_t kFastCodes = 5 * 3 * 4 * 2 * 2 * 2;
+size_t fast_code(const at::Tensor& self, const FastPlan& p, bool generator_form);
 std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_form);
 proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed,
                           FastPlan plan, bool generator_form);

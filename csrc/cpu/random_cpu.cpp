@@ -210,17 +210,30 @@ void fill(at::Tensor& self, int64_t from, int64_t to, const at::Generator& gen,
   auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
   if (order) {
     const int threads = cpu::draw_threads(self.numel());
-    std::ostringstream key;
-    key << "cpu.random_: " << self.scalar_type() << " range=[" << from << ", " << to
-        << ") simd=" << cpu::level_name(kernels->level)
-        << " layout=" << (order->linear() ? "dense" : "gaps")
-        << " threads=" << (threads > 1 ? "split" : "one")
-        << " generator=" << (generator_form ? "given" : "seed");
+    const bool linear = order->linear();
+    auto key = [&] {
+      std::ostringstream out;
+      out << "cpu.random_: " << self.scalar_type() << " range=[" << from << ", " << to
+          << ") simd=" << cpu::level_name(kernels->level)
+          << " layout=" << (linear ? "dense" : "gaps")
+          << " threads=" << (threads > 1 ? "split" : "one")
+          << " generator=" << (generator_form ? "given" : "seed");
+      return out.str();
+    };
+    auto probe = [&] {
+      return probe_random(self, linear, from, to, *kernels, threads, generator_form);
+    };
+    // The engines' two ranges are remembered by a code (proof::Memo); any other range is
+    // looked up by its key's text.
+    const bool engine_range = (self.scalar_type() == at::kChar && from == -128 && to == 128) ||
+                              (self.scalar_type() == at::kByte && from == 0 && to == 256);
+    static proof::Memo<2 * 3 * 2 * 2 * 2> memo;
+    size_t code = self.scalar_type() == at::kChar ? 0 : 1;
+    code = ((code * 3 + static_cast<size_t>(kernels->level)) * 2 + linear) * 2 + (threads > 1);
+    code = code * 2 + generator_form;
     // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
-    const bool use =
-        path != cpu::CpuPath::kAuto || proof::proven(key.str(), [&] {
-          return probe_random(self, order->linear(), from, to, *kernels, threads, generator_form);
-        });
+    const bool use = path != cpu::CpuPath::kAuto ||
+                     (engine_range ? memo.proven(code, key, probe) : proof::proven(key(), probe));
     if (use && random_fast_call(self, *order, from, to, impl, *kernels, threads)) return;
   }
   self.random_(from, to, gen);  // torch's own kernel: the reference itself

@@ -169,9 +169,17 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
                       : reinterpret_cast<uintptr_t>(self.data_ptr()) % 4 == 0
                           ? cuda_proof::Layout::kDense
                           : cuda_proof::Layout::kUnaligned;
-  const std::string key = fused_key(self, conversion, use_hw, layout, split, generator_form);
+  auto key = [&] { return fused_key(self, conversion, use_hw, layout, split, generator_form); };
+  // The key's parts as a code for the memo (devices 0-15; others look the text up).
+  static proof::Memo<16 * cuda::kNumFp8Formats * 2 * 2 * 3 * 2 * 2> memo;
+  const int64_t device = self.device().index();
+  size_t code = static_cast<size_t>(device) * cuda::kNumFp8Formats +
+                static_cast<size_t>(fp8_format(self.scalar_type()));
+  code = (code * 2 + use_hw) * 2 + (conversion.mode == cuda::E4m3fnOverflow::kSaturate);
+  code = ((code * 3 + static_cast<size_t>(layout)) * 2 + split) * 2 + generator_form;
+  const bool memo_ok = device < 16;
   if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-    return proof::lookup(key) == 1;
+    return memo_ok ? memo.known_proven(code, key) : proof::lookup(key()) == 1;
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
   const int64_t n = split ? cuda::kMax32BitHalfElements + 4097
@@ -196,11 +204,12 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
     reference_fill(t, low, high, g);
     return g.get_offset();
   };
-  return proof::proven(key, [&] {
+  auto probe = [&] {
     auto verdict = cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
     C10_CUDA_CHECK(cudaStreamSynchronize(at::cuda::getCurrentCUDAStream()));
     return verdict;
-  });
+  };
+  return memo_ok ? memo.proven(code, key, probe) : proof::proven(key(), probe);
 }
 
 }  // namespace
