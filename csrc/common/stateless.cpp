@@ -43,7 +43,7 @@ void check_distinct_global_indices(at::IntArrayRef sizes, c10::ArrayRef<int64_t>
 ShardGeometry check_stateless_args(const at::Tensor& self, double low, double high,
                                    int64_t element_offset,
                                    at::OptionalIntArrayRef element_strides) {
-  check_init_args(self, low, high);
+  check_init_args(self, low, high, OpName{"fp8_dummy.init_stateless_"});
   const int64_t dim = self.dim();
   TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
               element_offset);
@@ -151,7 +151,7 @@ void init_stateless_meta(at::Tensor& self, double low, double high, int64_t /*se
   }
   // Symbolic shapes (dynamic torch.compile): the checks that need no concrete size; the
   // real kernel runs the rest.
-  check_init_args(self, low, high);
+  check_init_args(self, low, high, OpName{"fp8_dummy.init_stateless_"});
   TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
               element_offset);
   if (element_strides.has_value()) {
