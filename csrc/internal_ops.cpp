@@ -37,6 +37,10 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.impl("check_random_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_random_args_op));
 
+  // ---- The build (build_info.cpp): "torch=2.13.0 cuda=no", the torch whose headers the
+  // library was compiled with and whether it has CUDA kernels.
+  m.def("build_info() -> str");
+
   // ---- The CPU fast path (cpu/init_cpu.cpp, cpu/random_cpu.cpp, cpu/stream_test_ops.cpp).
   // Tests only (CPU): torch's float16 uniform_ transform of the given 32-bit generator
   // outputs (int32 tensor, bit patterns), for formula 24 (torch >= 2.12) or 11 (torch <=
