@@ -73,6 +73,7 @@ def test_opcheck():
     )
 
 
+@pytest.mark.slow  # torch.compile
 def test_compile_fullgraph():
     def f(xs):
         fp8_dummy.init_many_(xs, -1.0, 1.0, 5)

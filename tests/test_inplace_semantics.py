@@ -240,6 +240,7 @@ def test_exact_path_holds_the_generator_for_the_whole_call(monkeypatch):
 # ---------------------------------------------------------------- 8. fork
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_fork_after_a_small_call_is_safe():
     # A small first call must not start torch's OpenMP pool: a child forked after it would
     # hang in its first parallel operation.

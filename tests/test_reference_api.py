@@ -117,6 +117,7 @@ def test_opcheck_fp8(dtype):
     torch.library.opcheck(torch.ops.fp8_dummy.init_.default, (t, -1.0, 1.0, 7), test_utils=tests)
 
 
+@pytest.mark.slow  # torch.compile
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16], ids=str)
 def test_compile_fullgraph(dtype):
     def f(x, y):

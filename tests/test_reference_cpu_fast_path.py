@@ -302,6 +302,7 @@ def test_fma_matters_at_these_bounds():
     assert (a != b).sum() > 10
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_default_cpu_capability_subprocess():
     """torch's DEFAULT kernels (no FMA): the fast path must notice and still match."""
     script = textwrap.dedent("""
