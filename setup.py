@@ -100,6 +100,12 @@ class BuildExt(BuildExtension.with_options(use_ninja=True)):
     TORCH_CUDA_ARCH_LIST when it compiles) and the build log says what was decided."""
 
     def build_extensions(self) -> None:
+        if getattr(self, "editable_mode", False):
+            # setuptools builds an editable install in a new temporary directory each time:
+            # each install would recompile everything, and ccache could not match another
+            # clone's objects (it keys paths relative to the build directory). One fixed
+            # directory in the tree keeps ninja's incremental build and ccache's hits.
+            self.build_temp = os.path.join(ROOT, "build", "editable-temp")
         if USE_CUDA:
             os.environ["TORCH_CUDA_ARCH_LIST"] = self._cuda_archs()
         elif CUDA_WARNING:
