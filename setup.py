@@ -42,8 +42,8 @@ import fp8_dummy_build_config as config  # noqa: E402  (the build's decisions, t
 # Where the CMake package goes in the Python package (fp8_dummy.get_cmake_dir()).
 CMAKE_DIR = os.path.join("fp8_dummy", "share", "cmake", "fp8_dummy")
 CMAKE_VERSION_FILE = os.path.join(CMAKE_DIR, "fp8_dummyConfigVersion.cmake")
-
-
+# FP8_DUMMY_CUDA, else on for a CUDA torch with a CUDA toolkit; the warning for a CUDA torch
+# without one is printed when the extension is built.
 USE_CUDA, CUDA_WARNING = config.cuda_decision(
     os.environ.get("FP8_DUMMY_CUDA"), torch.__version__, torch.version.cuda, CUDA_HOME
 )
