@@ -87,8 +87,8 @@ def torch_problem(found: dict, python: str = sys.executable) -> str | None:
             "torch it will run with, and its build never installs or replaces one.\n"
             + WORKING_COMMANDS
         )
-    version = found.get("version") or "unknown"
-    if version == "unknown" or _major_minor(version) < MIN_TORCH:
+    version = found.get("version")  # None: a torch without metadata (a source checkout)
+    if version is not None and _major_minor(version) < MIN_TORCH:
         need = ".".join(map(str, MIN_TORCH))
         return (
             f"fp8_dummy: needs torch >= {need}; {python} has torch {version} "
@@ -111,11 +111,9 @@ def _expose_installed_torch() -> None:
         print(problem, file=sys.stderr)
         raise SystemExit(1)
     sys.path.extend(p for p in found["path"] if p and p not in sys.path)
-    print(
-        f"fp8_dummy: building against the installed torch {found['version']} "
-        f"({os.path.dirname(found['origin'])})",
-        file=sys.stderr,
-    )
+    version = found["version"] or "(version unknown)"
+    where = os.path.dirname(found["origin"])
+    print(f"fp8_dummy: building against the installed torch {version} ({where})", file=sys.stderr)
 
 
 def get_requires_for_build_wheel(config_settings=None):

@@ -121,6 +121,8 @@ def test_backend_refuses_no_torch_or_an_old_one():
     old = backend.torch_problem({"origin": "/x/torch/__init__.py", "version": "2.6.0+cpu"})
     assert "needs torch >= 2.7" in old and "2.6.0+cpu" in old
     assert backend.torch_problem({"origin": "/x/torch/__init__.py", "version": "2.13.0"}) is None
+    # A torch without metadata (a source checkout): setup.py's import of it decides.
+    assert backend.torch_problem({"origin": "/x/torch/__init__.py", "version": None}) is None
 
 
 def test_build_info_names_this_torch():
