@@ -13,4 +13,6 @@ for arg in "$@"; do
   if [[ "$arg" == --all ]]; then tier=(); else args+=("$arg"); fi
 done
 py=$(bash scripts/setup_env.sh | tail -n 1)
+# The slow tier's builds (the wheel, consumers) compile through ccache too, where installed.
+source scripts/ccache_env.sh >&2
 exec "$py" -m pytest tests -q "${tier[@]}" "${args[@]}"

@@ -125,9 +125,10 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _build_env(src: Path) -> dict[str, str]:
-    # CPU only. ccache (where compilers go through it) keys paths under the copy relative to
-    # it, so the second build of this module reuses the first one's objects.
-    return tool_env(FP8_DUMMY_CUDA="0", CCACHE_BASEDIR=str(src))
+    # CPU only. ccache (torch's build calls it where it is installed) keys paths under the
+    # copy relative to it and leaves the build directory out, so the second build of this
+    # module reuses the first one's objects.
+    return tool_env(FP8_DUMMY_CUDA="0", CCACHE_BASEDIR=str(src), CCACHE_NOHASHDIR="1")
 
 
 @pytest.fixture(scope="module")
