@@ -236,7 +236,9 @@ def test_wheel_cmake_package(venv_python, tmp_path: Path) -> None:
     """find_package(fp8_dummy VERSION) with the wheel's CMake package (no Torch: the
     torch-free target only); it names the wheel's library in fp8_dummy_LIBRARY."""
     script = "import fp8_dummy as f; print(f.get_cmake_dir()); print(f.library_path())"
-    cmake_dir, library = run([venv_python[0], "-I", "-c", script], cwd=tmp_path).stdout.split()
+    # The last two lines: torch may warn first (no numpy in a venv of FP8_DUMMY_TEST_TORCH_SPEC).
+    out = run([venv_python[0], "-I", "-c", script], cwd=tmp_path).stdout
+    cmake_dir, library = out.split()[-2:]
     cmake = [which("cmake"), "-S", CONSUMER, *cmake_args(), f"-Dfp8_dummy_DIR={cmake_dir}"]
     build = tmp_path / "build"
     configure = run([*cmake, "-B", build, f"-DCONSUMER_FP8_DUMMY_VERSION={VERSION}"]).stdout
