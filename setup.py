@@ -3,9 +3,15 @@
 Environment:
   FP8_DUMMY_CUDA=1|0     force the CUDA build on or off. Default: on when the installed
                          torch is a CUDA build and nvcc is found (CUDA_HOME), never decided
-                         by whether a GPU is present.
-  TORCH_CUDA_ARCH_LIST   GPU architectures; default "8.0;8.9;9.0;10.0;12.0+PTX".
+                         by whether a GPU is present; a CUDA torch without nvcc builds
+                         CPU-only with a warning (build_backend/fp8_dummy_build_config.py).
+  TORCH_CUDA_ARCH_LIST   GPU architectures, always obeyed. Default: 8.0;8.9;9.0;10.0;12.0+PTX
+                         less what the installed nvcc cannot build; editable and in-place
+                         builds: the visible GPUs' architectures, where there are any.
   FP8_DUMMY_DEBUG=1      -O0 -g.
+
+pip runs this through build_backend/fp8_dummy_backend.py (pyproject.toml), which builds
+against the installed torch even with build isolation and never installs one.
 
 Besides the library, the package carries what C++/CUDA consumers build against (see
 fp8_dummy.get_include() / get_cmake_dir()): include/fp8_dummy/** (kept once, at the
@@ -20,6 +26,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import sys
 
 import torch
 from setuptools import find_packages, setup
@@ -27,21 +34,19 @@ from setuptools.command.build_py import build_py
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_ARCHS = "8.0;8.9;9.0;10.0;12.0+PTX"
+sys.path.insert(0, os.path.join(ROOT, "build_backend"))
+import fp8_dummy_build_config as config  # noqa: E402  (the build's decisions, torch-free)
+
 # abi3 wheels need torch's limited-API support (torch >= 2.6), which also defines
 # Py_LIMITED_API for the compiler; Python >= 3.9.
 # Where the CMake package goes in the Python package (fp8_dummy.get_cmake_dir()).
 CMAKE_DIR = os.path.join("fp8_dummy", "share", "cmake", "fp8_dummy")
 CMAKE_VERSION_FILE = os.path.join(CMAKE_DIR, "fp8_dummyConfigVersion.cmake")
-
-
-def want_cuda() -> bool:
-    flag = os.environ.get("FP8_DUMMY_CUDA", "").strip().lower()
-    if flag in ("1", "true", "yes", "on"):
-        return True
-    if flag in ("0", "false", "no", "off"):
-        return False
-    return torch.version.cuda is not None and CUDA_HOME is not None
+# FP8_DUMMY_CUDA, else on for a CUDA torch with a CUDA toolkit; the warning for a CUDA torch
+# without one is printed when the extension is built.
+USE_CUDA, CUDA_WARNING = config.cuda_decision(
+    os.environ.get("FP8_DUMMY_CUDA"), torch.__version__, torch.version.cuda, CUDA_HOME
+)
 
 
 def torch_at_least(major: int, minor: int) -> bool:
@@ -57,7 +62,7 @@ def torch_requirement() -> str:
 
 
 def extension():
-    use_cuda = want_cuda()
+    use_cuda = USE_CUDA
     debug = os.environ.get("FP8_DUMMY_DEBUG", "0") == "1"
     abi3 = torch_at_least(2, 6)
     # The same globs as CMakeLists.txt: every .cpp of csrc/ (csrc/README.md: registration
@@ -73,7 +78,6 @@ def extension():
     # The PyInit__C stub in ops.cpp: the library is the Python module fp8_dummy._C.
     define_macros.append(("FP8_DUMMY_PYTHON_MODULE", None))
     if use_cuda:
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
         define_macros.append(("FP8_DUMMY_WITH_CUDA", None))
         extra["nvcc"] = ["-O0", "-g", "-lineinfo"] if debug else ["-O3", "-lineinfo"]
@@ -89,6 +93,40 @@ def extension():
         extra_compile_args=extra,
         **kwargs,
     )
+
+
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    """torch's build_ext, after the CUDA architectures are chosen (torch reads
+    TORCH_CUDA_ARCH_LIST when it compiles) and the build log says what was decided."""
+
+    def build_extensions(self) -> None:
+        if getattr(self, "editable_mode", False):
+            # setuptools builds an editable install in a new temporary directory each time:
+            # each install would recompile everything, and ccache could not match another
+            # clone's objects (it keys paths relative to the build directory). One fixed
+            # directory in the tree keeps ninja's incremental build and ccache's hits.
+            self.build_temp = os.path.join(ROOT, "build", "editable-temp")
+        if USE_CUDA:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = self._cuda_archs()
+        elif CUDA_WARNING:
+            print(f"\n{CUDA_WARNING}\n", file=sys.stderr)
+        super().build_extensions()
+
+    def _cuda_archs(self) -> str:
+        nvcc = os.path.join(CUDA_HOME or "", "bin", "nvcc")
+        supported, how = config.nvcc_archs(nvcc)
+        # In place (editable install, build_ext --inplace): the library runs on this machine.
+        editable = bool(getattr(self, "editable_mode", False) or self.inplace)
+        local = []
+        if editable and torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                major, minor = torch.cuda.get_device_capability(i)
+                local.append(f"{major}.{minor}")
+        archs, why = config.choose_arch_list(
+            os.environ.get("TORCH_CUDA_ARCH_LIST"), supported, local, editable
+        )
+        print(f"fp8_dummy: CUDA architectures {archs} ({why}; {how})", file=sys.stderr)
+        return archs
 
 
 class BuildPyWithCxxApi(build_py):
@@ -130,7 +168,7 @@ setup(
     install_requires=[torch_requirement()],
     ext_modules=[extension()],
     cmdclass={
-        "build_ext": BuildExtension.with_options(use_ninja=True),
+        "build_ext": BuildExt,
         "build_py": BuildPyWithCxxApi,
     },
     options={"bdist_wheel": {"py_limited_api": "cp39"}} if torch_at_least(2, 6) else {},

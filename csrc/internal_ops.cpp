@@ -11,8 +11,9 @@
 namespace fp8_dummy {
 namespace {
 
-void check_init_args_op(const at::Tensor& self, double low, double high) {
-  check_init_args(self, low, high);
+void check_init_args_op(const at::Tensor& self, double low, double high, c10::string_view op,
+                        int64_t index) {
+  check_init_args(self, low, high, OpName{op, index});
 }
 
 void check_random_args_op(const at::Tensor& self, int64_t from, int64_t to) {
@@ -23,8 +24,12 @@ void check_random_args_op(const at::Tensor& self, int64_t from, int64_t to) {
 
 TORCH_LIBRARY(fp8_dummy_internal, m) {
   // ---- Argument checks (common/reference.cpp).
-  // The checks of init_ alone: used by the fake kernels (fp8_dummy/ops.py), touches no data.
-  m.def("check_init_args(Tensor self, float low, float high) -> ()");
+  // The checks of init_ alone: used by the fake kernels (fp8_dummy/ops.py) and the DTensor
+  // rules, touches no data. Messages start with `op` ("fp8_dummy.init_many_": the caller's
+  // name) and, for index >= 0, the tensor's place in a list ("tensors[3]").
+  m.def(
+      "check_init_args(Tensor self, float low, float high, str op=\"fp8_dummy.init_\", "
+      "int index=-1) -> ()");
   m.impl("check_init_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_init_args_op));
   // The checks of random_ alone (common/random_bytes.cpp), likewise.
@@ -47,6 +52,9 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   // Python's warnings: refusals wait to be taken (fp8_dummy/_proof.py) instead of printing.
   m.def("proof_defer_warnings(bool defer) -> ()");
   m.def("proof_take_warnings() -> str[]");
+  // ---- The build (build_info.cpp): "torch=2.13.0 cuda=no", the torch whose headers the
+  // library was compiled with and whether it has CUDA kernels.
+  m.def("build_info() -> str");
 
   // ---- The CPU fast path (cpu/init_cpu.cpp, cpu/random_cpu.cpp, cpu/stream_test_ops.cpp).
   // Tests only (CPU): torch's float16 uniform_ transform of the given 32-bit generator

@@ -7,13 +7,17 @@ from pathlib import Path
 
 import torch  # noqa: F401  (must be loaded before the extension)
 
-from . import (
-    _C,  # noqa: F401  (loads the library: torch.ops.fp8_dummy and fp8_dummy_internal)
-    _lazy_dtensor,
-    emulator,
-    reference,
-    stateless,
-)
+from ._version import __version__
+
+try:
+    from . import _C  # noqa: F401  (loads the library: torch.ops.fp8_dummy and fp8_dummy_internal)
+except ImportError as _error:  # say which torch it was built for, and how to rebuild
+    from ._build import import_error
+
+    raise import_error(_error) from _error
+
+from . import _lazy_dtensor, emulator, reference, stateless
+from ._build import build_info
 from ._proof import ProofEntry, self_check_report
 from .model import SEMANTICS, initialize_dummy_weights, is_scale_tensor
 from .ops import cpu_fast_path_info, init_, init_many_, random_
@@ -22,6 +26,8 @@ from .stateless import init_shard_, init_stateless_, shard_slices
 __all__ = [
     "SEMANTICS",
     "ProofEntry",
+    "__version__",
+    "build_info",
     "cpu_fast_path_info",
     "emulator",
     "get_cmake_dir",

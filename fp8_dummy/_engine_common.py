@@ -173,7 +173,10 @@ def fusable(t: torch.Tensor) -> bool:
 def _cuda_kernels() -> bool:
     if torch.version.hip is not None:  # our kernels are CUDA's; ROCm keeps the engine's path
         return False
-    return torch.ops.fp8_dummy.init_.default.has_kernel_for_dispatch_key("CUDA")
+    # Not "is a CUDA kernel registered": a CPU-only build registers CUDA kernels that raise.
+    from ._build import build_info
+
+    return bool(build_info()["cuda"])
 
 
 def probe_tensor(t: torch.Tensor) -> torch.Tensor:

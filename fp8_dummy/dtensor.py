@@ -173,12 +173,14 @@ def _init_stateless(
         op(view, low, high, seed, **kw, element_strides=strides)
 
 
-def _check_reference(t: DTensor, low: float, high: float, op: str) -> torch.Tensor | None:
+def _check_reference(
+    t: DTensor, low: float, high: float, op: str, index: int = -1
+) -> torch.Tensor | None:
     """The local tensor to fill as torch's reference would, or None off the mesh. (The
     reference runs uniform_ on the local tensor whatever the placements, but Partial.)"""
     _refuse_partial(t, op)
     local = t.to_local()
-    torch.ops.fp8_dummy_internal.check_init_args(local, low, high)
+    torch.ops.fp8_dummy_internal.check_init_args(local, low, high, _name(op), index)
     if local.device.type not in ("cpu", "meta"):
         raise RuntimeError(
             f"{_name(op)}: DTensors on {local.device.type} meshes are not supported: there "
@@ -227,11 +229,11 @@ def _init_many(
     # Check everything first; then fill in list order: runs of plain tensors by init_many_
     # (its batching), each DTensor as init_ would, so the result is that of a loop.
     locals_ = []
-    for t in tensors:
+    for i, t in enumerate(tensors):
         if isinstance(t, DTensor):
-            locals_.append(_check_reference(t, low, high, "init_many_"))
+            locals_.append(_check_reference(t, low, high, "init_many_", i))
         else:
-            torch.ops.fp8_dummy_internal.check_init_args(t, low, high)
+            torch.ops.fp8_dummy_internal.check_init_args(t, low, high, _name("init_many_"), i)
             locals_.append(t)
     run: list[torch.Tensor] = []
     for t, local in zip(tensors, locals_):

@@ -161,8 +161,8 @@ def _init_generator_fake(
 def _init_many_fake(
     tensors: list[torch.Tensor], low: float = -1e-3, high: float = 1e-3, seed: int = 1234
 ) -> None:
-    for t in tensors:
-        torch.ops.fp8_dummy_internal.check_init_args(t, low, high)
+    for i, t in enumerate(tensors):
+        torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
     # This is also the Meta kernel, and the dispatcher sends a whole list here as soon as one
     # tensor is on the meta device. Real (not fake) tensors of other devices in such a list
     # still get their bytes, by their own device's kernel; meta tensors hold no data.

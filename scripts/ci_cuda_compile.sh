@@ -52,7 +52,8 @@ rm -f "$PKG"/fp8_dummy/_C*.so
 cp "$so" "$PKG/fp8_dummy/"
 cp -r tests include pyproject.toml "$PKG/"
 cd "$PKG"
-"$PY" -c 'import torch, fp8_dummy; assert all(op.default.has_kernel_for_dispatch_key("CUDA") for op in (torch.ops.fp8_dummy.init_, torch.ops.fp8_dummy.random_)), "no CUDA kernel registered"; print("CUDA kernels registered")'
+# (A build without CUDA registers CUDA kernels too, ones that raise: ask the build itself.)
+"$PY" -c 'import fp8_dummy; info = fp8_dummy.build_info(); assert info["cuda"], info; print("CUDA kernels built:", info)'
 "$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_headers_standalone.py \
   tests/test_reference_cuda.py tests/test_stateless_cpu.py tests/test_stateless_api.py tests/test_stateless_cuda.py \
   tests/test_stateless_distributed.py tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_init_many_cuda.py \

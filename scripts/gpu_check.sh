@@ -16,7 +16,7 @@
 #                stand-in vLLM (tests/test_engines_{rules,vllm_plugin}.py; no engine there)
 #   c capture    CUDA graph capture and replay, both forms of init_ (the same files, -k capture)
 #   d bench      benchmarks/bench_cuda.py, bench_model.py, bench_stateless.py (JSON in OUTDIR)
-#   e rest       every other test that is not a slow packaging build
+#   e rest       every other test of the fast tier (not marked slow)
 # --quick runs a, p, b and d only. One global budget (default 450 s, under 8 minutes) bounds
 # the whole run: each step gets the time that is left, so a slow step costs the steps after
 # it, never the log of the ones before. Every step appends to OUTDIR/log.txt and records its
@@ -185,7 +185,7 @@ else
   run_step bench_stateless 20 "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
 fi
 
-# ---- e: the rest of the suite (not the slow packaging builds)
+# ---- e: the rest of the fast tier (the slow one, builds and gloo processes, is for CI)
 if (( quick )); then skip_step rest "--quick"; elif (( dry )); then
   run_step rest 10 "${pytest[@]}" tests/test_headers_philox.py
 else

@@ -13,11 +13,15 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 # setuptools: what every supported torch accepts (2.13+ ask for >= 77.0.3, 2.11/2.12 for
-# < 82); wheel: setuptools < 70 needs it to build. matplotlib: the benchmark plots.
-pkgs=(numpy pytest ninja "setuptools>=77.0.3,<82" wheel matplotlib)
+# < 82); wheel: setuptools < 70 needs it to build. (matplotlib, for the benchmarks' plots
+# only, is not installed here: pip install matplotlib.)
+pkgs=(numpy pytest ninja "setuptools>=77.0.3,<82" wheel)
 if [ "${TORCH_SPEC:-torch==2.13.0}" != none ]; then
   pkgs+=("${TORCH_SPEC:-torch==2.13.0}")
 fi
 "$py" -m pip install -q --disable-pip-version-check "${pkgs[@]}" >&2
+# Compiles through ccache where it is installed (scripts/ccache_env.sh): a fresh clone on a
+# machine that built these sources before recompiles nothing.
+source scripts/ccache_env.sh >&2
 "$py" -m pip install -q --disable-pip-version-check --no-build-isolation -e . >&2
 echo "$py"

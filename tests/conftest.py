@@ -48,12 +48,12 @@ def torch_version() -> tuple[int, int]:
 
 
 def cpu_formula() -> dict:
-    """Which CPU uniform_ formula the installed torch uses (REFERENCE.md §4)."""
+    """Which CPU uniform_ formula the installed torch uses (docs/contract.md R4)."""
     formula = "24bit" if torch_version() >= (2, 12) else "11bit"
     # torch's AVX2/AVX512 kernels contract the multiply-add into an FMA, the
     # DEFAULT (non-vectorized) build does not.
     fma = torch.backends.cpu.get_cpu_capability() != "DEFAULT"
-    # CPU copy_ to float8_e4m3fn saturates from torch 2.13 on (REFERENCE.md §5).
+    # CPU copy_ to float8_e4m3fn saturates from torch 2.13 on (docs/contract.md R5).
     return {"formula": formula, "fma": fma, "saturate_e4m3fn": torch_version() >= (2, 13)}
 
 

@@ -219,6 +219,7 @@ def test_bad_semantics_is_refused():
         fp8_dummy.initialize_dummy_weights(EngineModel(), semantics="vllm")
 
 
+@pytest.mark.slow  # fresh Python processes
 def test_importing_fp8_dummy_imports_no_engine(tmp_path):
     # A stand-in "vllm" and "sglang" that fail on import: importing our modules (and
     # asking vLLM's version) must not touch them.

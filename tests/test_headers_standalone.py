@@ -12,6 +12,8 @@ import torch
 
 import fp8_dummy  # noqa: F401  (registers the ops)
 
+pytestmark = pytest.mark.slow  # compiles programs with g++
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = r"""
 #include <cstdio>

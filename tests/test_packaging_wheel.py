@@ -1,7 +1,12 @@
-"""The wheel, consumed as users do: built with `pip wheel`, installed into a fresh venv,
-imported from a neutral directory; its headers and CMake package used by a CMake
-project. Slow (one CPU-only compile of the extension, ~1 min on 2 cores): deselect with
--m "not slow"."""
+"""fp8_dummy built and installed as users do, in a fresh venv that has torch: a plain
+`pip install .` (build isolation on, dependencies resolved) must compile against that torch
+and leave it as it was; the package is then used from a neutral directory, its headers and
+CMake package by a CMake project. A plain `pip wheel .` gives the wheel whose contents are
+checked. A venv without torch is refused before anything is compiled; the sdist carries
+the build backend. Slow (a CPU-only compile of the extension, ~1 min on 2 cores; the second
+build takes ccache's objects where ccache is installed; pip fetches setuptools, wheel and
+ninja for the isolated builds): deselect with -m "not slow".
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -28,7 +34,8 @@ from helpers.build_util import (
 
 pytestmark = pytest.mark.slow
 
-VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+VERSION_FILE = (ROOT / "fp8_dummy" / "_version.py").read_text()
+VERSION = re.search(r'^__version__ = "([^"]+)"', VERSION_FILE, re.M)[1]
 HEADERS = sorted(
     str(p.relative_to(ROOT / "include")) for p in (ROOT / "include").rglob("*") if p.is_file()
 )
@@ -71,46 +78,126 @@ for dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
         assert torch.equal(ours.contiguous().view(torch.uint8),
                            expected.contiguous().view(torch.uint8)), (dtype, transposed)
         checked += 1
-print(f"smoke ok: {checked} byte comparisons, torch {torch.__version__}")
+info = fp8_dummy.build_info()
+assert info == {"version": fp8_dummy.__version__, "torch": torch.__version__.split("+")[0],
+                "cuda": False}, info
+print(f"smoke ok: {checked} byte comparisons, torch {torch.__version__}, {info}")
 """
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`pip wheel . --no-build-isolation` of a clean copy of the checkout, CPU only."""
-    src = copy_source_tree(tmp_path_factory.mktemp("src"))
-    out = tmp_path_factory.mktemp("wheelhouse")
-    pip = [sys.executable, "-m", "pip", "wheel", ".", "--no-build-isolation", "--no-deps"]
-    run([*pip, "-w", out], cwd=src, env=tool_env(FP8_DUMMY_CUDA="0"))
-    (wheel,) = out.glob("fp8_dummy-*.whl")
-    return wheel
+def _pip(python: Path, *args, **kwargs) -> subprocess.CompletedProcess:
+    return run([python, "-m", "pip", "--disable-pip-version-check", *args], **kwargs)
+
+
+def _torch_of(python: Path) -> str:
+    """The version and place of the torch `python` imports."""
+    code = "import torch; print(torch.__version__, torch.__file__)"
+    return run([python, "-I", "-c", code]).stdout.strip()
 
 
 @pytest.fixture(scope="module")
-def venv_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv holding only the wheel (and pip) and torch.
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with torch and pip only.
 
     torch: with FP8_DUMMY_TEST_TORCH_SPEC set (e.g. torch==2.13.0), pip installs it
     (and its dependencies) into the venv. By default, this test's own torch through a
     .pth line naming its site-packages: installing torch's wheel again would add a
-    minute and maybe the network. This interpreter's editable install of fp8_dummy is
-    not seen: it is a .pth finder, and .pth files of a directory named in a .pth file
-    are not run; the venv's own site-packages, holding the wheel, comes first anyway.
-    The smoke test checks that every path it uses is inside the venv."""
+    minute and maybe the network (pip sees it as installed all the same, and the venv's
+    own old setuptools goes, so that torch's setuptools>=77 is met as an install of torch
+    meets it). This interpreter's editable install of fp8_dummy is not seen: it is a .pth
+    finder, and .pth files of a directory named in a .pth file are not run; the venv's own
+    site-packages, holding fp8_dummy once installed, comes first anyway. The smoke test
+    checks that every path it uses is inside the venv."""
     venv = tmp_path_factory.mktemp("venv")
     run([sys.executable, "-m", "venv", venv])
     python = venv / "bin" / "python"
     torch_spec = os.environ.get("FP8_DUMMY_TEST_TORCH_SPEC")
     if torch_spec:
-        run([python, "-m", "pip", "install", "-q", torch_spec])
+        _pip(python, "install", "-q", torch_spec)
     else:
         site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
         torch_site = Path(torch.__file__).resolve().parents[1]
         parent_sites = [torch_site, Path(sysconfig.get_paths()["purelib"])]
         lines = "\n".join(dict.fromkeys(str(p) for p in parent_sites))
         (Path(site.stdout.strip()) / "_parent_torch.pth").write_text(lines + "\n")
-    run([python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel])
+        _pip(python, "uninstall", "-q", "-y", "setuptools")
     return python
+
+
+def _build_env(src: Path) -> dict[str, str]:
+    # CPU only. ccache (torch's build calls it where it is installed) keys paths under the
+    # copy relative to it and leaves the build directory out, so the second build of this
+    # module reuses the first one's objects.
+    return tool_env(FP8_DUMMY_CUDA="0", CCACHE_BASEDIR=str(src), CCACHE_NOHASHDIR="1")
+
+
+@pytest.fixture(scope="module")
+def venv_python(fresh_venv: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The fresh venv after a plain `pip install .` of a clean copy of the checkout (build
+    isolation on, dependencies resolved as pip does), which must build against the venv's
+    torch and leave it as it was; and the build log."""
+    src = copy_source_tree(tmp_path_factory.mktemp("src"))
+    before = _torch_of(fresh_venv)
+    log = _pip(fresh_venv, "install", "-v", ".", cwd=src, env=_build_env(src)).stdout
+    assert _torch_of(fresh_venv) == before, log[-4000:]
+    return fresh_venv, log
+
+
+@pytest.fixture(scope="module")
+def wheel(venv_python, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A plain `pip wheel .` in the same venv (--no-deps: pip wheel would otherwise also
+    download a wheel of every dependency, torch's included)."""
+    python, _ = venv_python
+    src = copy_source_tree(tmp_path_factory.mktemp("src"))
+    out = tmp_path_factory.mktemp("wheelhouse")
+    before = _torch_of(python)
+    _pip(python, "wheel", ".", "--no-deps", "-q", "-w", out, cwd=src, env=_build_env(src))
+    assert _torch_of(python) == before
+    (wheel,) = out.glob("fp8_dummy-*.whl")
+    return wheel
+
+
+def test_pip_install_built_against_the_installed_torch(venv_python) -> None:
+    python, log = venv_python
+    assert f"fp8_dummy: building against the installed torch {torch.__version__}" in log, log
+    code = "import importlib.metadata as m; print(m.version('fp8_dummy'))"
+    assert run([python, "-I", "-c", code]).stdout.strip() == VERSION
+
+
+def test_no_torch_stops_before_compiling(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", venv])
+    src = copy_source_tree(tmp_path / "src")
+    proc = subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "wheel", ".", "--no-deps", "-w", tmp_path / "out"],
+        cwd=src,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=tool_env(),
+    )
+    assert proc.returncode != 0, proc.stdout
+    assert f"fp8_dummy: no torch is installed for {venv / 'bin' / 'python'}" in proc.stdout
+    assert "pip install --no-build-isolation ." in proc.stdout, proc.stdout
+    assert "Getting requirements to build wheel" in proc.stdout  # it stopped there
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_sdist_carries_the_build_backend(tmp_path: Path) -> None:
+    src = copy_source_tree(tmp_path / "src")
+    code = "import sys, fp8_dummy_backend as b; print(b.build_sdist(sys.argv[1]))"
+    env = tool_env(PYTHONPATH=str(src / "build_backend"))
+    name = run([sys.executable, "-c", code, tmp_path], cwd=src, env=env).stdout.split()[-1]
+    with tarfile.open(tmp_path / name) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    for needed in (
+        "build_backend/fp8_dummy_backend.py",
+        "build_backend/fp8_dummy_build_config.py",
+        "fp8_dummy/_version.py",
+        "fp8_dummy/py.typed",
+        "csrc/build_info.cpp",
+    ):
+        assert needed in names, needed
 
 
 def test_wheel_is_abi3_with_cxx_api(wheel: Path, tmp_path: Path) -> None:
@@ -121,7 +208,8 @@ def test_wheel_is_abi3_with_cxx_api(wheel: Path, tmp_path: Path) -> None:
         metadata = zf.read(f"fp8_dummy-{VERSION}.dist-info/METADATA").decode()
         version_file = zf.read(f"fp8_dummy/share/cmake/fp8_dummy/{CMAKE_FILES[1]}").decode()
         zf.extract("fp8_dummy/_C.abi3.so", tmp_path)
-    assert "fp8_dummy/_C.abi3.so" in names
+    assert "fp8_dummy/_C.abi3.so" in names and "fp8_dummy/py.typed" in names
+    assert f"Version: {VERSION}" in metadata.splitlines()
     assert HEADERS and "fp8_dummy/fp8_dummy.h" in HEADERS
     missing = [h for h in HEADERS if f"fp8_dummy/include/{h}" not in names]
     missing += [f for f in CMAKE_FILES if f"fp8_dummy/share/cmake/fp8_dummy/{f}" not in names]
@@ -137,18 +225,20 @@ def test_wheel_is_abi3_with_cxx_api(wheel: Path, tmp_path: Path) -> None:
         assert symbols <= {"PyModule_Create2"}, symbols
 
 
-def test_wheel_in_fresh_venv(venv_python: Path, tmp_path: Path) -> None:
-    proc = run([venv_python, "-I", "-c", SMOKE], cwd=tmp_path)
+def test_installed_in_fresh_venv(venv_python, tmp_path: Path) -> None:
+    proc = run([venv_python[0], "-I", "-c", SMOKE], cwd=tmp_path)
     print(proc.stdout)
     assert "smoke ok" in proc.stdout
 
 
 @pytest.mark.skipif(which("cmake") is None, reason="cmake not installed")
-def test_wheel_cmake_package(venv_python: Path, tmp_path: Path) -> None:
+def test_wheel_cmake_package(venv_python, tmp_path: Path) -> None:
     """find_package(fp8_dummy VERSION) with the wheel's CMake package (no Torch: the
     torch-free target only); it names the wheel's library in fp8_dummy_LIBRARY."""
     script = "import fp8_dummy as f; print(f.get_cmake_dir()); print(f.library_path())"
-    cmake_dir, library = run([venv_python, "-I", "-c", script], cwd=tmp_path).stdout.split()
+    # The last two lines: torch may warn first (no numpy in a venv of FP8_DUMMY_TEST_TORCH_SPEC).
+    out = run([venv_python[0], "-I", "-c", script], cwd=tmp_path).stdout
+    cmake_dir, library = out.split()[-2:]
     cmake = [which("cmake"), "-S", CONSUMER, *cmake_args(), f"-Dfp8_dummy_DIR={cmake_dir}"]
     build = tmp_path / "build"
     configure = run([*cmake, "-B", build, f"-DCONSUMER_FP8_DUMMY_VERSION={VERSION}"]).stdout

@@ -155,6 +155,7 @@ def test_layout_order_against_oracle():
     np.testing.assert_array_equal(t.numpy(), want)
 
 
+@pytest.mark.slow  # long streams on 1-8 threads
 @pytest.mark.parametrize("level", ["fast", "portable"])
 def test_threads_give_same_bytes(monkeypatch, level):
     """1-8 threads above the split size (2 Mi words per thread), from mid-block."""
@@ -243,6 +244,7 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.fp8_dummy.random_.generator, (t, 0, 100), {"generator": None})
 
 
+@pytest.mark.slow  # torch.compile
 def test_compile_fullgraph():
     def f(x):
         fp8_dummy.random_(x, -128, 128, 99)

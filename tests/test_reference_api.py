@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 from conftest import FP8_DTYPES, WIDE_DTYPES, as_bytes, poison, storage_bytes, torch_version
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fp8_dummy
 from fp8_dummy import reference
@@ -116,6 +117,7 @@ def test_opcheck_fp8(dtype):
     torch.library.opcheck(torch.ops.fp8_dummy.init_.default, (t, -1.0, 1.0, 7), test_utils=tests)
 
 
+@pytest.mark.slow  # torch.compile
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16], ids=str)
 def test_compile_fullgraph(dtype):
     def f(x, y):
@@ -165,9 +167,44 @@ def test_supported_dtypes_cover_every_float():
     assert set(floats) <= set(FP8_DTYPES + WIDE_DTYPES) | {getattr(torch, "float4_e2m1fn_x2", None)}
 
 
+class MetaOps(TorchDispatchMode):
+    """Records every op that touches a meta tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        if any(isinstance(x, torch.Tensor) and x.is_meta for x in leaves):
+            self.seen.append(str(func))
+        return func(*args, **kwargs)
+
+
 def test_initialize_skips_meta_tensors():
-    model = TinyModel().to("meta")
-    fp8_dummy.initialize_dummy_weights(model)  # nothing to fill, nothing raised
+    # Meta tensors hold no data (vLLM defers them): no op touches them, and every other
+    # tensor gets the loop's bytes, as if the meta ones were not there.
+    a, b = TinyModel(), TinyModel()
+    for m in (a, b):
+        m.proj2.to("meta")
+        for t in m.state_dict().values():
+            if t.is_floating_point() and not t.is_meta:
+                poison(t)
+    with MetaOps() as ops:
+        fp8_dummy.initialize_dummy_weights(a, -1.0, 1.0, seed=11)
+    assert ops.seen == []
+    for p in b.state_dict().values():  # vLLM's loop, which skips meta tensors
+        if torch.is_floating_point(p) and not p.is_meta:
+            reference.new_path(p, -1.0, 1.0, seed=11)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert x.is_meta == y.is_meta == name.startswith("proj2."), name
+        if not x.is_meta:
+            assert torch.equal(as_bytes(x), as_bytes(y)), name
+    everything = TinyModel().to("meta")
+    with MetaOps() as ops:
+        fp8_dummy.initialize_dummy_weights(everything)
+    assert ops.seen == []
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ HARNESS = ROOT / "tests" / "consumers" / "avx512_on_simde.cpp"
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 
 
+@pytest.mark.slow  # compiles a program with g++
 def test_avx512_kernels_on_simde(tmp_path: Path) -> None:
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip(f"x86-64 only (this is {platform.machine()})")

@@ -1,6 +1,6 @@
 """CPU FP8 paths (exact and fast) against torch's reference path and an independent numpy
 oracle: numpy's legacy MT19937 for the word stream, an exact model of the installed torch's
-float16 uniform_ transform (REFERENCE.md §4), and a numpy model of float16 -> FP8 (§5).
+float16 uniform_ transform (docs/contract.md R4), and a numpy model of float16 -> FP8 (R5).
 
 The path is forced with FP8_DUMMY_CPU_PATH (read on every call): exact, fast (the widest
 SIMD level the CPU has), avx512, avx2, portable (the fast path at that level; a level the
@@ -302,6 +302,7 @@ def test_fma_matters_at_these_bounds():
     assert (a != b).sum() > 10
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_default_cpu_capability_subprocess():
     """torch's DEFAULT kernels (no FMA): the fast path must notice and still match."""
     script = textwrap.dedent("""

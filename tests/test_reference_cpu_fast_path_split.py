@@ -40,6 +40,7 @@ def test_narrow_bounds(dtype):
         np.testing.assert_array_equal(ours, want, err_msg=str(bounds))
 
 
+@pytest.mark.slow  # long streams on 1-8 threads
 @pytest.mark.parametrize("level", ["fast", "portable"])
 def test_threads_give_same_bytes(monkeypatch, level):
     """1 to 8 threads, each range above the size where the op splits (2 Mi words per

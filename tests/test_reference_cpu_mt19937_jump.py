@@ -104,6 +104,7 @@ def test_jump_matches_stepping(pre, avx2):
         np.testing.assert_array_equal(got, want, err_msg=f"k={k}")
 
 
+@pytest.mark.slow  # a long stream (2^33 + 1 words)
 def test_jump_long_distances_match_numpy_stepping():
     """2^20 + 3 and 2^33 + 1 words (over 2^32: the 64-bit arithmetic of the distance) from
     mid-block, against numpy stepping every word (about half a minute)."""

@@ -139,7 +139,7 @@ def test_launch_plan_matches_oracle(device, n):
 
 
 def test_split_example_from_reference():
-    # REFERENCE.md §3: n = 152064 * 8192 on an H200 advances by 4608 + 2304 + 2304.
+    # docs/contract.md R3: n = 152064 * 8192 on an H200 advances by 4608 + 2304 + 2304.
     runs, after = cuda_launch_plan(152_064 * 8192, *H200)
     assert after == 9216 and [r.offset for r in runs] == [4608, 6912]
 

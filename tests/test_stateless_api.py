@@ -67,6 +67,7 @@ def test_opcheck_fp8():
     )
 
 
+@pytest.mark.slow  # torch.compile
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16], ids=str)
 def test_compile_same_bytes(dtype):
     def f(x):

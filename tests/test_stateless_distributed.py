@@ -85,6 +85,7 @@ def _worker(rank: int, world: int, port: int) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # gloo processes
 @pytest.mark.parametrize("world", [2, 4])
 def test_sharded_init_across_ranks(world):
     ctx = mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=False)

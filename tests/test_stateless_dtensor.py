@@ -61,6 +61,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # gloo processes
 @pytest.mark.parametrize("world", [2, 4])
 def test_dtensor_across_ranks(world, tmp_path):
     out = tmp_path / "counts"
@@ -118,6 +119,7 @@ def _python(code: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_registration_is_lazy_and_follows_the_import():
     # import fp8_dummy does not import torch.distributed.tensor (seconds); importing it
     # later registers the rules and leaves torch's loader as it was. (One fresh process:

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/irange.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -49,7 +50,9 @@ void mark_overlaps(at::TensorList tensors, std::vector<size_t> ids, std::vector<
 }  // namespace
 
 void check_init_many_args(at::TensorList tensors, double low, double high) {
-  for (const auto& t : tensors) check_init_args(t, low, high);
+  for (const auto i : c10::irange(tensors.size())) {
+    check_init_args(tensors[i], low, high, OpName{"fp8_dummy.init_many_", static_cast<int64_t>(i)});
+  }
 }
 
 BatchPlan plan_batches(at::TensorList tensors, c10::DeviceType device_type) {

@@ -51,47 +51,52 @@ constexpr const char* kSupported =
 // ATen/native/DistributionTemplates.h (uniform_impl_), so callers see the errors
 // the reference path would give.
 template <typename T>
-void check_bounds(double low, double high, const char* dtype_name) {
+void check_bounds(double low, double high, const char* dtype_name, const OpName& name) {
   const double lowest = static_cast<double>(std::numeric_limits<T>::lowest());
   const double max = static_cast<double>(std::numeric_limits<T>::max());
   // Written so that NaN fails too, as in the reference.
-  TORCH_CHECK(low >= lowest && low <= max, "fp8_dummy.init_: from is out of bounds for ",
-              dtype_name, " (low=", low, ")");
-  TORCH_CHECK(high >= lowest && high <= max, "fp8_dummy.init_: to is out of bounds for ",
-              dtype_name, " (high=", high, ")");
-  TORCH_CHECK(low <= high, "fp8_dummy.init_: uniform_ expects to return a [from, to) range, ",
+  TORCH_CHECK(low >= lowest && low <= max, name, "from is out of bounds for ", dtype_name,
+              " (low=", low, ")");
+  TORCH_CHECK(high >= lowest && high <= max, name, "to is out of bounds for ", dtype_name,
+              " (high=", high, ")");
+  TORCH_CHECK(low <= high, name, "uniform_ expects to return a [from, to) range, ",
               "but found from=", low, " > to=", high);
-  TORCH_CHECK(high - low <= max,
-              "fp8_dummy.init_: uniform_ expects to-from <= ", "std::numeric_limits<", dtype_name,
-              ">::max(), but found to=", high, " and from=", low,
+  TORCH_CHECK(high - low <= max, name, "uniform_ expects to-from <= ", "std::numeric_limits<",
+              dtype_name, ">::max(), but found to=", high, " and from=", low,
               " which result in to-from to exceed the limit");
 }
 
 }  // namespace
 
-void check_init_args(const at::Tensor& self, double low, double high) {
-  TORCH_CHECK(self.defined(), "fp8_dummy.init_: expected a tensor, got an undefined one");
+std::ostream& operator<<(std::ostream& out, const OpName& name) {
+  out << name.op << ": ";
+  if (name.index >= 0) out << "tensors[" << name.index << "]: ";
+  return out;
+}
+
+void check_init_args(const at::Tensor& self, double low, double high, const OpName& name) {
+  TORCH_CHECK(self.defined(), name, "expected a tensor, got an undefined one");
   const auto dtype = self.scalar_type();
-  TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), "fp8_dummy.init_: unsupported dtype ", dtype,
+  TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), name, "unsupported dtype ", dtype,
               "; supported dtypes: ", kSupported);
   switch (is_fp8(dtype) ? c10::ScalarType::Half : dtype) {
     case c10::ScalarType::Half:
-      check_bounds<c10::Half>(low, high, "c10::Half");
+      check_bounds<c10::Half>(low, high, "c10::Half", name);
       break;
     case c10::ScalarType::BFloat16:
-      check_bounds<c10::BFloat16>(low, high, "c10::BFloat16");
+      check_bounds<c10::BFloat16>(low, high, "c10::BFloat16", name);
       break;
     case c10::ScalarType::Float:
-      check_bounds<float>(low, high, "float");
+      check_bounds<float>(low, high, "float", name);
       break;
     default:
-      check_bounds<double>(low, high, "double");
+      check_bounds<double>(low, high, "double", name);
       break;
   }
   // The reference fails in copy_ (FP8) or in uniform_'s TensorIterator (wider
   // dtypes) on a tensor whose elements share memory; we fail before writing.
-  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
-              "fp8_dummy.init_: unsupported operation: more than one element of the "
+  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes, name,
+              "unsupported operation: more than one element of the "
               "written-to tensor refers to a single memory location. Please clone() the "
               "tensor before performing the operation.");
 }

@@ -5,9 +5,11 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 #include <optional>
+#include <ostream>
 
 #include "fp8_dummy/cuda/fp8_convert.h"
 
@@ -38,10 +40,18 @@ inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
 // The dtypes whose reference is plain self.uniform_ (16 bits or wider).
 bool is_wide_float(c10::ScalarType dtype);
 
-// Every check of the reference path (REFERENCE.md §6 and the copy_ overlap check),
-// with the reference's messages, prefixed by the op's name. Throws c10::Error
-// before anything is written or any random number is drawn.
-void check_init_args(const at::Tensor& self, double low, double high);
+// The prefix of check_init_args' messages: the name of the op the user called
+// ("fp8_dummy.init_many_") and, for a tensor of a list, its index ("tensors[3]"; -1: none).
+struct OpName {
+  c10::string_view op = "fp8_dummy.init_";
+  int64_t index = -1;
+};
+std::ostream& operator<<(std::ostream& out, const OpName& name);
+
+// Every check of the reference path (docs/contract.md R6, the copy_ overlap
+// check included), with the reference's messages, prefixed by the calling op's name.
+// Throws c10::Error before anything is written or any random number is drawn.
+void check_init_args(const at::Tensor& self, double low, double high, const OpName& name = {});
 
 // A view of `self` whose row-major order is the memory order of the float16 temp
 // that empty_like(self, float16) would allocate: random number m goes to element

@@ -50,7 +50,7 @@ bool is_stateless_int(c10::ScalarType dtype) {
 void check_stateless_values(const at::Tensor& self, double low, double high) {
   TORCH_CHECK(self.defined(), "fp8_dummy.init_stateless_: expected a tensor, got an undefined one");
   if (!is_stateless_int(self.scalar_type())) {
-    check_init_args(self, low, high);
+    check_init_args(self, low, high, OpName{"fp8_dummy.init_stateless_"});
     return;
   }
   const bool is_signed = self.scalar_type() == c10::ScalarType::Char;

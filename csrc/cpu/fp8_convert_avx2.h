@@ -1,6 +1,6 @@
 // float16 -> FP8 in registers (AVX2), for the four sign/exponent/mantissa FP8 formats, for
 // values of magnitude at most the format's largest finite value. Within that range every
-// torch version rounds to nearest even from the exact half value (REFERENCE.md §5); above
+// torch version rounds to nearest even from the exact half value (docs/contract.md R5); above
 // it, where versions differ, the caller keeps the table built from torch's own copy_.
 // Before it is used for a dtype, the conversion is compared with that table on every
 // half value in range (fp8_direct_ok), so a disagreement can only cost speed.

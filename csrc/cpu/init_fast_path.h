@@ -39,7 +39,7 @@
 namespace fp8_dummy {
 namespace cpu {
 
-// The torch versions whose CPU uniform_ kernels were read (REFERENCE.md §4) and whose
+// The torch versions whose CPU uniform_ kernels were read (docs/contract.md R4) and whose
 // transform the self-check found: on these the fast path is expected to be on.
 constexpr bool kVersionKnown =
     TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9 && TORCH_VERSION_MINOR <= 15;

@@ -1,4 +1,4 @@
-// Per-element transform of torch's CPU float16 uniform_ (REFERENCE.md §4): one 32-bit
+// Per-element transform of torch's CPU float16 uniform_ (docs/contract.md R4): one 32-bit
 // mt19937 output -> float16 bits, for the two formulas torch has used:
 //   kBits24 (torch >= 2.12): x = (r & 0xFFFFFF) * 2^-24; v = x * range + low in float, with
 //     range = float(high) - float(low), low = float(low); contracted to one FMA in torch's

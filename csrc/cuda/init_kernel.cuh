@@ -1,6 +1,6 @@
 // The fused CUDA kernel: Philox4x32-10, the uniform mapping, the float16 rounding and
 // the FP8 conversion in registers, each output byte written once, no scratch. It
-// reproduces one launch of torch's uniform_ on the float16 temp (REFERENCE.md §3):
+// reproduces one launch of torch's uniform_ on the float16 temp (docs/contract.md R3):
 // reference thread idx, grid step k, word ii -> element idx + T * (4k + ii).
 //
 // Work split: consecutive elements belong to consecutive reference threads (different

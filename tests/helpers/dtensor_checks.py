@@ -222,14 +222,17 @@ def check_refusals(world: int, rank: int) -> None:
     spec = dict(shape=torch.Size((7, 5)), stride=(5, 1), run_check=False)
     wrong = DTensor.from_local(torch.empty(6, 5), mesh, [Shard(0)], **spec)
     _raises(lambda: fp8_dummy.init_stateless_(wrong), "the local tensor has shape", "shape")
-    # Bad arguments: plain tensors' messages, on every rank, before anything is written.
+    # Bad arguments: plain tensors' messages (the op's own name first), on every rank,
+    # before anything is written.
     dt = make(mesh, (7, 5), torch.float8_e4m3fn, (Shard(0),))
     plain = torch.empty(7, 5, dtype=torch.float8_e4m3fn)
+    many = lambda t, **kw: fp8_dummy.init_many_([torch.empty(2), t], **kw)  # noqa: E731
     for fn, kw in (
         (fp8_dummy.init_stateless_, dict(low=1.0, high=-1.0)),
         (fp8_dummy.init_stateless_, dict(element_strides=[1])),
         (fp8_dummy.init_stateless_, dict(element_offset=2**63 - 10)),  # overflows
         (fp8_dummy.init_, dict(low=-1.0, high=70000.0)),
+        (many, dict(low=-1.0, high=70000.0)),
     ):
         message = None
         try:
@@ -237,6 +240,8 @@ def check_refusals(world: int, rank: int) -> None:
         except RuntimeError as e:
             message = str(e).splitlines()[0]
         assert message, f"{kw}: a plain tensor took it"
+        op = "init_many_: tensors[1]" if fn is many else fn.__name__
+        assert message.startswith(f"fp8_dummy.{op}: "), message
         _raises(functools.partial(fn, dt, **kw), message, f"rank {rank} {kw}")
     assert bool((dt.to_local().float() == SENTINEL).all()), "bad arguments: written"
 

@@ -1,4 +1,4 @@
-"""Independent numpy model of the reference path on the CPU (REFERENCE.md §4, §5).
+"""Independent numpy model of the reference path on the CPU (docs/contract.md R4, R5).
 
 Nothing here calls torch's random or conversion code: the word stream comes from
 numpy's legacy MT19937, the arithmetic from numpy's IEEE float32/float16 and an
@@ -48,7 +48,7 @@ def _fma_f32_finite(a: np.ndarray, b: F32, c: F32) -> np.ndarray:
 def cpu_uniform_half(
     words: np.ndarray, low: float, high: float, formula: str = "24bit", fma: bool = True
 ) -> np.ndarray:
-    """float16 values torch's CPU uniform_ makes from the words (REFERENCE.md §4)."""
+    """float16 values torch's CPU uniform_ makes from the words (docs/contract.md R4)."""
     if formula == "24bit":  # torch >= 2.12
         x = (words & np.uint32(0xFFFFFF)).astype(F32) * F32(2.0**-24)
         lo, hi = F32(low), F32(high)
@@ -106,7 +106,7 @@ def _encode(r: np.ndarray, neg: np.ndarray, exp_bits: int, man: int, bias: int) 
 
 
 def half_to_fp8(h: np.ndarray, dtype: str, saturate_e4m3fn: bool = True) -> np.ndarray:
-    """FP8 bytes torch's copy_ makes from float16 values (REFERENCE.md §5)."""
+    """FP8 bytes torch's copy_ makes from float16 values (docs/contract.md R5)."""
     h = np.asarray(h, dtype=np.float16)
     v = h.astype(F64)
     nan, inf = np.isnan(v), np.isinf(v)

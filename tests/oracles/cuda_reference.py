@@ -1,4 +1,4 @@
-"""An independent numpy model of torch's CUDA reference path (REFERENCE.md §2, §3, §5).
+"""An independent numpy model of torch's CUDA reference path (docs/contract.md R2, R3, R5).
 
 Written from the specification, not from our C++ headers: Philox in numpy uint64
 arithmetic, the uniform mapping in numpy float32/float16 with an exactly rounded fused

@@ -1,7 +1,7 @@
 // float16 -> FP8 for the five FP8 dtypes, bit level, as torch's copy_ converts
 // (c10's Float8_* constructors, or the sm_89+ hardware instructions where they give
 // the same bytes). In range every path rounds to nearest even from the exact half
-// value; out-of-range values are what differs, see REFERENCE.md §5. Torch-free,
+// value; out-of-range values are what differs, see docs/contract.md R5. Torch-free,
 // host and device.
 #pragma once
 

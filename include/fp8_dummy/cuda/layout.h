@@ -1,5 +1,5 @@
 // Where element m of a launch goes in memory: m counts elements in the memory order
-// of the reference's float16 temp (REFERENCE.md §2), which for a tensor with gaps is
+// of the reference's float16 temp (docs/contract.md R2), which for a tensor with gaps is
 // a row-major walk over a few (size, stride) dimensions. Torch-free, host and device.
 #pragma once
 

@@ -1,4 +1,4 @@
-// torch's CUDA uniform_ on a float16 tensor, piece by piece (see REFERENCE.md §3):
+// torch's CUDA uniform_ on a float16 tensor, piece by piece (see docs/contract.md R3):
 // which Philox word goes to which element, how a word becomes a float16 value, and
 // how many counter values each launch reserves. Torch-free, host and device; the
 // launch arithmetic (reference_launches) is host-only.

@@ -1,0 +1,65 @@
+// What this build of the library was made from, and what it does where it was built
+// without CUDA.
+//
+// The build line is kept as plain bytes in the library file, so that it can be read even
+// where the library cannot be loaded: a library built against another torch fails to load
+// with an undefined symbol, and fp8_dummy/_build.py then reads the line from the file to
+// say which torch it was built for.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+#include <torch/version.h>
+
+#include <string>
+
+#define FP8_DUMMY_STRINGIFY2(x) #x
+#define FP8_DUMMY_STRINGIFY(x) FP8_DUMMY_STRINGIFY2(x)
+#define FP8_DUMMY_TORCH_VERSION            \
+  FP8_DUMMY_STRINGIFY(TORCH_VERSION_MAJOR) \
+  "." FP8_DUMMY_STRINGIFY(TORCH_VERSION_MINOR) "." FP8_DUMMY_STRINGIFY(TORCH_VERSION_PATCH)
+#ifdef FP8_DUMMY_WITH_CUDA
+#define FP8_DUMMY_BUILT_WITH_CUDA "yes"
+#else
+#define FP8_DUMMY_BUILT_WITH_CUDA "no"
+#endif
+
+// "fp8_dummy-build-info: torch=2.13.0 cuda=no", the torch whose headers it was compiled
+// with. Its format is read by fp8_dummy/_build.py.
+extern "C" __attribute__((used)) const char fp8_dummy_build_info[] =
+    "fp8_dummy-build-info: torch=" FP8_DUMMY_TORCH_VERSION " cuda=" FP8_DUMMY_BUILT_WITH_CUDA;
+
+namespace fp8_dummy {
+namespace {
+
+std::string build_info() { return fp8_dummy_build_info + sizeof("fp8_dummy-build-info: ") - 1; }
+
+#ifndef FP8_DUMMY_WITH_CUDA
+// Without these, a CUDA tensor in a build without CUDA gets the dispatcher's "Could not run
+// 'fp8_dummy::init_' with arguments from the 'CUDA' backend", which does not say why.
+void no_cuda_kernel(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  std::string name = op.schema().name();  // "fp8_dummy::init_"
+  name.replace(name.find("::"), 2, ".");
+  TORCH_CHECK(false, name,
+              ": this fp8_dummy was built without CUDA (against torch " FP8_DUMMY_TORCH_VERSION
+              ": a CPU build of torch, no CUDA toolkit found, or FP8_DUMMY_CUDA=0), so it has no "
+              "CUDA kernels. Rebuild it with the CUDA toolkit: from its source directory, "
+              "CUDA_HOME=/usr/local/cuda FP8_DUMMY_CUDA=1 pip install --force-reinstall "
+              "--no-deps . (an editable install: pip install --no-build-isolation -e .)");
+}
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
+  m.impl("build_info", TORCH_FN(build_info));
+}
+
+#ifndef FP8_DUMMY_WITH_CUDA
+TORCH_LIBRARY_IMPL(fp8_dummy, CUDA, m) {
+  for (const char* name : {"init_", "init_.generator", "init_many_", "init_stateless_", "random_",
+                           "random_.generator"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&no_cuda_kernel>());
+  }
+}
+#endif
+
+}  // namespace fp8_dummy

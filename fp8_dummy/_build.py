@@ -1,0 +1,77 @@
+"""What the compiled library was built from, and the error raised when it cannot be loaded.
+
+The library keeps one line, "fp8_dummy-build-info: torch=2.13.0 cuda=no", as plain bytes
+(csrc/build_info.cpp). Loaded, it returns the line itself; where it does not load (most
+often: built against another torch, whose C++ symbols differ), the line is read from the
+file, so the error can name the torch it needs.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+from pathlib import Path
+
+import torch
+
+_PACKAGE = Path(__file__).resolve().parent
+_MARKER = b"fp8_dummy-build-info: "
+
+
+def library_file() -> Path | None:
+    """The compiled library in the package directory (fp8_dummy/_C*.so), if there is one."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = _PACKAGE / f"_C{suffix}"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_build_info(path: Path) -> dict[str, str]:
+    """{"torch": "2.13.0", "cuda": "no"} from the library file at `path` (empty if the
+    file holds no build line: a library older than this format, or not ours)."""
+    data = path.read_bytes()
+    start = data.find(_MARKER)
+    if start < 0:
+        return {}
+    end = data.find(b"\0", start)
+    line = data[start + len(_MARKER) : end if end >= 0 else None].decode("ascii", "replace")
+    return dict(item.split("=", 1) for item in line.split() if "=" in item)
+
+
+def rebuild_command() -> str:
+    """The command that rebuilds the library against the torch this Python imports."""
+    root = _PACKAGE.parent
+    if (root / "setup.py").is_file() and (root / "csrc").is_dir():  # a source tree
+        return f"cd {root} && pip install --no-build-isolation -e ."
+    return (
+        "pip install --force-reinstall --no-deps --no-cache-dir <fp8_dummy's source "
+        "directory or sdist>"
+    )
+
+
+def import_error(error: ImportError) -> ImportError:
+    """The ImportError to raise when `from . import _C` failed with `error`."""
+    found = f"torch {torch.__version__} ({Path(torch.__file__).parent})"
+    path = library_file()
+    if path is None:
+        return ImportError(
+            f"fp8_dummy: its compiled library (fp8_dummy._C) is not in {_PACKAGE}: it was never "
+            f"built there. Build it against the installed {found}: {rebuild_command()}"
+        )
+    version = read_build_info(path).get("torch")
+    built_for = f"torch {version}" if version else "an unknown torch (no build line in the file)"
+    return ImportError(
+        f"fp8_dummy: its compiled library {path} does not load: {error}. It was built for "
+        f"{built_for}; this Python has {found}. An extension must be built against the torch "
+        f"it runs with (its C++ ABI changes between releases): rebuild it: {rebuild_command()}"
+    )
+
+
+def build_info() -> dict[str, object]:
+    """What the loaded library was built with: {"version": fp8_dummy's version, "torch":
+    the torch whose headers it was compiled with ("2.13.0"), "cuda": whether it has CUDA
+    kernels (without them, calls on CUDA tensors raise, saying how to rebuild)}."""
+    from ._version import __version__
+
+    info = dict(i.split("=", 1) for i in torch.ops.fp8_dummy_internal.build_info().split())
+    return {"version": __version__, "torch": info["torch"], "cuda": info["cuda"] == "yes"}
