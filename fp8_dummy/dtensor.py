@@ -75,7 +75,9 @@ def _check_placements(t: DTensor, op: str) -> None:
 
 def _chunk(start: int, length: int, parts: int, index: int) -> tuple[int, int]:
     """Part ``index`` of ``[start, start + length)`` split as torch.chunk splits (and DTensor's
-    Shard does): chunks of ceil(length / parts), the last ones short or empty."""
+    Shard does): chunks of ceil(length / parts), the last ones short or empty. Not
+    stateless.split_bounds (torch.tensor_split's rule, for hand-made shards): a DTensor's
+    local tensor is what its placement made."""
     size = -(-length // parts)
     lo = min(index * size, length)
     return start + lo, min(lo + size, length) - lo

@@ -114,7 +114,10 @@ def init_shard_(
 
 def split_bounds(size: int, rank: int, world_size: int) -> tuple[int, int]:
     """[start, stop) of part ``rank`` of ``size`` split into ``world_size`` parts, the first
-    ``size % world_size`` parts one longer (``torch.tensor_split``'s rule)."""
+    ``size % world_size`` parts one longer (``torch.tensor_split``'s rule: hand-made shards'
+    sizes differ by one at most). A DTensor's ``Shard`` splits as ``torch.chunk`` does
+    instead, so fp8_dummy/dtensor.py uses that rule (``_chunk``): each follows the split its
+    tensors were actually made with."""
     if not 0 <= rank < world_size:
         raise ValueError(f"split_bounds: rank {rank} not in [0, {world_size})")
     base, extra = divmod(size, world_size)

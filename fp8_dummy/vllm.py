@@ -25,6 +25,7 @@ import torch
 from . import reference
 from ._engine_common import Action, fusable, probe_tensor, vllm_action
 from ._proof import corrupt_, fault, first_difference, proven
+from ._versions import major_minor
 from .model import apply_action, run_plan, walk
 from .ops import init_
 from .vllm_invariant import initialize_invariant_dummy_weights  # issue 21
@@ -69,13 +70,10 @@ def generation(v: str | None = None) -> int:
 def _generation_of(v: str | None) -> int:
     if v is None:
         return 33
-    try:
-        major, minor = (int(x) for x in v.split("+")[0].split(".")[:2])
-    except ValueError:
+    release = major_minor(v)
+    if release is None or release >= (0, 33):
         return 33
-    if (major, minor) >= (0, 33):
-        return 33
-    return 30 if (major, minor) >= (0, 30) else 28
+    return 30 if release >= (0, 30) else 28
 
 
 def _vllm_platform() -> tuple[bool, bool]:

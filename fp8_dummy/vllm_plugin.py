@@ -28,6 +28,7 @@ import torch
 
 from . import vllm as fv
 from ._engine_common import _cuda_kernels, enabled
+from ._versions import major_minor
 from .model import run_plan
 
 ENV = "FP8_DUMMY_VLLM"
@@ -93,10 +94,8 @@ def unregister() -> None:
 
 
 def _at_least(v: str, wanted: tuple[int, int]) -> bool:
-    try:
-        return tuple(int(x) for x in v.split("+")[0].split(".")[:2]) >= wanted
-    except ValueError:
-        return True  # a version we cannot read is a new one
+    release = major_minor(v)
+    return release is None or release >= wanted  # a version we cannot read is a new one
 
 
 def what_happens() -> str:

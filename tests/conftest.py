@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fp8_dummy._versions import major_minor
+
 # tests/ on the path: the test modules import conftest, oracles/ and helpers/.
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -43,8 +45,7 @@ def needs_gpu_memory(gib: int):
 
 
 def torch_version() -> tuple[int, int]:
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
-    return int(major), int(minor)
+    return major_minor(torch.__version__)
 
 
 def cpu_formula() -> dict:

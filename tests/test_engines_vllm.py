@@ -33,6 +33,7 @@ from oracles import engines as oracle
 import fp8_dummy
 from fp8_dummy import vllm as fvllm
 from fp8_dummy import vllm_plugin
+from fp8_dummy._versions import major_minor
 
 GEN = fvllm.generation()
 THEIRS = weight_utils.initialize_single_dummy_weight
@@ -48,7 +49,7 @@ MATCHED = {"0.28": 28, "0.29": 28, "0.30": 30, "0.31": 30, "0.32": 30, "0.33": 3
 
 def test_version_is_one_we_match():
     assert fvllm.version() == vllm.__version__
-    release = ".".join(vllm.__version__.split("+")[0].split(".")[:2])
+    release = ".".join(map(str, major_minor(vllm.__version__)))
     assert release in MATCHED, f"vLLM {vllm.__version__}: not one of the matched {list(MATCHED)}"
     assert GEN == MATCHED[release]
 

@@ -17,13 +17,13 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from conftest import BOUNDS, FP8_DTYPES, cpu_formula, cpu_reference_refuses
+from conftest import BOUNDS, FP8_DTYPES, cpu_formula, cpu_reference_refuses, torch_version
 from oracles import cpu_reference as oracle
 
 import fp8_dummy
 from fp8_dummy.reference import new_path
 
-TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+TORCH_VERSION = torch_version()
 FORMULA = int(cpu_formula()["formula"].removesuffix("bit"))
 PATHS = ["exact", "fast", "avx512", "avx2", "portable", "auto"]
 SIZES = [0, 1, 3, 623, 624, 625, 4097, (1 << 20) + 5, 7919, 31337]

@@ -58,13 +58,7 @@ std::optional<MemoryOrder> random_order(const at::Tensor& self) {
   for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
     const int64_t size = self.size(*it);
     const int64_t stride = self.stride(*it);
-    if (!order.sizes.empty() && order.strides.back() == stride * size) {
-      order.sizes.back() *= size;  // merge with the outer dimension: the same walk
-      order.strides.back() = stride;
-    } else {
-      order.sizes.push_back(size);
-      order.strides.push_back(stride);
-    }
+    append_dim(order.sizes, size, order.strides, stride);
   }
   return order;
 }

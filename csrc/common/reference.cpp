@@ -126,14 +126,7 @@ MemoryOrder memory_order(const at::Tensor& self) {
     const int64_t size = self.size(d);
     const int64_t stride = self.stride(d);
     if (size == 1) continue;
-    if (!order.sizes.empty() && order.strides.back() == stride * size) {
-      // Merge with the outer dimension: same walk, fewer loop levels.
-      order.sizes.back() *= size;
-      order.strides.back() = stride;
-    } else {
-      order.sizes.push_back(size);
-      order.strides.push_back(stride);
-    }
+    append_dim(order.sizes, size, order.strides, stride);
   }
   return order;
 }

@@ -64,6 +64,25 @@ struct MemoryOrder {
 };
 MemoryOrder memory_order(const at::Tensor& self);
 
+// Appends a dimension to a walk of dimensions from the outermost in, merged into the last
+// one where it continues it in every stride list given (the same elements in the same
+// order with one loop level fewer). The one coalescing rule of the temp's memory order,
+// random_'s order and the stateless shard geometry (which also keeps the global strides).
+inline void append_dim(c10::SmallVector<int64_t, 6>& sizes, int64_t size,
+                       c10::SmallVector<int64_t, 6>& strides, int64_t stride,
+                       c10::SmallVector<int64_t, 6>* strides2 = nullptr, int64_t stride2 = 0) {
+  if (!sizes.empty() && strides.back() == stride * size &&
+      (strides2 == nullptr || strides2->back() == stride2 * size)) {
+    sizes.back() *= size;
+    strides.back() = stride;
+    if (strides2 != nullptr) strides2->back() = stride2;
+    return;
+  }
+  sizes.push_back(size);
+  strides.push_back(stride);
+  if (strides2 != nullptr) strides2->push_back(stride2);
+}
+
 // float16 bits -> FP8 byte for all 65536 float16 values, made once per dtype by the
 // installed torch's CPU copy_, so the conversion (out-of-range values included, which
 // changed across torch versions) is the reference's by construction. `dtype` must be

@@ -120,16 +120,8 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
   for (const auto d : c10::irange(dim)) {
     const int64_t size = self.size(d);
     if (size == 1) continue;
-    if (!g.sizes.empty() && g.self_strides.back() == self.stride(d) * size &&
-        g.global_strides.back() == global[d] * size) {
-      g.sizes.back() *= size;  // contiguous in both: one loop level fewer
-      g.self_strides.back() = self.stride(d);
-      g.global_strides.back() = global[d];
-    } else {
-      g.sizes.push_back(size);
-      g.self_strides.push_back(self.stride(d));
-      g.global_strides.push_back(global[d]);
-    }
+    // merged only where contiguous in self and in the global tensor alike
+    append_dim(g.sizes, size, g.self_strides, self.stride(d), &g.global_strides, global[d]);
   }
   return g;
 }

@@ -23,15 +23,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "cpu/fp8_runs.h"
 #include "cpu/mt19937_avx512.h"
 #include "cpu/mt19937_jump.h"
 #include "cpu/random_bytes_transform.h"
+#include "cpu/threads.h"
 #include "cpu/uniform_transform.h"
 
 namespace fp8_dummy {
@@ -147,32 +145,11 @@ void draw_words(at::mt19937_data_pod& pod, int64_t n, const Kernels& kernels, in
   start[threads] = n;
   const bool avx2_jump = kernels.level != SimdLevel::kPortable;
   std::vector<at::mt19937_data_pod> ends(static_cast<size_t>(threads), pod);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
-  auto run = [&](int t) {
-    try {
-      at::mt19937_data_pod& local = ends[t];
-      if (t > 0) mt_jump(local, static_cast<uint64_t>(start[t]), avx2_jump);
-      draw_range(local, start[t], start[t + 1] - start[t], kernels.twist, consume);
-    } catch (...) {
-      errors[t] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads - 1));
-  int started = 1;
-  for (; started < threads; ++started) {
-    try {
-      pool.emplace_back(run, started);
-    } catch (const std::system_error&) {
-      break;  // the system would not start more: this thread makes the ranges left
-    }
-  }
-  run(0);
-  for (int t = started; t < threads; ++t) run(t);
-  for (auto& th : pool) th.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  run_on_threads(threads, [&](int t) {
+    at::mt19937_data_pod& local = ends[t];
+    if (t > 0) mt_jump(local, static_cast<uint64_t>(start[t]), avx2_jump);
+    draw_range(local, start[t], start[t + 1] - start[t], kernels.twist, consume);
+  });
   pod = ends[threads - 1];
 }
 

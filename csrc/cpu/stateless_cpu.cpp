@@ -17,12 +17,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "common/stateless.h"
 #include "cpu/stateless_philox_simd.h"
+#include "cpu/threads.h"
 
 namespace fp8_dummy {
 namespace {
@@ -176,11 +176,10 @@ void fill_chunk(const Out& out, typename Out::Elem* base, const ShardGeometry& g
   }
 }
 
-// Runs body(begin, end) over [0, n) on torch's intra-op thread count. std::thread, not
-// at::parallel_for: with the OpenMP backend the latter is a header template that runs
-// serially in an extension built without -fopenmp. Threads claim chunks as they go,
-// which keeps a busy machine balanced; inside one of torch's parallel regions, one
-// thread (as at::parallel_for would).
+// Runs body(begin, end) over [0, n) on torch's intra-op thread count (cpu/threads.h).
+// Threads claim chunks as they go, which keeps a busy machine balanced (the bytes do not
+// depend on who makes them); inside one of torch's parallel regions, one thread (as
+// at::parallel_for would).
 template <typename Body>
 void parallel_range(int64_t n, const Body& body) {
   constexpr int64_t kGrain = int64_t{1} << 16;  // tens of microseconds of work
@@ -198,11 +197,7 @@ void parallel_range(int64_t n, const Body& body) {
       body(b, std::min(n, b + chunk));
     }
   };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  cpu::run_on_threads(static_cast<int>(threads), [&](int) { work(); });
 }
 
 template <typename Out>

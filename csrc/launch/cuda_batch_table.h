@@ -64,14 +64,9 @@ inline BatchTable build_batch_table(const std::vector<BatchTensor>& tensors, int
   table.pieces.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const BatchTensor& t = tensors[i];
-    uint64_t next = 0;  // a fresh generator per tensor
+    cuda::FreshOffsets fresh;  // a fresh generator per tensor
     cuda::reference_launches(
-        t.numel, sm_count, max_threads_per_sm,
-        [&](uint64_t increment) {
-          const uint64_t at = next;
-          next += increment;
-          return at;
-        },
+        t.numel, sm_count, max_threads_per_sm, fresh,
         [&](int64_t start, int64_t count, const cuda::ReferenceGrid& grid, uint64_t at) {
           BatchPiece p{};
           p.data = t.data;

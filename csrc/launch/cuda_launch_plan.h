@@ -16,6 +16,8 @@
 
 namespace fp8_dummy {
 
+using cuda::FreshOffsets;  // (fp8_dummy/cuda/uniform.h)
+
 // fn(std::integral_constant<cuda::Fp8Format, F>{}) for the format F of `format`: a
 // kernel template instantiated for each format, picked at run time.
 template <typename Fn>
@@ -34,19 +36,6 @@ void with_fp8_format(cuda::Fp8Format format, Fn&& fn) {
       return fn(std::integral_constant<F, F::kE8m0fnu>{});
   }
 }
-
-// The Philox offsets a fresh generator (torch.Generator(device).manual_seed(seed): offset
-// 0) hands out to successive reservations, as cuda::reference_launches asks for them: the
-// seed form of init_ needs no generator object, so it creates none (which also keeps it
-// legal inside CUDA graph capture, where constructing a CUDA generator is not).
-struct FreshOffsets {
-  uint64_t next = 0;
-  uint64_t operator()(uint64_t increment) {
-    const uint64_t at = next;
-    next += increment;
-    return at;
-  }
-};
 
 // The kernel's view of a MemoryOrder; nullopt when it has too many dimensions (the
 // caller then takes the exact reference path).

@@ -8,12 +8,13 @@ import functools
 import torch
 from conftest import storage_bytes
 
+from fp8_dummy._versions import major_minor
+
 FP8_NAMES = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
 
 
 def torch_saturates_e4m3fn() -> bool:
-    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-    return (major, minor) >= (2, 13)
+    return major_minor(torch.__version__) >= (2, 13)
 
 
 def expected_bytes(t, low, high, seed, offset, device, saturate=True):

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from fp8_dummy._versions import major_minor
+
 # The loader registry both package layouts share.
 REGISTRY = """
 
@@ -196,8 +198,8 @@ def write(
     Stand-ins for releases we have not matched: ``lazy`` (the loader package imports its
     modules on first use), ``single`` (another name for the per-tensor function),
     ``fp8_range`` (other default bounds for 8-bit floats)."""
-    major, minor = (int(x) for x in version.split(".")[:2])
-    generation = 33 if (major, minor) >= (0, 33) else 30 if (major, minor) >= (0, 30) else 28
+    release = major_minor(version)
+    generation = 33 if release >= (0, 33) else 30 if release >= (0, 30) else 28
     new = generation >= 33
     fields = {
         "version": version,

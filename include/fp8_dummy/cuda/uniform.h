@@ -183,6 +183,20 @@ FP8_DUMMY_HD int64_t element_of(int64_t idx, int64_t step, int word, int64_t thr
 // offset fits in int32: 2 * (n - 1) + 1 <= INT32_MAX, i.e. n <= 2^30.
 constexpr int64_t kMax32BitHalfElements = int64_t{1} << 30;
 
+// The Philox offsets a fresh generator (torch.Generator(device).manual_seed(seed): offset
+// 0) hands out to successive reservations, as cuda::reference_launches asks for them: the
+// seed form of init_ needs no generator object, so it creates none (which also keeps it
+// legal inside CUDA graph capture, where constructing a CUDA generator is not); the
+// batched kernel's work table gives each tensor one.
+struct FreshOffsets {
+  uint64_t next = 0;
+  FP8_DUMMY_HD uint64_t operator()(uint64_t increment) {
+    const uint64_t at = next;
+    next += increment;
+    return at;
+  }
+};
+
 template <typename Launch>
 void for_each_32bit_piece(int64_t start, int64_t n, Launch& launch) {
   if (n <= kMax32BitHalfElements) {
