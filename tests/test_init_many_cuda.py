@@ -12,7 +12,7 @@ import torch
 from conftest import FP8_DTYPES as FP8
 from conftest import needs_gpu_memory
 from conftest import storage_bytes as storage
-from helpers.cuda import as_ints, saturates_e4m3fn
+from helpers.cuda_checks import as_ints, saturates_e4m3fn
 from helpers.models import EveryDtype, loop_reference
 
 import fp8_dummy

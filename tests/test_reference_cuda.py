@@ -13,7 +13,7 @@ import torch
 from conftest import BOUNDS, WIDE_DTYPES, needs_gpu_memory
 from conftest import FP8_DTYPES as FP8
 from conftest import storage_bytes as storage
-from helpers.cuda import as_ints, poisoned_cpu, poisoned_like, saturates_e4m3fn
+from helpers.cuda_checks import as_ints, poisoned_cpu, poisoned_like, saturates_e4m3fn
 
 import fp8_dummy
 from fp8_dummy.emulator import device_properties, emulate_cuda_init_

@@ -11,8 +11,8 @@ from conftest import BOUNDS
 np = pytest.importorskip("numpy")  # the oracle is numpy
 
 from conftest import storage_bytes  # noqa: E402
-from helpers.cuda import FP8_NAMES as FP8  # noqa: E402
-from helpers.cuda import expected_bytes, outside_view, torch_saturates_e4m3fn  # noqa: E402
+from helpers.cuda_checks import FP8_NAMES as FP8  # noqa: E402
+from helpers.cuda_checks import expected_bytes, outside_view, torch_saturates_e4m3fn  # noqa: E402
 from oracles import cuda_reference as oracle  # noqa: E402
 
 import fp8_dummy  # noqa: E402,F401  (registers the ops)

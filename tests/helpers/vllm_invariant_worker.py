@@ -13,7 +13,12 @@ import traceback
 
 def main(rank: int, world: int, port: int, out: str, root: str) -> None:
     os.environ["VLLM_TARGET_DEVICE"] = "cpu"  # FusedMoE's backend choice needs it
-    sys.path[:0] = [root, os.path.join(root, "tests")]
+    # Run as a script, this file's folder is sys.path[0]: its modules would shadow
+    # top-level packages that torch imports (a helper named like `cuda` once did).
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [root, os.path.join(root, "tests")] + [
+        p for p in sys.path if os.path.abspath(p or ".") != here
+    ]
     result: dict = {"rank": rank}
     try:
         result.update(_run(rank, world, port))
