@@ -211,19 +211,49 @@ def _fill_reference(local: torch.Tensor | None, low: float, high: float) -> None
     torch.ops.fp8_dummy.init_.generator(local, low, high, generator=None)
 
 
-def _init(t: DTensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234) -> None:
+def _no_contiguous_temp(contiguous_temp: bool, op: str) -> None:
+    # torch.empty(shape) of a DTensor's shape is a full plain tensor, not a shard: that
+    # reference has no per-rank meaning, so it is refused rather than guessed.
+    if contiguous_temp:
+        raise RuntimeError(
+            f"fp8_dummy.{op}: contiguous_temp=True is not supported on DTensors (the "
+            "reference's torch.empty(shape) temp is not sharded); use fp8_dummy.init_stateless_"
+        )
+
+
+def _init(
+    t: DTensor,
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    contiguous_temp: bool = False,
+) -> None:
+    _no_contiguous_temp(contiguous_temp, "init_")
     _fill_reference(_check_reference(t, low, high, "init_"), low, high)
 
 
 def _init_generator(
-    t: DTensor, low: float, high: float, *, generator: torch.Generator | None = None
+    t: DTensor,
+    low: float,
+    high: float,
+    *,
+    generator: torch.Generator | None = None,
+    contiguous_temp: bool = False,
 ) -> None:
+    _no_contiguous_temp(contiguous_temp, "init_")
     _fill_reference(_check_reference(t, low, high, "init_"), low, high)
 
 
 def _init_many(
-    tensors: list[torch.Tensor], low: float = -1e-3, high: float = 1e-3, seed: int = 1234
+    tensors: list[torch.Tensor],
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    contiguous_temp: bool = False,
 ) -> None:
+    _no_contiguous_temp(contiguous_temp, "init_many_")
     # Check everything first; then fill in list order: runs of plain tensors by init_many_
     # (its batching), each DTensor as init_ would, so the result is that of a loop.
     locals_ = []

@@ -49,8 +49,13 @@ std::optional<Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, do
   constexpr int64_t kMinElements = 2048;
   const Fp8Format format = fp8_format(dtype);
   const double bound = std::max(std::abs(low), std::abs(high));
-  if (n < kMinElements || !format.supported || bound > 0.99 * format.max_finite ||
-      !fast_config().ok[static_cast<int>(SimdLevel::kPortable)]) {
+  // int8/uint8: truncation is monotone where nothing wraps (TensorRT-LLM's int8 +-3 gives
+  // 6 runs); FP8: within the finite range.
+  const bool monotone = dtype == c10::ScalarType::Char ? bound <= 127.0
+                        : dtype == c10::ScalarType::Byte
+                            ? low >= 0.0 && high <= 255.0
+                            : format.supported && bound <= 0.99 * format.max_finite;
+  if (n < kMinElements || !monotone || !fast_config().ok[static_cast<int>(SimdLevel::kPortable)]) {
     return std::nullopt;
   }
   Fp8Runs runs;
@@ -60,13 +65,16 @@ std::optional<Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, do
 
 }  // namespace
 
-FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels) {
+FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels,
+                   bool contiguous_temp) {
   const bool simd = kernels.level != SimdLevel::kPortable;
   FastPlan p{kernels, make_uniform_params(low, high, fast_config().transform),
              make_converter(self.scalar_type(), low, high, simd)};
   p.runs = fp8_runs(self.scalar_type(), self.numel(), low, high, p.params, p.convert.table);
   p.threads = draw_threads(self.numel());
-  p.linear = memory_order(self).linear();
+  p.contiguous_temp = contiguous_temp;
+  p.order = memory_order(self, contiguous_temp);
+  p.linear = p.order.linear();
   return p;
 }
 
@@ -74,7 +82,7 @@ FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernel
 // exact path.
 bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastPlan& plan) {
   const int64_t n = self.numel();
-  const MemoryOrder order = memory_order(self);
+  const MemoryOrder& order = plan.order;
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
   {
@@ -122,13 +130,15 @@ std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_f
                              : "table")
       << " layout=" << (p.linear ? "dense" : "gaps")
       << " threads=" << (p.threads > 1 ? "split" : "one")
-      << " generator=" << (generator_form ? "given" : "seed");
+      << " generator=" << (generator_form ? "given" : "seed")
+      << " temp=" << (p.contiguous_temp ? "contiguous" : "empty_like");
   return key.str();
 }
 
-// The call's branch against torch's reference (empty_like float16, uniform_, copy_) on a
+// The call's branch against torch's reference (empty_like float16, or with contiguous_temp
+// torch.empty(shape, float16) then .to(dtype) as TensorRT-LLM does; uniform_, copy_) on a
 // probe of 2^15 - 5 elements (52 mt19937 blocks: every wrap of the step and a tail) with the
-// call's dtype, bounds, plan and generator form: bytes and the generator's state
+// call's dtype, bounds, plan, temp and generator form: bytes and the generator's state
 // afterwards. Below TensorIterator's grain size, and poisoned by memset, so that the probe
 // of a small first call starts no OpenMP pool (a process forked after it must not hang).
 proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed,
@@ -138,6 +148,8 @@ proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64
     at::Tensor p;
     if (plan.linear) {
       p = at::empty({kN}, self.options());
+    } else if (plan.contiguous_temp) {  // row-major walk of a transposed view with gaps
+      p = at::empty({10, (kN + 4) / 5}, self.options()).slice(0, 0, 10, 2).t();
     } else {  // gaps: every other column of a row-major block
       p = at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
     }
@@ -154,10 +166,17 @@ proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64
       at::check_generator<at::CPUGeneratorImpl>(g_ref)->random();
     }
   }
+  plan.order = memory_order(ours, plan.contiguous_temp);
   if (!fill_fp8_fast(ours, g_ours, plan)) return {false, "the probe's generator state is unusable"};
-  auto temp = at::empty_like(ref, ref.options().dtype(at::kHalf));
-  temp.uniform_(low, high, g_ref);
-  ref.copy_(temp);
+  if (plan.contiguous_temp) {
+    auto temp = at::empty(ref.sizes(), ref.options().dtype(at::kHalf));
+    temp.uniform_(low, high, g_ref);
+    ref.copy_(temp.to(ref.scalar_type()));
+  } else {
+    auto temp = at::empty_like(ref, ref.options().dtype(at::kHalf));
+    temp.uniform_(low, high, g_ref);
+    ref.copy_(temp);
+  }
   auto verdict = proof::same_bytes(ours, ref, "bytes");
   if (verdict.passed &&
       !same_engine(at::check_generator<at::CPUGeneratorImpl>(g_ours)->engine().data(),

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/proof.h"
+#include "common/reference.h"
 #include "cpu/fp8_convert_avx2.h"
 #include "cpu/fp8_runs.h"
 #include "cpu/init_fast_path.h"
@@ -36,10 +37,13 @@ struct FastPlan {
   Fp8Converter convert;
   std::optional<Fp8Runs> runs;
   int threads;
-  bool linear;
+  bool contiguous_temp;  // the temp's order: torch.empty(shape)'s (row-major), else empty_like's
+  MemoryOrder order;     // where random number m goes (common/reference.h)
+  bool linear;           // order is one run of memory
 };
 
-FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels);
+FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels,
+                   bool contiguous_temp);
 
 // Fills self from gen's stream; false, having drawn and written nothing, when the
 // generator's state must go to the exact path. FP8_DUMMY_FAULT=cpu.init_ corrupts a byte.
