@@ -73,8 +73,7 @@ FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernel
   p.runs = fp8_runs(self.scalar_type(), self.numel(), low, high, p.params, p.convert.table);
   p.threads = draw_threads(self.numel());
   p.contiguous_temp = contiguous_temp;
-  p.order = memory_order(self, contiguous_temp);
-  p.linear = p.order.linear();
+  p.linear = memory_order(self, contiguous_temp).linear();
   return p;
 }
 
@@ -82,7 +81,7 @@ FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernel
 // exact path.
 bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastPlan& plan) {
   const int64_t n = self.numel();
-  const MemoryOrder& order = plan.order;
+  const MemoryOrder order = memory_order(self, plan.contiguous_temp);
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
   {
@@ -166,7 +165,6 @@ proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64
       at::check_generator<at::CPUGeneratorImpl>(g_ref)->random();
     }
   }
-  plan.order = memory_order(ours, plan.contiguous_temp);
   if (!fill_fp8_fast(ours, g_ours, plan)) return {false, "the probe's generator state is unusable"};
   if (plan.contiguous_temp) {
     auto temp = at::empty(ref.sizes(), ref.options().dtype(at::kHalf));

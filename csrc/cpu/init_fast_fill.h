@@ -9,7 +9,6 @@
 #include <string>
 
 #include "common/proof.h"
-#include "common/reference.h"
 #include "cpu/fp8_convert_avx2.h"
 #include "cpu/fp8_runs.h"
 #include "cpu/init_fast_path.h"
@@ -38,8 +37,7 @@ struct FastPlan {
   std::optional<Fp8Runs> runs;
   int threads;
   bool contiguous_temp;  // the temp's order: torch.empty(shape)'s (row-major), else empty_like's
-  MemoryOrder order;     // where random number m goes (common/reference.h)
-  bool linear;           // order is one run of memory
+  bool linear;           // that order is one run of memory (common/reference.h, memory_order)
 };
 
 FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels,
