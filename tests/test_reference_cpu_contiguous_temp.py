@@ -48,7 +48,12 @@ def twin(t: torch.Tensor) -> torch.Tensor:
     return poison(base.as_strided(t.size(), t.stride(), t.storage_offset()))
 
 
-@pytest.fixture(params=["auto", "exact"])
+# A refused proof would hide a broken fast path behind the exact one: fail on its warning,
+# and run the fast path forced too (no proof: its bytes alone).
+pytestmark = pytest.mark.filterwarnings("error:fp8_dummy. self-check refused:RuntimeWarning")
+
+
+@pytest.fixture(params=["auto", "exact", "fast"])
 def cpu_path(request, monkeypatch):
     monkeypatch.setenv("FP8_DUMMY_CPU_PATH", request.param)
     return request.param
@@ -164,7 +169,7 @@ def test_init_many_matches_a_loop():
 
 
 def test_torch_cpu_integer_conversion_is_truncation_modulo_256():
-    """The fact the CPU paths rest on (docs/engines.md): torch's CPU float16 -> int8/uint8
+    """The fact the CPU paths rest on (docs/trtllm.md): torch's CPU float16 -> int8/uint8
     conversion of every finite float16 value, vectorized or not, is truncation toward zero
     then modulo 256 (negative values to uint8 wrap: -1.5 -> 255)."""
     halves = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16)

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "common/reference.h"
 #include "cpu/fp8_convert_avx2.h"
@@ -63,6 +64,37 @@ std::optional<Fp8Runs> fp8_runs(c10::ScalarType dtype, int64_t n, double low, do
   return runs;
 }
 
+// Rows per band of the banded writer, or 0 for the plain scatter. Worth it where a column of
+// a band is at least 16 contiguous bytes; a band is at most about 1 MiB, all threads' at most
+// about 8 MiB (plus a cache line per row: band_pitch).
+int64_t band_rows(const MemoryOrder& o, bool contiguous_temp, int threads) {
+  constexpr int64_t kBandBytes = int64_t{1} << 20, kAllBands = int64_t{8} << 20, kMinRows = 16;
+  if (!contiguous_temp || o.sizes.size() != 2 || o.strides[0] != 1 || o.strides[1] <= 1) return 0;
+  const int64_t cols = o.sizes[1];
+  const int64_t rows = std::min({kBandBytes / cols, kAllBands / (cols * threads), o.sizes[0]});
+  return rows >= kMinRows ? rows : 0;
+}
+
+// A band's rows in the buffer are `pitch` bytes apart: an odd number of cache lines, so the
+// lines of one column (read row after row below) fall into different cache sets (a power-of-two
+// pitch would put them all in one set and miss on every read).
+int64_t band_pitch(int64_t cols) {
+  const int64_t lines = (cols + 63) / 64;
+  return 64 * (lines % 2 == 1 ? lines : lines + 1);
+}
+
+// Rows [row0, row0 + rows) of a 2-D walk whose rows are contiguous in memory (stride 1) and
+// whose columns are `stride` apart, from `buf` (row k of the band at k * pitch): `rows`
+// contiguous bytes per column, instead of a cache line touched per element.
+void write_band(uint8_t* base, const uint8_t* buf, int64_t pitch, int64_t row0, int64_t rows,
+                int64_t cols, int64_t stride) {
+  for (int64_t j = 0; j < cols; ++j) {
+    uint8_t* dst = base + j * stride + row0;
+    const uint8_t* src = buf + j;
+    for (int64_t k = 0; k < rows; ++k) dst[k] = src[k * pitch];
+  }
+}
+
 }  // namespace
 
 FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels,
@@ -73,7 +105,9 @@ FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernel
   p.runs = fp8_runs(self.scalar_type(), self.numel(), low, high, p.params, p.convert.table);
   p.threads = draw_threads(self.numel());
   p.contiguous_temp = contiguous_temp;
-  p.linear = memory_order(self, contiguous_temp).linear();
+  const MemoryOrder order = memory_order(self, contiguous_temp);
+  p.linear = order.linear();
+  p.band_rows = band_rows(order, contiguous_temp, p.threads);
   return p;
 }
 
@@ -104,6 +138,32 @@ bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastP
                  [&](int64_t first, const uint32_t* words, int64_t len) {
                    to_bytes(words, len, base + first);
                  });
+    } else if (plan.band_rows > 0 && order.sizes.size() == 2 && order.strides[0] == 1) {
+      // Thread ranges start on band boundaries, and each thread's pieces come in order, so
+      // every band is filled by one thread, start to end, then written out.
+      const int64_t cols = order.sizes[1], band = plan.band_rows * cols;
+      const int64_t pitch = band_pitch(cols);
+      const std::vector<int64_t> starts = thread_starts(n, plan.threads, band);
+      std::vector<std::vector<uint8_t>> bufs(starts.size() - 1);
+      auto consume = [&](int64_t first, const uint32_t* words, int64_t len) {
+        auto& buf =
+            bufs[std::upper_bound(starts.begin(), starts.end() - 1, first) - starts.begin() - 1];
+        if (buf.empty()) buf.resize(static_cast<size_t>(plan.band_rows * pitch));
+        uint8_t bytes[kMtN];
+        to_bytes(words, len, bytes);
+        for (int64_t done = 0; done < len;) {  // a block may end rows, and a band
+          const int64_t m = first + done, b0 = m / band * band, b1 = std::min(b0 + band, n);
+          const int64_t row = (m - b0) / cols, col = (m - b0) - row * cols;
+          const int64_t take = std::min(len - done, cols - col);
+          std::memcpy(buf.data() + row * pitch + col, bytes + done, static_cast<size_t>(take));
+          done += take;
+          if (m + take == b1) {
+            write_band(base, buf.data(), pitch, b0 / cols, (b1 - b0) / cols, cols,
+                       order.strides[1]);
+          }
+        }
+      };
+      draw_words(pod, n, kernels, plan.threads, consume, band);
     } else {
       draw_words(pod, n, kernels, plan.threads,
                  [&](int64_t first, const uint32_t* words, int64_t len) {
@@ -127,7 +187,10 @@ std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_f
       << (p.runs             ? "runs"
           : p.convert.direct ? (p.convert.tiny ? "direct-subnormal" : "direct")
                              : "table")
-      << " layout=" << (p.linear ? "dense" : "gaps")
+      << " layout="
+      << (p.linear          ? "dense"
+          : p.band_rows > 0 ? "banded"
+                            : "gaps")
       << " threads=" << (p.threads > 1 ? "split" : "one")
       << " generator=" << (generator_form ? "given" : "seed")
       << " temp=" << (p.contiguous_temp ? "contiguous" : "empty_like");
@@ -147,7 +210,7 @@ proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64
     at::Tensor p;
     if (plan.linear) {
       p = at::empty({kN}, self.options());
-    } else if (plan.contiguous_temp) {  // row-major walk of a transposed view with gaps
+    } else if (plan.band_rows > 0) {  // banded: the row-major walk of a transposed view with gaps
       p = at::empty({10, (kN + 4) / 5}, self.options()).slice(0, 0, 10, 2).t();
     } else {  // gaps: every other column of a row-major block
       p = at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
@@ -157,6 +220,8 @@ proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64
   };
   at::Tensor ours = make(), ref = make();
   plan.threads = plan.threads > 1 ? std::min(plan.threads, 3) : 1;
+  // Many bands of 5 columns (so bands span the threads' ranges and blocks span bands).
+  if (plan.band_rows > 0) plan.band_rows = 61;
   auto g_ours = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
   auto g_ref = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
   if (generator_form) {  // a generator in use: mid-block

@@ -38,6 +38,10 @@ struct FastPlan {
   int threads;
   bool contiguous_temp;  // the temp's order: torch.empty(shape)'s (row-major), else empty_like's
   bool linear;           // that order is one run of memory (common/reference.h, memory_order)
+  // > 0: the banded writer, for the contiguous temp of a transposed 2-D view (the walk's
+  // inner dimension jumps by its stride, the outer one is contiguous in memory): each thread
+  // collects this many whole rows of the walk, then writes them column by column.
+  int64_t band_rows = 0;
 };
 
 FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels,
