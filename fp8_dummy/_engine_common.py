@@ -6,7 +6,7 @@ tensors of the engines' proofs (fp8_dummy/_proof.py), and the environment switch
 plugins.
 
 Nothing here imports an engine: the rules are written down from the engines' sources
-(vLLM 0.28-0.33, SGLang 0.5.23, TensorRT-LLM's public source: docs/engines.md) and tested
+(vLLM 0.28-0.33, SGLang 0.5.23, TensorRT-LLM's public source: docs/trtllm.md) and tested
 against them byte for byte (``tests/test_engines_*.py``; TensorRT-LLM against an oracle
 written from that page, no wheel being installable).
 """
@@ -173,7 +173,7 @@ def sglang_action(t: torch.Tensor, low: float, high: float, name: str) -> Action
 
 def trtllm_action(t: torch.Tensor, low: float, high: float) -> Action:
     """TensorRT-LLM's ``initialize_dummy_weights(model, low, high, seed)`` loop body for one
-    ``state_dict`` value (docs/engines.md): a generator of the tensor's device first (none
+    ``state_dict`` value (docs/trtllm.md): a generator of the tensor's device first (none
     for meta: RuntimeError); 1-byte dtypes through a contiguous float16 temp in their own
     bounds (the others raise NotImplementedError); floats of 2+ bytes ``uniform_(low,
     high)``; other dtypes untouched. Refusals that TensorRT-LLM only meets when it writes

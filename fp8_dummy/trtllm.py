@@ -4,7 +4,7 @@
 in every process (``FP8_DUMMY_TRTLLM=1``; fp8_dummy/_startup.py). Importing this module
 does not import TensorRT-LLM.
 
-TensorRT-LLM's semantics (docs/engines.md, read from its public source): seed 0; every
+TensorRT-LLM's semantics (docs/trtllm.md, read from its public source): seed 0; every
 ``model.state_dict()`` value with a fresh generator of its device; 1-byte tensors through a
 contiguous float16 temp in bounds set by their dtype (float8_e4m3fn and int8 +-3, uint8
 [0, 64)), converted by ``.to(dtype)``, other 1-byte dtypes refused with
@@ -128,7 +128,7 @@ def _fill(
 ) -> None:
     """The model as TensorRT-LLM's function called with (``args``, ``kwargs``) fills it:
     ours where every kind of tensor met passed its probe against ``original`` (none: the
-    semantics of docs/engines.md alone), else ``original`` itself on the whole model."""
+    semantics of docs/trtllm.md alone), else ``original`` itself on the whole model."""
     kwargs = kwargs or {}
     try:
         low, high, seed = _bound(args, kwargs)

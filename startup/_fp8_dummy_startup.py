@@ -1,6 +1,6 @@
 """fp8_dummy's start-up shim, installed by its wheel at the top of site-packages beside
 ``fp8_dummy_startup.pth``, whose line imports it only when ``FP8_DUMMY_TRTLLM`` asks for
-the TensorRT-LLM hook (docs/engines.md). It loads ``fp8_dummy/_startup.py`` by path (the
+the TensorRT-LLM hook (docs/trtllm.md). It loads ``fp8_dummy/_startup.py`` by path (the
 fp8_dummy package itself imports torch, which must wait until TensorRT-LLM imports it) and
 installs the hook. Standard library only; never raises."""
 

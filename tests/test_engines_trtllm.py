@@ -1,5 +1,5 @@
 """fp8_dummy.trtllm against TensorRT-LLM's semantics: tests/oracles/trtllm.py, a plain-torch
-loop written from docs/engines.md (no TensorRT-LLM wheel is installable here). Every dtype,
+loop written from docs/trtllm.md (no TensorRT-LLM wheel is installable here). Every dtype,
 contiguous / transposed / permuted / sliced parameters, tied tensors, every refused dtype
 (same exception type, earlier tensors filled, the refused one and those after it untouched),
 meta and overlapping tensors, bounds and seeds; then with a loaded model loader (a stand-in

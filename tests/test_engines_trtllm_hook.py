@@ -1,4 +1,4 @@
-"""The TensorRT-LLM opt-in (docs/engines.md): startup/fp8_dummy_startup.pth and the shim it
+"""The TensorRT-LLM opt-in (docs/trtllm.md): startup/fp8_dummy_startup.pth and the shim it
 imports, as a wheel installs them at the top of site-packages, in fresh processes (Python
 runs .pth lines at start-up; site.addsitedir does exactly that for a directory), with a
 stand-in ``tensorrt_llm`` tree whose model loader has the function at TensorRT-LLM's import

@@ -1,5 +1,5 @@
 """TensorRT-LLM's dummy-weight function as a plain-torch loop, written from the semantics
-page (docs/engines.md, "TensorRT-LLM"), never through fp8_dummy: no TensorRT-LLM wheel can be
+page (docs/trtllm.md, "TensorRT-LLM"), never through fp8_dummy: no TensorRT-LLM wheel can be
 installed here, so this is the reference the tests compare fp8_dummy.trtllm with (and the
 stand-in loader function of the opt-in hook's tests). The random numbers are torch's own
 uniform_ on a contiguous float16 temp; the conversion torch's own .to(dtype)
