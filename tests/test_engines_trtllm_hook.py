@@ -70,14 +70,20 @@ print("ok")
 """
 
 
-def site_dir(tmp: Path) -> Path:
-    """What a wheel install puts at the top of site-packages, plus the stand-in engine."""
-    site = tmp / "site"
-    pkg = site / "tensorrt_llm" / "_torch" / "pyexecutor"
+def write_engine(root: Path) -> Path:
+    """The stand-in ``tensorrt_llm`` package tree under ``root`` (its loader imports
+    tests/oracles, so tests/ must be importable where it runs)."""
+    pkg = root / "tensorrt_llm" / "_torch" / "pyexecutor"
     pkg.mkdir(parents=True)
-    for d in (site / "tensorrt_llm", site / "tensorrt_llm" / "_torch", pkg):
+    for d in (root / "tensorrt_llm", root / "tensorrt_llm" / "_torch", pkg):
         (d / "__init__.py").write_text("")
     (pkg / "model_loader.py").write_text(LOADER)
+    return root
+
+
+def site_dir(tmp: Path) -> Path:
+    """What a wheel install puts at the top of site-packages, plus the stand-in engine."""
+    site = write_engine(tmp / "site")
     for f in ("fp8_dummy_startup.pth", "_fp8_dummy_startup.py"):
         shutil.copy(ROOT / "startup" / f, site / f)
     return site
