@@ -61,9 +61,18 @@ def _warn(what: str, e: Exception) -> None:
     )
 
 
+def _ours(finder: object) -> bool:
+    """Whether a meta path finder is an _AfterImport of any copy of this file: the start-up
+    shim loads it by path, the package imports it as fp8_dummy._startup, and a .pth file can
+    run twice (a venv's lib64 -> lib link), so classes differ but the mark does not."""
+    return getattr(finder, "_fp8_dummy_after_import", False) is True
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs ``callback(module)`` right after ``name`` is first imported (so we neither
     import the engine's module early nor miss it)."""
+
+    _fp8_dummy_after_import = True
 
     def __init__(self, name: str, callback: Callable[[ModuleType], None]):
         self.name, self.callback = name, callback
@@ -72,8 +81,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         if fullname != self.name:
             return None
         spec = None
-        for finder in sys.meta_path:  # whoever would have found it
-            if not isinstance(finder, _AfterImport) and hasattr(finder, "find_spec"):
+        for finder in sys.meta_path:  # whoever would have found it (never another of ours)
+            if not _ours(finder) and hasattr(finder, "find_spec"):
                 spec = finder.find_spec(fullname, path, target)
                 if spec is not None:
                     break
@@ -101,5 +110,5 @@ def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
     module = sys.modules.get(name)
     if module is not None:
         callback(module)
-    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+    elif not any(_ours(f) and f.name == name for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport(name, callback))

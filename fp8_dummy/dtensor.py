@@ -173,9 +173,15 @@ def _init_stateless(
         op(view, low, high, seed, **kw, element_strides=strides)
 
 
-def _check_reference(t: DTensor, low: float, high: float, op: str) -> torch.Tensor | None:
+def _check_reference(
+    t: DTensor, low: float, high: float, op: str, contiguous_temp: bool = False
+) -> torch.Tensor | None:
     """The local tensor to fill as torch's reference would, or None off the mesh. (The
-    reference runs uniform_ on the local tensor whatever the placements, but Partial.)"""
+    reference runs uniform_ on the local tensor whatever the placements, but Partial.
+    TensorRT-LLM's contiguous temp, torch.empty(shape), is a full plain tensor, no shard:
+    refused rather than guessed.)"""
+    if contiguous_temp:
+        raise RuntimeError(f"{_name(op)}: contiguous_temp=True is not supported on DTensors")
     _refuse_partial(t, op)
     local = t.to_local()
     torch.ops.fp8_dummy_internal.check_init_args(local, low, high)
@@ -211,16 +217,6 @@ def _fill_reference(local: torch.Tensor | None, low: float, high: float) -> None
     torch.ops.fp8_dummy.init_.generator(local, low, high, generator=None)
 
 
-def _no_contiguous_temp(contiguous_temp: bool, op: str) -> None:
-    # torch.empty(shape) of a DTensor's shape is a full plain tensor, not a shard: that
-    # reference has no per-rank meaning, so it is refused rather than guessed.
-    if contiguous_temp:
-        raise RuntimeError(
-            f"fp8_dummy.{op}: contiguous_temp=True is not supported on DTensors (the "
-            "reference's torch.empty(shape) temp is not sharded); use fp8_dummy.init_stateless_"
-        )
-
-
 def _init(
     t: DTensor,
     low: float = -1e-3,
@@ -229,8 +225,7 @@ def _init(
     *,
     contiguous_temp: bool = False,
 ) -> None:
-    _no_contiguous_temp(contiguous_temp, "init_")
-    _fill_reference(_check_reference(t, low, high, "init_"), low, high)
+    _fill_reference(_check_reference(t, low, high, "init_", contiguous_temp), low, high)
 
 
 def _init_generator(
@@ -241,8 +236,7 @@ def _init_generator(
     generator: torch.Generator | None = None,
     contiguous_temp: bool = False,
 ) -> None:
-    _no_contiguous_temp(contiguous_temp, "init_")
-    _fill_reference(_check_reference(t, low, high, "init_"), low, high)
+    _fill_reference(_check_reference(t, low, high, "init_", contiguous_temp), low, high)
 
 
 def _init_many(
@@ -253,13 +247,12 @@ def _init_many(
     *,
     contiguous_temp: bool = False,
 ) -> None:
-    _no_contiguous_temp(contiguous_temp, "init_many_")
     # Check everything first; then fill in list order: runs of plain tensors by init_many_
     # (its batching), each DTensor as init_ would, so the result is that of a loop.
     locals_ = []
     for t in tensors:
         if isinstance(t, DTensor):
-            locals_.append(_check_reference(t, low, high, "init_many_"))
+            locals_.append(_check_reference(t, low, high, "init_many_", contiguous_temp))
         else:
             torch.ops.fp8_dummy_internal.check_init_args(t, low, high)
             locals_.append(t)

@@ -8,20 +8,26 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import warnings
+
+HOOKS = "_fp8_dummy_startup_hooks"  # fp8_dummy/_startup.py, loaded once per process
 
 
 def install() -> None:
     try:
-        package = importlib.util.find_spec("fp8_dummy")  # finds the package, imports nothing
-        if package is None or not package.submodule_search_locations:
-            raise ImportError("fp8_dummy is not importable in this process")
-        path = os.path.join(list(package.submodule_search_locations)[0], "_startup.py")
-        spec = importlib.util.spec_from_file_location("_fp8_dummy_startup_hooks", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = sys.modules.get(HOOKS)  # a .pth can run twice (a venv's lib64 -> lib link)
+        if module is None:
+            package = importlib.util.find_spec("fp8_dummy")  # finds the package, imports nothing
+            if package is None or not package.submodule_search_locations:
+                raise ImportError("fp8_dummy is not importable in this process")
+            path = os.path.join(list(package.submodule_search_locations)[0], "_startup.py")
+            spec = importlib.util.spec_from_file_location(HOOKS, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[HOOKS] = module
         module.install_trtllm()
     except Exception as e:  # noqa: BLE001 (a start-up hook must never stop Python)
         warnings.warn(

@@ -37,6 +37,7 @@ sys.path.insert(0, {tests!r})
 for shadow in {shadows!r}:
     sys.path.insert(0, shadow)
 site.addsitedir({site!r})  # the .pth line runs here, as at the start of any process
+site.addsitedir({site!r} + "64")  # and again, as through a venv's lib64 -> lib link
 heavy = [m for m in ("torch", "fp8_dummy") if m in sys.modules]
 print("before:", heavy, "_fp8_dummy_startup" in sys.modules)
 import tensorrt_llm._torch.pyexecutor.model_loader as ml
@@ -86,6 +87,7 @@ def site_dir(tmp: Path) -> Path:
     site = write_engine(tmp / "site")
     for f in ("fp8_dummy_startup.pth", "_fp8_dummy_startup.py"):
         shutil.copy(ROOT / "startup" / f, site / f)
+    (tmp / "site64").symlink_to(site, target_is_directory=True)
     return site
 
 
