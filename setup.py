@@ -18,7 +18,9 @@ fp8_dummy.get_include() / get_cmake_dir()): include/fp8_dummy/** (kept once, at 
 repository root) as fp8_dummy/include/fp8_dummy/**, and the CMake package of cmake/ as
 fp8_dummy/share/cmake/fp8_dummy/. They are copied by build_py into the build tree, so
 they land in wheels and regular installs; an editable install finds them in the source
-tree instead.
+tree instead. Likewise startup/ (the TensorRT-LLM opt-in: fp8_dummy_startup.pth and the
+shim it imports, docs/engines.md) goes to the top of site-packages; an editable install
+has no such hook (use the one-line patch there).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ CMAKE_VERSION_FILE = os.path.join(CMAKE_DIR, "fp8_dummyConfigVersion.cmake")
 USE_CUDA, CUDA_WARNING = config.cuda_decision(
     os.environ.get("FP8_DUMMY_CUDA"), torch.__version__, torch.version.cuda, CUDA_HOME
 )
+# The TensorRT-LLM opt-in (startup/), installed at the top of site-packages.
+STARTUP_FILES = ("fp8_dummy_startup.pth", "_fp8_dummy_startup.py")
 
 
 def torch_at_least(major: int, minor: int) -> bool:
@@ -130,18 +134,20 @@ class BuildExt(BuildExtension.with_options(use_ninja=True)):
 
 
 class BuildPyWithCxxApi(build_py):
-    """build_py that also puts the headers and the CMake package into the package."""
+    """build_py that also puts the headers and the CMake package into the package, and the
+    start-up hook (startup/) beside it."""
 
     def _cxx_api_files(self) -> list[tuple[str, str]]:
         """(source, destination relative to the build tree) of every file to add."""
-        files = []
+        # The start-up hook: top level of site-packages, where Python reads .pth files.
+        files = [(os.path.join(ROOT, "startup", f), f) for f in STARTUP_FILES]
         include = os.path.join(ROOT, "include")
         for src in sorted(glob.glob(os.path.join(include, "fp8_dummy", "**", "*"), recursive=True)):
             if os.path.isfile(src):
                 rel = os.path.relpath(src, include)
                 files.append((src, os.path.join("fp8_dummy", "include", rel)))
-        config = os.path.join(ROOT, "cmake", "fp8_dummyConfig.cmake")
-        files.append((config, os.path.join(CMAKE_DIR, "fp8_dummyConfig.cmake")))
+        cmake_config = os.path.join(ROOT, "cmake", "fp8_dummyConfig.cmake")
+        files.append((cmake_config, os.path.join(CMAKE_DIR, "fp8_dummyConfig.cmake")))
         return files
 
     def run(self) -> None:

@@ -80,11 +80,14 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   // ---- CUDA semantics on the CPU (emulator/), for CPU-only CI and GPU tests.
   // Writes into the CPU tensor `self` the bytes torch's CUDA reference path would write
   // on a GPU with `sm_count` SMs and `max_threads_per_sm` threads per SM, for a
-  // generator at (seed, offset); returns the generator offset afterwards. FP8 and
-  // float16 only; saturate_e4m3fn picks how float8_e4m3fn treats values above 448.
+  // generator at (seed, offset); returns the generator offset afterwards. 1-byte (FP8,
+  // int8, uint8) and float16 only; saturate_e4m3fn picks what values outside the dtype's
+  // range become: saturation, else NaN (float8_e4m3fn above 464) or wrap modulo 256
+  // (int8/uint8). contiguous_temp: the temp of init_'s option (row-major order).
   m.def(
       "emulate_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
-      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True) -> int");
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, *, "
+      "bool contiguous_temp=False) -> int");
   // init_many_ as the CUDA kernel runs it, on CPU tensors: the batched tensors through the
   // kernel's own work table, lookup and per-item code, simulated block by block on a
   // GPU of `sm_count` SMs (`grid` blocks; 0: the kernel's own choice), the others
@@ -92,22 +95,26 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   // Returns the number of batched launches.
   m.def(
       "emulate_cuda_init_many_(Tensor(a!)[] tensors, float low, float high, int seed, "
-      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0) -> int");
-  // Our per-tensor CUDA kernel on the CPU (FP8 only): every work item through the kernel's
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0, *, "
+      "bool contiguous_temp=False) -> int");
+  // Our per-tensor CUDA kernel on the CPU (1-byte dtypes): every work item through the kernel's
   // own WorkWalk and per-item code, on a simulated grid of `grid` blocks (0: a wave of 8
   // blocks per SM); returns the generator offset afterwards, as emulate_cuda_init_.
   m.def(
       "emulate_cuda_kernel_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
-      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0) -> int");
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0, *, "
+      "bool contiguous_temp=False) -> int");
   // The CUDA launchers' proofs with emulated kernels (launch/cuda_proof.h): init_ and
   // init_many_ as the launchers run them on a GPU of these properties, the kernels used
   // where their key is proven, the reference emulation else (the report shows the keys).
   m.def(
       "emulate_proven_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
-      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn, bool generator_form) -> int");
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn, bool generator_form, *, "
+      "bool contiguous_temp=False) -> int");
   m.def(
       "emulate_proven_cuda_init_many_(Tensor(a!)[] tensors, float low, float high, int seed, "
-      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True) -> int");
+      "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, *, "
+      "bool contiguous_temp=False) -> int");
   // init_stateless_ as its CUDA launcher runs it, emulated: the kernel's per-element rule
   // (fp8_dummy/cuda/stateless.h) where its key is proven against the CPU kernel, else the CPU.
   m.def(
@@ -123,11 +130,12 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   // launch: start, count, threads, steps, offset used]. Allocates nothing, so the
   // split of more than 2^30 elements can be tested anywhere.
   m.def("cuda_launch_plan(int numel, int sm_count, int max_threads_per_sm, int offset) -> int[]");
-  // Our float16 -> FP8 conversion of all 65536 float16 bit patterns (uint8 tensor).
+  // Our float16 -> 1-byte conversion of all 65536 float16 bit patterns (uint8 tensor); for
+  // int8/uint8, saturate_e4m3fn false means wrap modulo 256.
   m.def("fp8_convert_table(ScalarType dtype, bool saturate_e4m3fn) -> Tensor");
   // The logic of the CUDA kernel's one-time probe, given torch's copy_ of all float16
-  // bit patterns (`table`): [mode (0 saturate, 1 NaN on overflow, -1 none), whether
-  // `hw_table` (our hardware conversion's bytes) may stand in for it (0/1)].
+  // bit patterns (`table`): [mode (0 saturate, 1 NaN on overflow, 2 wrap modulo 256, -1 none),
+  // whether `hw_table` (our hardware conversion's bytes) may stand in for it (0/1)].
   m.def("pick_fp8_mode(Tensor table, ScalarType dtype, Tensor? hw_table=None) -> int[]");
   // Philox4x32-10 of one counter under one key (known-answer tests).
   m.def("philox4x32_10(int[] counter, int[] key) -> int[]");

@@ -31,19 +31,28 @@ TORCH_LIBRARY(fp8_dummy, m) {
   // Fills `self` in place with the bytes of torch's reference path
   //   t = empty_like(self, float16); t.uniform_(low, high, generator=g); self.copy_(t)
   // (self.uniform_(...) for float16 and wider), g a fresh generator of self's device
-  // seeded with `seed`. Returns nothing: mutated inputs are not returned, which is
-  // what lets torch.compile functionalize the op.
-  m.def("init_(Tensor(a!) self, float low=-0.001, float high=0.001, int seed=1234) -> ()");
+  // seeded with `seed`. 1-byte dtypes: the FP8 ones, int8 and uint8 (copy_'s float16 ->
+  // integer conversion: truncation toward zero). contiguous_temp: the temp is
+  //   t = torch.empty(self.shape, dtype=float16)   (row-major, whatever self's strides)
+  // and self.copy_(t.to(self.dtype)), as TensorRT-LLM's dummy loader does: a transposed,
+  // permuted or sliced self gets its random numbers in row-major order, not memory order.
+  // float16 and wider have no temp: it changes nothing for them. Returns nothing: mutated
+  // inputs are not returned, which is what lets torch.compile functionalize the op.
+  m.def(
+      "init_(Tensor(a!) self, float low=-0.001, float high=0.001, int seed=1234, *, "
+      "bool contiguous_temp=False) -> ()");
   // The same with a caller's generator (None: the device's default generator), which
   // is advanced exactly as the reference advances it.
-  m.def("init_.generator(Tensor(a!) self, float low, float high, *, Generator? generator) -> ()");
-  // Every tensor of the list gets the bytes init_(t, low, high, seed) would give it (each
-  // its own fresh generator). On CUDA the FP8 tensors are filled by one launch per
-  // (device, dtype); tensors that share bytes with another of the list are filled one
-  // by one in list order, after the others, so the last one wins as in a loop.
   m.def(
-      "init_many_(Tensor(a!)[] tensors, float low=-0.001, float high=0.001, int seed=1234) -> "
-      "()");
+      "init_.generator(Tensor(a!) self, float low, float high, *, Generator? generator, "
+      "bool contiguous_temp=False) -> ()");
+  // Every tensor of the list gets the bytes init_(t, low, high, seed, contiguous_temp=...)
+  // would give it (each its own fresh generator). On CUDA the 1-byte tensors are filled by
+  // one launch per (device, dtype); tensors that share bytes with another of the list are
+  // filled one by one in list order, after the others, so the last one wins as in a loop.
+  m.def(
+      "init_many_(Tensor(a!)[] tensors, float low=-0.001, float high=0.001, int seed=1234, *, "
+      "bool contiguous_temp=False) -> ()");
   // Fills the int8/uint8 tensor `self` in place with the bytes of
   //   self.random_(low, high, generator=g)     (torch's from, to: keywords in Python, which
   //                                             torch.compile's graphs cannot take as names)

@@ -1,12 +1,14 @@
-"""What the serving-engine drop-ins (``vllm.py``, ``sglang.py``, ``model.py``) share: the
+"""What the serving-engine drop-ins (``vllm.py``, ``sglang.py``, ``trtllm.py``, ``model.py``)
+share: the
 per-tensor rules of each engine's dummy loader as plain data (:class:`Action`), which
 tensors our fused operator may fill, the one helper for random integer bytes, the probe
 tensors of the engines' proofs (fp8_dummy/_proof.py), and the environment switch of the
 plugins.
 
 Nothing here imports an engine: the rules are written down from the engines' sources
-(vLLM 0.28-0.33, SGLang 0.5.23) and tested against them byte for byte
-(``tests/test_engines_*.py``).
+(vLLM 0.28-0.33, SGLang 0.5.23, TensorRT-LLM's public source: docs/trtllm.md) and tested
+against them byte for byte (``tests/test_engines_*.py``; TensorRT-LLM against an oracle
+written from that page, no wheel being installable).
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ import torch
 
 from . import ops
 
-__all__ = ["Action", "fusable", "probe_tensor", "random_bytes_", "sglang_action", "vllm_action"]
+__all__ = [
+    "Action",
+    "fusable",
+    "probe_tensor",
+    "random_bytes_",
+    "sglang_action",
+    "trtllm_action",
+    "vllm_action",
+]
 
 # vLLM >= 0.33 fills E8M0 scales with this byte (2**-7) and draws 8-bit floats in +-1.0
 # by default (+-1e-3 would round almost every FP8 E4M3 value to zero).
@@ -28,12 +38,19 @@ VLLM_E8M0_SCALE_BYTE = 120
 VLLM_FP8_DEFAULT_RANGE = 1.0
 DEFAULT_RANGE = 1e-3
 SGLANG_NEUTRAL_SUFFIXES = ("weight_scale_inv", "weight_scale_2")
+# TensorRT-LLM draws 1-byte tensors in bounds of their dtype, whatever low/high say:
+# float8_e4m3fn and int8 in +-3.0, uint8 (its packed-FP4 dtype and FP4 scales) in [0, 64).
+TRTLLM_BYTE_BOUNDS = {torch.int8: (-3.0, 3.0), torch.uint8: (0.0, 64.0)}
+if hasattr(torch, "float8_e4m3fn"):
+    TRTLLM_BYTE_BOUNDS[torch.float8_e4m3fn] = (-3.0, 3.0)
 
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 _FP8_NAMES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 _FP8_NAMES += ("float8_e8m0fnu",)
 _FUSED_DTYPES = {getattr(torch, n) for n in _FP8_NAMES if hasattr(torch, n)} | {
+    torch.int8,  # through the float16 temp (TensorRT-LLM): truncation toward zero
+    torch.uint8,
     torch.float16,
     torch.bfloat16,
     torch.float32,
@@ -64,7 +81,8 @@ class Action:
     ``value``); ``int8`` / ``uint8`` (random bytes, :func:`random_bytes_` over
     [-128, 128) on the tensor / over [0, 256) on its uint8 view); ``zero``; ``uniform``
     (the float16-temp path, or ``uniform_`` for 16-bit and wider floats, in
-    ``[low, high)``, a fresh generator seeded per tensor); ``reference`` (the float path as
+    ``[low, high)``, a fresh generator seeded per tensor; ``contiguous``: the temp is
+    ``torch.empty(shape)``, row-major, as TensorRT-LLM's); ``reference`` (the float path as
     ``uniform``, but through the reference path, never fused: our fill was refused for it);
     ``tpu`` (vLLM's CPU-drawn TPU path: left to vLLM); ``call`` (``value()`` does it:
     delegation to the engine); ``error`` (the engine raises: ``value`` is (exception type,
@@ -75,6 +93,7 @@ class Action:
     low: float = 0.0
     high: float = 0.0
     value: Any = None
+    contiguous: bool = False
 
 
 SKIP = Action("skip")
@@ -152,6 +171,43 @@ def sglang_action(t: torch.Tensor, low: float, high: float, name: str) -> Action
     return Action("uniform", float(low), float(high))
 
 
+def trtllm_action(t: torch.Tensor, low: float, high: float) -> Action:
+    """TensorRT-LLM's ``initialize_dummy_weights(model, low, high, seed)`` loop body for one
+    ``state_dict`` value (docs/trtllm.md): a generator of the tensor's device first (none
+    for meta: RuntimeError); 1-byte dtypes through a contiguous float16 temp in their own
+    bounds (the others raise NotImplementedError); floats of 2+ bytes ``uniform_(low,
+    high)``; other dtypes untouched. Refusals that TensorRT-LLM only meets when it writes
+    (bad bounds, overlapping elements) are errors here too, of the same type."""
+    if t.device.type == "meta":
+        return _error(RuntimeError, "meta tensor: TensorRT-LLM cannot make a generator for it")
+    if t.element_size() < 2:
+        if t.dtype not in TRTLLM_BYTE_BOUNDS:
+            return _error(NotImplementedError, f"Unknown quantized type: {t.dtype}.")
+        action = Action("uniform", *TRTLLM_BYTE_BOUNDS[t.dtype], contiguous=True)
+    elif torch.is_floating_point(t):
+        action = Action("uniform", float(low), float(high), contiguous=True)
+        refused = _bounds_refused(t.dtype, action.low, action.high)
+        if refused is not None:
+            return _error(RuntimeError, refused)
+    else:
+        return SKIP
+    if type(t) in (torch.Tensor, torch.nn.Parameter) and torch._debug_has_internal_overlap(t) == 1:
+        return _error(RuntimeError, "more than one element refers to a single memory location")
+    return action
+
+
+@functools.lru_cache(maxsize=64)
+def _bounds_refused(dtype: torch.dtype, low: float, high: float) -> str | None:
+    """uniform_'s bound checks for ``dtype`` (as torch.ops.fp8_dummy.init_ runs them): None,
+    or the error."""
+    try:
+        meta = torch.empty(0, dtype=dtype, device="meta")
+        torch.ops.fp8_dummy_internal.check_init_args(meta, low, high)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
 def fusable(t: torch.Tensor) -> bool:
     """Whether ``fp8_dummy.init_`` may fill ``t`` in place of the engine's float path:
     a dtype and device it supports, and a plain tensor or ``nn.Parameter`` (vLLM's
@@ -179,12 +235,18 @@ def _cuda_kernels() -> bool:
     return bool(build_info()["cuda"])
 
 
-def probe_tensor(t: torch.Tensor) -> torch.Tensor:
+def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
     """A small tensor like ``t`` for an engine probe (fp8_dummy/_proof.py): its dtype, device
     and number of dimensions (0, 1 or 2+), 8,643 elements (67 x 129) unless 0-dim, every
-    byte 0x55."""
+    byte 0x55. ``strided``: not row-major contiguous (2+ dimensions: transposed; 1: every
+    other element), for engines whose bytes depend on that (TensorRT-LLM's row-major temp)."""
     shape = {0: (), 1: (67 * 129,)}.get(t.dim(), (67, 129) + (1,) * (t.dim() - 2))
-    p = torch.empty(shape, dtype=t.dtype, device=t.device)
+    if strided and t.dim() >= 2:
+        p = torch.empty((129, 67) + shape[2:], dtype=t.dtype, device=t.device).transpose(0, 1)
+    elif strided and t.dim() == 1:
+        p = torch.empty((2 * shape[0],), dtype=t.dtype, device=t.device)[::2]
+    else:
+        p = torch.empty(shape, dtype=t.dtype, device=t.device)
     raw = torch.empty(0, dtype=torch.uint8, device=t.device)
     raw.set_(p.untyped_storage()).fill_(0x55)
     return p

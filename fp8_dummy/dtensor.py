@@ -176,10 +176,19 @@ def _init_stateless(
 
 
 def _check_reference(
-    t: DTensor, low: float, high: float, op: str, index: int = -1
+    t: DTensor,
+    low: float,
+    high: float,
+    op: str,
+    index: int = -1,
+    contiguous_temp: bool = False,
 ) -> torch.Tensor | None:
     """The local tensor to fill as torch's reference would, or None off the mesh. (The
-    reference runs uniform_ on the local tensor whatever the placements, but Partial.)"""
+    reference runs uniform_ on the local tensor whatever the placements, but Partial.
+    TensorRT-LLM's contiguous temp, torch.empty(shape), is a full plain tensor, no shard:
+    refused rather than guessed.)"""
+    if contiguous_temp:
+        raise RuntimeError(f"{_name(op)}: contiguous_temp=True is not supported on DTensors")
     _refuse_partial(t, op)
     local = t.to_local()
     torch.ops.fp8_dummy_internal.check_init_args(local, low, high, _name(op), index)
@@ -215,25 +224,46 @@ def _fill_reference(local: torch.Tensor | None, low: float, high: float) -> None
     torch.ops.fp8_dummy.init_.generator(local, low, high, generator=None)
 
 
-def _init(t: DTensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234) -> None:
-    _fill_reference(_check_reference(t, low, high, "init_"), low, high)
+def _init(
+    t: DTensor,
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    contiguous_temp: bool = False,
+) -> None:
+    _fill_reference(
+        _check_reference(t, low, high, "init_", contiguous_temp=contiguous_temp), low, high
+    )
 
 
 def _init_generator(
-    t: DTensor, low: float, high: float, *, generator: torch.Generator | None = None
+    t: DTensor,
+    low: float,
+    high: float,
+    *,
+    generator: torch.Generator | None = None,
+    contiguous_temp: bool = False,
 ) -> None:
-    _fill_reference(_check_reference(t, low, high, "init_"), low, high)
+    _fill_reference(
+        _check_reference(t, low, high, "init_", contiguous_temp=contiguous_temp), low, high
+    )
 
 
 def _init_many(
-    tensors: list[torch.Tensor], low: float = -1e-3, high: float = 1e-3, seed: int = 1234
+    tensors: list[torch.Tensor],
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    contiguous_temp: bool = False,
 ) -> None:
     # Check everything first; then fill in list order: runs of plain tensors by init_many_
     # (its batching), each DTensor as init_ would, so the result is that of a loop.
     locals_ = []
     for i, t in enumerate(tensors):
         if isinstance(t, DTensor):
-            locals_.append(_check_reference(t, low, high, "init_many_", i))
+            locals_.append(_check_reference(t, low, high, "init_many_", i, contiguous_temp))
         else:
             torch.ops.fp8_dummy_internal.check_init_args(t, low, high, _name("init_many_"), i)
             locals_.append(t)

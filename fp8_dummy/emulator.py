@@ -1,6 +1,7 @@
 """CPU emulation of torch's CUDA reference path (``fp8_dummy_internal::emulate_cuda_init_``).
 
-The bytes of ``empty_like(t, float16).uniform_(low, high, generator=g)`` followed by
+The bytes of ``empty_like(t, float16).uniform_(low, high, generator=g)`` (or, with
+``contiguous_temp``, a ``torch.empty(t.shape, float16)`` temp) followed by
 ``t.copy_(temp)`` on a GPU with a given number of SMs and threads per SM, computed on
 the CPU by the same torch-free headers our CUDA kernel runs. Lets CPU-only CI check
 the CUDA semantics, and GPU tests compare kernel, emulator and the real reference.
@@ -60,15 +61,27 @@ def emulate_cuda_init_(
     sm_count: int,
     max_threads_per_sm: int = 2048,
     saturate_e4m3fn: bool = True,
+    contiguous_temp: bool = False,
 ) -> int:
-    """Fill the CPU tensor ``t`` (FP8 or float16) with the bytes the CUDA reference path
-    would write for a generator at (``seed``, ``offset``); return the offset afterwards.
+    """Fill the CPU tensor ``t`` (1-byte: FP8, int8, uint8; or float16) with the bytes the CUDA
+    reference path would write for a generator at (``seed``, ``offset``); return the offset
+    afterwards.
 
     ``saturate_e4m3fn``: float8_e4m3fn values above 448 saturate (torch >= 2.13, and
-    sm_89+ hardware from 2.12) or become NaN above 464 (torch <= 2.11).
+    sm_89+ hardware from 2.12) or become NaN above 464 (torch <= 2.11); int8/uint8 values
+    outside the type's range are clamped, or (False) wrap modulo 256. ``contiguous_temp``:
+    the temp is ``torch.empty(t.shape)`` (row-major order), as ``init_``'s option.
     """
     return torch.ops.fp8_dummy_internal.emulate_cuda_init_(
-        t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate_e4m3fn
+        t,
+        low,
+        high,
+        seed,
+        offset,
+        sm_count,
+        max_threads_per_sm,
+        saturate_e4m3fn,
+        contiguous_temp=contiguous_temp,
     )
 
 
@@ -82,15 +95,24 @@ def emulate_cuda_init_many_(
     max_threads_per_sm: int = 2048,
     saturate_e4m3fn: bool = True,
     grid: int = 0,
+    contiguous_temp: bool = False,
 ) -> int:
-    """``init_many_`` as the CUDA kernel runs it, on CPU tensors (FP8 or float16): the
+    """``init_many_`` as the CUDA kernel runs it, on CPU tensors (1-byte or float16): the
     batched ones through the kernel's own work table, tile lookup and per-item code, block
     by block on a simulated launch of ``grid`` blocks (0: one wave of ``sm_count`` x 8),
     checking that every work item is visited exactly once; the others through
     :func:`emulate_cuda_init_`. Each tensor gets the bytes of its own fresh generator.
     Returns the number of batched launches (one per FP8 dtype)."""
     return torch.ops.fp8_dummy_internal.emulate_cuda_init_many_(
-        tensors, low, high, seed, sm_count, max_threads_per_sm, saturate_e4m3fn, grid
+        tensors,
+        low,
+        high,
+        seed,
+        sm_count,
+        max_threads_per_sm,
+        saturate_e4m3fn,
+        grid,
+        contiguous_temp=contiguous_temp,
     )
 
 
@@ -117,13 +139,23 @@ def emulate_cuda_kernel_init_(
     max_threads_per_sm: int = 2048,
     saturate_e4m3fn: bool = True,
     grid: int = 0,
+    contiguous_temp: bool = False,
 ) -> int:
-    """Our per-tensor CUDA kernel (not the reference) on the CPU tensor ``t`` (FP8): every
+    """Our per-tensor CUDA kernel (not the reference) on the CPU tensor ``t`` (1-byte): every
     work item through the kernel's own work walk and per-item code, thread after thread of
     a simulated grid of ``grid`` blocks (0: 8 per SM). The same bytes and returned offset as
     :func:`emulate_cuda_init_` when the kernel is right."""
     return torch.ops.fp8_dummy_internal.emulate_cuda_kernel_init_(
-        t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate_e4m3fn, grid
+        t,
+        low,
+        high,
+        seed,
+        offset,
+        sm_count,
+        max_threads_per_sm,
+        saturate_e4m3fn,
+        grid,
+        contiguous_temp=contiguous_temp,
     )
 
 
@@ -144,12 +176,22 @@ def emulate_proven_cuda_init_(
     max_threads_per_sm: int = 2048,
     saturate_e4m3fn: bool = True,
     generator_form: bool = False,
+    contiguous_temp: bool = False,
 ) -> int:
     """``init_`` as the CUDA launcher runs it, with the emulated kernel: proven on its key
     (the launcher's probe and verdict) before it fills ``t``, else the emulated reference.
     Refusals are in :func:`fp8_dummy.self_check_report` and warn once."""
     after = torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_(
-        t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate_e4m3fn, generator_form
+        t,
+        low,
+        high,
+        seed,
+        offset,
+        sm_count,
+        max_threads_per_sm,
+        saturate_e4m3fn,
+        generator_form,
+        contiguous_temp=contiguous_temp,
     )
     emit_pending()
     return after
@@ -164,11 +206,19 @@ def emulate_proven_cuda_init_many_(
     sm_count: int,
     max_threads_per_sm: int = 2048,
     saturate_e4m3fn: bool = True,
+    contiguous_temp: bool = False,
 ) -> int:
     """``init_many_`` as the CUDA launcher runs it, with the emulated batched kernel, proven
     per dtype before use; returns the number of batched launches."""
     launches = torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_many_(
-        tensors, low, high, seed, sm_count, max_threads_per_sm, saturate_e4m3fn
+        tensors,
+        low,
+        high,
+        seed,
+        sm_count,
+        max_threads_per_sm,
+        saturate_e4m3fn,
+        contiguous_temp=contiguous_temp,
     )
     emit_pending()
     return launches

@@ -176,16 +176,16 @@ def run_plan(
         progress = total >= PROGRESS_THRESHOLD_BYTES and sys.stderr.isatty()
     bar = Progress(len(todo), total) if progress else None
     ref = reference or _reference_new
-    # Fused uniform CUDA tensors, one init_many_ call per (low, high): 8-bit floats and
-    # wider ones have different default bounds in vLLM >= 0.33.
-    batches: dict[tuple[float, float], list[torch.Tensor]] = {}
+    # Fused uniform CUDA tensors, one init_many_ call per (low, high, temp): 8-bit floats
+    # and wider ones have different default bounds in vLLM >= 0.33 and TensorRT-LLM.
+    batches: dict[tuple[float, float, bool], list[torch.Tensor]] = {}
     batch_bytes = 0
 
     corrupt = fault_path is not None and fault(fault_path)
 
     def flush() -> None:
-        for (lo, hi), batch in batches.items():
-            init_many_(batch, lo, hi, seed)
+        for (lo, hi, contiguous), batch in batches.items():
+            init_many_(batch, lo, hi, seed, contiguous_temp=contiguous)
             for x in batch if corrupt else ():
                 corrupt_(x)
             if bar is not None:
@@ -198,14 +198,15 @@ def run_plan(
             for t, action, ordered in todo:
                 fused = action.kind == "uniform" and mode == "reference" and fusable(t)
                 if fused and t.is_cuda and not ordered:
-                    batches.setdefault((action.low, action.high), []).append(t.data)
+                    key = (action.low, action.high, action.contiguous)
+                    batches.setdefault(key, []).append(t.data)
                     batch_bytes += t.numel() * t.element_size()
                     if bar is not None and batch_bytes >= PROGRESS_BATCH_BYTES:
                         flush()
                         batch_bytes = 0
                     continue
                 if fused:
-                    init_(t.data, action.low, action.high, seed)
+                    init_(t.data, action.low, action.high, seed, contiguous_temp=action.contiguous)
                     if corrupt:
                         corrupt_(t.data)
                 elif action.kind == "uniform" and mode == "stateless":

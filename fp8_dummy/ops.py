@@ -45,12 +45,20 @@ def init_(
     seed: int = 1234,
     *,
     generator: torch.Generator | None = None,
+    contiguous_temp: bool = False,
 ) -> torch.Tensor:
     """Fill ``t`` in place with uniform random numbers in ``[low, high)``; return ``t``.
 
-    The bytes are those of the reference path (see :mod:`fp8_dummy.reference`): for FP8
-    dtypes ``tmp = empty_like(t, dtype=float16); tmp.uniform_(low, high, generator=g);
-    t.copy_(tmp)``, for float16 and wider ``t.uniform_(low, high, generator=g)``.
+    The bytes are those of the reference path (see :mod:`fp8_dummy.reference`): for 1-byte
+    dtypes (FP8, int8, uint8) ``tmp = empty_like(t, dtype=float16); tmp.uniform_(low, high,
+    generator=g); t.copy_(tmp)`` (int8/uint8: copy_'s conversion, truncation toward zero),
+    for float16 and wider ``t.uniform_(low, high, generator=g)``.
+
+    ``contiguous_temp``: the temp is ``torch.empty(t.shape, dtype=float16)`` instead, and
+    ``t.copy_(tmp.to(t.dtype))``, as TensorRT-LLM's dummy loader does: a transposed,
+    permuted or sliced ``t`` gets its random numbers in row-major (logical) order rather than
+    in memory order. No temp is made either way. float16 and wider have no temp: the option
+    changes nothing for them.
 
     Without ``generator``, ``g`` is a fresh ``torch.Generator(device=t.device)`` seeded
     with ``seed``. With ``generator``, that generator is used and advanced exactly as
@@ -58,35 +66,50 @@ def init_(
     """
     _check_layout(t)
     low, high = as_float(low, "low"), as_float(high, "high")
+    contiguous_temp = _as_bool(contiguous_temp, "contiguous_temp", "init_")
     if generator is None:
-        torch.ops.fp8_dummy.init_.default(t, low, high, as_int64(seed, "seed"))
+        torch.ops.fp8_dummy.init_.default(
+            t, low, high, as_int64(seed, "seed"), contiguous_temp=contiguous_temp
+        )
     else:
         _check_generator(generator, "init_")
-        torch.ops.fp8_dummy.init_.generator(t, low, high, generator=generator)
+        torch.ops.fp8_dummy.init_.generator(
+            t, low, high, generator=generator, contiguous_temp=contiguous_temp
+        )
     emit_pending()
     return t
 
 
 def init_many_(
-    tensors: Iterable[torch.Tensor], low: float = -1e-3, high: float = 1e-3, seed: int = 1234
+    tensors: Iterable[torch.Tensor],
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    contiguous_temp: bool = False,
 ) -> list[torch.Tensor]:
-    """Fill every tensor of ``tensors`` in place with the bytes ``init_(t, low, high, seed)``
-    gives it (each its own fresh generator seeded with ``seed``); return them as a list.
-    The list may mix devices; meta tensors are checked and skipped (they hold no data).
+    """Fill every tensor of ``tensors`` in place with the bytes ``init_(t, low, high, seed,
+    contiguous_temp=contiguous_temp)`` gives it (each its own fresh generator seeded with
+    ``seed``); return them as a list. The list may mix devices; meta tensors are checked and
+    skipped (they hold no data).
 
-    On CUDA the dense FP8 tensors are filled by one kernel launch per (device, dtype)
-    instead of one per tensor; the others (float16 and wider, layouts with gaps) one by
-    one. Tensors that share memory with another of the list are filled one by one in
-    list order after the rest, so the last one wins as in a loop of ``init_``. Every
-    tensor's arguments are checked before anything is written.
+    On CUDA the dense 1-byte tensors are filled by one kernel launch per (device, dtype)
+    instead of one per tensor (with ``contiguous_temp``, the row-major contiguous ones); the
+    others (float16 and wider, layouts with gaps) one by one. Tensors that share memory with
+    another of the list are filled one by one in list order after the rest, so the last one
+    wins as in a loop of ``init_``. Every tensor's arguments are checked before anything is
+    written.
     """
     tensors = list(tensors)
     for t in tensors:
         _check_layout(t)
     low, high = as_float(low, "low", "init_many_"), as_float(high, "high", "init_many_")
     seed = as_int64(seed, "seed", "init_many_")
+    contiguous_temp = _as_bool(contiguous_temp, "contiguous_temp", "init_many_")
     if tensors:  # the dispatcher needs a tensor to pick a device
-        torch.ops.fp8_dummy.init_many_.default(tensors, low, high, seed)
+        torch.ops.fp8_dummy.init_many_.default(
+            tensors, low, high, seed, contiguous_temp=contiguous_temp
+        )
         emit_pending()
     return tensors
 
@@ -131,6 +154,12 @@ def cpu_fast_path_info() -> str:
     return torch.ops.fp8_dummy_internal.cpu_fast_path_info()
 
 
+def _as_bool(value: object, name: str, op: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"fp8_dummy.{op}: {name} must be a bool, not {type(value).__name__}")
+    return value
+
+
 def _check_generator(generator: object, op: str) -> None:
     if not isinstance(generator, torch.Generator):
         raise TypeError(
@@ -145,21 +174,40 @@ def _check_layout(t: torch.Tensor, op: str = "init_") -> None:
         )
 
 
+# The temp's order changes no argument check: the fake kernels take contiguous_temp and
+# check as the kernels do.
 @torch.library.register_fake("fp8_dummy::init_")
-def _init_fake(t: torch.Tensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234) -> None:
+def _init_fake(
+    t: torch.Tensor,
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    contiguous_temp: bool = False,
+) -> None:
     torch.ops.fp8_dummy_internal.check_init_args(t, low, high)
 
 
 @torch.library.register_fake("fp8_dummy::init_.generator")
 def _init_generator_fake(
-    t: torch.Tensor, low: float, high: float, *, generator: torch.Generator | None
+    t: torch.Tensor,
+    low: float,
+    high: float,
+    *,
+    generator: torch.Generator | None,
+    contiguous_temp: bool = False,
 ) -> None:
     torch.ops.fp8_dummy_internal.check_init_args(t, low, high)
 
 
 @torch.library.register_fake("fp8_dummy::init_many_")
 def _init_many_fake(
-    tensors: list[torch.Tensor], low: float = -1e-3, high: float = 1e-3, seed: int = 1234
+    tensors: list[torch.Tensor],
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    contiguous_temp: bool = False,
 ) -> None:
     for i, t in enumerate(tensors):
         torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
@@ -172,7 +220,9 @@ def _init_many_fake(
         if t.device.type != "meta" and not torch._subclasses.fake_tensor.is_fake(t)
     ]
     if real:
-        torch.ops.fp8_dummy.init_many_.default(real, low, high, seed)
+        torch.ops.fp8_dummy.init_many_.default(
+            real, low, high, seed, contiguous_temp=contiguous_temp
+        )
 
 
 @torch.library.register_fake("fp8_dummy::random_")

@@ -24,8 +24,8 @@ from typing import Any, Callable
 import torch
 
 from . import reference
-from ._engine_common import _cuda_kernels, enabled, probe_tensor, sglang_action
-from ._proof import first_difference, proven
+from ._engine_common import _cuda_kernels, enabled, sglang_action
+from ._engine_probe import proven_tensor_kind
 from .model import run_plan, walk
 
 __all__ = ["initialize_dummy_weights", "register"]
@@ -151,41 +151,16 @@ def _proven(
     """Once per (SGLang version, device, dtype, local name, number of dimensions, the
     arguments): SGLang's own function on a probe model holding one small poisoned tensor
     under ``name``, called exactly as the loader called it, against our plan of it."""
-    call = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-    local = name.rsplit(".", 1)[-1]
-    key = (
-        f"sglang: SGLang {_version()} {t.device} {t.dtype} name={local!r} "
-        f"dims={min(t.dim(), 2)} call=(model{', ' if call else ''}{call})"
-    )
+    low, high, seed = bounds
 
-    def probe() -> str | None:
-        theirs, ours = _probe_model(name, t), _probe_model(name, t)
-        low, high, seed = bounds
-        entries = [(n, x, sglang_action(x, low, high, n)) for n, _, x in walk(ours, "state_dict")]
-        try:
-            original(theirs, *args, **kwargs)
-        except Exception as e:  # noqa: BLE001 (the same refusal as ours is a match)
-            refusal = entries[0][2].value if entries[0][2].kind == "error" else None
-            if refusal is not None and isinstance(e, refusal[0]):
-                return None
-            return f"SGLang raised {type(e).__name__}: {e}; our plan is {entries[0][2].kind!r}"
+    def plan(m: torch.nn.Module) -> list:
+        return [(n, x, sglang_action(x, low, high, n)) for n, _, x in walk(m, "state_dict")]
+
+    def fill(entries: list) -> None:
         run_plan(entries, seed, reference=_reference_old, fault_path="sglang")
-        return first_difference(ours.get_buffer(name), theirs.get_buffer(name))
 
-    return proven(key, probe)
-
-
-def _probe_model(name: str, like: torch.Tensor) -> torch.nn.Module:
-    """A module tree whose only state_dict entry is ``name`` (dotted), a probe tensor."""
-    root = torch.nn.Module()
-    *path, leaf = name.split(".")
-    m = root
-    for part in path:
-        child = torch.nn.Module()
-        m.add_module(part, child)
-        m = child
-    m.register_buffer(leaf, probe_tensor(like))
-    return root
+    engine = f"sglang: SGLang {_version()}"
+    return proven_tensor_kind(engine, original, name, t, (args, kwargs), plan, fill)
 
 
 def _reference_old(t: torch.Tensor, low: float, high: float, seed: int) -> None:

@@ -16,7 +16,6 @@ the patch is applied when vLLM imports its model-loader modules (or at once if i
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import logging
 import os
 import sys
@@ -28,6 +27,7 @@ import torch
 
 from . import vllm as fv
 from ._engine_common import _cuda_kernels, enabled
+from ._startup import _AfterImport, after_import
 from ._versions import major_minor
 from .model import run_plan
 
@@ -227,47 +227,3 @@ def _register_invariant(package: ModuleType) -> None:
     from .vllm_invariant import register_load_format
 
     register_load_format(package)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``callback(module)`` right after ``name`` is first imported (so we neither
-    import vLLM's loader early nor miss it)."""
-
-    def __init__(self, name: str, callback: Callable[[ModuleType], None]):
-        self.name, self.callback = name, callback
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        spec = None
-        for finder in sys.meta_path:  # whoever would have found it
-            if not isinstance(finder, _AfterImport) and hasattr(finder, "find_spec"):
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-        if spec is None or spec.loader is None:
-            return None
-        inner, callback = spec.loader, self.callback
-
-        class Loader(importlib.abc.Loader):
-            def create_module(self, spec: Any) -> Any:
-                return inner.create_module(spec)
-
-            def exec_module(self, module: ModuleType) -> None:
-                inner.exec_module(module)
-                module.__loader__ = module.__spec__.loader = inner
-                callback(module)
-
-        spec.loader = Loader()
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        return spec
-
-
-def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
-    """``callback(module)`` now if ``name`` is imported, else right after its import."""
-    module = sys.modules.get(name)
-    if module is not None:
-        callback(module)
-    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, callback))

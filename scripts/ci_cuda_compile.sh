@@ -57,4 +57,6 @@ cd "$PKG"
 "$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_headers_standalone.py \
   tests/test_reference_cuda.py tests/test_stateless_cpu.py tests/test_stateless_api.py tests/test_stateless_cuda.py \
   tests/test_stateless_distributed.py tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_init_many_cuda.py \
-  tests/test_random_bytes_cpu.py tests/test_random_bytes_cuda.py
+  tests/test_random_bytes_cpu.py tests/test_random_bytes_cuda.py \
+  tests/test_reference_cuda_emulator_contiguous_temp.py tests/test_reference_cuda_contiguous_temp.py \
+  tests/test_engines_trtllm.py

@@ -28,7 +28,8 @@ TESTS=(tests/test_reference_cpu.py tests/test_reference_cpu_fast_path.py tests/t
   tests/test_reference_cpu_fast_path_split.py tests/test_reference_cpu_mt19937_jump.py
   tests/test_random_bytes_cpu.py tests/test_init_many_cpu.py tests/test_stateless_cpu.py
   tests/test_stateless_api.py tests/test_headers_philox.py tests/test_reference_cuda_emulator.py
-  tests/test_inplace_semantics.py tests/test_stateless_dtensor.py)
+  tests/test_inplace_semantics.py tests/test_stateless_dtensor.py
+  tests/test_reference_cpu_contiguous_temp.py tests/test_engines_trtllm.py)
 mkdir -p "$CACHE"
 summary=()
 

@@ -11,17 +11,20 @@
 #                this GPU first (the runtime proof users get); fp8_dummy.self_check_report()
 #                goes into summary.json ("self_check_report") and the log: which paths hold
 #   b bytes      init_, init_.generator, init_many_, init_stateless_ against torch's CUDA
-#                reference, byte for byte (tests/test_{reference,init_many,stateless}_cuda.py);
+#                reference, byte for byte (tests/test_{reference,init_many,stateless}_cuda.py,
+#                the contiguous temp and int8/uint8: tests/test_reference_cuda_contiguous_temp.py);
 #                the engines' dummy loaders on CUDA models, the vLLM plugin through a
-#                stand-in vLLM (tests/test_engines_{rules,vllm_plugin}.py; no engine there)
+#                stand-in vLLM (tests/test_engines_{rules,vllm_plugin,trtllm}.py; no engine there)
 #   c capture    CUDA graph capture and replay, both forms of init_ (the same files, -k capture)
-#   d bench      benchmarks/bench_cuda.py, bench_model.py, bench_stateless.py (JSON in OUTDIR)
+#   d bench      benchmarks/bench_cuda.py, bench_model.py, bench_stateless.py, bench_trtllm.py
+#                (JSON in OUTDIR)
 #   e rest       every other test of the fast tier (not marked slow)
 # --quick runs a, p, b and d only. One global budget (default 450 s, under 8 minutes) bounds
 # the whole run: each step gets the time that is left, so a slow step costs the steps after
 # it, never the log of the ones before. Every step appends to OUTDIR/log.txt and records its
-# result in OUTDIR/summary.json as it finishes; OUTDIR holds at most 6 files: log.txt,
-# summary.json, build.log, bench_cuda.json, bench_model.json, bench_stateless.json.
+# result in OUTDIR/summary.json as it finishes; OUTDIR holds at most 7 files: log.txt,
+# summary.json, build.log, bench_cuda.json, bench_model.json, bench_stateless.json,
+# bench_trtllm.json (the device tool returns 8).
 #
 # --dry-run (CI, no GPU): the same steps and bookkeeping; the build step checks that the
 # installed extension imports instead of building, the proof runs on the CPU and through the
@@ -146,7 +149,8 @@ site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [[ -d "$site/nvidia/cu13/include" ]] && export CPATH="$site/nvidia/cu13/include${CPATH:+:$CPATH}"
 pytest=("$PY" -m pytest -q -p no:cacheprovider -rfEs)
 gpu_tests=(tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py
-  tests/test_random_bytes_cuda.py tests/test_engines_rules.py tests/test_engines_vllm_plugin.py)
+  tests/test_random_bytes_cuda.py tests/test_engines_rules.py tests/test_engines_vllm_plugin.py
+  tests/test_reference_cuda_contiguous_temp.py tests/test_engines_trtllm.py)
 
 # ---- a: build
 if (( dry )); then
@@ -179,10 +183,12 @@ if (( ! has_gpu )); then
   skip_step bench_cuda "no GPU (dry run)"
   skip_step bench_model "no GPU (dry run)"
   skip_step bench_stateless "no GPU (dry run)"
+  skip_step bench_trtllm "no GPU (dry run)"
 else
   run_step bench_cuda 30 "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
   run_step bench_model 30 "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
   run_step bench_stateless 20 "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
+  run_step bench_trtllm 10 "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
 fi
 
 # ---- e: the rest of the fast tier (the slow one, builds and gloo processes, is for CI)

@@ -4,7 +4,9 @@ Runs every path that replaces a reference without being asked, once per kind of 
 that each proves itself against torch on this machine (docs/contract.md, "Proof before
 use"): init_ (seed and generator forms; dense, odd-address and gapped layouts; small and
 large bounds, i.e. the hardware and the software FP8 conversion; every FP8 dtype),
-init_many_ (a batch per dtype), init_stateless_ (linear and general kernels), random_;
+init_many_ (a batch per dtype), init_stateless_ (linear and general kernels), random_,
+and TensorRT-LLM's contiguous temp (contiguous_temp=True: FP8, int8 and uint8, row-major,
+transposed and gapped; init_ and init_many_);
 on every CUDA device, and on the CPU. Without a GPU (gpu_check.sh --dry-run) the CUDA
 launchers' proofs run through the emulator instead. Prints fp8_dummy.self_check_report()
 and stores it in SUMMARY (summary.json) under "self_check_report"; exits 1 if a key was
@@ -47,6 +49,20 @@ def run_device(device: str) -> None:
             fp8_dummy.init_stateless_(t, -1.0, 1.0, seed=3)
     for dtype, low, high in ((torch.int8, -128, 128), (torch.uint8, 0, 256)):
         fp8_dummy.random_(torch.empty(70_001, dtype=dtype, device=device), low, high, seed=3)
+    run_contiguous_temp(device)
+
+
+def run_contiguous_temp(device: str) -> None:
+    """TensorRT-LLM's temp (its bounds per dtype), every layout kind of its keys."""
+    for dtype, low, high in ((torch.float8_e4m3fn, -3.0, 3.0), (torch.int8, -3.0, 3.0)):
+        for t in layouts(device, dtype) + [torch.empty(40, 3001, dtype=dtype, device=device).t()]:
+            fp8_dummy.init_(t, low, high, seed=0, contiguous_temp=True)
+        fp8_dummy.init_many_(
+            [torch.empty(n, dtype=dtype, device=device) for n in (5, 70_001)], low, high, 0,
+            contiguous_temp=True,
+        )  # fmt: skip
+    fp8_dummy.init_(torch.empty(3001, 40, dtype=torch.uint8, device=device), 0.0, 64.0, 0,
+                    contiguous_temp=True)  # fmt: skip
 
 
 def run_emulated() -> None:
@@ -59,6 +75,10 @@ def run_emulated() -> None:
     )
     for t in layouts("cpu", torch.float8_e4m3fn)[::2]:
         emulator.emulate_proven_cuda_init_stateless_(t, -1.0, 1.0, 3, sm_count=sm)
+    t = torch.empty(40, 3001, dtype=torch.int8).t()
+    emulator.emulate_proven_cuda_init_(
+        t, -3.0, 3.0, 0, sm_count=sm, saturate_e4m3fn=False, contiguous_temp=True
+    )
     del mt
 
 

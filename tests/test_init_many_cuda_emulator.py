@@ -135,7 +135,7 @@ def test_table_has_each_tensors_own_launches(device):
 
 
 def test_bad_inputs():
-    with pytest.raises(RuntimeError, match="FP8 and float16"):
+    with pytest.raises(RuntimeError, match="1-byte and float16"):
         emulate_cuda_init_many_([torch.empty(4)], -1.0, 1.0, 3, sm_count=132)
     t = torch.empty(8, dtype=torch.float8_e4m3fn)
     storage_bytes(t).fill_(0x55)

@@ -216,6 +216,8 @@ def test_wheel_is_abi3_with_cxx_api(wheel: Path, tmp_path: Path) -> None:
     assert not missing, f"not in the wheel: {missing}"
     assert f'set(PACKAGE_VERSION "{VERSION}")' in version_file
     assert not [n for n in names if n.endswith((".cpp", ".cu", ".cmake.in"))]
+    # The TensorRT-LLM opt-in: a .pth line and its shim at the top of site-packages.
+    assert {"fp8_dummy_startup.pth", "_fp8_dummy_startup.py"} <= names
     # Tied to the torch it was built with (major.minor), whose C++ ABI it uses.
     major_minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     assert f"Requires-Dist: torch=={major_minor}.*" in metadata.splitlines(), metadata
@@ -229,6 +231,27 @@ def test_installed_in_fresh_venv(venv_python, tmp_path: Path) -> None:
     proc = run([venv_python[0], "-I", "-c", SMOKE], cwd=tmp_path)
     print(proc.stdout)
     assert "smoke ok" in proc.stdout
+
+
+def test_wheel_installs_the_trtllm_opt_in(venv_python: Path, tmp_path: Path) -> None:
+    """The installed wheel's .pth runs at every start-up of the venv's Python: with
+    FP8_DUMMY_TRTLLM=1 a stand-in TensorRT-LLM's loader function is replaced on import,
+    without it the stand-in keeps its own (docs/trtllm.md)."""
+    from test_engines_trtllm_hook import write_engine
+
+    engine = write_engine(tmp_path / "engine")
+    tests = Path(__file__).resolve().parent
+    script = (
+        f"import sys; sys.path[:0] = [{str(engine)!r}, {str(tests)!r}]\n"
+        "import tensorrt_llm._torch.pyexecutor.model_loader as ml\n"
+        "print(ml.initialize_dummy_weights.__module__)\n"
+    )
+    for value, module in (("1", "fp8_dummy.trtllm"), ("0", "oracles.trtllm")):
+        env = dict(os.environ, FP8_DUMMY_TRTLLM=value)
+        proc = subprocess.run(
+            [venv_python, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0 and proc.stdout.split() == [module], proc.stdout + proc.stderr
 
 
 @pytest.mark.skipif(which("cmake") is None, reason="cmake not installed")

@@ -106,7 +106,7 @@ def test_zero_elements_touch_nothing():
 def test_bad_inputs():
     with pytest.raises(RuntimeError, match="from=1 > to=0"):
         emulate_cuda_init_(torch.empty(4, dtype=torch.float8_e4m3fn), 1.0, 0.0, 3, sm_count=132)
-    with pytest.raises(RuntimeError, match="FP8 and float16"):
+    with pytest.raises(RuntimeError, match="1-byte .FP8, int8, uint8. and float16"):
         emulate_cuda_init_(torch.empty(4), -1.0, 1.0, 3, sm_count=132)
     with pytest.raises(RuntimeError, match="out of bounds"):
         emulate_cuda_init_(torch.empty(4, dtype=torch.float8_e4m3fn), 0.0, 7e4, 3, sm_count=132)

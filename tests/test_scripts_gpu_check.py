@@ -1,5 +1,5 @@
 """scripts/gpu_check.sh without a GPU: its --dry-run runs the same steps in the same order
-with the same bookkeeping (GPU tests skip, benchmarks are skipped), writes at most 6 files,
+with the same bookkeeping (GPU tests skip, benchmarks are skipped), writes at most 7 files,
 and its one global budget skips what no longer fits instead of overrunning. Slow (each run
 starts pytest a few times)."""
 
@@ -24,6 +24,7 @@ STEPS = [
     "bench_cuda",
     "bench_model",
     "bench_stateless",
+    "bench_trtllm",
     "rest",
 ]
 
@@ -43,17 +44,17 @@ def summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def test_dry_run_runs_every_step_and_writes_at_most_6_files(tmp_path):
+def test_dry_run_runs_every_step_and_writes_at_most_7_files(tmp_path):
     proc = run(tmp_path, "--dry-run")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert len(files) <= 6 and {"log.txt", "summary.json"} <= set(files), files
+    assert len(files) <= 7 and {"log.txt", "summary.json"} <= set(files), files
     data = summary(tmp_path)
     assert data["environment"]["dry_run"] is True
     steps = {s["name"]: s for s in data["steps"]}
     assert [s["name"] for s in data["steps"]] == STEPS
     assert all(steps[n]["status"] == "ok" for n in ("build", "proof", "bytes", "capture", "rest"))
-    assert all(steps[n]["status"] == "skipped" for n in STEPS[4:7])
+    assert all(steps[n]["status"] == "skipped" for n in STEPS[4:8])
     # the proof comes first after the build, and its report is in the summary
     report = data["self_check_report"]
     assert {"cpu.init_", "cuda.init_", "cuda.init_many_", "cuda.init_stateless_"} <= {

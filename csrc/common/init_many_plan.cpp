@@ -55,7 +55,7 @@ void check_init_many_args(at::TensorList tensors, double low, double high) {
   }
 }
 
-BatchPlan plan_batches(at::TensorList tensors, c10::DeviceType device_type) {
+BatchPlan plan_batches(at::TensorList tensors, c10::DeviceType device_type, bool contiguous_temp) {
   BatchPlan plan;
   const auto device_key = [](const at::Tensor& t) {
     return std::make_pair(static_cast<int>(t.device().type()),
@@ -71,8 +71,8 @@ BatchPlan plan_batches(at::TensorList tensors, c10::DeviceType device_type) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     if (t.numel() == 0) continue;
-    if (single[i] || t.device().type() != device_type || !is_fp8(t.scalar_type()) ||
-        !memory_order(t).linear()) {
+    if (single[i] || t.device().type() != device_type || !uses_half_temp(t.scalar_type()) ||
+        !memory_order(t, contiguous_temp).linear()) {
       plan.singles.push_back(i);
       continue;
     }
@@ -84,12 +84,12 @@ BatchPlan plan_batches(at::TensorList tensors, c10::DeviceType device_type) {
   return plan;
 }
 
-void init_one(const at::Tensor& t, double low, double high, int64_t seed) {
+void init_one(const at::Tensor& t, double low, double high, int64_t seed, bool contiguous_temp) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("fp8_dummy::init_", "")
-                             .typed<void(at::Tensor&, double, double, int64_t)>();
+                             .typed<void(at::Tensor&, double, double, int64_t, bool)>();
   at::Tensor self = t;
-  op.call(self, low, high, seed);
+  op.call(self, low, high, seed, contiguous_temp);
 }
 
 }  // namespace fp8_dummy

@@ -44,6 +44,7 @@ namespace {
 
 constexpr const char* kSupported =
     "float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu, "
+    "int8, uint8 (through the float16 temp, truncated as copy_ converts), "
     "float16, bfloat16, float32, float64";
 
 // Bounds are checked against the dtype uniform_ runs on: the float16 temp for FP8
@@ -77,9 +78,9 @@ std::ostream& operator<<(std::ostream& out, const OpName& name) {
 void check_init_args(const at::Tensor& self, double low, double high, const OpName& name) {
   TORCH_CHECK(self.defined(), name, "expected a tensor, got an undefined one");
   const auto dtype = self.scalar_type();
-  TORCH_CHECK(is_fp8(dtype) || is_wide_float(dtype), name, "unsupported dtype ", dtype,
+  TORCH_CHECK(uses_half_temp(dtype) || is_wide_float(dtype), name, "unsupported dtype ", dtype,
               "; supported dtypes: ", kSupported);
-  switch (is_fp8(dtype) ? c10::ScalarType::Half : dtype) {
+  switch (uses_half_temp(dtype) ? c10::ScalarType::Half : dtype) {
     case c10::ScalarType::Half:
       check_bounds<c10::Half>(low, high, "c10::Half", name);
       break;
@@ -93,7 +94,7 @@ void check_init_args(const at::Tensor& self, double low, double high, const OpNa
       check_bounds<double>(low, high, "double", name);
       break;
   }
-  // The reference fails in copy_ (FP8) or in uniform_'s TensorIterator (wider
+  // The reference fails in copy_ (1-byte dtypes) or in uniform_'s TensorIterator (wider
   // dtypes) on a tensor whose elements share memory; we fail before writing.
   TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes, name,
               "unsupported operation: more than one element of the "
@@ -101,26 +102,30 @@ void check_init_args(const at::Tensor& self, double low, double high, const OpNa
               "tensor before performing the operation.");
 }
 
-MemoryOrder memory_order(const at::Tensor& self) {
-  // Ask torch itself which strides empty_like(self, float16) picks (they follow
-  // self's strides when it is dense, else a dense layout that keeps its dimension
-  // order; the rule has changed across versions). A meta tensor allocates nothing.
-  // A dense tensor's temp takes its strides in every version: skip the meta tensors,
-  // whose few microseconds matter for models made of thousands of small tensors.
-  at::Tensor temp;
-  if (!self.is_non_overlapping_and_dense()) {
-    const auto meta_self =
-        at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
-    temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
-  }
-  const auto tstrides = temp.defined() ? temp.strides() : self.strides();
+MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp) {
   const int64_t dim = self.dim();
-  // The temp is dense, so sorting its dimensions by decreasing stride gives its
-  // memory order (size-1 dimensions can go anywhere and are dropped below).
+  // The temp's dimensions from outermost to innermost. A contiguous temp
+  // (torch.empty(shape)) is row-major: self's dimensions in order. Otherwise ask torch
+  // itself which strides empty_like(self, float16) picks (they follow self's strides when
+  // it is dense, else a dense layout that keeps its dimension order; the rule has changed
+  // across versions). A meta tensor allocates nothing. A dense tensor's temp takes its
+  // strides in every version: skip the meta tensors, whose few microseconds matter for
+  // models made of thousands of small tensors.
   c10::SmallVector<int64_t, 6> perm(dim);
   std::iota(perm.begin(), perm.end(), 0);
-  std::stable_sort(perm.begin(), perm.end(),
-                   [&](int64_t a, int64_t b) { return tstrides[a] > tstrides[b]; });
+  if (!contiguous_temp) {
+    at::Tensor temp;
+    if (!self.is_non_overlapping_and_dense()) {
+      const auto meta_self =
+          at::empty_strided(self.sizes(), self.strides(), self.options().device(c10::kMeta));
+      temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
+    }
+    const auto tstrides = temp.defined() ? temp.strides() : self.strides();
+    // The temp is dense, so sorting its dimensions by decreasing stride gives its
+    // memory order (size-1 dimensions can go anywhere and are dropped below).
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](int64_t a, int64_t b) { return tstrides[a] > tstrides[b]; });
+  }
   MemoryOrder order;
   for (const int64_t d : perm) {
     const int64_t size = self.size(d);

@@ -15,11 +15,20 @@
 
 namespace fp8_dummy {
 
-// The dtypes whose reference is "uniform_ into a float16 temp, then copy_".
+// The five FP8 dtypes.
 bool is_fp8(c10::ScalarType dtype);
 
-// The format of an FP8 dtype in the torch-free headers (also the index of per-format
-// tables); throws for any other dtype.
+// int8 and uint8: init_ fills them like the FP8 dtypes (TensorRT-LLM's dummy weights), the
+// float16 values converted as copy_ converts them (truncation toward zero).
+inline bool is_int8(c10::ScalarType dtype) {
+  return dtype == c10::ScalarType::Char || dtype == c10::ScalarType::Byte;
+}
+
+// The dtypes whose reference is "uniform_ into a float16 temp, then copy_": the 1-byte ones.
+inline bool uses_half_temp(c10::ScalarType dtype) { return is_fp8(dtype) || is_int8(dtype); }
+
+// The format of a 1-byte dtype (FP8, int8, uint8) in the torch-free headers (also the index
+// of per-format tables); throws for any other dtype.
 inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
   switch (dtype) {
     case c10::ScalarType::Float8_e4m3fn:
@@ -32,8 +41,12 @@ inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
       return cuda::Fp8Format::kE5m2fnuz;
     case c10::ScalarType::Float8_e8m0fnu:
       return cuda::Fp8Format::kE8m0fnu;
+    case c10::ScalarType::Char:
+      return cuda::Fp8Format::kInt8;
+    case c10::ScalarType::Byte:
+      return cuda::Fp8Format::kUint8;
     default:
-      TORCH_CHECK(false, "fp8_dummy: not an FP8 dtype: ", dtype);
+      TORCH_CHECK(false, "fp8_dummy: not a 1-byte dtype with a float16 temp: ", dtype);
   }
 }
 
@@ -53,16 +66,18 @@ std::ostream& operator<<(std::ostream& out, const OpName& name);
 // Throws c10::Error before anything is written or any random number is drawn.
 void check_init_args(const at::Tensor& self, double low, double high, const OpName& name = {});
 
-// A view of `self` whose row-major order is the memory order of the float16 temp
-// that empty_like(self, float16) would allocate: random number m goes to element
-// m of this view. Coalesced to as few dimensions as possible (one for every dense
-// layout), innermost last, strides in elements.
+// A view of `self` whose row-major order is the memory order of the float16 temp: random
+// number m goes to element m of this view. The temp is empty_like(self, float16) (vLLM,
+// SGLang), or with `contiguous_temp` torch.empty(self.shape, float16) (TensorRT-LLM), whose
+// memory order is self's row-major (logical) order whatever self's strides. Coalesced to as
+// few dimensions as possible (one for every layout whose walk is one run of memory),
+// innermost last, strides in elements.
 struct MemoryOrder {
   c10::SmallVector<int64_t, 6> sizes;
   c10::SmallVector<int64_t, 6> strides;
   bool linear() const { return sizes.size() <= 1 && (strides.empty() || strides[0] == 1); }
 };
-MemoryOrder memory_order(const at::Tensor& self);
+MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp = false);
 
 // Appends a dimension to a walk of dimensions from the outermost in, merged into the last
 // one where it continues it in every stride list given (the same elements in the same
@@ -83,10 +98,10 @@ inline void append_dim(c10::SmallVector<int64_t, 6>& sizes, int64_t size,
   if (strides2 != nullptr) strides2->push_back(stride2);
 }
 
-// float16 bits -> FP8 byte for all 65536 float16 values, made once per dtype by the
-// installed torch's CPU copy_, so the conversion (out-of-range values included, which
-// changed across torch versions) is the reference's by construction. `dtype` must be
-// one of the five FP8 dtypes.
+// float16 bits -> byte for all 65536 float16 values, made once per dtype by the installed
+// torch's CPU copy_, so the conversion (out-of-range values included, which changed across
+// torch versions for FP8, and wrap modulo 256 for int8/uint8) is the reference's by
+// construction. `dtype` must be one of the five FP8 dtypes, int8 or uint8.
 const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype);
 
 }  // namespace fp8_dummy

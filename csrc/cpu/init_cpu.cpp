@@ -1,7 +1,9 @@
-// CPU kernel. FP8 tensors take one of two paths that give the reference's bytes:
+// CPU kernel. 1-byte tensors (FP8, int8, uint8) take one of two paths that give the
+// reference's bytes (for either float16 temp: empty_like's memory order, or with
+// contiguous_temp the row-major order of torch.empty(shape), common/reference.h):
 //  - exact: random numbers from torch's own uniform_ on a small float16 buffer (the CPU
 //    stream is one mt19937 word per element in memory order, so filling in pieces gives the
-//    reference's bytes), through a float16 -> FP8 table built from torch's own copy_,
+//    reference's bytes), through a float16 -> byte table built from torch's own copy_,
 //    scattered in the temp's memory order. Correct by construction, as slow as torch.
 //  - fast (cpu/init_fast_path.h): the same stream continued by our own SIMD mt19937 and the
 //    installed torch's transform, then FP8 through the same table or an in-register
@@ -46,10 +48,10 @@ namespace {
 constexpr int64_t kChunk = int64_t{1} << 18;  // float16 elements: 512 KiB of scratch
 
 void fill_fp8_exact(const at::Tensor& self, double low, double high,
-                    const std::optional<at::Generator>& gen) {
+                    const std::optional<at::Generator>& gen, bool contiguous_temp) {
   const int64_t n = self.numel();
   const uint8_t* table = cpu_copy_fp8_table(self.scalar_type());
-  StridedWalk walk(memory_order(self));
+  StridedWalk walk(memory_order(self, contiguous_temp));
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   auto buf = at::empty({std::min(n, kChunk)}, self.options().dtype(at::kHalf));
   // The reference's one uniform_ holds the generator for the whole call; so do we: the
@@ -94,7 +96,7 @@ std::optional<cpu::Kernels> choose_fast_kernels(cpu::CpuPath path) {
 }
 
 void fill_fp8(const at::Tensor& self, double low, double high,
-              const std::optional<at::Generator>& gen, int64_t seed) {
+              const std::optional<at::Generator>& gen, int64_t seed, bool contiguous_temp) {
   const cpu::CpuPath path = cpu::cpu_path_from_env("init_");
   const auto kernels = choose_fast_kernels(path);
   // torch's own message and moment (before any draw); the exact path gets it from torch.
@@ -109,7 +111,7 @@ void fill_fp8(const at::Tensor& self, double low, double high,
   const at::Generator g =
       generator_form ? *gen : at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
   if (kernels) {
-    const cpu::FastPlan plan = cpu::plan_fast(self, low, high, *kernels);
+    const cpu::FastPlan plan = cpu::plan_fast(self, low, high, *kernels, contiguous_temp);
     // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
     static proof::Memo<cpu::kFastCodes> memo;
     const bool use =
@@ -120,15 +122,16 @@ void fill_fp8(const at::Tensor& self, double low, double high,
             [&] { return cpu::probe_fast(self, low, high, seed, plan, generator_form); });
     if (use && cpu::fill_fp8_fast(self, g, plan)) return;
   }
-  fill_fp8_exact(self, low, high, g);
+  fill_fp8_exact(self, low, high, g, contiguous_temp);
 }
 
 void fill(const at::Tensor& self, double low, double high, const std::optional<at::Generator>& gen,
-          int64_t seed) {
-  if (is_fp8(self.scalar_type())) {
-    fill_fp8(self, low, high, gen, seed);
+          int64_t seed, bool contiguous_temp) {
+  if (uses_half_temp(self.scalar_type())) {
+    fill_fp8(self, low, high, gen, seed, contiguous_temp);
   } else if (gen.has_value()) {
-    // float16 and wider: the reference is uniform_ on the tensor itself.
+    // float16 and wider: the reference is uniform_ on the tensor itself (no temp, so
+    // contiguous_temp changes nothing).
     at::Tensor(self).uniform_(low, high, *gen);
   } else {
     at::Tensor(self).uniform_(low, high,
@@ -136,16 +139,16 @@ void fill(const at::Tensor& self, double low, double high, const std::optional<a
   }
 }
 
-void init_seed_cpu(at::Tensor& self, double low, double high, int64_t seed) {
+void init_seed_cpu(at::Tensor& self, double low, double high, int64_t seed, bool contiguous_temp) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
   // Same state as torch.Generator().manual_seed(seed): mt19937 seeded with the low
   // 32 bits of the seed's two's-complement value (made in fill()).
-  fill(self, low, high, std::nullopt, seed);
+  fill(self, low, high, std::nullopt, seed, contiguous_temp);
 }
 
-void init_generator_cpu(at::Tensor& self, double low, double high,
-                        std::optional<at::Generator> gen) {
+void init_generator_cpu(at::Tensor& self, double low, double high, std::optional<at::Generator> gen,
+                        bool contiguous_temp) {
   check_init_args(self, low, high);
   TORCH_CHECK(!gen.has_value() || !gen->defined() || gen->device().is_cpu(),
               "fp8_dummy.init_: expected a generator of device type 'cpu' for a CPU tensor, "
@@ -154,7 +157,8 @@ void init_generator_cpu(at::Tensor& self, double low, double high,
   if (self.numel() == 0) return;
   // The generator form: the caller's generator, or the default one.
   const bool given = gen.has_value() && gen->defined();
-  fill(self, low, high, given ? *gen : at::detail::getDefaultCPUGenerator(), /*seed=*/0);
+  fill(self, low, high, given ? *gen : at::detail::getDefaultCPUGenerator(), /*seed=*/0,
+       contiguous_temp);
 }
 
 std::string cpu_fast_path_info() { return cpu::fast_config().info; }

@@ -12,6 +12,7 @@
 #include "cpu/fp8_convert_avx2.h"
 #include "cpu/fp8_runs.h"
 #include "cpu/init_fast_path.h"
+#include "fp8_dummy/cuda/fp8_convert.h"
 
 namespace fp8_dummy {
 namespace cpu {
@@ -36,10 +37,16 @@ struct FastPlan {
   Fp8Converter convert;
   std::optional<Fp8Runs> runs;
   int threads;
-  bool linear;
+  bool contiguous_temp;  // the temp's order: torch.empty(shape)'s (row-major), else empty_like's
+  bool linear;           // that order is one run of memory (common/reference.h, memory_order)
+  // > 0: the banded writer, for the contiguous temp of a transposed 2-D view (the walk's
+  // inner dimension jumps by its stride, the outer one is contiguous in memory): each thread
+  // collects this many whole rows of the walk, then writes them column by column.
+  int64_t band_rows = 0;
 };
 
-FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels);
+FastPlan plan_fast(const at::Tensor& self, double low, double high, const Kernels& kernels,
+                   bool contiguous_temp);
 
 // Fills self from gen's stream; false, having drawn and written nothing, when the
 // generator's state must go to the exact path. FP8_DUMMY_FAULT=cpu.init_ corrupts a byte.
@@ -47,7 +54,7 @@ bool fill_fp8_fast(const at::Tensor& self, const at::Generator& gen, const FastP
 
 // The proof key of a call and its probe against torch's reference; fast_code numbers the
 // same parts (< kFastCodes) for the key's memo (proof::Memo).
-constexpr size_t kFastCodes = 5 * 3 * 4 * 2 * 2 * 2;
+constexpr size_t kFastCodes = cuda::kNumFp8Formats * 3 * 4 * 3 * 2 * 2 * 2;
 size_t fast_code(const at::Tensor& self, const FastPlan& p, bool generator_form);
 std::string fast_key(const at::Tensor& self, const FastPlan& p, bool generator_form);
 proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed,

@@ -8,10 +8,11 @@
 namespace fp8_dummy {
 namespace {
 
-void init_many_cpu(at::TensorList tensors, double low, double high, int64_t seed) {
+void init_many_cpu(at::TensorList tensors, double low, double high, int64_t seed,
+                   bool contiguous_temp) {
   check_init_many_args(tensors, low, high);
   for (const auto& t : tensors) {
-    if (t.numel() > 0) init_one(t, low, high, seed);
+    if (t.numel() > 0) init_one(t, low, high, seed, contiguous_temp);
   }
 }
 

@@ -127,22 +127,32 @@ void draw_range(at::mt19937_data_pod& pod, int64_t first, int64_t count, TwistFn
   pod.left_ = static_cast<int>(kMtN + 1 - len);
 }
 
-// Draws n words from the stream in `pod` (which must be stream_usable) on up to `threads`
-// threads and advances it. consume is called from several threads at once, for disjoint
-// ranges (each range's pieces in order).
-template <class Consume>
-void draw_words(at::mt19937_data_pod& pod, int64_t n, const Kernels& kernels, int threads,
-                const Consume& consume) {
+// The word ranges of draw_words' threads: thread t draws [start[t], start[t + 1]). Thread 0
+// gets `bonus` more than the others (for the jump it skips); every start is a multiple of
+// `align` (a range may then be empty), so a consumer can keep whole aligned pieces on one
+// thread.
+inline std::vector<int64_t> thread_starts(int64_t n, int threads, int64_t align = 1) {
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
-  if (threads == 1) return draw_range(pod, 0, n, kernels.twist, consume);
-  // Ranges: thread 0 gets `bonus` more than the others (for the jump it skips).
+  std::vector<int64_t> start(static_cast<size_t>(threads) + 1, 0);
   const int64_t bonus = std::min(kJumpWords, n / (2 * threads));
   const int64_t share = (n - bonus) / threads;
-  std::vector<int64_t> start(static_cast<size_t>(threads) + 1);
-  start[0] = 0;
-  for (int t = 1; t < threads; ++t)
-    start[t] = bonus + share * t + std::min<int64_t>(t, (n - bonus) % threads);
+  for (int t = 1; t < threads; ++t) {
+    const int64_t raw = bonus + share * t + std::min<int64_t>(t, (n - bonus) % threads);
+    start[t] = std::max(start[t - 1], raw / align * align);
+  }
   start[threads] = n;
+  return start;
+}
+
+// Draws n words from the stream in `pod` (which must be stream_usable) on up to `threads`
+// threads and advances it. consume is called from several threads at once, for disjoint
+// ranges (each range's pieces in order; the ranges are thread_starts(n, threads, align)'s).
+template <class Consume>
+void draw_words(at::mt19937_data_pod& pod, int64_t n, const Kernels& kernels, int threads,
+                const Consume& consume, int64_t align = 1) {
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
+  if (threads == 1) return draw_range(pod, 0, n, kernels.twist, consume);
+  const std::vector<int64_t> start = thread_starts(n, threads, align);
   const bool avx2_jump = kernels.level != SimdLevel::kPortable;
   std::vector<at::mt19937_data_pod> ends(static_cast<size_t>(threads), pod);
   run_on_threads(threads, [&](int t) {

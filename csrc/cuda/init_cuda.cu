@@ -1,9 +1,10 @@
 // CUDA kernels of fp8_dummy.init_ (both overloads), behind their proof (launch/cuda_proof.h).
-// FP8 tensors: the fused kernel of init_kernel.cuh, launched exactly as torch launches
-// uniform_ on the float16 temp (grid from the device's properties, the generator's
-// Philox state taken under its lock, the split of more than 2^30 elements), so the bytes
-// and the generator's state afterwards are the reference's. float16 and wider: the
-// reference itself, self.uniform_.
+// 1-byte tensors (FP8, int8, uint8): the fused kernel of init_kernel.cuh, launched exactly as
+// torch launches uniform_ on the float16 temp (grid from the device's properties, the
+// generator's Philox state taken under its lock, the split of more than 2^30 elements), so
+// the bytes and the generator's state afterwards are the reference's; the temp's element
+// order is empty_like's, or with contiguous_temp torch.empty(shape)'s (row-major).
+// float16 and wider: the reference itself, self.uniform_.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/arange.h>
@@ -32,9 +33,17 @@ namespace {
 using cuda_kernels::PieceArgs;
 
 // The exact reference path, for what the fused kernel does not cover (layouts with
-// more than kMaxLayoutDims coalesced dimensions, an FP8 conversion we cannot match, a
-// first call inside graph capture). Same bytes and generator state, with its scratch.
-void reference_fill(const at::Tensor& self, double low, double high, const at::Generator& gen) {
+// more than kMaxLayoutDims coalesced dimensions, a conversion we cannot match, a first
+// call inside graph capture). Same bytes and generator state, with its scratch. The
+// contiguous temp as TensorRT-LLM makes and converts it.
+void reference_fill(const at::Tensor& self, double low, double high, const at::Generator& gen,
+                    bool contiguous_temp) {
+  if (contiguous_temp) {
+    auto temp = at::empty(self.sizes(), self.options().dtype(at::kHalf));
+    temp.uniform_(low, high, gen);
+    at::Tensor(self).copy_(temp.to(self.scalar_type()));
+    return;
+  }
   auto temp = at::empty_like(self, self.options().dtype(at::kHalf));
   temp.uniform_(low, high, gen);
   at::Tensor(self).copy_(temp);
@@ -147,13 +156,15 @@ void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& so
 
 // The proof key of a fused fill: everything that selects the kernel's code for self.
 std::string fused_key(const at::Tensor& self, const Fp8Conversion& conversion, bool use_hw,
-                      cuda_proof::Layout layout, bool split, bool generator_form) {
+                      cuda_proof::Layout layout, bool split, bool generator_form,
+                      bool contiguous_temp) {
   return cuda_proof::key(
       "cuda.init_", device_description(self.device()),
       {c10::toString(self.scalar_type()), use_hw ? "conversion=hardware" : "conversion=software",
-       conversion.mode == cuda::E4m3fnOverflow::kSaturate ? "overflow=saturate" : "overflow=nan",
+       std::string("overflow=") + overflow_name(conversion.mode),
        std::string("layout=") + cuda_proof::layout_name(layout), split ? "split=yes" : "split=no",
-       generator_form ? "generator=given" : "generator=seed"});
+       generator_form ? "generator=given" : "generator=seed",
+       contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
 }
 
 // Whether the fused kernel is proven for self's key: the first time, a probe of the key's
@@ -161,22 +172,22 @@ std::string fused_key(const at::Tensor& self, const Fp8Conversion& conversion, b
 // generator at the same state each), bytes and offsets compared. Inside graph capture no
 // probe can run (it allocates and synchronizes): only a key proven before counts.
 bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conversion& conversion,
-                  bool generator_form) {
+                  bool generator_form, bool contiguous_temp) {
   const auto format = fp8_format(self.scalar_type());
   const bool use_hw = use_hw_conversion(conversion, format, cuda::make_uniform_params(low, high));
   const bool split = self.numel() > cuda::kMax32BitHalfElements;
-  const auto layout = !memory_order(self).linear() ? cuda_proof::Layout::kGaps
-                      : reinterpret_cast<uintptr_t>(self.data_ptr()) % 4 == 0
-                          ? cuda_proof::Layout::kDense
-                          : cuda_proof::Layout::kUnaligned;
-  auto key = [&] { return fused_key(self, conversion, use_hw, layout, split, generator_form); };
+  const auto layout =
+      cuda_proof::layout_kind(self, memory_order(self, contiguous_temp).linear(), contiguous_temp);
+  auto key = [&] {
+    return fused_key(self, conversion, use_hw, layout, split, generator_form, contiguous_temp);
+  };
   // The key's parts as a code for the memo (devices 0-15; others look the text up).
-  static proof::Memo<16 * cuda::kNumFp8Formats * 2 * 2 * 3 * 2 * 2> memo;
+  static proof::Memo<16 * cuda::kNumFp8Formats * 2 * 3 * 4 * 2 * 2 * 2> memo;
   const int64_t device = self.device().index();
-  size_t code = static_cast<size_t>(device) * cuda::kNumFp8Formats +
-                static_cast<size_t>(fp8_format(self.scalar_type()));
-  code = (code * 2 + use_hw) * 2 + (conversion.mode == cuda::E4m3fnOverflow::kSaturate);
-  code = ((code * 3 + static_cast<size_t>(layout)) * 2 + split) * 2 + generator_form;
+  size_t code = static_cast<size_t>(device) * cuda::kNumFp8Formats + static_cast<size_t>(format);
+  code = (code * 2 + use_hw) * 3 + static_cast<size_t>(conversion.mode);
+  code = ((code * 4 + static_cast<size_t>(layout)) * 2 + split) * 2 + generator_form;
+  code = code * 2 + contiguous_temp;
   const bool memo_ok = device < 16;
   if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
     return memo_ok ? memo.known_proven(code, key) : proof::lookup(key()) == 1;
@@ -195,13 +206,13 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
     PhiloxSource source;
     source.seed = seed;
     if (generator_form) source.generator = generator(seed, offset);
-    const auto layout = to_layout(memory_order(t));
+    const auto layout = to_layout(memory_order(t, contiguous_temp));
     run_fused(t, low, high, source, conversion, *layout);
     return generator_form ? source.generator->get_offset() : source.fresh.next;
   };
   auto ref = [&](at::Tensor& t, uint64_t seed, uint64_t offset) -> uint64_t {
     auto g = generator(seed, offset);
-    reference_fill(t, low, high, g);
+    reference_fill(t, low, high, g, contiguous_temp);
     return g.get_offset();
   };
   auto probe = [&] {
@@ -214,35 +225,38 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
 
 }  // namespace
 
-bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form) {
+bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form,
+                         bool contiguous_temp) {
   const auto conversion = fp8_conversion(self);
-  return conversion && to_layout(memory_order(self)) &&
-         fused_proven(self, low, high, *conversion, generator_form);
+  return conversion && to_layout(memory_order(self, contiguous_temp)) &&
+         fused_proven(self, low, high, *conversion, generator_form, contiguous_temp);
 }
 
 namespace {
 
-void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source) {
+void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source,
+              bool contiguous_temp) {
   const auto conversion = fp8_conversion(self);
-  const auto layout = to_layout(memory_order(self));
+  const auto layout = to_layout(memory_order(self, contiguous_temp));
   if (!conversion || !layout ||
-      !fused_proven(self, low, high, *conversion, source.generator.has_value())) {
-    reference_fill(self, low, high, reference_generator(self, source));
+      !fused_proven(self, low, high, *conversion, source.generator.has_value(), contiguous_temp)) {
+    reference_fill(self, low, high, reference_generator(self, source), contiguous_temp);
     return;
   }
   run_fused(self, low, high, source, *conversion, *layout);
 }
 
-void fill(const at::Tensor& self, double low, double high, PhiloxSource source) {
-  if (is_fp8(self.scalar_type())) {
-    fill_fp8(self, low, high, std::move(source));
+void fill(const at::Tensor& self, double low, double high, PhiloxSource source,
+          bool contiguous_temp) {
+  if (uses_half_temp(self.scalar_type())) {
+    fill_fp8(self, low, high, std::move(source), contiguous_temp);
   } else {
     // float16 and wider: the reference itself.
     at::Tensor(self).uniform_(low, high, reference_generator(self, source));
   }
 }
 
-void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed) {
+void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed, bool contiguous_temp) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
   const c10::cuda::CUDAGuard guard(self.device());
@@ -250,11 +264,11 @@ void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed) {
   // are known without making one.
   PhiloxSource source;
   source.seed = static_cast<uint64_t>(seed);
-  fill(self, low, high, std::move(source));
+  fill(self, low, high, std::move(source), contiguous_temp);
 }
 
 void init_generator_cuda(at::Tensor& self, double low, double high,
-                         std::optional<at::Generator> gen) {
+                         std::optional<at::Generator> gen, bool contiguous_temp) {
   check_init_args(self, low, high);
   const bool given = gen.has_value() && gen->defined();
   TORCH_CHECK(!given || gen->device().is_cuda(),
@@ -266,13 +280,14 @@ void init_generator_cuda(at::Tensor& self, double low, double high,
   PhiloxSource source;
   source.generator =
       given ? *gen : at::cuda::detail::getDefaultCUDAGenerator(self.device().index());
-  fill(self, low, high, std::move(source));
+  fill(self, low, high, std::move(source), contiguous_temp);
 }
 
 }  // namespace
 
 // Found once per (device, dtype) by converting all 65536 float16 bit patterns with
-// torch itself and matching the result against our conversions. Not probed inside
+// torch itself and matching the result against our conversions (int8/uint8: wrap modulo
+// 256 or saturation, whichever torch's CUDA conversion does there). Not probed inside
 // graph capture (the probe synchronizes): nullopt then, and when nothing matches.
 std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
   static std::mutex mutex;

@@ -17,7 +17,7 @@
 
 namespace fp8_dummy {
 
-// How torch's copy_ converts float16 to an FP8 dtype on a device, and whether our
+// How torch's copy_ converts float16 to a 1-byte dtype on a device, and whether our
 // hardware pair conversion may stand in for it.
 struct Fp8Conversion {
   cuda::E4m3fnOverflow mode;
@@ -31,10 +31,11 @@ struct Fp8Conversion {
 std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self);
 
 // Whether the per-tensor kernel is proven for a call like this one (its key: device, dtype,
-// conversion, layout kind, size class, generator form), probing it now if need be (never
+// conversion, layout kind, size class, generator form, temp), probing it now if need be (never
 // inside graph capture). init_many_ asks it for the tensors it batches, so that their
 // per-tensor path, which a captured init_many_ takes, is proven too.
-bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form);
+bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form,
+                         bool contiguous_temp);
 
 // A device as the proof keys name it: "cuda:0 (NVIDIA H200, 132 SMs)". The SM count is in
 // the key because the reference's grid, hence its bytes, depends on it.

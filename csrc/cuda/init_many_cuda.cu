@@ -1,4 +1,5 @@
-// init_many_ on CUDA: the dense FP8 tensors of a call are filled by one launch per
+// init_many_ on CUDA: the dense 1-byte tensors (FP8, int8, uint8) of a call are filled by one
+// launch per
 // (device, dtype) of init_many_kernel.cuh's batched kernel, each tensor with the bytes its
 // own init_(t, low, high, seed) gives (the work table: launch/cuda_batch_table.h). The rest
 // (float16 and wider, layouts with gaps, tensors sharing bytes with another of the
@@ -92,13 +93,14 @@ void run_group(at::TensorList tensors, const std::vector<size_t>& group,
 // odd address) filled in one batched launch and each by torch's reference with its own
 // fresh generator, every byte compared (launch/cuda_proof.h).
 bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, double low, double high,
-                  int64_t seed) {
+                  int64_t seed, bool contiguous_temp) {
   const bool use_hw = use_hw_conversion(conversion, fp8_format(first.scalar_type()),
                                         cuda::make_uniform_params(low, high));
   const std::string key = cuda_proof::key(
       "cuda.init_many_", device_description(first.device()),
       {c10::toString(first.scalar_type()), use_hw ? "conversion=hardware" : "conversion=software",
-       conversion.mode == cuda::E4m3fnOverflow::kSaturate ? "overflow=saturate" : "overflow=nan"});
+       std::string("overflow=") + overflow_name(conversion.mode),
+       contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(first.device().index());
   const auto sizes =
       cuda_proof::many_probe_numels(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
@@ -110,9 +112,15 @@ bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, doub
   auto ref = [&](at::Tensor& t, uint64_t s, uint64_t) -> uint64_t {
     auto g = at::make_generator<at::CUDAGeneratorImpl>(t.device().index());
     g.set_current_seed(s);  // torch.Generator(device).manual_seed(seed): offset 0
-    auto temp = at::empty_like(t, t.options().dtype(at::kHalf));
-    temp.uniform_(low, high, g);
-    t.copy_(temp);
+    if (contiguous_temp) {  // as TensorRT-LLM (the probes are row-major: the same bytes)
+      auto temp = at::empty(t.sizes(), t.options().dtype(at::kHalf));
+      temp.uniform_(low, high, g);
+      t.copy_(temp.to(t.scalar_type()));
+    } else {
+      auto temp = at::empty_like(t, t.options().dtype(at::kHalf));
+      temp.uniform_(low, high, g);
+      t.copy_(temp);
+    }
     return g.get_offset();
   };
   return proof::proven(key, [&] {
@@ -123,11 +131,12 @@ bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, doub
   });
 }
 
-void init_many_cuda(at::TensorList tensors, double low, double high, int64_t seed) {
+void init_many_cuda(at::TensorList tensors, double low, double high, int64_t seed,
+                    bool contiguous_temp) {
   check_init_many_args(tensors, low, high);
   BatchPlan plan;
   if (at::cuda::currentStreamCaptureStatus() == at::cuda::CaptureStatus::None) {
-    plan = plan_batches(tensors, c10::DeviceType::CUDA);
+    plan = plan_batches(tensors, c10::DeviceType::CUDA, contiguous_temp);
   } else {
     // A captured batch would replay a copy from host memory freed after the call; the
     // per-tensor kernel is capture-safe.
@@ -140,15 +149,16 @@ void init_many_cuda(at::TensorList tensors, double low, double high, int64_t see
     const auto conversion = fp8_conversion(tensors[group[0]]);
     // The per-tensor kernel for these too (one probe per kind, cached): the path a
     // captured init_many_ of the same tensors takes, and this call's fallback.
-    for (const size_t i : group) fused_kernel_proven(tensors[i], low, high, false);
-    if (conversion && group_proven(tensors[group[0]], *conversion, low, high, seed)) {
+    for (const size_t i : group) fused_kernel_proven(tensors[i], low, high, false, contiguous_temp);
+    if (conversion &&
+        group_proven(tensors[group[0]], *conversion, low, high, seed, contiguous_temp)) {
       run_group(tensors, group, *conversion, low, high, seed);
     } else {  // the per-tensor path (its own proof, else the reference) takes these
       plan.singles.insert(plan.singles.end(), group.begin(), group.end());
     }
   }
   std::sort(plan.singles.begin(), plan.singles.end());  // call order
-  for (const size_t i : plan.singles) init_one(tensors[i], low, high, seed);
+  for (const size_t i : plan.singles) init_one(tensors[i], low, high, seed, contiguous_temp);
 }
 
 }  // namespace

@@ -55,28 +55,30 @@ uint64_t emulate_uniform(int64_t n, const cuda::UniformParams& params, uint64_t 
 }
 
 int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
-                          int64_t sm_count, int64_t max_threads_per_sm, bool saturate_e4m3fn) {
+                          int64_t sm_count, int64_t max_threads_per_sm, bool saturate_e4m3fn,
+                          bool contiguous_temp) {
   check_init_args(self, low, high);
   const auto dtype = self.scalar_type();
   TORCH_CHECK(self.device().is_cpu(),
               "fp8_dummy_internal.emulate_cuda_init_: expects a CPU tensor");
-  TORCH_CHECK(is_fp8(dtype) || dtype == c10::ScalarType::Half,
-              "fp8_dummy_internal.emulate_cuda_init_: emulates FP8 and float16 tensors, got ",
+  TORCH_CHECK(uses_half_temp(dtype) || dtype == c10::ScalarType::Half,
+              "fp8_dummy_internal.emulate_cuda_init_: emulates 1-byte (FP8, int8, uint8) and "
+              "float16 tensors, got ",
               dtype);
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads,
               "fp8_dummy_internal.emulate_cuda_init_: bad device properties");
   const int64_t n = self.numel();
   if (n == 0) return offset;  // nothing drawn, generator unchanged
   const auto params = cuda::make_uniform_params(low, high);
-  const auto overflow =
-      saturate_e4m3fn ? cuda::E4m3fnOverflow::kSaturate : cuda::E4m3fnOverflow::kNan;
   // Values in the temp's memory order, then scattered like the CPU kernel does (the
   // emulator is a test tool: its scratch does not matter).
-  const int64_t item = is_fp8(dtype) ? 1 : 2;
+  const bool one_byte = uses_half_temp(dtype);
+  const int64_t item = one_byte ? 1 : 2;
   std::vector<uint8_t> values(static_cast<size_t>(n * item));
   uint64_t after;
-  if (is_fp8(dtype)) {
+  if (one_byte) {
     const auto format = fp8_format(dtype);
+    const auto overflow = emulated_overflow(format, saturate_e4m3fn);
     after = emulate_uniform(
         n, params, seed, offset, sm_count, max_threads_per_sm,
         [&](int64_t pos, uint16_t h) { values[pos] = cuda::half_to_fp8(h, format, overflow); });
@@ -84,7 +86,8 @@ int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t see
     after = emulate_uniform(n, params, seed, offset, sm_count, max_threads_per_sm,
                             [&](int64_t pos, uint16_t h) { std::memcpy(&values[pos * 2], &h, 2); });
   }
-  const MemoryOrder order = memory_order(self);
+  // float16 self: its own uniform_ (no temp), in memory order.
+  const MemoryOrder order = memory_order(self, contiguous_temp && one_byte);
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   if (const auto layout = to_layout(order)) {
     // The kernel's own offset arithmetic, so CPU tests cover it.
@@ -119,8 +122,7 @@ std::vector<int64_t> cuda_launch_plan(int64_t n, int64_t sm_count, int64_t max_t
 
 at::Tensor fp8_convert_table(c10::ScalarType dtype, bool saturate_e4m3fn) {
   const auto format = fp8_format(dtype);
-  const auto overflow =
-      saturate_e4m3fn ? cuda::E4m3fnOverflow::kSaturate : cuda::E4m3fnOverflow::kNan;
+  const auto overflow = emulated_overflow(format, saturate_e4m3fn);
   auto table = at::empty({65536}, at::TensorOptions().dtype(at::kByte));
   auto* out = table.mutable_data_ptr<uint8_t>();
   for (uint32_t h = 0; h < 65536; ++h) {

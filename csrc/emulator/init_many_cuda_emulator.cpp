@@ -64,25 +64,25 @@ void emulate_launch(const BatchTable& table, const BatchCall& call, int64_t bloc
 
 int64_t emulate_cuda_init_many(at::TensorList tensors, double low, double high, int64_t seed,
                                int64_t sm_count, int64_t max_threads_per_sm, bool saturate_e4m3fn,
-                               int64_t grid) {
+                               int64_t grid, bool contiguous_temp) {
   check_init_many_args(tensors, low, high);
   for (const auto& t : tensors) {
     TORCH_CHECK(t.device().is_cpu(),
                 "fp8_dummy_internal.emulate_cuda_init_many_: expects CPU tensors");
     TORCH_CHECK(
-        is_fp8(t.scalar_type()) || t.scalar_type() == c10::ScalarType::Half,
-        "fp8_dummy_internal.emulate_cuda_init_many_: emulates FP8 and float16 tensors, got ",
+        uses_half_temp(t.scalar_type()) || t.scalar_type() == c10::ScalarType::Half,
+        "fp8_dummy_internal.emulate_cuda_init_many_: emulates 1-byte and float16 tensors, got ",
         t.scalar_type());
   }
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads && grid >= 0,
               "fp8_dummy_internal.emulate_cuda_init_many_: bad device properties or grid");
-  const BatchPlan plan = plan_batches(tensors, c10::DeviceType::CPU);
+  const BatchPlan plan = plan_batches(tensors, c10::DeviceType::CPU, contiguous_temp);
   BatchCall call{};
   call.seed = static_cast<uint64_t>(seed);
   call.uniform = cuda::make_uniform_params(low, high);
-  call.overflow = saturate_e4m3fn ? cuda::E4m3fnOverflow::kSaturate : cuda::E4m3fnOverflow::kNan;
   call.use_hw = false;  // no hardware conversion on the host
   for (const auto& group : plan.groups) {
+    call.overflow = emulated_overflow(fp8_format(tensors[group[0]].scalar_type()), saturate_e4m3fn);
     std::vector<cuda_kernels::BatchTensor> inputs;
     for (const size_t i : group) {
       inputs.push_back({static_cast<uint8_t*>(tensors[i].data_ptr()), tensors[i].numel()});
@@ -94,13 +94,14 @@ int64_t emulate_cuda_init_many(at::TensorList tensors, double low, double high, 
       emulate_launch<decltype(format)::value>(table, call, blocks);
     });
   }
-  static const auto single =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_", "")
-          .typed<int64_t(at::Tensor&, double, double, int64_t, int64_t, int64_t, int64_t, bool)>();
+  static const auto single = c10::Dispatcher::singleton()
+                                 .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_", "")
+                                 .typed<int64_t(at::Tensor&, double, double, int64_t, int64_t,
+                                                int64_t, int64_t, bool, bool)>();
   for (const size_t i : plan.singles) {
     at::Tensor t = tensors[i];
-    single.call(t, low, high, seed, 0, sm_count, max_threads_per_sm, saturate_e4m3fn);
+    single.call(t, low, high, seed, 0, sm_count, max_threads_per_sm, saturate_e4m3fn,
+                contiguous_temp);
   }
   return static_cast<int64_t>(plan.groups.size());
 }

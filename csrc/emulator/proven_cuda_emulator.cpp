@@ -29,34 +29,39 @@ using cuda_kernels::kGroup;
 
 // The reference emulation (emulate_cuda_init_, another file) through the dispatcher.
 int64_t reference_emulation(at::Tensor& t, double low, double high, int64_t seed, int64_t offset,
-                            int64_t sm_count, int64_t max_threads_per_sm, bool saturate) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_", "")
-          .typed<int64_t(at::Tensor&, double, double, int64_t, int64_t, int64_t, int64_t, bool)>();
-  return op.call(t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate);
+                            int64_t sm_count, int64_t max_threads_per_sm, bool saturate,
+                            bool contiguous_temp) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_", "")
+                             .typed<int64_t(at::Tensor&, double, double, int64_t, int64_t, int64_t,
+                                            int64_t, bool, bool)>();
+  return op.call(t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate,
+                 contiguous_temp);
 }
 
 int64_t many_emulation(std::vector<at::Tensor>& ts, double low, double high, int64_t seed,
-                       int64_t sm_count, int64_t max_threads_per_sm, bool saturate) {
+                       int64_t sm_count, int64_t max_threads_per_sm, bool saturate,
+                       bool contiguous_temp) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_many_", "")
                              .typed<int64_t(at::TensorList, double, double, int64_t, int64_t,
-                                            int64_t, bool, int64_t)>();
-  return op.call(ts, low, high, seed, sm_count, max_threads_per_sm, saturate, 0);
+                                            int64_t, bool, int64_t, bool)>();
+  return op.call(ts, low, high, seed, sm_count, max_threads_per_sm, saturate, 0, contiguous_temp);
 }
 
 // Our per-tensor kernel (cuda/init_kernel.cuh) on the CPU: each reference launch's work items
 // visited by the simulated threads of a grid of `grid` blocks (0: the wave a GPU of
 // `sm_count` SMs holds at 8 blocks per SM), thread after thread, each through WorkWalk.
 int64_t emulate_kernel(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
-                       int64_t sm_count, int64_t max_threads_per_sm, bool saturate, int64_t grid) {
+                       int64_t sm_count, int64_t max_threads_per_sm, bool saturate, int64_t grid,
+                       bool contiguous_temp) {
   check_init_args(self, low, high);
-  TORCH_CHECK(self.device().is_cpu() && is_fp8(self.scalar_type()),
-              "fp8_dummy_internal.emulate_cuda_kernel_init_: expects an FP8 CPU tensor");
+  TORCH_CHECK(self.device().is_cpu() && uses_half_temp(self.scalar_type()),
+              "fp8_dummy_internal.emulate_cuda_kernel_init_: expects a 1-byte (FP8, int8, uint8) "
+              "CPU tensor");
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads && grid >= 0,
               "fp8_dummy_internal.emulate_cuda_kernel_init_: bad device properties or grid");
-  const auto layout = to_layout(memory_order(self));
+  const auto layout = to_layout(memory_order(self, contiguous_temp));
   TORCH_CHECK(layout.has_value(),
               "fp8_dummy_internal.emulate_cuda_kernel_init_: a layout the kernel leaves to the "
               "reference path");
@@ -64,7 +69,7 @@ int64_t emulate_kernel(at::Tensor& self, double low, double high, int64_t seed, 
   ItemArgs item{};
   item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
   item.uniform = cuda::make_uniform_params(low, high);
-  item.overflow = saturate ? cuda::E4m3fnOverflow::kSaturate : cuda::E4m3fnOverflow::kNan;
+  item.overflow = emulated_overflow(fp8_format(self.scalar_type()), saturate);
   item.use_hw = false;  // no hardware conversion on the host
   item.layout = *layout;
   const bool linear = layout->linear();
@@ -105,39 +110,36 @@ std::string emulated_device(int64_t sm_count, int64_t max_threads_per_sm) {
          " threads)";
 }
 
-cuda_proof::Layout layout_kind(const at::Tensor& t) {
-  if (!memory_order(t).linear()) return cuda_proof::Layout::kGaps;
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0 ? cuda_proof::Layout::kDense
-                                                            : cuda_proof::Layout::kUnaligned;
-}
-
 // init_ as the CUDA launcher runs it, emulated: the kernel where its key is proven (the
 // same key parts and probe as cuda/init_cuda.cu, the device emulated), else the reference.
 int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
                             int64_t sm_count, int64_t max_threads_per_sm, bool saturate,
-                            bool generator_form) {
+                            bool generator_form, bool contiguous_temp) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return offset;
-  const auto layout = layout_kind(self);
+  const auto layout =
+      cuda_proof::layout_kind(self, memory_order(self, contiguous_temp).linear(), contiguous_temp);
   const bool split = self.numel() > cuda::kMax32BitHalfElements;
+  const auto mode = emulated_overflow(fp8_format(self.scalar_type()), saturate);
   const std::string key =
       cuda_proof::key("cuda.init_", emulated_device(sm_count, max_threads_per_sm),
                       {c10::toString(self.scalar_type()), "conversion=table",
-                       std::string("overflow=") + (saturate ? "saturate" : "nan"),
+                       std::string("overflow=") + overflow_name(mode),
                        std::string("layout=") + cuda_proof::layout_name(layout),
                        std::string("split=") + (split ? "yes" : "no"),
-                       std::string("generator=") + (generator_form ? "given" : "seed")});
+                       std::string("generator=") + (generator_form ? "given" : "seed"),
+                       contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
   auto ours = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
     const auto after =
         emulate_kernel(t, low, high, static_cast<int64_t>(s), static_cast<int64_t>(o), sm_count,
-                       max_threads_per_sm, saturate, 0);
+                       max_threads_per_sm, saturate, 0, contiguous_temp);
     if (proof::fault("cuda.init_")) proof::corrupt(t);
     return static_cast<uint64_t>(after);
   };
   auto ref = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
-    return static_cast<uint64_t>(reference_emulation(t, low, high, static_cast<int64_t>(s),
-                                                     static_cast<int64_t>(o), sm_count,
-                                                     max_threads_per_sm, saturate));
+    return static_cast<uint64_t>(
+        reference_emulation(t, low, high, static_cast<int64_t>(s), static_cast<int64_t>(o),
+                            sm_count, max_threads_per_sm, saturate, contiguous_temp));
   };
   const int64_t n = split ? cuda::kMax32BitHalfElements + 4097
                           : cuda_proof::probe_numel(sm_count, max_threads_per_sm);
@@ -150,7 +152,8 @@ int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t s
 // init_many_ as the CUDA launcher runs it, emulated: per dtype of the list, the batched
 // kernel where that key is proven, else each tensor's reference.
 int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int64_t seed,
-                            int64_t sm_count, int64_t max_threads_per_sm, bool saturate) {
+                            int64_t sm_count, int64_t max_threads_per_sm, bool saturate,
+                            bool contiguous_temp) {
   std::set<c10::ScalarType> dtypes;
   for (const auto& t : tensors) dtypes.insert(t.scalar_type());
   int64_t batched = 0;
@@ -159,20 +162,22 @@ int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int
     for (const auto& t : tensors) {
       if (t.scalar_type() == dtype) group.push_back(t);
     }
-    const std::string key =
-        cuda_proof::key("cuda.init_many_", emulated_device(sm_count, max_threads_per_sm),
-                        {c10::toString(dtype), "conversion=table",
-                         std::string("overflow=") + (saturate ? "saturate" : "nan")});
+    const auto mode = uses_half_temp(dtype) ? emulated_overflow(fp8_format(dtype), saturate)
+                                            : cuda::E4m3fnOverflow::kSaturate;
+    const std::string key = cuda_proof::key(
+        "cuda.init_many_", emulated_device(sm_count, max_threads_per_sm),
+        {c10::toString(dtype), "conversion=table", std::string("overflow=") + overflow_name(mode),
+         contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
     auto ours = [&](std::vector<at::Tensor>& ts) {
-      const auto launches =
-          many_emulation(ts, low, high, seed, sm_count, max_threads_per_sm, saturate);
+      const auto launches = many_emulation(ts, low, high, seed, sm_count, max_threads_per_sm,
+                                           saturate, contiguous_temp);
       if (proof::fault("cuda.init_many_")) proof::corrupt(ts.front());
       return launches;
     };
     auto ref = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
-      return static_cast<uint64_t>(reference_emulation(t, low, high, static_cast<int64_t>(s),
-                                                       static_cast<int64_t>(o), sm_count,
-                                                       max_threads_per_sm, saturate));
+      return static_cast<uint64_t>(
+          reference_emulation(t, low, high, static_cast<int64_t>(s), static_cast<int64_t>(o),
+                              sm_count, max_threads_per_sm, saturate, contiguous_temp));
     };
     const auto sizes = cuda_proof::many_probe_numels(sm_count, max_threads_per_sm);
     const at::TensorOptions options = group.front().options();

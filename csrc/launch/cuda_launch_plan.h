@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cmath>
 #include <optional>
 #include <type_traits>
@@ -32,9 +33,35 @@ void with_fp8_format(cuda::Fp8Format format, Fn&& fn) {
       return fn(std::integral_constant<F, F::kE4m3fnuz>{});
     case F::kE5m2fnuz:
       return fn(std::integral_constant<F, F::kE5m2fnuz>{});
+    case F::kInt8:
+      return fn(std::integral_constant<F, F::kInt8>{});
+    case F::kUint8:
+      return fn(std::integral_constant<F, F::kUint8>{});
     default:
       return fn(std::integral_constant<F, F::kE8m0fnu>{});
   }
+}
+
+// The overflow modes a format can have, in the order the one-time probe tries them.
+inline std::array<cuda::E4m3fnOverflow, 2> overflow_modes(cuda::Fp8Format format) {
+  if (cuda::is_integer_format(format)) {
+    return {cuda::E4m3fnOverflow::kWrap, cuda::E4m3fnOverflow::kSaturate};
+  }
+  return {cuda::E4m3fnOverflow::kSaturate, cuda::E4m3fnOverflow::kNan};
+}
+
+// The emulator's `saturate_e4m3fn` flag as a mode: saturation, else the format's other mode
+// (float8_e4m3fn NaN, int8/uint8 wrap modulo 256).
+inline cuda::E4m3fnOverflow emulated_overflow(cuda::Fp8Format format, bool saturate) {
+  if (saturate) return cuda::E4m3fnOverflow::kSaturate;
+  return cuda::is_integer_format(format) ? cuda::E4m3fnOverflow::kWrap : cuda::E4m3fnOverflow::kNan;
+}
+
+// The overflow mode as the proof keys name it.
+inline const char* overflow_name(cuda::E4m3fnOverflow mode) {
+  return mode == cuda::E4m3fnOverflow::kSaturate ? "saturate"
+         : mode == cuda::E4m3fnOverflow::kNan    ? "nan"
+                                                 : "wrap";
 }
 
 // The kernel's view of a MemoryOrder; nullopt when it has too many dimensions (the
@@ -63,7 +90,7 @@ inline std::optional<cuda::StridedLayout> to_layout(const MemoryOrder& order) {
 inline std::optional<cuda::E4m3fnOverflow> pick_fp8_mode(c10::ScalarType dtype,
                                                          const uint8_t* table) {
   const cuda::Fp8Format format = fp8_format(dtype);
-  for (const auto mode : {cuda::E4m3fnOverflow::kSaturate, cuda::E4m3fnOverflow::kNan}) {
+  for (const auto mode : overflow_modes(format)) {
     bool same = true;
     for (uint32_t h = 0; h < 65536 && same; ++h) {
       if (((h >> 10) & 0x1f) == 0x1f) continue;  // inf and NaN: never produced

@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include <cstdint>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -35,11 +36,29 @@ inline int64_t probe_numel(int64_t sm_count, int64_t max_threads_per_sm) {
   return 2 * 4 * t + 2 * t + 3;
 }
 
-// Layout kinds the kernels branch on.
-enum class Layout { kDense, kUnaligned, kGaps };
+// Layout kinds the kernels branch on: the temp's order one run of memory (at an aligned or odd
+// address), or a strided walk: empty_like's temp of a view with gaps, or a contiguous temp
+// (torch.empty(shape)) of a tensor that is not row-major contiguous (kRowMajor: its probe is a
+// transposed view with gaps, whose row-major walk jumps in both dimensions).
+enum class Layout { kDense, kUnaligned, kGaps, kRowMajor };
 
 inline const char* layout_name(Layout l) {
-  return l == Layout::kDense ? "dense" : l == Layout::kUnaligned ? "dense-unaligned" : "gaps";
+  switch (l) {
+    case Layout::kDense:
+      return "dense";
+    case Layout::kUnaligned:
+      return "dense-unaligned";
+    case Layout::kGaps:
+      return "gaps";
+    default:
+      return "row-major-strided";
+  }
+}
+
+// The layout kind of a call, given the linearity of its temp's order.
+inline Layout layout_kind(const at::Tensor& t, bool linear, bool contiguous_temp) {
+  if (!linear) return contiguous_temp ? Layout::kRowMajor : Layout::kGaps;
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0 ? Layout::kDense : Layout::kUnaligned;
 }
 
 // A probe tensor of at least n elements in that layout, every byte 0x55.
@@ -49,8 +68,10 @@ inline at::Tensor make_probe(const at::TensorOptions& options, int64_t n, Layout
     p = at::empty({n}, options);
   } else if (layout == Layout::kUnaligned) {  // one element in: an odd address for 1-byte types
     p = at::empty({n + 1}, options).narrow(0, 1, n);
-  } else {  // every other column of a row-major block of 10 columns
+  } else if (layout == Layout::kGaps) {  // every other column of a row-major block of 10 columns
     p = at::empty({(n + 4) / 5, 10}, options).slice(1, 0, 10, 2);
+  } else {  // every other row of a block of 10 rows, transposed
+    p = at::empty({10, (n + 4) / 5}, options).slice(0, 0, 10, 2).t();
   }
   at::empty({0}, options.dtype(at::kByte)).set_(p.storage()).fill_(0x55);
   return p;

@@ -5,6 +5,7 @@
 //   fp8_dummy::init_(weight, -1e-3, 1e-3, /*seed=*/1234);
 //   fp8_dummy::init_(weight, -1e-3, 1e-3, generator);  // std::optional<at::Generator>
 //   fp8_dummy::init_many_({w1, w2, w3}, -1e-3, 1e-3, 1234);
+//   fp8_dummy::init_(weight, -3.0, 3.0, 0, /*contiguous_temp=*/true);  // TensorRT-LLM's temp
 //   fp8_dummy::init_stateless_(weight, -1e-3, 1e-3, 1234);
 //   fp8_dummy::random_(int8_weight, -128, 128, /*seed=*/1234);  // int8 / uint8 tensors
 //
@@ -37,9 +38,9 @@ namespace fp8_dummy {
 // The operators' C++ signatures, as their kernels are registered. A mutable tensor
 // argument (`Tensor(a!)` in the schema) is `at::Tensor&`; the dispatcher checks that
 // a typed handle has exactly the kernels' signature.
-using InitSeedFn = void(at::Tensor&, double, double, int64_t);
-using InitGeneratorFn = void(at::Tensor&, double, double, std::optional<at::Generator>);
-using InitManyFn = void(at::TensorList, double, double, int64_t);
+using InitSeedFn = void(at::Tensor&, double, double, int64_t, bool);
+using InitGeneratorFn = void(at::Tensor&, double, double, std::optional<at::Generator>, bool);
+using InitManyFn = void(at::TensorList, double, double, int64_t, bool);
 using InitStatelessFn = void(at::Tensor&, double, double, int64_t, int64_t, int64_t,
                              at::OptionalIntArrayRef);
 using RandomSeedFn = void(at::Tensor&, int64_t, int64_t, int64_t);
@@ -67,33 +68,34 @@ c10::TypedOperatorHandle<Fn> find_op(const char* name, const char* overload) {
 // static_cast<int64_t>(u), which is what torch.Generator.manual_seed(u) reads.
 //
 // Fills `self` in place with uniform random numbers in [low, high): the bytes of
-// torch's reference path (for FP8 dtypes: a float16 temp filled by uniform_, then
-// copy_; float16 and wider: self.uniform_) with a fresh generator of self's device
-// seeded with `seed`. Same checks and messages as the Python op (c10::Error).
-// Returns `self`.
+// torch's reference path (for 1-byte dtypes, FP8, int8 and uint8: a float16 temp filled by
+// uniform_, then copy_; float16 and wider: self.uniform_) with a fresh generator of self's
+// device seeded with `seed`. contiguous_temp: the temp is torch.empty(self.sizes()) (random
+// numbers in row-major order whatever self's strides, as TensorRT-LLM's dummy loader) instead
+// of empty_like(self). Same checks and messages as the Python op (c10::Error). Returns `self`.
 inline at::Tensor& init_(at::Tensor& self, double low = -1e-3, double high = 1e-3,
-                         int64_t seed = 1234) {
+                         int64_t seed = 1234, bool contiguous_temp = false) {
   static const auto op = detail::find_op<InitSeedFn>("fp8_dummy::init_", "");
-  op.call(self, low, high, seed);
+  op.call(self, low, high, seed, contiguous_temp);
   return self;
 }
 
 // The same with the caller's generator (std::nullopt: the device's default
 // generator), advanced exactly as the reference path advances it.
 inline at::Tensor& init_(at::Tensor& self, double low, double high,
-                         std::optional<at::Generator> generator) {
+                         std::optional<at::Generator> generator, bool contiguous_temp = false) {
   static const auto op = detail::find_op<InitGeneratorFn>("fp8_dummy::init_", "generator");
-  op.call(self, low, high, std::move(generator));
+  op.call(self, low, high, std::move(generator), contiguous_temp);
   return self;
 }
 
-// Every tensor of `tensors` gets the bytes init_(t, low, high, seed) gives it (each its own
-// fresh generator); on CUDA the dense FP8 tensors of a (device, dtype) are filled by one
-// kernel launch. Every tensor's arguments are checked before the first is written.
+// Every tensor of `tensors` gets the bytes init_(t, low, high, seed, contiguous_temp) gives
+// it (each its own fresh generator); on CUDA the dense 1-byte tensors of a (device, dtype) are
+// filled by one kernel launch. Every tensor's arguments are checked before the first is written.
 inline void init_many_(at::TensorList tensors, double low = -1e-3, double high = 1e-3,
-                       int64_t seed = 1234) {
+                       int64_t seed = 1234, bool contiguous_temp = false) {
   static const auto op = detail::find_op<InitManyFn>("fp8_dummy::init_many_", "");
-  op.call(tensors, low, high, seed);
+  op.call(tensors, low, high, seed, contiguous_temp);
 }
 
 // The device-independent mode: the element of `self` at multi-index idx takes the value

@@ -226,6 +226,8 @@ def check_refusals(world: int, rank: int) -> None:
     # before anything is written.
     dt = make(mesh, (7, 5), torch.float8_e4m3fn, (Shard(0),))
     plain = torch.empty(7, 5, dtype=torch.float8_e4m3fn)
+    # TensorRT-LLM's contiguous temp has no sharded meaning: refused by name.
+    _raises(lambda: fp8_dummy.init_(dt, contiguous_temp=True), "contiguous_temp=True", "temp")
     many = lambda t, **kw: fp8_dummy.init_many_([torch.empty(2), t], **kw)  # noqa: E731
     for fn, kw in (
         (fp8_dummy.init_stateless_, dict(low=1.0, high=-1.0)),

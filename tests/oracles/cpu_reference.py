@@ -105,8 +105,23 @@ def _encode(r: np.ndarray, neg: np.ndarray, exp_bits: int, man: int, bias: int) 
     return (code | np.where(neg, 1 << (exp_bits + man), 0)).astype(np.uint8)
 
 
+def half_to_int8(h: np.ndarray, dtype: str, saturate: bool = False) -> np.ndarray:
+    """int8/uint8 bytes from float16 values: C's float -> integer conversion, truncation
+    toward zero (the values TensorRT-LLM's ``.to(dtype)`` keeps), then outside the type's
+    range either modulo 256 (torch's CPU copy_: through a wider integer) or clamped
+    (``saturate``: a direct 8-bit conversion instruction). Finite inputs only."""
+    whole = np.trunc(np.asarray(h, dtype=np.float16).astype(F64)).astype(np.int64)
+    if saturate:
+        lo, hi = (-128, 127) if dtype == "int8" else (0, 255)
+        whole = np.clip(whole, lo, hi)
+    return (whole % 256).astype(np.uint8)
+
+
 def half_to_fp8(h: np.ndarray, dtype: str, saturate_e4m3fn: bool = True) -> np.ndarray:
-    """FP8 bytes torch's copy_ makes from float16 values (docs/contract.md R5)."""
+    """FP8 bytes torch's copy_ makes from float16 values (docs/contract.md R5); "int8" and
+    "uint8" as torch's CPU copy_ makes them (:func:`half_to_int8`, modulo 256)."""
+    if dtype in ("int8", "uint8"):
+        return half_to_int8(h, dtype)
     h = np.asarray(h, dtype=np.float16)
     v = h.astype(F64)
     nan, inf = np.isnan(v), np.isinf(v)

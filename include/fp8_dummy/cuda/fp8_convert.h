@@ -1,8 +1,10 @@
-// float16 -> FP8 for the five FP8 dtypes, bit level, as torch's copy_ converts
+// float16 -> one byte for the five FP8 dtypes, bit level, as torch's copy_ converts
 // (c10's Float8_* constructors, or the sm_89+ hardware instructions where they give
 // the same bytes). In range every path rounds to nearest even from the exact half
-// value; out-of-range values are what differs, see docs/contract.md R5. Torch-free,
-// host and device.
+// value; out-of-range values are what differs, see docs/contract.md R5. Also int8 and
+// uint8 (TensorRT-LLM's dummy weights go through a float16 temp for them too): C++'s
+// float -> integer conversion, truncation toward zero, with what happens outside the
+// type's range depending on the device (docs/engines.md). Torch-free, host and device.
 #pragma once
 
 #include <cstdint>
@@ -16,14 +18,31 @@
 namespace fp8_dummy {
 namespace cuda {
 
-enum class Fp8Format : int { kE4m3fn = 0, kE5m2 = 1, kE4m3fnuz = 2, kE5m2fnuz = 3, kE8m0fnu = 4 };
-constexpr int kNumFp8Formats = 5;
+// The 1-byte outputs of a float16 temp: the five FP8 dtypes, then int8 and uint8 (not
+// floating point, but converted from the same temp; `kNumFp8Formats` sizes per-format tables).
+enum class Fp8Format : int {
+  kE4m3fn = 0,
+  kE5m2 = 1,
+  kE4m3fnuz = 2,
+  kE5m2fnuz = 3,
+  kE8m0fnu = 4,
+  kInt8 = 5,
+  kUint8 = 6
+};
+constexpr int kNumFp8Formats = 7;
 
-// float8_e4m3fn has no infinity; what a value above 448 becomes depends on the torch
-// version and device: saturation to +-448 (c10 since 2.12/2.13, the sm_89+ hardware
-// `satfinite` conversion) or NaN above 464 (c10 up to 2.11). Other formats have a
-// single behaviour.
-enum class E4m3fnOverflow : int { kSaturate = 0, kNan = 1 };
+FP8_DUMMY_HD constexpr bool is_integer_format(Fp8Format f) {
+  return f == Fp8Format::kInt8 || f == Fp8Format::kUint8;
+}
+
+// What a value outside the format's range becomes, where that depends on the torch version
+// or the device. float8_e4m3fn has no infinity: saturation to +-448 (c10 since 2.12/2.13, the
+// sm_89+ hardware `satfinite` conversion) or NaN above 464 (c10 up to 2.11). int8/uint8:
+// kWrap, the truncated value modulo 256 (a conversion through a wider integer: torch's CPU
+// copy_, and c10's uint8 rule), or kSaturate, clamped to the type's range (a direct
+// float -> 8-bit conversion instruction); the one-time probe of torch's own conversion
+// picks per device. The other FP8 formats have a single behaviour (reported as kSaturate).
+enum class E4m3fnOverflow : int { kSaturate = 0, kNan = 1, kWrap = 2 };
 
 // |h| rounded to nearest even onto a binary format with `mant_bits` mantissa bits and
 // smallest normal exponent `min_exp`, returned as the encoding exponent_field <<
@@ -108,8 +127,30 @@ FP8_DUMMY_HD uint8_t half_to_e8m0fnu(uint16_t h) {
   return static_cast<uint8_t>(exponent + 127 + (round_up ? 1 : 0));
 }
 
+// int8 (is_signed) or uint8: the finite half h truncated toward zero, then wrapped modulo
+// 256 or clamped (`overflow`). |h| <= 65504, so the integer part fits in 32 bits.
+FP8_DUMMY_HD uint8_t half_to_int8(uint16_t h, bool is_signed, E4m3fnOverflow overflow) {
+  const int exp_field = (h >> 10) & 0x1f;
+  if (exp_field == 0x1f) return 0;  // inf, NaN: never drawn by uniform_ (not modelled)
+  const uint32_t sig = exp_field ? (h & 0x3ffu) | 0x400u : (h & 0x3ffu);
+  const int scale = (exp_field ? exp_field : 1) - 25;  // |h| = sig * 2^scale
+  const int32_t whole = scale >= 0    ? static_cast<int32_t>(sig << scale)
+                        : scale > -11 ? static_cast<int32_t>(sig >> -scale)
+                                      : 0;
+  const int32_t v = (h & 0x8000u) ? -whole : whole;
+  if (overflow == E4m3fnOverflow::kSaturate) {
+    const int32_t lo = is_signed ? -128 : 0, hi = is_signed ? 127 : 255;
+    return static_cast<uint8_t>(v < lo ? lo : v > hi ? hi : v);
+  }
+  return static_cast<uint8_t>(static_cast<uint32_t>(v) & 0xffu);
+}
+
 FP8_DUMMY_HD uint8_t half_to_fp8(uint16_t h, Fp8Format format, E4m3fnOverflow overflow) {
   switch (format) {
+    case Fp8Format::kInt8:
+      return half_to_int8(h, true, overflow);
+    case Fp8Format::kUint8:
+      return half_to_int8(h, false, overflow);
     case Fp8Format::kE4m3fn:
       return half_to_e4m3fn(h, overflow);
     case Fp8Format::kE5m2:

@@ -1,0 +1,80 @@
+"""The proof of a whole-model engine function (SGLang's and TensorRT-LLM's
+``initialize_dummy_weights``): once per kind of tensor, the engine's own function runs on a
+probe model holding one small poisoned tensor under the real tensor's dotted name, called
+exactly as the engine's loader called it, and our plan of that call on a twin model; the
+bytes are compared (fp8_dummy/_proof.py keeps the verdicts). Where the engine raises, our
+plan must refuse that tensor with the same exception type."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ._engine_common import Action, probe_tensor
+from ._proof import first_difference, proven
+
+__all__ = ["call_text", "probe_model", "proven_tensor_kind"]
+
+Entry = tuple[str, torch.Tensor, Action]
+
+
+def call_text(args: tuple, kwargs: dict) -> str:
+    """The call as the keys show it: ``(model, a, b, k=v)``."""
+    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return "(" + ", ".join(["model", *shown]) + ")"
+
+
+def probe_model(name: str, like: torch.Tensor, strided: bool = False) -> torch.nn.Module:
+    """A module tree whose only state_dict entry is ``name`` (dotted), a probe tensor."""
+    root = torch.nn.Module()
+    *path, leaf = name.split(".")
+    m = root
+    for part in path:
+        child = torch.nn.Module()
+        m.add_module(part, child)
+        m = child
+    m.register_buffer(leaf, probe_tensor(like, strided))
+    return root
+
+
+def proven_tensor_kind(
+    engine: str,
+    original: Callable[..., Any],
+    name: str,
+    t: torch.Tensor,
+    call: tuple[tuple, dict],
+    plan: Callable[[torch.nn.Module], list[Entry]],
+    fill: Callable[[list[Entry]], None],
+    *,
+    layout: bool = False,
+) -> bool:
+    """Whether our plan of ``original(model, *args, **kwargs)`` may stand in for it on
+    tensors like ``t``: once per (engine and version, device, dtype, local name, number of
+    dimensions, [row-major contiguous or not,] the arguments). ``plan(model)`` gives our
+    entries for a model, ``fill(entries)`` carries them out. ``layout``: the engine's bytes
+    depend on whether the tensor is row-major contiguous (TensorRT-LLM), so the key and the
+    probe's layout follow it."""
+    args, kwargs = call
+    strided = layout and t.dim() > 0 and not t.is_contiguous()
+    local = name.rsplit(".", 1)[-1]
+    key = f"{engine} {t.device} {t.dtype} name={local!r} dims={min(t.dim(), 2)}"
+    if layout:
+        key += f" layout={'strided' if strided else 'contiguous'}"
+    key += f" call={call_text(args, kwargs)}"
+
+    def probe() -> str | None:
+        theirs, ours = probe_model(name, t, strided), probe_model(name, t, strided)
+        entries = plan(ours)
+        try:
+            original(theirs, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 (the same refusal as ours is a match)
+            action = entries[0][2]
+            refusal = action.value if action.kind == "error" else None
+            if refusal is not None and isinstance(e, refusal[0]):
+                return None
+            return f"the engine raised {type(e).__name__}: {e}; our plan is {action.kind!r}"
+        fill(entries)
+        return first_difference(ours.get_buffer(name), theirs.get_buffer(name))
+
+    return proven(key, probe)
