@@ -37,6 +37,12 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.impl("check_random_args", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(check_random_args_op));
 
+  // The checks of init_stateless_ alone (common/stateless.cpp), likewise; also with
+  // symbolic shapes.
+  m.def(
+      "check_stateless_args(Tensor self, float low, float high, int element_offset, "
+      "int[]? element_strides) -> ()");
+
   // ---- The proof mechanism (common/proof.cpp): every key probed or recorded in this
   // process, as [key, "proven" or "refused", detail, ...] (fp8_dummy.self_check_report());
   // a key's verdict (-1 unknown, 0 refused, 1 proven); a verdict reached in Python (the

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
 from ._proof import emit_pending
 
-__all__ = ["cpu_fast_path_info", "init_", "init_many_", "random_"]
+__all__ = ["cpu_fast_path_info", "init_", "init_many_", "init_stateless_", "random_"]
 
 _TWO_63, _TWO_64 = 1 << 63, 1 << 64
 
@@ -106,12 +106,62 @@ def init_many_(
     low, high = as_float(low, "low", "init_many_"), as_float(high, "high", "init_many_")
     seed = as_int64(seed, "seed", "init_many_")
     contiguous_temp = _as_bool(contiguous_temp, "contiguous_temp", "init_many_")
-    if tensors:  # the dispatcher needs a tensor to pick a device
+    fill = [t for t in tensors if t.device.type != "meta"]
+    if len(fill) < len(tensors):  # meta tensors hold no data: checked here, not filled
+        for i, t in enumerate(tensors):
+            torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
+    if fill:  # the dispatcher needs a tensor to pick a device
         torch.ops.fp8_dummy.init_many_.default(
-            tensors, low, high, seed, contiguous_temp=contiguous_temp
+            fill, low, high, seed, contiguous_temp=contiguous_temp
         )
         emit_pending()
     return tensors
+
+
+def init_stateless_(
+    t: torch.Tensor,
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    key_offset: int = 0,
+    element_offset: int = 0,
+    element_strides: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """Fill ``t`` in place with the stateless values; return ``t``.
+
+    The element of ``t`` at multi-index ``idx`` takes the value of global element
+    ``element_offset + sum(idx[d] * element_strides[d])``; by default ``element_strides``
+    are the row-major strides of ``t``'s shape (the element's logical index). ``seed`` and
+    ``key_offset`` are the key's (seed, offset) pair, read as unsigned 64-bit numbers: any
+    value in [-2^63, 2^64), as ``torch.func._random.key`` takes them.
+    """
+    op = "init_stateless_"
+    strides = None
+    if element_strides is not None:
+        strides = [as_index(s, "element_strides", op) for s in element_strides]
+    torch.ops.fp8_dummy.init_stateless_.default(
+        t,
+        as_float(low, "low", op),
+        as_float(high, "high", op),
+        as_int64(seed, "seed", op),
+        key_offset=as_int64(key_offset, "key_offset", op),
+        element_offset=as_index(element_offset, "element_offset", op),
+        element_strides=strides,
+    )
+    emit_pending()
+    return t
+
+
+def as_index(value: object, name: str, op: str) -> int:
+    """An element index or stride: an int (a float such as 2.5 is a TypeError, never
+    truncated), non-negative, below 2^63 (global indices are int64)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"fp8_dummy.{op}: {name} must be ints, not {type(value).__name__}")
+    value = int(value)
+    if not 0 <= value < 1 << 63:
+        raise ValueError(f"fp8_dummy.{op}: {name} must be in [0, 2^63), got {value}")
+    return value
 
 
 def random_(
@@ -167,6 +217,10 @@ def _check_generator(generator: object, op: str) -> None:
         )
 
 
+def _is_fake(t: torch.Tensor) -> bool:
+    return torch._subclasses.fake_tensor.is_fake(t)
+
+
 def _check_layout(t: torch.Tensor, op: str = "init_") -> None:
     if t.layout != torch.strided:  # the dispatcher's own message would not say why
         raise RuntimeError(
@@ -209,19 +263,17 @@ def _init_many_fake(
     *,
     contiguous_temp: bool = False,
 ) -> None:
+    # Also the Meta kernel, which the dispatcher picks for a whole list as soon as one tensor
+    # is on the meta device: it would leave the others unwritten, so such a list is refused
+    # here (the wrapper, init_many_ above, takes the meta tensors out first).
     for i, t in enumerate(tensors):
         torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
-    # This is also the Meta kernel, and the dispatcher sends a whole list here as soon as one
-    # tensor is on the meta device. Real (not fake) tensors of other devices in such a list
-    # still get their bytes, by their own device's kernel; meta tensors hold no data.
-    real = [
-        t
-        for t in tensors
-        if t.device.type != "meta" and not torch._subclasses.fake_tensor.is_fake(t)
-    ]
-    if real:
-        torch.ops.fp8_dummy.init_many_.default(
-            real, low, high, seed, contiguous_temp=contiguous_temp
+    real = [i for i, t in enumerate(tensors) if t.device.type != "meta" and not _is_fake(t)]
+    if real and len(real) < len(tensors):
+        raise RuntimeError(
+            f"fp8_dummy.init_many_: tensors[{real[0]}] is on {tensors[real[0]].device} in a "
+            "list with meta tensors; torch.ops.fp8_dummy.init_many_ fills one kind: call "
+            "fp8_dummy.init_many_, which checks the meta tensors and fills the others"
         )
 
 
@@ -235,3 +287,17 @@ def _random_generator_fake(
     t: torch.Tensor, low: int, high: int, *, generator: torch.Generator | None
 ) -> None:
     torch.ops.fp8_dummy_internal.check_random_args(t, low, high)
+
+
+@torch.library.register_fake("fp8_dummy::init_stateless_")
+def _init_stateless_fake(
+    t: torch.Tensor,
+    low: float = -1e-3,
+    high: float = 1e-3,
+    seed: int = 1234,
+    *,
+    key_offset: int = 0,
+    element_offset: int = 0,
+    element_strides: Sequence[int] | None = None,
+) -> None:
+    torch.ops.fp8_dummy_internal.check_stateless_args(t, low, high, element_offset, element_strides)

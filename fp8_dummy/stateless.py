@@ -12,61 +12,13 @@ stateful ``uniform_``, whose CUDA bytes depend on the GPU's SM count.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 import torch
 
-from ._proof import emit_pending
-from .ops import as_float, as_int64
+from .ops import as_index, init_stateless_
 
 __all__ = ["init_shard_", "init_stateless_", "shard_slices", "split_bounds"]
-
-
-def init_stateless_(
-    t: torch.Tensor,
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
-    *,
-    key_offset: int = 0,
-    element_offset: int = 0,
-    element_strides: Sequence[int] | None = None,
-) -> torch.Tensor:
-    """Fill ``t`` in place with the stateless values; return ``t``.
-
-    The element of ``t`` at multi-index ``idx`` takes the value of global element
-    ``element_offset + sum(idx[d] * element_strides[d])``; by default ``element_strides``
-    are the row-major strides of ``t``'s shape (the element's logical index). ``seed`` and
-    ``key_offset`` are the key's (seed, offset) pair, read as unsigned 64-bit numbers: any
-    value in [-2^63, 2^64), as ``torch.func._random.key`` takes them.
-    """
-    op = "init_stateless_"
-    strides = None
-    if element_strides is not None:
-        strides = [_as_index(s, "element_strides", op) for s in element_strides]
-    torch.ops.fp8_dummy.init_stateless_.default(
-        t,
-        as_float(low, "low", op),
-        as_float(high, "high", op),
-        as_int64(seed, "seed", op),
-        key_offset=as_int64(key_offset, "key_offset", op),
-        element_offset=_as_index(element_offset, "element_offset", op),
-        element_strides=strides,
-    )
-    emit_pending()
-    return t
-
-
-def _as_index(value: object, name: str, op: str) -> int:
-    """An element index or stride: an int (a float such as 2.5 is a TypeError, never
-    truncated), non-negative, below 2^63 (global indices are int64)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"fp8_dummy.{op}: {name} must be ints, not {type(value).__name__}")
-    value = int(value)
-    if not 0 <= value < 1 << 63:
-        raise ValueError(f"fp8_dummy.{op}: {name} must be in [0, 2^63), got {value}")
-    return value
 
 
 def row_major_strides(shape: Sequence[int]) -> list[int]:
@@ -92,8 +44,8 @@ def init_shard_(
     """Fill ``t``, the block of a global tensor of shape ``global_shape`` that starts at
     index ``shard_offsets`` (one start per dimension), with the bytes the global tensor
     filled at once by :func:`init_stateless_` has there. Return ``t``."""
-    global_shape = [_as_index(s, "global_shape", "init_shard_") for s in global_shape]
-    shard_offsets = [_as_index(o, "shard_offsets", "init_shard_") for o in shard_offsets]
+    global_shape = [as_index(s, "global_shape", "init_shard_") for s in global_shape]
+    shard_offsets = [as_index(o, "shard_offsets", "init_shard_") for o in shard_offsets]
     if not (len(global_shape) == len(shard_offsets) == t.dim()):
         raise ValueError(
             f"init_shard_: global_shape {global_shape} and shard_offsets {shard_offsets} need "
@@ -131,7 +83,7 @@ def shard_slices(
     """Shape and offsets of rank ``rank``'s shard when ``global_shape`` is split along
     ``dim`` (0: rows, e.g. a column-parallel linear's output features; -1: columns, a
     row-parallel linear's input features). Pass them to :func:`init_shard_`."""
-    shape = [_as_index(s, "global_shape", "shard_slices") for s in global_shape]
+    shape = [as_index(s, "global_shape", "shard_slices") for s in global_shape]
     dim = dim % len(shape)
     start, stop = split_bounds(shape[dim], rank, world_size)
     offsets = [0] * len(shape)

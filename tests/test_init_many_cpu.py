@@ -95,6 +95,32 @@ def test_meta_tensors_checks_only():
         fp8_dummy.init_many_(meta, -1.0, 70000.0)
 
 
+def test_list_mixing_meta_and_cpu():
+    # The wrapper fills the real tensors and checks the meta ones; the op itself (whose Meta
+    # kernel is the fake, which writes nothing) refuses such a list before writing.
+    real = poison(torch.empty(300, dtype=torch.float8_e4m3fn))
+    ref = torch.empty(300, dtype=torch.float8_e4m3fn)
+    meta = torch.empty(5, dtype=torch.float8_e5m2, device="meta")
+    fp8_dummy.init_many_([meta, real], -1.0, 1.0, seed=3)
+    reference.new_path(ref, -1.0, 1.0, seed=3)
+    assert torch.equal(as_bytes(real), as_bytes(ref))
+    with pytest.raises(RuntimeError, match=r"init_many_: tensors\[1\]: to is out"):
+        fp8_dummy.init_many_([torch.empty(3), meta], -1.0, 70000.0)  # the meta one's check
+    poison(real)
+    with pytest.raises(RuntimeError, match=r"tensors\[1\] is on cpu in a list with meta"):
+        torch.ops.fp8_dummy.init_many_([meta, real])
+    assert (as_bytes(real) == 0x55).all()
+
+
+def test_every_fake_kernel_is_in_ops_py():
+    # One place for the fakes (fp8_dummy/ops.py, the module ops.cpp names), none in C++.
+    from torch._library.simple_registry import singleton
+
+    for op in ("init_", "init_many_", "init_stateless_", "random_"):
+        kernel = singleton.find(f"fp8_dummy::{op}").fake_impl.kernel
+        assert kernel is not None and kernel.source.split(":")[0].endswith("fp8_dummy/ops.py"), op
+
+
 @pytest.mark.parametrize("scales", ["random", "neutral"])
 def test_model_of_every_dtype(scales, device="cpu"):
     a, b = EveryDtype(device), EveryDtype(device)

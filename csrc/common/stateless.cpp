@@ -169,18 +169,16 @@ std::array<uint8_t, 2048> stateless_fp8_table(c10::ScalarType dtype,
 
 namespace {
 
-// The Meta kernel (used by FakeTensor, so by torch.compile and opcheck): every check,
-// no data. A C++ Meta kernel rather than a Python fake: ops.cpp names fp8_dummy.ops as
-// the one Python module allowed to register fakes, and this mode lives apart from it.
-void init_stateless_meta(at::Tensor& self, double low, double high, int64_t /*seed*/,
-                         int64_t /*key_offset*/, int64_t element_offset,
-                         at::OptionalIntArrayRef element_strides) {
+// The checks of init_stateless_ alone, for its fake kernel (fp8_dummy/ops.py, so for
+// FakeTensor, torch.compile and opcheck): every check, no data. With symbolic shapes
+// (dynamic torch.compile) only those that need no concrete size; the real kernel runs the
+// rest.
+void check_stateless_args_op(const at::Tensor& self, double low, double high,
+                             int64_t element_offset, at::OptionalIntArrayRef element_strides) {
   if (!self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
     check_stateless_args(self, low, high, element_offset, element_strides);
     return;
   }
-  // Symbolic shapes (dynamic torch.compile): the checks that need no concrete size; the
-  // real kernel runs the rest.
   check_stateless_values(self, low, high);
   TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
               element_offset);
@@ -198,6 +196,8 @@ void init_stateless_meta(at::Tensor& self, double low, double high, int64_t /*se
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fp8_dummy, Meta, m) { m.impl("init_stateless_", TORCH_FN(init_stateless_meta)); }
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
+  m.impl("check_stateless_args", TORCH_FN(check_stateless_args_op));
+}
 
 }  // namespace fp8_dummy
