@@ -14,9 +14,22 @@ import torch
 from ._engine_common import Action, probe_tensor
 from ._proof import first_difference, proven
 
-__all__ = ["call_text", "probe_model", "proven_tensor_kind"]
+__all__ = ["call_text", "probe_model", "proven_tensor_kind", "whole_model_bounds"]
 
 Entry = tuple[str, torch.Tensor, Action]
+
+
+def whole_model_bounds(
+    args: tuple, kwargs: dict, seed: int, engine: str
+) -> tuple[float, float, int]:
+    """(low, high, seed) of a call ``f(model, low=-1e-3, high=1e-3, seed=...)``, the
+    signature SGLang's and TensorRT-LLM's functions share but for the default ``seed``; a
+    TypeError naming ``engine`` for any other call (a later release's own function decides)."""
+    if len(args) > 3 or set(kwargs) - {"low", "high", "seed"}:
+        raise TypeError(f"not {engine}'s initialize_dummy_weights signature")
+    values = {"low": -1e-3, "high": 1e-3, "seed": seed, **dict(zip(("low", "high", "seed"), args))}
+    values.update(kwargs)
+    return values["low"], values["high"], values["seed"]
 
 
 def call_text(args: tuple, kwargs: dict) -> str:

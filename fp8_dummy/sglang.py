@@ -25,7 +25,7 @@ import torch
 
 from . import reference
 from ._engine_common import _cuda_kernels, enabled, sglang_action
-from ._engine_probe import proven_tensor_kind
+from ._engine_probe import proven_tensor_kind, whole_model_bounds
 from .model import run_plan, walk
 
 __all__ = ["initialize_dummy_weights", "register"]
@@ -118,7 +118,7 @@ def _fill(
     on the whole model (its semantics may be a later SGLang's)."""
     kwargs = kwargs or {}
     try:
-        low, high, seed = _bound(args, kwargs)
+        low, high, seed = whole_model_bounds(args, kwargs, 1234, "SGLang 0.5.23")
     except TypeError:  # arguments of a later SGLang: its own function decides
         if original is None:
             raise
@@ -129,15 +129,6 @@ def _fill(
             if not t.is_meta and not _proven(original, name, t, args, kwargs, (low, high, seed)):
                 return original(model, *args, **kwargs)
     run_plan(entries, seed, reference=_reference_old, fault_path="sglang")
-
-
-def _bound(args: tuple, kwargs: dict) -> tuple[float, float, int]:
-    """(low, high, seed) of a call of SGLang 0.5.23's signature (after the model)."""
-    if len(args) > 3 or set(kwargs) - {"low", "high", "seed"}:
-        raise TypeError("not SGLang 0.5.23's signature")
-    values = {"low": -1e-3, "high": 1e-3, "seed": 1234, **dict(zip(("low", "high", "seed"), args))}
-    values.update(kwargs)
-    return values["low"], values["high"], values["seed"]
 
 
 def _proven(

@@ -31,7 +31,7 @@ import torch
 
 from . import reference
 from ._engine_common import _cuda_kernels, trtllm_action
-from ._engine_probe import proven_tensor_kind
+from ._engine_probe import proven_tensor_kind, whole_model_bounds
 from ._startup import TRTLLM_ENV, TRTLLM_LOADER
 from .model import run_plan, walk
 
@@ -131,7 +131,7 @@ def _fill(
     semantics of docs/trtllm.md alone), else ``original`` itself on the whole model."""
     kwargs = kwargs or {}
     try:
-        low, high, seed = _bound(args, kwargs)
+        low, high, seed = whole_model_bounds(args, kwargs, 0, "TensorRT-LLM")
     except TypeError:  # arguments of a later TensorRT-LLM: its own function decides
         if original is None:
             raise
@@ -168,15 +168,6 @@ def _run(entries: list, seed: int) -> None:
             kind, message = action.value
             raise _Refusal(kind(message))
     run_plan(entries, seed, reference=_reference, fault_path="trtllm")
-
-
-def _bound(args: tuple, kwargs: dict) -> tuple[float, float, int]:
-    """(low, high, seed) of a call of TensorRT-LLM's signature (after the model)."""
-    if len(args) > 3 or set(kwargs) - {"low", "high", "seed"}:
-        raise TypeError("not TensorRT-LLM's initialize_dummy_weights signature")
-    values = {"low": -1e-3, "high": 1e-3, "seed": 0, **dict(zip(("low", "high", "seed"), args))}
-    values.update(kwargs)
-    return values["low"], values["high"], values["seed"]
 
 
 def _reference(t: torch.Tensor, low: float, high: float, seed: int) -> None:
