@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ import torch
 from . import ops
 
 __all__ = [
+    "warn_fallback",
     "Action",
     "fusable",
     "probe_tensor",
@@ -255,3 +257,21 @@ def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
 def enabled(variable: str) -> bool:
     """The plugins' switch: off when the variable is 0, false, off or no."""
     return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_fallback(integration: str, engine: str, what: str, e: Exception) -> None:
+    """The one warning of an integration's step that failed (once per step and process):
+    what failed, with the exception, and that the engine's own dummy weights are used.
+    ``integration``: "the vLLM plugin", ...; ``engine``: "vLLM", ..."""
+    if (integration, what) in _warned:
+        return
+    _warned.add((integration, what))
+    warnings.warn(
+        f"fp8_dummy: {integration}'s {what} failed ({type(e).__name__}: {e}); "
+        f"{engine}'s own dummy weights are used",
+        RuntimeWarning,
+        stacklevel=3,
+    )

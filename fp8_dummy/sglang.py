@@ -18,13 +18,12 @@ import importlib.metadata
 import logging
 import os
 import sys
-import warnings
 from typing import Any, Callable
 
 import torch
 
 from . import reference
-from ._engine_common import _cuda_kernels, enabled, sglang_action
+from ._engine_common import _cuda_kernels, enabled, sglang_action, warn_fallback
 from ._engine_probe import proven_tensor_kind, whole_model_bounds
 from .model import run_plan, walk
 
@@ -55,7 +54,7 @@ def register() -> None:
     try:
         _register()
     except Exception as e:  # noqa: BLE001 (a plugin must never break SGLang's start)
-        _warn_once("registration", e)
+        warn_fallback("the SGLang plugin", "SGLang", "registration", e)
 
 
 def _register() -> None:
@@ -82,20 +81,6 @@ def _what_happens() -> str:
     return proof
 
 
-_warned: set[str] = set()
-
-
-def _warn_once(what: str, e: Exception) -> None:
-    if what not in _warned:
-        _warned.add(what)
-        warnings.warn(
-            f"fp8_dummy: the SGLang plugin's {what} failed ({type(e).__name__}: {e}); "
-            "SGLang's own dummy weights are used",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
 def _around(original: Callable[..., Any], model: torch.nn.Module, *args: Any, **kw: Any) -> Any:
     """The hook: ours where proven; whatever fails in ours, SGLang's own function (if that
     raises too, its error is the engine's and propagates)."""
@@ -103,7 +88,7 @@ def _around(original: Callable[..., Any], model: torch.nn.Module, *args: Any, **
         return _fill(original, model, args, kw)
     except Exception as e:  # noqa: BLE001
         result = original(model, *args, **kw)
-        _warn_once("fill", e)
+        warn_fallback("the SGLang plugin", "SGLang", "fill", e)
         return result
 
 

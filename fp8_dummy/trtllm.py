@@ -24,13 +24,12 @@ import functools
 import importlib.metadata
 import logging
 import sys
-import warnings
 from typing import Any, Callable
 
 import torch
 
 from . import reference
-from ._engine_common import _cuda_kernels, trtllm_action
+from ._engine_common import _cuda_kernels, trtllm_action, warn_fallback
 from ._engine_probe import proven_tensor_kind, whole_model_bounds
 from ._startup import TRTLLM_ENV, TRTLLM_LOADER
 from .model import run_plan, walk
@@ -95,7 +94,7 @@ def _patched(model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
         raise r.error from None
     except Exception as e:  # noqa: BLE001
         result = own(model, *args, **kwargs)
-        _warn_once("fill", e)
+        warn_fallback("the TensorRT-LLM patch", "TensorRT-LLM", "fill", e)
         return result
 
 
@@ -104,20 +103,6 @@ def _what_happens() -> str:
     if torch.version.cuda is not None and not _cuda_kernels():
         return f"dummy weights through fp8_dummy ({proof}); CUDA kernels not built: its own path"
     return f"dummy weights through fp8_dummy ({proof})"
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(what: str, e: Exception) -> None:
-    if what not in _warned:
-        _warned.add(what)
-        warnings.warn(
-            f"fp8_dummy: the TensorRT-LLM patch's {what} failed ({type(e).__name__}: {e}); "
-            "TensorRT-LLM's own dummy weights are used",
-            RuntimeWarning,
-            stacklevel=3,
-        )
 
 
 def _fill(

@@ -19,14 +19,13 @@ import importlib
 import logging
 import os
 import sys
-import warnings
 from types import ModuleType
 from typing import Any, Callable
 
 import torch
 
 from . import vllm as fv
-from ._engine_common import _cuda_kernels, enabled
+from ._engine_common import _cuda_kernels, enabled, warn_fallback
 from ._startup import _AfterImport, after_import
 from ._versions import major_minor
 from .model import run_plan
@@ -51,18 +50,8 @@ def guarded(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception as e:  # noqa: BLE001 (whatever it is, vLLM must go on)
-        if what not in _warned:
-            _warned.add(what)
-            warnings.warn(
-                f"fp8_dummy: the vLLM plugin's {what} failed ({type(e).__name__}: {e}); "
-                "vLLM's own dummy weights are used",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        warn_fallback("the vLLM plugin", "vLLM", what, e)
         return None
-
-
-_warned: set[str] = set()
 
 
 def _register() -> None:
