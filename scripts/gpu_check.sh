@@ -19,7 +19,7 @@
 #   d bench      benchmarks/bench_cuda.py, bench_model.py, bench_stateless.py, bench_trtllm.py
 #                (JSON in OUTDIR)
 #   e rest       every other test of the fast tier (not marked slow)
-# --quick runs a, p, b and d only. One global budget (default 450 s, under 8 minutes) bounds
+# --quick runs a, p, b and d only. One global budget (default 290 s: under 5 minutes) bounds
 # the whole run: each step gets the time that is left, so a slow step costs the steps after
 # it, never the log of the ones before. Every step appends to OUTDIR/log.txt and records its
 # result in OUTDIR/summary.json as it finishes; OUTDIR holds at most 7 files: log.txt,
@@ -35,7 +35,7 @@
 # PYTHON=... picks the interpreter (default: python3).
 set -uo pipefail
 
-quick=0 dry=0 budget=450
+quick=0 dry=0 budget=290
 while [[ $# -gt 1 ]]; do
   case "$1" in
     --quick) quick=1 ;;
