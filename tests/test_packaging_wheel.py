@@ -233,7 +233,7 @@ def test_installed_in_fresh_venv(venv_python, tmp_path: Path) -> None:
     assert "smoke ok" in proc.stdout
 
 
-def test_wheel_installs_the_trtllm_opt_in(venv_python: Path, tmp_path: Path) -> None:
+def test_wheel_installs_the_trtllm_opt_in(venv_python: tuple[Path, str], tmp_path: Path) -> None:
     """The installed wheel's .pth runs at every start-up of the venv's Python: with
     FP8_DUMMY_TRTLLM=1 a stand-in TensorRT-LLM's loader function is replaced on import,
     without it the stand-in keeps its own (docs/trtllm.md)."""
@@ -249,7 +249,11 @@ def test_wheel_installs_the_trtllm_opt_in(venv_python: Path, tmp_path: Path) -> 
     for value, module in (("1", "fp8_dummy.trtllm"), ("0", "oracles.trtllm")):
         env = dict(os.environ, FP8_DUMMY_TRTLLM=value)
         proc = subprocess.run(
-            [venv_python, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+            [venv_python[0], "-I", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
         )
         assert proc.returncode == 0 and proc.stdout.split() == [module], proc.stdout + proc.stderr
 
