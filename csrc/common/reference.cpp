@@ -2,6 +2,7 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 
@@ -154,6 +155,19 @@ const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype) {
     }
   });
   return tables[slot].data();
+}
+
+void reference_path(const at::Tensor& self, double low, double high, const at::Generator& gen,
+                    bool contiguous_temp) {
+  if (contiguous_temp) {
+    auto temp = at::empty(self.sizes(), self.options().dtype(at::kHalf));
+    temp.uniform_(low, high, gen);
+    at::Tensor(self).copy_(temp.to(self.scalar_type()));
+    return;
+  }
+  auto temp = at::empty_like(self, self.options().dtype(at::kHalf));
+  temp.uniform_(low, high, gen);
+  at::Tensor(self).copy_(temp);
 }
 
 }  // namespace fp8_dummy

@@ -104,4 +104,11 @@ inline void append_dim(c10::SmallVector<int64_t, 6>& sizes, int64_t size,
 // construction. `dtype` must be one of the five FP8 dtypes, int8 or uint8.
 const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype);
 
+// The reference path itself for a 1-byte `self` on any device, with its scratch: a float16
+// temp (empty_like(self), or with contiguous_temp torch.empty(self.shape) converted with
+// .to(dtype) as TensorRT-LLM does), uniform_(low, high, gen), copied into self. What the
+// proofs compare against, and the fallback where no kernel is proven.
+void reference_path(const at::Tensor& self, double low, double high, const at::Generator& gen,
+                    bool contiguous_temp);
+
 }  // namespace fp8_dummy

@@ -243,15 +243,7 @@ proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64
     }
   }
   if (!fill_fp8_fast(ours, g_ours, plan)) return {false, "the probe's generator state is unusable"};
-  if (plan.contiguous_temp) {
-    auto temp = at::empty(ref.sizes(), ref.options().dtype(at::kHalf));
-    temp.uniform_(low, high, g_ref);
-    ref.copy_(temp.to(ref.scalar_type()));
-  } else {
-    auto temp = at::empty_like(ref, ref.options().dtype(at::kHalf));
-    temp.uniform_(low, high, g_ref);
-    ref.copy_(temp);
-  }
+  reference_path(ref, low, high, g_ref, plan.contiguous_temp);
   auto verdict = proof::same_bytes(ours, ref, "bytes");
   if (verdict.passed &&
       !same_engine(at::check_generator<at::CPUGeneratorImpl>(g_ours)->engine().data(),

@@ -32,23 +32,6 @@ namespace {
 
 using cuda_kernels::PieceArgs;
 
-// The exact reference path, for what the fused kernel does not cover (layouts with
-// more than kMaxLayoutDims coalesced dimensions, a conversion we cannot match, a first
-// call inside graph capture). Same bytes and generator state, with its scratch. The
-// contiguous temp as TensorRT-LLM makes and converts it.
-void reference_fill(const at::Tensor& self, double low, double high, const at::Generator& gen,
-                    bool contiguous_temp) {
-  if (contiguous_temp) {
-    auto temp = at::empty(self.sizes(), self.options().dtype(at::kHalf));
-    temp.uniform_(low, high, gen);
-    at::Tensor(self).copy_(temp.to(self.scalar_type()));
-    return;
-  }
-  auto temp = at::empty_like(self, self.options().dtype(at::kHalf));
-  temp.uniform_(low, high, gen);
-  at::Tensor(self).copy_(temp);
-}
-
 // Our hardware conversion's table for self's device (formats without one: none).
 std::optional<at::Tensor> hw_table(const at::Tensor& self, cuda::Fp8Format format) {
   auto out = at::empty({65536}, self.options().dtype(at::kByte));
@@ -154,32 +137,20 @@ void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& so
   if (proof::fault("cuda.init_")) proof::corrupt(self);
 }
 
-// The proof key of a fused fill: everything that selects the kernel's code for self.
-std::string fused_key(const at::Tensor& self, const Fp8Conversion& conversion, bool use_hw,
-                      cuda_proof::Layout layout, bool split, bool generator_form,
-                      bool contiguous_temp) {
-  return cuda_proof::key(
-      "cuda.init_", device_description(self.device()),
-      {c10::toString(self.scalar_type()), use_hw ? "conversion=hardware" : "conversion=software",
-       std::string("overflow=") + overflow_name(conversion.mode),
-       std::string("layout=") + cuda_proof::layout_name(layout), split ? "split=yes" : "split=no",
-       generator_form ? "generator=given" : "generator=seed",
-       contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
-}
-
 // Whether the fused kernel is proven for self's key: the first time, a probe of the key's
 // layout kind and size class filled by the kernel and by torch's reference (a scratch
 // generator at the same state each), bytes and offsets compared. Inside graph capture no
 // probe can run (it allocates and synchronizes): only a key proven before counts.
 bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conversion& conversion,
-                  bool generator_form, bool contiguous_temp) {
+                  bool generator_form, bool contiguous_temp, bool linear) {
   const auto format = fp8_format(self.scalar_type());
   const bool use_hw = use_hw_conversion(conversion, format, cuda::make_uniform_params(low, high));
   const bool split = self.numel() > cuda::kMax32BitHalfElements;
-  const auto layout =
-      cuda_proof::layout_kind(self, memory_order(self, contiguous_temp).linear(), contiguous_temp);
+  const auto layout = cuda_proof::layout_kind(self, linear, contiguous_temp);
   auto key = [&] {
-    return fused_key(self, conversion, use_hw, layout, split, generator_form, contiguous_temp);
+    return cuda_proof::init_key(device_description(self.device()), self.scalar_type(),
+                                use_hw ? "hardware" : "software", overflow_name(conversion.mode),
+                                layout, split, generator_form, contiguous_temp);
   };
   // The key's parts as a code for the memo (devices 0-15; others look the text up).
   static proof::Memo<16 * cuda::kNumFp8Formats * 2 * 3 * 4 * 2 * 2 * 2> memo;
@@ -212,7 +183,7 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
   };
   auto ref = [&](at::Tensor& t, uint64_t seed, uint64_t offset) -> uint64_t {
     auto g = generator(seed, offset);
-    reference_fill(t, low, high, g, contiguous_temp);
+    reference_path(t, low, high, g, contiguous_temp);
     return g.get_offset();
   };
   auto probe = [&] {
@@ -228,8 +199,10 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
 bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form,
                          bool contiguous_temp) {
   const auto conversion = fp8_conversion(self);
-  return conversion && to_layout(memory_order(self, contiguous_temp)) &&
-         fused_proven(self, low, high, *conversion, generator_form, contiguous_temp);
+  const MemoryOrder order = memory_order(self, contiguous_temp);
+  return conversion && to_layout(order) &&
+         fused_proven(self, low, high, *conversion, generator_form, contiguous_temp,
+                      order.linear());
 }
 
 namespace {
@@ -237,10 +210,14 @@ namespace {
 void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source,
               bool contiguous_temp) {
   const auto conversion = fp8_conversion(self);
-  const auto layout = to_layout(memory_order(self, contiguous_temp));
+  const MemoryOrder order = memory_order(self, contiguous_temp);
+  const auto layout = to_layout(order);
   if (!conversion || !layout ||
-      !fused_proven(self, low, high, *conversion, source.generator.has_value(), contiguous_temp)) {
-    reference_fill(self, low, high, reference_generator(self, source), contiguous_temp);
+      !fused_proven(self, low, high, *conversion, source.generator.has_value(), contiguous_temp,
+                    order.linear())) {
+    // What the fused kernel does not cover (more than kMaxLayoutDims coalesced dimensions,
+    // a conversion we cannot match, a key refused or not provable inside graph capture).
+    reference_path(self, low, high, reference_generator(self, source), contiguous_temp);
     return;
   }
   run_fused(self, low, high, source, *conversion, *layout);

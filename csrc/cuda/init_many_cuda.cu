@@ -96,11 +96,9 @@ bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, doub
                   int64_t seed, bool contiguous_temp) {
   const bool use_hw = use_hw_conversion(conversion, fp8_format(first.scalar_type()),
                                         cuda::make_uniform_params(low, high));
-  const std::string key = cuda_proof::key(
-      "cuda.init_many_", device_description(first.device()),
-      {c10::toString(first.scalar_type()), use_hw ? "conversion=hardware" : "conversion=software",
-       std::string("overflow=") + overflow_name(conversion.mode),
-       contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
+  const std::string key = cuda_proof::many_key(
+      device_description(first.device()), first.scalar_type(), use_hw ? "hardware" : "software",
+      overflow_name(conversion.mode), contiguous_temp);
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(first.device().index());
   const auto sizes =
       cuda_proof::many_probe_numels(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
@@ -112,15 +110,7 @@ bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, doub
   auto ref = [&](at::Tensor& t, uint64_t s, uint64_t) -> uint64_t {
     auto g = at::make_generator<at::CUDAGeneratorImpl>(t.device().index());
     g.set_current_seed(s);  // torch.Generator(device).manual_seed(seed): offset 0
-    if (contiguous_temp) {  // as TensorRT-LLM (the probes are row-major: the same bytes)
-      auto temp = at::empty(t.sizes(), t.options().dtype(at::kHalf));
-      temp.uniform_(low, high, g);
-      t.copy_(temp.to(t.scalar_type()));
-    } else {
-      auto temp = at::empty_like(t, t.options().dtype(at::kHalf));
-      temp.uniform_(low, high, g);
-      t.copy_(temp);
-    }
+    reference_path(t, low, high, g, contiguous_temp);
     return g.get_offset();
   };
   return proof::proven(key, [&] {

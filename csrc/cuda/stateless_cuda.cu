@@ -117,9 +117,7 @@ void run_with_fault(const at::Tensor& self, double low, double high, int64_t see
 bool stateless_proven(const at::Tensor& self, double low, double high, int64_t seed,
                       int64_t key_offset, bool linear) {
   auto key = [&] {
-    return cuda_proof::key(
-        "cuda.init_stateless_", device_description(self.device()),
-        {c10::toString(self.scalar_type()), linear ? "layout=linear" : "layout=general"});
+    return cuda_proof::stateless_key(device_description(self.device()), self.scalar_type(), linear);
   };
   // The key's parts as a code for the memo (devices 0-15; others look the text up).
   static proof::Memo<16 * 64 * 2> memo;

@@ -121,14 +121,9 @@ int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t s
       cuda_proof::layout_kind(self, memory_order(self, contiguous_temp).linear(), contiguous_temp);
   const bool split = self.numel() > cuda::kMax32BitHalfElements;
   const auto mode = emulated_overflow(fp8_format(self.scalar_type()), saturate);
-  const std::string key =
-      cuda_proof::key("cuda.init_", emulated_device(sm_count, max_threads_per_sm),
-                      {c10::toString(self.scalar_type()), "conversion=table",
-                       std::string("overflow=") + overflow_name(mode),
-                       std::string("layout=") + cuda_proof::layout_name(layout),
-                       std::string("split=") + (split ? "yes" : "no"),
-                       std::string("generator=") + (generator_form ? "given" : "seed"),
-                       contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
+  const std::string key = cuda_proof::init_key(emulated_device(sm_count, max_threads_per_sm),
+                                               self.scalar_type(), "table", overflow_name(mode),
+                                               layout, split, generator_form, contiguous_temp);
   auto ours = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
     const auto after =
         emulate_kernel(t, low, high, static_cast<int64_t>(s), static_cast<int64_t>(o), sm_count,
@@ -164,10 +159,9 @@ int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int
     }
     const auto mode = uses_half_temp(dtype) ? emulated_overflow(fp8_format(dtype), saturate)
                                             : cuda::E4m3fnOverflow::kSaturate;
-    const std::string key = cuda_proof::key(
-        "cuda.init_many_", emulated_device(sm_count, max_threads_per_sm),
-        {c10::toString(dtype), "conversion=table", std::string("overflow=") + overflow_name(mode),
-         contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
+    const std::string key =
+        cuda_proof::many_key(emulated_device(sm_count, max_threads_per_sm), dtype, "table",
+                             overflow_name(mode), contiguous_temp);
     auto ours = [&](std::vector<at::Tensor>& ts) {
       const auto launches = many_emulation(ts, low, high, seed, sm_count, max_threads_per_sm,
                                            saturate, contiguous_temp);

@@ -79,9 +79,8 @@ void emulate_proven_stateless(at::Tensor& self, double low, double high, int64_t
   if (self.numel() == 0) return;
   const bool linear = g.sizes.size() <= 1 &&
                       (g.sizes.empty() || (g.self_strides[0] == 1 && g.global_strides[0] == 1));
-  const std::string key = cuda_proof::key(
-      "cuda.init_stateless_", "emulated (" + std::to_string(sm_count) + " SMs)",
-      {c10::toString(self.scalar_type()), linear ? "layout=linear" : "layout=general"});
+  const std::string key = cuda_proof::stateless_key(
+      "emulated (" + std::to_string(sm_count) + " SMs)", self.scalar_type(), linear);
   auto ours = [&](at::Tensor& t, const ShardGeometry& geometry) {
     emulate_rule(t, low, high, seed, key_offset, geometry);
     if (proof::fault("cuda.init_stateless_")) proof::corrupt(t);

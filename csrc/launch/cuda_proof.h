@@ -155,5 +155,33 @@ inline std::string key(const std::string& path, const std::string& device,
   return out.str();
 }
 
+// The key of a per-tensor init_ fill: every part that selects the kernel's code (one text
+// for cuda/init_cuda.cu and its emulator, emulator/proven_cuda_emulator.cpp).
+inline std::string init_key(const std::string& device, c10::ScalarType dtype,
+                            const char* conversion, const char* overflow, Layout layout, bool split,
+                            bool generator_form, bool contiguous_temp) {
+  return key(
+      "cuda.init_", device,
+      {c10::toString(dtype), std::string("conversion=") + conversion,
+       std::string("overflow=") + overflow, std::string("layout=") + layout_name(layout),
+       split ? "split=yes" : "split=no", generator_form ? "generator=given" : "generator=seed",
+       contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
+}
+
+// The key of a batched init_many_ launch of one dtype (the kernel and its emulator).
+inline std::string many_key(const std::string& device, c10::ScalarType dtype,
+                            const char* conversion, const char* overflow, bool contiguous_temp) {
+  return key("cuda.init_many_", device,
+             {c10::toString(dtype), std::string("conversion=") + conversion,
+              std::string("overflow=") + overflow,
+              contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
+}
+
+// The key of a stateless fill (the kernel and its emulator).
+inline std::string stateless_key(const std::string& device, c10::ScalarType dtype, bool linear) {
+  return key("cuda.init_stateless_", device,
+             {c10::toString(dtype), linear ? "layout=linear" : "layout=general"});
+}
+
 }  // namespace cuda_proof
 }  // namespace fp8_dummy
