@@ -14,12 +14,12 @@ import torch
 from ._engine_common import Action, probe_tensor
 from ._proof import first_difference, proven
 
-__all__ = ["call_text", "probe_model", "proven_tensor_kind", "whole_model_bounds"]
+__all__ = ["call_text", "fill_whole_model", "probe_model", "proven_tensor_kind"]
 
 Entry = tuple[str, torch.Tensor, Action]
 
 
-def whole_model_bounds(
+def _whole_model_bounds(
     args: tuple, kwargs: dict, seed: int, engine: str
 ) -> tuple[float, float, int]:
     """(low, high, seed) of a call ``f(model, low=-1e-3, high=1e-3, seed=...)``, the
@@ -91,3 +91,45 @@ def proven_tensor_kind(
         return first_difference(ours.get_buffer(name), theirs.get_buffer(name))
 
     return proven(key, probe)
+
+
+def fill_whole_model(
+    engine: str,
+    original: Callable[..., Any] | None,
+    model: torch.nn.Module,
+    call: tuple[tuple, dict],
+    *,
+    seed: int,
+    key: str,
+    plan: Callable[[torch.nn.Module, float, float], list[Entry]],
+    run: Callable[[list[Entry], int], None],
+    layout: bool = False,
+) -> None:
+    """The model as the engine's whole-model function ``original`` called with ``call``
+    (args, kwargs after the model) fills it: ours where every kind of tensor met passed its
+    probe against ``original`` (None: our semantics alone), else ``original`` itself on the
+    whole model (its semantics may be a later release's). ``seed``: the engine's default;
+    ``key``: the engine and version as the proof keys name them; ``plan(model, low, high)``
+    our entries, ``run(entries, seed)`` their fill."""
+    args, kwargs = call
+    try:
+        low, high, seed = _whole_model_bounds(args, kwargs, seed, engine)
+    except TypeError:  # arguments of a later release: its own function decides
+        if original is None:
+            raise
+        return original(model, *args, **kwargs)
+
+    def plan_of(m: torch.nn.Module) -> list[Entry]:
+        return plan(m, low, high)
+
+    def fill(entries: list[Entry]) -> None:
+        run(entries, seed)
+
+    entries = plan_of(model)
+    if original is not None:
+        for name, t, _ in entries:
+            if t.is_meta:
+                continue  # nothing to compare: both sides refuse or skip it alike
+            if not proven_tensor_kind(key, original, name, t, call, plan_of, fill, layout=layout):
+                return original(model, *args, **kwargs)
+    fill(entries)

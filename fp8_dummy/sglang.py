@@ -24,7 +24,7 @@ import torch
 
 from . import reference
 from ._engine_common import _cuda_kernels, enabled, sglang_action, warn_fallback
-from ._engine_probe import proven_tensor_kind, whole_model_bounds
+from ._engine_probe import fill_whole_model
 from .model import run_plan, walk
 
 __all__ = ["initialize_dummy_weights", "register"]
@@ -98,45 +98,26 @@ def _fill(
     args: tuple = (),
     kwargs: dict | None = None,
 ) -> None:
-    """The model as SGLang's function called with (``args``, ``kwargs``) fills it: ours where
-    every kind of tensor met passed its probe against ``original``, else ``original`` itself
-    on the whole model (its semantics may be a later SGLang's)."""
-    kwargs = kwargs or {}
-    try:
-        low, high, seed = whole_model_bounds(args, kwargs, 1234, "SGLang 0.5.23")
-    except TypeError:  # arguments of a later SGLang: its own function decides
-        if original is None:
-            raise
-        return original(model, *args, **kwargs)
-    entries = [(n, t, sglang_action(t, low, high, n)) for n, _, t in walk(model, "state_dict")]
-    if original is not None:
-        for name, t, _ in entries:
-            if not t.is_meta and not _proven(original, name, t, args, kwargs, (low, high, seed)):
-                return original(model, *args, **kwargs)
+    """The model as SGLang's function called with (``args``, ``kwargs``) fills it
+    (_engine_probe.fill_whole_model: ours where proven against ``original``)."""
+    fill_whole_model(
+        "SGLang 0.5.23",
+        original,
+        model,
+        (args, kwargs or {}),
+        seed=1234,
+        key=f"sglang: SGLang {_version()}",
+        plan=_plan,
+        run=_run,
+    )
+
+
+def _plan(model: torch.nn.Module, low: float, high: float) -> list:
+    return [(n, t, sglang_action(t, low, high, n)) for n, _, t in walk(model, "state_dict")]
+
+
+def _run(entries: list, seed: int) -> None:
     run_plan(entries, seed, reference=_reference_old, fault_path="sglang")
-
-
-def _proven(
-    original: Callable[..., Any],
-    name: str,
-    t: torch.Tensor,
-    args: tuple,
-    kwargs: dict,
-    bounds: tuple[float, float, int],
-) -> bool:
-    """Once per (SGLang version, device, dtype, local name, number of dimensions, the
-    arguments): SGLang's own function on a probe model holding one small poisoned tensor
-    under ``name``, called exactly as the loader called it, against our plan of it."""
-    low, high, seed = bounds
-
-    def plan(m: torch.nn.Module) -> list:
-        return [(n, x, sglang_action(x, low, high, n)) for n, _, x in walk(m, "state_dict")]
-
-    def fill(entries: list) -> None:
-        run_plan(entries, seed, reference=_reference_old, fault_path="sglang")
-
-    engine = f"sglang: SGLang {_version()}"
-    return proven_tensor_kind(engine, original, name, t, (args, kwargs), plan, fill)
 
 
 def _reference_old(t: torch.Tensor, low: float, high: float, seed: int) -> None:

@@ -30,7 +30,7 @@ import torch
 
 from . import reference
 from ._engine_common import _cuda_kernels, trtllm_action, warn_fallback
-from ._engine_probe import proven_tensor_kind, whole_model_bounds
+from ._engine_probe import fill_whole_model
 from ._startup import TRTLLM_ENV, TRTLLM_LOADER
 from .model import run_plan, walk
 
@@ -111,33 +111,20 @@ def _fill(
     args: tuple = (),
     kwargs: dict | None = None,
 ) -> None:
-    """The model as TensorRT-LLM's function called with (``args``, ``kwargs``) fills it:
-    ours where every kind of tensor met passed its probe against ``original`` (none: the
-    semantics of docs/trtllm.md alone), else ``original`` itself on the whole model."""
-    kwargs = kwargs or {}
-    try:
-        low, high, seed = whole_model_bounds(args, kwargs, 0, "TensorRT-LLM")
-    except TypeError:  # arguments of a later TensorRT-LLM: its own function decides
-        if original is None:
-            raise
-        return original(model, *args, **kwargs)
-    entries = _plan(model, low, high)
-    if original is not None:
-        for name, t, _ in entries:
-            if t.is_meta:
-                continue  # refused by both: no generator for the meta device
-            if not proven_tensor_kind(
-                f"trtllm: TensorRT-LLM {_version()}",
-                original,
-                name,
-                t,
-                (args, kwargs),
-                lambda m: _plan(m, low, high),
-                lambda e: _run(e, seed),
-                layout=True,
-            ):
-                return original(model, *args, **kwargs)
-    _run(entries, seed)
+    """The model as TensorRT-LLM's function called with (``args``, ``kwargs``) fills it
+    (_engine_probe.fill_whole_model: ours where proven against ``original``; none: the
+    semantics of docs/trtllm.md alone). Its bytes depend on the layout (the row-major temp)."""
+    fill_whole_model(
+        "TensorRT-LLM",
+        original,
+        model,
+        (args, kwargs or {}),
+        seed=0,
+        key=f"trtllm: TensorRT-LLM {_version()}",
+        plan=_plan,
+        run=_run,
+        layout=True,
+    )
 
 
 def _plan(model: torch.nn.Module, low: float, high: float) -> list:
