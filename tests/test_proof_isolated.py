@@ -75,8 +75,12 @@ def test_a_refusing_child_leaves_the_engine_running_with_its_own_weights(tmp_pat
     assert first["proven"] is False and first["again"] is False and first["same"]
     assert len(first["children"]) == 1  # one child, however often the process asks
     assert len(first["warnings"]) == 1, first["warnings"]
-    why = {"crashes": "killed by signal 11", "exits": "exit status 3",
-           "raises": "ValueError: the probe could not run", "differs": "first differing byte"}  # fmt: skip
+    why = {
+        "crashes": "killed by signal 11",
+        "exits": "exit status 3",
+        "raises": "ValueError: the probe could not run",
+        "differs": "first differing byte",
+    }
     assert why[probe] in first["warnings"][0] and "in a child process" in first["warnings"][0]
     assert [e[2] for e in first["report"]] == [False] and why[probe] in first["report"][0][3]
     (record,) = cached(tmp_path)
