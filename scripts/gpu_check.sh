@@ -12,7 +12,7 @@
 #                     (tests/ext/build.sh), if this checkout has one
 #   check*        45  python -m fp8_dummy check --bench --json: every path on the CPU and the
 #                     GPU, each in a child process with a timeout; init_ vs the reference
-#   tests*        75  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
+#   tests*        90  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
 #                     refused fast path fails, naming it), -v, --maxfail, per-test timeouts
 #                     (pytest-timeout, where installed)
 #   bench_cuda*   20  benchmarks/bench_cuda.py: init_ vs both reference paths, 128 Mi elements
@@ -100,6 +100,7 @@ step() {
   planned=$((planned + plan))
   [[ -n "$show" ]] && grep -E -- "$show" <<< "$out" | tail -n 40
   local tally; tally="$(grep -E '[0-9]+ (passed|failed|skipped|error)|no tests ran|^verdict:|tests? collected' <<< "$out" | tail -n 1)"
+  tally="$(tr -s ' =' ' ' <<< "$tally" | sed 's/^ //; s/ $//')"
   say "== $name: $status in $dt s${tally:+ ($tally)}"
   record "$name" "$status" "$dt" "${tally:-exit $rc}"
 }
@@ -179,7 +180,7 @@ fi
 # ---- build (the test-only extension too, where the checkout has one)
 build() {
   if ((dry)); then
-    "$PY" -c 'import fp8_dummy; print("dry run, no build; the installed one:", fp8_dummy.library_path(), fp8_dummy.build_info())'
+    "$PY" -c 'import fp8_dummy; print("dry run, no build; the installed one:", fp8_dummy.library_path(), fp8_dummy.build_info())' || return 1
     [[ -f tests/ext/build.sh ]] && echo "dry run: would build the test-only extension (tests/ext/build.sh)"
     return 0
   fi
@@ -209,9 +210,9 @@ fi
 
 # ---- the GPU byte tests, strict: each must prove our kernel, not the reference it falls back to
 if ((dry)); then
-  step tests 10 75 200 "$failures|tests collected" "${pytest[@]}" --collect-only -q "${gpu_tests[@]}"
+  step tests 10 90 200 "$failures" "${pytest[@]}" --collect-only -q "${gpu_tests[@]}"
 else
-  step tests 30 75 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"
+  step tests 30 90 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"
 fi
 
 # ---- benchmarks: bench_cuda first (essential), then capture, then the rest
@@ -245,7 +246,8 @@ for s in capture bench_model bench_stateless bench_trtllm; do
   [[ "${result[$s]:-}" =~ ^(ok|planned)$ ]] || others+=("$s ${result[$s]:-not run}")
 done
 summary="$(for s in "${essential[@]}"; do printf '%s %s, ' "$s" "${result[$s]}"; done)"
-summary="${summary%, }${others:+; also: $(IFS=,; echo "${others[*]}")}; $(($(date +%s) - start_all)) s of $budget"
+also="$(printf '%s, ' "${others[@]}")"
+summary="${summary%, }${others:+; also: ${also%, }}; $(($(date +%s) - start_all)) s of $budget"
 if ((${#failed[@]})); then
   say "gpu_check: verdict: FAIL: $summary"
   exit 1
