@@ -36,9 +36,9 @@ E4M3, I8, U8 = torch.float8_e4m3fn, torch.int8, torch.uint8
 # NaN), float16's range; int8/uint8 in range, then wrapped or saturated.
 BYTES = [(getattr(torch, n), b) for n in _F8 if hasattr(torch, n)
          for b in ((-1.0, 1.0), (-1e-3, 1e-3), (-500.0, 500.0), (0.0, 6e4))]  # fmt: skip
-BYTES += [(d, b) for d in (I8, U8) for b in ((-3, 3), (-99, 300))]
+INTS = [(d, b) for d in (I8, U8) for b in ((-3, 3), (-99, 300))]
 WIDE = [(d, (-1.0, 1.0)) for d in (torch.half, torch.bfloat16, torch.float, torch.double)]
-RANGES = [(I8, (-128, 128)), (U8, (0, 256)), (I8, (-5, 7)), (U8, (3, 200))]  # random_
+RANGES = [(I8, (-128, 128)), (U8, (0, 256)), (I8, (-5, 7)), (U8, (3, 200))]  # random_, stateless
 LAYOUTS = ("dense", "odd", "gaps", "transposed", "transposed-gaps")
 BATCH = [("dense", (1, 1)), ("dense", (1, 255)), ("odd", (1, 65537)), ("gaps", (300, 41)),
          ("transposed", (300, 41))]  # fmt: skip
@@ -67,12 +67,13 @@ def _cases(group: str, device: str) -> Iterator[Case]:
     split = [(2**16 + 1, 64)]  # the CPU's split between threads (2^21 words each at least)
     # op: [(the op run, dtypes and bounds, layouts, temps, generator forms, shapes, skips)]
     families = {
-        "init_": [("init_", BYTES, LAYOUTS, TF, TF, shape, [1237]),
+        "init_": [("init_", BYTES + INTS, LAYOUTS, TF, TF, shape, [1237]),
                   ("init_", WIDE, ["gaps"], F, F, shape, [0])]  # torch's own uniform_
         + cpu * [("init_", [(E4M3, (-1.0, 1.0)), (I8, (-99, 300))], LAYOUTS[::2], TF, TF, split,
-                  [7]), ("init_many_", BYTES, ["dense"], TF, F, [(1, 70_001)], [0])],
-        "init_many_": [("init_many_", BYTES, ["dense"], TF, F, shape, [0])],
-        "init_stateless_": [("init_stateless_", BYTES + WIDE, LAYOUTS, F, F, shape, [0, 99])],
+                  [7]), ("init_many_", BYTES + INTS, ["dense"], TF, F, [(1, 70_001)], [0])],
+        "init_many_": [("init_many_", BYTES + INTS, ["dense"], TF, F, shape, [0])],
+        "init_stateless_": [("init_stateless_", BYTES + RANGES + WIDE, LAYOUTS, F, F, shape,
+                             [0, 99])],  # ints: random bytes in [low, high)
         "random_": [("random_", RANGES, LAYOUTS, F, TF, shape + split * cpu, [1237])],
     }  # fmt: skip
     for o, pairs, *axes in families.get(op, []):
@@ -176,10 +177,8 @@ def run_bench(device: str) -> dict[str, Any]:
             torch.cuda.reset_peak_memory_stats(device)
             base, _ = torch.cuda.memory_allocated(device), fn()
             r[f"{name}_scratch"] = torch.cuda.max_memory_allocated(device) - base
-    same, x = (
-        torch.equal(ours.view(torch.uint8), ref.view(torch.uint8)),
-        r["reference_ms"] / r["init__ms"],
-    )
+    same = torch.equal(ours.view(torch.uint8), ref.view(torch.uint8))
+    x = r["reference_ms"] / r["init__ms"]
     mib = [(r[f"{k}_scratch"] or 0) / 2**20 for k in ("init_", "reference")]
     scratch = f", scratch {mib[0]:.1f} vs {mib[1]:.1f} MiB" if cuda else ""
     detail = f"{n >> 20} Mi float8_e4m3fn: init_ {r['init__ms']:.3f} ms, the reference "

@@ -108,21 +108,28 @@ def test_the_cases_cover_every_class_of_each_path():
     cases = {g: list(check._cases(g, "cuda:0")) for g in check.GROUPS if g[:4] == "cuda"
              and g != "cuda.init_ >2^31"}  # fmt: skip
     init = cases["cuda.init_"]
-    fp8 = [d for d in check.BYTES if d[0].is_floating_point]
-    assert {c.dtype for c in init} >= {d for d, _ in check.BYTES} | {torch.int8, torch.uint8}
-    assert {(c.dtype, (c.low, c.high)) for c in init} >= set(check.BYTES) and len(fp8) >= 16
+    fp8 = [d for d in (check.BYTES + check.INTS) if d[0].is_floating_point]
+    assert {c.dtype for c in init} >= {d for d, _ in (check.BYTES + check.INTS)} | {
+        torch.int8,
+        torch.uint8,
+    }
+    assert {(c.dtype, (c.low, c.high)) for c in init} >= set(check.BYTES + check.INTS) and len(
+        fp8
+    ) >= 16
     assert {(c.kind, c.temp, c.gen) for c in init} == {
         (k, t, g) for k in check.LAYOUTS for t in (False, True) for g in (False, True)
     }
     assert {c.dtype for c in init if c.dtype.itemsize > 1} == {d for d, _ in check.WIDE}
     many = cases["cuda.init_many_"]
-    assert {(c.dtype, c.temp) for c in many} == {(d, t) for d, _ in check.BYTES for t in (0, 1)}
+    assert {(c.dtype, c.temp) for c in many} == {
+        (d, t) for d, _ in (check.BYTES + check.INTS) for t in (0, 1)
+    }
     stateless = cases["cuda.init_stateless_"]
     assert {c.kind for c in stateless} == set(check.LAYOUTS) and {c.skip for c in stateless} == {
         0,
         99,
     }
-    assert {c.dtype for c in stateless} >= {d for d, _ in check.WIDE}
+    assert {c.dtype for c in stateless} >= {d for d, _ in check.WIDE + check.RANGES}
     assert {(c.dtype, c.low, c.high) for c in cases["cuda.random_"]} == {
         (d, lo, hi) for d, (lo, hi) in check.RANGES
     }
