@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
         from .check import main as check
 
         return check(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m fp8_dummy", description=__doc__)
+    usage = "python -m fp8_dummy (check ... | --includedir | --cmakedir | --library)"
+    parser = argparse.ArgumentParser(prog="python -m fp8_dummy", usage=usage, description=__doc__)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--includedir", action="store_true", help="fp8_dummy.get_include()")
     group.add_argument("--cmakedir", action="store_true", help="fp8_dummy.get_cmake_dir()")
