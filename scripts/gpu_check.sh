@@ -99,6 +99,7 @@ step() {
   fi
   planned=$((planned + plan))
   [[ -n "$show" ]] && grep -E -- "$show" <<< "$out" | tail -n 40
+  [[ $status != ok ]] && tail -n 6 <<< "$out" | sed 's/^/   | /'  # why, in short
   local tally; tally="$(grep -E '[0-9]+ (passed|failed|skipped|error)|no tests ran|^verdict:|tests? collected' <<< "$out" | tail -n 1)"
   tally="$(tr -s ' =' ' ' <<< "$tally" | sed 's/^ //; s/ $//')"
   say "== $name: $status in $dt s${tally:+ ($tally)}"
