@@ -175,6 +175,7 @@ def test_shared_storage_keeps_the_engine_order():
     assert bool((a.a.weight == 120).all()) and bool((a.c.weight[:2].float() == 0.5).all())
 
 
+@pytest.mark.refusals  # exempt from FP8_DUMMY_STRICT=1
 def test_a_refused_key_warns_once_and_is_remembered():
     key = "test: a probe that differs"
     probes = []
@@ -196,6 +197,7 @@ def test_a_refused_key_warns_once_and_is_remembered():
     assert _proof.proven("test: a probe that matches", probe)  # cached verdict
 
 
+@pytest.mark.refusals  # exempt from FP8_DUMMY_STRICT=1
 def test_a_probe_that_raises_is_a_refusal():
     torch.ops.fp8_dummy_internal.proof_forget("test:")
 
@@ -233,4 +235,4 @@ def test_importing_fp8_dummy_imports_no_engine(tmp_path):
     )
     root = Path(fp8_dummy.__file__).resolve().parent.parent
     env = {"PYTHONPATH": f"{root}:{tmp_path}", "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path, timeout=300)

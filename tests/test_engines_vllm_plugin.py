@@ -117,6 +117,7 @@ def test_not_for_older_vllm(tmp_path, monkeypatch):
         sys.modules.update(saved)
 
 
+@pytest.mark.refusals  # exempt from FP8_DUMMY_STRICT=1
 def test_self_check_failure_falls_back_to_vllm(fake, monkeypatch):
     from vllm import plugins
     from vllm.model_executor.model_loader import dummy_loader, weight_utils
