@@ -10,7 +10,8 @@ bfloat16, and an FP8 variant (every decoder linear float8_e4m3fn with DeepSeek-s
   realistic    fp8_dummy.initialize_realistic_dummy_weights(model)
 with the peak scratch (CPU: resident high-water mark above the start).
 
-Example: python benchmarks/bench_realistic.py --json benchmarks/results/cpu_issue28_bench_realistic.json
+Example:
+  python benchmarks/bench_realistic.py --json benchmarks/results/cpu_issue28_realistic.json
 """
 
 from __future__ import annotations
@@ -38,16 +39,23 @@ def build(fp8: bool, layers: int) -> torch.nn.Module:
     import transformers as tf
 
     config = tf.LlamaConfig(
-        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
-        num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=True,
-    )  # fmt: skip
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
+    )
     with torch.device("meta"):
         model = tf.LlamaForCausalLM(config).to(torch.bfloat16)
         if fp8:
-            for name, m in model.model.layers.named_modules():
+            for m in model.model.layers.modules():
                 if isinstance(m, torch.nn.Linear):
                     n, k = m.weight.shape
-                    m.weight = torch.nn.Parameter(torch.empty(n, k, dtype=torch.float8_e4m3fn), False)
+                    m.weight = torch.nn.Parameter(
+                        torch.empty(n, k, dtype=torch.float8_e4m3fn), False
+                    )
                     blocks = (math.ceil(n / 128), math.ceil(k / 128))
                     m.weight_scale_inv = torch.nn.Parameter(torch.empty(blocks), False)
     return model.to_empty(device="cpu")
@@ -80,16 +88,21 @@ def bench(fp8: bool, layers: int, repeats: int) -> dict:
 
 def print_table(results: list[dict]) -> None:
     for r in results:
-        print(f"\n{r['model']}: {r['parameters'] / 1e9:.2f} B parameters, "
-              f"{r['model_bytes'] / 2**30:.2f} GiB")  # fmt: skip
-        print(f"{'method':<11} {'median s':>9} {'min s':>7} {'GB/s':>6} {'x vLLM':>7} {'scratch MiB':>12}")
+        print(
+            f"\n{r['model']}: {r['parameters'] / 1e9:.2f} B parameters, "
+            f"{r['model_bytes'] / 2**30:.2f} GiB"
+        )
+        head = f"{'method':<11} {'median s':>9} {'min s':>7} {'GB/s':>6} {'x vLLM':>7}"
+        print(f"{head} {'scratch MiB':>12}")
         ref = r["methods"]["vLLM loop"]["median_s"]
         for name, s in r["methods"].items():
             scratch = s["peak_scratch_bytes"]
             text = "n/a" if scratch is None else f"{scratch / 2**20:.1f}"
-            print(f"{name:<11} {s['median_s']:>9.2f} {s['min_s']:>7.2f} "
-                  f"{r['model_bytes'] / s['median_s'] / 1e9:>6.2f} {ref / s['median_s']:>7.2f} "
-                  f"{text:>12}")  # fmt: skip
+            print(
+                f"{name:<11} {s['median_s']:>9.2f} {s['min_s']:>7.2f} "
+                f"{r['model_bytes'] / s['median_s'] / 1e9:>6.2f} {ref / s['median_s']:>7.2f} "
+                f"{text:>12}"
+            )
 
 
 def main() -> int:

@@ -28,8 +28,14 @@ _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 _BYTES = {d for d in (torch.uint8, _FP4, _E8M0) if d is not None}  # filled via a uint8 view
 _PACKED = {d for d in (torch.uint8, _FP4) if d is not None}  # two e2m1 codes per byte
-_FP8 = {d for d in (getattr(torch, n, None) for n in ("float8_e4m3fn", "float8_e5m2",
-        "float8_e4m3fnuz", "float8_e5m2fnuz")) if d is not None}  # fmt: skip
+_FP8 = {
+    d
+    for d in (
+        getattr(torch, n, None)
+        for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    )
+    if d is not None
+}
 
 FP4_MOMENT = 8.5625  # E[c^2] over the 16 e2m1 codes: (0+.25+1+2.25+4+9+16+36)/8
 INT8_MOMENT = 127 * 128 / 3  # E[c^2] over the integers -127..127
@@ -60,7 +66,9 @@ def module_kind(module: torch.nn.Module) -> str:
         return "norm"
     if "LMHead" in name:
         return "lm_head"
-    return "embedding" if isinstance(module, torch.nn.Embedding) or name.endswith("Embedding") else ""
+    return (
+        "embedding" if isinstance(module, torch.nn.Embedding) or name.endswith("Embedding") else ""
+    )
 
 
 def _fp8_bound(dtype: torch.dtype) -> float:
@@ -81,7 +89,7 @@ def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers
     parts = name.split(".")
     local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
     stem = owner if local == "weight" else re.sub(r"_?weight$", "", local)
-    last = shape[-1] * (2 if dtype in _PACKED else 1) if len(shape) else 1
+    last = max(shape[-1] * (2 if dtype in _PACKED else 1), 1) if len(shape) else 1
     if kind == "lm_head" or stem == "lm_head":
         return "lm_head", 1.0
     if kind == "embedding" or stem in EMBEDDING:
@@ -235,10 +243,14 @@ def initialize_realistic_dummy_weights(
         if t.device.type not in ("cpu", "cuda", "meta"):
             raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
         spec = tensor_spec(
-            name, t.shape, t.dtype, layers=num_layers, siblings=siblings[prefix],
+            name,
+            t.shape,
+            t.dtype,
+            layers=num_layers,
+            siblings=siblings[prefix],
             module=module_kind(modules[prefix[:-1]]),
             value=getattr(t, "dummy_weight_value", None),
-        )  # fmt: skip
+        )
         plan.append((name, t, spec if t.device.type != "meta" else Spec("deferred", "skip")))
     done: set[int] = set()
     for name, t, spec in plan:

@@ -27,7 +27,9 @@ def decode_fp8(b: np.ndarray, exp_bits: int, bias: int, fnuz: bool = False) -> n
     sign = np.where(b >> 7 == 1, -1.0, 1.0)
     e = (b >> man_bits) & ((1 << exp_bits) - 1)
     m = b & ((1 << man_bits) - 1)
-    v = np.where(e == 0, m / 2**man_bits * 2.0 ** (1 - bias), (1 + m / 2**man_bits) * 2.0 ** (e - bias))
+    v = np.where(
+        e == 0, m / 2**man_bits * 2.0 ** (1 - bias), (1 + m / 2**man_bits) * 2.0 ** (e - bias)
+    )
     v = sign * v
     if fnuz:
         return np.where(b == 0x80, np.nan, v)
@@ -87,17 +89,22 @@ def zoo() -> dict:
     for dt in DECODE:
         d = DECODE[dt]
         z[f"fp8_{str(dt)[6:]}_tensor"] = (
-            dict(weight=torch.empty(N, K, dtype=dt), weight_scale=torch.empty((), **f32),
-                 input_scale=torch.empty((), **f32)),
+            dict(
+                weight=torch.empty(N, K, dtype=dt),
+                weight_scale=torch.empty((), **f32),
+                input_scale=torch.empty((), **f32),
+            ),
             lambda m, d=d: d(raw(m.weight)) * m.weight_scale.item(),
-        )  # fmt: skip
+        )
     z["fp8_channel"] = (
         dict(weight=torch.empty(N, K, dtype=E4M3), weight_scale=torch.empty(N, 1, **f32)),
         lambda m: DECODE[E4M3](raw(m.weight)) * m.weight_scale.numpy().astype(np.float64),
     )
     z["fp8_block"] = (
         dict(weight=torch.empty(N, K, dtype=E4M3), weight_scale_inv=torch.empty(nb, kb, **f32)),
-        lambda m: DECODE[E4M3](raw(m.weight)) * expand(m.weight_scale_inv.numpy(), 128, 128, (N, K)),
+        lambda m: (
+            DECODE[E4M3](raw(m.weight)) * expand(m.weight_scale_inv.numpy(), 128, 128, (N, K))
+        ),
     )
     z["int8_channel"] = (
         dict(weight=torch.empty(N, K, dtype=torch.int8), weight_scale=torch.empty(N, 1, **f32)),
@@ -106,22 +113,37 @@ def zoo() -> dict:
     packs = [torch.uint8] + ([FP4] if FP4 is not None else [])
     for p in packs:
         z[f"nvfp4_{str(p)[6:]}"] = (
-            dict(weight=torch.empty(N, K // 2, dtype=p), weight_scale=torch.empty(N, K // 16, dtype=E4M3),
-                 weight_scale_2=torch.empty((), **f32), input_scale=torch.empty((), **f32)),
-            lambda m: nibbles(raw(m.weight)) * np.repeat(DECODE[E4M3](raw(m.weight_scale)), 16, -1)
-            * m.weight_scale_2.item(),
-        )  # fmt: skip
+            dict(
+                weight=torch.empty(N, K // 2, dtype=p),
+                weight_scale=torch.empty(N, K // 16, dtype=E4M3),
+                weight_scale_2=torch.empty((), **f32),
+                input_scale=torch.empty((), **f32),
+            ),
+            lambda m: (
+                nibbles(raw(m.weight))
+                * np.repeat(DECODE[E4M3](raw(m.weight_scale)), 16, -1)
+                * m.weight_scale_2.item()
+            ),
+        )
     for s in [torch.uint8] + ([E8M0] if E8M0 is not None else []):
         z[f"mxfp4_{str(s)[6:]}"] = (
-            dict(weight=torch.empty(N, K // 2, dtype=torch.uint8),
-                 weight_scale=torch.empty(N, K // 32, dtype=s)),
+            dict(
+                weight=torch.empty(N, K // 2, dtype=torch.uint8),
+                weight_scale=torch.empty(N, K // 32, dtype=s),
+            ),
             lambda m: nibbles(raw(m.weight)) * np.repeat(e8m0(raw(m.weight_scale)), 32, -1),
-        )  # fmt: skip
+        )
     if E8M0 is not None:  # FP8 with UE8M0 block scales (DeepGEMM's)
         z["fp8_block_ue8m0"] = (
-            dict(weight=torch.empty(N, K, dtype=E4M3), weight_scale_inv=torch.empty(nb, kb, dtype=E8M0)),
-            lambda m: DECODE[E4M3](raw(m.weight)) * expand(e8m0(raw(m.weight_scale_inv)), 128, 128, (N, K)),
-        )  # fmt: skip
+            dict(
+                weight=torch.empty(N, K, dtype=E4M3),
+                weight_scale_inv=torch.empty(nb, kb, dtype=E8M0),
+            ),
+            lambda m: (
+                DECODE[E4M3](raw(m.weight))
+                * expand(e8m0(raw(m.weight_scale_inv)), 128, 128, (N, K))
+            ),
+        )
     return z
 
 
@@ -167,7 +189,9 @@ def test_quantized_linear_zoo(fmt: str, role: str):
         codes = raw(m.weight)
         assert (codes == 0).mean() < 0.05
         assert len(np.unique(codes)) > 64
-        assert roles[f"layers.{i}.{role}.weight"].role == ("linear" if role == "q_proj" else "residual_out")
+        assert roles[f"layers.{i}.{role}.weight"].role == (
+            "linear" if role == "q_proj" else "residual_out"
+        )
         if "input_scale" in dict(m.named_parameters()):
             assert m.input_scale.item() == 1.0
         if fmt.startswith("mxfp4"):  # the mixture of two exponents that reaches the variance
@@ -241,7 +265,11 @@ def test_roles_vllm_names():
     model.lm_head.weight = model.embed_tokens.weight  # tied: filled once
     roles = fp8_dummy.initialize_realistic_dummy_weights(model, seed=3)
     got = {n: s.role for n, s in roles.items() if n.startswith("layers.1.") or "." not in n[7:]}
-    print("\n".join(f"{n}: {s}" for n, s in roles.items() if n.startswith(("layers.1", "embed", "norm"))))
+    print(
+        "\n".join(
+            f"{n}: {s}" for n, s in roles.items() if n.startswith(("layers.1", "embed", "norm"))
+        )
+    )
     L = "layers.1."
     expect = {
         "embed_tokens.weight": "embedding",
@@ -280,8 +308,14 @@ def test_roles_vllm_names():
         (layer.mlp.gate.weight, 64**-0.5),
     ]:
         assert abs(w.double().std().item() / std - 1) < 0.1
-    w13 = DECODE[E4M3](raw(layer.mlp.experts.w13_weight)) * layer.mlp.experts.w13_weight_scale_inv.numpy()
-    w2 = DECODE[E4M3](raw(layer.mlp.experts.w2_weight)) * layer.mlp.experts.w2_weight_scale_inv.numpy()
+    w13 = (
+        DECODE[E4M3](raw(layer.mlp.experts.w13_weight))
+        * layer.mlp.experts.w13_weight_scale_inv.numpy()
+    )
+    w2 = (
+        DECODE[E4M3](raw(layer.mlp.experts.w2_weight))
+        * layer.mlp.experts.w2_weight_scale_inv.numpy()
+    )
     assert abs(w13.std() / 64**-0.5 - 1) < 0.1 and abs(w2.std() / (2 * 3 * 32) ** -0.5 - 1) < 0.1
 
 
@@ -294,11 +328,15 @@ def test_bytes_from_the_stateless_rule():
     roles = fp8_dummy.initialize_realistic_dummy_weights(model, seed=11)
     for name in ("layers.1.self_attn.qkv_proj.weight", "layers.0.mlp.experts.w2_weight"):
         t, spec = model.get_parameter(name), roles[name]
-        want = expected_bytes(np.arange(t.numel()), t.dtype, spec.low, spec.high, tensor_seed(11, name))
+        want = expected_bytes(
+            np.arange(t.numel()), t.dtype, spec.low, spec.high, tensor_seed(11, name)
+        )
         assert (tensor_bits(t) == want).all(), name
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4_uint8", "nvfp4_uint8", "fp8_block", "fp8_float8_e5m2_tensor"])
+@pytest.mark.parametrize(
+    "fmt", ["mxfp4_uint8", "nvfp4_uint8", "fp8_block", "fp8_float8_e5m2_tensor"]
+)
 def test_shards_are_slices_of_the_logical_tensor(fmt: str):
     """fill_ of any block of the logical tensor (element offsets and strides) gives that
     block of the whole fill: what a sharded loader relies on."""

@@ -21,22 +21,45 @@ TOKENS = (4, 256)  # 1,024 tokens
 def configs() -> dict:
     common = dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_attention_heads=4)
     return {
-        "llama": (tf.LlamaConfig(num_hidden_layers=4, num_key_value_heads=2, **common), "LlamaForCausalLM"),
+        "llama": (
+            tf.LlamaConfig(num_hidden_layers=4, num_key_value_heads=2, **common),
+            "LlamaForCausalLM",
+        ),
         "qwen3_moe": (
-            tf.Qwen3MoeConfig(num_hidden_layers=6, num_key_value_heads=2, head_dim=16, num_experts=64,
-                              num_experts_per_tok=8, moe_intermediate_size=32, decoder_sparse_step=1,
-                              mlp_only_layers=[], **common),
+            tf.Qwen3MoeConfig(
+                num_hidden_layers=6,
+                num_key_value_heads=2,
+                head_dim=16,
+                num_experts=64,
+                num_experts_per_tok=8,
+                moe_intermediate_size=32,
+                decoder_sparse_step=1,
+                mlp_only_layers=[],
+                **common,
+            ),
             "Qwen3MoeForCausalLM",
         ),
         "deepseek_v3": (
-            tf.DeepseekV3Config(num_hidden_layers=3, first_k_dense_replace=1, n_routed_experts=64,
-                                num_experts_per_tok=8, n_group=8, topk_group=4, n_shared_experts=1,
-                                moe_intermediate_size=32, q_lora_rank=32, kv_lora_rank=32,
-                                qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
-                                num_key_value_heads=4, **common),
+            tf.DeepseekV3Config(
+                num_hidden_layers=3,
+                first_k_dense_replace=1,
+                n_routed_experts=64,
+                num_experts_per_tok=8,
+                n_group=8,
+                topk_group=4,
+                n_shared_experts=1,
+                moe_intermediate_size=32,
+                q_lora_rank=32,
+                kv_lora_rank=32,
+                qk_rope_head_dim=8,
+                qk_nope_head_dim=16,
+                v_head_dim=16,
+                num_key_value_heads=4,
+                **common,
+            ),
             "DeepseekV3ForCausalLM",
         ),
-    }  # fmt: skip
+    }
 
 
 def measure(model: torch.nn.Module, vocab: int) -> dict:
@@ -91,7 +114,9 @@ def test_realistic_model(arch: str):
     assert real["finite"]
     assert all(0.25 <= r <= 4 for r in real["rms"]), real["rms"]
     if arch != "llama":
-        assert len(real["used"]) == config.num_hidden_layers - getattr(config, "first_k_dense_replace", 0)
+        assert len(real["used"]) == config.num_hidden_layers - getattr(
+            config, "first_k_dense_replace", 0
+        )
         assert real["used"] == real["experts"], "every routed expert is used"
         assert max(real["max_mean"]) <= 2.0
     # no two layers' same-role random weights are identical
