@@ -66,9 +66,9 @@ def module_kind(module: torch.nn.Module) -> str:
         return "norm"
     if "LMHead" in name:
         return "lm_head"
-    return (
-        "embedding" if isinstance(module, torch.nn.Embedding) or name.endswith("Embedding") else ""
-    )
+    if isinstance(module, torch.nn.Embedding) or name.endswith("Embedding"):
+        return "" if "Rotary" in name else "embedding"  # rotary tables are no embeddings
+    return ""
 
 
 def _fp8_bound(dtype: torch.dtype) -> float:
