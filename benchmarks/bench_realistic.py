@@ -58,7 +58,9 @@ def build(fp8: bool, layers: int) -> torch.nn.Module:
                     )
                     blocks = (math.ceil(n / 128), math.ceil(k / 128))
                     m.weight_scale_inv = torch.nn.Parameter(torch.empty(blocks), False)
-    return model.to_empty(device="cpu")
+    model = model.to_empty(device="cpu")
+    model.tie_weights()  # to_empty unties them
+    return model
 
 
 def bench(fp8: bool, layers: int, repeats: int) -> dict:
