@@ -21,6 +21,7 @@ from ._build import build_info
 from ._proof import ProofEntry, self_check_report
 from .model import SEMANTICS, initialize_dummy_weights, is_scale_tensor
 from .ops import cpu_fast_path_info, init_, init_many_, random_
+from .realistic import initialize_realistic_dummy_weights
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "init_shard_",
     "init_stateless_",
     "initialize_dummy_weights",
+    "initialize_realistic_dummy_weights",
     "is_scale_tensor",
     "library_path",
     "random_",
