@@ -1,0 +1,162 @@
+"""--load-format fp8_dummy_invariant on vLLM 0.33's own model classes: Llama, Qwen3-MoE and
+DeepSeek-V3, each in bf16, FP8 per-tensor (static activation scales) and FP8 block, built by
+``initialize_model`` from tiny configs on the CPU (helpers/vllm_invariant_models.py says
+how, and what is replaced to build them without vLLM's GPU kernels), at TP=1 and at TP=2
+(2 gloo processes).
+
+The oracle, independent of our placement rules: a zeroed copy of the same model loaded by
+its own ``load_weights`` (vLLM's name mapping, stacked shards, expert mapping and
+``weight_loader`` s) from an HF-style checkpoint made of the TP=1 model's tensors. Each
+TP=2 rank must equal it byte for byte, and the TP=1 model must equal the format's logical
+tensors (restated from its definition). Negative controls: a KV-cache-scale rule that
+shards the replicated scalar is caught on the rank it gets wrong; without the rule, the
+FP8 models are refused by name before anything is written (the state before the rule).
+Without vLLM 0.33: skipped, with why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "helpers" / "vllm_invariant_models_worker.py"
+MODELS = ("llama", "qwen3_moe", "deepseek_v3")
+QUANTS = ("bf16", "fp8", "blk")
+# What vLLM 0.33 creates in these models (Fp8Config: Fp8LinearMethod, Fp8MoEMethod's plain
+# parameters, Fp8KVCacheMethod on every standard Attention layer; MLA layers have none).
+FP8_CLASSES = {
+    "Parameter",
+    "ModelWeightParameter",
+    "PerTensorScaleParameter",
+    "BlockQuantScaleParameter",
+    "KVCacheScaleParameter",
+}
+
+try:  # importable here, not only installed (the workers import it the same way)
+    import vllm
+
+    _VERSION = vllm.__version__
+except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
+    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
+        raise
+    pytest.skip(
+        f"vLLM is not importable here ({type(e).__name__}: {e}); scripts/ci_engines.sh installs it",
+        allow_module_level=True,
+    )
+if not _VERSION.startswith("0.33."):
+    pytest.skip(f"the rules are vLLM 0.33's; this is vLLM {_VERSION}", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[int, list[dict]]:
+    """TP=1 (1 process) and TP=2 (2 processes, one gloo group), started together: the TP=2
+    ranks wait for TP=1's checkpoints. {world: [each rank's findings]}."""
+    tmp = tmp_path_factory.mktemp("models")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    procs = {}
+    for world in (1, 2):
+        port = _free_port()
+        for r in range(world):
+            args = [sys.executable, str(WORKER), str(r), str(world), str(port), str(tmp), str(ROOT)]
+            procs[world, r] = subprocess.Popen(
+                args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+    logs = {}
+    for key, p in procs.items():
+        try:
+            logs[key] = p.communicate(timeout=900)[0]
+        except subprocess.TimeoutExpired:
+            for q in procs.values():
+                q.kill()
+            raise
+    out: dict[int, list[dict]] = {1: [], 2: []}
+    for world, r in procs:
+        path = tmp / f"{world}-{r}.json"
+        assert path.exists(), f"TP={world} rank {r} wrote nothing:\n{logs[world, r][-3000:]}"
+        result = json.loads(path.read_text())
+        assert "error" not in result, f"TP={world} rank {r}:\n{result['error']}"
+        assert sorted(result["cases"]) == sorted(f"{m}-{q}" for m in MODELS for q in QUANTS)
+        out[world].append(result)
+    return out
+
+
+def _case(result: dict, model: str, quant: str) -> dict:
+    r = result["cases"][f"{model}-{quant}"]
+    assert "error" not in r, f"{model} {quant} at rank {result['rank']}: {r['error']}"
+    return r
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("model", MODELS)
+def test_tp1_is_the_logical_model_and_vllms_loader_agrees(runs, model, quant):
+    r = _case(runs[1][0], model, quant)
+    assert r["logical"] == [], r["logical"]
+    assert r["not_loaded"] == [] and r["mismatch"] == [], r
+    assert r["checked"] >= 15
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("model", MODELS)
+def test_each_tp2_rank_equals_vllms_loader_fed_the_tp1_tensors(runs, model, quant):
+    for result in runs[2]:
+        r = _case(result, model, quant)
+        where = f"rank {result['rank']}"
+        assert r["sharded"] >= 4, (where, r["sharded"])  # really TP=2: fewer rows or columns
+        assert r["not_loaded"] == [], (where, r["not_loaded"])
+        assert r["mismatch"] == [], (where, r["mismatch"])
+        assert r["buffers"] == [], (where, r["buffers"])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_fp8_models_hold_the_parameter_classes_found(runs, model):
+    """The FP8 builds create the parameter classes listed above (and the KV-cache scales
+    on standard Attention layers only: MLA has none), with non-degenerate FP8 values."""
+    for world, results in runs.items():
+        for result in results:
+            for quant in ("fp8", "blk"):
+                r = _case(result, model, quant)
+                assert set(r["classes"]) <= FP8_CLASSES, r["classes"]
+                scale = "PerTensorScaleParameter" if quant == "fp8" else "BlockQuantScaleParameter"
+                assert scale in r["classes"]
+                has_kv = model != "deepseek_v3"
+                assert ("KVCacheScaleParameter" in r["classes"]) == has_kv, (world, r["classes"])
+                assert len(r["kv_scales"]) == (8 if has_kv else 0)  # 4 per layer
+                assert r["distinct_fp8"] >= 100, r["distinct_fp8"]  # of at most 114 in +-1
+
+
+def _fp8_with_kv_scales():
+    return [(m, q) for m in MODELS if m != "deepseek_v3" for q in ("fp8", "blk")]
+
+
+@pytest.mark.parametrize(("model", "quant"), _fp8_with_kv_scales())
+def test_negative_control_a_sharded_kv_scale_is_caught(runs, model, quant):
+    """Each rank its own element of a [tp]-long scale: right at TP=1 (element 0) and on
+    rank 0, wrong on rank 1, and the comparison says so for exactly the KV-cache scales."""
+    assert _case(runs[1][0], model, quant)["negative"] == []
+    rank0, rank1 = (_case(result, model, quant) for result in runs[2])
+    assert rank0["negative"] == []
+    assert rank1["negative"] == rank1["kv_scales"] != []
+
+
+@pytest.mark.parametrize(("model", "quant"), _fp8_with_kv_scales())
+def test_without_the_rule_the_model_is_refused_before_writing(runs, model, quant):
+    for world, results in runs.items():
+        for result in results:
+            r = _case(result, model, quant)["no_rule"]
+            assert r["raised"] and r["raised"].startswith("UncoveredParameterError"), r
+            assert "'model.layers.0.self_attn.attn.q_scale'" in r["raised"], r
+            assert "KVCacheScaleParameter" in r["raised"], r
+            assert r["untouched"], (world, r)
