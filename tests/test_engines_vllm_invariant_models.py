@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_invariant_models_worker.py"
 MODELS = ("llama", "qwen3_moe", "deepseek_v3")
 QUANTS = ("bf16", "fp8", "blk")
+EP_CASES = (("qwen3_moe", "fp8"), ("deepseek_v3", "blk"))  # also at TP=2 with EP
 # What vLLM 0.33 creates in these models (Fp8Config: Fp8LinearMethod, Fp8MoEMethod's plain
 # parameters, Fp8KVCacheMethod on every standard Attention layer; MLA layers have none).
 FP8_CLASSES = {
@@ -88,7 +89,9 @@ def runs(tmp_path_factory) -> dict[int, list[dict]]:
         assert path.exists(), f"TP={world} rank {r} wrote nothing:\n{logs[world, r][-3000:]}"
         result = json.loads(path.read_text())
         assert "error" not in result, f"TP={world} rank {r}:\n{result['error']}"
-        assert sorted(result["cases"]) == sorted(f"{m}-{q}" for m in MODELS for q in QUANTS)
+        want = [f"{m}-{q}" for m in MODELS for q in QUANTS]
+        want += [f"{m}-{q}-ep" for m, q in EP_CASES] if world > 1 else []
+        assert sorted(result["cases"]) == sorted(want)
         out[world].append(result)
     return out
 
@@ -115,8 +118,19 @@ def test_each_tp2_rank_equals_vllms_loader_fed_the_tp1_tensors(runs, model, quan
         r = _case(result, model, quant)
         where = f"rank {result['rank']}"
         assert r["sharded"] >= 4, (where, r["sharded"])  # really TP=2: fewer rows or columns
+        assert all(not has_map for has_map, _ in r["experts"]), (where, r["experts"])  # TP
         assert r["not_loaded"] == [], (where, r["not_loaded"])
         assert r["mismatch"] == [], (where, r["mismatch"])
+        assert r["buffers"] == [], (where, r["buffers"])
+
+
+@pytest.mark.parametrize(("model", "quant"), EP_CASES)
+def test_expert_parallel_ranks_equal_vllms_loader_fed_the_tp1_tensors(runs, model, quant):
+    for result in runs[2]:
+        r = _case(result, model, f"{quant}-ep")
+        where = f"rank {result['rank']}"
+        assert r["experts"] and all(e == [True, 2] for e in r["experts"]), (where, r["experts"])
+        assert r["not_loaded"] == [] and r["mismatch"] == [], (where, r)
         assert r["buffers"] == [], (where, r["buffers"])
 
 

@@ -102,6 +102,9 @@ QUANTS = {
     "blk": dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=L.BLOCK),
 }
 CASES = [(m, q) for m in MODELS for q in QUANTS]
+# At TP=2 also with expert parallelism (each rank 2 of the 4 experts), against the same
+# TP=1 checkpoint: expert mapping through the models' own load_weights.
+EP_CASES = [("qwen3_moe", "fp8"), ("deepseek_v3", "blk")]
 
 # The checkpoint names of vLLM's fused layers' shards (the models' stacked_params_mapping).
 _FUSED = {
@@ -120,9 +123,9 @@ def prepare(tmp: str) -> None:
     L.no_fp8_gemm_kernel()
 
 
-def build(model: str, quant: str, folder: Path, world: int):
-    """(model, vllm_config, model_config): ``model`` with ``quant`` at TP=``world``, its
-    tensors as vLLM creates them (uninitialized)."""
+def build(model: str, quant: str, folder: Path, world: int, ep: bool = False):
+    """(model, vllm_config, model_config): ``model`` with ``quant`` at TP=``world`` (with
+    expert parallelism: ``ep``), its tensors as vLLM creates them (uninitialized)."""
     from vllm.config import (
         DeviceConfig,
         ModelConfig,
@@ -143,7 +146,7 @@ def build(model: str, quant: str, folder: Path, world: int):
     vllm_config = VllmConfig(
         model_config=model_config,
         device_config=DeviceConfig(device="cpu"),
-        parallel_config=ParallelConfig(tensor_parallel_size=world),
+        parallel_config=ParallelConfig(tensor_parallel_size=world, enable_expert_parallel=ep),
     )
     loader = get_model_loader(LoadConfig(load_format="dummy"))
     with set_current_vllm_config(vllm_config):

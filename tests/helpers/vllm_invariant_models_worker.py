@@ -54,11 +54,14 @@ def _run(rank: int, world: int, port: int, out: Path) -> dict:
     fmt = get_model_loader(LoadConfig(load_format="fp8_dummy_invariant"))
     tp1 = _wait_for_tp1(out) if world > 1 else {}
     saved, found = {}, {}
-    for model, quant in M.CASES:
-        case, t0 = f"{model}-{quant}", time.perf_counter()
+    cases = [(m, q, False) for m, q in M.CASES]
+    cases += [(m, q, True) for m, q in M.EP_CASES] if world > 1 else []
+    for model, quant, ep in cases:
+        key, t0 = f"{model}-{quant}", time.perf_counter()  # the TP=1 checkpoint's
+        case = key + ("-ep" if ep else "")
         folder = out / f"config-{world}-{rank}" / case
-        ours, vllm_config, model_config = M.build(model, quant, folder, world)
-        oracle = M.build(model, quant, folder, world)[0]
+        ours, vllm_config, model_config = M.build(model, quant, folder, world, ep)
+        oracle = M.build(model, quant, folder, world, ep)[0]
 
         def fill(m, vllm_config=vllm_config, model_config=model_config):
             M.poison(m)
@@ -80,13 +83,18 @@ def _run(rank: int, world: int, port: int, out: Path) -> dict:
             ckpt = M.checkpoint(ours)
             copies = {n: b.clone() for n, b in buffers.items()}
             saved[case] = {"checkpoint": ckpt, "buffers": copies, "shapes": shapes}
-        elif case not in tp1:
+        elif key not in tp1:
             r["error"] = "no TP=1 checkpoint (the TP=1 run failed on this model)"
             continue
         else:
-            ckpt = tp1[case]["checkpoint"]
-            r["buffers"] = M.differing(buffers, tp1[case]["buffers"])
-            r["sharded"] = sum(shapes[n] != s for n, s in tp1[case]["shapes"].items())
+            ckpt = tp1[key]["checkpoint"]
+            r["buffers"] = M.differing(buffers, tp1[key]["buffers"])
+            r["sharded"] = sum(shapes[n] != s for n, s in tp1[key]["shapes"].items())
+            r["experts"] = [  # (an expert map, local experts) of each MoE layer
+                (getattr(m, "_expert_map", None) is not None, m.local_num_experts)
+                for m in ours.modules()
+                if type(m).__name__ == "RoutedExperts"
+            ]
         loaded = M.load_checkpoint(oracle, ckpt)
         r["checked"] = len(params)
         r["not_loaded"] = sorted(set(params) - loaded)
