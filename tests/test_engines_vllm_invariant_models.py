@@ -62,50 +62,56 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[int, list[dict]]:
-    """TP=1 (1 process) and TP=2 (2 processes, one gloo group), started together: the TP=2
-    ranks wait for TP=1's checkpoints. {world: [each rank's findings]}."""
+def runs(tmp_path_factory) -> dict:
+    """Two worker processes (one gloo group): TP=1, each its half of the models, then TP=2.
+    {1: {case: findings}, 2: [{case: findings} of each rank]}."""
     tmp = tmp_path_factory.mktemp("models")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    procs = {}
-    for world in (1, 2):
-        port = _free_port()
-        for r in range(world):
-            args = [sys.executable, str(WORKER), str(r), str(world), str(port), str(tmp), str(ROOT)]
-            procs[world, r] = subprocess.Popen(
-                args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-    logs = {}
-    for key, p in procs.items():
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(r), str(port), str(tmp), str(ROOT)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    logs = []
+    for p in procs:
         try:
-            logs[key] = p.communicate(timeout=900)[0]
+            logs.append(p.communicate(timeout=900)[0])
         except subprocess.TimeoutExpired:
-            for q in procs.values():
+            for q in procs:
                 q.kill()
             raise
-    out: dict[int, list[dict]] = {1: [], 2: []}
-    for world, r in procs:
-        path = tmp / f"{world}-{r}.json"
-        assert path.exists(), f"TP={world} rank {r} wrote nothing:\n{logs[world, r][-3000:]}"
+    results = []
+    for r in range(2):
+        path = tmp / f"{r}.json"
+        assert path.exists(), f"rank {r} wrote nothing:\n{logs[r][-3000:]}"
         result = json.loads(path.read_text())
-        assert "error" not in result, f"TP={world} rank {r}:\n{result['error']}"
-        want = [f"{m}-{q}" for m in MODELS for q in QUANTS]
-        want += [f"{m}-{q}-ep" for m, q in EP_CASES] if world > 1 else []
-        assert sorted(result["cases"]) == sorted(want)
-        out[world].append(result)
-    return out
+        assert "error" not in result, f"rank {r}:\n{result['error']}"
+        results.append(result)
+    tp1 = {case: r for result in results for case, r in result["1"].items()}
+    assert sorted(tp1) == sorted(f"{m}-{q}" for m in MODELS for q in QUANTS)
+    for result in results:
+        want = [f"{m}-{q}" for m in MODELS for q in QUANTS] + [f"{m}-{q}-ep" for m, q in EP_CASES]
+        assert sorted(result["2"]) == sorted(want)
+    return {1: tp1, 2: [dict(result["2"], rank=result["rank"]) for result in results]}
 
 
-def _case(result: dict, model: str, quant: str) -> dict:
-    r = result["cases"][f"{model}-{quant}"]
-    assert "error" not in r, f"{model} {quant} at rank {result['rank']}: {r['error']}"
+def _case(cases: dict, model: str, quant: str) -> dict:
+    r = cases[f"{model}-{quant}"]
+    assert "error" not in r, f"{model} {quant} at rank {cases.get('rank', '-')}: {r['error']}"
     return r
 
 
 @pytest.mark.parametrize("quant", QUANTS)
 @pytest.mark.parametrize("model", MODELS)
 def test_tp1_is_the_logical_model_and_vllms_loader_agrees(runs, model, quant):
-    r = _case(runs[1][0], model, quant)
+    r = _case(runs[1], model, quant)
+    assert r["tp"] == 1 and all(e == [False, 4] for e in r["experts"]), r
     assert r["logical"] == [], r["logical"]
     assert r["not_loaded"] == [] and r["mismatch"] == [], r
     assert r["checked"] >= 15
@@ -117,7 +123,7 @@ def test_each_tp2_rank_equals_vllms_loader_fed_the_tp1_tensors(runs, model, quan
     for result in runs[2]:
         r = _case(result, model, quant)
         where = f"rank {result['rank']}"
-        assert r["sharded"] >= 4, (where, r["sharded"])  # really TP=2: fewer rows or columns
+        assert r["tp"] == 2 and r["sharded"] >= 4, (where, r["sharded"])  # fewer rows/columns
         assert all(not has_map for has_map, _ in r["experts"]), (where, r["experts"])  # TP
         assert r["not_loaded"] == [], (where, r["not_loaded"])
         assert r["mismatch"] == [], (where, r["mismatch"])
@@ -138,17 +144,16 @@ def test_expert_parallel_ranks_equal_vllms_loader_fed_the_tp1_tensors(runs, mode
 def test_fp8_models_hold_the_parameter_classes_found(runs, model):
     """The FP8 builds create the parameter classes listed above (and the KV-cache scales
     on standard Attention layers only: MLA has none), with non-degenerate FP8 values."""
-    for world, results in runs.items():
-        for result in results:
-            for quant in ("fp8", "blk"):
-                r = _case(result, model, quant)
-                assert set(r["classes"]) <= FP8_CLASSES, r["classes"]
-                scale = "PerTensorScaleParameter" if quant == "fp8" else "BlockQuantScaleParameter"
-                assert scale in r["classes"]
-                has_kv = model != "deepseek_v3"
-                assert ("KVCacheScaleParameter" in r["classes"]) == has_kv, (world, r["classes"])
-                assert len(r["kv_scales"]) == (8 if has_kv else 0)  # 4 per layer
-                assert r["distinct_fp8"] >= 100, r["distinct_fp8"]  # of at most 114 in +-1
+    for world, cases in [(1, runs[1])] + [(2, rank) for rank in runs[2]]:
+        for quant in ("fp8", "blk"):
+            r = _case(cases, model, quant)
+            assert set(r["classes"]) <= FP8_CLASSES, r["classes"]
+            scale = "PerTensorScaleParameter" if quant == "fp8" else "BlockQuantScaleParameter"
+            assert scale in r["classes"]
+            has_kv = model != "deepseek_v3"
+            assert ("KVCacheScaleParameter" in r["classes"]) == has_kv, (world, r["classes"])
+            assert len(r["kv_scales"]) == (8 if has_kv else 0)  # 4 per layer
+            assert r["distinct_fp8"] >= 100, r["distinct_fp8"]  # of at most 114 in +-1
 
 
 def _fp8_with_kv_scales():
@@ -159,7 +164,7 @@ def _fp8_with_kv_scales():
 def test_negative_control_a_sharded_kv_scale_is_caught(runs, model, quant):
     """Each rank its own element of a [tp]-long scale: right at TP=1 (element 0) and on
     rank 0, wrong on rank 1, and the comparison says so for exactly the KV-cache scales."""
-    assert _case(runs[1][0], model, quant)["negative"] == []
+    assert _case(runs[1], model, quant)["negative"] == []
     rank0, rank1 = (_case(result, model, quant) for result in runs[2])
     assert rank0["negative"] == []
     assert rank1["negative"] == rank1["kv_scales"] != []
@@ -167,10 +172,9 @@ def test_negative_control_a_sharded_kv_scale_is_caught(runs, model, quant):
 
 @pytest.mark.parametrize(("model", "quant"), _fp8_with_kv_scales())
 def test_without_the_rule_the_model_is_refused_before_writing(runs, model, quant):
-    for world, results in runs.items():
-        for result in results:
-            r = _case(result, model, quant)["no_rule"]
-            assert r["raised"] and r["raised"].startswith("UncoveredParameterError"), r
-            assert "'model.layers.0.self_attn.attn.q_scale'" in r["raised"], r
-            assert "KVCacheScaleParameter" in r["raised"], r
-            assert r["untouched"], (world, r)
+    for world, cases in [(1, runs[1])] + [(2, rank) for rank in runs[2]]:
+        r = _case(cases, model, quant)["no_rule"]
+        assert r["raised"] and r["raised"].startswith("UncoveredParameterError"), r
+        assert "'model.layers.0.self_attn.attn.q_scale'" in r["raised"], r
+        assert "KVCacheScaleParameter" in r["raised"], r
+        assert r["untouched"], (world, r)

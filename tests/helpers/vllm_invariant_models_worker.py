@@ -1,14 +1,15 @@
-"""One rank of tests/test_engines_vllm_invariant_models.py: every model of
-helpers/vllm_invariant_models.py at TP=world, filled by ``--load-format
-fp8_dummy_invariant`` (through vLLM's get_model_loader), compared byte for byte with the
-oracle.
+"""One of the two gloo processes of tests/test_engines_vllm_invariant_models.py: the models
+of helpers/vllm_invariant_models.py filled by ``--load-format fp8_dummy_invariant``
+(through vLLM's get_model_loader) and compared byte for byte with the oracle, first at TP=1,
+then at TP=2 (one vLLM import for both).
 
-world 1: each model against the format's logical tensors, and against a zeroed copy loaded
-by the model's own ``load_weights`` from the checkpoint made of its tensors; checkpoints,
-shapes and persistent buffers go to OUT/tp1.pt. world 2 (started at the same time: the
-vLLM import overlaps): each rank, once tp1.pt exists, against a zeroed copy loaded from
-that checkpoint, its buffers against TP=1's. Both: the negative controls. Findings go to
-OUT/<world>-<rank>.json.
+TP=1 (each process its half of the models, as two TP=1 replicas): each model against the
+format's logical tensors, and against a zeroed copy loaded by the model's own
+``load_weights`` from the checkpoint made of its tensors; checkpoints, shapes and persistent
+buffers go to OUT/tp1-<rank>.pt. Then the model-parallel groups are rebuilt at TP=2: each
+rank, each model (and two with expert parallelism), against a zeroed copy loaded from the
+TP=1 checkpoint; buffers against TP=1's. Both: the negative controls. Findings go to
+OUT/<rank>.json as {"1": {case: ...}, "2": {case: ...}}.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import traceback
 from pathlib import Path
 
 
-def main(rank: int, world: int, port: int, out: str, root: str) -> None:
+def main(rank: int, port: int, out: str, root: str) -> None:
     os.environ["VLLM_TARGET_DEVICE"] = "cpu"  # FusedMoE's backend choice needs it
     here = os.path.dirname(os.path.abspath(__file__))  # not sys.path[0]: see the other worker
     sys.path[:] = [root, os.path.join(root, "tests")] + [
@@ -29,13 +30,13 @@ def main(rank: int, world: int, port: int, out: str, root: str) -> None:
     ]
     result: dict = {"rank": rank}
     try:
-        result.update(_run(rank, world, port, Path(out)))
+        result.update(_run(rank, port, Path(out)))
     except Exception:  # noqa: BLE001 (reported to the parent test)
         result["error"] = traceback.format_exc()
-    (Path(out) / f"{world}-{rank}.json").write_text(json.dumps(result))
+    (Path(out) / f"{rank}.json").write_text(json.dumps(result))
 
 
-def _run(rank: int, world: int, port: int, out: Path) -> dict:
+def _run(rank: int, port: int, out: Path) -> dict:
     from helpers import vllm_invariant_models as M
 
     M.prepare(str(out))
@@ -43,58 +44,82 @@ def _run(rank: int, world: int, port: int, out: Path) -> dict:
     from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
     from vllm.config.load import LoadConfig
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import destroy_model_parallel
     from vllm.model_executor.model_loader import get_model_loader
 
     from fp8_dummy import vllm_plugin
 
-    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
-        init_distributed_environment(world, rank, f"tcp://127.0.0.1:{port}", rank, backend="gloo")
-        initialize_model_parallel(tensor_model_parallel_size=world)
+    base = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    with set_current_vllm_config(base):
+        init_distributed_environment(2, rank, f"tcp://127.0.0.1:{port}", rank, backend="gloo")
+        initialize_model_parallel(tensor_model_parallel_size=1)
     vllm_plugin.register()
     fmt = get_model_loader(LoadConfig(load_format="fp8_dummy_invariant"))
-    tp1 = _wait_for_tp1(out) if world > 1 else {}
-    saved, found = {}, {}
-    cases = [(m, q, False) for m, q in M.CASES]
-    cases += [(m, q, True) for m, q in M.EP_CASES] if world > 1 else []
-    for model, quant, ep in cases:
-        key, t0 = f"{model}-{quant}", time.perf_counter()  # the TP=1 checkpoint's
-        case = key + ("-ep" if ep else "")
-        folder = out / f"config-{world}-{rank}" / case
-        ours, vllm_config, model_config = M.build(model, quant, folder, world, ep)
-        oracle = M.build(model, quant, folder, world, ep)[0]
+    mine = [(m, q, False) for i, (m, q) in enumerate(M.CASES) if i % 2 == rank]
+    found: dict = {"1": {}, "2": {}}
+    saved: dict = {}
+    for model, quant, ep in mine:
+        found["1"][f"{model}-{quant}"] = _case(M, fmt, out, 1, rank, model, quant, ep, saved)
+    torch.save(saved, out / f"tp1-{rank}.pt")
+    torch.distributed.barrier()  # both halves written
+    tp1 = {k: v for r in (0, 1) for k, v in torch.load(out / f"tp1-{r}.pt").items()}
 
-        def fill(m, vllm_config=vllm_config, model_config=model_config):
+    destroy_model_parallel()
+    with set_current_vllm_config(base):
+        initialize_model_parallel(tensor_model_parallel_size=2)
+    cases = [(m, q, False) for m, q in M.CASES] + [(m, q, True) for m, q in M.EP_CASES]
+    for model, quant, ep in cases:
+        case = f"{model}-{quant}" + ("-ep" if ep else "")
+        found["2"][case] = _case(M, fmt, out, 2, rank, model, quant, ep, tp1)
+    return found
+
+
+def _case(M, fmt, out: Path, tp: int, rank: int, model: str, quant: str, ep: bool, tp1: dict):
+    """One model at TP=``tp``; at TP=1 its checkpoint goes into ``tp1``, at TP=2 it is
+    read from there. Any exception is the case's finding (the other process must not wait
+    for this one at the barrier)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import get_tensor_model_parallel_world_size
+
+    key, t0 = f"{model}-{quant}", time.perf_counter()  # the TP=1 checkpoint's
+    r: dict = {}
+    try:
+        folder = out / f"config-{tp}-{rank}" / (key + ("-ep" if ep else ""))
+        ours, vllm_config, model_config = M.build(model, quant, folder, tp, ep)
+        oracle = M.build(model, quant, folder, tp, ep)[0]
+
+        def fill(m):
             M.poison(m)
             with set_current_vllm_config(vllm_config):
                 fmt.load_weights(m, model_config)
 
         params = dict(ours.named_parameters())
-        r: dict = {"classes": sorted({type(p).__name__ for p in params.values()})}
-        found[case] = r
+        r["tp"] = get_tensor_model_parallel_world_size()
+        r["classes"] = sorted({type(p).__name__ for p in params.values()})
+        r["experts"] = [  # (an expert map, local experts) of each MoE layer
+            (getattr(m, "_expert_map", None) is not None, m.local_num_experts)
+            for m in ours.modules()
+            if type(m).__name__ == "RoutedExperts"
+        ]
         try:
             fill(ours)
         except Exception as e:  # noqa: BLE001 (the test names it)
             r["error"] = f"{type(e).__name__}: {e}"
-            continue
+            return r
         buffers = {n: t for n, t in M.tensors(ours).items() if n not in params}
         shapes = {n: list(p.shape) for n, p in params.items()}
-        if world == 1:
+        if tp == 1:
             r["logical"] = M.differing(M.tensors(ours), M.logical(ours))
             ckpt = M.checkpoint(ours)
             copies = {n: b.clone() for n, b in buffers.items()}
-            saved[case] = {"checkpoint": ckpt, "buffers": copies, "shapes": shapes}
+            tp1[key] = {"checkpoint": ckpt, "buffers": copies, "shapes": shapes}
         elif key not in tp1:
             r["error"] = "no TP=1 checkpoint (the TP=1 run failed on this model)"
-            continue
+            return r
         else:
             ckpt = tp1[key]["checkpoint"]
             r["buffers"] = M.differing(buffers, tp1[key]["buffers"])
             r["sharded"] = sum(shapes[n] != s for n, s in tp1[key]["shapes"].items())
-            r["experts"] = [  # (an expert map, local experts) of each MoE layer
-                (getattr(m, "_expert_map", None) is not None, m.local_num_experts)
-                for m in ours.modules()
-                if type(m).__name__ == "RoutedExperts"
-            ]
         loaded = M.load_checkpoint(oracle, ckpt)
         r["checked"] = len(params)
         r["not_loaded"] = sorted(set(params) - loaded)
@@ -106,24 +131,10 @@ def _run(rank: int, world: int, port: int, out: Path) -> dict:
         if r["kv_scales"]:
             r["negative"] = _negative_control(fill, ours, oracle, M)
             r["no_rule"] = _without_the_rule(fill, ours, M)
-        r["seconds"] = round(time.perf_counter() - t0, 2)
-    if world == 1:
-        torch.save(saved, out / "tp1.tmp")
-        (out / "tp1.tmp").rename(out / "tp1.pt")
-    return {"cases": found}
-
-
-def _wait_for_tp1(out: Path, timeout: float = 600.0) -> dict:
-    """TP=1's checkpoints, once its worker has written them (it writes tp1.pt before its
-    JSON: a JSON without tp1.pt means it failed)."""
-    import torch
-
-    deadline = time.monotonic() + timeout
-    while not (out / "tp1.pt").exists():
-        if (out / "1-0.json").exists() or time.monotonic() > deadline:
-            raise RuntimeError("the TP=1 worker wrote no checkpoints (see its result)")
-        time.sleep(0.2)
-    return torch.load(out / "tp1.pt")
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        r["error"] = traceback.format_exc()
+    r["seconds"] = round(time.perf_counter() - t0, 2)
+    return r
 
 
 def _distinct_fp8(params) -> int:
@@ -181,4 +192,4 @@ def _without_the_rule(fill, ours, M) -> dict:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
