@@ -9,10 +9,11 @@ Built the way vLLM builds a model: a config.json in a temporary folder, read by 
 ``set_default_torch_dtype`` and the CPU device, as ``BaseModelLoader.load_model`` does.
 Every parameter is created by vLLM's code. What is replaced, and why (:func:`prepare`):
 
-- ``vllm.model_executor.layers.quantization.fp8.init_fp8_linear_kernel`` returns None.
-  ``Fp8LinearMethod.create_weights`` calls it as its last statement, after it registered
-  ``weight``, ``weight_scale`` / ``weight_scale_inv`` and ``input_scale``, to choose a GEMM
-  kernel; this CPU has none (the PyPI wheel has no ``vllm._C``), so it raises. Only
+- ``vllm.model_executor.layers.quantization.fp8.init_fp8_linear_kernel`` returns None
+  where vLLM finds no kernel. ``Fp8LinearMethod.create_weights`` calls it as its last
+  statement, after it registered ``weight``, ``weight_scale`` / ``weight_scale_inv`` and
+  ``input_scale``, to choose a GEMM kernel; vLLM's CPU kernels for FP8 block weights need
+  AMX tiles, so without one it raises ``ValueError: Failed to find a kernel``. Only
   ``process_weights_after_loading`` and ``apply`` read the choice, and neither runs here.
 - ``vllm.model_executor.models.registry._run_in_subprocess`` calls its function in this
   process. ``ModelConfig`` inspects the architecture's class (``_ModelInfo``: pipeline
@@ -120,7 +121,17 @@ def prepare(tmp: str) -> None:
     import vllm.model_executor.models.registry as registry
 
     registry._run_in_subprocess = lambda fn: fn()
-    L.no_fp8_gemm_kernel()
+    import vllm.model_executor.layers.quantization.fp8 as fp8
+
+    choose = fp8.init_fp8_linear_kernel
+
+    def kernel_or_none(*args, **kwargs):
+        try:
+            return choose(*args, **kwargs)
+        except ValueError:  # "Failed to find a kernel": none on this CPU
+            return None
+
+    fp8.init_fp8_linear_kernel = kernel_or_none
 
 
 def build(model: str, quant: str, folder: Path, world: int, ep: bool = False):
