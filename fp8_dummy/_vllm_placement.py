@@ -8,11 +8,11 @@ element ``piece.offset + piece.step * idx`` (per dimension). Elements no piece c
 
 Each rule restates, as affine arithmetic, what vLLM 0.33's own ``weight_loader`` of that
 layer does with a checkpoint tensor (``vllm/model_executor/layers/linear.py``,
-``vocab_parallel_embedding.py``, ``fused_moe/routed_experts.py``, ``parameter.py``).
-A rule applies only where the parameter's loader is the layer class's own function, so a
-subclass that overrides its loader (about 64 custom loaders exist in vLLM 0.33) is refused
-by name rather than filled per rank. The tests feed vLLM's own loaders the TP=1 tensor and
-compare (``tests/test_engines_vllm_invariant.py``).
+``vocab_parallel_embedding.py``, ``fused_moe/routed_experts.py``, ``parameter.py``,
+``quantization/kv_cache.py``). A rule applies only where the parameter's loader is the
+class's own function, so a subclass that overrides its loader (about 64 custom loaders exist
+in vLLM 0.33) is refused by name rather than filled per rank. The tests feed vLLM's own
+loaders the TP=1 tensor and compare (``tests/test_engines_vllm_invariant*.py``).
 """
 
 from __future__ import annotations
@@ -189,6 +189,18 @@ def _vocab(layer: Any, param: Any) -> Placement:
     return _along(t, 0, [(0, idx.org_vocab_start_index, n)], layer.org_vocab_size)
 
 
+# ---- attention (quantization/kv_cache.py) -------------------------------------------------
+
+
+def _kv_cache_scale(t: torch.Tensor, fn: Any) -> Placement | None:
+    """Attention's q/k/v/prob scales under a KV-cache quant method (``Fp8Config``): scalars
+    the class's own loader copies whole to every rank (per-head scales, with a per-instance
+    loader, stay refused)."""
+    from vllm.model_executor.layers.quantization.kv_cache import KVCacheScaleParameter as K
+
+    return whole(t) if isinstance(t, K) and t.dim() == 0 and fn is K.weight_loader else None
+
+
 # ---- dispatch ------------------------------------------------------------------------------
 
 
@@ -243,6 +255,8 @@ def placement(layer: torch.nn.Module, name: str, t: torch.Tensor, loader: Any) -
     if loader is None or fn is default_weight_loader:
         if not isinstance(t, BasevLLMParameter):
             return whole(t)
+    if (kv_scale := _kv_cache_scale(t, fn)) is not None:
+        return kv_scale
     raise UncoveredParameterError(
         f"fp8_dummy: no invariant rule for parameter {name!r} ({type(t).__name__}, shape "
         f"{tuple(t.shape)}) of layer {type(layer).__name__}: its weight_loader "

@@ -4,8 +4,8 @@
 # directories, plus the pinned packages their model loaders import (scripts/engines/*.txt),
 # never touching torch; then runs tests/test_engines_vllm.py once per vLLM (with vLLM 0.33
 # also tests/test_engines_vllm_invariant.py, whose gloo workers import vLLM in 1, 2 and 4
-# processes) and tests/test_engines_sglang.py, each in one process (an engine import costs
-# 20-40 s).
+# processes, and tests/test_engines_vllm_invariant_models.py: whole models at TP=1 and 2)
+# and tests/test_engines_sglang.py, each in one process (an engine import costs 20-40 s).
 #
 # Usage: scripts/ci_engines.sh [PKG_DIR]
 #   PKG_DIR   fp8_dummy built against the interpreter's torch, with tests/ and
@@ -81,8 +81,10 @@ status=0
 for i in "${!engines[@]}"; do
   engine="${engines[$i]}" t0=$(date +%s)
   tests=(tests/test_engines_vllm.py)
-  # vLLM 0.33's parallel layers in 1, 2 and 4 gloo processes (fp8_dummy_invariant, ~3 min).
-  [[ "$engine" == vllm-0.33.* ]] && tests+=(tests/test_engines_vllm_invariant.py)
+  # vLLM 0.33's parallel layers in 1, 2 and 4 gloo processes, its model classes in 1 and 2
+  # (fp8_dummy_invariant, ~4 min).
+  [[ "$engine" == vllm-0.33.* ]] &&
+    tests+=(tests/test_engines_vllm_invariant.py tests/test_engines_vllm_invariant_models.py)
   [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py)
   echo "== $engine"
   env -u FP8_DUMMY_VLLM -u FP8_DUMMY_SGLANG -u VLLM_PLUGINS -u SGLANG_PLUGINS \
