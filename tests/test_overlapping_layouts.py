@@ -198,9 +198,8 @@ def test_many_shapes_of_dense_and_gapped_layouts_pass(dims):
 class _Model(torch.nn.Module):
     def __init__(self, shape, strides):
         super().__init__()
-        over = _view(shape, strides)
-        self.over = torch.nn.Parameter(over, requires_grad=False)
         self.plain = torch.nn.Parameter(poison(torch.empty(4, 6, dtype=E4M3)), requires_grad=False)
+        self.over = torch.nn.Parameter(_view(shape, strides), requires_grad=False)  # filled last
 
 
 def test_engines_leave_overlapping_tensors_to_the_reference():
@@ -225,3 +224,14 @@ def test_engines_leave_overlapping_tensors_to_the_reference():
         assert torch.equal(storage_bytes(a), storage_bytes(b))
     finally:
         torch.set_num_threads(old)
+
+
+def test_stateless_mode_refuses_an_overlapping_tensor_before_any_is_written():
+    """mode="stateless" has no engine path to leave it to: refused, naming the tensor,
+    before the model's other tensors are written."""
+    shape, strides = REPRODUCERS["200x300_rows_150_apart"]
+    model = _Model(shape, strides)
+    with pytest.raises(RuntimeError, match="^fp8_dummy: over: .*may share memory"):
+        fp8_dummy.initialize_dummy_weights(model, mode="stateless")
+    for t in (model.plain, model.over):
+        assert bool((storage_bytes(t) == 0x55).all())
