@@ -68,7 +68,7 @@ def random_bytes_(t: torch.Tensor, low: int, high: int, seed: int) -> torch.Tens
     use; on the CPU several threads instead of torch's serial loop, behind its own
     self-check against torch's ``random_``); tensor subclasses (DTensor, ...) through
     torch's ``random_``, which knows their rules."""
-    if type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided:
+    if type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and distinct(t):
         return ops.random_(t, low, high, seed)
     g = torch.Generator(device=t.device)
     g.manual_seed(seed)
@@ -212,9 +212,10 @@ def _bounds_refused(dtype: torch.dtype, low: float, high: float) -> str | None:
 
 def fusable(t: torch.Tensor) -> bool:
     """Whether ``fp8_dummy.init_`` may fill ``t`` in place of the engine's float path:
-    a dtype and device it supports, and a plain tensor or ``nn.Parameter`` (vLLM's
-    parameter classes included) whose ``.data`` is a plain tensor. Wrapper subclasses
-    (whose ``uniform_``/``copy_`` may update side tensors) stay with the engine."""
+    a dtype and device it supports, a plain tensor or ``nn.Parameter`` (vLLM's
+    parameter classes included) whose ``.data`` is a plain tensor, and elements shown
+    distinct. Wrapper subclasses (whose ``uniform_``/``copy_`` may update side tensors) and
+    layouts whose elements may share memory stay with the engine."""
     if t.dtype not in _FUSED_DTYPES or t.layout != torch.strided:
         return False
     kind = type(t)
@@ -222,9 +223,20 @@ def fusable(t: torch.Tensor) -> bool:
         if not isinstance(t, torch.nn.Parameter) or type(t.data) is not torch.Tensor:
             return False
     device = t.device.type
-    if device == "cpu":
+    return (device == "cpu" or device == "cuda" and _cuda_kernels()) and distinct(t)
+
+
+def distinct(t: torch.Tensor) -> bool:
+    """Whether our operators take ``t``'s layout: the elements shown not to share memory
+    by their one rule (check_distinct, csrc/common/reference.cpp). Torch writes the others
+    (its "too hard" overlaps), so the engine's own path keeps them."""
+    if torch._debug_has_internal_overlap(t) == 0:  # dense: no check to call
         return True
-    return device == "cuda" and _cuda_kernels()
+    try:
+        torch.ops.fp8_dummy_internal.check_init_args(t, 0.0, 0.0)
+    except RuntimeError:
+        return False
+    return True
 
 
 @functools.cache

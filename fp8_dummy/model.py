@@ -148,10 +148,16 @@ def run_plan(
     given order; the rest is free to be batched."""
     if mode not in ("reference", "stateless"):
         raise ValueError(f"mode must be 'reference' or 'stateless', got {mode!r}")
-    for name, _, action in entries:  # refuse before anything is written
+    for name, t, action in entries:  # refuse before anything is written
         if action.kind == "error":
             kind, message = action.value
             raise kind(f"fp8_dummy: {name}: {message}")
+        if mode == "stateless" and action.kind == "uniform" and not _is_dtensor(t):
+            try:  # no engine path to leave a refused tensor to: the op's checks, up front
+                args = (t.data, action.low, action.high, 0, None)
+                torch.ops.fp8_dummy_internal.check_stateless_args(*args)
+            except RuntimeError as e:
+                raise RuntimeError(f"fp8_dummy: {name}: {e}") from None
     entries = [e for e in entries if e[2].kind != "skip"]
     ids = [_identity(t) for _, t, _ in entries]
     views: dict[tuple, set[tuple]] = {}
