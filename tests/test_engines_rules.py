@@ -17,9 +17,10 @@ from helpers.engine_models import EngineModel, all_tensors, assert_same_bytes, c
 from oracles import engines as oracle
 
 import fp8_dummy
-from fp8_dummy import _engine_common, _proof
-from fp8_dummy import sglang as fsglang
-from fp8_dummy import vllm as fvllm
+from fp8_dummy import _proof
+from fp8_dummy.engines import core
+from fp8_dummy.engines import sglang as fsglang
+from fp8_dummy.engines import vllm as fvllm
 
 DEVICES = [
     "cpu",
@@ -208,7 +209,7 @@ def test_a_probe_that_raises_is_a_refusal():
 
 def test_random_bytes_helper_is_torchs_random():
     x = torch.empty(1000, dtype=torch.int8)
-    _engine_common.random_bytes_(x, -128, 128, 11)
+    core.random_bytes_(x, -128, 128, 11)
     g = torch.Generator()
     g.manual_seed(11)
     assert torch.equal(x, torch.empty(1000, dtype=torch.int8).random_(-128, 128, generator=g))
@@ -227,7 +228,7 @@ def test_importing_fp8_dummy_imports_no_engine(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("raise ImportError('imported')\n")
     code = (
-        "import sys, fp8_dummy, fp8_dummy.vllm, fp8_dummy.vllm_plugin, fp8_dummy.sglang\n"
+        "import sys, fp8_dummy, fp8_dummy.vllm, fp8_dummy.engines.vllm.plugin, fp8_dummy.sglang\n"
         "fp8_dummy.vllm.version()\n"
         "assert not {'vllm', 'sglang'} & set(sys.modules), sorted(sys.modules)\n"
     )

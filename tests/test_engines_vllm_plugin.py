@@ -14,8 +14,8 @@ from conftest import storage_bytes
 from helpers import fake_vllm
 from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 
-from fp8_dummy import vllm as fvllm
-from fp8_dummy import vllm_plugin
+from fp8_dummy.engines import vllm as fvllm
+from fp8_dummy.engines.vllm import plugin as vllm_plugin
 
 DEVICES = [
     "cpu",

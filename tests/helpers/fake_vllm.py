@@ -226,10 +226,11 @@ def _vllm_modules() -> dict:
 @contextlib.contextmanager
 def installed(tmp_path: Path, monkeypatch, version: str, **variant) -> Iterator[str]:
     """The stand-in vLLM of that version (and variant, see :func:`write`) on sys.path,
-    fp8_dummy's entry point visible, fp8_dummy.vllm's state and the vllm proof keys fresh;
+    fp8_dummy's entry point visible, fp8_dummy.engines.vllm's state and the vllm proof keys fresh;
     everything put back after."""
-    from fp8_dummy import vllm as fvllm
-    from fp8_dummy import vllm_plugin
+    from fp8_dummy.engines import vllm as fvllm
+    from fp8_dummy.engines.vllm import plugin as vllm_plugin
+    from fp8_dummy.engines.vllm import rules
 
     from . import entry_points
 
@@ -242,13 +243,14 @@ def installed(tmp_path: Path, monkeypatch, version: str, **variant) -> Iterator[
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     monkeypatch.delenv(vllm_plugin.ENV, raising=False)
     monkeypatch.setattr(fvllm, "originals", {})
-    monkeypatch.setattr(fvllm, "_platform", None)
+    rules.platform.cache_clear()
     torch.ops.fp8_dummy_internal.proof_forget("vllm")  # each stand-in is probed afresh
     importlib.invalidate_caches()
     try:
         yield version
     finally:
         vllm_plugin.unregister()
+        rules.platform.cache_clear()
         torch.ops.fp8_dummy_internal.proof_forget("vllm")
         for k in _vllm_modules():
             del sys.modules[k]
