@@ -9,7 +9,7 @@ import sys
 from types import ModuleType
 from typing import Any, Callable
 
-__all__ = ["after_import", "forget"]
+__all__ = ["after_import"]
 
 
 def _ours(finder: object) -> bool:
@@ -62,8 +62,3 @@ def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
         callback(module)
     elif not any(_ours(f) and f.name == name for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport(name, callback))
-
-
-def forget() -> None:
-    """Remove every pending after-import hook of ours (tests)."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not _ours(f)]

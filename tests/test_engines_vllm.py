@@ -26,7 +26,7 @@ except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
     )
 
 from conftest import FP8_DTYPES, WIDE_DTYPES, poison, storage_bytes
-from helpers import entry_points
+from helpers import entry_points, fake_vllm
 from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 from oracles import engines as oracle
 
@@ -155,7 +155,7 @@ def plugin(tmp_path, monkeypatch):
     finally:
         vllm_plugin.logger.setLevel(level)
         vllm_plugin.logger.removeHandler(handler)
-        vllm_plugin.unregister()
+        fake_vllm.unpatch()
 
 
 def test_plugin_routes_dummy_loader_through_fp8_dummy_same_bytes(plugin, monkeypatch):

@@ -14,7 +14,7 @@ from helpers import fake_vllm
 from helpers.engine_models import assert_same_bytes, spy_fused
 from test_engines_vllm_plugin import _loader, _model
 
-from fp8_dummy.engines import _hooks, core
+from fp8_dummy.engines import core
 from fp8_dummy.engines.vllm import plugin as vllm_plugin
 
 
@@ -88,7 +88,7 @@ def test_a_failing_callback_leaves_vllm_alone(tmp_path, monkeypatch):
         without = _load("0.33.0", plugin=False)
     with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
         monkeypatch.setattr(vllm_plugin, "_patch", broken)
-        monkeypatch.setattr(_hooks, "_warned", set())
+        monkeypatch.setattr(core, "_warned", set())
         with pytest.warns(RuntimeWarning, match="patch of the dummy loader failed .*surprise"):
             with_plugin = _load("0.33.0", plugin=True)
     assert_same_bytes(with_plugin, without)
@@ -100,7 +100,7 @@ def test_a_failing_fill_falls_back_to_vllm(tmp_path, monkeypatch):
     with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.33.0"):
         without = _load("0.33.0", plugin=False)
     with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
-        monkeypatch.setattr(_hooks, "_warned", set())
+        monkeypatch.setattr(core, "_warned", set())
         monkeypatch.setattr(fvllm, "fill_single", lambda *a: 1 / 0)
         with pytest.warns(RuntimeWarning, match="per-tensor fill failed .*ZeroDivisionError"):
             with_plugin = _load("0.33.0", plugin=True)

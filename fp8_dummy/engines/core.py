@@ -1,14 +1,16 @@
 """The engine-agnostic core (docs/engines.md): an engine's dummy-weight function as data
-(:class:`Semantics`: what it does to each tensor, an :class:`Action`), the one fill that plans
-and checks every tensor before it writes any, and the proof of our fill against the engine's
-own function called as its loader calls it (without the engine: against its semantics through
-the plain-torch path). Names no engine."""
+(:class:`Semantics`), the one fill that checks every tensor before it writes any, the one proof
+of our fill against the engine's own function (or its semantics), and the guard that keeps a
+failure of ours out of the engine. Names no engine."""
 
 from __future__ import annotations
 
 import enum
 import functools
+import importlib.metadata
+import os
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,21 +22,15 @@ from .._progress import Progress
 from ..ops import init_, init_many_, random_
 from ..stateless import init_stateless_
 
-__all__ = ["Action", "Kind", "Semantics", "fill", "fill_model", "plan", "proven", "run"]
+__all__ = ["Action", "Kind", "Semantics", "fill", "plan", "proven", "run"]
 
-# Progress by default only for models of at least 1 GiB on a terminal; CUDA batches of about
-# 1 GiB while it shows (else one batch per call).
+# Progress by default for models of at least 1 GiB on a terminal; CUDA batches of ~1 GiB then.
 PROGRESS_THRESHOLD_BYTES = PROGRESS_BATCH_BYTES = 1 << 30
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
-FUSED_DTYPES = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)} | {
-    torch.int8,  # through the float16 temp: truncation toward zero
-    torch.uint8,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-}
+_WIDE = (torch.int8, torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+FUSED_DTYPES = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)} | set(_WIDE)
+ROWS = "contiguous_path"  # a row-major temp: the bytes depend on the layout
 
 
 class Kind(enum.Enum):
@@ -45,7 +41,7 @@ class Kind(enum.Enum):
     ZERO = "zero"
     UNIFORM = "uniform"  # the float path in [low, high): fused where proven
     REFERENCE = "reference"  # the float path through the plain-torch reference
-    ENGINE = "engine"  # the engine's own function: value() (None: not known yet)
+    ENGINE = "engine"  # the engine's own function: value() (None: not known here)
     ERROR = "error"  # the engine raises: value = (exception type, message)
 
 
@@ -60,6 +56,7 @@ class Action:
 SKIP = Action(Kind.SKIP)
 Rule = Callable[[torch.Tensor, Any, Any, str], Action]
 Call = tuple[tuple, dict]
+_OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
 
 
 def error(kind: type[Exception], message: str) -> Action:
@@ -68,28 +65,22 @@ def error(kind: type[Exception], message: str) -> Action:
 
 @dataclass(frozen=True)
 class Semantics:
-    """An engine's dummy-weight function as data. ``rule(t, low, high, name)``: its action on
-    one tensor (``name``: as its caller passed it, else the tensor's local name); ``params``:
-    its parameters after the tensor or model, with defaults; ``order``: the tensors a
-    whole-model fill visits ("modules": each module's own parameters and persistent buffers,
-    "state_dict"); ``temp``: its float path ("like": reference.new_path, "old": old_path,
-    "rows": contiguous_path); ``per_tensor``: its function takes a tensor, not a model;
-    ``path``: the proof keys' and FP8_DUMMY_FAULT's name; ``name``: engine and version."""
+    """An engine's dummy-weight function as data (docs/engines.md, "The core")."""
 
-    path: str
-    name: str
-    rule: Rule
-    params: tuple[tuple[str, Any], ...]
-    order: str = "state_dict"
-    temp: str = "like"
-    per_tensor: bool = False
+    path: str  # the proof keys' and FP8_DUMMY_FAULT's name
+    name: str  # the engine and version the keys name
+    rule: Rule  # (t, low, high, name as passed, else local) -> Action
+    params: tuple[tuple[str, Any], ...]  # its parameters after the tensor or model, defaults
+    order: str = "state_dict"  # or "modules": each module's parameters, persistent buffers
+    temp: str = "new_path"  # its float path: a function of fp8_dummy.reference
+    per_tensor: bool = False  # its function takes a tensor (else a model)
 
 
 SEMANTICS: dict[str, Semantics] = {}  # by name, for fp8_dummy.initialize_dummy_weights
 
 
 def bind(sem: Semantics, args: tuple, kwargs: dict) -> tuple[dict, bool]:
-    """(the call's arguments with the defaults, whether it gave a name); TypeError for a call
+    """(the call's arguments with the defaults, whether it named a tensor); TypeError for a call
     the function does not take (a later release's arguments)."""
     names = [n for n, _ in sem.params]
     if len(args) > len(names) or set(kwargs) - set(names) or set(kwargs) & set(names[: len(args)]):
@@ -107,12 +98,12 @@ def walk(model: torch.nn.Module, order: str) -> list[tuple[str, torch.Tensor]]:
     """(dotted name, tensor) in an engine's order (:class:`Semantics`' ``order``)."""
     if order == "state_dict":
         return list(model.state_dict().items())
-    out = []
-    for prefix, layer in model.named_modules():
-        for local, t in {**layer._parameters, **layer._buffers}.items():
-            if t is not None and local not in layer._non_persistent_buffers_set:
-                out.append((f"{prefix}.{local}" if prefix else local, t))
-    return out
+    return [
+        (f"{prefix}.{local}" if prefix else local, t)
+        for prefix, layer in model.named_modules()
+        for local, t in {**layer._parameters, **layer._buffers}.items()
+        if t is not None and local not in layer._non_persistent_buffers_set
+    ]
 
 
 def _plain(t: torch.Tensor) -> bool:
@@ -122,11 +113,9 @@ def _plain(t: torch.Tensor) -> bool:
 def fusable(t: torch.Tensor) -> bool:
     """Whether our operator may fill ``t``'s float path: a dtype and device it supports, a plain
     tensor or a Parameter over one (wrapper subclasses may update side tensors)."""
-    if t.dtype not in FUSED_DTYPES or t.layout != torch.strided:
+    plain = _plain(t) or (isinstance(t, torch.nn.Parameter) and type(t.data) is torch.Tensor)
+    if not plain or t.dtype not in FUSED_DTYPES or t.layout != torch.strided:
         return False
-    if type(t) not in (torch.Tensor, torch.nn.Parameter):
-        if not isinstance(t, torch.nn.Parameter) or type(t.data) is not torch.Tensor:
-            return False
     return t.device.type == "cpu" or (t.device.type == "cuda" and cuda_kernels())
 
 
@@ -155,25 +144,23 @@ def checked(t: torch.Tensor, action: Action) -> Action:
     if t.dtype == FP4 and kind is not Kind.RANDOM:
         op = "copy_" if kind is Kind.UNIFORM else "fill_"
         return error(NotImplementedError, f"{op} is not implemented for float4_e2m1fn_x2")
+    refused = None
     if kind is Kind.UNIFORM and t.dtype in FUSED_DTYPES:
         refused = _bounds_refused(t.dtype, action.low, action.high)
-        if refused is not None:
-            return error(RuntimeError, refused)
     if kind is not Kind.FILL and _plain(t) and torch._debug_has_internal_overlap(t) == 1:
-        return error(RuntimeError, "more than one element refers to a single memory location")
-    return action
+        refused = "more than one element refers to a single memory location"
+    return action if refused is None else error(RuntimeError, refused)
 
 
 def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
     """A poisoned (0x55) tensor like ``t``: dtype, device, 0, 1 or 2+ dims, 67 x 129 elements;
     ``strided``: not row-major (transposed, or every other element)."""
     shape = {0: (), 1: (67 * 129,)}.get(t.dim(), (67, 129) + (1,) * (t.dim() - 2))
+    make = functools.partial(torch.empty, dtype=t.dtype, device=t.device)
     if strided and t.dim() >= 2:
-        p = torch.empty((129, 67) + shape[2:], dtype=t.dtype, device=t.device).transpose(0, 1)
-    elif strided and t.dim() == 1:
-        p = torch.empty((2 * shape[0],), dtype=t.dtype, device=t.device)[::2]
+        p = make((129, 67) + shape[2:]).transpose(0, 1)
     else:
-        p = torch.empty(shape, dtype=t.dtype, device=t.device)
+        p = make((2 * shape[0],))[::2] if strided and t.dim() == 1 else make(shape)
     torch.empty(0, dtype=torch.uint8, device=t.device).set_(p.untyped_storage()).fill_(0x55)
     return p
 
@@ -190,26 +177,26 @@ def probe_model(name: str, like: torch.Tensor, strided: bool = False) -> torch.n
 
 
 def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, call: Call) -> bool:
-    """Whether our fill may stand in for the engine's function on tensors like ``t`` (once per
-    engine and version, device, dtype, local name, dims, layout where the temp is row-major,
-    and the call): the engine's function (``engine``, called as its loader did: ``call`` is
-    the arguments after the tensor or model; None: the semantics through the plain-torch
-    path) on a poisoned probe, and ours, compared byte for byte (fp8_dummy/_proof.py)."""
+    """Whether our fill may stand in for the engine's on tensors like ``t``, once per engine and
+    version, device, dtype, local name, dims, layout (row-major temps) and call: the engine's
+    function (``engine``, called as its loader did, ``call`` being the arguments after the
+    tensor or model; None: the semantics through the plain-torch path) and ours on a poisoned
+    probe, byte for byte (fp8_dummy/_proof.py). #27 routes the first CUDA proof through here."""
     args, kwargs = call
-    strided = sem.temp == "rows" and t.dim() > 0 and not t.is_contiguous()
+    strided = sem.temp == ROWS and t.dim() > 0 and not t.is_contiguous()
     local = name.rsplit(".", 1)[-1]
     key = f"{sem.path}: {sem.name} {t.device} {t.dtype} name={local!r} dims={min(t.dim(), 2)}"
-    if sem.temp == "rows":
+    if sem.temp == ROWS:
         key += f" layout={'strided' if strided else 'contiguous'}"
     key += f" call={call_text(args, kwargs)}"
     whole = engine is not None and not sem.per_tensor
 
     def probe() -> str | None:
-        def make() -> Any:
-            return probe_model(name, t, strided) if whole else probe_tensor(t, strided)
-
-        theirs, ours = make(), make()
-        planned = _plan(walk(ours, sem.order) if whole else [(name, ours)], sem, call, None, False)
+        theirs, ours = (
+            probe_model(name, t, strided) if whole else probe_tensor(t, strided) for _ in "ab"
+        )
+        tensors = walk(ours, sem.order) if whole else [(name, ours)]
+        planned = plan(tensors, sem, call, prove=False, check=False)
         refusal = next((a.value for _, _, a, _ in planned if a.kind is Kind.ERROR), None)
         try:
             if engine is None:
@@ -243,23 +230,13 @@ def plan(
     fused: bool = True,
     mode: str = "reference",
     neutral: Callable[[str, torch.Tensor], bool] | None = None,
+    check: bool = True,
 ) -> list[Planned] | None:
-    """What the fill does to each ``(name, tensor)``; every refusal is raised here, before
-    anything is written. ``call``: the arguments after the tensor or model (or a function of
-    the local name giving them); ``engine``: the engine's own function, proven against and
-    fallen back to; ``neutral(name, t)``: float-path tensors set to 1.0 instead. None: a
+    """What the fill does to each ``(name, tensor)``; with ``check``, every refusal raised here,
+    before anything is written. ``call``: the arguments after the tensor or model (or a
+    function of the local name giving them); ``engine``: the engine's own function, proven
+    against and fallen back to; ``neutral(name, t)``: float-path tensors set to 1.0. None: a
     whole-model ``engine`` refused a kind of tensor and must fill the model itself."""
-    planned = _plan(tensors, sem, call, engine, prove, fused, mode, neutral)
-    for name, _, action, _ in planned or ():
-        if action.kind is Kind.ERROR:
-            kind, message = action.value
-            raise kind(f"fp8_dummy: {name}: {message}" if name else f"fp8_dummy: {message}")
-        if action.kind is Kind.ENGINE and action.value is None:
-            raise RuntimeError(f"fp8_dummy: {name}: only the engine's own function fills it")
-    return planned
-
-
-def _plan(tensors, sem, call, engine, prove, fused=True, mode="reference", neutral=None):
     whole = engine is not None and not sem.per_tensor
     out: list[Planned] = []
     for name, t in tensors:
@@ -286,34 +263,26 @@ def _plan(tensors, sem, call, engine, prove, fused=True, mode="reference", neutr
                 ours = False
             if not ours:
                 action = Action(Kind.REFERENCE, action.low, action.high)
-        # A per-tensor engine function keeps every branch but the float path we proved.
         if theirs is not None and not whole and action.kind not in _OURS:
-            action = Action(Kind.ENGINE, value=theirs)
+            action = Action(Kind.ENGINE, value=theirs)  # a per-tensor engine keeps its branches
+        if check and action.kind is Kind.ERROR:
+            kind, message = action.value
+            raise kind(f"fp8_dummy: {name}: {message}" if name else f"fp8_dummy: {message}")
+        if check and action.kind is Kind.ENGINE and action.value is None:
+            raise RuntimeError(f"fp8_dummy: {name}: only the engine's own function fills it")
         out.append((name, t, action, (sem, p["seed"])))
     return out
 
 
-_OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
-
-
-_REFERENCE = {
-    "like": reference.new_path,
-    "old": reference.old_path,
-    "rows": reference.contiguous_path,
-}
-
-
 def apply(t: torch.Tensor, action: Action, seed: int) -> None:
     """Every action but the float path, as the engines carry them out."""
-    kind = action.kind
+    kind, low, high = action.kind, int(action.low), int(action.high)
     if kind is Kind.FILL:
         t.fill_(action.value)
     elif kind is Kind.BYTE:
         t.view(torch.uint8).fill_(action.value)
     elif kind is Kind.RANDOM:
-        random_bytes_(
-            t if action.low < 0 else t.view(torch.uint8), int(action.low), int(action.high), seed
-        )
+        random_bytes_(t if low < 0 else t.view(torch.uint8), low, high, seed)
     elif kind is Kind.ZERO:
         t.zero_()
     elif kind is Kind.ENGINE:
@@ -330,13 +299,9 @@ def random_bytes_(t: torch.Tensor, low: int, high: int, seed: int) -> torch.Tens
     return t.random_(low, high, generator=torch.Generator(device=t.device).manual_seed(seed))
 
 
-def _is_dtensor(t: torch.Tensor) -> bool:
-    return hasattr(t, "to_local") and hasattr(t, "placements")
-
-
 def _identity(t: torch.Tensor) -> tuple[tuple, tuple]:
     """(storage, view) keys; a tensor without accessible storage is its own."""
-    local = t.to_local() if _is_dtensor(t) else t  # a DTensor writes its local shard's storage
+    local = t.to_local() if hasattr(t, "to_local") else t  # a DTensor writes its local shard
     try:
         storage = (t.device, local.untyped_storage().data_ptr())
         return storage, (t.device, local.data_ptr(), t.dtype, tuple(t.shape), t.stride())
@@ -357,7 +322,7 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
         views.setdefault(storage, set()).add(key)
         # Reference mode on a DTensor draws from the default generator (docs/modes.md): a tied
         # one is filled as often as the engine's loop fills it.
-        redrawn = mode == "reference" and _is_dtensor(t)
+        redrawn = mode == "reference" and hasattr(t, "to_local")
         if first.setdefault(key, action) != action or len(views[storage]) > 1 or redrawn:
             ordered.add(storage)
     todo, seen = [], set()
@@ -370,36 +335,41 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
         progress = total >= PROGRESS_THRESHOLD_BYTES and sys.stderr.isatty()
     bar = Progress(len(todo), total) if progress else None
     batches: dict[tuple, list[torch.Tensor]] = {}
-    batch_bytes = 0
+    queued = 0
+    fault = functools.cache(_proof.fault)
+
+    def done(x: torch.Tensor, sem: Semantics) -> None:
+        if fault(sem.path):
+            _proof.corrupt_(x)
+        if bar is not None:
+            bar.update(x)
 
     def flush() -> None:
         for (low, high, seed, sem), batch in batches.items():
-            init_many_(batch, low, high, seed, contiguous_temp=sem.temp == "rows")
+            init_many_(batch, low, high, seed, contiguous_temp=sem.temp == ROWS)
             for x in batch:
-                if _proof.fault(sem.path):
-                    _proof.corrupt_(x)
-                if bar is not None:
-                    bar.update(x)
+                done(x, sem)
         batches.clear()
 
     try:
         with torch.no_grad():
             for (_, t, action, (sem, seed)), in_order in todo:
-                if action.kind is Kind.UNIFORM and mode == "stateless":
-                    init_stateless_(t.data, action.low, action.high, seed)
-                elif action.kind is Kind.UNIFORM and t.is_cuda and not in_order:
-                    batches.setdefault((action.low, action.high, seed, sem), []).append(t.data)
-                    batch_bytes += t.numel() * t.element_size()
-                    if bar is not None and batch_bytes >= PROGRESS_BATCH_BYTES:
+                kind, low, high = action.kind, action.low, action.high
+                if kind is Kind.UNIFORM and mode == "stateless":
+                    init_stateless_(t.data, low, high, seed)
+                elif kind is Kind.UNIFORM and t.is_cuda and not in_order:
+                    batches.setdefault((low, high, seed, sem), []).append(t.data)
+                    queued += t.numel() * t.element_size()
+                    if bar is not None and queued >= PROGRESS_BATCH_BYTES:
                         flush()
-                        batch_bytes = 0
+                        queued = 0
                     continue
-                elif action.kind is Kind.UNIFORM:
-                    init_(t.data, action.low, action.high, seed, contiguous_temp=sem.temp == "rows")
-                    if _proof.fault(sem.path):
-                        _proof.corrupt_(t.data)
-                elif action.kind is Kind.REFERENCE:
-                    _REFERENCE[sem.temp](t, action.low, action.high, seed)
+                elif kind is Kind.UNIFORM:
+                    init_(t.data, low, high, seed, contiguous_temp=sem.temp == ROWS)
+                    done(t.data, sem)
+                    continue
+                elif kind is Kind.REFERENCE:
+                    getattr(reference, sem.temp)(t, low, high, seed)
                 else:
                     apply(t, action, seed)
                 if bar is not None:
@@ -411,25 +381,89 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
         _proof.emit_pending()  # the operators' own refusals, shown from here
 
 
-def fill(tensors, sem: Semantics, call: Any = ((), {}), *, mode="reference", progress=False, **kw):
-    """:func:`plan`, then :func:`run` (a list of tensors; a whole model: :func:`fill_model`)."""
-    run(plan(tensors, sem, call, mode=mode, **kw), mode=mode, progress=progress)
-
-
-def fill_model(model: torch.nn.Module, sem: Semantics, call: Call = ((), {}), *, engine=None):
-    """The model as ``sem``'s function called with ``call`` fills it; with the engine's own
-    whole-model function, ours only where every kind of tensor met is proven, else that."""
-    planned = plan(walk(model, sem.order), sem, call, engine=engine)
+def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
+    """:func:`plan` then :func:`run`. ``what``: a model (the tensors ``sem.order`` visits) or
+    (name, tensor) pairs; where a whole-model ``engine`` refused a kind of tensor, it fills."""
+    model = isinstance(what, torch.nn.Module)
+    planned = plan(walk(what, sem.order) if model else what, sem, call, engine=engine, **kw)
     if planned is None:
-        return engine(model, *call[0], **call[1])
-    return run(planned)
-
-
-_SCALE = ("scale", "scale_inv")
+        return engine(what, *call[0], **call[1])
+    return run(planned, mode=kw.get("mode", "reference"), progress=progress)
 
 
 def is_scale_tensor(name: str, tensor: torch.Tensor) -> bool:
     """``scales="neutral"``'s default rule: a 0-dim tensor, or a last name component that ends
     in ``scale``/``scale_inv`` or contains ``_scale_`` (``weight_scale_2``, ``k_scale``...)."""
     local = name.rsplit(".", 1)[-1]
-    return tensor.dim() == 0 or local.endswith(_SCALE) or "_scale_" in local
+    return tensor.dim() == 0 or local.endswith(("scale", "scale_inv")) or "_scale_" in local
+
+
+# ---- inside the engine: its version and own function, the switch, the guard ----------------
+
+
+@functools.cache  # the walk over sys.path costs ~1 ms
+def installed(*dists: str) -> str | None:
+    """The installed version of the first of these distributions, or None."""
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def own_function(module: str, name: str, *ours: Callable) -> Callable | None:
+    """The engine's own ``module.name`` where the engine has imported it (never imported here),
+    unwrapped from hooks; None where it is not, or is one of ``ours``."""
+    f = getattr(sys.modules.get(module), name, None)
+    while getattr(f, "__wrapped__", None) is not None:
+        f = f.__wrapped__
+    return None if f is None or f in ours else f
+
+
+def enabled(variable: str) -> bool:
+    """The plugins' switch: on unless the variable is 0, false, off or no."""
+    return os.environ.get(variable, "").strip().lower() not in ("0", "false", "off", "no")
+
+
+def account(engine: str, where: str = "") -> str:
+    """The plugins' log line: what goes through fp8_dummy in this process."""
+    text = f"dummy weights through fp8_dummy ({where}each kind of tensor after a probe against "
+    text += f"{engine}'s own function)"
+    if torch.version.hip is not None:
+        return f"{text}; ROCm tensors left to {engine} (our kernels are CUDA's)"
+    if torch.version.cuda is not None and not cuda_kernels():
+        return f"{text}; CUDA kernels not built: CUDA dummy weights left to {engine}"
+    return text
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_fallback(who: str, engine: str, what: str, e: Exception) -> None:
+    """The one warning (per step and process) that a step of ours failed, the engine's own
+    dummy weights being used. ``who``: the integration ("the X plugin"); ``engine``: X."""
+    if (who, what) not in _warned:
+        _warned.add((who, what))
+        text = f"fp8_dummy: {who}'s {what} failed ({type(e).__name__}: {e}); "
+        warnings.warn(text + f"{engine}'s own dummy weights are used", RuntimeWarning, 3)
+
+
+def guarded(who: str, engine: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``; any exception is warned about once and gives None (never raised)."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 (a plugin must never break the engine)
+        warn_fallback(who, engine, what, e)
+        return None
+
+
+def fallback(who: str, engine: str, what: str, ours: Callable, theirs: Callable, *a, **kw) -> Any:
+    """``ours(*a, **kw)``; if it raises, ``theirs`` (the engine's own function: its errors are
+    the engine's and propagate), then the one warning."""
+    try:
+        return ours(*a, **kw)
+    except Exception as e:  # noqa: BLE001
+        result = theirs(*a, **kw)
+        warn_fallback(who, engine, what, e)
+        return result

@@ -219,6 +219,24 @@ def write(
     return root
 
 
+def unpatch() -> None:
+    """Give vLLM's dummy loader its own functions back and drop the plugin's pending hooks
+    (the load formats stay registered)."""
+    from fp8_dummy.engines import vllm as fvllm
+
+    module = sys.modules.get("vllm.model_executor.model_loader.dummy_loader")
+    if module is not None and getattr(module, "_fp8_dummy_patched", False):
+        module.initialize_single_dummy_weight = fvllm.originals["single"]
+        if "model" in fvllm.originals:
+            module.initialize_dummy_weights = fvllm.originals["model"]
+        module._fp8_dummy_patched = False
+    sys.meta_path[:] = [
+        f
+        for f in sys.meta_path
+        if not (getattr(f, "_fp8_dummy_after_import", False) and f.name.startswith("vllm."))
+    ]
+
+
 def _vllm_modules() -> dict:
     return {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
 
@@ -249,7 +267,7 @@ def installed(tmp_path: Path, monkeypatch, version: str, **variant) -> Iterator[
     try:
         yield version
     finally:
-        vllm_plugin.unregister()
+        unpatch()
         rules.platform.cache_clear()
         torch.ops.fp8_dummy_internal.proof_forget("vllm")
         for k in _vllm_modules():

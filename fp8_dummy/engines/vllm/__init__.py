@@ -1,8 +1,7 @@
-"""vLLM's dummy-weight functions (``vllm.model_executor.model_loader.weight_utils``), byte for
-byte with the installed vLLM's (docs/engines.md): the float path fused where proven against
-vLLM's own function, every other branch vLLM's own (without vLLM: its semantics reproduced);
-and the invariant fill (:mod:`.invariant`). The plugin (:mod:`.plugin`) installs them.
-Importing this imports no vLLM."""
+"""vLLM's dummy-weight functions (``model_loader.weight_utils``), byte for byte with the installed
+vLLM's (docs/engines.md): the float path fused where proven against vLLM's own function, every
+other branch vLLM's own (without vLLM, its semantics); the invariant fill (:mod:`.invariant`).
+:mod:`.plugin` installs them. Importing this imports no vLLM."""
 
 from __future__ import annotations
 
@@ -14,43 +13,26 @@ from .. import core
 from .invariant import UncoveredParameterError, initialize_invariant_dummy_weights, tensor_seed
 from .rules import generation, semantics, version
 
-__all__ = [
-    "UncoveredParameterError",
-    "generation",
-    "initialize_dummy_weights",
-    "initialize_invariant_dummy_weights",
-    "initialize_single_dummy_weight",
-    "tensor_seed",
-    "version",
-]
+__all__ = ["UncoveredParameterError", "generation", "initialize_dummy_weights"]
+__all__ += ["initialize_invariant_dummy_weights", "initialize_single_dummy_weight"]
+__all__ += ["tensor_seed", "version"]
 
-# vLLM's own functions, kept by the plugin before it replaces them in the dummy loader.
-originals: dict[str, Callable[..., Any]] = {}
-
-for _gen in (33, 30):
-    core.SEMANTICS[f"vllm-0.{_gen}"] = semantics(_gen)
+WEIGHT_UTILS = "vllm.model_executor.model_loader.weight_utils"
+originals: dict[str, Callable[..., Any]] = {}  # vLLM's own, kept by the plugin's patch
+core.SEMANTICS.update({f"vllm-0.{g}": semantics(g) for g in (33, 30)})
 
 
 def original_single() -> Callable[..., Any] | None:
-    """vLLM's own ``initialize_single_dummy_weight``, or None without vLLM."""
-    if "single" in originals:
-        return originals["single"]
-    if version() is None:
-        return None
-    try:
-        from vllm.model_executor.model_loader import weight_utils
-    except Exception:  # noqa: BLE001 (a vLLM whose loader does not import: ours alone)
-        return None
-    f = getattr(weight_utils, "initialize_single_dummy_weight", None)
-    return None if f is initialize_single_dummy_weight else f
+    """vLLM's own ``initialize_single_dummy_weight`` where vLLM has imported it, else None."""
+    own = originals.get("single")
+    name = "initialize_single_dummy_weight"
+    return own or core.own_function(WEIGHT_UTILS, name, initialize_single_dummy_weight)
 
 
 def loader_call(gen: int) -> Callable[[str], core.Call]:
-    """How vLLM's dummy loader calls the per-tensor function for a tensor (0.33: by its local
+    """How the dummy loader calls the per-tensor function (0.33: with the tensor's local
     name; before: the older signature's defaults)."""
-    if gen >= 33:
-        return lambda local: ((), {"name": local})
-    return lambda local: ((-1e-3, 1e-3, 1234), {})
+    return (lambda n: ((), {"name": n})) if gen >= 33 else (lambda n: ((-1e-3, 1e-3, 1234), {}))
 
 
 def initialize_single_dummy_weight(
@@ -92,4 +74,4 @@ def initialize_dummy_weights(
     (``model_config`` unused, as in vLLM). CUDA tensors batched; the same bytes."""
     original = original_single() if generation() < 33 else None
     sem = semantics(None if original else 30, "state_dict")
-    core.fill(core.walk(model, "state_dict"), sem, ((low, high, seed), {}), engine=original)
+    core.fill(model, sem, ((low, high, seed), {}), engine=original)

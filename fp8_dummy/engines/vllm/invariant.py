@@ -1,9 +1,7 @@
 """One model at every parallel layout (``--load-format fp8_dummy_invariant``, docs/engines.md):
-each rank's tensor holds the slice of the logical (TP=1, EP=1, unpadded) tensor that vLLM's own
-``weight_loader`` would put there from a checkpoint (:mod:`.placement`). The values are a
-per-tensor callback of the logical tensor (:func:`stateless_values`: vLLM 0.33's dummy rules,
-random values by the stateless mode keyed by the tensor's full name), so the bytes depend on
-(seed, name, logical shape, dtype) only: not on TP, EP, PP, DP or the device."""
+each rank's tensor holds its slice (:mod:`.placement`) of the logical tensor, whose values are a
+callback of its name, shape and dtype (:func:`stateless_values`): the same at every TP/EP/PP/DP
+layout and on every device."""
 
 from __future__ import annotations
 
@@ -45,13 +43,10 @@ def _loader(t: torch.Tensor) -> Any:
     return loader
 
 
-def plan_layer(
-    prefix: str, layer: torch.nn.Module, *, materialized=True, skip=frozenset()
-) -> list[Entry]:
+def plan_layer(prefix: str, layer: torch.nn.Module, *, materialized=True, skip=()) -> list[Entry]:
     """(full name, tensor, action, placement) of each tensor vLLM's dummy loader fills in
-    ``layer``; :class:`UncoveredParameterError` for one no rule covers. ``materialized=False``:
-    meta tensors planned too (a model checked whole before anything is written); ``skip``:
-    names filled under another module's name."""
+    ``layer``, each checked (UncoveredParameterError). ``materialized=False``: meta tensors
+    too (a model checked whole first); ``skip``: names filled under another module's name."""
     act, entries = rule(33, *platform()), []
     for name, t in {**layer._parameters, **layer._buffers}.items():
         if t is None or name in skip or name in layer._non_persistent_buffers_set:
@@ -60,25 +55,12 @@ def plan_layer(
         action = checked(t, act(t, None, None, name))
         if action.kind is Kind.ERROR:
             raise action.value[0](f"fp8_dummy: {full}: {action.value[1]}")
-        if action.kind is Kind.SKIP and (materialized or t.device.type != "meta"):
-            continue
         if action.kind is Kind.ENGINE:
             raise UncoveredParameterError(
                 f"fp8_dummy: {full}: vLLM's TPU path has no invariant form"
             )
-        try:
-            where = placement(layer, name, t, _loader(t))
-        except UncoveredParameterError as e:
-            text = str(e)
-            if text.startswith("fp8_dummy: no invariant rule"):
-                text = text.replace(f"parameter {name!r}", f"parameter {full!r}", 1)
-            else:
-                text = (
-                    f"fp8_dummy: no invariant rule for parameter {full!r} ({type(t).__name__}) "
-                    f"of layer {type(layer).__name__}: {text}"
-                )
-            raise UncoveredParameterError(text) from None
-        entries.append((full, t, action, where))
+        if action.kind is not Kind.SKIP or (not materialized and t.device.type == "meta"):
+            entries.append((full, t, action, placement(layer, name, t, _loader(t), full)))
     return entries
 
 

@@ -1,12 +1,6 @@
-"""Where each rank's vLLM parameter sits in the logical (TP=1, EP=1, unpadded) tensor. A
-:class:`Placement` is the global shape and a few :class:`Piece` s: the block
-``local[piece.local]`` holds, at multi-index ``idx``, the global element ``piece.offset +
-piece.step * idx``; elements no piece covers (padding) are those no checkpoint reaches.
-
-Each rule restates, as affine arithmetic, what vLLM 0.33's own ``weight_loader`` of a layer
-class does with a checkpoint tensor; rules register into :data:`RULES`. A rule applies only
-where the parameter's loader is that class's own and the layer keeps every method the loading
-relies on: an overriding subclass is refused by name (docs/engines.md)."""
+"""Where each rank's vLLM parameter sits in the logical (TP=1, EP=1, unpadded) tensor: one rule
+per layer class, the affine map of vLLM 0.33's own ``weight_loader``, registered into
+:data:`RULES` (docs/engines.md, "The load format fp8_dummy_invariant")."""
 
 from __future__ import annotations
 
@@ -25,20 +19,23 @@ class UncoveredParameterError(NotImplementedError):
 
 @dataclass(frozen=True)
 class Piece:
-    local: tuple[slice, ...]  # a block of the rank's tensor
-    offset: tuple[int, ...]  # its first element's global multi-index
-    step: tuple[int, ...] | None = None  # global index step per local step (default 1)
+    """``local[piece.local]`` holds, at index ``idx``, global element ``offset + step * idx``."""
+
+    local: tuple[slice, ...]
+    offset: tuple[int, ...]
+    step: tuple[int, ...] | None = None  # default 1
 
 
 @dataclass(frozen=True)
 class Placement:
     global_shape: tuple[int, ...]
-    pieces: tuple[Piece, ...]
+    pieces: tuple[Piece, ...]  # what no piece covers (padding) no checkpoint element reaches
 
 
 # (module, layer class) -> (the methods the loading uses, the first two being the parameters'
-# loaders; rule(layer, name, tensor, class, loader function) -> Placement). First match wins:
-# subclasses before their bases.
+# loaders; rule(layer, name, tensor, class, loader function)). A rule applies only where the
+# loader is the class's own and the layer keeps those methods. First match wins: subclasses
+# before their bases.
 RULES: dict[tuple[str, str], tuple[tuple[str, ...], Callable[..., Placement]]] = {}
 
 
@@ -164,26 +161,28 @@ for _cls in ("ParallelLMHead", "VocabParallelEmbedding"):
     register("vllm.model_executor.layers.vocab_parallel_embedding", _cls, ("weight_loader",), vocab)
 
 
-def placement(layer: torch.nn.Module, name: str, t: torch.Tensor, loader: Any) -> Placement:
-    """The placement of ``layer``'s tensor ``name``, whose weight loader (layerwise wrappers
-    removed) is ``loader``; :class:`UncoveredParameterError` where no rule covers it."""
+def placement(layer: Any, name: str, t: torch.Tensor, loader: Any, full: str = "") -> Placement:
+    """The placement of ``layer``'s tensor ``name`` (``full``: its name in the model), whose
+    weight loader (layerwise wrappers removed) is ``loader``; else UncoveredParameterError."""
     from vllm.model_executor.model_loader.weight_utils import default_weight_loader
     from vllm.model_executor.parameter import BasevLLMParameter
 
     owner, fn = getattr(loader, "__self__", None), getattr(loader, "__func__", loader)
-    for (module, cls_name), (methods, rule) in RULES.items():
-        cls = getattr(importlib.import_module(module), cls_name, None)
-        if cls is None or not isinstance(layer, cls):
-            continue
-        kept = all(getattr(type(layer), m, None) is getattr(cls, m, None) for m in methods)
-        if kept and owner is layer and fn in {getattr(cls, m, None) for m in methods[:2]}:
-            return rule(layer, name, t, cls, fn)
-        break
-    if (loader is None or fn is default_weight_loader) and not isinstance(t, BasevLLMParameter):
-        return whole(t)
+    why = f"its weight_loader {getattr(fn, '__qualname__', fn)!r} is not one the rules cover"
+    try:
+        for (module, cls_name), (methods, rule) in RULES.items():
+            cls = getattr(importlib.import_module(module), cls_name, None)
+            if cls is None or not isinstance(layer, cls):
+                continue
+            kept = all(getattr(type(layer), m, None) is getattr(cls, m, None) for m in methods)
+            if kept and owner is layer and fn in {getattr(cls, m, None) for m in methods[:2]}:
+                return rule(layer, name, t, cls, fn)
+            break
+        if (loader is None or fn is default_weight_loader) and not isinstance(t, BasevLLMParameter):
+            return whole(t)
+    except UncoveredParameterError as e:
+        why = str(e)
     raise UncoveredParameterError(
-        f"fp8_dummy: no invariant rule for parameter {name!r} ({type(t).__name__}, shape "
-        f"{tuple(t.shape)}) of layer {type(layer).__name__}: its weight_loader "
-        f"{getattr(fn, '__qualname__', fn)!r} is not one the rules cover "
-        "(docs/engines.md lists the covered layer classes)"
+        f"fp8_dummy: no invariant rule for parameter {full or name!r} ({type(t).__name__}, shape "
+        f"{tuple(t.shape)}) of layer {type(layer).__name__}: {why} (docs/engines.md)"
     )

@@ -1,45 +1,32 @@
-"""vLLM's dummy-weight semantics as data, per release (docs/engines.md): 0.28-0.29, 0.30-0.32
-(``dummy_weight_value``), 0.33 (E8M0 and uint8 ``*scale*`` tensors byte 120, random bytes for
-int8/uint8/packed FP4, 8-bit floats in +-1.0 by default). Imports vLLM only where it is
-imported already or to ask its platform, never to learn its version."""
+"""vLLM's dummy-weight semantics per release (docs/engines.md): 28 (0.28-0.29), 30 (0.30-0.32:
+``dummy_weight_value``) and 33 (0.33: E8M0 and uint8 ``*scale*`` tensors byte 120, random
+bytes for int8/uint8/packed FP4, 8-bit floats in +-1.0 by default)."""
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import sys
 
 import torch
 
 from ..._versions import major_minor
-from ..core import SKIP, Action, Kind, Rule, Semantics
+from ..core import SKIP, Action, Kind, Rule, Semantics, installed
 
 __all__ = ["generation", "platform", "rule", "semantics", "version"]
 
 E8M0 = getattr(torch, "float8_e8m0fnu", None)
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 PARAMS = (("low", None), ("high", None), ("seed", 1234), ("name", ""))
-NEWEST = (0, 33)
 
 
 def version() -> str | None:
-    """The installed vLLM's version, or None (vllm.__version__ if imported, else metadata)."""
-    module = sys.modules.get("vllm")
-    if module is not None and isinstance(getattr(module, "__version__", None), str):
-        return module.__version__
-    return _metadata_version()
-
-
-@functools.cache  # the walk over sys.path costs ~1 ms
-def _metadata_version() -> str | None:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The installed vLLM's version (``vllm.__version__`` once imported), or None."""
+    v = getattr(sys.modules.get("vllm"), "__version__", None)
+    return v if isinstance(v, str) else installed("vllm")
 
 
 def generation(v: str | None = None) -> int:
-    """28 (vLLM 0.28-0.29), 30 (0.30-0.32) or 33 (0.33 on, an unreadable version, no vLLM)."""
+    """28, 30 or 33 (0.33 on, an unreadable version, no vLLM: the newest matched)."""
     v = version() if v is None else v
     release = None if v is None else major_minor(v)
     if release is None or release >= (0, 33):
@@ -49,7 +36,7 @@ def generation(v: str | None = None) -> int:
 
 @functools.cache
 def platform() -> tuple[bool, bool]:
-    """(is TPU, is ROCm) as vLLM sees it; without vLLM: (False, a ROCm torch)."""
+    """(TPU, ROCm) as vLLM sees it; without vLLM: (False, a ROCm torch)."""
     if version() is None:
         return False, torch.version.hip is not None
     from vllm.platforms import current_platform
@@ -59,8 +46,7 @@ def platform() -> tuple[bool, bool]:
 
 @functools.cache
 def rule(gen: int, tpu: bool = False, rocm: bool = False) -> Rule:
-    """``initialize_single_dummy_weight(t, low, high, seed, name)`` of that generation, its
-    branches in vLLM's order."""
+    """``initialize_single_dummy_weight(t, low, high, seed, name)``: its branches in order."""
 
     def act(t: torch.Tensor, low: float | None, high: float | None, name: str) -> Action:
         if t.device.type == "meta":
@@ -68,20 +54,16 @@ def rule(gen: int, tpu: bool = False, rocm: bool = False) -> Rule:
         value = getattr(t, "dummy_weight_value", None) if gen >= 30 else None
         if value is not None:
             return Action(Kind.FILL, value=value)
-        if gen >= 33:
-            if t.dtype == E8M0 or (t.dtype == torch.uint8 and "scale" in name):
-                return Action(Kind.BYTE, value=120)  # 2**-7
-            if t.dtype in (torch.int8, torch.uint8, FP4) and not tpu:
-                return Action(Kind.RANDOM, *((-128, 128) if t.dtype == torch.int8 else (0, 256)))
+        if gen >= 33 and (t.dtype == E8M0 or (t.dtype == torch.uint8 and "scale" in name)):
+            return Action(Kind.BYTE, value=120)  # 2**-7
+        if gen >= 33 and t.dtype in (torch.int8, torch.uint8, FP4) and not tpu:
+            return Action(Kind.RANDOM, *((-128, 128) if t.dtype == torch.int8 else (0, 256)))
         if not torch.is_floating_point(t):
             return Action(Kind.ZERO) if rocm else SKIP
-        r = 1e-3
-        if gen >= 33 and torch.finfo(t.dtype).bits < 16:
-            r = 1.0  # +-1e-3 would round almost every FP8 E4M3 value to zero
+        # +-1e-3 would round almost every FP8 E4M3 value to zero: 0.33 draws them in +-1.0
+        r = 1.0 if gen >= 33 and torch.finfo(t.dtype).bits < 16 else 1e-3
         low, high = -r if low is None else low, r if high is None else high
-        if tpu:
-            return Action(Kind.ENGINE)  # drawn on the CPU: vLLM's own
-        return Action(Kind.UNIFORM, float(low), float(high))
+        return Action(Kind.ENGINE if tpu else Kind.UNIFORM, float(low), float(high))
 
     return act
 
@@ -89,10 +71,8 @@ def rule(gen: int, tpu: bool = False, rocm: bool = False) -> Rule:
 def semantics(gen: int | None = None, order: str = "modules") -> Semantics:
     """The installed vLLM's semantics on its platform; ``gen``: that generation's, no vLLM."""
     if gen is not None:
-        hip = torch.version.hip is not None
-        return Semantics(
-            "vllm", f"vLLM 0.{gen} semantics", rule(gen, False, hip), PARAMS, order, per_tensor=True
-        )
-    v = version()
-    name = f"vLLM {v}" if v else "vLLM 0.33 semantics (no vLLM)"
-    return Semantics("vllm", name, rule(generation(), *platform()), PARAMS, order, per_tensor=True)
+        act, name = rule(gen, False, torch.version.hip is not None), f"vLLM 0.{gen} semantics"
+    else:
+        v = version()
+        act, name = rule(generation(), *platform()), f"vLLM {v}" if v else "vLLM 0.33 semantics"
+    return Semantics("vllm", name, act, PARAMS, order, per_tensor=True)
