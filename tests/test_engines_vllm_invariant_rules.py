@@ -17,12 +17,12 @@ from oracles import stateless as so  # noqa: E402
 
 from fp8_dummy.engines.core import Action, Kind  # noqa: E402
 from fp8_dummy.engines.vllm.invariant import fill_placed, stateless_values, tensor_seed  # noqa: E402
-from fp8_dummy.engines.vllm.moe import expert_runs  # noqa: E402
 from fp8_dummy.engines.vllm.placement import (  # noqa: E402
     Piece,
     Placement,
     UncoveredParameterError,
     along,
+    expert_runs,
 )
 
 

@@ -1,7 +1,5 @@
-"""The engine-agnostic core (docs/engines.md): an engine's dummy-weight function as data
-(:class:`Semantics`), the one fill that checks every tensor before it writes any, the one proof
-of our fill against the engine's own function (or its semantics), and the guard that keeps a
-failure of ours out of the engine. Names no engine."""
+"""The engine-agnostic core (docs/engines.md): an engine's function as data (:class:`Semantics`),
+the one fill, checking every tensor before it writes any, the one proof, and the guard."""
 
 from __future__ import annotations
 
@@ -80,18 +78,12 @@ SEMANTICS: dict[str, Semantics] = {}  # by name, for fp8_dummy.initialize_dummy_
 
 
 def bind(sem: Semantics, args: tuple, kwargs: dict) -> tuple[dict, bool]:
-    """(the call's arguments with the defaults, whether it named a tensor); TypeError for a call
-    the function does not take (a later release's arguments)."""
+    """(the arguments with the defaults, whether a name was given); TypeError: not its call."""
     names = [n for n, _ in sem.params]
     if len(args) > len(names) or set(kwargs) - set(names) or set(kwargs) & set(names[: len(args)]):
-        raise TypeError(f"not {sem.name}'s signature: {call_text(args, kwargs)}")
+        raise TypeError(f"not {sem.name}'s signature")
     given = dict(zip(names, args), **kwargs)
     return {**dict(sem.params), **given}, "name" in given
-
-
-def call_text(args: tuple, kwargs: dict) -> str:
-    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if k != "name"]
-    return "(" + ", ".join(["...", *shown]) + ")"
 
 
 def walk(model: torch.nn.Module, order: str) -> list[tuple[str, torch.Tensor]]:
@@ -111,8 +103,7 @@ def _plain(t: torch.Tensor) -> bool:
 
 
 def fusable(t: torch.Tensor) -> bool:
-    """Whether our operator may fill ``t``'s float path: a dtype and device it supports, a plain
-    tensor or a Parameter over one (wrapper subclasses may update side tensors)."""
+    """A dtype and device of ours, a plain tensor or Parameter (subclasses may update more)."""
     plain = _plain(t) or (isinstance(t, torch.nn.Parameter) and type(t.data) is torch.Tensor)
     if not plain or t.dtype not in FUSED_DTYPES or t.layout != torch.strided:
         return False
@@ -136,8 +127,7 @@ def _bounds_refused(dtype: torch.dtype, low: float, high: float) -> str | None:
 
 
 def checked(t: torch.Tensor, action: Action) -> Action:
-    """``action``, or the error torch raises for it on ``t`` (bounds for the dtype, elements
-    sharing memory, FP4's missing kernels), so that it is refused before anything is written."""
+    """``action``, or the error torch would raise for it on ``t`` (bounds, overlap, FP4)."""
     kind = action.kind
     if t.is_meta or kind not in (Kind.UNIFORM, Kind.RANDOM, Kind.FILL):
         return action
@@ -153,8 +143,7 @@ def checked(t: torch.Tensor, action: Action) -> Action:
 
 
 def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
-    """A poisoned (0x55) tensor like ``t``: dtype, device, 0, 1 or 2+ dims, 67 x 129 elements;
-    ``strided``: not row-major (transposed, or every other element)."""
+    """67 x 129 poisoned elements like ``t`` (dtype, device, 0/1/2+ dims), row-major or not."""
     shape = {0: (), 1: (67 * 129,)}.get(t.dim(), (67, 129) + (1,) * (t.dim() - 2))
     make = functools.partial(torch.empty, dtype=t.dtype, device=t.device)
     if strided and t.dim() >= 2:
@@ -188,7 +177,8 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
     key = f"{sem.path}: {sem.name} {t.device} {t.dtype} name={local!r} dims={min(t.dim(), 2)}"
     if sem.temp == ROWS:
         key += f" layout={'strided' if strided else 'contiguous'}"
-    key += f" call={call_text(args, kwargs)}"
+    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if k != "name"]
+    key += f" call=({', '.join(['...', *shown])})"
     whole = engine is not None and not sem.per_tensor
 
     def probe() -> str | None:
@@ -292,8 +282,7 @@ def apply(t: torch.Tensor, action: Action, seed: int) -> None:
 
 
 def random_bytes_(t: torch.Tensor, low: int, high: int, seed: int) -> torch.Tensor:
-    """``t.random_(low, high)`` with a fresh generator of its device seeded with ``seed``:
-    ``fp8_dummy.random_`` for plain tensors, torch's own for subclasses (DTensor, ...)."""
+    """``t.random_(low, high)``, a fresh generator seeded with ``seed`` (ours for plain tensors)."""
     if _plain(t):
         return random_(t, low, high, seed)
     return t.random_(low, high, generator=torch.Generator(device=t.device).manual_seed(seed))
@@ -310,21 +299,18 @@ def _identity(t: torch.Tensor) -> tuple[tuple, tuple]:
 
 
 def run(planned: list[Planned], *, mode: str = "reference", progress: bool | None = False) -> None:
-    """Carry out a plan. Order matters only where tensors share memory: an exact alias with the
-    same action is filled once; a storage touched any other way, strictly in order; the rest
-    is free to be batched (CUDA: one ``init_many_`` per bounds, seed and temp)."""
+    """Carry out a plan: an alias with the same action filled once, a storage touched in other
+    ways strictly in order, the rest batched (CUDA: one ``init_many_`` per bounds and seed)."""
     live = [e for e in planned if e[2].kind is not Kind.SKIP]
     ids = [_identity(t) for _, t, _, _ in live]
-    views: dict[tuple, set[tuple]] = {}
-    first: dict[tuple, Action] = {}
-    ordered: set[tuple] = set()
+    uses: dict[tuple, set] = {}
     for (_, t, action, _), (storage, key) in zip(live, ids):
-        views.setdefault(storage, set()).add(key)
+        uses.setdefault(storage, set()).add((key, action))
         # Reference mode on a DTensor draws from the default generator (docs/modes.md): a tied
         # one is filled as often as the engine's loop fills it.
-        redrawn = mode == "reference" and hasattr(t, "to_local")
-        if first.setdefault(key, action) != action or len(views[storage]) > 1 or redrawn:
-            ordered.add(storage)
+        if mode == "reference" and hasattr(t, "to_local"):
+            uses[storage].add(None)
+    ordered = {storage for storage, u in uses.items() if len(u) > 1}
     todo, seen = [], set()
     for entry, (storage, key) in zip(live, ids):
         if storage in ordered or key not in seen:
@@ -382,8 +368,7 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
 
 
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
-    """:func:`plan` then :func:`run`. ``what``: a model (the tensors ``sem.order`` visits) or
-    (name, tensor) pairs; where a whole-model ``engine`` refused a kind of tensor, it fills."""
+    """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
     planned = plan(walk(what, sem.order) if model else what, sem, call, engine=engine, **kw)
     if planned is None:
@@ -392,8 +377,8 @@ def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progre
 
 
 def is_scale_tensor(name: str, tensor: torch.Tensor) -> bool:
-    """``scales="neutral"``'s default rule: a 0-dim tensor, or a last name component that ends
-    in ``scale``/``scale_inv`` or contains ``_scale_`` (``weight_scale_2``, ``k_scale``...)."""
+    """``scales="neutral"``'s rule: 0-dim, or a local name ending in ``scale``/``scale_inv`` or
+    containing ``_scale_`` (``weight_scale_2``)."""
     local = name.rsplit(".", 1)[-1]
     return tensor.dim() == 0 or local.endswith(("scale", "scale_inv")) or "_scale_" in local
 
@@ -413,8 +398,7 @@ def installed(*dists: str) -> str | None:
 
 
 def own_function(module: str, name: str, *ours: Callable) -> Callable | None:
-    """The engine's own ``module.name`` where the engine has imported it (never imported here),
-    unwrapped from hooks; None where it is not, or is one of ``ours``."""
+    """The engine's own ``module.name`` (unwrapped) if imported already and not one of ``ours``."""
     f = getattr(sys.modules.get(module), name, None)
     while getattr(f, "__wrapped__", None) is not None:
         f = f.__wrapped__
@@ -440,30 +424,15 @@ def account(engine: str, where: str = "") -> str:
 _warned: set[tuple[str, str]] = set()
 
 
-def warn_fallback(who: str, engine: str, what: str, e: Exception) -> None:
-    """The one warning (per step and process) that a step of ours failed, the engine's own
-    dummy weights being used. ``who``: the integration ("the X plugin"); ``engine``: X."""
-    if (who, what) not in _warned:
-        _warned.add((who, what))
-        text = f"fp8_dummy: {who}'s {what} failed ({type(e).__name__}: {e}); "
-        warnings.warn(text + f"{engine}'s own dummy weights are used", RuntimeWarning, 3)
-
-
-def guarded(who: str, engine: str, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``; any exception is warned about once and gives None (never raised)."""
+def guarded(who: str, engine: str, what: str, fn: Callable, *a: Any, theirs=None, **kw) -> Any:
+    """``fn(*a, **kw)``; if it raises, ``theirs(*a, **kw)`` (the engine's own function: its
+    errors are the engine's) or None, and one warning per step (``who``: "the X plugin")."""
     try:
-        return fn(*args)
+        return fn(*a, **kw)
     except Exception as e:  # noqa: BLE001 (a plugin must never break the engine)
-        warn_fallback(who, engine, what, e)
-        return None
-
-
-def fallback(who: str, engine: str, what: str, ours: Callable, theirs: Callable, *a, **kw) -> Any:
-    """``ours(*a, **kw)``; if it raises, ``theirs`` (the engine's own function: its errors are
-    the engine's and propagate), then the one warning."""
-    try:
-        return ours(*a, **kw)
-    except Exception as e:  # noqa: BLE001
-        result = theirs(*a, **kw)
-        warn_fallback(who, engine, what, e)
+        result = None if theirs is None else theirs(*a, **kw)
+        if (who, what) not in _warned:
+            _warned.add((who, what))
+            text = f"fp8_dummy: {who}'s {what} failed ({type(e).__name__}: {e}); "
+            warnings.warn(text + f"{engine}'s own dummy weights are used", RuntimeWarning, 2)
         return result

@@ -5,6 +5,7 @@ SGLang applies to every imported copy of the function. ``FP8_DUMMY_SGLANG=0`` tu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from typing import Any, Callable
@@ -41,13 +42,13 @@ def initialize_dummy_weights(
 ) -> None:
     """SGLang's function, byte for byte; where SGLang raises, this raises before writing.
     Proven against SGLang's own function where it is loaded, else its semantics."""
-    _fill(core.own_function(MODULE, NAME, initialize_dummy_weights), model, (low, high, seed), {})
+    _fill(core.own_function(MODULE, NAME, initialize_dummy_weights), model, low, high, seed)
 
 
-def _fill(original: Callable | None, model: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-    version = core.installed("sglang") or "unknown version"
-    sem = dataclasses.replace(SEMANTICS, name=f"SGLang {version}") if original else SEMANTICS
-    return core.fill(model, sem, (args, kwargs), engine=original)
+def _fill(own: Callable | None, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    v = core.installed("sglang") or "unknown version"
+    sem = dataclasses.replace(SEMANTICS, name=f"SGLang {v}") if own else SEMANTICS
+    return core.fill(model, sem, (args, kwargs), engine=own)
 
 
 def register() -> None:
@@ -69,10 +70,7 @@ def _register() -> None:
     logger.info("fp8_dummy: SGLang %s: %s", version, core.account("SGLang"))
 
 
-def _around(original: Callable[..., Any], model: torch.nn.Module, *args: Any, **kw: Any) -> Any:
+def _around(own: Callable[..., Any], model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     """The hook: ours where proven; whatever fails in ours, SGLang's own function."""
-
-    def ours(m: torch.nn.Module, *a: Any, **k: Any) -> Any:
-        return _fill(original, m, a, k)
-
-    return core.fallback("the SGLang plugin", "SGLang", "fill", ours, original, model, *args, **kw)
+    who = ("the SGLang plugin", "SGLang", "fill")
+    return core.guarded(*who, functools.partial(_fill, own), model, *args, theirs=own, **kwargs)

@@ -1,11 +1,11 @@
 """TensorRT-LLM's PyTorch backend (docs/trtllm.md): a drop-in for its model loader's
-``initialize_dummy_weights`` (``LoadFormat.DUMMY``), and :func:`patch`, which the opt-in
-start-up hook (``FP8_DUMMY_TRTLLM=1``, startup/_fp8_dummy_startup.py) applies in every
-process. The same bytes without its temps (``init_(..., contiguous_temp=True)``)."""
+``initialize_dummy_weights``, and :func:`patch`, which the opt-in start-up hook
+(``FP8_DUMMY_TRTLLM=1``, startup/_fp8_dummy_startup.py) applies in every process."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any, Callable
 
@@ -25,8 +25,7 @@ originals: dict[str, Callable[..., Any]] = {}  # TensorRT-LLM's own function, ke
 
 
 def rule(t: torch.Tensor, low: float, high: float, name: str) -> core.Action:
-    """Each ``state_dict`` value: a generator of its device first (none for meta); 1-byte
-    dtypes in their own bounds through a row-major temp, others refused; wider floats."""
+    """Each ``state_dict`` value: its generator first; 1-byte dtypes in their own bounds."""
     if t.device.type == "meta":
         return core.error(RuntimeError, "meta tensor: TensorRT-LLM cannot make a generator for it")
     if t.element_size() < 2:
@@ -47,25 +46,20 @@ def initialize_dummy_weights(
     model: torch.nn.Module, low: float = -1e-3, high: float = 1e-3, seed: int = 0
 ) -> None:
     """TensorRT-LLM's function, byte for byte, without its 3 bytes of scratch per 1-byte
-    element. Where it raises (NotImplementedError for a 1-byte dtype it does not know), this
-    raises too, but before anything is written. Proven against TensorRT-LLM's own function
-    where its model loader is loaded, else against its semantics."""
-    own = originals.get("function")
-    own = own or core.own_function(
-        LOADER, "initialize_dummy_weights", initialize_dummy_weights, _patched
-    )
-    _fill(own, model, (low, high, seed), {})
+    element; where it raises, this raises before anything is written (docs/trtllm.md)."""
+    mine = (initialize_dummy_weights, _patched)
+    own = originals.get("function") or core.own_function(LOADER, "initialize_dummy_weights", *mine)
+    _fill(own, model, low, high, seed)
 
 
-def _fill(original: Callable | None, model: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-    version = core.installed("tensorrt_llm", "tensorrt-llm") or "unknown version"
-    sem = dataclasses.replace(SEMANTICS, name=f"TensorRT-LLM {version}") if original else SEMANTICS
-    return core.fill(model, sem, (args, kwargs), engine=original)
+def _fill(own: Callable | None, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    v = core.installed("tensorrt_llm", "tensorrt-llm") or "unknown version"
+    sem = dataclasses.replace(SEMANTICS, name=f"TensorRT-LLM {v}") if own else SEMANTICS
+    return core.fill(model, sem, (args, kwargs), engine=own)
 
 
 def patch(module: Any) -> None:
-    """Replace ``module.initialize_dummy_weights`` (TensorRT-LLM's model loader) with ours,
-    keeping TensorRT-LLM's to prove against and fall back to. Idempotent."""
+    """Replace TensorRT-LLM's model loader's function with ours, keeping its own. Idempotent."""
     own = getattr(module, "initialize_dummy_weights", None)
     if own is None or getattr(module, "_fp8_dummy_patched", False):
         return
@@ -76,12 +70,6 @@ def patch(module: Any) -> None:
 
 
 def _patched(model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
-    """The loader's function once patched: ours where proven; whatever fails in ours (its
-    refusals included), TensorRT-LLM's own."""
-    own = originals["function"]
-
-    def ours(m: torch.nn.Module, *a: Any, **k: Any) -> Any:
-        return _fill(own, m, a, k)
-
-    who = ("the TensorRT-LLM patch", "TensorRT-LLM", "fill")
-    return core.fallback(*who, ours, own, model, *args, **kwargs)
+    """Ours where proven; whatever fails in ours (refusals too), TensorRT-LLM's own function."""
+    own, who = originals["function"], ("the TensorRT-LLM patch", "TensorRT-LLM", "fill")
+    return core.guarded(*who, functools.partial(_fill, own), model, *args, theirs=own, **kwargs)

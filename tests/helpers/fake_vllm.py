@@ -140,14 +140,14 @@ class DummyModelLoader(BaseModelLoader):
                 initialize_dummy_weights(layer, model_config)
             else:
                 for name, t in get_layer_tensors(layer).items():
-                    if name not in layer._non_persistent_buffers_set:
-                        {single}(t, name=name)
+                    if name not in layer._non_persistent_buffers_set:  # 0.30-0.32: no name
+                        {single}(t, name=name) if GENERATION >= 33 else {single}(t)
 
     def _process_online_quant_layer(self, layer, info):
         # every tensor, non-persistent buffers too, then a post-processing step that
         # depends on the values (as quantization would)
         for name, t in get_layer_tensors(layer).items():
-            {single}(t, name=name)
+            {single}(t, name=name) if GENERATION >= 33 else {single}(t)
         with torch.no_grad():
             for t in get_layer_tensors(layer).values():
                 raw = torch.empty(0, dtype=torch.uint8, device=t.device)
@@ -247,7 +247,6 @@ def installed(tmp_path: Path, monkeypatch, version: str, **variant) -> Iterator[
     fp8_dummy's entry point visible, fp8_dummy.engines.vllm's state and the vllm proof keys fresh;
     everything put back after."""
     from fp8_dummy.engines import vllm as fvllm
-    from fp8_dummy.engines.vllm import plugin as vllm_plugin
     from fp8_dummy.engines.vllm import rules
 
     from . import entry_points
@@ -259,7 +258,7 @@ def installed(tmp_path: Path, monkeypatch, version: str, **variant) -> Iterator[
     monkeypatch.syspath_prepend(str(site))
     entry_points.provide("vllm.general_plugins", tmp_path / "entry_points")
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
-    monkeypatch.delenv(vllm_plugin.ENV, raising=False)
+    monkeypatch.delenv(fvllm.ENV, raising=False)
     monkeypatch.setattr(fvllm, "originals", {})
     rules.platform.cache_clear()
     torch.ops.fp8_dummy_internal.proof_forget("vllm")  # each stand-in is probed afresh

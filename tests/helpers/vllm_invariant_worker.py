@@ -182,9 +182,9 @@ def _load_format(cfg, ours, L, kinds) -> dict:
     from vllm.config import set_current_vllm_config
     from vllm.config.load import LoadConfig
 
-    from fp8_dummy.engines.vllm import plugin as vllm_plugin
+    from fp8_dummy.engines import vllm as fvllm
 
-    vllm_plugin.register()
+    fvllm.register()
     from vllm.model_executor.model_loader import get_model_loader
 
     loader = get_model_loader(LoadConfig(load_format="fp8_dummy_invariant"))

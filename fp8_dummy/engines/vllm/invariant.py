@@ -1,7 +1,6 @@
 """One model at every parallel layout (``--load-format fp8_dummy_invariant``, docs/engines.md):
 each rank's tensor holds its slice (:mod:`.placement`) of the logical tensor, whose values are a
-callback of its name, shape and dtype (:func:`stateless_values`): the same at every TP/EP/PP/DP
-layout and on every device."""
+callback of its name, shape and dtype (:func:`stateless_values`)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import torch
 
 from ...stateless import init_stateless_, row_major_strides
 from ..core import Action, Kind, apply, checked
-from . import moe  # noqa: F401 (registers the MoE rule)
 from .placement import Placement, UncoveredParameterError, placement
 from .rules import FP4, platform, rule
 
@@ -23,14 +21,13 @@ __all__ += ["plan_layer", "stateless_values", "tensor_seed"]
 SEED = 1234
 LOAD_FORMAT = "fp8_dummy_invariant"
 Entry = tuple[str, torch.Tensor, Action, Placement]
-# values(full name, action, global shape) -> write(view, element_offset, element_strides):
-# fills a block of the rank's tensor with the logical tensor's elements at those indices.
-Values = Callable[[str, Action, tuple], Callable[[torch.Tensor, int, list], None]]
+# values(full name, action, global shape, view, element_offset, element_strides): fill a block
+# of the rank's tensor with the logical tensor's elements at those indices (docs/engines.md).
+Values = Callable[[str, Action, tuple, torch.Tensor, int, list], None]
 
 
 def tensor_seed(seed: int, name: str) -> int:
-    """The stateless key of the tensor of full name ``name``: the first 8 bytes of
-    BLAKE2b(``f"{seed}:{name}"``), little-endian: the same name gives the same key anywhere."""
+    """The stateless key of the tensor ``name`` (full): BLAKE2b-64 of ``f"{seed}:{name}"``, LE."""
     digest = hashlib.blake2b(f"{int(seed)}:{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
@@ -44,9 +41,8 @@ def _loader(t: torch.Tensor) -> Any:
 
 
 def plan_layer(prefix: str, layer: torch.nn.Module, *, materialized=True, skip=()) -> list[Entry]:
-    """(full name, tensor, action, placement) of each tensor vLLM's dummy loader fills in
-    ``layer``, each checked (UncoveredParameterError). ``materialized=False``: meta tensors
-    too (a model checked whole first); ``skip``: names filled under another module's name."""
+    """(full name, tensor, action, placement) of each tensor the dummy loader fills in ``layer``;
+    ``materialized=False``: meta ones too (checked, not filled); ``skip``: tied, filled before."""
     act, entries = rule(33, *platform()), []
     for name, t in {**layer._parameters, **layer._buffers}.items():
         if t is None or name in skip or name in layer._non_persistent_buffers_set:
@@ -65,27 +61,20 @@ def plan_layer(prefix: str, layer: torch.nn.Module, *, materialized=True, skip=(
 
 
 def stateless_values(seed: int = SEED) -> Values:
-    """vLLM 0.33's values: fill/byte/zero as vLLM does; random bytes and floats drawn by
+    """vLLM 0.33's values: fill, byte, zero as vLLM does; random bytes and floats drawn by
     ``init_stateless_`` of the logical tensor, keyed by :func:`tensor_seed`."""
 
-    def values(
-        name: str, action: Action, shape: tuple
-    ) -> Callable[[torch.Tensor, int, list], None]:
+    def write(name: str, action: Action, shape: tuple, view: torch.Tensor, *where: Any) -> None:
         key = tensor_seed(seed, name)
+        if action.kind not in (Kind.RANDOM, Kind.UNIFORM):
+            return apply(view, action, key)
+        raw = action.kind is Kind.RANDOM and action.low >= 0
+        target = view.view(torch.uint8) if raw else view
+        init_stateless_(
+            target, action.low, action.high, key, element_offset=where[0], element_strides=where[1]
+        )
 
-        def write(view: torch.Tensor, offset: int, strides: list) -> None:
-            if action.kind not in (Kind.RANDOM, Kind.UNIFORM):
-                return apply(view, action, key)
-            target = (
-                view if action.low < 0 or action.kind is Kind.UNIFORM else view.view(torch.uint8)
-            )
-            init_stateless_(
-                target, action.low, action.high, key, element_offset=offset, element_strides=strides
-            )
-
-        return write
-
-    return values
+    return write
 
 
 @torch.no_grad()
@@ -100,28 +89,25 @@ def fill_placed(entries: list[Entry], values: Values) -> None:
         views = [(data[piece.local], piece) for piece in where.pieces]
         if sum(v.numel() for v, _ in views) != data.numel():
             (data.view(torch.uint8) if data.dtype == FP4 else data).zero_()
-        write = values(full, action, where.global_shape)
         strides = row_major_strides(where.global_shape)
         for view, piece in views:
             if view.numel():
                 step = piece.step or (1,) * view.dim()
                 offset = sum(o * s for o, s in zip(piece.offset, strides))
-                write(view, offset, [s * k for s, k in zip(strides, step)])
+                scaled = [s * k for s, k in zip(strides, step)]
+                values(full, action, where.global_shape, view, offset, scaled)
 
 
 def initialize_invariant_dummy_weights(model: torch.nn.Module, seed: int = SEED) -> None:
-    """Fill every tensor vLLM 0.33's dummy loader fills in ``model`` (a vLLM model on this rank)
-    with its slice of the logical tensor: the same bytes at every parallel layout, pipeline
-    stage and device. Every tensor is checked first (:class:`UncoveredParameterError`); meta
-    tensors (online quantization) are left to the load format, which fills them in order."""
+    """Each tensor vLLM 0.33's dummy loader fills in ``model`` (this rank's) gets its slice of the
+    logical tensor, all checked first; meta tensors are the load format's, in the loader's order."""
     plans = [plan_layer(prefix, layer, skip=skip) for prefix, layer, skip in _modules(model)]
     for entries in plans:
         fill_placed(entries, stateless_values(seed))
 
 
 def _modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, set[str]]]:
-    """Each module with its name and the names of its tensors filled under an earlier module's
-    name (a tensor shared by several modules, as tied embeddings, is filled once)."""
+    """(name, module, its tensors seen under an earlier name: tied ones are filled once)."""
     seen: set[int] = set()
     out = []
     for prefix, layer in model.named_modules():
@@ -132,22 +118,18 @@ def _modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, set[str
 
 
 def register_load_format(package: Any) -> None:
-    """``--load-format fp8_dummy_invariant`` in vLLM's model-loader package, where its dummy
-    loader has the shape this needs."""
+    """``--load-format fp8_dummy_invariant``, where vLLM's dummy loader has the shape needed."""
     dl = sys.modules.get("vllm.model_executor.model_loader.dummy_loader")
     needed = ("DummyModelLoader", "get_layerwise_info", "materialize_layer", "QuantizeMethodBase")
-    if dl is None or not all(hasattr(dl, n) for n in needed):
-        return
-    if hasattr(package, "register_model_loader") and LOAD_FORMAT not in getattr(
-        package, "_LOAD_FORMAT_TO_MODEL_LOADER", {}
-    ):
-        package.register_model_loader(LOAD_FORMAT)(_loader_class(dl))
+    known = getattr(package, "_LOAD_FORMAT_TO_MODEL_LOADER", {})
+    if all(hasattr(dl, n) for n in needed) and hasattr(package, "register_model_loader"):
+        if LOAD_FORMAT not in known:
+            package.register_model_loader(LOAD_FORMAT)(_loader_class(dl))
 
 
 def _loader_class(dl: Any) -> type:
     class FP8DummyInvariantModelLoader(dl.DummyModelLoader):
-        """``--load-format fp8_dummy_invariant``: every tensor checked first; online-quantized
-        layers materialized, filled and processed in the loader's order, as ``dummy`` does."""
+        """Every tensor checked first; online-quantized layers in the loader's order."""
 
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
             modules, values = _modules(model), stateless_values(SEED)

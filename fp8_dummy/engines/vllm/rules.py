@@ -16,7 +16,9 @@ __all__ = ["generation", "platform", "rule", "semantics", "version"]
 
 E8M0 = getattr(torch, "float8_e8m0fnu", None)
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)
-PARAMS = (("low", None), ("high", None), ("seed", 1234), ("name", ""))
+# The per-tensor function's parameters (0.33 added ``name`` and per-dtype default bounds).
+PARAMS = {33: (("low", None), ("high", None), ("seed", 1234), ("name", ""))}
+PARAMS[30] = PARAMS[28] = (("low", -1e-3), ("high", 1e-3), ("seed", 1234))
 
 
 def version() -> str | None:
@@ -73,6 +75,6 @@ def semantics(gen: int | None = None, order: str = "modules") -> Semantics:
     if gen is not None:
         act, name = rule(gen, False, torch.version.hip is not None), f"vLLM 0.{gen} semantics"
     else:
-        v = version()
-        act, name = rule(generation(), *platform()), f"vLLM {v}" if v else "vLLM 0.33 semantics"
-    return Semantics("vllm", name, act, PARAMS, order, per_tensor=True)
+        v, gen = version(), generation()
+        act, name = rule(gen, *platform()), f"vLLM {v}" if v else "vLLM 0.33 semantics"
+    return Semantics("vllm", name, act, PARAMS[gen], order, per_tensor=True)
