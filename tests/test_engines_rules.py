@@ -215,6 +215,27 @@ def test_random_bytes_helper_is_torchs_random():
     assert torch.equal(x, torch.empty(1000, dtype=torch.int8).random_(-128, 128, generator=g))
 
 
+@pytest.mark.parametrize("semantics", ["vllm-0.33", "vllm-0.30", "sglang-0.5", "trtllm-1.2"])
+@pytest.mark.parametrize("bad", ["bounds", "expanded", "expanded int8"])
+def test_a_refused_tensor_means_nothing_written(semantics, bad):
+    """Issue 26's reproducer: every tensor is checked before any is written."""
+    m = torch.nn.Module()
+    m.a = torch.nn.Parameter(torch.full((4,), 7.0))
+    args, match = (), "more than one element refers to a single memory location"
+    if bad == "bounds":
+        m.b = torch.nn.Parameter(torch.full((4,), 7.0, dtype=torch.float16))
+        args, match = (-1e5, 1e5), "from is out of bounds for c10::Half"
+    elif bad == "expanded":
+        m.b = torch.nn.Parameter(torch.full((4, 1), 7.0).expand(4, 4))
+    else:
+        m.b = torch.nn.Parameter(torch.full((4, 1), 7, dtype=torch.int8).expand(4, 4), False)
+        if semantics in ("vllm-0.30", "sglang-0.5"):
+            return  # integers untouched there: nothing to refuse
+    with pytest.raises(RuntimeError, match=f"^fp8_dummy: b: .*{match}"):
+        fp8_dummy.initialize_dummy_weights(m, *args, semantics=semantics)
+    assert bool((m.a == 7.0).all()) and bool((m.b == 7).all())
+
+
 def test_bad_semantics_is_refused():
     with pytest.raises(ValueError, match="semantics must be one of"):
         fp8_dummy.initialize_dummy_weights(EngineModel(), semantics="vllm")

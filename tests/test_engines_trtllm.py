@@ -101,6 +101,14 @@ def test_every_dtype_and_layout(device, args):
         assert written == (dtype not in UNTOUCHED), dtype
 
 
+def test_the_whole_model_fill_with_its_semantics():
+    dtypes = FILLED + FLOATS + UNTOUCHED
+    ours, ref = model_of(dtypes), model_of(dtypes)
+    fp8_dummy.initialize_dummy_weights(ours, -0.5, 0.25, semantics="trtllm-1.2")
+    oracle.initialize_dummy_weights(ref, -0.5, 0.25)
+    same_bytes(ours, ref)
+
+
 def test_bounds_by_dtype_ignore_low_high():
     m = model_of(FILLED, layouts=("contiguous",))
     ft.initialize_dummy_weights(m, -100.0, 100.0, 0)

@@ -66,7 +66,8 @@ def patch(module: Any) -> None:
     originals.setdefault("function", own)
     module.initialize_dummy_weights = _patched
     module._fp8_dummy_patched = True
-    logger.info("fp8_dummy: TensorRT-LLM (%s): %s", ENV, core.account("TensorRT-LLM"))
+    v = core.installed("tensorrt_llm", "tensorrt-llm") or "unknown version"
+    logger.info("fp8_dummy: TensorRT-LLM %s: %s", v, core.account("TensorRT-LLM"))
 
 
 def _patched(model: torch.nn.Module, *args: Any, **kwargs: Any) -> None:

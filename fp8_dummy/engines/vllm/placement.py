@@ -144,18 +144,14 @@ def vocab(layer: Any, name: str, t: Any, cls: type, fn: Any) -> Placement:
 
 
 _LINEAR = "vllm.model_executor.layers.linear"
-_METHODS = ("weight_loader", "weight_loader_v2", "validate_shard_id")
+_LOADERS = ("weight_loader", "weight_loader_v2", "validate_shard_id")
+_QKV = (*_LOADERS, "_get_shard_offset_mapping", "_get_shard_size_mapping")
 register(_LINEAR, "ReplicatedLinear", ("weight_loader",), linear)
-register(_LINEAR, "DCPGroupColumnParallelLinear", _METHODS, linear)
-register(_LINEAR, "MergedColumnParallelLinear", _METHODS, linear)
-register(
-    _LINEAR,
-    "QKVParallelLinear",
-    (*_METHODS, "_get_shard_offset_mapping", "_get_shard_size_mapping"),
-    linear,
-)
-register(_LINEAR, "ColumnParallelLinear", _METHODS, linear)
-register(_LINEAR, "RowParallelLinear", _METHODS, linear)
+register(_LINEAR, "DCPGroupColumnParallelLinear", _LOADERS, linear)
+register(_LINEAR, "MergedColumnParallelLinear", _LOADERS, linear)
+register(_LINEAR, "QKVParallelLinear", _QKV, linear)
+register(_LINEAR, "ColumnParallelLinear", _LOADERS, linear)
+register(_LINEAR, "RowParallelLinear", _LOADERS, linear)
 for _cls in ("ParallelLMHead", "VocabParallelEmbedding"):
     register("vllm.model_executor.layers.vocab_parallel_embedding", _cls, ("weight_loader",), vocab)
 
@@ -209,12 +205,8 @@ def moe(layer: Any, name: str, t: torch.Tensor, cls: type, fn: Any) -> Placement
     tp, r, experts = pc.tp_size, pc.tp_rank, expert_runs(layer)
     inter, hidden = cfg.intermediate_size, cfg.hidden_dim_unpadded
     block = getattr(method, "weight_block_size", None)
-    if rest == "weight_scale_inv" and block:  # block scales count whole blocks
-        inter_n, inter_k = -(-inter // block[0]), -(-inter // block[1])
-        hidden_n, hidden_k = -(-hidden // block[0]), -(-hidden // block[1])
-    else:
-        inter_n = inter_k = inter
-        hidden_n = hidden_k = hidden
+    b = block if rest == "weight_scale_inv" and block else (1, 1)  # block scales count blocks
+    inter_n, inter_k, hidden_n, hidden_k = (-(-x // b[i]) for x in (inter, hidden) for i in (0, 1))
     if kind == "w13" and rest in ("weight", "weight_scale_inv", "bias"):
         per_rank = inter_n // tp
         n = max(0, min(per_rank, inter_n - per_rank * r))
