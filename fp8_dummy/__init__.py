@@ -19,7 +19,7 @@ except ImportError as _error:  # say which torch it was built for, and how to re
 from . import _lazy_dtensor, emulator, reference, stateless
 from ._build import build_info
 from ._proof import ProofEntry, self_check_report
-from .model import SEMANTICS, initialize_dummy_weights, is_scale_tensor
+from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor
 from .ops import cpu_fast_path_info, init_, init_many_, random_
 from .realistic import initialize_realistic_dummy_weights
 from .stateless import init_shard_, init_stateless_, shard_slices

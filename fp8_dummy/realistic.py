@@ -17,10 +17,8 @@ from typing import NamedTuple
 
 import torch
 
-from .model import walk
 from .ops import as_int64
-from .stateless import init_stateless_
-from .vllm_invariant import tensor_seed
+from .stateless import init_stateless_, tensor_seed
 
 __all__ = ["Spec", "fill_", "initialize_realistic_dummy_weights", "module_kind", "tensor_spec"]
 
@@ -228,7 +226,9 @@ def initialize_realistic_dummy_weights(
     names). Return full name -> :class:`Spec`; ``role == "unknown"`` marks the assumed.
     Everything is checked before anything is written."""
     as_int64(seed, "seed", "initialize_realistic_dummy_weights")
-    entries = list(walk(model, "modules"))
+    from .engines.core import walk  # at call time: the engines' vLLM format imports this module
+
+    entries = [(name, name.rsplit(".", 1)[-1], t) for name, t in walk(model, "modules")]
     if num_layers is None:
         num_layers = _layers(model, [name for name, _, _ in entries])
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:

@@ -46,7 +46,8 @@ if ! ls "$PKG"/fp8_dummy/_C*.so > /dev/null 2>&1; then
   cp "$ROOT"/build/engines-lib/fp8_dummy/_C*.so "$PKG/fp8_dummy/"
 fi
 # The current Python sources and tests (the library stays the one built for this torch).
-cp "$ROOT"/fp8_dummy/*.py "$PKG/fp8_dummy/"
+find "$PKG/fp8_dummy" -name '*.py' -delete
+(cd "$ROOT" && find fp8_dummy -name '*.py' -exec cp --parents {} "$PKG/" \;)
 rm -rf "$PKG/tests" && cp -r "$ROOT/tests" "$ROOT/pyproject.toml" "$PKG/"
 
 # target LOCKNAME: the directory holding that lock file's packages, installed if missing.

@@ -30,7 +30,7 @@ from helpers.engine_models import EngineModel, assert_same_bytes, changed, spy_f
 from oracles import engines as oracle
 
 import fp8_dummy
-from fp8_dummy import sglang as fsglang
+from fp8_dummy.engines import sglang as fsglang
 
 # Not a module-level name for the function itself: SGLang's hooks rebind every module
 # attribute that holds the original (tests' globals included).

@@ -14,8 +14,7 @@ from conftest import storage_bytes
 from helpers import fake_vllm
 from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 
-from fp8_dummy import vllm as fvllm
-from fp8_dummy import vllm_plugin
+from fp8_dummy.engines import vllm as fvllm
 
 DEVICES = [
     "cpu",
@@ -59,7 +58,7 @@ def test_dummy_loader_through_the_plugin_same_bytes(fake, device, monkeypatch):
     without, with_plugin = _model(device, fake), _model(device, fake)
     _loader().load_weights(without, None)
     plugins.load_general_plugins()
-    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    assert dummy_loader.initialize_single_dummy_weight is fvllm._single
     fused = spy_fused(monkeypatch)
     _loader().load_weights(with_plugin, None)
     assert fused, "nothing went through fp8_dummy"
@@ -82,23 +81,23 @@ def test_load_format_fp8_dummy_same_bytes(fake, device):
 def test_patch_waits_for_vllm_to_import_its_loader(fake):
     import vllm  # noqa: F401  (the package only, as when vLLM loads plugins early)
 
-    vllm_plugin.register()
+    fvllm.register()
     assert "vllm.model_executor.model_loader" not in sys.modules  # not imported by us
     from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER, dummy_loader
 
-    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    assert dummy_loader.initialize_single_dummy_weight is fvllm._single
     assert "fp8_dummy" in _LOAD_FORMAT_TO_MODEL_LOADER
     if fvllm.generation() < 30:
-        assert dummy_loader.initialize_dummy_weights is vllm_plugin._model
+        assert dummy_loader.initialize_dummy_weights is fvllm._model
 
 
 def test_switched_off(fake, monkeypatch):
     from vllm import plugins
     from vllm.model_executor.model_loader import dummy_loader
 
-    monkeypatch.setenv(vllm_plugin.ENV, "false")
+    monkeypatch.setenv(fvllm.ENV, "false")
     plugins.load_general_plugins()
-    assert dummy_loader.initialize_single_dummy_weight is not vllm_plugin._single
+    assert dummy_loader.initialize_single_dummy_weight is not fvllm._single
 
 
 def test_not_for_older_vllm(tmp_path, monkeypatch):
@@ -109,8 +108,8 @@ def test_not_for_older_vllm(tmp_path, monkeypatch):
     try:
         import vllm.model_executor.model_loader.dummy_loader as dl
 
-        vllm_plugin.register()
-        assert dl.initialize_single_dummy_weight is not vllm_plugin._single
+        fvllm.register()
+        assert dl.initialize_single_dummy_weight is not fvllm._single
     finally:
         for k in _vllm_modules():
             del sys.modules[k]
@@ -136,7 +135,7 @@ def test_self_check_failure_falls_back_to_vllm(fake, monkeypatch):
     without, with_plugin = _model("cpu", fake), _model("cpu", fake)
     _loader().load_weights(without, None)
     plugins.load_general_plugins()
-    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    assert dummy_loader.initialize_single_dummy_weight is fvllm._single
     with pytest.warns(RuntimeWarning, match=r"self-check refused vllm: vLLM .* cpu torch.bfloat16"):
         _loader().load_weights(with_plugin, None)
     assert_same_bytes(with_plugin, without)

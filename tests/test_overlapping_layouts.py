@@ -15,7 +15,7 @@ from conftest import poison, storage_bytes
 
 import fp8_dummy
 from fp8_dummy import reference
-from fp8_dummy._engine_common import distinct, fusable, random_bytes_
+from fp8_dummy.engines.core import distinct, fusable, random_bytes_
 
 E4M3 = torch.float8_e4m3fn
 REFUSED = "may share memory|more than one element of the written-to tensor"

@@ -246,7 +246,7 @@ def test_wheel_installs_the_trtllm_opt_in(venv_python: tuple[Path, str], tmp_pat
         "import tensorrt_llm._torch.pyexecutor.model_loader as ml\n"
         "print(ml.initialize_dummy_weights.__module__)\n"
     )
-    for value, module in (("1", "fp8_dummy.trtllm"), ("0", "oracles.trtllm")):
+    for value, module in (("1", "fp8_dummy.engines.trtllm"), ("0", "oracles.trtllm")):
         env = dict(os.environ, FP8_DUMMY_TRTLLM=value)
         proc = subprocess.run(
             [venv_python[0], "-I", "-c", script],

@@ -11,7 +11,7 @@ import torch
 
 import fp8_dummy
 from fp8_dummy.realistic import Spec, fill_, tensor_spec
-from fp8_dummy.vllm_invariant import tensor_seed
+from fp8_dummy.stateless import tensor_seed
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)

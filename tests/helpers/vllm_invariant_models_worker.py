@@ -47,7 +47,7 @@ def _run(rank: int, port: int, out: Path) -> dict:
     from vllm.distributed.parallel_state import destroy_model_parallel
     from vllm.model_executor.model_loader import get_model_loader
 
-    from fp8_dummy import vllm_plugin
+    from fp8_dummy import vllm as vllm_plugin
 
     base = VllmConfig(device_config=DeviceConfig(device="cpu"))
     with set_current_vllm_config(base):
@@ -154,38 +154,38 @@ def _negative_control(fill, ours, oracle, M) -> list[str]:
     from vllm.distributed import get_tensor_model_parallel_rank as rank_of
     from vllm.distributed import get_tensor_model_parallel_world_size as size_of
 
-    from fp8_dummy import _vllm_placement as P
+    from fp8_dummy.engines.vllm import placement as P
 
-    real = P._kv_cache_scale
+    real = P.kv_cache_scale
 
     def sharded(t, fn):
         if real(t, fn) is None:
             return None
         return P.Placement((size_of(),), (P.Piece((), (rank_of(),)),))
 
-    P._kv_cache_scale = sharded
+    P.kv_cache_scale = sharded
     try:
         fill(ours)
         return M.differing(dict(ours.named_parameters()), dict(oracle.named_parameters()))
     finally:
-        P._kv_cache_scale = real
+        P.kv_cache_scale = real
         fill(ours)
 
 
 def _without_the_rule(fill, ours, M) -> dict:
     """No KV-scale rule (fp8_dummy before it): the load is refused, naming the parameter,
     before any tensor is written."""
-    from fp8_dummy import _vllm_placement as P
+    from fp8_dummy.engines.vllm import placement as P
 
-    real = P._kv_cache_scale
-    P._kv_cache_scale = lambda t, fn: None
+    real = P.kv_cache_scale
+    P.kv_cache_scale = lambda t, fn: None
     try:
         fill(ours)
         raised = None
     except Exception as e:  # noqa: BLE001 (the test checks the kind)
         raised = f"{type(e).__name__}: {e}"
     finally:
-        P._kv_cache_scale = real
+        P.kv_cache_scale = real
     untouched = all(bool((M.as_bytes(t) == 0x55).all()) for t in M.tensors(ours).values())
     fill(ours)
     return {"raised": raised, "untouched": untouched}

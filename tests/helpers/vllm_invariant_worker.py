@@ -34,8 +34,8 @@ def _run(rank: int, world: int, port: int) -> dict:
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
     import fp8_dummy.vllm as fv
-    from fp8_dummy import _vllm_placement
-    from fp8_dummy.vllm_invariant import UncoveredParameterError
+    from fp8_dummy.engines.vllm import placement as vp
+    from fp8_dummy.vllm import UncoveredParameterError
     from helpers import vllm_invariant_layers as L
 
     cfg = VllmConfig(device_config=DeviceConfig(device="cpu"))
@@ -97,20 +97,20 @@ def _run(rank: int, world: int, port: int) -> dict:
 
     # Negative control: QKV through the merged-column rule (its output_sizes count a
     # replicated KV head once per rank): must be caught by the same comparison.
-    real = _vllm_placement._linear
     from vllm.model_executor.layers import linear as vl
 
-    def ignore_replication(layer, param, cls, fn):
-        if cls is vl.QKVParallelLinear:
-            cls = vl.MergedColumnParallelLinear
-        return real(layer, param, cls, fn)
+    qkv = ("vllm.model_executor.layers.linear", "QKVParallelLinear")
+    real = vp.RULES[qkv]
 
-    _vllm_placement._linear = ignore_replication
+    def ignore_replication(layer, name, t, cls, fn):
+        return vp.linear(layer, name, t, vl.MergedColumnParallelLinear, fn)
+
+    vp.RULES[qkv] = (real[0], ignore_replication)
     try:
         fv.initialize_invariant_dummy_weights(ours, seed=1234)
         compare(found["negative"])
     finally:
-        _vllm_placement._linear = real
+        vp.RULES[qkv] = real
     fv.initialize_invariant_dummy_weights(ours, seed=1234)  # right again, for the next check
 
     found["uncovered"] = _uncovered(cfg, UncoveredParameterError)
@@ -182,9 +182,9 @@ def _load_format(cfg, ours, L, kinds) -> dict:
     from vllm.config import set_current_vllm_config
     from vllm.config.load import LoadConfig
 
-    from fp8_dummy import vllm_plugin
+    from fp8_dummy.engines import vllm as fvllm
 
-    vllm_plugin.register()
+    fvllm.register()
     from vllm.model_executor.model_loader import get_model_loader
 
     loader = get_model_loader(LoadConfig(load_format="fp8_dummy_invariant"))
