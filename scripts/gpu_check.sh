@@ -6,7 +6,7 @@
 #
 # Steps, in order of value (a later step never delays an earlier one):
 #   a build      setup.py build_ext --inplace, MAX_JOBS = cores, TORCH_CUDA_ARCH_LIST = the
-#                GPU's own architecture (9.0 on an H100/H200) unless set
+#                GPU's own architecture (9.0 on an H100/H200) unless set; tests/ext/build.sh
 #   p proof      scripts/gpu_proof.py: every path that replaces a reference proves itself on
 #                this GPU first (the runtime proof users get); fp8_dummy.self_check_report()
 #                goes into summary.json ("self_check_report") and the log: which paths hold
@@ -154,10 +154,12 @@ gpu_tests=(tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_
 
 # ---- a: build
 if (( dry )); then
-  run_step build 10 "$PY" -c 'import fp8_dummy; print("dry run, no build:", fp8_dummy.library_path())'
+  run_step build 10 bash -c '"$0" -c "import fp8_dummy; print(\"dry run, no build:\", fp8_dummy.library_path())" &&
+    bash tests/ext/build.sh "$0"' "$PY"
 else
   # The compiler's output goes to its own file (long); the log gets its last lines.
-  run_step build 30 bash -c '"$0" setup.py build_ext --inplace > "$1/build.log" 2>&1; rc=$?
+  run_step build 30 bash -c '"$0" setup.py build_ext --inplace > "$1/build.log" 2>&1 &&
+    bash tests/ext/build.sh "$0" >> "$1/build.log" 2>&1; rc=$?
     tail -n 15 "$1/build.log"; exit $rc' "$PY" "$OUT"
 fi
 built=$?

@@ -25,7 +25,6 @@ import warnings
 import torch
 
 import fp8_dummy
-from fp8_dummy import emulator
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
 FP8 += [torch.float8_e8m0fnu] if hasattr(torch, "float8_e8m0fnu") else []
@@ -66,6 +65,10 @@ def run_contiguous_temp(device: str) -> None:
 
 
 def run_emulated() -> None:
+    # The emulators are in the test extension (tests/ext/, built by gpu_check.sh's build step).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from ext import emulator
+
     sm, mt = emulator.H200
     for form in (False, True):
         t = torch.empty(3001, 40, dtype=torch.float8_e4m3fn)
