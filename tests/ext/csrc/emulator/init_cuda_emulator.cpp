@@ -59,8 +59,7 @@ int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t see
                           bool contiguous_temp) {
   check_init_args(self, low, high);
   const auto dtype = self.scalar_type();
-  TORCH_CHECK(self.device().is_cpu(),
-              "fp8_dummy_test.emulate_cuda_init_: expects a CPU tensor");
+  TORCH_CHECK(self.device().is_cpu(), "fp8_dummy_test.emulate_cuda_init_: expects a CPU tensor");
   TORCH_CHECK(uses_half_temp(dtype) || dtype == c10::ScalarType::Half,
               "fp8_dummy_test.emulate_cuda_init_: emulates 1-byte (FP8, int8, uint8) and "
               "float16 tensors, got ",

@@ -67,12 +67,10 @@ int64_t emulate_cuda_init_many(at::TensorList tensors, double low, double high, 
                                int64_t grid, bool contiguous_temp) {
   check_init_many_args(tensors, low, high);
   for (const auto& t : tensors) {
-    TORCH_CHECK(t.device().is_cpu(),
-                "fp8_dummy_test.emulate_cuda_init_many_: expects CPU tensors");
-    TORCH_CHECK(
-        uses_half_temp(t.scalar_type()) || t.scalar_type() == c10::ScalarType::Half,
-        "fp8_dummy_test.emulate_cuda_init_many_: emulates 1-byte and float16 tensors, got ",
-        t.scalar_type());
+    TORCH_CHECK(t.device().is_cpu(), "fp8_dummy_test.emulate_cuda_init_many_: expects CPU tensors");
+    TORCH_CHECK(uses_half_temp(t.scalar_type()) || t.scalar_type() == c10::ScalarType::Half,
+                "fp8_dummy_test.emulate_cuda_init_many_: emulates 1-byte and float16 tensors, got ",
+                t.scalar_type());
   }
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads && grid >= 0,
               "fp8_dummy_test.emulate_cuda_init_many_: bad device properties or grid");

@@ -58,8 +58,7 @@ void emulate_rule(at::Tensor& self, double low, double high, int64_t seed, int64
       std::memcpy(out, &v, 4);
     } else {
       TORCH_CHECK(dtype == at::kDouble,
-                  "fp8_dummy_test.emulate_proven_cuda_init_stateless_: ", "no rule for ",
-                  dtype);
+                  "fp8_dummy_test.emulate_proven_cuda_init_stateless_: ", "no rule for ", dtype);
       const double v = cuda::stateless_double(w.w[2 * k], w.w[2 * k + 1], params);
       std::memcpy(out, &v, 8);
     }
