@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-import fp8_dummy  # noqa: F401  (the product library first: ours links against it)
+import fp8_dummy  # the product library first: ours links against it
 
 from .build import library_file, newer_inputs
 
