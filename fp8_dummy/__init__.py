@@ -16,7 +16,7 @@ except ImportError as _error:  # say which torch it was built for, and how to re
 
     raise import_error(_error) from _error
 
-from . import _lazy_dtensor, emulator, reference, stateless
+from . import _lazy_dtensor, reference, stateless
 from ._build import build_info
 from ._proof import ProofEntry, self_check_report
 from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor
@@ -30,7 +30,6 @@ __all__ = [
     "__version__",
     "build_info",
     "cpu_fast_path_info",
-    "emulator",
     "get_cmake_dir",
     "get_include",
     "init_",

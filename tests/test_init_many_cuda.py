@@ -12,12 +12,12 @@ import torch
 from conftest import FP8_DTYPES as FP8
 from conftest import needs_gpu_memory
 from conftest import storage_bytes as storage
+from ext.emulator import device_properties, emulate_cuda_init_many_
 from helpers.cuda_checks import as_ints, saturates_e4m3fn
 from helpers.models import EveryDtype, loop_reference
 
 import fp8_dummy
 import fp8_dummy.engines.core
-from fp8_dummy.emulator import device_properties, emulate_cuda_init_many_
 from fp8_dummy.reference import new_path
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import fp8_dummy
 from conftest import cpu_formula, poison
-from fp8_dummy import emulator
+from ext import emulator
 from oracles import cpu_reference as cpu_oracle, cuda_reference as cuda_oracle
 from oracles import engines as engine_oracle, stateless as stateless_oracle
 

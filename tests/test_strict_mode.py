@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import poison
 
-from fp8_dummy import emulator
+from ext import emulator
 
 HERE = Path(__file__).resolve()
 subject = pytest.mark.skipif(
