@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import _isolated, _proof, reference
+from .. import _proof, reference
 from .._build import build_info
 from .._progress import Progress
 from ..ops import init_, init_many_, random_
@@ -212,6 +212,8 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
         like = [str(t.dtype)[6:], str(t.device), t.dim()]
         spec = [target, [sem.path, sem.name, sem.temp, sem.per_tensor], name, like, strided,
                 [list(args), kwargs], [action.low, action.high, seed]]  # fmt: skip
+        from .. import _isolated  # here: the child runs it as __main__
+
         return _isolated.verdict(key, f"{__name__}:child_probe", spec, str(t.device))
 
     return _proof.proven(key, probe)
