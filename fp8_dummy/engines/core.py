@@ -209,9 +209,9 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
         target = engine and f"{engine.__module__}:{getattr(engine, '__qualname__', '<')}"
         if target is not None and ("<" in target or hasattr(engine, "__self__")):
             raise TypeError(f"a child process cannot import {engine!r} to probe it")
-        like = [str(t.dtype)[6:], str(t.device), t.dim()]
-        spec = [target, [sem.path, sem.name, sem.temp, sem.per_tensor], name, like, strided,
-                [list(args), kwargs], [action.low, action.high, seed]]  # fmt: skip
+        spec = [target, [sem.path, sem.name, sem.temp, sem.per_tensor], name,
+                [str(t.dtype)[6:], str(t.device), t.dim()], strided, [list(args), kwargs],
+                [action.low, action.high, seed]]  # fmt: skip
         from .. import _isolated  # here: the child runs it as __main__
 
         return _isolated.verdict(key, f"{__name__}:child_probe", spec, str(t.device))
