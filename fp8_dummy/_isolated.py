@@ -1,11 +1,12 @@
 """Proofs in a child process, their verdicts kept on disk. A kernel that never ran on this GPU
 may fault (an illegal address, a hang), which a proof of its bytes cannot catch in-process: so
-a plugin's first proof on a device runs in a fresh Python with a timeout, as vLLM runs its P2P
-check, and its verdict is cached (keyed by the device's name, the driver, torch, fp8_dummy's
-version and the proof's key) so that later starts skip the child."""
+the engines' first proof of a CUDA key runs in a fresh Python with a timeout, as vLLM runs its
+P2P check, and its verdict is cached (keyed by the device's name, the driver, torch,
+fp8_dummy's version and the proof's key) so that later starts skip the child."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -25,8 +26,12 @@ def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> 
     Python: (its result, "") or (None, why none came: the signal or exit status that ended
     the child with its stderr's last line, or the timeout)."""
     cmd = [sys.executable, "-m", __name__, target, json.dumps(list(args))]
+    # The child imports what this process can (its sys.path), proves in-process (no
+    # grandchildren), and without the start-up hook, which would patch the engine it probes.
+    path = os.pathsep.join([*filter(None, sys.path), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path, FP8_DUMMY_ISOLATE="0", FP8_DUMMY_TRTLLM="0")
     try:  # killed on a timeout or an interrupt: no orphan left
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None, f"{_HANG} {timeout:g} s (a hang? the child was killed)"
     out, err, rc = proc.stdout, proc.stderr, proc.returncode
@@ -38,6 +43,7 @@ def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> 
     return None, f"the child process ended without a result, {how}: {last}"
 
 
+@functools.cache  # asked once per key and start
 def driver_version() -> str:
     """The NVIDIA driver's version ("580.159.03"), or "" where nvidia-smi cannot tell."""
     cmd = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
@@ -47,59 +53,41 @@ def driver_version() -> str:
         return ""
 
 
-def _save(path: Path, record: dict[str, Any]) -> None:
-    """Whole or not at all (a temp file renamed): a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache: proved again at the next start
-        tmp.unlink(missing_ok=True)
-
-
-def proven_in_child(
-    key: str,
-    probe: str,
-    args: Sequence[Any] = (),
-    *,
-    device: str = "cuda:0",
-    timeout: float = 120.0,
-) -> bool:
-    """Whether the path named ``key`` holds on ``device``, proven in a child process once per
-    device, driver, torch and fp8_dummy version. There ``probe`` ("package.module:function")
-    is called with ``args`` (JSON values) and returns None when its output equals the
-    reference's, else what differs (as :func:`fp8_dummy._proof.proven`'s probes do); raising,
-    crashing or not answering within ``timeout`` seconds is a refusal. The verdict is cached
-    on disk (a crash's too: the warning names the file to delete to prove again; a timeout
-    is tried again at the next start) and enters this process's proof mechanism under
-    ``key``: ``self_check_report()``, one warning if refused, one probe per process. True:
-    the caller may use its path; False: the reference (an engine's own weights)."""
+def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120.0) -> str | None:
+    """A probe of :func:`fp8_dummy._proof.proven` run in a child process: ``target`` called
+    there with ``args`` returns None when the path named ``key`` gives the reference's bytes
+    on ``device``, else what differs; raising, crashing or not answering within ``timeout``
+    seconds is a refusal. The verdict is cached on disk per device, driver, torch and
+    fp8_dummy version (a crash's too: the reason names the file to delete to prove again; a
+    timeout is tried again at the next start)."""
     import torch
 
-    from ._proof import proven
     from ._version import __version__
 
-    def verdict() -> str | None:
-        cuda = torch.device(device).type == "cuda"
-        env = [torch.cuda.get_device_name(device) if cuda else "cpu", driver_version() if cuda
-               else "", torch.__version__, __version__]  # fmt: skip
-        name = hashlib.sha256(json.dumps([key, env]).encode()).hexdigest()[:32] + ".json"
-        path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fp8_dummy"
-        path = path / "proofs" / name  # a file per verdict: ranks starting at once never clash
-        try:
-            why = str(json.loads(path.read_text())["detail"])
-            where = f"cached at an earlier start in {path}: delete it to prove again"
-        except (OSError, ValueError, TypeError, KeyError):  # none yet, or corrupt: prove
-            result, why = run_child(probe, args, timeout)
-            why = why or ("" if result is None else str(result))
-            where = "in a child process; not cached: a timeout may be a busy machine's"
-            if not why.startswith(_HANG):
-                _save(path, {"key": key, "environment": env, "detail": why})
+    cuda = torch.device(device).type == "cuda"
+    env = [torch.cuda.get_device_name(device) if cuda else "cpu", driver_version() if cuda
+           else "", torch.__version__, __version__]  # fmt: skip
+    name = hashlib.sha256(json.dumps([key, env]).encode()).hexdigest()[:32] + ".json"
+    path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fp8_dummy"
+    path = path / "proofs" / name  # a file per verdict: ranks starting at once never clash
+    try:
+        why = str(json.loads(path.read_text())["detail"])
+        where = f"cached at an earlier start in {path}: delete it to prove again"
+    except (OSError, ValueError, TypeError, KeyError):  # none yet, or corrupt: prove
+        result, why = run_child(target, args, timeout)
+        why = why or ("" if result is None else str(result))
+        where = "in a child process; not cached: a timeout may be a busy machine's"
+        if not why.startswith(_HANG):  # whole or not at all: a temp file renamed
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp.write_text(json.dumps({"key": key, "environment": env, "detail": why}))
+                os.replace(tmp, path)
                 where = f"in a child process; cached in {path}"
-        return f"{why} ({where})" if why else None
-
-    return proven(key, verdict)
+            except OSError:  # a read-only cache: proved again at the next start
+                tmp.unlink(missing_ok=True)
+                where = "in a child process; not cached: the cache is not writable"
+    return f"{why} ({where})" if why else None
 
 
 if __name__ == "__main__":  # the child: python -m fp8_dummy._isolated TARGET ARGS_JSON

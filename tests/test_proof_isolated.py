@@ -1,9 +1,10 @@
-"""A proof run in a child process, its verdict cached on disk (fp8_dummy/_isolated.py): a
-stand-in engine whose first proof's child crashes, hangs or differs keeps running with its
-own weights and one warning; a second start (a fresh process) uses the cached verdict
-without a child; a corrupt cache file is ignored; a timeout is not cached. The probes are
-stand-ins (tests/helpers/isolated_probes.py) that count the children that ran them. Slow:
-each start and each child is a fresh Python."""
+"""A proof run in a child process, its verdict cached on disk (fp8_dummy/_isolated.py, the
+mechanism; through the engines: tests/test_engines_isolated.py): a stand-in engine whose
+first proof's child crashes, hangs or differs keeps running with its own weights and one
+warning; a second start (a fresh process) uses the cached verdict without a child; a
+corrupt cache file is ignored; a timeout is not cached. The probes are stand-ins
+(tests/helpers/isolated_probes.py) that count the children that ran them. Slow: each start
+and each child is a fresh Python."""
 
 from __future__ import annotations
 
@@ -21,23 +22,23 @@ from fp8_dummy._isolated import run_child
 pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parent
 
-# A stand-in engine's start: its dummy-weight fill asks proven_in_child for its path's
-# first proof on this device, then fills with fp8_dummy if proven, else with its own weights
-# (the reference path); every byte must be the reference's either way.
+# A stand-in engine's start: its dummy-weight fill asks the proof mechanism for its path's
+# first proof on this device, the probe run in a child, then fills with fp8_dummy if proven,
+# else with its own weights (the reference path); every byte must be the reference's.
 ENGINE = """
 import json, sys, warnings
 import torch
 import fp8_dummy
-from fp8_dummy._isolated import proven_in_child
+from fp8_dummy._isolated import verdict
+from fp8_dummy._proof import proven as proof
 from fp8_dummy.reference import new_path
 
 probe, marker, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
-key = "vllm: stand-in engine " + probe
+key, target = "vllm: stand-in engine " + probe, "helpers.isolated_probes:" + probe
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    proven = proven_in_child(key, "helpers.isolated_probes:" + probe, [marker], device="cpu",
-                             timeout=timeout)
-    again = proven_in_child(key, "helpers.isolated_probes:" + probe, [marker], device="cpu")
+    proven = proof(key, lambda: verdict(key, target, [marker], "cpu", timeout))
+    again = proof(key, lambda: verdict(key, target, [marker], "cpu"))
     weight, ref = (torch.empty(300, 41, dtype=torch.float8_e4m3fn) for _ in range(2))
     (fp8_dummy.init_ if proven else new_path)(weight, -1.0, 1.0, 1234)
     new_path(ref, -1.0, 1.0, 1234)

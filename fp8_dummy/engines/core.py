@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import enum
 import functools
+import importlib
 import importlib.metadata
+import inspect
 import os
 import sys
 import warnings
@@ -24,6 +26,7 @@ __all__ = ["Action", "Kind", "Semantics", "fill", "plan", "proven", "run"]
 
 # Progress by default for models of at least 1 GiB on a terminal; CUDA batches of ~1 GiB then.
 PROGRESS_THRESHOLD_BYTES = PROGRESS_BATCH_BYTES = 1 << 30
+ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
 _WIDE = (torch.int8, torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -183,7 +186,9 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
     version, device, dtype, local name, dims, layout (row-major temps) and call: the engine's
     function (``engine``, called as its loader did, ``call`` being the arguments after the
     tensor or model; None: the semantics through the plain-torch path) and ours on a poisoned
-    probe, byte for byte (fp8_dummy/_proof.py). #27 routes the first CUDA proof through here."""
+    probe, byte for byte (fp8_dummy/_proof.py). Where ours is a CUDA kernel the probe runs in
+    a child process, its verdict cached on disk (fp8_dummy/_isolated.py, ``FP8_DUMMY_ISOLATE``):
+    a kernel that faults there leaves the engine up, with its own weights."""
     args, kwargs = call
     strided = sem.temp == ROWS and t.dim() > 0 and not t.is_contiguous()
     local = name.rsplit(".", 1)[-1]
@@ -195,29 +200,62 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
     whole = engine is not None and not sem.per_tensor
 
     def probe() -> str | None:
-        theirs, ours = (
-            probe_model(name, t, strided) if whole else probe_tensor(t, strided) for _ in "ab"
-        )
-        tensors = walk(ours, sem.order) if whole else [(name, ours)]
-        planned = plan(tensors, sem, call, prove=False, check=False)
-        refusal = next((a.value for _, _, a, _ in planned if a.kind is Kind.ERROR), None)
-        try:
-            if engine is None:
-                run(plan([(name, theirs)], sem, call, fused=False))
-            else:
-                engine(theirs, *args, **kwargs)
-        except Exception as e:  # noqa: BLE001 (the same refusal as ours is a match)
-            if refusal is not None and isinstance(e, refusal[0]):
-                return None
-            return f"the engine raised {type(e).__name__}: {e}; ours did not"
-        if refusal is not None:
-            return f"ours raises {refusal[0].__name__}: {refusal[1]}; the engine did not"
-        run(planned)
-        if whole:
-            ours, theirs = ours.get_buffer(name), theirs.get_buffer(name)
-        return _proof.first_difference(ours, theirs)
+        like = probe_model(name, t, strided) if whole else probe_tensor(t, strided)
+        tensors = walk(like, sem.order) if whole else [(name, like)]
+        ((_, _, action, (_, seed)),) = plan(tensors, sem, call, prove=False, check=False)
+        every = os.environ.get(ISOLATE, "").strip().lower() == "all"
+        if action.kind is not Kind.UNIFORM or not (every or t.is_cuda and enabled(ISOLATE)):
+            return _probe(sem, engine, call, name, t, strided, action, seed)
+        target = engine and f"{engine.__module__}:{getattr(engine, '__qualname__', '<')}"
+        if target is not None and ("<" in target or hasattr(engine, "__self__")):
+            raise TypeError(f"a child process cannot import {engine!r} to probe it")
+        spec = [target, [sem.path, sem.name, sem.temp, sem.per_tensor], name,
+                [str(t.dtype)[6:], str(t.device), t.dim()], strided, [list(args), kwargs],
+                [action.low, action.high, seed]]  # fmt: skip
+        from .. import _isolated  # here: the child runs it as __main__
+
+        return _isolated.verdict(key, f"{__name__}:child_probe", spec, str(t.device))
 
     return _proof.proven(key, probe)
+
+
+def _probe(sem, engine, call, name, like, strided, action, seed) -> str | None:
+    """The engine's function as its loader called it (None: the reference path) on one poisoned
+    probe like ``like``, our ``action`` on another: None if they hold the same bytes (or both
+    raise the same type), else what differs. In this process or a child's (child_probe)."""
+    whole = engine is not None and not sem.per_tensor
+    make = functools.partial(probe_model, name) if whole else probe_tensor
+    made = [make(like, strided) for _ in "ab"]
+    theirs, ours = (m.get_buffer(name) for m in made) if whole else made
+    refusal = action.value if action.kind is Kind.ERROR else None
+    try:
+        if engine is not None:
+            engine(made[0], *call[0], **call[1])
+        elif refusal is None:  # only the float path is proven without the engine's function
+            run([(name, theirs, Action(Kind.REFERENCE, action.low, action.high), (sem, seed))])
+        else:
+            raise refusal[0](refusal[1])
+    except Exception as e:  # noqa: BLE001 (the same refusal as ours is a match)
+        if refusal is not None and isinstance(e, refusal[0]):
+            return None
+        return f"the engine raised {type(e).__name__}: {e}; ours did not"
+    if refusal is not None:
+        return f"ours raises {refusal[0].__name__}: {refusal[1]}; the engine did not"
+    run([(name, ours, action, (sem, seed))])
+    return _proof.first_difference(ours, theirs)
+
+
+def child_probe(engine, sem, name, like, strided, call, action) -> str | None:
+    """:func:`proven`'s probe of our float path, rebuilt from data in a child process: the
+    engine's function imported by name (unwrapped, as :func:`own_function` finds it)."""
+    if engine is not None:
+        module, _, qualname = engine.partition(":")
+        found = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
+        engine = inspect.unwrap(found)
+    sem = Semantics(*sem[:2], lambda *_: SKIP, (), temp=sem[2], per_tensor=sem[3])
+    like = torch.empty((1,) * like[2], dtype=getattr(torch, like[0]), device=like[1])
+    uniform = Action(Kind.UNIFORM, *action[:2])
+    return _probe(sem, engine, call, name, like, strided, uniform, action[2])
 
 
 Planned = tuple[str, torch.Tensor, Action, "tuple[Semantics, int]"]
@@ -270,7 +308,8 @@ def plan(
             action = Action(Kind.ENGINE, value=theirs)  # a per-tensor engine keeps its branches
         if check and mode == "stateless" and action.kind is Kind.UNIFORM and _plain(t):
             try:  # no engine path to leave a refused layout to: the op's checks, up front
-                torch.ops.fp8_dummy_internal.check_stateless_args(t, action.low, action.high, 0, None)
+                stateless = torch.ops.fp8_dummy_internal.check_stateless_args
+                stateless(t, action.low, action.high, 0, None)
             except RuntimeError as e:
                 action = error(RuntimeError, str(e))
         if check and action.kind is Kind.ERROR:
