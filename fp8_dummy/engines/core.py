@@ -270,7 +270,9 @@ def plan(
             action = Action(Kind.ENGINE, value=theirs)  # a per-tensor engine keeps its branches
         if check and mode == "stateless" and action.kind is Kind.UNIFORM and _plain(t):
             try:  # no engine path to leave a refused layout to: the op's checks, up front
-                torch.ops.fp8_dummy_internal.check_stateless_args(t, action.low, action.high, 0, None)
+                torch.ops.fp8_dummy_internal.check_stateless_args(
+                    t, action.low, action.high, 0, None
+                )
             except RuntimeError as e:
                 action = error(RuntimeError, str(e))
         if check and action.kind is Kind.ERROR:
