@@ -206,25 +206,28 @@ def fill_(
     return t
 
 
+def _layers(model: torch.nn.Module, names: list[str]) -> int:
+    """The number of decoder layers: the config's, else the highest ``layers.<i>`` + 1."""
+    config = getattr(model, "config", None)
+    for c in (config, getattr(config, "text_config", None)):
+        n = getattr(c, "num_hidden_layers", None)
+        if isinstance(n, int) and n > 0:
+            return n
+    found = [int(m.group(1)) for m in map(_LAYER.search, names) if m]
+    return max(found, default=0) + 1
+
+
 def model_specs(
     model: torch.nn.Module,
     tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
     num_layers: int | None = None,
 ) -> dict[str, Spec]:
     """Full name -> :func:`tensor_spec` for each ``(its module, full name, tensor, logical
-    shape)`` of ``model``: the context from the model (layers: ``num_layers``, else the
-    config's ``num_hidden_layers``, else the highest ``layers.<i>`` + 1), the module's class
-    and its tensors' logical shapes. A sharded loader passes the TP=1 shapes."""
+    shape)`` of ``model``, the context from the model (``num_layers``, default
+    :func:`_layers`), the module's class and its tensors' logical shapes (a sharded loader
+    passes the TP=1 shapes: every layout then gets the same specs)."""
     if num_layers is None:
-        config = getattr(model, "config", None)
-        given = [
-            getattr(c, "num_hidden_layers", 0)
-            for c in (config, getattr(config, "text_config", None))
-        ]
-        found = [
-            int(m.group(1)) + 1 for m in map(_LAYER.search, (n for _, n, _, _ in tensors)) if m
-        ]
-        num_layers = next((n for n in given if isinstance(n, int) and n > 0), max(found, default=1))
+        num_layers = _layers(model, [name for _, name, _, _ in tensors])
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
     siblings: dict[str, dict] = {}
@@ -260,7 +263,7 @@ def initialize_realistic_dummy_weights(
     modules = dict(model.named_modules(remove_duplicate=False))
     tensors = [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
     specs = model_specs(model, tensors, num_layers)
-    for name, t in ((n, t) for _, n, t, _ in tensors):
+    for _, name, t, _ in tensors:
         if t.device.type not in ("cpu", "cuda", "meta"):
             raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
         if t.device.type == "meta":

@@ -73,10 +73,12 @@ def stateless_values(seed: int = SEED) -> Values:
     return write
 
 
-def realistic_values(model: torch.nn.Module, plans: list, seed: int = 0) -> Values:
+def realistic_values(model: torch.nn.Module, plans: list, model_config: Any = None) -> Values:
     """The realistic mode's values (docs/realistic.md), each tensor's spec from the TP=1 model:
     its logical shape, its module's class, its siblings' logical shapes (``plans``: (layer,
-    :func:`plan_layer`'s entries) of every layer), so that every layout gets the same spec."""
+    :func:`plan_layer`'s entries) of every layer), so that every layout gets the same spec.
+    The seed: vLLM's ``--seed`` (its default, 0, is the realistic mode's)."""
+    seed = getattr(model_config, "seed", None) or 0
     tensors = [(layer, n, t, where.global_shape) for layer, e in plans for n, t, _, where in e]
     specs = model_specs(model, tensors)
 
@@ -130,10 +132,7 @@ def _modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, set[str
 # load format -> (loader class name, values(model, plans, model_config))
 FORMATS: dict[str, tuple[str, Callable[..., Values]]] = {
     LOAD_FORMAT: ("FP8DummyInvariantModelLoader", lambda *_: stateless_values(SEED)),
-    REALISTIC: (  # --seed picks the model (vLLM's default 0: the realistic mode's)
-        "FP8DummyRealisticModelLoader",
-        lambda m, plans, config: realistic_values(m, plans, getattr(config, "seed", None) or 0),
-    ),
+    REALISTIC: ("FP8DummyRealisticModelLoader", realistic_values),
 }
 
 
