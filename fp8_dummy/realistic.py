@@ -20,7 +20,8 @@ import torch
 from .ops import as_int64
 from .stateless import init_stateless_, tensor_seed
 
-__all__ = ["Spec", "fill_", "initialize_realistic_dummy_weights", "module_kind", "tensor_spec"]
+__all__ = ["Spec", "fill_", "initialize_realistic_dummy_weights", "model_specs", "module_kind"]
+__all__ += ["tensor_spec"]
 
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
@@ -216,6 +217,37 @@ def _layers(model: torch.nn.Module, names: list[str]) -> int:
     return max(found, default=0) + 1
 
 
+def model_specs(
+    model: torch.nn.Module,
+    tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
+    num_layers: int | None = None,
+) -> dict[str, Spec]:
+    """Full name -> :func:`tensor_spec` for each ``(its module, full name, tensor, logical
+    shape)`` of ``model``, the context from the model (``num_layers``, default
+    :func:`_layers`), the module's class and its tensors' logical shapes (a sharded loader
+    passes the TP=1 shapes: every layout then gets the same specs)."""
+    if num_layers is None:
+        num_layers = _layers(model, [name for _, name, _, _ in tensors])
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    siblings: dict[str, dict] = {}
+    for _, name, t, shape in tensors:
+        prefix, _, local = name.rpartition(".")
+        siblings.setdefault(prefix, {})[local] = (tuple(shape), t.dtype)
+    return {
+        name: tensor_spec(
+            name,
+            shape,
+            t.dtype,
+            layers=num_layers,
+            module=module_kind(module),
+            siblings=siblings[name.rpartition(".")[0]],
+            value=getattr(t, "dummy_weight_value", None),
+        )
+        for module, name, t, shape in tensors
+    }
+
+
 def initialize_realistic_dummy_weights(
     model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None
 ) -> dict[str, Spec]:
@@ -228,33 +260,17 @@ def initialize_realistic_dummy_weights(
     as_int64(seed, "seed", "initialize_realistic_dummy_weights")
     from .engines.core import walk  # at call time: the engines' vLLM format imports this module
 
-    entries = [(name, name.rsplit(".", 1)[-1], t) for name, t in walk(model, "modules")]
-    if num_layers is None:
-        num_layers = _layers(model, [name for name, _, _ in entries])
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
     modules = dict(model.named_modules(remove_duplicate=False))
-    siblings: dict[str, dict] = {}
-    for name, local, t in entries:
-        siblings.setdefault(name[: len(name) - len(local)], {})[local] = (tuple(t.shape), t.dtype)
-    plan = []
-    for name, local, t in entries:
-        prefix = name[: len(name) - len(local)]
+    tensors = [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
+    specs = model_specs(model, tensors, num_layers)
+    for _, name, t, _ in tensors:
         if t.device.type not in ("cpu", "cuda", "meta"):
             raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
-        spec = tensor_spec(
-            name,
-            t.shape,
-            t.dtype,
-            layers=num_layers,
-            siblings=siblings[prefix],
-            module=module_kind(modules[prefix[:-1]]),
-            value=getattr(t, "dummy_weight_value", None),
-        )
-        plan.append((name, t, spec if t.device.type != "meta" else Spec("deferred", "skip")))
+        if t.device.type == "meta":
+            specs[name] = Spec("deferred", "skip")
     done: set[int] = set()
-    for name, t, spec in plan:
+    for _, name, t, _ in tensors:
         if id(t) not in done:
             done.add(id(t))
-            fill_(t, spec, tensor_seed(seed, name))
-    return {name: spec for name, _, spec in plan}
+            fill_(t, specs[name], tensor_seed(seed, name))
+    return specs

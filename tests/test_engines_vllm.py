@@ -179,6 +179,9 @@ def test_load_format_fp8_dummy_same_bytes_as_dummy(plugin):
     plugins.load_general_plugins()
     loader = get_model_loader(LoadConfig(load_format="fp8_dummy"))
     assert type(loader).__name__ == "FP8DummyModelLoader"
+    for fmt in ("invariant", "realistic"):  # registered by the same plugin, 0.28-0.33
+        loader_class = type(get_model_loader(LoadConfig(load_format=f"fp8_dummy_{fmt}")))
+        assert loader_class.__name__ == f"FP8Dummy{fmt.title()}ModelLoader"
     loader.load_weights(batched, None)
     assert_same_bytes(batched, dummy)
 

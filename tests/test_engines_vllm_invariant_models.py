@@ -11,13 +11,17 @@ TP=2 rank must equal it byte for byte, and the TP=1 model must equal the format'
 tensors (restated from its definition). Negative controls: a KV-cache-scale rule that
 shards the replicated scalar is caught on the rank it gets wrong; without the rule, the
 FP8 models are refused by name before anything is written (the state before the rule).
-Without vLLM 0.33: skipped, with why.
+--load-format fp8_dummy_realistic on the FP8 block models, the same way: at TP=1 it must
+equal ``fp8_dummy.initialize_realistic_dummy_weights`` of the whole model (vocabulary padding
+zero), whose roles for vLLM's names are checked; at TP=2 (and with EP) each rank must equal
+the model's own ``load_weights`` fed that TP=1 checkpoint. Without vLLM 0.33: skipped, with why.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -30,6 +34,7 @@ WORKER = ROOT / "tests" / "helpers" / "vllm_invariant_models_worker.py"
 MODELS = ("llama", "qwen3_moe", "deepseek_v3")
 QUANTS = ("bf16", "fp8", "blk")
 EP_CASES = (("qwen3_moe", "fp8"), ("deepseek_v3", "blk"))  # also at TP=2 with EP
+REALISTIC = [f"{m}-blk-realistic" for m in MODELS]  # and deepseek_v3's with EP
 # What vLLM 0.33 creates in these models (Fp8Config: Fp8LinearMethod, Fp8MoEMethod's plain
 # parameters, Fp8KVCacheMethod on every standard Attention layer; MLA layers have none).
 FP8_CLASSES = {
@@ -94,9 +99,10 @@ def runs(tmp_path_factory) -> dict:
         assert "error" not in result, f"rank {r}:\n{result['error']}"
         results.append(result)
     tp1 = {case: r for result in results for case, r in result["1"].items()}
-    assert sorted(tp1) == sorted(f"{m}-{q}" for m in MODELS for q in QUANTS)
+    want = [f"{m}-{q}" for m in MODELS for q in QUANTS] + REALISTIC
+    assert sorted(tp1) == sorted(want)
+    want += [f"{m}-{q}-ep" for m, q in EP_CASES] + ["deepseek_v3-blk-realistic-ep"]
     for result in results:
-        want = [f"{m}-{q}" for m in MODELS for q in QUANTS] + [f"{m}-{q}-ep" for m, q in EP_CASES]
         assert sorted(result["2"]) == sorted(want)
     return {1: tp1, 2: [dict(result["2"], rank=result["rank"]) for result in results]}
 
@@ -178,3 +184,44 @@ def test_without_the_rule_the_model_is_refused_before_writing(runs, model, quant
         assert "'model.layers.0.self_attn.attn.q_scale'" in r["raised"], r
         assert "KVCacheScaleParameter" in r["raised"], r
         assert r["untouched"], (world, r)
+
+
+# vLLM's names (fused layers, MoE experts, MLA, router, KV-cache scales) -> the realistic role
+# they must get (docs/realistic.md's table); the first match decides.
+VLLM_ROLES = [
+    (r"embed_tokens\.weight$", "embedding"),
+    (r"lm_head\.weight$", "lm_head"),
+    (r"norm\.weight$", "dummy_weight_value"),  # vLLM's RMSNorm gives it 1.0
+    (r"\.(o_proj|down_proj)\.weight$", "residual_out"),
+    (r"\.w2_weight$", "residual_out"),
+    (r"\.mlp\.gate\.weight$", "router"),
+    (r"e_score_correction_bias$", "bias"),
+    (r"weight_scale_inv$", "weight_scale"),
+    (r"\._?(q|k|v|prob)_scale$", "scale"),  # KV-cache scales (also vLLM's buffers)
+    (r"\.(qkv_proj|gate_up_proj|fused_qkv_a_proj|q_b_proj|kv_b_proj|q_proj)\.weight$", "linear"),
+    (r"\.w13_weight$", "linear"),
+]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_realistic_roles_of_vllms_names(runs, model):
+    roles = _case(runs[1], model, "blk-realistic")["roles"]
+    want = {n: next((r for p, r in VLLM_ROLES if re.search(p, n)), "?") for n in roles}
+    assert roles == want
+    moe = {"router", "residual_out", "linear"} if model != "llama" else set()
+    assert {"embedding", "lm_head", "weight_scale", "scale"} | moe <= set(roles.values())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_realistic_tp2_ranks_are_slices_of_the_functions_tp1_model(runs, model):
+    r = _case(runs[1], model, "blk-realistic")
+    assert r["logical"] == [] and r["not_loaded"] == [] and r["mismatch"] == [], r
+    assert r["distinct_fp8"] > 114, r["distinct_fp8"]  # more codes than +-1 holds: the range
+    suffixes = ["blk-realistic"] + (["blk-realistic-ep"] if model == "deepseek_v3" else [])
+    for result in runs[2]:
+        for suffix in suffixes:
+            r = _case(result, model, suffix)
+            where = (result["rank"], suffix)
+            assert r["tp"] == 2 and r["sharded"] >= 4, (where, r["sharded"])
+            assert r["not_loaded"] == [] and r["mismatch"] == [], (where, r)
+            assert r["buffers"] == [], (where, r["buffers"])

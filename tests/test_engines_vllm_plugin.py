@@ -6,6 +6,7 @@ CUDA (scripts/gpu_check.sh runs it on a GPU, where no vLLM is installed)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
@@ -89,6 +90,21 @@ def test_patch_waits_for_vllm_to_import_its_loader(fake):
     assert "fp8_dummy" in _LOAD_FORMAT_TO_MODEL_LOADER
     if fvllm.generation() < 30:
         assert dummy_loader.initialize_dummy_weights is fvllm._model
+
+
+def test_layout_formats_refused_with_one_line_where_the_loader_lacks_their_needs(fake, caplog):
+    """This stand-in's dummy loader has no materialize_layer (vLLM 0.28-0.33 have): neither
+    fp8_dummy_invariant nor fp8_dummy_realistic is registered, and one line says so."""
+    from vllm import plugins
+
+    with caplog.at_level(logging.INFO, logger=fvllm.logger.name):
+        plugins.load_general_plugins()
+        from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER
+    assert "fp8_dummy" in _LOAD_FORMAT_TO_MODEL_LOADER
+    assert {"fp8_dummy_invariant", "fp8_dummy_realistic"}.isdisjoint(_LOAD_FORMAT_TO_MODEL_LOADER)
+    formats = "--load-format fp8_dummy_invariant and fp8_dummy_realistic"
+    lines = [r.getMessage() for r in caplog.records if "lacks" in r.getMessage()]
+    assert lines == [f"fp8_dummy: vLLM {fake}: its dummy loader lacks what {formats} need"]
 
 
 def test_switched_off(fake, monkeypatch):

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import poison
-
 from ext import emulator
 
 HERE = Path(__file__).resolve()

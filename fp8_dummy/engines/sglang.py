@@ -1,6 +1,7 @@
 """SGLang 0.5.23 (docs/engines.md): a drop-in for its ``weight_utils.initialize_dummy_weights``
 and its plugin (entry point ``fp8_dummy`` of ``sglang.srt.plugins``): an AROUND hook, which
-SGLang applies to every imported copy of the function. ``FP8_DUMMY_SGLANG=0`` turns it off."""
+SGLang applies to every imported copy of the function. ``FP8_DUMMY_SGLANG=0`` turns it off,
+``=realistic`` fills by the realistic mode instead (docs/realistic.md; TP=1 only)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..realistic import initialize_realistic_dummy_weights
 from . import core
 
 __all__ = ["SEMANTICS", "initialize_dummy_weights", "register"]
@@ -67,10 +69,25 @@ def _register() -> None:
         return
     HookRegistry.register(f"{MODULE}.{NAME}", _around, HookType.AROUND)
     version = core.installed("sglang") or "unknown version"
-    logger.info("fp8_dummy: SGLang %s: %s", version, core.account("SGLang"))
+    what = "realistic dummy weights (TP=1)" if _realistic_mode() else core.account("SGLang")
+    logger.info("fp8_dummy: SGLang %s: %s", version, what)
+
+
+def _realistic_mode() -> bool:
+    return os.environ.get(ENV, "").strip().lower() == "realistic"
 
 
 def _around(own: Callable[..., Any], model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     """The hook: ours where proven; whatever fails in ours, SGLang's own function."""
     who = ("the SGLang plugin", "SGLang", "fill")
-    return core.guarded(*who, functools.partial(_fill, own), model, *args, theirs=own, **kwargs)
+    fill = _realistic if _realistic_mode() else functools.partial(_fill, own)
+    return core.guarded(*who, fill, model, *args, theirs=own, **kwargs)
+
+
+def _realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
+    """The realistic mode (seed 0) needs each tensor whole: the hook sees a rank's shards."""
+    from sglang.srt.distributed import parallel_state as ps
+
+    if ps.model_parallel_is_initialized() and ps.get_tensor_model_parallel_world_size() > 1:
+        raise NotImplementedError("the realistic mode needs TP=1 in SGLang (docs/realistic.md)")
+    initialize_realistic_dummy_weights(model)

@@ -103,6 +103,8 @@ QUANTS = {
     "blk": dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=L.BLOCK),
 }
 CASES = [(m, q) for m in MODELS for q in QUANTS]
+# The formats each quantization runs with (fp8_dummy_realistic: FP8 block, scales included).
+FORMATS = {"invariant": QUANTS, "realistic": ("blk",)}
 # At TP=2 also with expert parallelism (each rank 2 of the 4 experts), against the same
 # TP=1 checkpoint: expert mapping through the models' own load_weights.
 EP_CASES = [("qwen3_moe", "fp8"), ("deepseek_v3", "blk")]
@@ -113,6 +115,10 @@ _FUSED = {
     "gate_up_proj": ("gate_proj", "up_proj"),
     "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"),
 }
+
+
+def key(model: str, quant: str, fmt: str) -> str:
+    return f"{model}-{quant}" + ("-realistic" if fmt == "realistic" else "")
 
 
 def prepare(tmp: str) -> None:
@@ -232,6 +238,23 @@ def logical(model: torch.nn.Module, seed: int = 1234) -> dict[str, torch.Tensor]
                 want.copy_(g)
             out[full] = want
     return out
+
+
+def realistic(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """What fp8_dummy_realistic defines for a TP=1 model: ``initialize_realistic_dummy_weights``
+    of the whole model (its tensors as they are: no placement involved), vocabulary padding
+    rows zero as the loader leaves them; and each tensor's role."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    import fp8_dummy
+
+    roles = {n: s.role for n, s in fp8_dummy.initialize_realistic_dummy_weights(model).items()}
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, VocabParallelEmbedding):
+                for t in m.parameters(recurse=False):
+                    t[m.org_vocab_size :] = 0
+    return {n: t.clone() for n, t in tensors(model).items()}, roles
 
 
 def checkpoint(model: torch.nn.Module) -> dict[str, torch.Tensor]:

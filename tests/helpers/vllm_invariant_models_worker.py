@@ -1,11 +1,12 @@
 """One of the two gloo processes of tests/test_engines_vllm_invariant_models.py: the models
-of helpers/vllm_invariant_models.py filled by ``--load-format fp8_dummy_invariant``
-(through vLLM's get_model_loader) and compared byte for byte with the oracle, first at TP=1,
-then at TP=2 (one vLLM import for both).
+of helpers/vllm_invariant_models.py filled by ``--load-format fp8_dummy_invariant`` (and the
+FP8 block ones by ``fp8_dummy_realistic``), through vLLM's get_model_loader, and compared byte
+for byte with the oracle, first at TP=1, then at TP=2 (one vLLM import for both).
 
 TP=1 (each process its half of the models, as two TP=1 replicas): each model against the
-format's logical tensors, and against a zeroed copy loaded by the model's own
-``load_weights`` from the checkpoint made of its tensors; checkpoints, shapes and persistent
+format's logical tensors (realistic: fp8_dummy's whole-model function on the same model),
+and against a zeroed copy loaded by the model's own ``load_weights`` from the checkpoint
+made of its tensors; checkpoints, shapes and persistent
 buffers go to OUT/tp1-<rank>.pt. Then the model-parallel groups are rebuilt at TP=2: each
 rank, each model (and two with expert parallelism), against a zeroed copy loaded from the
 TP=1 checkpoint; buffers against TP=1's. Both: the negative controls. Findings go to
@@ -54,12 +55,12 @@ def _run(rank: int, port: int, out: Path) -> dict:
         init_distributed_environment(2, rank, f"tcp://127.0.0.1:{port}", rank, backend="gloo")
         initialize_model_parallel(tensor_model_parallel_size=1)
     vllm_plugin.register()
-    fmt = get_model_loader(LoadConfig(load_format="fp8_dummy_invariant"))
-    mine = [(m, q, False) for i, (m, q) in enumerate(M.CASES) if i % 2 == rank]
+    fmt = {f: get_model_loader(LoadConfig(load_format=f"fp8_dummy_{f}")) for f in M.FORMATS}
+    cases = [(m, q, False, f) for f in M.FORMATS for m, q in M.CASES if q in M.FORMATS[f]]
     found: dict = {"1": {}, "2": {}}
     saved: dict = {}
-    for model, quant, ep in mine:
-        found["1"][f"{model}-{quant}"] = _case(M, fmt, out, 1, rank, model, quant, ep, saved)
+    for model, quant, ep, f in cases[rank::2]:
+        found["1"][M.key(model, quant, f)] = _case(M, fmt[f], out, 1, rank, model, quant, ep, saved)
     torch.save(saved, out / f"tp1-{rank}.pt")
     torch.distributed.barrier()  # both halves written
     tp1 = {k: v for r in (0, 1) for k, v in torch.load(out / f"tp1-{r}.pt").items()}
@@ -67,10 +68,10 @@ def _run(rank: int, port: int, out: Path) -> dict:
     destroy_model_parallel()
     with set_current_vllm_config(base):
         initialize_model_parallel(tensor_model_parallel_size=2)
-    cases = [(m, q, False) for m, q in M.CASES] + [(m, q, True) for m, q in M.EP_CASES]
-    for model, quant, ep in cases:
-        case = f"{model}-{quant}" + ("-ep" if ep else "")
-        found["2"][case] = _case(M, fmt, out, 2, rank, model, quant, ep, tp1)
+    cases += [(m, q, True, f) for f in M.FORMATS for m, q in M.EP_CASES if q in M.FORMATS[f]]
+    for model, quant, ep, f in cases:
+        case = M.key(model, quant, f) + ("-ep" if ep else "")
+        found["2"][case] = _case(M, fmt[f], out, 2, rank, model, quant, ep, tp1)
     return found
 
 
@@ -81,7 +82,9 @@ def _case(M, fmt, out: Path, tp: int, rank: int, model: str, quant: str, ep: boo
     from vllm.config import set_current_vllm_config
     from vllm.distributed import get_tensor_model_parallel_world_size
 
-    key, t0 = f"{model}-{quant}", time.perf_counter()  # the TP=1 checkpoint's
+    realistic = type(fmt).__name__ == "FP8DummyRealisticModelLoader"
+    key = M.key(model, quant, "realistic" if realistic else "invariant")  # the TP=1 checkpoint's
+    t0 = time.perf_counter()
     r: dict = {}
     try:
         folder = out / f"config-{tp}-{rank}" / (key + ("-ep" if ep else ""))
@@ -109,7 +112,9 @@ def _case(M, fmt, out: Path, tp: int, rank: int, model: str, quant: str, ep: boo
         buffers = {n: t for n, t in M.tensors(ours).items() if n not in params}
         shapes = {n: list(p.shape) for n, p in params.items()}
         if tp == 1:
-            r["logical"] = M.differing(M.tensors(ours), M.logical(ours))
+            if realistic:  # fp8_dummy's whole-model function on the same TP=1 model
+                want, r["roles"] = M.realistic(oracle)
+            r["logical"] = M.differing(M.tensors(ours), want if realistic else M.logical(ours))
             ckpt = M.checkpoint(ours)
             copies = {n: b.clone() for n, b in buffers.items()}
             tp1[key] = {"checkpoint": ckpt, "buffers": copies, "shapes": shapes}
@@ -128,7 +133,7 @@ def _case(M, fmt, out: Path, tp: int, rank: int, model: str, quant: str, ep: boo
         r["kv_scales"] = sorted(
             n for n, p in params.items() if type(p).__name__ == "KVCacheScaleParameter"
         )
-        if r["kv_scales"]:
+        if r["kv_scales"] and not realistic:
             r["negative"] = _negative_control(fill, ours, oracle, M)
             r["no_rule"] = _without_the_rule(fill, ours, M)
     except Exception:  # noqa: BLE001 (reported to the parent test)

@@ -1,8 +1,9 @@
 """vLLM (docs/engines.md): drop-ins for its dummy-weight functions, byte for byte with the
 installed vLLM's (the float path fused where proven against vLLM's own function, every other
 branch vLLM's own), and its plugin (entry point ``fp8_dummy`` of ``vllm.general_plugins``): once
-vLLM imports its dummy loader, the loader calls these, and the load formats ``fp8_dummy`` and
-``fp8_dummy_invariant`` (:mod:`.invariant`) are registered. ``FP8_DUMMY_VLLM=0`` turns it off."""
+vLLM imports its dummy loader, the loader calls these, and the load formats ``fp8_dummy``,
+``fp8_dummy_invariant`` and ``fp8_dummy_realistic`` (:mod:`.invariant`) are registered.
+``FP8_DUMMY_VLLM=0`` turns it off."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import Any, Callable
 import torch
 
 from ... import _after_import, _versions
+from ...stateless import tensor_seed
 from .. import core
 from . import invariant
-from ...stateless import tensor_seed
 from .invariant import UncoveredParameterError, initialize_invariant_dummy_weights
 from .rules import generation, semantics, version
 
@@ -140,8 +141,9 @@ def _model(*args: Any, **kwargs: Any) -> None:
 
 def _register_load_formats(package: ModuleType) -> None:
     guarded(f"registration of --load-format {LOAD_FORMAT}", _register_load_format, package)
-    what = f"registration of --load-format {invariant.LOAD_FORMAT}"
-    guarded(what, invariant.register_load_format, package)
+    formats = f"--load-format {invariant.LOAD_FORMAT} and {invariant.REALISTIC}"
+    if guarded(f"registration of {formats}", invariant.register_load_format, package) is False:
+        logger.info("fp8_dummy: vLLM %s: its dummy loader lacks what %s need", version(), formats)
 
 
 def _register_load_format(package: ModuleType) -> None:

@@ -1,6 +1,7 @@
-"""One model at every parallel layout (``--load-format fp8_dummy_invariant``, docs/engines.md):
-each rank's tensor holds its slice (:mod:`.placement`) of the logical tensor, whose values are a
-callback of its name, shape and dtype (:func:`stateless_values`)."""
+"""One model at every parallel layout (``--load-format fp8_dummy_invariant`` and
+``fp8_dummy_realistic``, docs/engines.md): each rank's tensor holds its slice (:mod:`.placement`)
+of the logical tensor, whose values are a callback of its name, shape and dtype
+(:func:`stateless_values`, :func:`realistic_values`)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ from typing import Any, Callable
 
 import torch
 
+from ...realistic import fill_, model_specs
 from ...stateless import init_stateless_, row_major_strides, tensor_seed
 from ..core import Action, Kind, apply, checked
 from .placement import Placement, UncoveredParameterError, placement
 from .rules import FP4, platform, rule
 
 __all__ = ["UncoveredParameterError", "fill_placed", "initialize_invariant_dummy_weights"]
-__all__ += ["plan_layer", "stateless_values", "tensor_seed"]
+__all__ += ["plan_layer", "realistic_values", "stateless_values", "tensor_seed"]
 
 SEED = 1234
 LOAD_FORMAT = "fp8_dummy_invariant"
+REALISTIC = "fp8_dummy_realistic"
 Entry = tuple[str, torch.Tensor, Action, Placement]
 # values(full name, action, global shape, view, element_offset, element_strides): fill a block
 # of the rank's tensor with the logical tensor's elements at those indices (docs/engines.md).
@@ -70,6 +73,22 @@ def stateless_values(seed: int = SEED) -> Values:
     return write
 
 
+def realistic_values(model: torch.nn.Module, plans: list, model_config: Any = None) -> Values:
+    """The realistic mode's values (docs/realistic.md), each tensor's spec from the TP=1 model:
+    its logical shape, its module's class, its siblings' logical shapes (``plans``: (layer,
+    :func:`plan_layer`'s entries) of every layer), so that every layout gets the same spec.
+    The seed: vLLM's ``--seed`` (its default, 0, is the realistic mode's)."""
+    seed = getattr(model_config, "seed", None) or 0
+    tensors = [(layer, n, t, where.global_shape) for layer, e in plans for n, t, _, where in e]
+    specs = model_specs(model, tensors)
+
+    def write(name: str, action: Action, shape: tuple, view: torch.Tensor, *where: Any) -> None:
+        key = tensor_seed(seed, name)
+        fill_(view, specs[name], key, element_offset=where[0], element_strides=where[1])
+
+    return write
+
+
 @torch.no_grad()
 def fill_placed(entries: list[Entry], values: Values) -> None:
     """Write each planned tensor: zero what no piece covers, then each piece's values."""
@@ -110,24 +129,37 @@ def _modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, set[str
     return out
 
 
-def register_load_format(package: Any) -> None:
-    """``--load-format fp8_dummy_invariant``, where vLLM's dummy loader has the shape needed."""
+# load format -> (loader class name, values(model, plans, model_config))
+FORMATS: dict[str, tuple[str, Callable[..., Values]]] = {
+    LOAD_FORMAT: ("FP8DummyInvariantModelLoader", lambda *_: stateless_values(SEED)),
+    REALISTIC: ("FP8DummyRealisticModelLoader", realistic_values),
+}
+
+
+def register_load_format(package: Any) -> bool:
+    """``--load-format fp8_dummy_invariant`` and ``fp8_dummy_realistic``, where vLLM's dummy
+    loader has the shape needed; False where it has not."""
     dl = sys.modules.get("vllm.model_executor.model_loader.dummy_loader")
     needed = ("DummyModelLoader", "get_layerwise_info", "materialize_layer", "QuantizeMethodBase")
-    known = getattr(package, "_LOAD_FORMAT_TO_MODEL_LOADER", {})
-    if all(hasattr(dl, n) for n in needed) and hasattr(package, "register_model_loader"):
-        if LOAD_FORMAT not in known:
-            package.register_model_loader(LOAD_FORMAT)(_loader_class(dl))
+    if not all(hasattr(dl, n) for n in needed) or not hasattr(package, "register_model_loader"):
+        return False
+    for fmt, (name, values) in FORMATS.items():
+        if fmt not in getattr(package, "_LOAD_FORMAT_TO_MODEL_LOADER", {}):
+            package.register_model_loader(fmt)(_loader_class(dl, name, values))
+    return True
 
 
-def _loader_class(dl: Any) -> type:
-    class FP8DummyInvariantModelLoader(dl.DummyModelLoader):
+def _loader_class(dl: Any, name: str, values_of: Callable[..., Values]) -> type:
+    class Loader(dl.DummyModelLoader):
         """Every tensor checked first; online-quantized layers in the loader's order."""
 
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
-            modules, values = _modules(model), stateless_values(SEED)
-            for prefix, layer, skip in modules:  # refuse before anything is written
-                plan_layer(prefix, layer, materialized=False, skip=skip)
+            modules = _modules(model)
+            plans = [  # refuse before anything is written
+                (layer, plan_layer(prefix, layer, materialized=False, skip=skip))
+                for prefix, layer, skip in modules
+            ]
+            values = values_of(model, plans, model_config)
             for prefix, layer, skip in modules:
                 info = dl.get_layerwise_info(layer)
                 online = info.can_load()
@@ -143,4 +175,5 @@ def _loader_class(dl: Any) -> type:
                     layer.quant_method.process_weights_after_loading(layer)
                 info.reset()
 
-    return FP8DummyInvariantModelLoader
+    Loader.__name__ = Loader.__qualname__ = name
+    return Loader
