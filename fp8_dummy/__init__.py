@@ -24,28 +24,11 @@ from .ops import cpu_fast_path_info, init_, init_many_, random_
 from .realistic import initialize_realistic_dummy_weights
 from .stateless import init_shard_, init_stateless_, shard_slices
 
-__all__ = [
-    "SEMANTICS",
-    "ProofEntry",
-    "__version__",
-    "build_info",
-    "cpu_fast_path_info",
-    "get_cmake_dir",
-    "get_include",
-    "init_",
-    "init_many_",
-    "init_shard_",
-    "init_stateless_",
-    "initialize_dummy_weights",
-    "initialize_realistic_dummy_weights",
-    "is_scale_tensor",
-    "library_path",
-    "random_",
-    "reference",
-    "self_check_report",
-    "shard_slices",
-    "stateless",
-]
+__all__ = ["SEMANTICS", "ProofEntry", "__version__", "build_info", "cpu_fast_path_info"]
+__all__ += ["get_cmake_dir", "get_include", "init_", "init_many_", "init_shard_", "init_stateless_"]
+__all__ += ["initialize_dummy_weights", "initialize_realistic_dummy_weights", "is_scale_tensor"]
+__all__ += ["library_path", "random_", "reference", "self_check_report", "shard_slices"]
+__all__ += ["stateless"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -59,12 +42,8 @@ def library_path() -> str:
 
 
 def get_include() -> str:
-    """Directory holding ``fp8_dummy/fp8_dummy.h`` (C++ API) and ``fp8_dummy/cuda/*.h``.
-
-    For ``include_dirs`` / ``extra_include_paths`` of a consumer's build. A wheel or a
-    regular install carries the headers inside the package; an editable install uses
-    the source tree's ``include/``.
-    """
+    """The include directory of the C++ and CUDA headers (docs/cpp.md): the package's, or in an
+    editable install the source tree's ``include/``."""
     for candidate in (_PACKAGE / "include", _PACKAGE.parent / "include"):
         if (candidate / "fp8_dummy" / "fp8_dummy.h").is_file():
             return str(candidate)
@@ -72,12 +51,8 @@ def get_include() -> str:
 
 
 def get_cmake_dir() -> str:
-    """Directory of ``fp8_dummyConfig.cmake``, for ``-Dfp8_dummy_DIR=...``.
-
-    Targets: ``fp8_dummy::headers`` (C++ API, with the consumer's Torch) and
-    ``fp8_dummy::cuda_headers`` (torch-free device API). In an editable install it is
-    the source tree's ``cmake/``, which has no version file (request no version there).
-    """
+    """The directory of ``fp8_dummyConfig.cmake``, for ``-Dfp8_dummy_DIR`` (docs/cpp.md): in an
+    editable install the source tree's ``cmake/``."""
     for candidate in (_PACKAGE / "share" / "cmake" / "fp8_dummy", _PACKAGE.parent / "cmake"):
         if (candidate / "fp8_dummyConfig.cmake").is_file():
             return str(candidate)
