@@ -1,8 +1,5 @@
-"""The plain-PyTorch paths that fp8_dummy replaces (the engines' dummy weight loaders).
-
-Used by the tests and benchmarks as the definition of the expected bytes, and by the
-engine drop-ins where a tensor is not ours to fill.
-"""
+"""The plain-PyTorch paths fp8_dummy replaces (the engines' dummy-weight loaders): the tests' and
+benchmarks' expected bytes, and the engine drop-ins' fallback (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -10,11 +7,27 @@ import torch
 
 __all__ = ["contiguous_path", "new_path", "old_path"]
 
+# Under 16 bits, each path's float16 temp of p, and whether it copies it back as
+# p.data.copy_(temp.to(p.dtype)) (else p.copy_(temp)); 16 bits and more: uniform_ in place.
+_TEMPS = {
+    "new": (lambda p: torch.empty_like(p, dtype=torch.float16), False),
+    "old": (lambda p: p.data.to(torch.float16), True),
+    "contiguous": (lambda p: torch.empty(p.shape, dtype=torch.float16, device=p.device), True),
+}
 
-def _generator(t: torch.Tensor, seed: int) -> torch.Generator:
-    g = torch.Generator(device=t.device)
-    g.manual_seed(seed)
-    return g
+
+def _path(path: str, p: torch.Tensor, low, high, seed, generator) -> torch.Tensor:
+    g = generator if generator is not None else torch.Generator(p.device).manual_seed(seed)
+    if p.dtype.itemsize >= 2:
+        p.uniform_(low, high, generator=g)
+        return p
+    temp, to_dtype = _TEMPS[path]
+    t = temp(p).uniform_(low, high, generator=g)
+    if to_dtype:
+        p.data.copy_(t.to(p.dtype))
+    else:
+        p.copy_(t)
+    return p
 
 
 def new_path(
@@ -26,14 +39,7 @@ def new_path(
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Current vLLM path: a float16 temp for dtypes under 16 bits, else uniform_ in place."""
-    g = generator if generator is not None else _generator(p, seed)
-    if p.dtype.itemsize < 2:
-        t = torch.empty_like(p, dtype=torch.float16)
-        t.uniform_(low, high, generator=g)
-        p.copy_(t)
-    else:
-        p.uniform_(low, high, generator=g)
-    return p
+    return _path("new", p, low, high, seed, generator)
 
 
 def old_path(
@@ -45,14 +51,7 @@ def old_path(
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Older vLLM path: convert to float16, fill, convert back, copy (same bytes, more traffic)."""
-    g = generator if generator is not None else _generator(p, seed)
-    if p.dtype.itemsize < 2:
-        t = p.data.to(torch.float16)
-        t = t.uniform_(low, high, generator=g).to(p.dtype)
-        p.data.copy_(t)
-    else:
-        p.uniform_(low, high, generator=g)
-    return p
+    return _path("old", p, low, high, seed, generator)
 
 
 def contiguous_path(
@@ -63,15 +62,7 @@ def contiguous_path(
     *,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """TensorRT-LLM's temp: for dtypes under 16 bits a contiguous float16 tensor of ``p``'s
-    shape (``torch.empty``, not ``empty_like``: random numbers in row-major order whatever
-    ``p``'s strides), converted with ``.to(p.dtype)`` (int8/uint8: truncation toward zero),
-    then copied in; else ``uniform_`` in place. 3 bytes of scratch per 1-byte element."""
-    g = generator if generator is not None else _generator(p, seed)
-    if p.dtype.itemsize < 2:
-        t = torch.empty(p.shape, dtype=torch.float16, device=p.device)
-        t.uniform_(low, high, generator=g)
-        p.data.copy_(t.to(p.dtype))
-    else:
-        p.uniform_(low, high, generator=g)
-    return p
+    """TensorRT-LLM's temp: for dtypes under 16 bits a contiguous float16 tensor of ``p``'s shape
+    (row-major random numbers whatever ``p``'s strides), ``.to(p.dtype)`` (int8/uint8: toward
+    zero), copied in; else ``uniform_`` in place. 3 bytes of scratch per 1-byte element."""
+    return _path("contiguous", p, low, high, seed, generator)
