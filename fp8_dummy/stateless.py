@@ -1,14 +1,5 @@
-"""Device-independent dummy weights (``torch.ops.fp8_dummy.init_stateless_``).
-
-Element ``e`` of a (global) tensor takes the value that
-``torch.func._random.uniform_(torch.func._random.key(seed), t, low=low, high=high)`` gives
-element ``e`` of a contiguous tensor ``t`` (float16 for FP8 dtypes, then converted as
-``copy_`` converts; the tensor's own dtype otherwise). The bytes depend only on
-``(seed, key_offset, e)``, the bounds and the dtype: the same on the CPU and on every GPU,
-for any thread count, and for any sharding, since a shard can name the global indices of
-its elements. The default mode (:func:`fp8_dummy.init_`) instead reproduces torch's
-stateful ``uniform_``, whose CUDA bytes depend on the GPU's SM count.
-"""
+"""Device-independent dummy weights: ``init_stateless_`` (a global tensor's element ``e`` set by
+``(seed, key_offset, e)`` alone) and its shards (docs/modes.md)."""
 
 from __future__ import annotations
 
@@ -23,8 +14,7 @@ __all__ = ["init_shard_", "init_stateless_", "shard_slices", "split_bounds", "te
 
 
 def row_major_strides(shape: Sequence[int]) -> list[int]:
-    """The element strides of a contiguous tensor of ``shape``: a global tensor's default
-    ``element_strides`` (one rule for init_shard_, the DTensor rules and the vLLM layouts)."""
+    """A contiguous ``shape``'s element strides: a global tensor's default ``element_strides``."""
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
@@ -66,11 +56,8 @@ def init_shard_(
 
 
 def split_bounds(size: int, rank: int, world_size: int) -> tuple[int, int]:
-    """[start, stop) of part ``rank`` of ``size`` split into ``world_size`` parts, the first
-    ``size % world_size`` parts one longer (``torch.tensor_split``'s rule: hand-made shards'
-    sizes differ by one at most). A DTensor's ``Shard`` splits as ``torch.chunk`` does
-    instead, so fp8_dummy/dtensor.py uses that rule (``_chunk``): each follows the split its
-    tensors were actually made with."""
+    """[start, stop) of part ``rank`` of ``size`` in ``world_size`` parts, as ``torch.tensor_split``
+    splits (hand-made shards; a DTensor's ``Shard`` splits as ``torch.chunk``: dtensor.py)."""
     if not 0 <= rank < world_size:
         raise ValueError(f"split_bounds: rank {rank} not in [0, {world_size})")
     base, extra = divmod(size, world_size)
