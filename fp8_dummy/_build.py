@@ -1,10 +1,6 @@
-"""What the compiled library was built from, and the error raised when it cannot be loaded.
-
-The library keeps one line, "fp8_dummy-build-info: torch=2.13.0 cuda=no", as plain bytes
-(csrc/build_info.cpp). Loaded, it returns the line itself; where it does not load (most
-often: built against another torch, whose C++ symbols differ), the line is read from the
-file, so the error can name the torch it needs.
-"""
+"""What the compiled library was built with, and the error when it does not load: its line
+"fp8_dummy-build-info: torch=2.13.0 cuda=no" (csrc/build_info.cpp) read from the file then,
+to name the torch it needs (most often it was built against another)."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ def library_file() -> Path | None:
 
 
 def read_build_info(path: Path) -> dict[str, str]:
-    """{"torch": "2.13.0", "cuda": "no"} from the library file at `path` (empty if the
-    file holds no build line: a library older than this format, or not ours)."""
+    """{"torch": "2.13.0", "cuda": "no"} from the library at `path`; {}: no build line in it."""
     data = path.read_bytes()
     start = data.find(_MARKER)
     if start < 0:
@@ -68,9 +63,8 @@ def import_error(error: ImportError) -> ImportError:
 
 
 def build_info() -> dict[str, object]:
-    """What the loaded library was built with: {"version": fp8_dummy's version, "torch":
-    the torch whose headers it was compiled with ("2.13.0"), "cuda": whether it has CUDA
-    kernels (without them, calls on CUDA tensors raise, saying how to rebuild)}."""
+    """What the loaded library was built with: {"version", "torch" (its headers'), "cuda"
+    (whether it has CUDA kernels)} (docs/api.md)."""
     from ._version import __version__
 
     info = dict(i.split("=", 1) for i in torch.ops.fp8_dummy_internal.build_info().split())

@@ -1,8 +1,5 @@
-"""Proofs in a child process, their verdicts kept on disk. A kernel that never ran on this GPU
-may fault (an illegal address, a hang), which a proof of its bytes cannot catch in-process: so
-the engines' first proof of a CUDA key runs in a fresh Python with a timeout, as vLLM runs its
-P2P check, and its verdict is cached (keyed by the device's name, the driver, torch,
-fp8_dummy's version and the proof's key) so that later starts skip the child."""
+"""Proofs in a child process with a timeout, their verdicts cached on disk: a kernel that never
+ran on this GPU may fault or hang, which no in-process proof survives (docs/engines.md)."""
 
 from __future__ import annotations
 
@@ -22,9 +19,8 @@ _RESULT, _HANG = "fp8_dummy-child-result: ", "no answer in"
 
 
 def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> tuple[Any, str]:
-    """Calls ``target`` ("package.module:function") with the JSON values ``args`` in a fresh
-    Python: (its result, "") or (None, why none came: the signal or exit status that ended
-    the child with its stderr's last line, or the timeout)."""
+    """``target`` ("package.module:function") called with the JSON ``args`` in a fresh Python:
+    (its result, "") or (None, why none came: a signal, an exit status or the timeout)."""
     cmd = [sys.executable, "-m", __name__, target, json.dumps(list(args))]
     # The child imports what this process can (its sys.path), proves in-process (no
     # grandchildren), and without the start-up hook, which would patch the engine it probes.
@@ -54,12 +50,9 @@ def driver_version() -> str:
 
 
 def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120.0) -> str | None:
-    """A probe of :func:`fp8_dummy._proof.proven` run in a child process: ``target`` called
-    there with ``args`` returns None when the path named ``key`` gives the reference's bytes
-    on ``device``, else what differs; raising, crashing or not answering within ``timeout``
-    seconds is a refusal. The verdict is cached on disk per device, driver, torch and
-    fp8_dummy version (a crash's too: the reason names the file to delete to prove again; a
-    timeout is tried again at the next start)."""
+    """A probe for :func:`fp8_dummy._proof.proven` in a child: ``target(*args)`` returns None
+    (the reference's bytes) or what differs; a crash or a timeout is a refusal. Cached per key,
+    device, driver, torch and fp8_dummy version, but for a timeout (tried at the next start)."""
     import torch
 
     from ._version import __version__

@@ -1,11 +1,5 @@
-"""Import ``fp8_dummy.dtensor`` (DTensor rules for our ops) exactly when DTensor exists.
-
-``import torch.distributed.tensor`` takes seconds, so ``import fp8_dummy`` does not do it.
-A DTensor can only exist once that module is imported, and the rules must be registered
-before ``torch.ops.fp8_dummy.*`` first meets one. So: register now if it is already
-imported, else right after its import, through the one after-import hook of the package
-(:func:`fp8_dummy._after_import.after_import`, which the engine plugins use too).
-"""
+"""The DTensor rules (``fp8_dummy.dtensor``) registered right after ``torch.distributed.tensor``
+is imported, before any DTensor can exist: ``import fp8_dummy`` does not import it (seconds)."""
 
 from __future__ import annotations
 
@@ -27,6 +21,5 @@ def _register(_module: ModuleType | None = None) -> None:
 
 
 def install() -> None:
-    """Called by ``fp8_dummy/__init__.py``."""
     if torch.distributed.is_available():
         after_import(_TARGET, _register)

@@ -42,15 +42,10 @@ class Progress:
             self.bar.set_postfix_str(f"{self.tensors}/{self.total_tensors} tensors")
             self.bar.refresh()
             return
-        elapsed = max(self.last - self.start, 1e-9)
-        print(
-            f"\r[fp8_dummy] {self.tensors}/{self.total_tensors} tensors, "
-            f"{self.bytes / 2**30:.2f}/{self.total_bytes / 2**30:.2f} GiB, "
-            f"{self.bytes / elapsed / 1e9:.2f} GB/s",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+        gib = f"{self.bytes / 2**30:.2f}/{self.total_bytes / 2**30:.2f} GiB"
+        rate = self.bytes / max(self.last - self.start, 1e-9) / 1e9
+        text = f"\r[fp8_dummy] {self.tensors}/{self.total_tensors} tensors, {gib}, {rate:.2f} GB/s"
+        print(text, end="", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
