@@ -1,21 +1,7 @@
-"""DTensor support for ``torch.ops.fp8_dummy`` (FSDP2 ``fully_shard``, tensor parallel).
-
-Importing this module registers a ``__torch_dispatch__`` rule for ``DTensor`` on each public
-operator with ``torch.library.register_torch_dispatch`` (public API; DTensor's dispatch,
-Python and C++ alike, consults these rules before its sharding propagation, which knows no
-strategy for our ops). So ``torch.ops.fp8_dummy.*`` and the Python wrappers accept DTensors.
-``import fp8_dummy`` imports it only once ``torch.distributed.tensor`` is imported (that
-import takes seconds): see ``fp8_dummy/_lazy_dtensor.py``.
-
-- ``init_stateless_``: each rank fills its local tensor with the values the global tensor
-  has there, so ``full_tensor()`` is byte-identical to filling the full tensor at once,
-  for any mesh. ``element_offset``/``element_strides`` refer to the global tensor.
-- ``init_``/``init_many_``: the bytes of the reference path on that DTensor. On a CPU mesh,
-  torch (2.11-2.15) pops the ``generator`` argument of a DTensor random op and, with no RNG
-  tracker for CPU meshes, runs ``uniform_`` on each rank's local tensor with the default
-  CPU generator: ``seed`` and ``generator`` have no effect. We do the same. Other meshes
-  (CUDA: DTensor's ``OffsetBasedRNGTracker``) are refused; see docs/modes.md.
-"""
+"""DTensor rules for ``torch.ops.fp8_dummy`` (FSDP2, tensor parallel), registered on import with
+``torch.library.register_torch_dispatch``: ``init_stateless_`` fills each rank's part of the
+global tensor, ``init_``/``init_many_`` do what torch's reference does on a CPU DTensor
+(docs/modes.md, "DTensors")."""
 
 from __future__ import annotations
 
@@ -41,43 +27,36 @@ __all__ = ["local_runs"]
 Run = tuple[int, int, int]
 
 
-def _name(op: str) -> str:
-    return f"fp8_dummy.{op}"
-
-
 def _refuse_partial(t: DTensor, op: str) -> None:
     for p in t.placements:
-        if isinstance(p, Partial):
-            # The local tensors are summands of the global one: no rank holds its values.
-            # torch's own uniform_ refuses it too.
+        if isinstance(p, Partial):  # no rank holds values; torch's own uniform_ refuses it too
             raise RuntimeError(
-                f"{_name(op)}: DTensor placement Partial ({p}) is not supported (the local "
+                f"fp8_dummy.{op}: DTensor placement Partial ({p}) is not supported (the local "
                 "tensors are partial sums, not values); redistribute to Shard or Replicate"
             )
+
+
+def _strided(p: object) -> bool:
+    return _StridedShard is not None and isinstance(p, _StridedShard)
 
 
 def _check_placements(t: DTensor, op: str) -> None:
     _refuse_partial(t, op)
     for p in t.placements:
-        strided = _StridedShard is not None and isinstance(p, _StridedShard)
-        if not (strided or isinstance(p, (Shard, Replicate))):
-            raise RuntimeError(f"{_name(op)}: unknown DTensor placement {p!r}")
+        if not (_strided(p) or isinstance(p, (Shard, Replicate))):
+            raise RuntimeError(f"fp8_dummy.{op}: unknown DTensor placement {p!r}")
     # torch >= 2.10 can record a non-default order for a dimension sharded on several mesh
     # dimensions (without _StridedShard); the runs below assume left to right.
     spec = getattr(t, "_spec", None)
     order = getattr(spec, "shard_order", None)
     default = getattr(type(spec), "compute_default_shard_order", None)
     if order is not None and default is not None and order != default(spec.placements):
-        raise RuntimeError(
-            f"{_name(op)}: DTensor with a non-default shard order {order} is not supported"
-        )
+        raise RuntimeError(f"fp8_dummy.{op}: DTensor with a non-default shard order {order}")
 
 
 def _chunk(start: int, length: int, parts: int, index: int) -> tuple[int, int]:
-    """Part ``index`` of ``[start, start + length)`` split as torch.chunk splits (and DTensor's
-    Shard does): chunks of ceil(length / parts), the last ones short or empty. Not
-    stateless.split_bounds (torch.tensor_split's rule, for hand-made shards): a DTensor's
-    local tensor is what its placement made."""
+    """Part ``index`` of ``[start, start + length)`` as torch.chunk (and DTensor's Shard) split
+    it; hand-made shards split as tensor_split (stateless.split_bounds)."""
     size = -(-length // parts)
     lo = min(index * size, length)
     return start + lo, min(lo + size, length) - lo
@@ -101,10 +80,9 @@ def _runs_of(indices: Sequence[int]) -> list[Run]:
 
 
 def local_runs(t: DTensor, op: str = "init_stateless_") -> list[list[Run]] | None:
-    """For each dimension, the runs of global indices the local tensor holds; None on a
-    rank outside ``t``'s mesh. Shard (torch.chunk-style, nested left to right) and
-    Replicate are computed here; a dimension with a ``_StridedShard`` is split by torch's
-    own ``distribute_tensor`` (its definition of that placement, version by version)."""
+    """For each dimension, the runs of global indices the local tensor holds; None on a rank
+    outside ``t``'s mesh. A dimension with a ``_StridedShard`` is split by torch's own
+    ``distribute_tensor`` (its definition of that placement, version by version)."""
     _check_placements(t, op)
     mesh = t.device_mesh
     coord = mesh.get_coordinate()
@@ -112,21 +90,13 @@ def local_runs(t: DTensor, op: str = "init_stateless_") -> list[list[Run]] | Non
         return None
     out: list[list[Run]] = []
     for d, size in enumerate(t.shape):
-        dim_pl = [
-            p if getattr(p, "dim", None) is not None and p.dim % t.ndim == d else None
-            for p in t.placements
-        ]
-        if any(_StridedShard is not None and isinstance(p, _StridedShard) for p in dim_pl):
+        dim_pl = [p if getattr(p, "dim", None) in (d, d - t.ndim) else None for p in t.placements]
+        if any(map(_strided, dim_pl)):
             mapped = tuple(
-                Replicate()
-                if p is None
-                else (
-                    _StridedShard(0, split_factor=p.split_factor)
-                    if isinstance(p, _StridedShard)
-                    else Shard(0)
-                )
+                Replicate() if p is None else _StridedShard(0, split_factor=p.split_factor)
+                if _strided(p) else Shard(0)
                 for p in dim_pl
-            )
+            )  # fmt: skip
             out.append(_runs_of(_torch_indices(int(size), mesh, mapped)))
             continue
         start, length = 0, int(size)
@@ -138,30 +108,22 @@ def local_runs(t: DTensor, op: str = "init_stateless_") -> list[list[Run]] | Non
     got = [sum(r[2] for r in runs) for runs in out]
     if got != list(local.shape):
         raise RuntimeError(
-            f"{_name(op)}: the local tensor has shape {tuple(local.shape)} but placements "
+            f"fp8_dummy.{op}: the local tensor has shape {tuple(local.shape)} but placements "
             f"{t.placements} of global shape {tuple(t.shape)} give {tuple(got)} on this rank"
         )
     return out
 
 
 def _init_stateless(
-    t: DTensor,
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
-    *,
-    key_offset: int = 0,
-    element_offset: int = 0,
-    element_strides: Sequence[int] | None = None,
+    t, low=-1e-3, high=1e-3, seed=1234, *, key_offset=0, element_offset=0, element_strides=None
 ) -> None:
     op = torch.ops.fp8_dummy.init_stateless_.default
-    kw = dict(key_offset=key_offset, element_offset=element_offset)
     strides = None if element_strides is None else [int(s) for s in element_strides]
-    # Every check against the global shape, alike on all ranks, before any rank writes
-    # (a meta tensor: no memory, no data).
+    kw = dict(key_offset=key_offset, element_strides=strides)
+    # Every check against the global shape (a meta tensor), alike on all ranks, before any writes.
     whole = torch.empty(t.shape, dtype=t.dtype, device="meta")
-    op(whole, low, high, seed, **kw, element_strides=strides)
-    strides = strides if strides is not None else row_major_strides(t.shape)
+    op(whole, low, high, seed, **kw, element_offset=element_offset)
+    kw["element_strides"] = strides = strides or row_major_strides(t.shape)
     runs = local_runs(t)
     if runs is None:
         return
@@ -172,30 +134,20 @@ def _init_stateless(
         for d, (lstart, gstart, n) in enumerate(combo):
             view = view.narrow(d, lstart, n)
             offset += gstart * strides[d]
-        kw["element_offset"] = offset
-        op(view, low, high, seed, **kw, element_strides=strides)
+        op(view, low, high, seed, **kw, element_offset=offset)
 
 
-def _check_reference(
-    t: DTensor,
-    low: float,
-    high: float,
-    op: str,
-    index: int = -1,
-    contiguous_temp: bool = False,
-) -> torch.Tensor | None:
-    """The local tensor to fill as torch's reference would, or None off the mesh. (The
-    reference runs uniform_ on the local tensor whatever the placements, but Partial.
-    TensorRT-LLM's contiguous temp, torch.empty(shape), is a full plain tensor, no shard:
-    refused rather than guessed.)"""
-    if contiguous_temp:
-        raise RuntimeError(f"{_name(op)}: contiguous_temp=True is not supported on DTensors")
+def _check_reference(t, low, high, op, index=-1, contiguous_temp=False) -> torch.Tensor | None:
+    """The local tensor to fill as torch's reference would (uniform_ on the local tensor, for
+    any placement but Partial), or None off the mesh."""
+    if contiguous_temp:  # TensorRT-LLM's temp is a full plain tensor, no shard: not guessed
+        raise RuntimeError(f"fp8_dummy.{op}: contiguous_temp=True is not supported on DTensors")
     _refuse_partial(t, op)
     local = t.to_local()
-    torch.ops.fp8_dummy_internal.check_init_args(local, low, high, _name(op), index)
+    torch.ops.fp8_dummy_internal.check_init_args(local, low, high, f"fp8_dummy.{op}", index)
     if local.device.type not in ("cpu", "meta"):
         raise RuntimeError(
-            f"{_name(op)}: DTensors on {local.device.type} meshes are not supported: there "
+            f"fp8_dummy.{op}: DTensors on {local.device.type} meshes are not supported: there "
             "torch's reference path runs DTensor's RNG tracker (per-shard generator offsets, "
             "a broadcast of rank 0's RNG state), which fp8_dummy does not reproduce. Use "
             "fp8_dummy.init_stateless_ (the same full tensor for any mesh), or "
@@ -206,7 +158,7 @@ def _check_reference(
     tracker = getattr(dt_random, "_rng_tracker", None)
     if tracker is not None and getattr(tracker, "distribute_region_enabled", True):
         raise RuntimeError(
-            f"{_name(op)}: a DTensor RNG tracker is active in this process (a GPU mesh ran a "
+            f"fp8_dummy.{op}: a DTensor RNG tracker is active in this process (a GPU mesh ran a "
             "random op), so torch's reference path on a CPU DTensor takes the tracker's path, "
             "which fp8_dummy does not reproduce. Use fp8_dummy.init_stateless_"
         )
@@ -225,40 +177,12 @@ def _fill_reference(local: torch.Tensor | None, low: float, high: float) -> None
     torch.ops.fp8_dummy.init_.generator(local, low, high, generator=None)
 
 
-def _init(
-    t: DTensor,
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
-    *,
-    contiguous_temp: bool = False,
-) -> None:
-    _fill_reference(
-        _check_reference(t, low, high, "init_", contiguous_temp=contiguous_temp), low, high
-    )
+def _init(t, low=-1e-3, high=1e-3, seed=None, *, generator=None, contiguous_temp=False) -> None:
+    """Both overloads of ``init_``: seed and generator are ignored, as by torch's reference."""
+    _fill_reference(_check_reference(t, low, high, "init_", -1, contiguous_temp), low, high)
 
 
-def _init_generator(
-    t: DTensor,
-    low: float,
-    high: float,
-    *,
-    generator: torch.Generator | None = None,
-    contiguous_temp: bool = False,
-) -> None:
-    _fill_reference(
-        _check_reference(t, low, high, "init_", contiguous_temp=contiguous_temp), low, high
-    )
-
-
-def _init_many(
-    tensors: list[torch.Tensor],
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
-    *,
-    contiguous_temp: bool = False,
-) -> None:
+def _init_many(tensors, low=-1e-3, high=1e-3, seed=1234, *, contiguous_temp=False) -> None:
     # Check everything first; then fill in list order: runs of plain tensors by init_many_
     # (its batching), each DTensor as init_ would, so the result is that of a loop.
     locals_ = []
@@ -266,45 +190,25 @@ def _init_many(
         if isinstance(t, DTensor):
             locals_.append(_check_reference(t, low, high, "init_many_", i, contiguous_temp))
         else:
-            torch.ops.fp8_dummy_internal.check_init_args(t, low, high, _name("init_many_"), i)
+            torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
             locals_.append(t)
     run: list[torch.Tensor] = []
-    for t, local in zip(tensors, locals_):
-        if not isinstance(t, DTensor):
-            run.append(local)
-            continue
-        if run:
-            torch.ops.fp8_dummy.init_many_.default(run, low, high, seed)
+    for t, local in [*zip(tensors, locals_), (None, None)]:
+        if isinstance(t, DTensor) or t is None:
+            if run:
+                torch.ops.fp8_dummy.init_many_.default(run, low, high, seed)
             run = []
-        _fill_reference(local, low, high)
-    if run:
-        torch.ops.fp8_dummy.init_many_.default(run, low, high, seed)
+            _fill_reference(local, low, high)
+        else:
+            run.append(local)
 
 
 def _rule(fn):  # the __torch_dispatch__ calling convention -> the schema's
-    def rule(cls, func, types, args=(), kwargs=None):
-        return fn(*args, **(kwargs or {}))
-
-    return rule
+    return lambda cls, func, types, args=(), kwargs=None: fn(*args, **(kwargs or {}))
 
 
-_REGISTERED = False
-
-
-def register() -> None:
-    """Register the DTensor rules (once per process; importing this module does it)."""
-    global _REGISTERED
-    if _REGISTERED:
-        return
-    ops = torch.ops.fp8_dummy
-    for overload, fn in (
-        (ops.init_stateless_.default, _init_stateless),
-        (ops.init_.default, _init),
-        (ops.init_.generator, _init_generator),
-        (ops.init_many_.default, _init_many),
-    ):
-        torch.library.register_torch_dispatch(overload, DTensor, _rule(fn))
-    _REGISTERED = True
-
-
-register()
+_ops = torch.ops.fp8_dummy
+for _op, _fn in ((_ops.init_stateless_.default, _init_stateless), (_ops.init_.default, _init),
+                 (_ops.init_.generator, _init), (_ops.init_many_.default, _init_many)):  # fmt: skip
+    torch.library.register_torch_dispatch(_op, DTensor, _rule(_fn))
+_REGISTERED = True  # once per process: on import
