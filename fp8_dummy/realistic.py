@@ -1,12 +1,6 @@
-"""Realistic dummy weights: each tensor filled by its role in the model, so that a dummy
-model routes, normalizes and quantizes like a checkpoint (docs/realistic.md).
-
-Two layers, so that a sharded loader can reuse them: :func:`tensor_spec`, a pure function
-from a tensor's full name, logical (TP=1) shape, dtype and context to a :class:`Spec`, and
-:func:`fill_`, which writes a spec into a tensor or into any block of the logical tensor
-(the stateless op's element offsets and strides): the bytes depend only on (seed, name,
-logical shape, dtype), never on the device or the layout.
-"""
+"""Realistic dummy weights: each tensor filled by its role, so that a dummy model routes,
+normalizes and quantizes like a checkpoint (docs/realistic.md). Two layers a sharded loader
+reuses: :func:`tensor_spec` (name, logical shape, dtype -> :class:`Spec`) and :func:`fill_`."""
 
 from __future__ import annotations
 
@@ -27,14 +21,8 @@ _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 _BYTES = {d for d in (torch.uint8, _FP4, _E8M0) if d is not None}  # filled via a uint8 view
 _PACKED = {d for d in (torch.uint8, _FP4) if d is not None}  # two e2m1 codes per byte
-_FP8 = {
-    d
-    for d in (
-        getattr(torch, n, None)
-        for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
-    )
-    if d is not None
-}
+_FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+_FP8 = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)}
 
 FP4_MOMENT = 8.5625  # E[c^2] over the 16 e2m1 codes: (0+.25+1+2.25+4+9+16+36)/8
 INT8_MOMENT = 127 * 128 / 3  # E[c^2] over the integers -127..127
@@ -47,13 +35,10 @@ _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 
 
 class Spec(NamedTuple):
-    """What a tensor gets. ``kind``: ``"uniform"`` (stateless values in [low, high)),
-    ``"codes"`` (stateless integers in [low, high) in its bytes), ``"const"`` (``low``; for
-    uint8/E8M0/packed FP4 the byte), ``"e8m0"`` (byte ``low`` where a stateless byte is
-    below ``high``, else ``low + 1``), ``"skip"`` (left as it is)."""
+    """What a tensor gets (docs/realistic.md)."""
 
     role: str
-    kind: str
+    kind: str  # uniform | codes (integers in its bytes) | const | e8m0 (low or low + 1) | skip
     low: float = 0.0
     high: float = 0.0
 
@@ -71,8 +56,7 @@ def module_kind(module: torch.nn.Module) -> str:
 
 
 def _fp8_bound(dtype: torch.dtype) -> float:
-    """The codes' range for a scaled FP8 weight: the format's largest value, but within
-    float16 (the stateless op's FP8 values go through float16: e5m2's range would be inf)."""
+    """A scaled FP8 weight's codes' range, within float16's (the op's values go through it)."""
     return min(torch.finfo(dtype).max, 32752.0)
 
 
@@ -103,20 +87,15 @@ def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers
     return "unknown", last**-0.5
 
 
+Siblings = Mapping[str, tuple[Sequence[int], torch.dtype]]  # local name -> (logical shape, dtype)
+
+
 def tensor_spec(
-    name: str,
-    shape: Sequence[int],
-    dtype: torch.dtype,
-    *,
-    layers: int = 1,
-    module: str = "",
-    siblings: Mapping[str, tuple[Sequence[int], torch.dtype]] | None = None,
-    value: float | None = None,
-) -> Spec:
-    """The fill of the tensor named ``name`` (full dotted name) of logical ``shape`` and
-    ``dtype``. ``layers``: the model's decoder layers; ``module``: :func:`module_kind` of
-    its module; ``siblings``: the module's tensors, local name -> (logical shape, dtype)
-    (a weight's scales are found there); ``value``: a ``dummy_weight_value`` attribute."""
+    name: str, shape: Sequence[int], dtype: torch.dtype, *, layers: int = 1, module: str = "",
+    siblings: Siblings | None = None, value: float | None = None,
+) -> Spec:  # fmt: skip
+    """The fill of the tensor ``name`` (full) of logical ``shape`` and ``dtype``; ``module``:
+    :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value."""
     siblings = siblings or {}
     local = name.rsplit(".", 1)[-1]
     prefix = name[: len(name) - len(local)]
@@ -150,9 +129,7 @@ def _exponent(bound: float, top: float) -> int:
 
 
 def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
-    """A weight's scales: positive, constant (the dequantized variance is exact for any
-    granularity) except E8M0 scales of FP4 codes. Scales of no 1-byte weight (activations,
-    KV cache, unknown): 1.0."""
+    """A weight's scales: constant but E8M0 scales of FP4 codes; of no 1-byte weight: 1.0."""
     base, _, level = local.rpartition("_scale")
     weight = siblings.get(base)
     if weight is None or weight[1] not in _BYTES | _FP8 | {torch.int8}:
@@ -181,16 +158,11 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
 
 @torch.no_grad()
 def fill_(
-    t: torch.Tensor,
-    spec: Spec,
-    key: int,
-    *,
-    element_offset: int = 0,
+    t: torch.Tensor, spec: Spec, key: int, *, element_offset: int = 0,
     element_strides: Sequence[int] | None = None,
-) -> torch.Tensor:
-    """Write ``spec`` into ``t`` with the stateless key ``key``: ``t`` is the logical
-    tensor, or the block of it at ``element_offset``/``element_strides`` (as
-    :func:`fp8_dummy.init_stateless_` takes them). Return ``t``."""
+) -> torch.Tensor:  # fmt: skip
+    """``spec`` written into ``t`` with the stateless key ``key``: the logical tensor, or its
+    block at ``element_offset``/``element_strides`` (as :func:`init_stateless_` takes them)."""
     raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
     if spec.kind == "const":
         raw.fill_(spec.low)
@@ -198,9 +170,8 @@ def fill_(
         low, high = (0, 256) if spec.kind == "e8m0" else (spec.low, spec.high)
         if spec.kind != "uniform":
             low, high = int(low), int(high)
-        init_stateless_(
-            raw, low, high, key, element_offset=element_offset, element_strides=element_strides
-        )
+        where = dict(element_offset=element_offset, element_strides=element_strides)
+        init_stateless_(raw, low, high, key, **where)
         if spec.kind == "e8m0":
             raw.copy_(raw >= int(spec.high)).add_(int(spec.low))
     return t
@@ -222,10 +193,8 @@ def model_specs(
     tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
     num_layers: int | None = None,
 ) -> dict[str, Spec]:
-    """Full name -> :func:`tensor_spec` for each ``(its module, full name, tensor, logical
-    shape)`` of ``model``, the context from the model (``num_layers``, default
-    :func:`_layers`), the module's class and its tensors' logical shapes (a sharded loader
-    passes the TP=1 shapes: every layout then gets the same specs)."""
+    """Full name -> :func:`tensor_spec` for each ``(module, full name, tensor, logical shape)``
+    (a sharded loader passes the TP=1 shapes: every layout gets the same specs)."""
     if num_layers is None:
         num_layers = _layers(model, [name for _, name, _, _ in tensors])
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
@@ -234,29 +203,20 @@ def model_specs(
     for _, name, t, shape in tensors:
         prefix, _, local = name.rpartition(".")
         siblings.setdefault(prefix, {})[local] = (tuple(shape), t.dtype)
-    return {
-        name: tensor_spec(
-            name,
-            shape,
-            t.dtype,
-            layers=num_layers,
-            module=module_kind(module),
-            siblings=siblings[name.rpartition(".")[0]],
-            value=getattr(t, "dummy_weight_value", None),
-        )
-        for module, name, t, shape in tensors
-    }
+    specs = {}
+    for module, name, t, shape in tensors:
+        near, value = siblings[name.rpartition(".")[0]], getattr(t, "dummy_weight_value", None)
+        kw = dict(layers=num_layers, module=module_kind(module), siblings=near, value=value)
+        specs[name] = tensor_spec(name, shape, t.dtype, **kw)
+    return specs
 
 
 def initialize_realistic_dummy_weights(
     model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None
 ) -> dict[str, Spec]:
-    """Fill every tensor vLLM's dummy loader fills in ``model`` (each module's parameters
-    and persistent buffers) by its role (docs/realistic.md), from the stateless op keyed by
-    ``(seed, full name)``: the same bytes on every device. ``num_layers``: for the residual
-    branches' scaling (default: the config's ``num_hidden_layers``, else counted from the
-    names). Return full name -> :class:`Spec`; ``role == "unknown"`` marks the assumed.
-    Everything is checked before anything is written."""
+    """Fill every tensor vLLM's dummy loader fills in ``model`` by its role, keyed by ``(seed,
+    full name)``: the same bytes on every device; all checked first (docs/realistic.md).
+    Return full name -> :class:`Spec` (``role == "unknown"``: assumed)."""
     as_int64(seed, "seed", "initialize_realistic_dummy_weights")
     from .engines.core import walk  # at call time: the engines' vLLM format imports this module
 
