@@ -114,10 +114,8 @@ def fusable(t: torch.Tensor) -> bool:
 
 
 def distinct(t: torch.Tensor) -> bool:
-    """Our ops take ``t``'s layout: its elements shown distinct by their one rule
-    (check_distinct, csrc/common/reference.cpp). Torch writes the others ("too hard"
-    overlaps), so the engine's own path keeps them."""
-    if torch._debug_has_internal_overlap(t) == 0:  # dense: nothing to check
+    """Dense, or shown distinct by our ops' rule (torch writes "too hard" overlaps too)."""
+    if torch._debug_has_internal_overlap(t) == 0:
         return True
     try:
         torch.ops.fp8_dummy_internal.check_init_args(t, 0.0, 0.0)
@@ -182,13 +180,9 @@ def probe_model(name: str, like: torch.Tensor, strided: bool = False) -> torch.n
 
 
 def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, call: Call) -> bool:
-    """Whether our fill may stand in for the engine's on tensors like ``t``, once per engine and
-    version, device, dtype, local name, dims, layout (row-major temps) and call: the engine's
-    function (``engine``, called as its loader did, ``call`` being the arguments after the
-    tensor or model; None: the semantics through the plain-torch path) and ours on a poisoned
-    probe, byte for byte (fp8_dummy/_proof.py). Where ours is a CUDA kernel the probe runs in
-    a child process, its verdict cached on disk (fp8_dummy/_isolated.py, ``FP8_DUMMY_ISOLATE``):
-    a kernel that faults there leaves the engine up, with its own weights."""
+    """Whether our fill may stand in for ``engine`` (None: the semantics through the reference)
+    called with ``call`` (the arguments after the tensor or model) on tensors like ``t``: a
+    poisoned probe per key, CUDA's first in a child process (docs/engines.md, "Proof")."""
     args, kwargs = call
     strided = sem.temp == ROWS and t.dim() > 0 and not t.is_contiguous()
     local = name.rsplit(".", 1)[-1]
@@ -197,11 +191,9 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
         key += f" layout={'strided' if strided else 'contiguous'}"
     shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if k != "name"]
     key += f" call=({', '.join(['...', *shown])})"
-    whole = engine is not None and not sem.per_tensor
 
     def probe() -> str | None:
-        like = probe_model(name, t, strided) if whole else probe_tensor(t, strided)
-        tensors = walk(like, sem.order) if whole else [(name, like)]
+        tensors = [(name, probe_tensor(t, strided))]
         ((_, _, action, (_, seed)),) = plan(tensors, sem, call, prove=False, check=False)
         every = os.environ.get(ISOLATE, "").strip().lower() == "all"
         if action.kind is not Kind.UNIFORM or not (every or t.is_cuda and enabled(ISOLATE)):
@@ -220,9 +212,8 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
 
 
 def _probe(sem, engine, call, name, like, strided, action, seed) -> str | None:
-    """The engine's function as its loader called it (None: the reference path) on one poisoned
-    probe like ``like``, our ``action`` on another: None if they hold the same bytes (or both
-    raise the same type), else what differs. In this process or a child's (child_probe)."""
+    """The engine's function (None: the reference) on a probe like ``like``, our ``action`` on
+    another: None if the bytes (or the exception types) are the same, else what differs."""
     whole = engine is not None and not sem.per_tensor
     make = functools.partial(probe_model, name) if whole else probe_tensor
     made = [make(like, strided) for _ in "ab"]
@@ -246,8 +237,7 @@ def _probe(sem, engine, call, name, like, strided, action, seed) -> str | None:
 
 
 def child_probe(engine, sem, name, like, strided, call, action) -> str | None:
-    """:func:`proven`'s probe of our float path, rebuilt from data in a child process: the
-    engine's function imported by name (unwrapped, as :func:`own_function` finds it)."""
+    """:func:`_probe` of our float path in a child process, rebuilt from :func:`proven`'s data."""
     if engine is not None:
         module, _, qualname = engine.partition(":")
         found = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
@@ -262,22 +252,15 @@ Planned = tuple[str, torch.Tensor, Action, "tuple[Semantics, int]"]
 
 
 def plan(
-    tensors: list[tuple[str, torch.Tensor]],
-    sem: Semantics,
-    call: Call | Callable[[str], Call] = ((), {}),
-    *,
-    engine: Callable | None = None,
-    prove: bool = True,
-    fused: bool = True,
-    mode: str = "reference",
-    neutral: Callable[[str, torch.Tensor], bool] | None = None,
-    check: bool = True,
-) -> list[Planned] | None:
-    """What the fill does to each ``(name, tensor)``; with ``check``, every refusal raised here,
-    before anything is written. ``call``: the arguments after the tensor or model (or a
-    function of the local name giving them); ``engine``: the engine's own function, proven
-    against and fallen back to; ``neutral(name, t)``: float-path tensors set to 1.0. None: a
-    whole-model ``engine`` refused a kind of tensor and must fill the model itself."""
+    tensors: list[tuple[str, torch.Tensor]], sem: Semantics,
+    call: Call | Callable[[str], Call] = ((), {}), *, engine: Callable | None = None,
+    prove: bool = True, fused: bool = True, mode: str = "reference",
+    neutral: Callable[[str, torch.Tensor], bool] | None = None, check: bool = True,
+) -> list[Planned] | None:  # fmt: skip
+    """What the fill does to each ``(name, tensor)``, every refusal raised before anything is
+    written (``check``). ``call``: the arguments after the tensor or model, or a function of
+    the local name giving them; ``engine``: proven against, fallen back to; ``neutral(name,
+    t)``: set to 1.0. None: a whole-model ``engine`` must fill the model itself."""
     whole = engine is not None and not sem.per_tensor
     out: list[Planned] = []
     for name, t in tensors:
