@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch  # noqa: F401  (must be loaded before the extension)
@@ -19,7 +20,7 @@ except ImportError as _error:  # say which torch it was built for, and how to re
 from . import _lazy_dtensor, reference, stateless
 from ._build import build_info
 from ._proof import ProofEntry, self_check_report
-from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor
+from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor, sglang, trtllm, vllm
 from .ops import cpu_fast_path_info, init_, init_many_, random_
 from .realistic import initialize_realistic_dummy_weights
 from .stateless import init_shard_, init_stateless_, shard_slices
@@ -34,6 +35,8 @@ _PACKAGE = Path(__file__).resolve().parent
 
 # DTensor rules (fp8_dummy/dtensor.py), registered once torch.distributed.tensor is imported.
 _lazy_dtensor.install()
+# fp8_dummy.vllm, .sglang, .trtllm: the engines' modules (fp8_dummy/engines/) by their first names
+sys.modules.update({f"{__name__}.{m.__name__.rsplit('.')[-1]}": m for m in (sglang, trtllm, vllm)})
 
 
 def library_path() -> str:

@@ -146,12 +146,15 @@ def test_the_reader_finds_circles_and_private_imports(tmp_path, monkeypatch):
 
 
 def test_engines_live_in_the_engines_package_and_the_core_names_none():
-    """Engine code only under fp8_dummy/engines/ (the top-level fp8_dummy.vllm, .sglang and
-    .trtllm are the same modules, re-exported); the core names no engine."""
+    """Engine code only under fp8_dummy/engines/ (fp8_dummy.vllm, .sglang and .trtllm are the
+    same modules, by name in sys.modules); the core names no engine."""
+    import importlib
+
     graph, _ = _graph()
     for name in ("vllm", "sglang", "trtllm"):
-        assert graph[f"fp8_dummy.{name}"] == {f"fp8_dummy.engines.{name}"}
-        assert len((PACKAGE / f"{name}.py").read_text().splitlines()) <= 10
+        assert not (PACKAGE / f"{name}.py").exists() and f"fp8_dummy.{name}" not in graph
+        engine = importlib.import_module(f"fp8_dummy.engines.{name}")
+        assert importlib.import_module(f"fp8_dummy.{name}") is engine
     core = (PACKAGE / "engines" / "core.py").read_text().lower()
     for engine in ("vllm", "sglang", "tensorrt", "trtllm"):
         assert engine not in core, engine
