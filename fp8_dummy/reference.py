@@ -31,37 +31,25 @@ def _path(path: str, p: torch.Tensor, low, high, seed, generator) -> torch.Tenso
 
 
 def new_path(
-    p: torch.Tensor,
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
-    *,
+    p: torch.Tensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234, *,
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor:  # fmt: skip
     """Current vLLM path: a float16 temp for dtypes under 16 bits, else uniform_ in place."""
     return _path("new", p, low, high, seed, generator)
 
 
 def old_path(
-    p: torch.Tensor,
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
-    *,
+    p: torch.Tensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234, *,
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor:  # fmt: skip
     """Older vLLM path: convert to float16, fill, convert back, copy (same bytes, more traffic)."""
     return _path("old", p, low, high, seed, generator)
 
 
 def contiguous_path(
-    p: torch.Tensor,
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
-    *,
+    p: torch.Tensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234, *,
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor:  # fmt: skip
     """TensorRT-LLM's temp: for dtypes under 16 bits a contiguous float16 tensor of ``p``'s shape
     (row-major random numbers whatever ``p``'s strides), ``.to(p.dtype)`` (int8/uint8: toward
     zero), copied in; else ``uniform_`` in place. 3 bytes of scratch per 1-byte element."""

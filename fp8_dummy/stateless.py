@@ -23,18 +23,11 @@ def row_major_strides(shape: Sequence[int]) -> list[int]:
 
 
 def init_shard_(
-    t: torch.Tensor,
-    global_shape: Sequence[int],
-    shard_offsets: Sequence[int],
-    low: float = -1e-3,
-    high: float = 1e-3,
-    seed: int = 1234,
-    *,
-    key_offset: int = 0,
-) -> torch.Tensor:
-    """Fill ``t``, the block of a global tensor of shape ``global_shape`` that starts at
-    index ``shard_offsets`` (one start per dimension), with the bytes the global tensor
-    filled at once by :func:`init_stateless_` has there. Return ``t``."""
+    t: torch.Tensor, global_shape: Sequence[int], shard_offsets: Sequence[int],
+    low: float = -1e-3, high: float = 1e-3, seed: int = 1234, *, key_offset: int = 0,
+) -> torch.Tensor:  # fmt: skip
+    """Fill ``t``, the block at ``shard_offsets`` of a global tensor of ``global_shape``, with
+    the bytes :func:`init_stateless_` gives the global tensor there. Return ``t``."""
     global_shape = [as_index(s, "global_shape", "init_shard_") for s in global_shape]
     shard_offsets = [as_index(o, "shard_offsets", "init_shard_") for o in shard_offsets]
     if not (len(global_shape) == len(shard_offsets) == t.dim()):
@@ -68,9 +61,8 @@ def split_bounds(size: int, rank: int, world_size: int) -> tuple[int, int]:
 def shard_slices(
     global_shape: Sequence[int], dim: int, rank: int, world_size: int
 ) -> tuple[list[int], list[int]]:
-    """Shape and offsets of rank ``rank``'s shard when ``global_shape`` is split along
-    ``dim`` (0: rows, e.g. a column-parallel linear's output features; -1: columns, a
-    row-parallel linear's input features). Pass them to :func:`init_shard_`."""
+    """Shape and offsets of rank ``rank``'s shard of ``global_shape`` split along ``dim``
+    (0: a column-parallel linear's rows; -1: a row-parallel one's), for :func:`init_shard_`."""
     shape = [as_index(s, "global_shape", "shard_slices") for s in global_shape]
     dim = dim % len(shape)
     start, stop = split_bounds(shape[dim], rank, world_size)

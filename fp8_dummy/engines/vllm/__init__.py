@@ -1,9 +1,6 @@
 """vLLM (docs/engines.md): drop-ins for its dummy-weight functions, byte for byte with the
-installed vLLM's (the float path fused where proven against vLLM's own function, every other
-branch vLLM's own), and its plugin (entry point ``fp8_dummy`` of ``vllm.general_plugins``): once
-vLLM imports its dummy loader, the loader calls these, and the load formats ``fp8_dummy``,
-``fp8_dummy_invariant`` and ``fp8_dummy_realistic`` (:mod:`.invariant`) are registered.
-``FP8_DUMMY_VLLM=0`` turns it off."""
+installed vLLM's, and its plugin (``vllm.general_plugins``): its dummy loader calls these, and
+the load formats ``fp8_dummy`` and :mod:`.invariant`'s are registered (off: FP8_DUMMY_VLLM=0)."""
 
 from __future__ import annotations
 
@@ -40,12 +37,9 @@ def original_single() -> Callable[..., Any] | None:
 
 
 def initialize_single_dummy_weight(
-    param: torch.Tensor,
-    low: float | None = None,
-    high: float | None = None,
-    seed: int = 1234,
+    param: torch.Tensor, low: float | None = None, high: float | None = None, seed: int = 1234,
     name: str = "",
-) -> None:
+) -> None:  # fmt: skip
     """vLLM's ``initialize_single_dummy_weight``, the installed version's semantics (before
     0.33: None bounds are the older signature's defaults, +-1e-3; no ``name``)."""
     given = {"low": low, "high": high, "seed": seed, "name": name}
@@ -61,14 +55,11 @@ def fill_single(param: torch.Tensor, *args: Any, **kwargs: Any) -> None:
 
 
 def initialize_dummy_weights(
-    model: torch.nn.Module,
-    model_config: Any = None,
-    low: float = -1e-3,
-    high: float = 1e-3,
+    model: torch.nn.Module, model_config: Any = None, low: float = -1e-3, high: float = 1e-3,
     seed: int = 1234,
-) -> None:
+) -> None:  # fmt: skip
     """vLLM <= 0.30's whole-model function: the per-tensor one over ``model.state_dict()``
-    (``model_config`` unused, as in vLLM). CUDA tensors batched; the same bytes."""
+    (``model_config`` unused, as in vLLM)."""
     original = original_single() if generation() < 33 else None
     sem = semantics(None if original else 30, "state_dict")
     core.fill(model, sem, ((low, high, seed), {}), engine=original)
@@ -83,8 +74,8 @@ LOAD_FORMAT = "fp8_dummy"
 logger = logging.getLogger("vllm.fp8_dummy")  # a child of vLLM's: its log, its format
 
 
-def guarded(what: str, fn: Callable[..., Any], *args: Any) -> Any:
-    return core.guarded("the vLLM plugin", "vLLM", what, fn, *args)
+def guarded(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return core.guarded("the vLLM plugin", "vLLM", what, fn, *args, **kwargs)
 
 
 def register() -> None:
@@ -130,13 +121,11 @@ def _patch(module: ModuleType) -> None:
 
 def _single(param: torch.Tensor, *args: Any, **kwargs: Any) -> None:
     """The loader's per-tensor function: ours where proven; whatever fails in ours, vLLM's."""
-    who = ("the vLLM plugin", "vLLM", "per-tensor fill")
-    core.guarded(*who, fill_single, param, *args, theirs=originals["single"], **kwargs)
+    guarded("per-tensor fill", fill_single, param, *args, theirs=originals["single"], **kwargs)
 
 
-def _model(*args: Any, **kwargs: Any) -> None:
-    who = ("the vLLM plugin", "vLLM", "whole-model fill")
-    core.guarded(*who, initialize_dummy_weights, *args, theirs=originals["model"], **kwargs)
+def _model(*args: Any, **kw: Any) -> None:
+    guarded("whole-model fill", initialize_dummy_weights, *args, theirs=originals["model"], **kw)
 
 
 def _register_load_formats(package: ModuleType) -> None:
@@ -159,9 +148,8 @@ def _register_load_format(package: ModuleType) -> None:
 
 def _loader_class(dl: ModuleType) -> type:
     class FP8DummyModelLoader(dl.DummyModelLoader):
-        """``--load-format fp8_dummy``: the bytes of ``dummy``, the whole model's float tensors
-        filled together (CUDA: one launch per device, dtype and bounds); online-quantized
-        layers through vLLM's own processing, in order. Every tensor is checked first."""
+        """``--load-format fp8_dummy``: the bytes of ``dummy``, the whole model checked first,
+        then filled in runs between online-quantized layers (CUDA: batched)."""
 
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
             sem, own = semantics(), original_single()
