@@ -1,7 +1,6 @@
-"""One model at every parallel layout (``--load-format fp8_dummy_invariant`` and
-``fp8_dummy_realistic``, docs/engines.md): each rank's tensor holds its slice (:mod:`.placement`)
-of the logical tensor, whose values are a callback of its name, shape and dtype
-(:func:`stateless_values`, :func:`realistic_values`)."""
+"""One model at every parallel layout (``--load-format fp8_dummy_invariant``, ``_realistic``;
+docs/engines.md): each rank's tensor holds its slice (:mod:`.placement`) of the logical tensor,
+whose values a callback gives (:func:`stateless_values`, :func:`realistic_values`)."""
 
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ Entry = tuple[str, torch.Tensor, Action, Placement]
 # values(full name, action, global shape, view, element_offset, element_strides): fill a block
 # of the rank's tensor with the logical tensor's elements at those indices (docs/engines.md).
 Values = Callable[[str, Action, tuple, torch.Tensor, int, list], None]
+_WHERE = ("element_offset", "element_strides")
 
 
 def _loader(t: torch.Tensor) -> Any:
@@ -64,27 +64,22 @@ def stateless_values(seed: int = SEED) -> Values:
         key = tensor_seed(seed, name)
         if action.kind not in (Kind.RANDOM, Kind.UNIFORM):
             return apply(view, action, key)
-        raw = action.kind is Kind.RANDOM and action.low >= 0
+        raw = action.kind is Kind.RANDOM and action.low >= 0  # random bytes: its uint8 view
         target = view.view(torch.uint8) if raw else view
-        init_stateless_(
-            target, action.low, action.high, key, element_offset=where[0], element_strides=where[1]
-        )
+        init_stateless_(target, action.low, action.high, key, **dict(zip(_WHERE, where)))
 
     return write
 
 
 def realistic_values(model: torch.nn.Module, plans: list, model_config: Any = None) -> Values:
-    """The realistic mode's values (docs/realistic.md), each tensor's spec from the TP=1 model:
-    its logical shape, its module's class, its siblings' logical shapes (``plans``: (layer,
-    :func:`plan_layer`'s entries) of every layer), so that every layout gets the same spec.
-    The seed: vLLM's ``--seed`` (its default, 0, is the realistic mode's)."""
+    """The realistic mode's values, each spec from the logical shapes (``plans``: (layer,
+    :func:`plan_layer`'s entries) of every layer) and vLLM's ``--seed`` (docs/realistic.md)."""
     seed = getattr(model_config, "seed", None) or 0
     tensors = [(layer, n, t, where.global_shape) for layer, e in plans for n, t, _, where in e]
     specs = model_specs(model, tensors)
 
     def write(name: str, action: Action, shape: tuple, view: torch.Tensor, *where: Any) -> None:
-        key = tensor_seed(seed, name)
-        fill_(view, specs[name], key, element_offset=where[0], element_strides=where[1])
+        fill_(view, specs[name], tensor_seed(seed, name), **dict(zip(_WHERE, where)))
 
     return write
 

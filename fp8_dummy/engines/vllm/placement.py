@@ -33,10 +33,8 @@ class Placement:
     pieces: tuple[Piece, ...]  # what no piece covers (padding) no checkpoint element reaches
 
 
-# (module, layer class) -> (the methods the loading uses, the first two being the parameters'
-# loaders; rule(layer, name, tensor, class, loader function)). A rule applies only where the
-# loader is the class's own and the layer keeps those methods. First match wins: subclasses
-# before their bases.
+# (module, layer class) -> (the methods loading uses, the first two the loaders; rule(layer, name,
+# tensor, class, loader)), applied where the layer keeps them all; subclasses before their bases.
 RULES: dict[tuple[str, str], tuple[tuple[str, ...], Callable[..., Placement]]] = {}
 
 
@@ -69,8 +67,7 @@ def along(t: torch.Tensor, dim: int, runs: list[tuple[int, int, int]], size: int
 
 
 def _unit(layer: Any, param: Any, dim: int) -> Callable[[int], int]:
-    """Weight rows -> this parameter's units along ``dim``: FP8 blocks (rounded up, as
-    adjust_block_scale_shard), packed elements, else the same."""
+    """Weight rows -> the parameter's units along ``dim``: FP8 blocks (rounded up), packed ones."""
     from vllm.model_executor.parameter import BlockQuantScaleParameter
 
     if isinstance(param, BlockQuantScaleParameter):
@@ -225,9 +222,7 @@ def moe(layer: Any, name: str, t: torch.Tensor, cls: type, fn: Any) -> Placement
     return _experts(t, experts, cfg.num_experts, tuple(t.shape[1:]), None, [])
 
 
-def _experts(
-    t: torch.Tensor, experts: list, total: int, inner: tuple, dim: Any, runs: list
-) -> Placement:
+def _experts(t: torch.Tensor, experts: list, total: int, inner: tuple, dim, runs) -> Placement:
     """Experts along dim 0, ``runs`` (local, global, length) along ``dim``, the rest whole."""
     shape = (total, *inner)
     pieces = []
@@ -237,27 +232,20 @@ def _experts(
                 continue
             idx, off = [slice(l0, l0 + count)], [g0]
             for d in range(1, t.dim()):
-                inside = d == dim
-                idx.append(
-                    slice(local, local + n) if inside else slice(0, min(t.shape[d], shape[d]))
-                )
-                off.append(glob if inside else 0)
+                end = min(t.shape[d], shape[d])
+                idx.append(slice(local, local + n) if d == dim else slice(0, end))
+                off.append(glob if d == dim else 0)
             pieces.append(Piece(tuple(idx), tuple(off), (gstep,) + (1,) * (t.dim() - 1)))
     return Placement(shape, tuple(pieces))
 
 
-register(
-    "vllm.model_executor.layers.fused_moe.routed_experts",
-    "RoutedExperts",
-    ("weight_loader", "_load_w13", "_load_w2"),
-    moe,
-)
+_MOE = "vllm.model_executor.layers.fused_moe.routed_experts"
+register(_MOE, "RoutedExperts", ("weight_loader", "_load_w13", "_load_w2"), moe)
 
 
 def kv_cache_scale(t: torch.Tensor, fn: Any) -> Placement | None:
-    """Attention's q/k/v/prob scales under a KV-cache quant method (``Fp8Config``,
-    ``quantization/kv_cache.py``): scalars the parameter class's own loader copies whole to
-    every rank (per-head scales, with a per-instance loader, stay refused)."""
+    """Attention's q/k/v/prob scales under a KV-cache quant method (``Fp8Config``): scalars its
+    own loader copies to every rank (per-head scales, with a per-instance loader: refused)."""
     from vllm.model_executor.layers.quantization.kv_cache import KVCacheScaleParameter as K
 
     return whole(t) if isinstance(t, K) and t.dim() == 0 and fn is K.weight_loader else None
