@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
-import torch  # noqa: F401  (must be loaded before the extension)
+import torch  # must be loaded before the extension
 
 from ._version import __version__
 
@@ -17,7 +18,7 @@ except ImportError as _error:  # say which torch it was built for, and how to re
 
     raise import_error(_error) from _error
 
-from . import _lazy_dtensor, reference, stateless
+from . import _after_import, reference, stateless
 from ._build import build_info
 from ._proof import ProofEntry, self_check_report
 from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor, sglang, trtllm, vllm
@@ -33,10 +34,21 @@ __all__ += ["stateless"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
-# DTensor rules (fp8_dummy/dtensor.py), registered once torch.distributed.tensor is imported.
-_lazy_dtensor.install()
 # fp8_dummy.vllm, .sglang, .trtllm: the engines' modules (fp8_dummy/engines/) by their first names
 sys.modules.update({f"{__name__}.{m.__name__.rsplit('.')[-1]}": m for m in (sglang, trtllm, vllm)})
+
+
+def _register_dtensor(_module: object = None) -> None:
+    """The DTensor rules (fp8_dummy/dtensor.py), once torch.distributed.tensor is imported (not
+    by ``import fp8_dummy``: it takes seconds)."""
+    try:
+        from . import dtensor  # noqa: F401  (registers on import)
+    except Exception as e:  # never break the user's import of torch.distributed.tensor
+        warnings.warn(f"fp8_dummy: DTensor support not registered: {e!r}", stacklevel=2)
+
+
+if torch.distributed.is_available():
+    _after_import.after_import("torch.distributed.tensor", _register_dtensor)
 
 
 def library_path() -> str:

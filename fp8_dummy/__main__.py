@@ -1,9 +1,6 @@
-"""``python -m fp8_dummy check [--device cpu|cuda|all] [--bench] [--json FILE]``: does every
-path hold here, and how fast (``check --help``). ``python -m fp8_dummy --includedir |
---cmakedir | --library``: paths for build scripts, like ``python -m pybind11 --cmakedir``:
-``cmake -Dfp8_dummy_DIR=$(python -m fp8_dummy --cmakedir)``. Loads the package, so torch must
-import.
-"""
+"""``python -m fp8_dummy check [--device cpu|cuda|all] [--bench] [--json FILE]``: does every path
+hold here, and how fast (``check --help``). ``python -m fp8_dummy --includedir | --cmakedir |
+--library``: paths for build scripts (``-Dfp8_dummy_DIR=$(python -m fp8_dummy --cmakedir)``)."""
 
 from __future__ import annotations
 
@@ -11,6 +8,9 @@ import argparse
 import sys
 
 import fp8_dummy
+
+_PATHS = {"includedir": fp8_dummy.get_include, "cmakedir": fp8_dummy.get_cmake_dir}
+_PATHS["library"] = fp8_dummy.library_path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,16 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     usage = "python -m fp8_dummy (check ... | --includedir | --cmakedir | --library)"
     parser = argparse.ArgumentParser(prog="python -m fp8_dummy", usage=usage, description=__doc__)
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--includedir", action="store_true", help="fp8_dummy.get_include()")
-    group.add_argument("--cmakedir", action="store_true", help="fp8_dummy.get_cmake_dir()")
-    group.add_argument("--library", action="store_true", help="fp8_dummy.library_path()")
-    args = parser.parse_args(argv)
-    if args.includedir:
-        print(fp8_dummy.get_include())
-    elif args.cmakedir:
-        print(fp8_dummy.get_cmake_dir())
-    else:
-        print(fp8_dummy.library_path())
+    for name, fn in _PATHS.items():
+        group.add_argument(f"--{name}", action="store_true", help=f"fp8_dummy.{fn.__name__}()")
+    args = vars(parser.parse_args(argv))
+    print(next(fn() for name, fn in _PATHS.items() if args[name]))
     return 0
 
 

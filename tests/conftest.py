@@ -7,8 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8_dummy._versions import major_minor
-
 # tests/ on the path: the test modules import conftest, oracles/ and helpers/.
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -46,7 +44,8 @@ def needs_gpu_memory(gib: int):
 
 
 def torch_version() -> tuple[int, int]:
-    return major_minor(torch.__version__)
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
 
 
 def cpu_formula() -> dict:

@@ -136,9 +136,10 @@ def test_registration_is_lazy_and_follows_the_import():
 def test_install_after_the_import_registers():
     pytest.importorskip("torch.distributed.tensor")
     import fp8_dummy
-    from fp8_dummy import _lazy_dtensor, dtensor
+    from fp8_dummy import _after_import, dtensor
 
-    _lazy_dtensor.install()  # torch.distributed.tensor is imported: registers (once)
+    # torch.distributed.tensor is imported: registers now (once)
+    _after_import.after_import("torch.distributed.tensor", fp8_dummy._register_dtensor)
     assert dtensor._REGISTERED and fp8_dummy.init_stateless_ is not None
 
 

@@ -12,12 +12,12 @@ from typing import Any, Callable
 
 import torch
 
-from ... import _after_import, _versions
+from ... import _after_import
 from ...stateless import tensor_seed
 from .. import core
 from . import invariant
 from .invariant import UncoveredParameterError, initialize_invariant_dummy_weights
-from .rules import generation, semantics, version
+from .rules import generation, major_minor, semantics, version
 
 __all__ = ["UncoveredParameterError", "generation", "initialize_dummy_weights"]
 __all__ += ["initialize_invariant_dummy_weights", "initialize_single_dummy_weight"]
@@ -88,7 +88,7 @@ def _register() -> None:
         logger.info("fp8_dummy: %s=%s, dummy weights left to vLLM", ENV, os.environ[ENV])
         return
     v = version()
-    if v is not None and (_versions.major_minor(v) or (1, 0)) < (0, 28):
+    if v is not None and (major_minor(v) or (1, 0)) < (0, 28):
         logger.info("fp8_dummy: vLLM %s predates the versions matched (0.28+), not used", v)
     elif v is not None:
         _after_import.after_import(
@@ -100,7 +100,7 @@ def _register() -> None:
 def what_happens() -> str:
     """The log line's account of what goes through fp8_dummy in this process."""
     v = version()
-    newer = v is not None and (_versions.major_minor(v) or (1, 0)) >= (0, 34)
+    newer = v is not None and (major_minor(v) or (1, 0)) >= (0, 34)
     return core.account("vLLM", f"where vLLM {v}, newer than 0.33, passes " if newer else "")
 
 

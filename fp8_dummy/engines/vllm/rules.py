@@ -5,20 +5,26 @@ bytes for int8/uint8/packed FP4, 8-bit floats in +-1.0 by default)."""
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
 import torch
 
-from ..._versions import major_minor
 from ..core import SKIP, Action, Kind, Rule, Semantics, installed
 
-__all__ = ["generation", "platform", "rule", "semantics", "version"]
+__all__ = ["generation", "major_minor", "platform", "rule", "semantics", "version"]
 
 E8M0 = getattr(torch, "float8_e8m0fnu", None)
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 # The per-tensor function's parameters (0.33 added ``name`` and per-dtype default bounds).
 PARAMS = {33: (("low", None), ("high", None), ("seed", 1234), ("name", ""))}
 PARAMS[30] = PARAMS[28] = (("low", -1e-3), ("high", 1e-3), ("seed", 1234))
+
+
+def major_minor(version: str) -> tuple[int, int] | None:
+    """(major, minor) of "0.33.0rc1", "v0.34.0.dev3"; None: unreadable (treated as newer)."""
+    m = re.match(r"^\s*v?(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def version() -> str | None:
