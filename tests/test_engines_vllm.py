@@ -31,8 +31,8 @@ from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 from oracles import engines as oracle
 
 import fp8_dummy
-from fp8_dummy._versions import major_minor
 from fp8_dummy.engines import vllm as fvllm
+from fp8_dummy.engines.vllm.rules import major_minor
 
 GEN = fvllm.generation()
 THEIRS = weight_utils.initialize_single_dummy_weight

@@ -6,16 +6,14 @@ from __future__ import annotations
 import functools
 
 import torch
-from conftest import storage_bytes
+from conftest import storage_bytes, torch_version
 from ext import test_ops
-
-from fp8_dummy._versions import major_minor
 
 FP8_NAMES = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
 
 
 def torch_saturates_e4m3fn() -> bool:
-    return major_minor(torch.__version__) >= (2, 13)
+    return torch_version() >= (2, 13)
 
 
 def expected_bytes(t, low, high, seed, offset, device, saturate=True):

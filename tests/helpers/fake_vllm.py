@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from fp8_dummy._versions import major_minor
+from fp8_dummy.engines.vllm.rules import major_minor
 
 # The loader registry both package layouts share.
 REGISTRY = """
