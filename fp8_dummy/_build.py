@@ -13,15 +13,6 @@ _PACKAGE = Path(__file__).resolve().parent
 _MARKER = b"fp8_dummy-build-info: "
 
 
-def library_file() -> Path | None:
-    """The compiled library in the package directory (fp8_dummy/_C*.so), if there is one."""
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        candidate = _PACKAGE / f"_C{suffix}"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def read_build_info(path: Path) -> dict[str, str]:
     """{"torch": "2.13.0", "cuda": "no"} from the library at `path`; {}: no build line in it."""
     data = path.read_bytes()
@@ -33,32 +24,26 @@ def read_build_info(path: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in line.split() if "=" in item)
 
 
-def rebuild_command() -> str:
-    """The command that rebuilds the library against the torch this Python imports."""
-    root = _PACKAGE.parent
-    if (root / "setup.py").is_file() and (root / "csrc").is_dir():  # a source tree
-        return f"cd {root} && pip install --no-build-isolation -e ."
-    return (
-        "pip install --force-reinstall --no-deps --no-cache-dir <fp8_dummy's source "
-        "directory or sdist>"
-    )
-
-
 def import_error(error: ImportError) -> ImportError:
     """The ImportError to raise when `from . import _C` failed with `error`."""
     found = f"torch {torch.__version__} ({Path(torch.__file__).parent})"
-    path = library_file()
+    root = _PACKAGE.parent
+    rebuild = "pip install --force-reinstall --no-deps --no-cache-dir <its source dir or sdist>"
+    if (root / "setup.py").is_file() and (root / "csrc").is_dir():  # a source tree
+        rebuild = f"cd {root} && pip install --no-build-isolation -e ."
+    files = [_PACKAGE / f"_C{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    path = next((f for f in files if f.is_file()), None)
     if path is None:
         return ImportError(
             f"fp8_dummy: its compiled library (fp8_dummy._C) is not in {_PACKAGE}: it was never "
-            f"built there. Build it against the installed {found}: {rebuild_command()}"
+            f"built there. Build it against the installed {found}: {rebuild}"
         )
     version = read_build_info(path).get("torch")
     built_for = f"torch {version}" if version else "an unknown torch (no build line in the file)"
     return ImportError(
         f"fp8_dummy: its compiled library {path} does not load: {error}. It was built for "
         f"{built_for}; this Python has {found}. An extension must be built against the torch "
-        f"it runs with (its C++ ABI changes between releases): rebuild it: {rebuild_command()}"
+        f"it runs with (its C++ ABI changes between releases): rebuild it: {rebuild}"
     )
 
 

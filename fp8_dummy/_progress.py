@@ -1,4 +1,4 @@
-"""Progress display for whole-model initialization: tqdm if installed, else one line."""
+"""Progress of a whole-model fill: tqdm if installed, else one line on stderr."""
 
 from __future__ import annotations
 
@@ -9,34 +9,30 @@ import torch
 
 
 class Progress:
-    """Tensors done, bytes done, throughput. Device work is synchronized only when the
-    display is refreshed (at most every `interval` seconds), so it costs little."""
+    """Tensors and bytes done, throughput; CUDA is synchronized only to show it (each
+    ``interval`` s), so it costs little."""
 
     def __init__(self, total_tensors: int, total_bytes: int, interval: float = 0.5):
-        self.total_tensors, self.total_bytes = total_tensors, total_bytes
+        self.total_tensors, self.total_bytes, self.interval = total_tensors, total_bytes, interval
         self.tensors = self.bytes = 0
-        self.interval = interval
         self.start = self.last = time.perf_counter()
         try:
             from tqdm.auto import tqdm
         except ImportError:
             self.bar = None
         else:
-            self.bar = tqdm(
-                total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="fp8_dummy"
-            )
+            kw = dict(unit="B", unit_scale=True, unit_divisor=1024, desc="fp8_dummy")
+            self.bar = tqdm(total=total_bytes, **kw)
 
     def update(self, t: torch.Tensor) -> None:
         self.tensors += 1
         self.bytes += t.numel() * t.element_size()
         now = time.perf_counter()
-        if now - self.last >= self.interval or self.tensors == self.total_tensors:
-            if t.is_cuda:
-                torch.cuda.synchronize(t.device)  # so bytes done are bytes written
-            self.last = time.perf_counter()
-            self._show()
-
-    def _show(self) -> None:
+        if now - self.last < self.interval and self.tensors != self.total_tensors:
+            return
+        if t.is_cuda:
+            torch.cuda.synchronize(t.device)  # so bytes done are bytes written
+        self.last = time.perf_counter()
         if self.bar is not None:
             self.bar.n = self.bytes
             self.bar.set_postfix_str(f"{self.tensors}/{self.total_tensors} tensors")
