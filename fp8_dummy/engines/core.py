@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import enum
 import functools
-import importlib
-import importlib.metadata
+import importlib.metadata  # importlib.import_module too
 import inspect
 import os
 import sys
@@ -32,6 +31,7 @@ _FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "f
 _WIDE = (torch.int8, torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
 FUSED_DTYPES = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)} | set(_WIDE)
 ROWS = "contiguous_path"  # a row-major temp: the bytes depend on the layout
+_CHECK = torch.ops.fp8_dummy_internal.check_init_args
 
 
 class Kind(enum.Enum):
@@ -115,13 +115,16 @@ def fusable(t: torch.Tensor) -> bool:
 
 def distinct(t: torch.Tensor) -> bool:
     """Dense, or shown distinct by our ops' rule (torch writes "too hard" overlaps too)."""
-    if torch._debug_has_internal_overlap(t) == 0:
-        return True
+    return torch._debug_has_internal_overlap(t) == 0 or _refusal(_CHECK, t, 0.0, 0.0) is None
+
+
+def _refusal(check: Callable, *args: Any) -> str | None:
+    """The message of the RuntimeError ``check(*args)`` raises, else None."""
     try:
-        torch.ops.fp8_dummy_internal.check_init_args(t, 0.0, 0.0)
-    except RuntimeError:
-        return False
-    return True
+        check(*args)
+    except RuntimeError as e:
+        return str(e)
+    return None
 
 
 @functools.cache
@@ -132,12 +135,7 @@ def cuda_kernels() -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _bounds_refused(dtype: torch.dtype, low: float, high: float) -> str | None:
-    try:
-        meta = torch.empty(0, dtype=dtype, device="meta")
-        torch.ops.fp8_dummy_internal.check_init_args(meta, low, high, "uniform_")
-    except RuntimeError as e:
-        return str(e)
-    return None
+    return _refusal(_CHECK, torch.empty(0, dtype=dtype, device="meta"), low, high, "uniform_")
 
 
 def checked(t: torch.Tensor, action: Action) -> Action:
@@ -254,7 +252,7 @@ Planned = tuple[str, torch.Tensor, Action, "tuple[Semantics, int]"]
 def plan(
     tensors: list[tuple[str, torch.Tensor]], sem: Semantics,
     call: Call | Callable[[str], Call] = ((), {}), *, engine: Callable | None = None,
-    prove: bool = True, fused: bool = True, mode: str = "reference",
+    prove: bool = True, mode: str = "reference",
     neutral: Callable[[str, torch.Tensor], bool] | None = None, check: bool = True,
 ) -> list[Planned] | None:  # fmt: skip
     """What the fill does to each ``(name, tensor)``, every refusal raised before anything is
@@ -282,7 +280,7 @@ def plan(
         if whole and prove and not t.is_meta and not proven(sem, engine, name, t, (args, kwargs)):
             return None
         if action.kind is Kind.UNIFORM and mode == "reference":
-            ours = fused and fusable(t)
+            ours = fusable(t)
             if ours and prove and not whole and not proven(sem, engine, name, t, (args, kwargs)):
                 ours = False
             if not ours:
@@ -290,11 +288,10 @@ def plan(
         if theirs is not None and not whole and action.kind not in _OURS:
             action = Action(Kind.ENGINE, value=theirs)  # a per-tensor engine keeps its branches
         if check and mode == "stateless" and action.kind is Kind.UNIFORM and _plain(t):
-            try:  # no engine path to leave a refused layout to: the op's checks, up front
-                stateless = torch.ops.fp8_dummy_internal.check_stateless_args
-                stateless(t, action.low, action.high, 0, None)
-            except RuntimeError as e:
-                action = error(RuntimeError, str(e))
+            # no engine path to leave a refused layout to: the op's checks, up front
+            stateless = torch.ops.fp8_dummy_internal.check_stateless_args
+            if (why := _refusal(stateless, t, action.low, action.high, 0, None)) is not None:
+                action = error(RuntimeError, why)
         if check and action.kind is Kind.ERROR:
             kind, message = action.value
             raise kind(f"fp8_dummy: {name}: {message}" if name else f"fp8_dummy: {message}")

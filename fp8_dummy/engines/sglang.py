@@ -1,7 +1,6 @@
-"""SGLang 0.5.23 (docs/engines.md): a drop-in for its ``weight_utils.initialize_dummy_weights``
-and its plugin (entry point ``fp8_dummy`` of ``sglang.srt.plugins``): an AROUND hook, which
-SGLang applies to every imported copy of the function. ``FP8_DUMMY_SGLANG=0`` turns it off,
-``=realistic`` fills by the realistic mode instead (docs/realistic.md; TP=1 only)."""
+"""SGLang 0.5.23 (docs/engines.md): a drop-in for its ``initialize_dummy_weights``, and its plugin
+(``sglang.srt.plugins``): an AROUND hook on every imported copy of it. ``FP8_DUMMY_SGLANG=0``
+turns it off, ``=realistic`` fills by the realistic mode (TP=1; docs/realistic.md)."""
 
 from __future__ import annotations
 
@@ -42,8 +41,8 @@ core.SEMANTICS["sglang-0.5"] = SEMANTICS
 def initialize_dummy_weights(
     model: torch.nn.Module, low: float = -1e-3, high: float = 1e-3, seed: int = 1234
 ) -> None:
-    """SGLang's function, byte for byte; where SGLang raises, this raises before writing.
-    Proven against SGLang's own function where it is loaded, else its semantics."""
+    """SGLang's function, byte for byte (proven against it where loaded, else its semantics);
+    where it raises, this raises before writing."""
     _fill(core.own_function(MODULE, NAME, initialize_dummy_weights), model, low, high, seed)
 
 
@@ -69,22 +68,22 @@ def _register() -> None:
         return
     HookRegistry.register(f"{MODULE}.{NAME}", _around, HookType.AROUND)
     version = core.installed("sglang") or "unknown version"
-    what = "realistic dummy weights (TP=1)" if _realistic_mode() else core.account("SGLang")
+    what = "realistic dummy weights (TP=1)" if _realistic() else core.account("SGLang")
     logger.info("fp8_dummy: SGLang %s: %s", version, what)
-
-
-def _realistic_mode() -> bool:
-    return os.environ.get(ENV, "").strip().lower() == "realistic"
 
 
 def _around(own: Callable[..., Any], model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     """The hook: ours where proven; whatever fails in ours, SGLang's own function."""
     who = ("the SGLang plugin", "SGLang", "fill")
-    fill = _realistic if _realistic_mode() else functools.partial(_fill, own)
+    fill = _fill_realistic if _realistic() else functools.partial(_fill, own)
     return core.guarded(*who, fill, model, *args, theirs=own, **kwargs)
 
 
-def _realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
+def _realistic() -> bool:
+    return os.environ.get(ENV, "").strip().lower() == "realistic"
+
+
+def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
     """The realistic mode (seed 0) needs each tensor whole: the hook sees a rank's shards."""
     from sglang.srt.distributed import parallel_state as ps
 
