@@ -39,8 +39,7 @@ sys.modules.update({f"{__name__}.{m.__name__.rsplit('.')[-1]}": m for m in (sgla
 
 
 def _register_dtensor(_module: object = None) -> None:
-    """The DTensor rules (fp8_dummy/dtensor.py), once torch.distributed.tensor is imported (not
-    by ``import fp8_dummy``: it takes seconds)."""
+    """The DTensor rules (dtensor.py), right after torch.distributed.tensor's import (slow)."""
     try:
         from . import dtensor  # noqa: F401  (registers on import)
     except Exception as e:  # never break the user's import of torch.distributed.tensor
@@ -57,8 +56,7 @@ def library_path() -> str:
 
 
 def get_include() -> str:
-    """The include directory of the C++ and CUDA headers (docs/cpp.md): the package's, or in an
-    editable install the source tree's ``include/``."""
+    """The C++/CUDA headers' directory: the package's, or an editable install's ``include/``."""
     for candidate in (_PACKAGE / "include", _PACKAGE.parent / "include"):
         if (candidate / "fp8_dummy" / "fp8_dummy.h").is_file():
             return str(candidate)
@@ -66,8 +64,7 @@ def get_include() -> str:
 
 
 def get_cmake_dir() -> str:
-    """The directory of ``fp8_dummyConfig.cmake``, for ``-Dfp8_dummy_DIR`` (docs/cpp.md): in an
-    editable install the source tree's ``cmake/``."""
+    """``fp8_dummyConfig.cmake``'s directory, for ``-Dfp8_dummy_DIR`` (docs/cpp.md)."""
     for candidate in (_PACKAGE / "share" / "cmake" / "fp8_dummy", _PACKAGE.parent / "cmake"):
         if (candidate / "fp8_dummyConfig.cmake").is_file():
             return str(candidate)

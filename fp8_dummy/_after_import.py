@@ -55,8 +55,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
-    """``callback(module)`` now if ``name`` is imported, else right after its import (so an
-    engine's module is neither imported early nor missed)."""
+    """``callback(module)`` now if ``name`` is imported, else right after its import."""
     module = sys.modules.get(name)
     if module is not None:
         callback(module)

@@ -48,8 +48,7 @@ def import_error(error: ImportError) -> ImportError:
 
 
 def build_info() -> dict[str, object]:
-    """What the loaded library was built with: {"version", "torch" (its headers'), "cuda"
-    (whether it has CUDA kernels)} (docs/api.md)."""
+    """The loaded library's {"version", "torch" (its headers'), "cuda" (has CUDA kernels)}."""
     from ._version import __version__
 
     info = dict(i.split("=", 1) for i in torch.ops.fp8_dummy_internal.build_info().split())

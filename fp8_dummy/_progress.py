@@ -9,8 +9,7 @@ import torch
 
 
 class Progress:
-    """Tensors and bytes done, throughput; CUDA is synchronized only to show it (each
-    ``interval`` s), so it costs little."""
+    """Tensors and bytes done, throughput; CUDA synchronized only to show it (each ``interval``)."""
 
     def __init__(self, total_tensors: int, total_bytes: int, interval: float = 0.5):
         self.total_tensors, self.total_bytes, self.interval = total_tensors, total_bytes, interval

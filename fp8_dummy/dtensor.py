@@ -138,8 +138,7 @@ def _init_stateless(
 
 
 def _check_reference(t, low, high, op, index=-1, contiguous_temp=False) -> torch.Tensor | None:
-    """The local tensor to fill as torch's reference would (uniform_ on the local tensor, for
-    any placement but Partial), or None off the mesh."""
+    """The local tensor torch's reference fills (any placement but Partial); None off the mesh."""
     if contiguous_temp:  # TensorRT-LLM's temp is a full plain tensor, no shard: not guessed
         raise RuntimeError(f"fp8_dummy.{op}: contiguous_temp=True is not supported on DTensors")
     _refuse_partial(t, op)

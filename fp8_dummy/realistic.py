@@ -214,9 +214,8 @@ def model_specs(
 def initialize_realistic_dummy_weights(
     model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None
 ) -> dict[str, Spec]:
-    """Fill every tensor vLLM's dummy loader fills in ``model`` by its role, keyed by ``(seed,
-    full name)``: the same bytes on every device; all checked first (docs/realistic.md).
-    Return full name -> :class:`Spec` (``role == "unknown"``: assumed)."""
+    """Fill what vLLM's dummy loader fills in ``model`` by role, keyed by ``(seed, full name)``,
+    all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md)."""
     as_int64(seed, "seed", "initialize_realistic_dummy_weights")
     from .engines.core import walk  # at call time: the engines' vLLM format imports this module
 

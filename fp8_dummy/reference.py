@@ -50,7 +50,6 @@ def contiguous_path(
     p: torch.Tensor, low: float = -1e-3, high: float = 1e-3, seed: int = 1234, *,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """TensorRT-LLM's temp: for dtypes under 16 bits a contiguous float16 tensor of ``p``'s shape
-    (row-major random numbers whatever ``p``'s strides), ``.to(p.dtype)`` (int8/uint8: toward
-    zero), copied in; else ``uniform_`` in place. 3 bytes of scratch per 1-byte element."""
+    """TensorRT-LLM's: under 16 bits a row-major float16 temp of ``p``'s shape (whatever its
+    strides), ``.to(p.dtype)`` (int8/uint8: toward zero), copied in; else ``uniform_``."""
     return _path("contiguous", p, low, high, seed, generator)

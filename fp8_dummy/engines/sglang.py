@@ -41,8 +41,7 @@ core.SEMANTICS["sglang-0.5"] = SEMANTICS
 def initialize_dummy_weights(
     model: torch.nn.Module, low: float = -1e-3, high: float = 1e-3, seed: int = 1234
 ) -> None:
-    """SGLang's function, byte for byte (proven against it where loaded, else its semantics);
-    where it raises, this raises before writing."""
+    """SGLang's function, byte for byte; where it raises, this raises before writing."""
     _fill(core.own_function(MODULE, NAME, initialize_dummy_weights), model, low, high, seed)
 
 

@@ -58,8 +58,7 @@ def initialize_dummy_weights(
     model: torch.nn.Module, model_config: Any = None, low: float = -1e-3, high: float = 1e-3,
     seed: int = 1234,
 ) -> None:  # fmt: skip
-    """vLLM <= 0.30's whole-model function: the per-tensor one over ``model.state_dict()``
-    (``model_config`` unused, as in vLLM)."""
+    """vLLM <= 0.30's whole-model function: the per-tensor one over ``model.state_dict()``."""
     original = original_single() if generation() < 33 else None
     sem = semantics(None if original else 30, "state_dict")
     core.fill(model, sem, ((low, high, seed), {}), engine=original)
@@ -148,8 +147,7 @@ def _register_load_format(package: ModuleType) -> None:
 
 def _loader_class(dl: ModuleType) -> type:
     class FP8DummyModelLoader(dl.DummyModelLoader):
-        """``--load-format fp8_dummy``: the bytes of ``dummy``, the whole model checked first,
-        then filled in runs between online-quantized layers (CUDA: batched)."""
+        """``--load-format fp8_dummy``: ``dummy``'s bytes, all checked first, CUDA batched."""
 
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
             sem, own = semantics(), original_single()

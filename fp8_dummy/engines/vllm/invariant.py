@@ -11,9 +11,9 @@ import torch
 
 from ...realistic import fill_, model_specs
 from ...stateless import init_stateless_, row_major_strides, tensor_seed
-from ..core import Action, Kind, apply, checked
+from ..core import FP4, Action, Kind, apply, checked, error
 from .placement import Placement, UncoveredParameterError, placement
-from .rules import FP4, platform, rule
+from .rules import platform, rule
 
 __all__ = ["UncoveredParameterError", "fill_placed", "initialize_invariant_dummy_weights"]
 __all__ += ["plan_layer", "realistic_values", "stateless_values", "tensor_seed"]
@@ -45,12 +45,10 @@ def plan_layer(prefix: str, layer: torch.nn.Module, *, materialized=True, skip=(
             continue
         full = f"{prefix}.{name}" if prefix else name
         action = checked(t, act(t, None, None, name))
+        if action.kind is Kind.ENGINE:
+            action = error(UncoveredParameterError, "vLLM's TPU path has no invariant form")
         if action.kind is Kind.ERROR:
             raise action.value[0](f"fp8_dummy: {full}: {action.value[1]}")
-        if action.kind is Kind.ENGINE:
-            raise UncoveredParameterError(
-                f"fp8_dummy: {full}: vLLM's TPU path has no invariant form"
-            )
         if action.kind is not Kind.SKIP or (not materialized and t.device.type == "meta"):
             entries.append((full, t, action, placement(layer, name, t, _loader(t), full)))
     return entries
@@ -132,8 +130,7 @@ FORMATS: dict[str, tuple[str, Callable[..., Values]]] = {
 
 
 def register_load_format(package: Any) -> bool:
-    """``--load-format fp8_dummy_invariant`` and ``fp8_dummy_realistic``, where vLLM's dummy
-    loader has the shape needed; False where it has not."""
+    """The layout formats, where vLLM's dummy loader has what they need; else False."""
     dl = sys.modules.get("vllm.model_executor.model_loader.dummy_loader")
     needed = ("DummyModelLoader", "get_layerwise_info", "materialize_layer", "QuantizeMethodBase")
     if not all(hasattr(dl, n) for n in needed) or not hasattr(package, "register_model_loader"):
