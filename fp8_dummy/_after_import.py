@@ -29,12 +29,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != self.name:
             return None
-        spec = None
-        for finder in sys.meta_path:  # whoever would have found it (never another of ours)
-            if not _ours(finder) and hasattr(finder, "find_spec"):
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
+        # whoever would have found it (never another of ours)
+        finders = (f for f in sys.meta_path if not _ours(f) and hasattr(f, "find_spec"))
+        spec = next((s for f in finders if (s := f.find_spec(fullname, path, target))), None)
         if spec is None or spec.loader is None:
             return None
         inner, callback = spec.loader, self.callback
