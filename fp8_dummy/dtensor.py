@@ -54,17 +54,10 @@ def _check_placements(t: DTensor, op: str) -> None:
         raise RuntimeError(f"fp8_dummy.{op}: DTensor with a non-default shard order {order}")
 
 
-def _chunk(start: int, length: int, parts: int, index: int) -> tuple[int, int]:
-    """Part ``index`` of ``[start, start + length)`` as torch.chunk (and DTensor's Shard) split
-    it; hand-made shards split as tensor_split (stateless.split_bounds)."""
-    size = -(-length // parts)
-    lo = min(index * size, length)
-    return start + lo, min(lo + size, length) - lo
-
-
 @functools.lru_cache(maxsize=256)
 def _torch_indices(size: int, mesh: object, placements: tuple) -> tuple[int, ...]:
-    # torch's own local split of arange(size) (src_data_rank=None: no communication).
+    # torch's own local split of arange(size) (src_data_rank=None: no communication): its
+    # definition of each placement, version by version (hand-made shards: stateless.py).
     dt = distribute_tensor(torch.arange(size), mesh, list(placements), src_data_rank=None)
     return tuple(dt.to_local().cpu().tolist())
 
@@ -80,30 +73,24 @@ def _runs_of(indices: Sequence[int]) -> list[Run]:
 
 
 def local_runs(t: DTensor, op: str = "init_stateless_") -> list[list[Run]] | None:
-    """For each dimension, the runs of global indices the local tensor holds; None on a rank
-    outside ``t``'s mesh. A dimension with a ``_StridedShard`` is split by torch's own
-    ``distribute_tensor`` (its definition of that placement, version by version)."""
+    """For each dimension, the runs of global indices the local tensor holds, as torch's own
+    ``distribute_tensor`` splits it; None on a rank outside ``t``'s mesh."""
     _check_placements(t, op)
     mesh = t.device_mesh
-    coord = mesh.get_coordinate()
-    if coord is None:
+    if mesh.get_coordinate() is None:
         return None
     out: list[list[Run]] = []
     for d, size in enumerate(t.shape):
         dim_pl = [p if getattr(p, "dim", None) in (d, d - t.ndim) else None for p in t.placements]
-        if any(map(_strided, dim_pl)):
-            mapped = tuple(
-                Replicate() if p is None else _StridedShard(0, split_factor=p.split_factor)
-                if _strided(p) else Shard(0)
-                for p in dim_pl
-            )  # fmt: skip
-            out.append(_runs_of(_torch_indices(int(size), mesh, mapped)))
+        if all(p is None for p in dim_pl):
+            out.append([(0, 0, int(size))] if size else [])
             continue
-        start, length = 0, int(size)
-        for i, p in enumerate(dim_pl):
-            if p is not None:
-                start, length = _chunk(start, length, mesh.size(i), coord[i])
-        out.append([(0, start, length)] if length else [])
+        mapped = tuple(
+            Replicate() if p is None else _StridedShard(0, split_factor=p.split_factor)
+            if _strided(p) else Shard(0)
+            for p in dim_pl
+        )  # fmt: skip
+        out.append(_runs_of(_torch_indices(int(size), mesh, mapped)))
     local = t.to_local()
     got = [sum(r[2] for r in runs) for runs in out]
     if got != list(local.shape):

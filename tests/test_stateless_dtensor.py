@@ -143,21 +143,6 @@ def test_install_after_the_import_registers():
     assert dtensor._REGISTERED and fp8_dummy.init_stateless_ is not None
 
 
-def test_chunk_matches_torch_chunk():
-    pytest.importorskip("torch.distributed.tensor")
-    from fp8_dummy.dtensor import _chunk
-
-    for length in range(0, 14):
-        for parts in range(1, 6):
-            pieces = list(torch.arange(length).chunk(parts)) if length else []
-            pieces += [torch.empty(0, dtype=torch.long)] * (parts - len(pieces))
-            for i, piece in enumerate(pieces):
-                start, n = _chunk(3, length, parts, i)
-                assert n == piece.numel(), (length, parts, i)
-                if n:
-                    assert start == 3 + int(piece[0]), (length, parts, i)
-
-
 def test_runs_of():
     pytest.importorskip("torch.distributed.tensor")
     from fp8_dummy.dtensor import _runs_of
