@@ -77,13 +77,12 @@ def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers
         return "lm_head", 1.0
     if kind == "embedding" or stem in EMBEDDING:
         return "embedding", 1.0
-    if len(shape) >= 2 or stem in ROUTER:
-        if stem in ROUTER:
-            return "router", last**-0.5
-        if stem in RESIDUAL:
-            return "residual_out", (2 * layers * last) ** -0.5
-        if local.endswith(("weight", "proj")):
-            return "linear", last**-0.5
+    if stem in ROUTER:
+        return "router", last**-0.5
+    if len(shape) >= 2 and stem in RESIDUAL:
+        return "residual_out", (2 * layers * last) ** -0.5
+    if len(shape) >= 2 and local.endswith(("weight", "proj")):
+        return "linear", last**-0.5
     return "unknown", last**-0.5
 
 
