@@ -361,8 +361,8 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
     queued = 0
     fault = functools.cache(_proof.fault)
 
-    def done(x: torch.Tensor, sem: Semantics) -> None:
-        if fault(sem.path):
+    def done(x: torch.Tensor, sem: Semantics, ours: bool = True) -> None:
+        if ours and fault(sem.path):
             _proof.corrupt_(x)
         if bar is not None:
             bar.update(x)
@@ -378,25 +378,23 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
         with torch.no_grad():
             for (_, t, action, (sem, seed)), in_order in todo:
                 kind, low, high = action.kind, action.low, action.high
-                if kind is Kind.UNIFORM and mode == "stateless":
-                    init_stateless_(t.data, low, high, seed)
-                elif kind is Kind.UNIFORM and t.is_cuda and not in_order:
+                fused = kind is Kind.UNIFORM and mode == "reference"
+                if fused and t.is_cuda and not in_order:
                     batches.setdefault((low, high, seed, sem), []).append(t.data)
                     queued += t.numel() * t.element_size()
                     if bar is not None and queued >= PROGRESS_BATCH_BYTES:
                         flush()
                         queued = 0
                     continue
-                elif kind is Kind.UNIFORM:
+                if kind is Kind.UNIFORM and not fused:
+                    init_stateless_(t.data, low, high, seed)
+                elif fused:
                     init_(t.data, low, high, seed, contiguous_temp=sem.temp == ROWS)
-                    done(t.data, sem)
-                    continue
                 elif kind is Kind.REFERENCE:
                     getattr(reference, sem.temp)(t, low, high, seed)
                 else:
                     apply(t, action, seed)
-                if bar is not None:
-                    bar.update(t)
+                done(t.data, sem, ours=fused)
             flush()
     finally:
         if bar is not None:
