@@ -12,14 +12,56 @@
 #endif
 #include <torch/library.h>
 
+#include <string>
+
+#include "common/proof.h"
+
 #ifdef FP8_DUMMY_PYTHON_MODULE
-extern "C" {
-// Importing fp8_dummy._C loads this library, which registers the operators below.
-// No Python API is used beyond this, which keeps the extension abi3-compatible.
-PyObject* PyInit__C(void) {
-  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
-  return PyModule_Create(&module_def);
+namespace {
+
+PyObject* python_warn = nullptr;  // fp8_dummy._proof._warn
+
+// A refusal as a Python RuntimeWarning (torch forwards TORCH_WARN to Python from its own
+// bindings only, not from torch.ops calls); a filter that makes it an error raises.
+void warn_in_python(const std::string& message) {
+  if (!Py_IsInitialized()) {
+    TORCH_WARN(message);
+    return;
+  }
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* result = PyObject_CallFunction(python_warn, "s", message.c_str());
+  std::string error;
+  if (result == nullptr) {
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    PyObject* text = value ? PyObject_Str(value) : nullptr;
+    PyObject* bytes = text ? PyUnicode_AsUTF8String(text) : nullptr;
+    error = bytes ? PyBytes_AsString(bytes) : message;
+    for (PyObject* o : {type, value, trace, text, bytes}) Py_XDECREF(o);
+  }
+  Py_XDECREF(result);
+  PyGILState_Release(gil);
+  TORCH_CHECK(error.empty(), error);
 }
+
+PyObject* set_warning_hook(PyObject* /*module*/, PyObject* hook) {
+  Py_INCREF(hook);
+  python_warn = hook;
+  fp8_dummy::proof::set_warning_sink(&warn_in_python);
+  Py_INCREF(Py_None);
+  return Py_None;
+}
+
+PyMethodDef methods[] = {{"_set_warning_hook", set_warning_hook, METH_O, nullptr},
+                         {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace
+
+// Importing fp8_dummy._C loads this library, which registers the operators below. Only the
+// stable ABI is used, which keeps the extension abi3-compatible.
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
+  return PyModule_Create(&module_def);
 }
 #endif  // FP8_DUMMY_PYTHON_MODULE
 

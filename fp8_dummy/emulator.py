@@ -13,8 +13,6 @@ from typing import NamedTuple
 
 import torch
 
-from ._proof import emit_pending
-
 __all__ = [
     "A100",
     "H200",
@@ -193,7 +191,6 @@ def emulate_proven_cuda_init_(
         generator_form,
         contiguous_temp=contiguous_temp,
     )
-    emit_pending()
     return after
 
 
@@ -220,7 +217,6 @@ def emulate_proven_cuda_init_many_(
         saturate_e4m3fn,
         contiguous_temp=contiguous_temp,
     )
-    emit_pending()
     return launches
 
 
@@ -240,4 +236,3 @@ def emulate_proven_cuda_init_stateless_(
     torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_stateless_(
         t, low, high, seed, key_offset, element_offset, element_strides, sm_count
     )
-    emit_pending()

@@ -12,7 +12,7 @@ import torch
 from . import reference
 from ._engine_common import Action, fusable, random_bytes_, sglang_action, vllm_action
 from ._progress import Progress
-from ._proof import corrupt_, emit_pending, fault
+from ._proof import corrupt_, fault
 from .ops import init_, init_many_
 from .stateless import init_stateless_
 
@@ -221,7 +221,6 @@ def run_plan(
     finally:
         if bar is not None:
             bar.close()
-        emit_pending()
 
 
 def apply_action(t: torch.Tensor, action: Action, seed: int) -> None:

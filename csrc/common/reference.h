@@ -79,6 +79,11 @@ struct MemoryOrder {
 };
 MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp = false);
 
+// Elements [first, first + len) of `order` (base: the data pointer, one byte per element) get
+// src[0 .. len). Starts anywhere, so that threads can each write their own blocks.
+void scatter_bytes(const MemoryOrder& order, uint8_t* base, int64_t first, const uint8_t* src,
+                   int64_t len);
+
 // Appends a dimension to a walk of dimensions from the outermost in, merged into the last
 // one where it continues it in every stride list given (the same elements in the same
 // order with one loop level fewer). The one coalescing rule of the temp's memory order,

@@ -1,26 +1,13 @@
-// Philox4x32-10 on 16 consecutive counters at once for the CPU kernel of the stateless
-// mode: a portable form, and AVX2 / AVX-512 forms written with intrinsics (GCC does
-// not vectorize the 32x32->64-bit products of the portable loops well). The x86
-// functions carry target attributes, so this compiles without -mavx*; callers check
-// the CPU (simd_level) before using them. Counters are (key.offset + first + lane, 0).
+// Philox4x32-10 on 16 consecutive counters at once for the stateless mode's CPU kernel:
+// portable, AVX2 and AVX-512 (GCC does not vectorize the 32x32->64-bit products of the
+// portable loops well). Counters are (key.offset + first + lane, 0).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/simd.h"
 #include "fp8_dummy/cuda/philox.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12 warns about the deliberately undefined lanes inside its own AVX-512 headers.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define FP8_DUMMY_X86_SIMD 1
-#else
-#define FP8_DUMMY_X86_SIMD 0
-#endif
 
 namespace fp8_dummy {
 namespace stateless_simd {
@@ -66,7 +53,7 @@ inline void philox_portable(uint64_t first, const Key& key, Block& out) {
   }
 }
 
-#if FP8_DUMMY_X86_SIMD
+#ifdef FP8_DUMMY_X86
 
 #define FP8_DUMMY_AVX512 __attribute__((target("avx512f")))
 #define FP8_DUMMY_AVX2 __attribute__((target("avx2")))
@@ -299,10 +286,7 @@ FP8_DUMMY_AVX2 inline void fp8_avx2(uint64_t first, const Key& key, const uint32
 #undef FP8_DUMMY_AVX512
 #undef FP8_DUMMY_AVX2
 
-#endif  // FP8_DUMMY_X86_SIMD
-
-// 2: AVX-512F, 1: AVX2, 0: portable. FP8_DUMMY_STATELESS_SIMD=0/1/2 caps it (tests).
-int simd_level();
+#endif  // FP8_DUMMY_X86
 
 }  // namespace stateless_simd
 }  // namespace fp8_dummy

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/reference.h"
-#include "common/strided_walk.h"
 #include "fp8_dummy/cuda/philox.h"
 #include "fp8_dummy/cuda/uniform.h"
 #include "launch/cuda_launch_plan.h"
@@ -95,12 +94,14 @@ int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t see
       std::memcpy(base + layout->offset(m) * item, &values[m * item], item);
     }
   } else {
-    StridedWalk walk(order);
-    walk.next(n, [&](int64_t off, int64_t stride, int64_t len, int64_t first) {
-      for (int64_t i = 0; i < len; ++i) {
-        std::memcpy(base + (off + i * stride) * item, &values[(first + i) * item], item);
+    for (int64_t m = 0; m < n; ++m) {  // more dimensions than a layout: element by element
+      int64_t rest = m, off = 0;
+      for (auto d = static_cast<int64_t>(order.sizes.size()) - 1; d >= 0; --d) {
+        off += rest % order.sizes[d] * order.strides[d];
+        rest /= order.sizes[d];
       }
-    });
+      std::memcpy(base + off * item, &values[m * item], item);
+    }
   }
   return static_cast<int64_t>(after);
 }

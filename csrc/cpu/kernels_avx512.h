@@ -1,40 +1,21 @@
-// The AVX-512 level of the CPU stream (16 lanes): the block twist, tempering, torch's float16
-// uniform_ transform and the random_ byte transform, giving the same words and bytes as the
-// portable and AVX2 forms (mt19937_simd.h, uniform_transform.h, random_bytes_transform.h),
-// which they mirror line for line. Compiled with target attributes, run only where
-// cpu_has_avx512() says the CPU has AVX512F (plus the AVX2/FMA/F16C the 16-bit steps use).
-//
-// Tested where the CPU has AVX-512 (FP8_DUMMY_CPU_PATH=avx512 and the self-check); the
-// tests skip, saying so, on CPUs without it.
+// The AVX-512 level of the CPU kernels (16 lanes): twist, tempering, torch's float16 and
+// byte transforms, FP8 runs, mirroring the portable and AVX2 forms (mt19937.h, transforms.h,
+// fp8_bytes.h) line for line. Run only where cpu_has_level(kAvx512) (simd.h); also compiled
+// over SIMDe on CPUs without AVX-512 (tests/consumers/avx512_on_simde.cpp).
 #pragma once
 
 #include <cstdint>
 
-#include "cpu/fp8_runs.h"
-#include "cpu/mt19937_simd.h"
-#include "cpu/random_bytes_transform.h"
-#include "cpu/uniform_transform.h"
+#include "cpu/fp8_bytes.h"
+#include "cpu/mt19937.h"
+#include "cpu/transforms.h"
 
 namespace fp8_dummy {
 namespace cpu {
 
-inline bool cpu_has_avx512() {
-#ifdef FP8_DUMMY_X86
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && cpu_has_avx2_fma_f16c();
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
-
 #ifdef FP8_DUMMY_X86
 
-// Both can be predefined: tests/consumers/avx512_on_simde.cpp compiles this file without
-// the target (so nothing here needs AVX-512 to run) over SIMDe's portable intrinsics, to run
-// these kernels on CPUs without AVX-512.
+// Both predefined by the SIMDe build (no target attribute there).
 #ifndef FP8_DUMMY_TARGET_AVX512
 #define FP8_DUMMY_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #endif
@@ -43,8 +24,7 @@ inline bool cpu_has_avx512() {
 #define FP8_DUMMY_OPAQUE_512(x) __asm__("" : "+v"(x))
 #endif
 
-// GCC's avx512fintrin.h trips -Wuninitialized/-Wmaybe-uninitialized in some versions
-// (_mm512_undefined_*); the warnings are about the header, not this code.
+// GCC's avx512fintrin.h trips uninitialized-value warnings (_mm512_undefined_*).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
