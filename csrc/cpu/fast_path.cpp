@@ -161,16 +161,18 @@ const FastConfig& fast_config() {
   return settled(done, mutex, &search_transform);
 }
 
-std::optional<SimdLevel> fast_level(const char* op, const FastConfig& config) {
+std::optional<SimdLevel> fast_level(const char* op, const FastConfig& (*config)()) {
   const char* env = std::getenv("FP8_DUMMY_CPU_PATH");
   const std::string value = env ? env : "";
+  if (value == "exact") return std::nullopt;
+  const FastConfig& c = config();
+  if (!c.complete) return std::nullopt;
   if (value.empty() || value == "auto") {
     for (int level = 2; level >= 0; --level) {
-      if (config.ok[level]) return static_cast<SimdLevel>(level);
+      if (c.ok[level]) return static_cast<SimdLevel>(level);
     }
     return std::nullopt;
   }
-  if (value == "exact") return std::nullopt;
   SimdLevel level = widest_level();
   if (value == "avx512" || value == "avx2" || value == "portable") {
     level = value == "avx512" ? SimdLevel::kAvx512

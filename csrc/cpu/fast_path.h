@@ -84,9 +84,10 @@ const FastConfig& settled(std::atomic<const FastConfig*>& done, std::mutex& mute
 
 // The level a call of `op` runs our kernels at, or nullopt for torch's own kernel (the
 // exact path). FP8_DUMMY_CPU_PATH (read on every call): auto (or unset): the widest level
-// `config` passed; exact; fast: the widest level the CPU runs; avx512, avx2, portable: that
-// level (an error where the CPU lacks it). Whatever runs is proven per call all the same.
-std::optional<SimdLevel> fast_level(const char* op, const FastConfig& config);
+// config() passed; exact (no search); fast: the widest level the CPU runs; avx512, avx2,
+// portable: that level (an error where the CPU lacks it). None while config() is incomplete.
+// Whatever runs is proven per call all the same.
+std::optional<SimdLevel> fast_level(const char* op, const FastConfig& (*config)());
 
 // Our fill and torch's on two tensors made by `make`, each with a scratch generator seeded
 // with `seed` and then drawn `skip` times (mid-block): the same bytes and the same generator

@@ -267,9 +267,8 @@ void fill(const at::Tensor& self, double low, double high, const at::Generator& 
     at::Tensor(self).uniform_(low, high, gen);
     return;
   }
-  const cpu::FastConfig& config = cpu::fast_config();
-  const auto level = config.complete ? cpu::fast_level("init_", config) : std::nullopt;
-  if (level) {
+  if (const auto level = cpu::fast_level("init_", &cpu::fast_config)) {
+    const cpu::FastConfig& config = cpu::fast_config();
     TORCH_CHECK(config.found, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH forces the fast path, but ",
                 "there is none for this torch (", config.info, ")");
     // torch's own message and moment (before any draw); the exact path gets it from torch.

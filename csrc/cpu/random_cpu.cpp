@@ -138,8 +138,7 @@ proof::Verdict probe_random(const at::Tensor& self, bool dense, int64_t from, in
 
 void fill(at::Tensor& self, int64_t from, int64_t to, const at::Generator& gen,
           bool generator_form) {
-  const cpu::FastConfig& config = random_config();
-  const auto level = config.complete ? cpu::fast_level("random_", config) : std::nullopt;
+  const auto level = cpu::fast_level("random_", &random_config);
   const auto order = level ? random_order(self) : std::nullopt;
   if (order) {
     const cpu::Kernels k = cpu::kernels_for(*level);

@@ -7,7 +7,6 @@
 // float16 and wider: the reference itself, self.uniform_.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
-#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -32,23 +31,6 @@ namespace {
 
 using cuda_kernels::PieceArgs;
 
-// Our hardware conversion's table for self's device (formats without one: none).
-std::optional<at::Tensor> hw_table(const at::Tensor& self, cuda::Fp8Format format) {
-  auto out = at::empty({65536}, self.options().dtype(at::kByte));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  if (format == cuda::Fp8Format::kE4m3fn) {
-    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE4m3fn>
-        <<<128, 256, 0, stream>>>(out.mutable_data_ptr<uint8_t>());
-  } else if (format == cuda::Fp8Format::kE5m2) {
-    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE5m2>
-        <<<128, 256, 0, stream>>>(out.mutable_data_ptr<uint8_t>());
-  } else {
-    return std::nullopt;
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out.to(at::kCPU);
-}
-
 template <auto kKernel>
 void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
   const int64_t items = cuda_kernels::work_items(args.item.threads, args.steps);
@@ -59,7 +41,7 @@ void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
 }
 
 template <cuda::Fp8Format F>
-void launch_piece(const PieceArgs& args, bool linear, int64_t sm_count, cudaStream_t stream) {
+void launch_format(const PieceArgs& args, bool linear, int64_t sm_count, cudaStream_t stream) {
   if (linear) {
     launch<cuda_kernels::init_fp8_kernel<F, true>>(args, sm_count, stream);
   } else {
@@ -100,73 +82,69 @@ at::Generator reference_generator(const at::Tensor& self, const PhiloxSource& so
   return gen;
 }
 
+// The kernel's arguments for self, but the launch's own.
+PieceArgs piece_args(const at::Tensor& self, double low, double high,
+                     const Fp8Conversion& conversion, const cuda::StridedLayout& layout) {
+  PieceArgs args{};
+  args.item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
+  args.item.uniform = cuda::make_uniform_params(low, high);
+  args.item.overflow = conversion.mode;
+  args.item.use_hw =
+      use_hw_conversion(conversion, fp8_format(self.scalar_type()), args.item.uniform);
+  args.item.layout = layout;
+  return args;
+}
+
+// One reference launch's piece: elements [start, start + count) of the temp's order.
+void launch_piece(const at::Tensor& self, PieceArgs args, int64_t start, int64_t count,
+                  const cuda::ReferenceGrid& grid, const at::PhiloxCudaState& philox) {
+  // uniform_ sizes its grid from the current device, which its device guard makes self's.
+  const int64_t sm_count =
+      at::cuda::getDeviceProperties(self.device().index())->multiProcessorCount;
+  const bool linear = args.item.layout.linear();
+  args.item.start = start;
+  args.item.count = count;
+  args.item.threads = grid.threads;
+  args.item.aligned = linear && reinterpret_cast<uintptr_t>(args.item.data + start) % 4 == 0;
+  args.steps = grid.steps;
+  args.philox = philox;
+  with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
+    launch_format<decltype(f)::value>(args, linear, sm_count, at::cuda::getCurrentCUDAStream());
+  });
+}
+
 // The fused kernel on self, as the reference launches uniform_ on its float16 temp.
 void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& source,
                const Fp8Conversion& conversion, const cuda::StridedLayout& layout) {
-  // uniform_ sizes its grid from the current device, which its device guard makes
-  // self's device, as ours does.
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
-  const int64_t sm_count = props->multiProcessorCount;
-  const int64_t max_threads_per_sm = props->maxThreadsPerMultiProcessor;
-  const cuda::Fp8Format format = fp8_format(self.scalar_type());
-
-  PieceArgs args{};
-  cuda_kernels::ItemArgs& item = args.item;
-  item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
-  item.uniform = cuda::make_uniform_params(low, high);
-  item.overflow = conversion.mode;
-  item.use_hw = use_hw_conversion(conversion, format, item.uniform);
-  item.layout = layout;
-  const bool linear = layout.linear();
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-
-  cuda::reference_launches(self.numel(), sm_count, max_threads_per_sm, source,
+  const PieceArgs args = piece_args(self, low, high, conversion, layout);
+  cuda::reference_launches(self.numel(), props->multiProcessorCount,
+                           props->maxThreadsPerMultiProcessor, source,
                            [&](int64_t start, int64_t count, const cuda::ReferenceGrid& grid,
                                const at::PhiloxCudaState& philox) {
-                             item.start = start;
-                             item.count = count;
-                             item.threads = grid.threads;
-                             args.steps = grid.steps;
-                             args.philox = philox;
-                             item.aligned =
-                                 linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
-                             with_fp8_format(format, [&](auto f) {
-                               launch_piece<decltype(f)::value>(args, linear, sm_count, stream);
-                             });
+                             launch_piece(self, args, start, count, grid, philox);
                            });
   if (proof::fault("cuda.init_")) proof::corrupt(self);
 }
 
 // Whether the fused kernel is proven for self's key: the first time, a probe of the key's
-// layout kind and size class filled by the kernel and by torch's reference (a scratch
-// generator at the same state each), bytes and offsets compared. Inside graph capture no
-// probe can run (it allocates and synchronizes): only a key proven before counts.
+// layout kind (and for a call over 2^30 elements, two pieces of the split) filled by the
+// kernel and by torch's reference (a scratch generator at the same state each), bytes and
+// offsets compared. Inside graph capture no probe can run (it allocates and synchronizes).
 bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conversion& conversion,
                   bool generator_form, bool contiguous_temp, bool linear) {
-  const auto format = fp8_format(self.scalar_type());
-  const bool use_hw = use_hw_conversion(conversion, format, cuda::make_uniform_params(low, high));
+  const auto dtype = self.scalar_type();
   const bool split = self.numel() > cuda::kMax32BitHalfElements;
   const auto layout = cuda_proof::layout_kind(self, linear, contiguous_temp);
-  auto key = [&] {
-    return cuda_proof::init_key(device_description(self.device()), self.scalar_type(),
-                                use_hw ? "hardware" : "software", overflow_name(conversion.mode),
-                                layout, split, generator_form, contiguous_temp);
-  };
-  // The key's parts as a code for the memo (devices 0-15; others look the text up).
-  static proof::Memo<16 * cuda::kNumFp8Formats * 2 * 3 * 4 * 2 * 2 * 2> memo;
-  const int64_t device = self.device().index();
-  size_t code = static_cast<size_t>(device) * cuda::kNumFp8Formats + static_cast<size_t>(format);
-  code = (code * 2 + use_hw) * 3 + static_cast<size_t>(conversion.mode);
-  code = ((code * 4 + static_cast<size_t>(layout)) * 2 + split) * 2 + generator_form;
-  code = code * 2 + contiguous_temp;
-  const bool memo_ok = device < 16;
+  const std::string key = cuda_proof::init_key(
+      device_description(self.device()), dtype,
+      use_hw_conversion(conversion, fp8_format(dtype), cuda::make_uniform_params(low, high)),
+      overflow_name(conversion.mode), layout, split, generator_form, contiguous_temp);
   if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-    return memo_ok ? memo.known_proven(code, key) : proof::lookup(key()) == 1;
+    return proof::lookup(key) == proof::State::kProven;
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
-  const int64_t n = split ? cuda::kMax32BitHalfElements + 4097
-                          : cuda_proof::probe_numel(props->multiProcessorCount,
-                                                    props->maxThreadsPerMultiProcessor);
+  const int64_t sm_count = props->multiProcessorCount, per_sm = props->maxThreadsPerMultiProcessor;
   auto generator = [&](uint64_t seed, uint64_t offset) {
     auto g = at::make_generator<at::CUDAGeneratorImpl>(self.device().index());
     g.set_current_seed(seed);
@@ -176,22 +154,33 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
   auto ours = [&](at::Tensor& t, uint64_t seed, uint64_t offset) -> uint64_t {
     PhiloxSource source;
     source.seed = seed;
+    source.fresh.next = offset;
     if (generator_form) source.generator = generator(seed, offset);
-    const auto layout = to_layout(memory_order(t, contiguous_temp));
-    run_fused(t, low, high, source, conversion, *layout);
+    run_fused(t, low, high, source, conversion, *to_layout(memory_order(t, contiguous_temp)));
     return generator_form ? source.generator->get_offset() : source.fresh.next;
+  };
+  auto piece = [&](at::Tensor& t, int64_t start, int64_t count, uint64_t seed,
+                   uint64_t offset) -> uint64_t {
+    const auto args =
+        piece_args(t, low, high, conversion, *to_layout(memory_order(t, contiguous_temp)));
+    const cuda::ReferenceGrid grid = cuda::reference_grid(count, sm_count, per_sm);
+    launch_piece(t, args, start, count, grid, at::PhiloxCudaState(seed, offset));
+    if (start == 0 && proof::fault("cuda.init_")) proof::corrupt(t);  // once per probe
+    return offset + grid.counter_offset;
   };
   auto ref = [&](at::Tensor& t, uint64_t seed, uint64_t offset) -> uint64_t {
     auto g = generator(seed, offset);
     reference_path(t, low, high, g, contiguous_temp);
     return g.get_offset();
   };
-  auto probe = [&] {
-    auto verdict = cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
+  return proof::proven(key, [&] {
+    const int64_t n = cuda_proof::probe_piece(sm_count, per_sm);
+    auto verdict =
+        split ? cuda_proof::split_probe(self.options(), n, layout, piece, ref)
+              : cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
     C10_CUDA_CHECK(cudaStreamSynchronize(at::cuda::getCurrentCUDAStream()));
     return verdict;
-  };
-  return memo_ok ? memo.proven(code, key, probe) : proof::proven(key(), probe);
+  });
 }
 
 }  // namespace
@@ -262,41 +251,16 @@ void init_generator_cuda(at::Tensor& self, double low, double high,
 
 }  // namespace
 
-// Found once per (device, dtype) by converting all 65536 float16 bit patterns with
-// torch itself and matching the result against our conversions (int8/uint8: wrap modulo
-// 256 or saturation, whichever torch's CUDA conversion does there). Not probed inside
-// graph capture (the probe synchronizes): nullopt then, and when nothing matches.
-std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
+const std::string& device_description(const c10::Device& device) {
   static std::mutex mutex;
-  static std::map<std::pair<int, int>, std::optional<Fp8Conversion>> cache;
-  const std::pair<int, int> key{self.device().index(), static_cast<int>(self.scalar_type())};
+  static std::map<int, std::string> known;
   std::lock_guard<std::mutex> lock(mutex);
-  const auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-    return std::nullopt;
+  auto& text = known[device.index()];
+  if (text.empty()) {
+    const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
+    text = device.str() + " (" + p->name + ", " + std::to_string(p->multiProcessorCount) + " SMs)";
   }
-  const auto halves =
-      at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
-  const auto table =
-      halves.to(self.device()).to(self.scalar_type()).view(at::kByte).to(at::kCPU).contiguous();
-  const uint8_t* torch_table = table.const_data_ptr<uint8_t>();
-  std::optional<Fp8Conversion> found;
-  if (const auto mode = pick_fp8_mode(self.scalar_type(), torch_table)) {
-    const auto hw = hw_table(self, fp8_format(self.scalar_type()));
-    found = Fp8Conversion{*mode, hw && hw_table_agrees(self.scalar_type(), *mode,
-                                                       hw->const_data_ptr<uint8_t>(), torch_table)};
-  }
-  cache.emplace(key, found);
-  // The search is reported with the proofs (the kernels' keys name what it found); finding
-  // nothing sends this dtype to the reference, which warns once.
-  proof::record(cuda_proof::key("cuda.copy_", device_description(self.device()),
-                                {c10::toString(self.scalar_type())}),
-                found.has_value(),
-                !found      ? "none of our conversions gives torch's copy_ bytes"
-                : found->hw ? "found; the hardware conversion agrees"
-                            : "found; software conversion (the hardware one differs or is absent)");
-  return found;
+  return text;
 }
 
 TORCH_LIBRARY_IMPL(fp8_dummy, CUDA, m) {

@@ -47,17 +47,5 @@ __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
   }
 }
 
-// Our hardware pair conversion of all 65536 float16 bit patterns (the one-time probe
-// compares it with torch's copy_ before the kernel may use it).
-template <cuda::Fp8Format F>
-__global__ void hw_table_kernel(uint8_t* out) {
-  const uint32_t pair = blockIdx.x * blockDim.x + threadIdx.x;
-  if (pair >= 32768) return;
-  const uint32_t halves = (2 * pair) | ((2 * pair + 1) << 16);
-  const uint16_t bytes = cuda::half2_to_fp8x2<F>(halves, true, cuda::E4m3fnOverflow::kSaturate);
-  out[2 * pair] = static_cast<uint8_t>(bytes);
-  out[2 * pair + 1] = static_cast<uint8_t>(bytes >> 8);
-}
-
 }  // namespace cuda_kernels
 }  // namespace fp8_dummy

@@ -94,11 +94,11 @@ void run_group(at::TensorList tensors, const std::vector<size_t>& group,
 // fresh generator, every byte compared (launch/cuda_proof.h).
 bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, double low, double high,
                   int64_t seed, bool contiguous_temp) {
-  const bool use_hw = use_hw_conversion(conversion, fp8_format(first.scalar_type()),
-                                        cuda::make_uniform_params(low, high));
-  const std::string key = cuda_proof::many_key(
-      device_description(first.device()), first.scalar_type(), use_hw ? "hardware" : "software",
-      overflow_name(conversion.mode), contiguous_temp);
+  const std::string key =
+      cuda_proof::many_key(device_description(first.device()), first.scalar_type(),
+                           use_hw_conversion(conversion, fp8_format(first.scalar_type()),
+                                             cuda::make_uniform_params(low, high)),
+                           overflow_name(conversion.mode), contiguous_temp);
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(first.device().index());
   const auto sizes =
       cuda_proof::many_probe_numels(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);

@@ -116,21 +116,14 @@ void run_with_fault(const at::Tensor& self, double low, double high, int64_t see
 // promise: the same bytes), compared byte for byte. Inside graph capture no probe can run.
 bool stateless_proven(const at::Tensor& self, double low, double high, int64_t seed,
                       int64_t key_offset, bool linear) {
-  auto key = [&] {
-    return cuda_proof::stateless_key(device_description(self.device()), self.scalar_type(), linear);
-  };
-  // The key's parts as a code for the memo (devices 0-15; others look the text up).
-  static proof::Memo<16 * 64 * 2> memo;
-  const int64_t device = self.device().index();
-  const auto dtype = static_cast<size_t>(self.scalar_type());
-  const size_t code = (static_cast<size_t>(device) * 64 + dtype) * 2 + linear;
-  const bool memo_ok = device < 16 && dtype < 64;
+  const std::string key =
+      cuda_proof::stateless_key(device_description(self.device()), self.scalar_type(), linear);
   if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-    return memo_ok ? memo.known_proven(code, key) : proof::lookup(key()) == 1;
+    return proof::lookup(key) == proof::State::kProven;
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
   const int64_t n =
-      cuda_proof::probe_numel(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
+      cuda_proof::probe_piece(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
   const std::function<proof::Verdict()> probe = [&] {
     return cuda_proof::stateless_probe(
         self.options(), n, linear,
@@ -142,7 +135,7 @@ bool stateless_proven(const at::Tensor& self, double low, double high, int64_t s
           stateless_on_cpu(t, low, high, seed, key_offset, offset, std::nullopt);
         });
   };
-  return memo_ok ? memo.proven(code, key, probe) : proof::proven(key(), probe);
+  return proof::proven(key, probe);
 }
 
 void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed,

@@ -140,16 +140,12 @@ void check_table(const at::Tensor& table) {
 std::vector<int64_t> pick_fp8_mode_op(const at::Tensor& table, c10::ScalarType dtype,
                                       const std::optional<at::Tensor>& hw_table) {
   check_table(table);
-  const auto torch_table = table.contiguous();
-  const auto mode = pick_fp8_mode(dtype, torch_table.const_data_ptr<uint8_t>());
-  if (!mode) return {-1, 0};
-  bool hw = false;
-  if (hw_table.has_value()) {
-    check_table(*hw_table);
-    hw = hw_table_agrees(dtype, *mode, hw_table->contiguous().const_data_ptr<uint8_t>(),
-                         torch_table.const_data_ptr<uint8_t>());
-  }
-  return {static_cast<int64_t>(*mode), hw ? 1 : 0};
+  if (hw_table.has_value()) check_table(*hw_table);
+  const auto hw = hw_table.has_value() ? hw_table->contiguous() : at::Tensor();
+  const auto found = match_conversion(dtype, table.contiguous().const_data_ptr<uint8_t>(),
+                                      hw.defined() ? hw.const_data_ptr<uint8_t>() : nullptr);
+  if (!found) return {-1, 0};
+  return {static_cast<int64_t>(found->mode), found->hw ? 1 : 0};
 }
 
 std::vector<int64_t> philox_op(at::IntArrayRef counter, at::IntArrayRef key) {
