@@ -44,8 +44,7 @@ inline uint32_t half_order(uint16_t h) {
   return (h & 0x8000) ? 0x7FFFu - (h & 0x7FFF) : 0x8000u + h;
 }
 
-// The last x in [lo, hi] with pred(x) true, given pred(lo) true and pred monotone (true
-// then false).
+// The last x in [lo, hi] with pred(x), pred(lo) true and pred monotone (true, then false).
 template <class Pred>
 uint32_t last_true(uint32_t lo, uint32_t hi, const Pred& pred) {
   while (lo < hi) {
@@ -61,8 +60,8 @@ uint32_t last_true(uint32_t lo, uint32_t hi, const Pred& pred) {
 
 }  // namespace detail
 
-// The runs of x -> table[transform(x)] for `p`, or false if there are more than kMaxBreaks
-// or a check fails. The caller makes sure the bounds are within the format's finite range.
+// The runs of x -> table[transform(x)], or false if more than kMaxBreaks or a check fails
+// (bounds within the format's finite range: the caller's part).
 inline bool make_fp8_runs(const UniformParams& p, const uint8_t* table, Fp8Runs* out) {
   const uint32_t top = p.mask;  // x in [0, top]
   auto raw = [&](uint32_t x) {  // half(v) before the clamp
@@ -114,7 +113,7 @@ inline bool make_fp8_runs(const UniformParams& p, const uint8_t* table, Fp8Runs*
       a = e + 1;
     }
   }
-  // The checks: both sides of every breakpoint, the ends, and 4096 spread points.
+  // Both sides of every breakpoint, the ends, and 4096 spread points.
   for (int i = 0; i < r.breaks; ++i) {
     if (run_byte(r.start[i], r) != byte(r.start[i]) ||
         run_byte(r.start[i] - 1, r) != byte(r.start[i] - 1)) {
@@ -136,7 +135,6 @@ inline void runs_block_scalar(const uint32_t* words, int64_t n, uint32_t mask, c
 
 #ifdef FP8_DUMMY_X86
 
-// The bytes of 8 elements, each in its own dword.
 template <int K>
 __attribute__((target("avx2"))) inline __m256i runs8_avx2(__m256i x, const __m256i* start,
                                                           const __m256i* delta, __m256i first) {
@@ -147,11 +145,9 @@ __attribute__((target("avx2"))) inline __m256i runs8_avx2(__m256i x, const __m25
   return a;
 }
 
-// 32 elements per turn: 4 vectors of bytes-in-dwords, packed (the sums are the bytes
-// themselves, so unsigned saturation never bites) and put back in order; then 8 at a time,
-// the last few through a padded vector (a block of 624 has 16 left after the 32s). K, the
-// number of breakpoints, is a template argument so the loops unroll and the sums stay in
-// registers (with a run-time count they were spilled to the stack).
+// 32 elements per turn (4 vectors of bytes in dwords, packed and put back in order), then 8
+// at a time through a padded vector. K (the breakpoints) a template argument: the loops
+// unroll and the sums stay in registers (a run-time count spilled them to the stack).
 template <int K>
 __attribute__((target("avx2"))) inline void runs_block_avx2_k(const uint32_t* words, int64_t n,
                                                               uint32_t mask, const Fp8Runs& r,
@@ -190,7 +186,6 @@ __attribute__((target("avx2"))) inline void runs_block_avx2_k(const uint32_t* wo
         runs8_avx2<K>(_mm256_and_si256(mt_temper8_avx2(load8(w)), m), start, delta, first);
     const __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(a, a), _mm256_setzero_si256());
     alignas(16) uint8_t bytes[16];
-    // Lane 0 holds bytes 0-3 in its first dword, lane 1 bytes 4-7 in its first (dword 4).
     _mm_store_si128(reinterpret_cast<__m128i*>(bytes),
                     _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(p, order)));
     for (int64_t j = 0; j < len; ++j) out[i + j] = bytes[j];
@@ -215,45 +210,36 @@ inline void runs_block_avx2(const uint32_t* words, int64_t n, uint32_t mask, con
 
 // ---- direct: float16 -> FP8 in registers.
 
+// The four sign/exponent/mantissa FP8 formats (slot: e4m3fn, e5m2, e4m3fnuz, e5m2fnuz);
+// others (e8m0, int8, uint8) go through the table.
 struct Fp8Bits {
-  bool supported = false;  // false: e8m0 (or not FP8): table only
-  int man_bits = 0;
+  bool supported = false;
   int bias = 0;
-  bool fnuz = false;        // no negative zero: a zero result drops the sign
-  double max_finite = 0.0;  // largest finite magnitude
+  double max_finite = 0.0;
   int slot = 0;
   double min_normal() const { return std::ldexp(1.0, 1 - bias); }
 };
 
 inline Fp8Bits fp8_bits(c10::ScalarType dtype) {
-  Fp8Bits f;
-  f.supported = true;
   switch (dtype) {
     case c10::ScalarType::Float8_e4m3fn:
-      f.man_bits = 3, f.bias = 7, f.max_finite = 448.0, f.slot = 0;
-      break;
+      return {true, 7, 448.0, 0};
     case c10::ScalarType::Float8_e5m2:
-      f.man_bits = 2, f.bias = 15, f.max_finite = 57344.0, f.slot = 1;
-      break;
+      return {true, 15, 57344.0, 1};
     case c10::ScalarType::Float8_e4m3fnuz:
-      f.man_bits = 3, f.bias = 8, f.fnuz = true, f.max_finite = 240.0, f.slot = 2;
-      break;
+      return {true, 8, 240.0, 2};
     case c10::ScalarType::Float8_e5m2fnuz:
-      f.man_bits = 2, f.bias = 16, f.fnuz = true, f.max_finite = 57344.0, f.slot = 3;
-      break;
+      return {true, 16, 57344.0, 3};
     default:
-      f.supported = false;
-      break;
+      return {};
   }
-  return f;
 }
 
 #ifdef FP8_DUMMY_X86
 
-// 8 halves -> 8 FP8 bytes at dst, for a format with M mantissa bits and exponent bias B.
-// Only for halves with |h| <= the format's largest finite value; with kTiny, only for
-// |h| <= its smallest normal value 2^(1-B) (the default bounds +-1e-3 in e4m3fn, say),
-// where the subnormal rule alone gives every result.
+// 8 halves -> 8 FP8 bytes (M mantissa bits, exponent bias B; fnuz: no negative zero), for
+// |h| <= the largest finite value; kTiny: for |h| <= the smallest normal 2^(1-B) (+-1e-3 in
+// e4m3fn), where the subnormal rule alone gives every result.
 template <int M, int B, bool kFnuz, bool kTiny>
 __attribute__((target("avx2,f16c"))) inline void fp8_from_half8_avx2(__m128i h, uint8_t* dst) {
   constexpr int kShift = 23 - M;
@@ -261,16 +247,15 @@ __attribute__((target("avx2,f16c"))) inline void fp8_from_half8_avx2(__m128i h, 
   const __m256i sign = _mm256_srli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(INT32_MIN)), 24);
   const __m256i mag = _mm256_and_si256(bits, _mm256_set1_epi32(INT32_MAX));
   const __m256 a = _mm256_castsi256_ps(mag);
-  // Subnormal results (below the smallest normal, 2^(1-B)): the count of smallest
-  // subnormals (2^(1-B-M)), rounded to nearest even; a count of 2^M is the code of the
-  // smallest normal, as it should be.
+  // Subnormal results: the count of smallest subnormals (2^(1-B-M)), rounded to nearest
+  // even (a count of 2^M is the smallest normal's code, as it should be).
   const __m256 inv_unit = _mm256_castsi256_ps(_mm256_set1_epi32((127 + B + M - 1) << 23));
   const __m256 count = _mm256_round_ps(_mm256_mul_ps(a, inv_unit),  // power of two: exact
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256i code = _mm256_cvttps_epi32(count);
   if (!kTiny) {
-    // Normal results: round the float's bits to M mantissa bits, nearest even (a carry into
-    // the exponent gives the right result), then rebias the exponent.
+    // Normal results: the float's bits rounded to M mantissa bits, nearest even (a carry
+    // into the exponent is right), the exponent rebiased.
     __m256i r = _mm256_add_epi32(mag, _mm256_set1_epi32((1 << (kShift - 1)) - 1));
     r = _mm256_add_epi32(r, _mm256_and_si256(_mm256_srli_epi32(mag, kShift), _mm256_set1_epi32(1)));
     const __m256i normal =
@@ -327,8 +312,8 @@ inline void fp8_from_halves_avx2(const uint16_t* h, int64_t n, const Fp8Bits& f,
        : fp8_from_halves_avx2_tmpl<false>(h, n, f, dst);
 }
 
-// Whether both forms above equal `table` (torch's copy_) on every half in their ranges.
-// Checked once per dtype and process.
+// Whether both forms equal `table` (torch's copy_) on every half in their ranges; once per
+// dtype and process.
 inline bool fp8_direct_ok(const Fp8Bits& f, const uint8_t* table) {
   static bool ok[4];
   static std::once_flag once[4];

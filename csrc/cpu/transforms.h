@@ -47,30 +47,21 @@ struct UniformParams {
 inline UniformParams make_uniform_params(double low, double high, const Transform& t) {
   UniformParams p{};
   p.fma = t.fma;
-  if (t.formula == Formula::kBits24) {
+  p.clamp = t.clamp;
+  // static_cast<c10::Half>(double) goes through float, as in torch's kernels.
+  const c10::Half from_h(static_cast<float>(low)), to_h(static_cast<float>(high));
+  p.to_bits = to_h.x;
+  p.from_bits = from_h.x;
+  if (t.formula == Formula::kBits24) {  // float bounds, their difference rounded to float
     p.mask = 0xFFFFFFu;
     p.scale = 1.0f / 16777216.0f;
-    // As uniform_kernel: opmath (float) bounds, their difference rounded to float.
-    const float from = static_cast<float>(low);
-    const float to = static_cast<float>(high);
-    p.range = to - from;
-    p.low = from;
-    p.clamp = t.clamp;
-    // static_cast<c10::Half>(double) goes through float, as in the kernel.
-    p.to_bits = c10::Half(static_cast<float>(high)).x;
-    p.from_bits = c10::Half(static_cast<float>(low)).x;
-  } else {
+    p.low = static_cast<float>(low);
+    p.range = static_cast<float>(high) - p.low;
+  } else {  // half bounds, their difference in c10's half arithmetic
     p.mask = 0x7FFu;
     p.scale = 1.0f / 2048.0f;
-    const c10::Half from_h(static_cast<float>(low));
-    const c10::Half to_h(static_cast<float>(high));
-    const c10::Half range_h = to_h - from_h;  // c10's half arithmetic: float op, then round
-    p.range = static_cast<float>(range_h);
     p.low = static_cast<float>(from_h);
-    p.clamp = t.clamp;
-    // The clamp compares with half(high) and replaces by half(low), as in kBits24.
-    p.to_bits = to_h.x;
-    p.from_bits = from_h.x;
+    p.range = static_cast<float>(c10::Half(to_h - from_h));
   }
   return p;
 }
@@ -185,17 +176,10 @@ __attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
     const uint32_t* words, int64_t n, bool temper, const UniformParams& params, uint16_t* out) {
   const UniformVectors p = make_uniform_vectors(params);
   int64_t i = 0;
-  if (temper) {
-    for (; i + 8 <= n; i += 8) {
-      const __m256i r =
-          mt_temper8_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
-    }
-  } else {
-    for (; i + 8 <= n; i += 8) {
-      const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
-    }
+  for (; i + 8 <= n; i += 8) {
+    __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i));
+    if (temper) r = mt_temper8_avx2(r);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
   }
   if (i < n) {  // the tail through the same vector code, so it cannot differ
     alignas(32) uint32_t tail[8] = {};

@@ -1,10 +1,8 @@
-// CUDA kernels of fp8_dummy.init_ (both overloads), behind their proof (launch/cuda_proof.h).
-// 1-byte tensors (FP8, int8, uint8): the fused kernel of init_kernel.cuh, launched exactly as
-// torch launches uniform_ on the float16 temp (grid from the device's properties, the
-// generator's Philox state taken under its lock, the split of more than 2^30 elements), so
-// the bytes and the generator's state afterwards are the reference's; the temp's element
-// order is empty_like's, or with contiguous_temp torch.empty(shape)'s (row-major).
-// float16 and wider: the reference itself, self.uniform_.
+// init_ on CUDA. 1-byte tensors: the fused kernel (init_kernel.cuh) launched as torch
+// launches uniform_ on the float16 temp (the device's grid, the generator's Philox state
+// taken under its lock, the split over 2^30 elements), so the bytes and the generator's
+// state afterwards are the reference's, behind its proof (launch/cuda_proof.h). float16 and
+// wider: the reference itself.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/empty.h>
@@ -38,15 +36,6 @@ void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(std::min(wanted, resident_blocks<kKernel>(sm_count)));
   kKernel<<<blocks, cuda_kernels::kBlock, 0, stream>>>(args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-template <cuda::Fp8Format F>
-void launch_format(const PieceArgs& args, bool linear, int64_t sm_count, cudaStream_t stream) {
-  if (linear) {
-    launch<cuda_kernels::init_fp8_kernel<F, true>>(args, sm_count, stream);
-  } else {
-    launch<cuda_kernels::init_fp8_kernel<F, false>>(args, sm_count, stream);
-  }
 }
 
 // Where the Philox state of each reference launch comes from: the caller's generator
@@ -108,8 +97,14 @@ void launch_piece(const at::Tensor& self, PieceArgs args, int64_t start, int64_t
   args.item.aligned = linear && reinterpret_cast<uintptr_t>(args.item.data + start) % 4 == 0;
   args.steps = grid.steps;
   args.philox = philox;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
-    launch_format<decltype(f)::value>(args, linear, sm_count, at::cuda::getCurrentCUDAStream());
+    constexpr auto F = decltype(f)::value;
+    if (linear) {
+      launch<cuda_kernels::init_fp8_kernel<F, true>>(args, sm_count, stream);
+    } else {
+      launch<cuda_kernels::init_fp8_kernel<F, false>>(args, sm_count, stream);
+    }
   });
 }
 
@@ -196,30 +191,23 @@ bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool g
 
 namespace {
 
-void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source,
-              bool contiguous_temp) {
+void fill(const at::Tensor& self, double low, double high, PhiloxSource source,
+          bool contiguous_temp) {
+  if (!uses_half_temp(self.scalar_type())) {  // float16 and wider: the reference itself
+    at::Tensor(self).uniform_(low, high, reference_generator(self, source));
+    return;
+  }
   const auto conversion = fp8_conversion(self);
   const MemoryOrder order = memory_order(self, contiguous_temp);
   const auto layout = to_layout(order);
-  if (!conversion || !layout ||
-      !fused_proven(self, low, high, *conversion, source.generator.has_value(), contiguous_temp,
-                    order.linear())) {
-    // What the fused kernel does not cover (more than kMaxLayoutDims coalesced dimensions,
-    // a conversion we cannot match, a key refused or not provable inside graph capture).
-    reference_path(self, low, high, reference_generator(self, source), contiguous_temp);
-    return;
+  if (conversion && layout &&
+      fused_proven(self, low, high, *conversion, source.generator.has_value(), contiguous_temp,
+                   order.linear())) {
+    return run_fused(self, low, high, source, *conversion, *layout);
   }
-  run_fused(self, low, high, source, *conversion, *layout);
-}
-
-void fill(const at::Tensor& self, double low, double high, PhiloxSource source,
-          bool contiguous_temp) {
-  if (uses_half_temp(self.scalar_type())) {
-    fill_fp8(self, low, high, std::move(source), contiguous_temp);
-  } else {
-    // float16 and wider: the reference itself.
-    at::Tensor(self).uniform_(low, high, reference_generator(self, source));
-  }
+  // Not ours to cover: more than kMaxLayoutDims coalesced dimensions, a conversion we cannot
+  // match, a key not proven (or not provable inside graph capture).
+  reference_path(self, low, high, reference_generator(self, source), contiguous_temp);
 }
 
 void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed, bool contiguous_temp) {

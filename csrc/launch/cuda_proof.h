@@ -1,14 +1,10 @@
-// The proofs of the CUDA paths (common/proof.h is the mechanism): what their probes are made
-// of, their sizes and how a probe's output is judged, shared by the launchers (cuda/) and
-// the emulator, so CPU tests run the same planning and verdicts with emulated kernels.
-//
-// A probe exercises what a real call exercises: more than two full grid steps of the
-// reference (4T elements each, T its thread count on the device) and a partial one, so the
-// kernel's work walk carries across steps, in the call's layout kind. A call over 2^30
-// elements, which the reference splits into launches of their own, is proven on two such
-// pieces at non-zero Philox offsets, the second at an odd element: the pieces' arithmetic
-// (cuda::reference_launches) is the same host code on both sides, tested against a model
-// of torch's split on the CPU. No probe allocates more than kMaxProbeBytes on the device.
+// The CUDA paths' proofs (common/proof.h is the mechanism): their probes, sizes, verdicts
+// and keys, shared by the launchers (cuda/) and the emulator, so that CPU tests run the same
+// planning with emulated kernels. A probe runs what a real call runs: more than two full
+// grid steps of the reference (4T elements each, T its threads on the device) and a partial
+// one, in the call's layout kind; a call over 2^30 elements, which the reference splits into
+// launches of their own, on two such pieces at non-zero Philox offsets (where it cuts is
+// host arithmetic, cuda::reference_launches, tested on the CPU). At most kMaxProbeBytes.
 #pragma once
 
 #include <ATen/core/Tensor.h>
