@@ -1,9 +1,7 @@
 // The one proof mechanism (docs/contract.md, "Proof before use"): a path that replaces a
-// reference without the user asking runs only where proven(key, probe) says so. The key
-// names everything that selects the path's code; its first call runs the probe (the path
-// and the reference on scratch tensors, every byte compared). The verdict is kept for the
-// process and reported; a refusal warns once. A probe that fails for lack of memory is no
-// verdict: that call takes the reference and a later one probes again.
+// reference runs only where proven(key, probe) says so; the key's first call runs the probe
+// (both on scratch tensors, every byte compared), the verdict is kept for the process and
+// reported, a refusal warns once. A probe out of memory is no verdict (probed again later).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -60,8 +58,7 @@ std::vector<Entry> report();  // in the order first needed
 int64_t forget(const std::string& prefix);
 
 // Where refusal warnings go instead of TORCH_WARN, which torch does not forward to Python
-// from torch.ops calls (ops.cpp installs Python's warnings). It may throw (a warnings filter
-// that makes them errors).
+// from torch.ops calls (ops.cpp installs Python's; it throws where a filter says "error").
 void set_warning_sink(void (*sink)(const std::string& message));
 
 // FP8_DUMMY_FAULT (docs/development.md, "Fault injection"): whether it names `path`, whose

@@ -1,11 +1,6 @@
-// See cpu/fast_path.h. The search for init_'s transform: by evidence rather than by a list
-// of versions, so that a torch release we have not seen keeps the fast path when its kernel
-// is one we know. The candidates are the uniform_ transforms torch has used (transforms.h),
-// the one the torch version and CPU capability suggest first; a candidate is taken when one
-// of our kernel sets gives torch's own uniform_ bytes and generator state on a scratch
-// generator (mid-block, bounds where FMA and clamping show, on 1, 2 and 3 threads so that the
-// split and the jumps take part). Each (candidate, level) is a silent key of the proof;
-// finding none is a refusal of the fast path itself, which warns.
+// See cpu/fast_path.h. The search for init_'s transform is by evidence, not a list of
+// versions: the candidates torch has used, the one its version suggests first, each level's
+// kernels against torch's own uniform_ (one silent proof key each; none found: a refusal).
 #include "cpu/fast_path.h"
 
 #include <ATen/Version.h>

@@ -1,13 +1,7 @@
-// 1-byte outputs of the fast path without the float16 -> byte table, where that is known to
-// give the table's bytes (the table is torch's own copy_, cpu_copy_fp8_table):
-//  - runs: for bounds where few FP8 values occur (vLLM's +-1e-3: 5 runs in e4m3fn) the byte
-//    is a step function of x = word & mask (every rounding of x -> half(v) -> FP8 is
-//    monotone within the finite range, the clamp replaces one interval): `first` plus the
-//    deltas of the breakpoints passed, found by binary search with the scalar transform and
-//    the table, then checked at both sides of every breakpoint and on spread samples;
-//  - direct: float16 -> FP8 in registers (AVX2) for values within the format's finite range,
-//    where every torch rounds to nearest even (docs/contract.md R5), compared with the table
-//    on every such half value before it is used.
+// 1-byte outputs without the float16 -> byte table where that gives the table's bytes (the
+// table is torch's own copy_): runs, the byte as a step function of the random bits where
+// few values occur (found by binary search, then checked), and direct, float16 -> FP8 in
+// registers within the finite range (checked on every half value first).
 #pragma once
 
 #include <c10/core/ScalarType.h>

@@ -1,14 +1,7 @@
-// init_ (and init_many_, a loop over it) on the CPU. 1-byte tensors take one of two paths
-// that give the reference's bytes, in either temp's order (common/reference.h):
-//  - exact: torch's own uniform_ on a 512 KiB float16 buffer (the CPU stream is one word per
-//    element in memory order, so filling in pieces is exact), then the float16 -> byte table
-//    made by torch's own copy_. Correct by construction, as slow as torch.
-//  - fast: the same stream continued by our SIMD kernels on torch's intra-op threads
-//    (cpu/fast_path.h), the transform the search found, the bytes through the table, in
-//    registers or from their runs (cpu/fp8_bytes.h); over 10x faster, about 10 KiB of scratch
-//    per thread. Each kind of call (its key: everything that selects its code) proves itself
-//    on a probe before it runs, else the exact path.
-// float16 and wider: the reference itself, uniform_ on the tensor.
+// init_ and init_many_ on the CPU (docs/contract.md). 1-byte tensors: the exact path (torch's
+// uniform_ on a 512 KiB float16 buffer, then copy_'s table) or the fast path (our SIMD
+// stream on several threads, cpu/fast_path.h) where the call's key is proven, each in either
+// temp's order; float16 and wider: uniform_ itself.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

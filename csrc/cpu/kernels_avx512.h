@@ -1,7 +1,5 @@
-// The AVX-512 level of the CPU kernels (16 lanes): twist, tempering, torch's float16 and
-// byte transforms, FP8 runs, mirroring the portable and AVX2 forms (mt19937.h, transforms.h,
-// fp8_bytes.h) line for line. Run only where cpu_has_level(kAvx512) (simd.h); also compiled
-// over SIMDe on CPUs without AVX-512 (tests/consumers/avx512_on_simde.cpp).
+// The AVX-512 level of the CPU kernels (16 lanes), mirroring the AVX2 forms line for line
+// (mt19937.h, transforms.h, fp8_bytes.h); also run over SIMDe (tests/consumers/).
 #pragma once
 
 #include <cstdint>
@@ -41,9 +39,7 @@ FP8_DUMMY_TARGET_AVX512 inline __m512i mt_twist16_avx512(__m512i far, __m512i u,
   return _mm512_ternarylogic_epi32(far, _mm512_srli_epi32(y, 1), mag, 0x96);  // a ^ b ^ c
 }
 
-// As mt_twist_avx2 with 16 lanes: vectors never need a word made in their own vector
-// (dependencies reach 227 and 397 words); the words around the two wraps (the far word
-// switching from old to new at 227; the last word reading new word 0) go word by word.
+// As mt_twist_avx2 with 16 lanes.
 FP8_DUMMY_TARGET_AVX512 inline void mt_twist_avx512(const uint32_t* old, uint32_t* out) {
   int i = 0;
   for (; i + 16 <= kMtN - kMtM; i += 16) {  // 0 .. 223: far words old
@@ -130,8 +126,7 @@ inline void transform_block_avx512(const uint32_t* words, int64_t n, bool temper
         : transform_block_avx512_fma<false>(words, n, temper, p, out);
 }
 
-// random_'s bytes for a power-of-two range: base + (tempered word & mask), kept to the low
-// byte by vpmovdb's truncation (the sum wraps mod 256 as the int64 -> int8/uint8 cast does).
+// A power-of-two range: base + (word & mask), vpmovdb keeping the low byte (mod 256).
 FP8_DUMMY_TARGET_AVX512 inline void bytes_pow2_avx512(const uint32_t* words, int64_t n,
                                                       const ByteParams& p, uint8_t* out) {
   const __m512i mask = _mm512_set1_epi32(static_cast<int>(p.range - 1));
@@ -151,7 +146,7 @@ inline void bytes_block_avx512(const uint32_t* words, int64_t n, const ByteParam
   bytes_block_scalar(words, n, p, out);  // a division per element: no SIMD form
 }
 
-// FP8 bytes from the runs (fp8_runs.h): a masked add per breakpoint, vpmovdb to bytes.
+// FP8 bytes from the runs (fp8_bytes.h): a masked add per breakpoint, vpmovdb to bytes.
 FP8_DUMMY_TARGET_AVX512 inline void runs_block_avx512(const uint32_t* words, int64_t n,
                                                       uint32_t mask, const Fp8Runs& r,
                                                       uint8_t* out) {

@@ -1,9 +1,6 @@
-// torch's CPU generator stream (at::mt19937) continued in bulk: the block step ("twist") and
-// tempering (portable and AVX2; AVX-512 in kernels_avx512.h), written from the algorithm's
-// definition (Matsumoto & Nishimura 1998), and the draw of n words on several threads, each
-// jumping to its own range of the stream (mt19937_jump.h). The engine's bookkeeping is
-// at::mt19937's: `left_ - 1` words of the block remain from `next_` on (a freshly seeded
-// engine has left_ == 1), so the state written back is where torch's own kernel leaves it.
+// torch's CPU generator stream (at::mt19937) continued in bulk: the block step and tempering
+// (portable, AVX2; AVX-512: kernels_avx512.h), and n words drawn on several threads, each
+// jumping to its range; the state written back is where torch's own kernel leaves it.
 #pragma once
 
 #include <ATen/Parallel.h>

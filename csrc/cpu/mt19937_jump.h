@@ -1,13 +1,7 @@
-// Jump-ahead for at::mt19937: the state k words on (any k < 2^64) in well under a
-// millisecond, with the fields (state_, left_, next_) k calls would leave; each thread of
-// draw_words (mt19937.h) starts its own range of the stream with it.
-//
-// The maths (Haramoto, Matsumoto, Nishimura, Panneton, L'Ecuyer 2008): the window of 624
-// words W steps linearly, W' = A W. Once twisted, W lies where phi(A) = 0 (phi:
-// mt19937_phi.h), so A^d W = g(A) W with g = x^d mod phi, computed below over GF(2). A block
-// fresh from seeding or set_state need not lie there (A's minimal polynomial is x * phi),
-// hence one ordinary twist first. g(A) W by Horner's rule with the generator's own word step
-// as "multiply by A" and q-bit windows (T[u] = u(A) W for all u < 2^q, q = 6: 156 KB).
+// Jump-ahead for at::mt19937: the state k words on (any k < 2^64), fields and all, in under
+// a millisecond (Haramoto et al. 2008): once twisted, a block lies where phi(A) = 0 (phi:
+// mt19937_phi.h), so A^d W = g(A) W with g = x^d mod phi over GF(2), applied by Horner's rule
+// with the word step as "multiply by A" and 6-bit windows (T[u] = u(A) W: 156 KB).
 #pragma once
 
 #include <ATen/core/MT19937RNGEngine.h>

@@ -1,10 +1,6 @@
-// random_ on the CPU for int8/uint8 tensors: the bytes of self.random_(from, to, generator=g)
-// and g's state afterwards, from the same parallel stream as init_'s fast path
-// (cpu/fast_path.h) with random_'s byte transform, instead of torch's serial loop. Torch
-// draws one 32-bit word per element (to - from < 2^28) in TensorIterator's order
-// (common/random_bytes.h); where that order is not shown, or the state is one torch's engine
-// would misread, torch's own random_ runs. Which of our kernel sets give torch's bytes is
-// searched once per process (random_config()); each kind of call is then proven on a probe.
+// random_ on the CPU for int8/uint8 (docs/contract.md): our parallel stream with random_'s
+// byte transform where TensorIterator's order is shown (common/random_bytes.h) and the
+// call's key is proven; torch's own random_ otherwise.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

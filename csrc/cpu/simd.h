@@ -1,6 +1,5 @@
-// The CPU kernels' SIMD levels: portable everywhere, AVX2 (with FMA and F16C) and AVX-512F
-// on x86-64, picked at run time. The SIMD forms carry target attributes, so the library is
-// built for the baseline and runs anywhere. -DFP8_DUMMY_NO_SIMD builds the portable forms
+// The CPU kernels' SIMD levels, picked at run time: portable, AVX2 (with FMA, F16C) and
+// AVX-512F on x86-64, as target attributes on a baseline build. -DFP8_DUMMY_NO_SIMD: portable
 // only (what other architectures run).
 #pragma once
 

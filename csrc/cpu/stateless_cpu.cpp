@@ -1,12 +1,6 @@
-// CPU kernel of init_stateless_. Every element's value depends only on its global
-// index (include/fp8_dummy/cuda/stateless.h), so the logical element range is split
-// over torch's intra-op thread count (parallel_range): no serial stream, the same bytes
-// for any thread count. Runs that are consecutive in the global index take 16 or more
-// Philox calls at a time (stateless_philox_simd.h: AVX-512, AVX2 or portable, picked at run
-// time). The output is a table lookup on a word's random bits for FP8, float16 and
-// bfloat16 (2048 / 256 entries, made per call), the formula itself for float32, float64
-// and the integer bytes (int8, uint8). Contiguous FP8 runs take a fast path straight to memory
-// (gathers from the table, or run counting when it has few runs). No scratch.
+// init_stateless_ on the CPU: a value depends only on its global index, so the elements are
+// split over torch's intra-op threads (the same bytes for any count); runs of consecutive
+// indices take 16 Philox calls at a time (stateless_philox_simd.h). No scratch.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>

@@ -1,15 +1,6 @@
-// torch's per-element CPU transforms of one 32-bit mt19937 word (docs/contract.md R4, R6),
-// portable and AVX2 (AVX-512: kernels_avx512.h):
-//  - uniform_ on float16, the two formulas torch has used:
-//    kBits24 (torch >= 2.12): x = (r & 0xFFFFFF) * 2^-24; v = x * range + low in float
-//      (range = float(high) - float(low)), one FMA in torch's AVX2/AVX512 kernels, a rounded
-//      multiply then add in its DEFAULT one; h = half(v); h == half(high) (as floats) -> half(low).
-//    kBits11 (torch <= 2.11): x = (r & 0x7FF) * 2^-11 on half bounds, range = half(to - from);
-//      the product is exact, so FMA or not gives the same bytes; no clamp.
-//    float -> half rounds to nearest even (c10::Half, F16C's vcvtps2ph with imm 0, which
-//    keeps subnormals whatever MXCSR.FTZ says).
-//  - random_(from, to) on int8/uint8: (from + word % (to - from)) mod 256 (ATen's
-//    uniform_int_from_to; the cast to 8 bits keeps the low byte).
+// torch's per-element CPU transforms of one mt19937 word (docs/contract.md R4): uniform_'s
+// float16 in the two formulas torch has used (kBits24: torch >= 2.12, FMA in its AVX2/AVX512
+// kernels, not in DEFAULT; kBits11: torch <= 2.11), and random_'s byte, portable and AVX2.
 #pragma once
 
 #include <c10/util/Half.h>

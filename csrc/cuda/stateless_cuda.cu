@@ -1,7 +1,5 @@
-// CUDA launcher of init_stateless_ (kernels in stateless_kernel.cuh). The same per-element
-// rule as the CPU kernel (fp8_dummy/cuda/stateless.h) and, for FP8, the same host-made
-// table built from torch's CPU copy_, so CUDA and CPU write the same bytes. No
-// allocation, no synchronization, the current stream: safe inside CUDA graph capture.
+// init_stateless_ on CUDA: the CPU kernel's per-element rule and (FP8) its table from torch's
+// CPU copy_, so both write the same bytes; nothing allocated or synchronized (capture-safe).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -111,9 +109,8 @@ void run_with_fault(const at::Tensor& self, double low, double high, int64_t see
   if (proof::fault("cuda.init_stateless_")) proof::corrupt(self);
 }
 
-// Whether the kernel for self's key (device, dtype, linear or general kernel) is proven: the
-// first time, a probe of that kind filled by the kernel and by the CPU kernel (the mode's
-// promise: the same bytes), compared byte for byte. Inside graph capture no probe can run.
+// Whether the kernel is proven for self's key, against the CPU kernel (the mode's promise);
+// inside graph capture no probe can run.
 bool stateless_proven(const at::Tensor& self, double low, double high, int64_t seed,
                       int64_t key_offset, bool linear) {
   const std::string key =

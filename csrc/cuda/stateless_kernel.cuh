@@ -1,14 +1,6 @@
-// CUDA kernels of init_stateless_: Philox, the per-dtype value and the store fused,
-// each output byte written once, no scratch. The value of an element depends only on
-// its global index (fp8_dummy/cuda/stateless.h), so the grid is free: sized for
-// occupancy, grid-stride, 64-bit indices.
-//
-// Linear kernel (self contiguous, consecutive global indices): a thread takes units of
-// 4 Philox calls (16 elements; 8 for float64) aligned in the global index and writes
-// them with 16-byte stores when the unit is whole and aligned.
-// General kernel (any layout, any shard): rows of the innermost dimension; a thread
-// takes one Philox call's slot of a row and writes the row's elements that call covers
-// (one call per element when the shard's inner dimension is not consecutive globally).
+// The stateless kernels (an element's value depends only on its global index, so the grid
+// is free): linear (self dense, indices consecutive: units of 4 Philox calls, 16-byte stores)
+// and general (rows of the innermost dimension, one call's slot of a row per thread).
 #pragma once
 
 #include <cstdint>

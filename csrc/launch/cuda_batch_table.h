@@ -1,10 +1,6 @@
-// The batched CUDA kernel's work table (torch-free; host + device lookups), shared by the
-// kernel (cuda/init_many_cuda.cu) and its CPU emulator. Many dense 1-byte tensors of one
-// dtype, each as its own init_(t, low, high, seed): a fresh generator, its own grid and
-// 32-bit pieces with their own offsets. Every piece of every tensor is an entry; its work
-// items (numbered as the per-tensor kernel's) are cut into tiles of kTile items, numbered
-// across pieces (tile_begin: a prefix sum). One launch walks the tiles grid-stride; a block
-// finds a tile's piece by search over tile_begin.
+// The batched kernel's work table (torch-free, host + device): each tensor's reference
+// launches as init_ would make them (fresh generators), their work items cut into tiles of
+// kTile items numbered across pieces; a block finds a tile's piece by search.
 #pragma once
 
 #include <cstdint>

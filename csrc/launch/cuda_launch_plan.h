@@ -16,8 +16,7 @@ namespace fp8_dummy {
 
 using cuda::FreshOffsets;  // (fp8_dummy/cuda/uniform.h)
 
-// fn(std::integral_constant<cuda::Fp8Format, F>{}) for the format F of `format`: a
-// kernel template instantiated for each format, picked at run time.
+// fn(std::integral_constant<cuda::Fp8Format, F>{}): a kernel template per format.
 template <typename Fn>
 void with_fp8_format(cuda::Fp8Format format, Fn&& fn) {
   using F = cuda::Fp8Format;
@@ -39,8 +38,7 @@ void with_fp8_format(cuda::Fp8Format format, Fn&& fn) {
   }
 }
 
-// The kernel's view of a MemoryOrder; nullopt when it has too many dimensions (the
-// caller then takes the exact reference path).
+// The kernel's view of a MemoryOrder; nullopt past kMaxLayoutDims (the reference then).
 inline std::optional<cuda::StridedLayout> to_layout(const MemoryOrder& order) {
   cuda::StridedLayout layout{};
   if (order.sizes.empty()) {  // one element

@@ -1,8 +1,6 @@
-// The CUDA path's float16 -> 1-byte conversion search, host side (its device side, which
-// makes the tables, is cuda/fp8_conversion.cu; the conversions themselves are
-// include/fp8_dummy/cuda/fp8_convert.h): which of our conversions gives the bytes of torch's
-// own CUDA copy_ of all 65536 float16 values on a device, and whether our packed hardware
-// conversion may stand in for it. Shared with the emulator, so CPU tests run the matching.
+// The CUDA conversion search, host side (device side: cuda/fp8_conversion.cu): which of our
+// conversions (include/fp8_dummy/cuda/fp8_convert.h) gives torch's CUDA copy_ bytes of all
+// float16 values on a device, and whether the hardware one may stand in; also the emulator's.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,10 +40,8 @@ inline const char* overflow_name(cuda::E4m3fnOverflow mode) {  // as the proof k
                                                  : "wrap";
 }
 
-// The conversion whose bytes are `torch_table`'s (copy_ of every float16 bit pattern) on
-// every finite input, the only inputs uniform_ makes; nullopt when none is (the reference
-// path then). `hw_table`: our hardware conversion's bytes (null where there is none), checked
-// on every finite input within hw_limit, so that a hardware detail can only cost speed.
+// The conversion giving `torch_table`'s bytes on every finite input (all uniform_ makes), or
+// nullopt; hw_table (null: none) is checked within hw_limit, so hardware can cost only speed.
 inline std::optional<Fp8Conversion> match_conversion(c10::ScalarType dtype,
                                                      const uint8_t* torch_table,
                                                      const uint8_t* hw_table) {
@@ -70,9 +66,8 @@ inline std::optional<Fp8Conversion> match_conversion(c10::ScalarType dtype,
   return std::nullopt;
 }
 
-// Whether a launch with these bounds may use the hardware conversion: every value is a half
-// rounded from [from, from + range] (then perhaps replaced by from), one float16 step of
-// margin for the roundings.
+// Whether these bounds may use the hardware conversion: values are halves rounded from
+// [from, from + range], with a float16 step of margin.
 inline bool use_hw_conversion(const Fp8Conversion& c, cuda::Fp8Format format,
                               const cuda::UniformParams& p) {
   const float most =

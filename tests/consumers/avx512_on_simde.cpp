@@ -97,7 +97,7 @@ int main() {
       check(std::memcmp(b1.data(), b2.data(), n) == 0, "bytes", static_cast<int>(r.range));
     }
   }
-  // FP8 bytes from runs (fp8_runs.h): a made-up table monotone in the half's value (as
+  // FP8 bytes from runs (fp8_bytes.h): a made-up table monotone in the half's value (as
   // float16 -> FP8 is), runs from a narrow and a wider range.
   static uint8_t table[65536];
   for (int h = 0; h < 65536; ++h) {
