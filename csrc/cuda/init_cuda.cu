@@ -1,8 +1,6 @@
-// init_ on CUDA. 1-byte tensors: the fused kernel (init_kernel.cuh) launched as torch
-// launches uniform_ on the float16 temp (the device's grid, the generator's Philox state
-// taken under its lock, the split over 2^30 elements), so the bytes and the generator's
-// state afterwards are the reference's, behind its proof (launch/cuda_proof.h). float16 and
-// wider: the reference itself.
+// init_ on CUDA: for 1-byte tensors the fused kernel launched as torch launches uniform_ on
+// the float16 temp (the device's grid, the generator's Philox state, the split over 2^30
+// elements), behind its proof (launch/cuda_proof.h); wider dtypes: the reference itself.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/empty.h>
@@ -38,9 +36,8 @@ void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Where the Philox state of each reference launch comes from: the caller's generator
-// (reserved under its lock, capture-aware), or, for the seed form, the offsets a fresh
-// generator seeded with `seed` would hand out (no generator object is made).
+// Each launch's Philox state: the caller's generator (under its lock, capture-aware), or the
+// offsets a fresh generator seeded with `seed` would hand out (none is made).
 struct PhiloxSource {
   std::optional<at::Generator> generator;  // the caller's; none for the seed form
   uint64_t seed = 0;
@@ -55,8 +52,7 @@ struct PhiloxSource {
   }
 };
 
-// The generator the reference path itself needs (float16 and wider, and the FP8 cases the
-// kernel does not cover): the caller's, or a fresh one for the seed form, as vLLM makes.
+// The generator the reference path needs: the caller's, or a fresh one as vLLM makes.
 at::Generator reference_generator(const at::Tensor& self, const PhiloxSource& source) {
   if (source.generator) return *source.generator;
   TORCH_CHECK(at::cuda::currentStreamCaptureStatus() == at::cuda::CaptureStatus::None,
@@ -122,10 +118,8 @@ void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& so
   if (proof::fault("cuda.init_")) proof::corrupt(self);
 }
 
-// Whether the fused kernel is proven for self's key: the first time, a probe of the key's
-// layout kind (and for a call over 2^30 elements, two pieces of the split) filled by the
-// kernel and by torch's reference (a scratch generator at the same state each), bytes and
-// offsets compared. Inside graph capture no probe can run (it allocates and synchronizes).
+// Whether the fused kernel is proven for self's key (launch/cuda_proof.h); inside graph
+// capture no probe can run (it allocates and synchronizes).
 bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conversion& conversion,
                   bool generator_form, bool contiguous_temp, bool linear) {
   const auto dtype = self.scalar_type();
@@ -214,8 +208,6 @@ void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed, boo
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
   const c10::cuda::CUDAGuard guard(self.device());
-  // A fresh generator seeded with `seed` (as uint64) is at offset 0: its Philox states
-  // are known without making one.
   PhiloxSource source;
   source.seed = static_cast<uint64_t>(seed);
   fill(self, low, high, std::move(source), contiguous_temp);

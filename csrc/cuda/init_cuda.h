@@ -1,5 +1,4 @@
-// What the per-tensor CUDA path (init_cuda.cu) shares with the batched one
-// (init_many_cuda.cu) and the stateless one.
+// What the per-tensor CUDA path (init_cuda.cu) shares with the batched and stateless ones.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,22 +15,20 @@
 
 namespace fp8_dummy {
 
-// How torch's CUDA copy_ converts float16 to self's dtype on self's device (cuda/
-// fp8_conversion.cu), found once per (device, dtype). nullopt when none of ours matches, and
-// inside graph capture before the first eager call: the caller then takes the reference path.
+// torch's CUDA copy_ conversion to self's dtype on self's device, found once per (device,
+// dtype); nullopt (the reference path) when none of ours matches, and inside graph capture
+// before the first eager call.
 std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self);
 
-// Whether the per-tensor kernel is proven for a call like this one, probing it now if need
-// be (never inside graph capture). init_many_ asks it for the tensors it batches, so that the
-// per-tensor path a captured init_many_ takes is proven too.
+// Whether the per-tensor kernel is proven for a call like this one, probing now if need be
+// (init_many_ asks for the tensors it batches: a captured init_many_ takes that path).
 bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form,
                          bool contiguous_temp);
 
 // "cuda:0 (NVIDIA H200, 132 SMs)" (the reference's grid depends on the SM count).
 const std::string& device_description(const c10::Device& device);
 
-// Blocks of `kKernel` that fit on all SMs at once (the kernels loop over their work: one
-// full wave). Cached per kernel: the bytes never depend on the grid.
+// Blocks of `kKernel` that fit on all SMs at once (one wave; the bytes never depend on it).
 template <auto kKernel>
 int64_t resident_blocks(int64_t sm_count, int block = 256) {
   static std::atomic<int> per_sm{0};

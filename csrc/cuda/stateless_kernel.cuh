@@ -34,8 +34,7 @@ __device__ __forceinline__ cuda::Words4 call_words(const Args& a, uint64_t call)
       cuda::Words4{{static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u}}, a.k0, a.k1);
 }
 
-// w rotated left by s words (s in 0..3), with selects: indexing w.w[] with a run-time
-// index would put the words in local memory.
+// w rotated left by s words, with selects (a run-time index puts w in local memory).
 __device__ __forceinline__ cuda::Words4 rotate_words(const cuda::Words4& w, int s) {
   cuda::Words4 r;
 #pragma unroll
