@@ -70,7 +70,7 @@ def extension():
     debug = os.environ.get("FP8_DUMMY_DEBUG", "0") == "1"
     abi3 = torch_at_least(2, 6)
     # The same globs as CMakeLists.txt: every .cpp of csrc/ (csrc/README.md: registration
-    # files at the top, then common/, cpu/, emulator/), the .cu files of csrc/cuda/ below.
+    # files at the top, then common/, cpu/), the .cu files of csrc/cuda/ below.
     sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
     cxx = ["-O0", "-g"] if debug else ["-O3"]
     # No -std here: torch's BuildExtension adds the C++ standard its headers need

@@ -1,7 +1,7 @@
 """The cost of the CPU stream's parts, and a projection of the parallel split to more cores.
 
 Measures (medians; 1 thread unless said):
-  jump      the mt19937 jump-ahead (fp8_dummy_internal.cpu_mt19937_jump) by k words, with
+  jump      the mt19937 jump-ahead (fp8_dummy_test.cpu_mt19937_jump) by k words, with
             the AVX2 and the portable polynomial arithmetic, for k from 2^20 to 70 G
   spawn     starting and joining one extra thread of the stream (cpu_mt19937_words on 8
             words with 8 threads, minus 1 thread, over 7): the split's fixed cost
@@ -17,7 +17,8 @@ hidden, 1024 kv, 28672 MLP, and two 128256 x 8192 embeddings: 70.6 G elements). 
 each core keeps the 1-thread per-element rate, i.e. that memory bandwidth does not bind;
 the fill_ rate per core shows how far that is.
 
-Example: python benchmarks/bench_jump.py --json out.json
+Example: python benchmarks/bench_jump.py --json out.json (after bash tests/ext/build.sh PYTHON:
+the jump and the split stream are test operators, in the test extension)
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import fp8_dummy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from ext import test_ops  # noqa: E402  (the test extension, tests/ext/)
 
 JUMP_K = {
     "2^20": 1 << 20,
@@ -69,8 +74,8 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    jump = torch.ops.fp8_dummy_internal.cpu_mt19937_jump
-    words = torch.ops.fp8_dummy_internal.cpu_mt19937_words
+    jump = test_ops.cpu_mt19937_jump
+    words = test_ops.cpu_mt19937_words
     g = torch.Generator().manual_seed(1)
     info = fp8_dummy.cpu_fast_path_info()
     levels = [True, False] if "avx2=unavailable" not in info else [False]

@@ -32,7 +32,7 @@ from measure import peak_scratch, summarize, time_calls  # noqa: E402
 
 import fp8_dummy  # noqa: E402
 from fp8_dummy import reference, trtllm  # noqa: E402
-from fp8_dummy._engine_common import TRTLLM_BYTE_BOUNDS  # noqa: E402
+from fp8_dummy.engines.trtllm import BYTE_BOUNDS as TRTLLM_BYTE_BOUNDS  # noqa: E402
 
 
 def make_model(elements: int, tensors: int, transposed: bool, device: torch.device):

@@ -16,11 +16,12 @@ except ImportError as _error:  # say which torch it was built for, and how to re
 
     raise import_error(_error) from _error
 
-from . import _lazy_dtensor, emulator, reference, stateless
+from . import _lazy_dtensor, reference, stateless
 from ._build import build_info
 from ._proof import ProofEntry, self_check_report
-from .model import SEMANTICS, initialize_dummy_weights, is_scale_tensor
+from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor
 from .ops import cpu_fast_path_info, init_, init_many_, random_
+from .realistic import initialize_realistic_dummy_weights
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "__version__",
     "build_info",
     "cpu_fast_path_info",
-    "emulator",
     "get_cmake_dir",
     "get_include",
     "init_",
@@ -37,6 +37,7 @@ __all__ = [
     "init_shard_",
     "init_stateless_",
     "initialize_dummy_weights",
+    "initialize_realistic_dummy_weights",
     "is_scale_tensor",
     "library_path",
     "random_",

@@ -4,7 +4,7 @@
 A DTensor can only exist once that module is imported, and the rules must be registered
 before ``torch.ops.fp8_dummy.*`` first meets one. So: register now if it is already
 imported, else right after its import, through the one after-import hook of the package
-(:func:`fp8_dummy._startup.after_import`, which the engine plugins use too).
+(:func:`fp8_dummy._after_import.after_import`, which the engine plugins use too).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from types import ModuleType
 
 import torch
 
-from ._startup import after_import
+from ._after_import import after_import
 
 _TARGET = "torch.distributed.tensor"
 

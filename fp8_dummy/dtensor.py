@@ -165,7 +165,8 @@ def _init_stateless(
     runs = local_runs(t)
     if runs is None:
         return
-    local = t.to_local()
+    local = t.to_local()  # its layout too, before a piece is written
+    torch.ops.fp8_dummy_internal.check_stateless_args(local, low, high, 0, None)
     for combo in itertools.product(*runs):  # one piece per combination of runs
         view, offset = local, element_offset
         for d, (lstart, gstart, n) in enumerate(combo):

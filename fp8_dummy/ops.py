@@ -62,7 +62,7 @@ def init_(
     with ``seed``. With ``generator``, that generator is used and advanced exactly as
     the reference advances it; ``seed`` is then ignored.
     """
-    _check_layout(t)
+    _check_tensor(t, "init_")
     low, high = as_float(low, "low"), as_float(high, "high")
     contiguous_temp = _as_bool(contiguous_temp, "contiguous_temp", "init_")
     if generator is None:
@@ -98,8 +98,8 @@ def init_many_(
     written.
     """
     tensors = list(tensors)
-    for t in tensors:
-        _check_layout(t)
+    for i, t in enumerate(tensors):
+        _check_tensor(t, "init_many_", f"tensors[{i}]")
     low, high = as_float(low, "low", "init_many_"), as_float(high, "high", "init_many_")
     seed = as_int64(seed, "seed", "init_many_")
     contiguous_temp = _as_bool(contiguous_temp, "contiguous_temp", "init_many_")
@@ -107,6 +107,9 @@ def init_many_(
     if len(fill) < len(tensors):  # meta tensors hold no data: checked here, not filled
         for i, t in enumerate(tensors):
             torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
+    if not tensors:  # the bounds as every dtype takes them: float64's checks
+        meta = torch.empty(0, dtype=torch.float64, device="meta")
+        torch.ops.fp8_dummy_internal.check_init_args(meta, low, high, "fp8_dummy.init_many_")
     if fill:  # the dispatcher needs a tensor to pick a device
         torch.ops.fp8_dummy.init_many_.default(
             fill, low, high, seed, contiguous_temp=contiguous_temp
@@ -133,6 +136,7 @@ def init_stateless_(
     value in [-2^63, 2^64), as ``torch.func._random.key`` takes them.
     """
     op = "init_stateless_"
+    _check_tensor(t, op)
     strides = None
     if element_strides is not None:
         strides = [as_index(s, "element_strides", op) for s in element_strides]
@@ -179,10 +183,15 @@ def random_(
     by several threads (byte-identical to torch's serial loop); on CUDA it is torch's own
     ``random_``.
     """
-    _check_layout(t, "random_")
+    _check_tensor(t, "random_")
     for name, value in (("low", low), ("high", high)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"fp8_dummy.random_: {name} must be an int, not {type(value).__name__}")
+        if not -_TWO_63 <= value < _TWO_63:  # beyond the operator's int64: the kernel's words
+            raise RuntimeError(
+                f"fp8_dummy.random_: {name}={value} is out of bounds (int8 takes low in "
+                "[-128, 127] and high in [-127, 128], uint8 low in [0, 255] and high in [1, 256])"
+            )
     if generator is None:
         torch.ops.fp8_dummy.random_.default(t, low, high, as_int64(seed, "seed", "random_"))
     else:
@@ -215,10 +224,15 @@ def _is_fake(t: torch.Tensor) -> bool:
     return torch._subclasses.fake_tensor.is_fake(t)
 
 
-def _check_layout(t: torch.Tensor, op: str = "init_") -> None:
-    if t.layout != torch.strided:  # the dispatcher's own message would not say why
+def _check_tensor(t: object, op: str, name: str = "t") -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"fp8_dummy.{op}: {name} must be a Tensor, got {type(t).__name__}")
+    # The dispatcher's own message names a backend, not the reason.
+    kind = f"quantized ({t.dtype})" if t.is_quantized else "nested" if t.is_nested else t.layout
+    if kind != torch.strided:
         raise RuntimeError(
-            f"fp8_dummy.{op}: only strided tensors are supported, got layout {t.layout}"
+            f"fp8_dummy.{op}: {name} is a {kind} tensor; only strided tensors (torch.strided "
+            "layout, not quantized or nested) are supported"
         )
 
 

@@ -12,13 +12,14 @@ stateful ``uniform_``, whose CUDA bytes depend on the GPU's SM count.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import torch
 
 from .ops import as_index, init_stateless_
 
-__all__ = ["init_shard_", "init_stateless_", "shard_slices", "split_bounds"]
+__all__ = ["init_shard_", "init_stateless_", "shard_slices", "split_bounds", "tensor_seed"]
 
 
 def row_major_strides(shape: Sequence[int]) -> list[int]:
@@ -90,3 +91,9 @@ def shard_slices(
     offsets[dim] = start
     shape[dim] = stop - start
     return shape, offsets
+
+
+def tensor_seed(seed: int, name: str) -> int:
+    """The stateless key of the tensor ``name`` (full): BLAKE2b-64 of ``f"{seed}:{name}"``, LE."""
+    digest = hashlib.blake2b(f"{int(seed)}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")

@@ -50,13 +50,16 @@ rm -rf "$PKG" && mkdir -p "$PKG"
 cp -r fp8_dummy "$PKG/"
 rm -f "$PKG"/fp8_dummy/_C*.so
 cp "$so" "$PKG/fp8_dummy/"
-cp -r tests include pyproject.toml "$PKG/"
+cp -r tests include csrc scripts pyproject.toml "$PKG/"
 cd "$PKG"
+# The test extension against the CUDA-built library (its roofline compiled by nvcc too).
+bash tests/ext/build.sh "$PY"
 # (A build without CUDA registers CUDA kernels too, ones that raise: ask the build itself.)
 "$PY" -c 'import fp8_dummy; info = fp8_dummy.build_info(); assert info["cuda"], info; print("CUDA kernels built:", info)'
-"$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_headers_standalone.py \
+# PYTHONPATH: the fresh processes some tests start import this package too.
+PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_headers_standalone.py \
   tests/test_reference_cuda.py tests/test_stateless_cpu.py tests/test_stateless_api.py tests/test_stateless_cuda.py \
   tests/test_stateless_distributed.py tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_init_many_cuda.py \
   tests/test_random_bytes_cpu.py tests/test_random_bytes_cuda.py \
   tests/test_reference_cuda_emulator_contiguous_temp.py tests/test_reference_cuda_contiguous_temp.py \
-  tests/test_engines_trtllm.py
+  tests/test_engines_trtllm.py tests/test_proof.py tests/test_proof_faults.py

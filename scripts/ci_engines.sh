@@ -4,8 +4,8 @@
 # directories, plus the pinned packages their model loaders import (scripts/engines/*.txt),
 # never touching torch; then runs tests/test_engines_vllm.py once per vLLM (with vLLM 0.33
 # also tests/test_engines_vllm_invariant.py, whose gloo workers import vLLM in 1, 2 and 4
-# processes) and tests/test_engines_sglang.py, each in one process (an engine import costs
-# 20-40 s).
+# processes, and tests/test_engines_vllm_invariant_models.py: whole models at TP=1 and 2)
+# and tests/test_engines_sglang.py, each in one process (an engine import costs 20-40 s).
 #
 # Usage: scripts/ci_engines.sh [PKG_DIR]
 #   PKG_DIR   fp8_dummy built against the interpreter's torch, with tests/ and
@@ -46,7 +46,8 @@ if ! ls "$PKG"/fp8_dummy/_C*.so > /dev/null 2>&1; then
   cp "$ROOT"/build/engines-lib/fp8_dummy/_C*.so "$PKG/fp8_dummy/"
 fi
 # The current Python sources and tests (the library stays the one built for this torch).
-cp "$ROOT"/fp8_dummy/*.py "$PKG/fp8_dummy/"
+find "$PKG/fp8_dummy" -name '*.py' -delete
+(cd "$ROOT" && find fp8_dummy -name '*.py' -exec cp --parents {} "$PKG/" \;)
 rm -rf "$PKG/tests" && cp -r "$ROOT/tests" "$ROOT/pyproject.toml" "$PKG/"
 
 # target LOCKNAME: the directory holding that lock file's packages, installed if missing.
@@ -81,8 +82,10 @@ status=0
 for i in "${!engines[@]}"; do
   engine="${engines[$i]}" t0=$(date +%s)
   tests=(tests/test_engines_vllm.py)
-  # vLLM 0.33's parallel layers in 1, 2 and 4 gloo processes (fp8_dummy_invariant, ~3 min).
-  [[ "$engine" == vllm-0.33.* ]] && tests+=(tests/test_engines_vllm_invariant.py)
+  # vLLM 0.33's parallel layers in 1, 2 and 4 gloo processes, its model classes in 1 and 2
+  # (fp8_dummy_invariant, ~4 min).
+  [[ "$engine" == vllm-0.33.* ]] &&
+    tests+=(tests/test_engines_vllm_invariant.py tests/test_engines_vllm_invariant_models.py)
   [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py)
   echo "== $engine"
   env -u FP8_DUMMY_VLLM -u FP8_DUMMY_SGLANG -u VLLM_PLUGINS -u SGLANG_PLUGINS \

@@ -73,6 +73,9 @@ for version in "${versions[@]}"; do
     cp -r fp8_dummy tests include csrc scripts "$out/pkg/"
     rm -f "$out"/pkg/fp8_dummy/_C*.so
     cp "$out"/lib/fp8_dummy/_C*.so "$out/pkg/fp8_dummy/"
+    # The test extension for that library (2.11: its CUDA roofline as C++17 too).
+    bash "$out/pkg/tests/ext/build.sh" "$py" > "$out/build-test-ext.log" 2>&1 ||
+      { tail -n 30 "$out/build-test-ext.log"; echo "torch $version: TEST EXTENSION BUILD FAILED"; exit 1; }
   ) || exit 1
   cd "$out/pkg"
   info="$("$py" -c 'import fp8_dummy; print(fp8_dummy.cpu_fast_path_info())')"

@@ -13,6 +13,8 @@ for arg in "$@"; do
   if [[ "$arg" == --all ]]; then tier=(); else args+=("$arg"); fi
 done
 py=$(bash scripts/setup_env.sh | tail -n 1)
+# The test extension (tests/ext/: emulators, test-only operators) for that build.
+bash tests/ext/build.sh "$py" >&2
 # The slow tier's builds (the wheel, consumers) compile through ccache too, where installed.
 source scripts/ccache_env.sh >&2
 exec "$py" -m pytest tests -q "${tier[@]}" "${args[@]}"

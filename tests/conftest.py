@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -91,3 +92,25 @@ def as_bytes(t: torch.Tensor) -> torch.Tensor:
 @pytest.fixture(autouse=True)
 def _seed_everything():
     torch.manual_seed(0)
+
+
+# Strict mode, FP8_DUMMY_STRICT=1 (scripts/gpu_check.sh sets it for the GPU tests): a test
+# during which a fast path was refused fails, naming the key, since its bytes then came from
+# the reference path and prove nothing about our kernel. Tests that provoke refusals on
+# purpose are marked `refusals`. A key refused earlier in the session fails that test only.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    if os.environ.get("FP8_DUMMY_STRICT") != "1" or item.get_closest_marker("refusals"):
+        yield
+        return
+    import fp8_dummy
+    from fp8_dummy.check import counts
+
+    before = {e.key for e in fp8_dummy.self_check_report()}
+    outcome = yield
+    new = [e for e in fp8_dummy.self_check_report() if e.key not in before and counts(e)]
+    refused = [f"{e.key}: {e.detail}" for e in new if not e.proven]
+    if refused and outcome.excinfo is None:
+        why = "; ".join(refused)
+        fail = pytest.fail.Exception(f"FP8_DUMMY_STRICT=1: refused: {why}", pytrace=False)
+        outcome.force_exception(fail)

@@ -17,9 +17,10 @@ from helpers.engine_models import EngineModel, all_tensors, assert_same_bytes, c
 from oracles import engines as oracle
 
 import fp8_dummy
-from fp8_dummy import _engine_common, _proof
-from fp8_dummy import sglang as fsglang
-from fp8_dummy import vllm as fvllm
+from fp8_dummy import _proof
+from fp8_dummy.engines import core
+from fp8_dummy.engines import sglang as fsglang
+from fp8_dummy.engines import vllm as fvllm
 
 DEVICES = [
     "cpu",
@@ -175,6 +176,7 @@ def test_shared_storage_keeps_the_engine_order():
     assert bool((a.a.weight == 120).all()) and bool((a.c.weight[:2].float() == 0.5).all())
 
 
+@pytest.mark.refusals  # exempt from FP8_DUMMY_STRICT=1
 def test_a_refused_key_warns_once_and_is_remembered():
     key = "test: a probe that differs"
     probes = []
@@ -196,6 +198,7 @@ def test_a_refused_key_warns_once_and_is_remembered():
     assert _proof.proven("test: a probe that matches", probe)  # cached verdict
 
 
+@pytest.mark.refusals  # exempt from FP8_DUMMY_STRICT=1
 def test_a_probe_that_raises_is_a_refusal():
     torch.ops.fp8_dummy_internal.proof_forget("test:")
 
@@ -208,10 +211,31 @@ def test_a_probe_that_raises_is_a_refusal():
 
 def test_random_bytes_helper_is_torchs_random():
     x = torch.empty(1000, dtype=torch.int8)
-    _engine_common.random_bytes_(x, -128, 128, 11)
+    core.random_bytes_(x, -128, 128, 11)
     g = torch.Generator()
     g.manual_seed(11)
     assert torch.equal(x, torch.empty(1000, dtype=torch.int8).random_(-128, 128, generator=g))
+
+
+@pytest.mark.parametrize("semantics", ["vllm-0.33", "vllm-0.30", "sglang-0.5", "trtllm-1.2"])
+@pytest.mark.parametrize("bad", ["bounds", "expanded", "expanded int8"])
+def test_a_refused_tensor_means_nothing_written(semantics, bad):
+    """Issue 26's reproducer: every tensor is checked before any is written."""
+    m = torch.nn.Module()
+    m.a = torch.nn.Parameter(torch.full((4,), 7.0))
+    args, match = (), "more than one element refers to a single memory location"
+    if bad == "bounds":
+        m.b = torch.nn.Parameter(torch.full((4,), 7.0, dtype=torch.float16))
+        args, match = (-1e5, 1e5), "from is out of bounds for c10::Half"
+    elif bad == "expanded":
+        m.b = torch.nn.Parameter(torch.full((4, 1), 7.0).expand(4, 4))
+    else:
+        m.b = torch.nn.Parameter(torch.full((4, 1), 7, dtype=torch.int8).expand(4, 4), False)
+        if semantics in ("vllm-0.30", "sglang-0.5"):
+            return  # integers untouched there: nothing to refuse
+    with pytest.raises(RuntimeError, match=f"^fp8_dummy: b: .*{match}"):
+        fp8_dummy.initialize_dummy_weights(m, *args, semantics=semantics)
+    assert bool((m.a == 7.0).all()) and bool((m.b == 7).all())
 
 
 def test_bad_semantics_is_refused():
@@ -227,10 +251,10 @@ def test_importing_fp8_dummy_imports_no_engine(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("raise ImportError('imported')\n")
     code = (
-        "import sys, fp8_dummy, fp8_dummy.vllm, fp8_dummy.vllm_plugin, fp8_dummy.sglang\n"
+        "import sys, fp8_dummy, fp8_dummy.vllm, fp8_dummy.engines.vllm, fp8_dummy.sglang\n"
         "fp8_dummy.vllm.version()\n"
         "assert not {'vllm', 'sglang'} & set(sys.modules), sorted(sys.modules)\n"
     )
     root = Path(fp8_dummy.__file__).resolve().parent.parent
     env = {"PYTHONPATH": f"{root}:{tmp_path}", "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path, timeout=300)

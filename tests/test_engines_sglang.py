@@ -30,7 +30,7 @@ from helpers.engine_models import EngineModel, assert_same_bytes, changed, spy_f
 from oracles import engines as oracle
 
 import fp8_dummy
-from fp8_dummy import sglang as fsglang
+from fp8_dummy.engines import sglang as fsglang
 
 # Not a module-level name for the function itself: SGLang's hooks rebind every module
 # attribute that holds the original (tests' globals included).
@@ -139,3 +139,27 @@ def test_rules_self_check_uses_sglang_when_its_rules_change(monkeypatch):
     with pytest.warns(RuntimeWarning, match="self-check refused sglang: SGLang"):
         fsglang._around(other_rules, a, -0.1, 0.1)
     assert bool((a.layers[0].norm.weight == 0.5).all())
+
+
+def test_plugin_realistic_mode_by_environment(plugins, monkeypatch):
+    """FP8_DUMMY_SGLANG=realistic: SGLang's dummy loader gets fp8_dummy's realistic mode
+    (the bytes of initialize_realistic_dummy_weights, seed 0); at TP > 1 (a rank's shards,
+    not the logical tensors) SGLang's own fill, with one warning."""
+    from sglang.srt.distributed import parallel_state
+
+    sglang_plugins, records, _ = plugins
+    monkeypatch.setenv(fsglang.ENV, "realistic")
+    sglang_plugins.load_plugins()
+    assert "fp8_dummy: SGLang 0.5.23: realistic dummy weights (TP=1)" in records, records
+    a, b, c, d = (EngineModel() for _ in range(4))
+    sglang_loader.initialize_dummy_weights(a)  # the dummy loader's call
+    roles = fp8_dummy.initialize_realistic_dummy_weights(b)
+    assert assert_same_bytes(a, b) > 60
+    assert {"embedding", "linear", "weight_scale"} <= {s.role for s in roles.values()}
+    assert 0.9 < a.embed.weight.float().std() < 1.1  # unit variance, not SGLang's +-1e-3
+    theirs(c)
+    monkeypatch.setattr(parallel_state, "model_parallel_is_initialized", lambda: True)
+    monkeypatch.setattr(parallel_state, "get_tensor_model_parallel_world_size", lambda: 2)
+    with pytest.warns(RuntimeWarning, match="realistic mode needs TP=1 in SGLang"):
+        sglang_loader.initialize_dummy_weights(d)
+    assert_same_bytes(d, c)  # SGLang's own

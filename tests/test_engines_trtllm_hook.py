@@ -63,7 +63,7 @@ for name, t in ours.state_dict().items():
     a, b = t.contiguous().view(torch.uint8), ref.get_buffer(name).contiguous().view(torch.uint8)
     assert torch.equal(a, b), name
 print("fp8_dummy imported:", "fp8_dummy" in sys.modules)
-if "fp8_dummy.trtllm" in sys.modules:
+if "fp8_dummy.engines.trtllm" in sys.modules:
     import fp8_dummy
     keys = [e for e in fp8_dummy.self_check_report() if e.path == "trtllm"]
     print("proofs:", len(keys), all(e.proven for e in keys))
@@ -109,7 +109,7 @@ def run(
 def test_on_replaces_the_function_on_import(tmp_path, value):
     out = run(tmp_path, value)
     assert "before: [] True" in out.stdout  # nothing heavy imported before TensorRT-LLM
-    assert "function: fp8_dummy.trtllm _patched" in out.stdout
+    assert "function: fp8_dummy.engines.trtllm _patched" in out.stdout
     assert "proofs: 8 True" in out.stdout  # each kind (dtype, name, layout) proven
     assert "RuntimeWarning" not in out.stderr
 
@@ -128,7 +128,7 @@ def test_import_error_inside_the_hook_leaves_the_engine_working(tmp_path):
     __init__ raises): the stand-in keeps its own function, works, and one warning says why."""
     shadow = tmp_path / "shadow"
     (shadow / "fp8_dummy").mkdir(parents=True)
-    shutil.copy(ROOT / "fp8_dummy" / "_startup.py", shadow / "fp8_dummy" / "_startup.py")
+    shutil.copy(ROOT / "fp8_dummy" / "_after_import.py", shadow / "fp8_dummy" / "_after_import.py")
     (shadow / "fp8_dummy" / "__init__.py").write_text("raise ImportError('simulated breakage')\n")
     out = run(tmp_path, "1", (str(shadow),))
     assert "function: oracles.trtllm initialize_dummy_weights" in out.stdout
@@ -137,7 +137,7 @@ def test_import_error_inside_the_hook_leaves_the_engine_working(tmp_path):
 
 
 def test_hook_that_cannot_load_leaves_the_engine_working(tmp_path):
-    """The shim cannot even load the hook (an fp8_dummy without _startup.py on the path)."""
+    """The shim cannot even load the hook (an fp8_dummy without _after_import.py)."""
     shadow = tmp_path / "shadow"
     (shadow / "fp8_dummy").mkdir(parents=True)
     (shadow / "fp8_dummy" / "__init__.py").write_text("")
@@ -152,3 +152,13 @@ def test_wheel_layout_is_what_setup_ships():
     assert 'STARTUP_FILES = ("fp8_dummy_startup.pth", "_fp8_dummy_startup.py")' in text
     line = (ROOT / "startup" / "fp8_dummy_startup.pth").read_text().strip()
     assert line.startswith("import ") and "\n" not in line  # one line that site.py executes
+
+
+def test_shim_names_what_the_package_names():
+    """The shim names the variable and the loader module before torch is imported, so it
+    holds its own copy of fp8_dummy.engines.trtllm's names: they must agree."""
+    from fp8_dummy.engines import trtllm
+
+    text = (ROOT / "startup" / "_fp8_dummy_startup.py").read_text()
+    assert f'ENV = "{trtllm.ENV}"' in text and f'LOADER = "{trtllm.LOADER}"' in text
+    assert f'"{trtllm.ENV}"' in (ROOT / "startup" / "fp8_dummy_startup.pth").read_text()

@@ -26,14 +26,13 @@ except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
     )
 
 from conftest import FP8_DTYPES, WIDE_DTYPES, poison, storage_bytes
-from helpers import entry_points
+from helpers import entry_points, fake_vllm
 from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 from oracles import engines as oracle
 
 import fp8_dummy
-from fp8_dummy import vllm as fvllm
-from fp8_dummy import vllm_plugin
 from fp8_dummy._versions import major_minor
+from fp8_dummy.engines import vllm as fvllm
 
 GEN = fvllm.generation()
 THEIRS = weight_utils.initialize_single_dummy_weight
@@ -142,20 +141,20 @@ def plugin(tmp_path, monkeypatch):
 
     how = entry_points.provide("vllm.general_plugins", tmp_path)
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
-    monkeypatch.delenv(vllm_plugin.ENV, raising=False)
+    monkeypatch.delenv(fvllm.ENV, raising=False)
     monkeypatch.setattr(plugins, "plugins_loaded", False)
     records: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())
-    vllm_plugin.logger.addHandler(handler)
-    level = vllm_plugin.logger.level
-    vllm_plugin.logger.setLevel(logging.INFO)  # vLLM configures its loggers with an engine
+    fvllm.logger.addHandler(handler)
+    level = fvllm.logger.level
+    fvllm.logger.setLevel(logging.INFO)  # vLLM configures its loggers with an engine
     try:
         yield plugins, records, how
     finally:
-        vllm_plugin.logger.setLevel(level)
-        vllm_plugin.logger.removeHandler(handler)
-        vllm_plugin.unregister()
+        fvllm.logger.setLevel(level)
+        fvllm.logger.removeHandler(handler)
+        fake_vllm.unpatch()
 
 
 def test_plugin_routes_dummy_loader_through_fp8_dummy_same_bytes(plugin, monkeypatch):
@@ -164,7 +163,7 @@ def test_plugin_routes_dummy_loader_through_fp8_dummy_same_bytes(plugin, monkeyp
     loader = dummy_loader.DummyModelLoader(LoadConfig(load_format="dummy"))
     loader.load_weights(without, None)  # vLLM alone
     plugins.load_general_plugins()  # as vLLM does in every process
-    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single, how
+    assert dummy_loader.initialize_single_dummy_weight is fvllm._single, how
     line = f"fp8_dummy: vLLM {vllm.__version__}: dummy weights through fp8_dummy"
     assert any(r.startswith(line) for r in records), records
     fused = spy_fused(monkeypatch)
@@ -180,13 +179,16 @@ def test_load_format_fp8_dummy_same_bytes_as_dummy(plugin):
     plugins.load_general_plugins()
     loader = get_model_loader(LoadConfig(load_format="fp8_dummy"))
     assert type(loader).__name__ == "FP8DummyModelLoader"
+    for fmt in ("invariant", "realistic"):  # registered by the same plugin, 0.28-0.33
+        loader_class = type(get_model_loader(LoadConfig(load_format=f"fp8_dummy_{fmt}")))
+        assert loader_class.__name__ == f"FP8Dummy{fmt.title()}ModelLoader"
     loader.load_weights(batched, None)
     assert_same_bytes(batched, dummy)
 
 
 def test_plugin_off_by_environment(plugin, monkeypatch):
     plugins, records, _ = plugin
-    monkeypatch.setenv(vllm_plugin.ENV, "0")
+    monkeypatch.setenv(fvllm.ENV, "0")
     plugins.load_general_plugins()
     assert dummy_loader.initialize_single_dummy_weight is THEIRS
     assert any("left to vLLM" in r for r in records)

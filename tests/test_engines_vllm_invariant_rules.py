@@ -15,10 +15,15 @@ np = pytest.importorskip("numpy")
 
 from oracles import stateless as so  # noqa: E402
 
-from fp8_dummy._engine_common import Action  # noqa: E402
-from fp8_dummy._vllm_moe import _expert_runs  # noqa: E402
-from fp8_dummy._vllm_placement import Piece, Placement, UncoveredParameterError, _along  # noqa: E402
-from fp8_dummy.vllm_invariant import fill_entries, tensor_seed  # noqa: E402
+from fp8_dummy.engines.core import Action, Kind  # noqa: E402
+from fp8_dummy.engines.vllm.invariant import fill_placed, stateless_values, tensor_seed  # noqa: E402
+from fp8_dummy.engines.vllm.placement import (  # noqa: E402
+    Piece,
+    Placement,
+    UncoveredParameterError,
+    along,
+    expert_runs,
+)
 
 
 def test_tensor_seed_is_blake2b_of_seed_and_name():
@@ -45,7 +50,7 @@ def _layer(expert_map, local):
     ],
 )
 def test_expert_runs_reproduce_the_map(expert_map, want):
-    runs = _expert_runs(_layer(expert_map, len(want)))
+    runs = expert_runs(_layer(expert_map, len(want)))
     got = [None] * len(want)
     for local, glob, count, step in runs:
         for k in range(count):
@@ -57,7 +62,7 @@ def test_expert_runs_reproduce_the_map(expert_map, want):
 
 def test_expert_slot_without_an_expert_is_refused():
     with pytest.raises(UncoveredParameterError, match="no global expert"):
-        _expert_runs(_layer([0, -1, -1], 2))
+        expert_runs(_layer([0, -1, -1], 2))
 
 
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16, torch.int8], ids=str)
@@ -73,8 +78,10 @@ def test_fill_of_pieces_with_steps_and_padding(dtype):
         Piece((slice(0, 3), slice(5, 7), slice(0, 5)), (1, 6, 0), (2, 1, 1)),
     )
     kind = "int8" if dtype == torch.int8 else "uniform"
-    action = Action(kind, -1.0, 1.0) if kind == "uniform" else Action(kind)
-    fill_entries([("x.weight", t, action, Placement(g_shape, pieces))], seed=77)
+    action = (
+        Action(Kind.UNIFORM, -1.0, 1.0) if kind == "uniform" else Action(Kind.RANDOM, -128, 128)
+    )
+    fill_placed([("x.weight", t, action, Placement(g_shape, pieces))], stateless_values(77))
     key = tensor_seed(77, "x.weight")
     low, high = (-128, 128) if dtype == torch.int8 else (-1.0, 1.0)
     full = so.expected_bytes(np.arange(6 * 8 * 5), dtype, low, high, key).reshape(g_shape)
@@ -86,4 +93,4 @@ def test_fill_of_pieces_with_steps_and_padding(dtype):
 
 def test_along_refuses_a_slice_outside_the_global_tensor():
     with pytest.raises(UncoveredParameterError, match="refuses this shape"):
-        _along(torch.empty(4, 3), 0, [(0, 6, 4)], 8)
+        along(torch.empty(4, 3), 0, [(0, 6, 4)], 8)

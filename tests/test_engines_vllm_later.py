@@ -14,7 +14,8 @@ from helpers import fake_vllm
 from helpers.engine_models import assert_same_bytes, spy_fused
 from test_engines_vllm_plugin import _loader, _model
 
-from fp8_dummy import _engine_common, vllm_plugin
+from fp8_dummy.engines import core
+from fp8_dummy.engines import vllm as fvllm
 
 
 def _load(version, *, plugin: bool, fmt="dummy"):
@@ -57,7 +58,7 @@ def test_lazy_package_is_patched_when_its_loader_is_imported(tmp_path, monkeypat
         with_plugin = _load("0.34.0", plugin=True)
         import vllm.model_executor.model_loader.dummy_loader as dl
 
-        assert dl.initialize_single_dummy_weight is vllm_plugin._single
+        assert dl.initialize_single_dummy_weight is fvllm._single
         assert fused, "a proven release goes through fp8_dummy"
         batched = _load("0.34.0", plugin=True, fmt="fp8_dummy")
     assert assert_same_bytes(with_plugin, without) > 60
@@ -86,30 +87,28 @@ def test_a_failing_callback_leaves_vllm_alone(tmp_path, monkeypatch):
     with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.33.0"):
         without = _load("0.33.0", plugin=False)
     with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
-        monkeypatch.setattr(vllm_plugin, "_patch_dummy_loader", broken)
-        monkeypatch.setattr(_engine_common, "_warned", set())
+        monkeypatch.setattr(fvllm, "_patch", broken)
+        monkeypatch.setattr(core, "_warned", set())
         with pytest.warns(RuntimeWarning, match="patch of the dummy loader failed .*surprise"):
             with_plugin = _load("0.33.0", plugin=True)
     assert_same_bytes(with_plugin, without)
 
 
 def test_a_failing_fill_falls_back_to_vllm(tmp_path, monkeypatch):
-    from fp8_dummy import vllm as fvllm
-
     with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.33.0"):
         without = _load("0.33.0", plugin=False)
     with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
-        monkeypatch.setattr(_engine_common, "_warned", set())
-        monkeypatch.setattr(fvllm, "fill_single", lambda *a: 1 / 0)
+        monkeypatch.setattr(core, "_warned", set())
+        monkeypatch.setattr(fvllm, "fill_single", lambda *a, **k: 1 / 0)
         with pytest.warns(RuntimeWarning, match="per-tensor fill failed .*ZeroDivisionError"):
             with_plugin = _load("0.33.0", plugin=True)
     assert_same_bytes(with_plugin, without)
 
 
 def test_the_log_line_says_what_happens(monkeypatch):
-    assert "through fp8_dummy" in vllm_plugin.what_happens()
+    assert "through fp8_dummy" in fvllm.what_happens()
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(vllm_plugin, "_cuda_kernels", lambda: False)
-    line = vllm_plugin.what_happens()
+    monkeypatch.setattr(core, "cuda_kernels", lambda: False)
+    line = fvllm.what_happens()
     assert "CUDA kernels not built" in line and "CUDA dummy weights left to vLLM" in line

@@ -6,6 +6,7 @@ CUDA (scripts/gpu_check.sh runs it on a GPU, where no vLLM is installed)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
@@ -14,8 +15,7 @@ from conftest import storage_bytes
 from helpers import fake_vllm
 from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
 
-from fp8_dummy import vllm as fvllm
-from fp8_dummy import vllm_plugin
+from fp8_dummy.engines import vllm as fvllm
 
 DEVICES = [
     "cpu",
@@ -59,7 +59,7 @@ def test_dummy_loader_through_the_plugin_same_bytes(fake, device, monkeypatch):
     without, with_plugin = _model(device, fake), _model(device, fake)
     _loader().load_weights(without, None)
     plugins.load_general_plugins()
-    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    assert dummy_loader.initialize_single_dummy_weight is fvllm._single
     fused = spy_fused(monkeypatch)
     _loader().load_weights(with_plugin, None)
     assert fused, "nothing went through fp8_dummy"
@@ -82,23 +82,38 @@ def test_load_format_fp8_dummy_same_bytes(fake, device):
 def test_patch_waits_for_vllm_to_import_its_loader(fake):
     import vllm  # noqa: F401  (the package only, as when vLLM loads plugins early)
 
-    vllm_plugin.register()
+    fvllm.register()
     assert "vllm.model_executor.model_loader" not in sys.modules  # not imported by us
     from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER, dummy_loader
 
-    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    assert dummy_loader.initialize_single_dummy_weight is fvllm._single
     assert "fp8_dummy" in _LOAD_FORMAT_TO_MODEL_LOADER
     if fvllm.generation() < 30:
-        assert dummy_loader.initialize_dummy_weights is vllm_plugin._model
+        assert dummy_loader.initialize_dummy_weights is fvllm._model
+
+
+def test_layout_formats_refused_with_one_line_where_the_loader_lacks_their_needs(fake, caplog):
+    """This stand-in's dummy loader has no materialize_layer (vLLM 0.28-0.33 have): neither
+    fp8_dummy_invariant nor fp8_dummy_realistic is registered, and one line says so."""
+    from vllm import plugins
+
+    with caplog.at_level(logging.INFO, logger=fvllm.logger.name):
+        plugins.load_general_plugins()
+        from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER
+    assert "fp8_dummy" in _LOAD_FORMAT_TO_MODEL_LOADER
+    assert {"fp8_dummy_invariant", "fp8_dummy_realistic"}.isdisjoint(_LOAD_FORMAT_TO_MODEL_LOADER)
+    formats = "--load-format fp8_dummy_invariant and fp8_dummy_realistic"
+    lines = [r.getMessage() for r in caplog.records if "lacks" in r.getMessage()]
+    assert lines == [f"fp8_dummy: vLLM {fake}: its dummy loader lacks what {formats} need"]
 
 
 def test_switched_off(fake, monkeypatch):
     from vllm import plugins
     from vllm.model_executor.model_loader import dummy_loader
 
-    monkeypatch.setenv(vllm_plugin.ENV, "false")
+    monkeypatch.setenv(fvllm.ENV, "false")
     plugins.load_general_plugins()
-    assert dummy_loader.initialize_single_dummy_weight is not vllm_plugin._single
+    assert dummy_loader.initialize_single_dummy_weight is not fvllm._single
 
 
 def test_not_for_older_vllm(tmp_path, monkeypatch):
@@ -109,14 +124,15 @@ def test_not_for_older_vllm(tmp_path, monkeypatch):
     try:
         import vllm.model_executor.model_loader.dummy_loader as dl
 
-        vllm_plugin.register()
-        assert dl.initialize_single_dummy_weight is not vllm_plugin._single
+        fvllm.register()
+        assert dl.initialize_single_dummy_weight is not fvllm._single
     finally:
         for k in _vllm_modules():
             del sys.modules[k]
         sys.modules.update(saved)
 
 
+@pytest.mark.refusals  # exempt from FP8_DUMMY_STRICT=1
 def test_self_check_failure_falls_back_to_vllm(fake, monkeypatch):
     from vllm import plugins
     from vllm.model_executor.model_loader import dummy_loader, weight_utils
@@ -135,7 +151,7 @@ def test_self_check_failure_falls_back_to_vllm(fake, monkeypatch):
     without, with_plugin = _model("cpu", fake), _model("cpu", fake)
     _loader().load_weights(without, None)
     plugins.load_general_plugins()
-    assert dummy_loader.initialize_single_dummy_weight is vllm_plugin._single
+    assert dummy_loader.initialize_single_dummy_weight is fvllm._single
     with pytest.warns(RuntimeWarning, match=r"self-check refused vllm: vLLM .* cpu torch.bfloat16"):
         _loader().load_weights(with_plugin, None)
     assert_same_bytes(with_plugin, without)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
+from ext import test_ops
 
 np = pytest.importorskip("numpy")  # the oracle is numpy
 
@@ -32,7 +32,7 @@ def kat_vectors():
 
 def test_header_matches_known_answers():
     for counter, key, expected in kat_vectors():
-        assert torch.ops.fp8_dummy_internal.philox4x32_10(counter, key) == expected
+        assert test_ops.philox4x32_10(counter, key) == expected
 
 
 def test_oracle_matches_known_answers():
@@ -47,4 +47,4 @@ def test_header_matches_oracle_on_random_inputs():
         counter = [int(x) for x in rng.integers(0, 2**32, 4)]
         key = [int(x) for x in rng.integers(0, 2**32, 2)]
         out = philox(*[np.uint64(c) for c in counter], *key)
-        assert torch.ops.fp8_dummy_internal.philox4x32_10(counter, key) == [int(x) for x in out]
+        assert test_ops.philox4x32_10(counter, key) == [int(x) for x in out]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ext import test_ops
 
 import fp8_dummy  # noqa: F401  (registers the ops)
 
@@ -67,17 +68,15 @@ def test_headers_compile_without_torch(tmp_path):
     lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split(
         "\n"
     )
-    assert lines[0].split() == [
-        str(x) for x in torch.ops.fp8_dummy_internal.philox4x32_10([0] * 4, [0] * 2)
-    ]
+    assert lines[0].split() == [str(x) for x in test_ops.philox4x32_10([0] * 4, [0] * 2)]
     half, threads, offset = (int(x) for x in lines[1].split())
     assert (threads, offset) == (1024, 4)
     # The same element through the extension's emulator: n = 6 on a 1-SM GPU puts
     # subsequence 5, word 0 at element 5; the generator's offset 8.
     t = torch.empty(6, dtype=torch.float16)
-    torch.ops.fp8_dummy_internal.emulate_cuda_init_(t, -1.0, 1.0, 1234, 8, 1, 256)
+    test_ops.emulate_cuda_init_(t, -1.0, 1.0, 1234, 8, 1, 256)
     assert int(t.view(torch.int16)[5]) & 0xFFFF == half
-    table = torch.ops.fp8_dummy_internal.fp8_convert_table(torch.float8_e5m2, True).tolist()
+    table = test_ops.fp8_convert_table(torch.float8_e5m2, True).tolist()
     digest = 0
     for b in table:
         digest = (digest * 31 + b) & 0xFFFFFFFF

@@ -12,12 +12,12 @@ import torch
 from conftest import FP8_DTYPES as FP8
 from conftest import needs_gpu_memory
 from conftest import storage_bytes as storage
+from ext.emulator import device_properties, emulate_cuda_init_many_
 from helpers.cuda_checks import as_ints, saturates_e4m3fn
 from helpers.models import EveryDtype, loop_reference
 
 import fp8_dummy
-import fp8_dummy.model
-from fp8_dummy.emulator import device_properties, emulate_cuda_init_many_
+import fp8_dummy.engines.core
 from fp8_dummy.reference import new_path
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -53,7 +53,7 @@ def test_model_of_every_dtype_matches_the_loop(scales):
 
 def test_progress_batches_in_runs(monkeypatch, capsys):
     # With progress shown, CUDA tensors go in runs of PROGRESS_BATCH_BYTES: same bytes.
-    monkeypatch.setattr(fp8_dummy.model, "PROGRESS_BATCH_BYTES", 3000)
+    monkeypatch.setattr(fp8_dummy.engines.core, "PROGRESS_BATCH_BYTES", 3000)
     monkeypatch.setitem(sys.modules, "tqdm", None)  # the plain-line display
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
     a, b = EveryDtype("cuda"), EveryDtype("cuda")

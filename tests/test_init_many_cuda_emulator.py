@@ -9,16 +9,17 @@ import random
 
 import pytest
 import torch
+from ext import test_ops
 
 np = pytest.importorskip("numpy")  # the oracle is numpy
 
 from conftest import storage_bytes  # noqa: E402
+from ext.emulator import H200, emulate_cuda_init_, emulate_cuda_init_many_  # noqa: E402
 from helpers.cuda_checks import FP8_NAMES as FP8  # noqa: E402
 from helpers.cuda_checks import expected_bytes, outside_view  # noqa: E402
 from oracles import cuda_reference as oracle  # noqa: E402
 
 import fp8_dummy  # noqa: E402,F401  (registers the ops)
-from fp8_dummy.emulator import H200, emulate_cuda_init_, emulate_cuda_init_many_  # noqa: E402
 
 SMALL = (3, 1536)  # T = 4608: many grid steps, cheap to emulate
 DEVICES = {"H200": H200, "small": SMALL}
@@ -120,7 +121,7 @@ SPLIT = [1, 257, 270_336, 270_337, 2**30 - 1, 2**30, 2**30 + 1, 152_064 * 8192, 
 def test_table_has_each_tensors_own_launches(device):
     # Each tensor: the launches (and counter offsets) of its own fresh generator, the >
     # 2^30 split included; tiles numbered one piece after the other.
-    flat = torch.ops.fp8_dummy_internal.cuda_batch_table(SPLIT, *device)
+    flat = test_ops.cuda_batch_table(SPLIT, *device)
     rows = [flat[i : i + 7] for i in range(1, len(flat), 7)]
     want = []
     for i, n in enumerate(SPLIT):

@@ -6,6 +6,7 @@ own reference path does in the same situation."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -270,6 +271,48 @@ def test_fork_after_a_small_call_is_safe():
         env=dict(os.environ, OMP_NUM_THREADS="2"),
     )
     assert out.returncode == 0 and "child status 0" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- 9. SIGINT
+
+
+@pytest.mark.slow  # a fresh Python process and a 1 GiB reference
+def test_sigint_during_a_fill_arrives_when_it_returns():
+    """docs/api.md: a fill cannot be interrupted. A SIGINT sent while the call runs (seen by
+    its first byte written and its last not yet) is a KeyboardInterrupt once it returns,
+    the tensor and the generator complete: the reference's bytes and state."""
+    code = textwrap.dedent("""
+        import json, os, signal, threading, torch, fp8_dummy
+        from fp8_dummy import reference
+        n = 256 << 20
+        t = torch.full((n,), 0x55, dtype=torch.uint8).view(torch.float8_e4m3fn)  # never drawn
+        g = torch.Generator().manual_seed(1)
+        b, during = t.view(torch.uint8), []
+
+        def interrupt():
+            while int(b[0]) == 0x55:
+                pass
+            os.kill(os.getpid(), signal.SIGINT)
+            during.append(int(b[-1]) == 0x55)
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            fp8_dummy.init_(t, -1.0, 1.0, generator=g)
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        ref, g_ref = torch.empty(n, dtype=t.dtype), torch.Generator().manual_seed(1)
+        reference.new_path(ref, -1.0, 1.0, generator=g_ref)
+        print(json.dumps(dict(interrupted=interrupted, during=during,
+                              same_bytes=torch.equal(b, ref.view(torch.uint8)),
+                              same_state=torch.equal(g.get_state(), g_ref.get_state()))))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["interrupted"] and got["same_bytes"] and got["same_state"], got
+    if got["during"] != [True]:
+        pytest.skip("the signal was sent after the fill had ended (a loaded machine)")
 
 
 # ---------------------------------------------------------------- 10. element strides

@@ -26,6 +26,7 @@ from helpers.build_util import (
     ROOT,
     cmake_args,
     copy_source_tree,
+    extension_test_ops,
     run,
     tool_env,
     undefined_python_symbols,
@@ -216,6 +217,7 @@ def test_wheel_is_abi3_with_cxx_api(wheel: Path, tmp_path: Path) -> None:
     assert not missing, f"not in the wheel: {missing}"
     assert f'set(PACKAGE_VERSION "{VERSION}")' in version_file
     assert not [n for n in names if n.endswith((".cpp", ".cu", ".cmake.in"))]
+    assert not [n for n in names if "emulator" in n or "test_ops" in n], names  # tests/ext/
     # The TensorRT-LLM opt-in: a .pth line and its shim at the top of site-packages.
     assert {"fp8_dummy_startup.pth", "_fp8_dummy_startup.py"} <= names
     # Tied to the torch it was built with (major.minor), whose C++ ABI it uses.
@@ -233,6 +235,46 @@ def test_installed_in_fresh_venv(venv_python, tmp_path: Path) -> None:
     assert "smoke ok" in proc.stdout
 
 
+# The operators issue #25 found in the library users install though only tests and
+# benchmarks call them: the test extension's now (tests/ext/).
+TEST_ONLY_OPS = {
+    "emulate_cuda_init_",
+    "emulate_cuda_init_many_",
+    "emulate_cuda_kernel_init_",
+    "emulate_proven_cuda_init_",
+    "emulate_proven_cuda_init_many_",
+    "emulate_proven_cuda_init_stateless_",
+    "cpu_mt19937_jump",
+    "cpu_mt19937_words",
+    "cpu_transform",
+    "cuda_launch_plan",
+    "cuda_batch_table",
+    "cuda_probe_numel",
+    "fp8_convert_table",
+    "philox4x32_10",
+    "philox_roofline",
+}
+
+
+def test_installed_library_has_no_test_machinery(venv_python, tmp_path: Path) -> None:
+    """The installed library registers the public operators and what the product calls, none
+    of the test extension's, and has no fp8_dummy.emulator."""
+    script = (
+        "import importlib.util, torch, fp8_dummy\n"
+        "ops = torch._C._dispatch_get_all_op_names()\n"
+        "print(' '.join(sorted(n for n in ops if n.startswith('fp8_dummy'))))\n"
+        "print(importlib.util.find_spec('fp8_dummy.emulator'), hasattr(fp8_dummy, 'emulator'))\n"
+    )
+    out = run([venv_python[0], "-I", "-c", script], cwd=tmp_path).stdout
+    *_, listed, emulator = out.splitlines()  # the last two lines (torch may warn first)
+    ops = set(listed.split())
+    assert {"fp8_dummy::init_", "fp8_dummy_internal::check_init_args"} <= ops, ops
+    assert TEST_ONLY_OPS <= extension_test_ops()
+    leaked = {n for n in ops if n.split("::")[1] in extension_test_ops()}
+    assert not leaked and not any(n.startswith("fp8_dummy_test::") for n in ops), leaked
+    assert emulator == "None False", emulator
+
+
 def test_wheel_installs_the_trtllm_opt_in(venv_python: tuple[Path, str], tmp_path: Path) -> None:
     """The installed wheel's .pth runs at every start-up of the venv's Python: with
     FP8_DUMMY_TRTLLM=1 a stand-in TensorRT-LLM's loader function is replaced on import,
@@ -246,7 +288,7 @@ def test_wheel_installs_the_trtllm_opt_in(venv_python: tuple[Path, str], tmp_pat
         "import tensorrt_llm._torch.pyexecutor.model_loader as ml\n"
         "print(ml.initialize_dummy_weights.__module__)\n"
     )
-    for value, module in (("1", "fp8_dummy.trtllm"), ("0", "oracles.trtllm")):
+    for value, module in (("1", "fp8_dummy.engines.trtllm"), ("0", "oracles.trtllm")):
         env = dict(os.environ, FP8_DUMMY_TRTLLM=value)
         proc = subprocess.run(
             [venv_python[0], "-I", "-c", script],

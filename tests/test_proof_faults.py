@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import fp8_dummy
 from conftest import cpu_formula, poison
-from fp8_dummy import emulator
+from ext import emulator
 from oracles import cpu_reference as cpu_oracle, cuda_reference as cuda_oracle
 from oracles import engines as engine_oracle, stateless as stateless_oracle
 
@@ -268,6 +268,53 @@ SCENARIOS = {
 }
 
 
+# The drop-ins called where their engine is not loaded: nothing to call as the loader does, so
+# each proves itself against the engine's semantics through the plain-torch path (docs/engines.md).
+WITHOUT_ENGINE = {
+    "sglang": """
+        from fp8_dummy import sglang as drop_in
+        checks = []
+        for rows in (1000, 300):
+            linear = torch.nn.Linear
+            ours, theirs = (
+                torch.nn.Sequential(linear(77, rows, bias=False), linear(rows, 77, bias=False))
+                for _ in range(2)
+            )
+            for m in (ours, theirs):
+                for p in m.parameters():
+                    p.data = poison(torch.empty(p.shape, dtype=torch.float8_e4m3fn))
+            drop_in.initialize_dummy_weights(ours, -1.0, 1.0, 3)
+            engine_oracle.sglang_initialize_dummy_weights(theirs, -1.0, 1.0, 3)
+            checks += [same(a, b) for a, b in zip(ours.parameters(), theirs.parameters())]
+        checks.append("sglang" not in sys.modules)
+    """,
+    "trtllm": """
+        from fp8_dummy import trtllm as drop_in
+        from oracles import trtllm as trtllm_oracle
+        checks = []
+        for rows in (1000, 300):
+            ours, theirs = torch.nn.Module(), torch.nn.Module()
+            for m in (ours, theirs):
+                m.register_buffer("w", poison(torch.empty(rows, 77, dtype=torch.int8)))
+            drop_in.initialize_dummy_weights(ours, seed=3)
+            trtllm_oracle.initialize_dummy_weights(theirs, seed=3)
+            checks.append(same(ours.w, theirs.w))
+        checks.append("tensorrt_llm" not in sys.modules)
+    """,
+    "vllm": """
+        import fp8_dummy.vllm
+        checks = []
+        for rows in (1000, 300):
+            t = poison(torch.empty(rows, 77, dtype=torch.float8_e4m3fn))
+            ref = poison(torch.empty_like(t))
+            fp8_dummy.vllm.initialize_single_dummy_weight(t, seed=3, name="weight")
+            engine_oracle.vllm_single(ref, seed=3, name="weight")
+            checks.append(same(t, ref))
+        checks.append("vllm" not in sys.modules)
+    """,
+}
+
+
 @pytest.fixture(scope="module")
 def scenarios(tmp_path_factory) -> dict:
     procs = {}
@@ -333,3 +380,25 @@ def test_out_of_address_space_is_no_verdict():
         [sys.executable, "-c", script], env=_env(None), capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("path", list(WITHOUT_ENGINE))
+def test_fault_without_the_engine_is_not_silent(path, tmp_path):
+    """FP8_DUMMY_FAULT names a drop-in called without its engine: the unfaulted bytes, one
+    warning per refused kind of tensor, and the refusal in self_check_report()."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _script(WITHOUT_ENGINE[path]), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=_env(path),
+        cwd=tmp_path,
+        timeout=600,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout + proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert result["checks"] and all(result["checks"]), result
+    refused = [r for r in result["refused"] if f"refused {path}:" in r]
+    assert len(refused) == 1 and "semantics" in refused[0], result["refused"]
+    entries = [e for e in result["report"] if e[0] == path and not e[1]]
+    assert len(entries) == 1 and entries[0][2] in refused[0], result["report"]

@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 from conftest import FP8_DTYPES, WIDE_DTYPES, as_bytes, poison, storage_bytes, torch_version
+from helpers.build_util import extension_test_ops
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fp8_dummy
@@ -64,6 +65,74 @@ def test_overlapping_tensor_refused_untouched():
 def test_sparse_refused():
     with pytest.raises(RuntimeError, match="only strided tensors"):
         fp8_dummy.init_(torch.zeros(4, 4).to_sparse())
+
+
+def _writers(t):
+    """Every public wrapper, writing t (as the first tensor, or the second of a list)."""
+    ok = poison(torch.empty(4, dtype=torch.float8_e4m3fn))
+    return {
+        "init_": lambda: fp8_dummy.init_(t, -1.0, 1.0),
+        "init_ generator": lambda: fp8_dummy.init_(t, -1.0, 1.0, generator=torch.Generator()),
+        "init_many_": lambda: fp8_dummy.init_many_([ok, ok, t], -1.0, 1.0),
+        "init_stateless_": lambda: fp8_dummy.init_stateless_(t, -1.0, 1.0),
+        "random_": lambda: fp8_dummy.random_(t, 0, 2),
+    }, ok
+
+
+@pytest.mark.parametrize("value", [[1, 2], 3.0, None, "t", torch.Generator()], ids=repr)
+def test_a_non_tensor_is_a_type_error_naming_the_argument(value):
+    writers, ok = _writers(value)
+    for name, write in writers.items():
+        op = name.split()[0]
+        arg = "tensors\\[2\\]" if op == "init_many_" else "t"
+        kind = type(value).__name__
+        with pytest.raises(
+            TypeError, match=rf"^fp8_dummy\.{op}: {arg} must be a Tensor, got {kind}$"
+        ):
+            write()
+    assert bool((storage_bytes(ok) == 0x55).all())
+
+
+def _kinds():
+    yield "quantized", torch.quantize_per_tensor(torch.zeros(4), 0.1, 0, torch.qint8)
+    yield "nested", torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+    yield (
+        "jagged",
+        torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)], layout=torch.jagged),
+    )
+    yield "sparse_coo", torch.zeros(4, 4).to_sparse()
+    yield "sparse_csr", torch.zeros(4, 4).to_sparse_csr()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # nested and sparse tensors are prototypes
+def test_quantized_nested_and_sparse_tensors_are_named():
+    for kind, t in _kinds():
+        writers, ok = _writers(t)
+        what = {"quantized": r"quantized \(torch.qint8\)", "jagged": "nested"}.get(kind, kind)
+        for name, write in writers.items():
+            where = rf"^fp8_dummy\.{name.split()[0]}: (t|tensors\[2\])"
+            with pytest.raises(RuntimeError, match=rf"{where} is a (torch\.)?{what} tensor; only"):
+                write()
+        assert bool((storage_bytes(ok) == 0x55).all()), kind
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8], ids=str)
+@pytest.mark.parametrize("low,high", [(0, 2**70), (-(2**70), 1), (0, 2**63), (0, 300), (-300, 0)])
+def test_random_bounds_out_of_range_name_the_bound_and_the_range(dtype, low, high):
+    t = poison(torch.empty(8, dtype=dtype))
+    with pytest.raises(RuntimeError, match="out of bounds.*takes low in .* and high in "):
+        fp8_dummy.random_(t, low, high)
+    assert bool((storage_bytes(t) == 0x55).all())
+
+
+@pytest.mark.parametrize("low,high,match", BAD_BOUNDS[:1] + BAD_BOUNDS[3:5])
+def test_init_many_of_no_tensor_checks_the_bounds(low, high, match):
+    """As a list of any dtype would: the checks every dtype applies (float64's)."""
+    with pytest.raises(RuntimeError, match=f"^fp8_dummy.init_many_: .*{match}"):
+        fp8_dummy.init_many_([], low, high)
+    with pytest.raises(RuntimeError, match=match):
+        fp8_dummy.init_many_([torch.empty(3, dtype=torch.float64)], low, high)
+    assert fp8_dummy.init_many_([], -1.0, 1.0) == []
 
 
 def test_meta_tensor_checks_only():
@@ -131,6 +200,56 @@ def test_compile_fullgraph(dtype):
     assert out.data_ptr() == x1.data_ptr()
     assert torch.equal(as_bytes(x1), as_bytes(x2))
     assert torch.equal(storage_bytes(y1), storage_bytes(y2))
+
+
+@pytest.mark.slow  # torch.compile
+def test_compile_generator_form_is_not_traced_like_torchs_uniform():
+    """docs/api.md: a Generator argument cannot be traced, for ours as for torch's own
+    uniform_(generator=g): fullgraph=True raises torch._dynamo.exc.Unsupported; without it
+    the call is a graph break and runs eagerly, with its bytes and generator use."""
+
+    def ours(t, g):
+        fp8_dummy.init_(t, -1.0, 1.0, generator=g)
+        return t
+
+    def op(t, g):
+        torch.ops.fp8_dummy.init_.generator(t, -1.0, 1.0, generator=g)
+        return t
+
+    def torchs(t, g):
+        return t.uniform_(-1.0, 1.0, generator=g)
+
+    for f in (ours, op, torchs):
+        torch._dynamo.reset()
+        t, g = torch.empty(8, 8, dtype=torch.float16), torch.Generator().manual_seed(1)
+        with pytest.raises(torch._dynamo.exc.Unsupported):
+            torch.compile(f, fullgraph=True)(t, g)
+        torch._dynamo.reset()
+        a, b = (
+            poison(torch.empty(64, 33, dtype=torch.float16)),
+            torch.empty(64, 33, dtype=torch.float16),
+        )
+        ga, gb = torch.Generator().manual_seed(2), torch.Generator().manual_seed(2)
+        torch.compile(f)(a, ga)
+        f(b, gb)
+        assert torch.equal(as_bytes(a), as_bytes(b)), f.__name__
+        assert torch.equal(ga.get_state(), gb.get_state()), f.__name__
+    torch._dynamo.reset()
+    t = poison(torch.empty(8, 8, dtype=torch.float8_e4m3fn))  # generator=None: traced
+    torch.compile(lambda t: op(t, None), fullgraph=True)(t)
+    assert not bool((storage_bytes(t) == 0x55).any())
+
+
+@pytest.mark.slow  # torch.compile
+def test_compile_refuses_an_overlapping_view_at_trace_time():
+    t = torch.zeros(200 * 150 + 150, dtype=torch.float8_e4m3fn).as_strided((200, 300), (150, 1))
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="may share memory"):
+            torch.compile(
+                lambda t: fp8_dummy.init_(t, -1.0, 1.0, 3), fullgraph=True, dynamic=dynamic
+            )(t)
+        assert not t.view(torch.uint8).any()
 
 
 class TinyModel(torch.nn.Module):
@@ -299,12 +418,16 @@ def test_public_namespace_holds_only_public_operators():
         getattr(torch.ops.fp8_dummy, name)
     assert {n for n in dir(torch.ops.fp8_dummy) if not n.startswith("_")} >= PUBLIC_OPS
     assert {n for n in dir(torch.ops.fp8_dummy) if not n.startswith("_")} - {"name"} == PUBLIC_OPS
-    # The internal ones are reachable under their own namespace.
+    # The internal ones are reachable under their own namespace; the test-only ones are not
+    # in the library (the test extension, tests/ext/, has them).
     internal = {
         n.split("::")[1]
         for n in torch._C._dispatch_get_all_op_names()
         if n.startswith("fp8_dummy_internal::")
     }
-    assert {"check_init_args", "cpu_fast_path_info", "emulate_cuda_init_"} <= internal
-    assert {"check_random_args", "cpu_random_info", "cpu_mt19937_jump"} <= internal
+    assert {"check_init_args", "cpu_fast_path_info", "build_info"} <= internal
+    assert {"check_random_args", "cpu_random_info", "check_stateless_args"} <= internal
+    test_only = extension_test_ops()
+    assert {"emulate_cuda_init_", "cpu_mt19937_jump", "philox_roofline"} <= test_only
+    assert not internal & test_only, internal & test_only
     assert isinstance(fp8_dummy.cpu_fast_path_info(), str)

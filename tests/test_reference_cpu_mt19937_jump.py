@@ -4,7 +4,7 @@ and generator position.
 
 Oracles: torch's own engine stepped word by word (random_ on uint8 draws one word per
 element) and numpy's legacy MT19937 (tests/oracles/mt19937_state.py), which shares no code
-with torch or with us. The jump is reached through fp8_dummy_internal.cpu_mt19937_jump, the
+with torch or with us. The jump is reached through fp8_dummy_test.cpu_mt19937_jump, the
 split stream through cpu_mt19937_words (an explicit thread count, so the split and the jumps
 run at sizes the public ops would fill on one thread).
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from ext import test_ops
 from oracles import mt19937_state as mt
 
 import fp8_dummy  # noqa: F401  (loads the operators)
@@ -64,7 +65,7 @@ def torch_step(g: torch.Generator, k: int) -> None:
 def jumped(g: torch.Generator, k: int, avx2: bool) -> torch.Generator:
     out = torch.Generator()
     out.set_state(g.get_state())
-    torch.ops.fp8_dummy_internal.cpu_mt19937_jump(out, k, avx2)
+    test_ops.cpu_mt19937_jump(out, k, avx2)
     return out
 
 
@@ -131,7 +132,7 @@ def test_jump_composes():
 
 def test_jump_rejects_bad_arguments():
     with pytest.raises(RuntimeError, match="distance must be >= 0"):
-        torch.ops.fp8_dummy_internal.cpu_mt19937_jump(torch.Generator(), -1, False)
+        test_ops.cpu_mt19937_jump(torch.Generator(), -1, False)
     g = torch.Generator().manual_seed(4)
     torch.rand(10, generator=g)
     state = g.get_state()
@@ -139,7 +140,7 @@ def test_jump_rejects_bad_arguments():
     state[mt.NEXT : mt.NEXT + 8] = torch.tensor([400], dtype=torch.int64).view(torch.uint8)
     g.set_state(state)
     with pytest.raises(RuntimeError, match="misread"):
-        torch.ops.fp8_dummy_internal.cpu_mt19937_jump(g, 5, False)
+        test_ops.cpu_mt19937_jump(g, 5, False)
 
 
 SPLIT_SIZES = [1, 2, 623, 624, 625, 3 * 624 + 5, 7919, 100_003, (1 << 20) + 1]
@@ -159,7 +160,7 @@ def test_split_stream_matches_numpy(pre, level):
         for threads in range(1, 9):
             g = torch.Generator()
             g.set_state(g0.get_state())
-            got = torch.ops.fp8_dummy_internal.cpu_mt19937_words(g, n, threads, level)
+            got = test_ops.cpu_mt19937_words(g, n, threads, level)
             np.testing.assert_array_equal(
                 got.numpy().view(np.uint32), want, err_msg=f"n={n} threads={threads}"
             )
@@ -177,5 +178,5 @@ def test_split_stream_random_sizes(level):
         )
         g = generator(int(rs.randint(0, 2**31)), pre)
         want = mt.words_after(g.get_state(), n)
-        got = torch.ops.fp8_dummy_internal.cpu_mt19937_words(g, n, threads, level)
+        got = test_ops.cpu_mt19937_words(g, n, threads, level)
         np.testing.assert_array_equal(got.numpy().view(np.uint32), want, err_msg=f"n={n}")

@@ -13,10 +13,10 @@ import torch
 from conftest import BOUNDS, WIDE_DTYPES, needs_gpu_memory
 from conftest import FP8_DTYPES as FP8
 from conftest import storage_bytes as storage
+from ext.emulator import device_properties, emulate_cuda_init_
 from helpers.cuda_checks import as_ints, poisoned_cpu, poisoned_like, saturates_e4m3fn
 
 import fp8_dummy
-from fp8_dummy.emulator import device_properties, emulate_cuda_init_
 from fp8_dummy.reference import new_path
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import storage_bytes as storage
+from ext import test_ops
+from ext.emulator import device_properties, emulate_cuda_init_
 from helpers.cuda_checks import poisoned_cpu, poisoned_like, saturates_e4m3fn
 from oracles import cpu_reference as cpu_oracle
 
 import fp8_dummy
-from fp8_dummy.emulator import device_properties, emulate_cuda_init_
 from fp8_dummy.reference import contiguous_path
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -32,7 +33,7 @@ def integer_mode(dtype: torch.dtype) -> int:
     """pick_fp8_mode of torch's own CUDA conversion: 0 saturate, 2 wrap modulo 256."""
     halves = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16)
     table = halves.cuda().to(dtype).view(torch.uint8).cpu()
-    return torch.ops.fp8_dummy_internal.pick_fp8_mode(table, dtype)[0]
+    return test_ops.pick_fp8_mode(table, dtype)[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8], ids=str)

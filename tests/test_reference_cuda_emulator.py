@@ -7,16 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import BOUNDS
+from ext import test_ops
 
 np = pytest.importorskip("numpy")  # the oracle is numpy
 
 from conftest import storage_bytes  # noqa: E402
+from ext.emulator import A100, H200, cuda_launch_plan, emulate_cuda_init_  # noqa: E402
 from helpers.cuda_checks import FP8_NAMES as FP8  # noqa: E402
 from helpers.cuda_checks import expected_bytes, outside_view, torch_saturates_e4m3fn  # noqa: E402
 from oracles import cuda_reference as oracle  # noqa: E402
 
 import fp8_dummy  # noqa: E402,F401  (registers the ops)
-from fp8_dummy.emulator import A100, H200, cuda_launch_plan, emulate_cuda_init_  # noqa: E402
 
 DEVICES = {"H200": H200, "A100": A100, "small": (3, 1536)}  # small: T = 4608, many steps
 
@@ -150,7 +151,7 @@ def test_split_example_from_reference():
 @pytest.mark.parametrize("name", FP8)
 @pytest.mark.parametrize("saturate", [True, False])
 def test_conversion_tables_match_numpy_model(name, saturate):
-    ours = torch.ops.fp8_dummy_internal.fp8_convert_table(getattr(torch, name), saturate).numpy()
+    ours = test_ops.fp8_convert_table(getattr(torch, name), saturate).numpy()
     np.testing.assert_array_equal(ours, oracle.fp8_table(name, saturate))
 
 
@@ -161,14 +162,12 @@ def torch_cpu_table(name):
 
 @pytest.mark.parametrize("name", FP8)
 def test_conversion_tables_match_torch_cpu_copy(name):
-    ours = torch.ops.fp8_dummy_internal.fp8_convert_table(
-        getattr(torch, name), torch_saturates_e4m3fn()
-    )
+    ours = test_ops.fp8_convert_table(getattr(torch, name), torch_saturates_e4m3fn())
     assert torch.equal(ours, torch_cpu_table(name))
 
 
 def pick(table, dtype, hw_table=None):
-    return torch.ops.fp8_dummy_internal.pick_fp8_mode(table, dtype, hw_table)
+    return test_ops.pick_fp8_mode(table, dtype, hw_table)
 
 
 @pytest.mark.parametrize("name", FP8)

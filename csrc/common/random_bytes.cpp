@@ -3,8 +3,6 @@
 // elements share memory, then `from < to`, then from and to - 1 within the dtype.
 #include "common/random_bytes.h"
 
-#include <ATen/MemoryOverlap.h>
-
 #include <algorithm>
 #include <numeric>
 
@@ -16,10 +14,7 @@ void check_random_args(const at::Tensor& self, int64_t from, int64_t to) {
   TORCH_CHECK(dtype == at::kChar || dtype == at::kByte, "fp8_dummy.random_: unsupported dtype ",
               dtype, "; supported dtypes: int8, uint8 (view other byte-sized formats, such as ",
               "float4_e2m1fn_x2, as uint8)");
-  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
-              "fp8_dummy.random_: unsupported operation: more than one element of the "
-              "written-to tensor refers to a single memory location. Please clone() the "
-              "tensor before performing the operation.");
+  check_distinct(self, OpName{"fp8_dummy.random_"});
   TORCH_CHECK(from < to, "fp8_dummy.random_: random_ expects 'from' to be less than 'to', ",
               "but got from=", from, " >= to=", to);
   // ATen prints the dtype's caffe2::TypeMeta name.
@@ -27,9 +22,13 @@ void check_random_args(const at::Tensor& self, int64_t from, int64_t to) {
   const char* name = is_signed ? "signed char" : "unsigned char";
   const int64_t lo = is_signed ? -128 : 0;
   const int64_t hi = is_signed ? 127 : 255;
-  TORCH_CHECK(from >= lo && from <= hi, "fp8_dummy.random_: from is out of bounds for ", name);
-  TORCH_CHECK(to - 1 >= lo && to - 1 <= hi, "fp8_dummy.random_: to - 1 is out of bounds for ",
-              name);
+  const auto allowed =
+      c10::str(" (", is_signed ? "int8" : "uint8", " takes low in [", lo, ", ", hi,
+               "] and high in [", lo + 1, ", ", hi + 1, "], got low=", from, ", high=", to, ")");
+  TORCH_CHECK(from >= lo && from <= hi, "fp8_dummy.random_: from is out of bounds for ", name,
+              allowed);
+  TORCH_CHECK(to - 1 >= lo && to - 1 <= hi, "fp8_dummy.random_: to - 1 is out of bounds for ", name,
+              allowed);
 }
 
 std::optional<MemoryOrder> random_order(const at::Tensor& self) {
@@ -39,21 +38,14 @@ std::optional<MemoryOrder> random_order(const at::Tensor& self) {
   if (self.is_non_overlapping_and_dense()) return memory_order(self);
   // Layouts with gaps. TensorIterator (reorder_dimensions) puts the dimension of smallest
   // stride innermost, and so on up; ties only matter for size-1 dimensions (dropped here)
-  // or for elements that share memory (refused below).
+  // or for elements that may share memory (check_random_args refuses them; so does this).
   c10::SmallVector<int64_t, 6> dims;
   for (int64_t d = 0; d < self.dim(); ++d) {
     if (self.size(d) != 1) dims.push_back(d);
   }
   std::sort(dims.begin(), dims.end(),
             [&](int64_t a, int64_t b) { return self.stride(a) < self.stride(b); });
-  // Distinct elements, shown the simple way: each stride exceeds the reach of all smaller
-  // ones. (has_internal_overlap answers "too hard" for most such layouts.) Where this does
-  // not show it, torch's own random_ decides what happens.
-  int64_t reach = 0;
-  for (const int64_t d : dims) {
-    if (self.stride(d) <= reach) return std::nullopt;
-    reach += self.stride(d) * (self.size(d) - 1);
-  }
+  if (first_overlap(self.sizes(), self.strides()).first >= 0) return std::nullopt;
   MemoryOrder order;
   for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
     const int64_t size = self.size(*it);

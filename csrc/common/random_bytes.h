@@ -19,8 +19,8 @@ void check_random_args(const at::Tensor& self, int64_t from, int64_t to);
 
 // A view whose row-major order is the order torch's CPU random_ visits self's elements in
 // (TensorIterator's: dimensions by increasing stride, the smallest innermost), coalesced;
-// random number m goes to element m of it. nullopt where we cannot show that order or that
-// the elements are distinct (the caller then runs torch's own random_).
+// random number m goes to element m of it. nullopt where the elements are not shown
+// distinct (first_overlap), which check_random_args refuses.
 std::optional<MemoryOrder> random_order(const at::Tensor& self);
 
 }  // namespace fp8_dummy

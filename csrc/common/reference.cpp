@@ -5,6 +5,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/util/irange.h>
 
 #include <algorithm>
 #include <array>
@@ -97,10 +98,44 @@ void check_init_args(const at::Tensor& self, double low, double high, const OpNa
   }
   // The reference fails in copy_ (1-byte dtypes) or in uniform_'s TensorIterator (wider
   // dtypes) on a tensor whose elements share memory; we fail before writing.
-  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes, name,
+  check_distinct(self, name);
+}
+
+void check_distinct(const at::Tensor& self, const OpName& name) {
+  TORCH_CHECK(self.layout() == c10::kStrided, name, "only strided tensors are supported, got ",
+              self.layout());
+  const auto overlap = at::has_internal_overlap(self);
+  TORCH_CHECK(overlap != at::MemOverlap::Yes, name,
               "unsupported operation: more than one element of the "
               "written-to tensor refers to a single memory location. Please clone() the "
               "tensor before performing the operation.");
+  // Symbolic shapes (a fake kernel under dynamic torch.compile): the real kernel checks.
+  if (overlap == at::MemOverlap::No || self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    return;
+  }
+  const auto [dim, reach] = first_overlap(self.sizes(), self.strides());
+  TORCH_CHECK(dim < 0, name, "elements of self (sizes ", self.sizes(), ", strides ", self.strides(),
+              ") may share memory: dimension ", dim, "'s stride ", self.stride(dim),
+              " does not exceed ", reach,
+              ", the furthest offset the dimensions of smaller stride reach (where elements "
+              "meet, torch's reference writes bytes that depend on its thread count). Please "
+              "clone() the tensor, or fill a view whose elements are distinct");
+}
+
+std::pair<int64_t, int64_t> first_overlap(at::IntArrayRef sizes, at::IntArrayRef strides) {
+  c10::SmallVector<int64_t, 6> dims;
+  for (const auto d : c10::irange(sizes.size())) {
+    if (sizes[d] == 0) return {-1, 0};
+    if (sizes[d] > 1) dims.push_back(static_cast<int64_t>(d));
+  }
+  std::stable_sort(dims.begin(), dims.end(),
+                   [&](int64_t a, int64_t b) { return strides[a] < strides[b]; });
+  int64_t reach = 0;
+  for (const int64_t d : dims) {
+    if (strides[d] <= reach) return {d, reach};
+    reach += strides[d] * (sizes[d] - 1);
+  }
+  return {-1, 0};
 }
 
 MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp) {

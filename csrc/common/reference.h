@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <ostream>
+#include <utility>
 
 #include "fp8_dummy/cuda/fp8_convert.h"
 
@@ -64,6 +65,16 @@ std::ostream& operator<<(std::ostream& out, const OpName& name);
 // check included), with the reference's messages, prefixed by the calling op's name.
 // Throws c10::Error before anything is written or any random number is drawn.
 void check_init_args(const at::Tensor& self, double low, double high, const OpName& name = {});
+
+// The overlap rule of every op that writes: refuses a self whose elements may share memory,
+// torch's MemOverlap::Yes (with copy_'s message) and any layout first_overlap does not show
+// distinct (torch writes those "too hard" layouts with thread-dependent bytes).
+void check_distinct(const at::Tensor& self, const OpName& name);
+
+// Distinct elements, the cheap test: by increasing stride (sizes > 1), each stride must exceed
+// the furthest offset the smaller ones reach (dense, permuted, sliced and gapped views pass).
+// Returns the first dimension that fails and that offset, or {-1, 0}.
+std::pair<int64_t, int64_t> first_overlap(at::IntArrayRef sizes, at::IntArrayRef strides);
 
 // A view of `self` whose row-major order is the float16 temp's memory order (random number
 // m goes to its element m): empty_like(self, float16) (vLLM, SGLang), or with

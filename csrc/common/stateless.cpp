@@ -1,6 +1,5 @@
 #include "common/stateless.h"
 
-#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/arange.h>
 #include <c10/util/irange.h>
@@ -15,33 +14,6 @@
 #include "common/reference.h"
 
 namespace fp8_dummy {
-
-namespace {
-
-// Two elements of self must never share a global index (a shard is a set of distinct
-// elements of the global tensor). Taken in increasing stride, each dimension must step past
-// everything the smaller ones can reach: stride[k] > sum over j < k of stride[j] (size[j] - 1).
-// That is what any block of a row-major (or permuted) tensor satisfies; strides that fail it
-// (such as [1, 1]) are refused, even the rare ones that would still be distinct.
-void check_distinct_global_indices(at::IntArrayRef sizes, c10::ArrayRef<int64_t> strides) {
-  c10::SmallVector<std::pair<int64_t, int64_t>, 6> dims;  // (stride, size), sizes > 1
-  for (const auto d : c10::irange(sizes.size())) {
-    if (sizes[d] > 1) dims.emplace_back(strides[d], sizes[d]);
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t reach = 0;  // the largest index offset the smaller dimensions reach
-  for (const auto& [stride, size] : dims) {
-    TORCH_CHECK(stride > reach, "fp8_dummy.init_stateless_: element_strides ", strides,
-                " give two elements of self (sizes ", sizes,
-                ") the same global index; each stride must exceed what the smaller ones reach");
-    int64_t span = 0;
-    TORCH_CHECK(
-        !c10::mul_overflows(size - 1, stride, &span) && !c10::add_overflows(reach, span, &reach),
-        "fp8_dummy.init_stateless_: global element indices overflow int64");
-  }
-}
-
-}  // namespace
 
 bool is_stateless_int(c10::ScalarType dtype) {
   return dtype == c10::ScalarType::Char || dtype == c10::ScalarType::Byte;
@@ -60,10 +32,7 @@ void check_stateless_values(const at::Tensor& self, double low, double high) {
       std::floor(low) == low && std::floor(high) == high && min <= low && low < high && high <= max,
       "fp8_dummy.init_stateless_: ", self.scalar_type(), " takes integer bounds low < high in [",
       min, ", ", max, "] (values in [low, high)), ", "got low=", low, ", high=", high);
-  TORCH_CHECK(at::has_internal_overlap(self) != at::MemOverlap::Yes,
-              "fp8_dummy.init_stateless_: unsupported operation: more than one element of the "
-              "written-to tensor refers to a single memory location. Please clone() the "
-              "tensor before performing the operation.");
+  check_distinct(self, OpName{"fp8_dummy.init_stateless_"});
 }
 
 void stateless_on_cpu(at::Tensor& t, double low, double high, int64_t seed, int64_t key_offset,
@@ -104,7 +73,6 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
                   d, "] is 0 but dimension ", d, " has size ", self.size(d),
                   " (elements would share a global index)");
     }
-    check_distinct_global_indices(self.sizes(), global);
   } else {
     int64_t stride = 1;  // row-major strides of self's shape: e = logical linear index
     for (int64_t d = dim - 1; d >= 0; --d) {
@@ -122,6 +90,13 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
                   "fp8_dummy.init_stateless_: global element indices overflow int64");
     }
   }
+  // A shard is a set of distinct elements of the global tensor: every block of a row-major
+  // or permuted tensor passes first_overlap; strides that fail it (such as [1, 1]) are
+  // refused, even the rare ones that would still be distinct.
+  TORCH_CHECK(first_overlap(self.sizes(), global).first < 0,
+              "fp8_dummy.init_stateless_: element_strides ", global,
+              " give two elements of self (sizes ", self.sizes(),
+              ") the same global index; each stride must exceed what the smaller ones reach");
   ShardGeometry g;
   g.element_offset = element_offset;
   for (const auto d : c10::irange(dim)) {

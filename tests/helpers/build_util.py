@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,6 +48,13 @@ def run(cmd: list[str], timeout: float = 900, **kwargs) -> subprocess.CompletedP
             f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{proc.stdout[-8000:]}"
         )
     return proc
+
+
+def extension_test_ops() -> set[str]:
+    """The operators of the test extension, from its schemas (tests/ext/csrc/test_ops.cpp):
+    none may be in the library users install."""
+    text = (ROOT / "tests" / "ext" / "csrc" / "test_ops.cpp").read_text()
+    return set(re.findall(r'm\.def\(\s*"(\w+)\(', text))
 
 
 def copy_source_tree(dst: Path) -> Path:

@@ -218,6 +218,17 @@ def check_refusals(world: int, rank: int) -> None:
     ):
         _raises(fn, "Partial", f"rank {rank} {name}")
     assert not partial.to_local().any(), "Partial: written"
+    # A local tensor whose elements may share memory (rows 2 apart, 5 long): refused by
+    # every op on every rank, nothing written.
+    base = torch.full((17,), SENTINEL)
+    over = DTensor.from_local(base.as_strided((7, 5), (2, 1)), mesh, [Replicate()], run_check=False)
+    for name, fn in (
+        ("init_stateless_", lambda: fp8_dummy.init_stateless_(over, LOW, HIGH, SEED)),
+        ("init_", lambda: fp8_dummy.init_(over, LOW, HIGH, SEED)),
+        ("init_many_", lambda: fp8_dummy.init_many_([torch.empty(2), over], LOW, HIGH)),
+    ):
+        _raises(fn, "may share memory", f"rank {rank} {name}")
+    assert bool((base == SENTINEL).all()), "overlapping local: written"
     # A local tensor that does not match the placements (never 6 rows of 7 on 2 or 4 ranks).
     spec = dict(shape=torch.Size((7, 5)), stride=(5, 1), run_check=False)
     wrong = DTensor.from_local(torch.empty(6, 5), mesh, [Shard(0)], **spec)

@@ -122,9 +122,8 @@ def changed(model: nn.Module) -> set[str]:
 
 def spy_fused(monkeypatch) -> list:
     """Records the dtype of every tensor fp8_dummy's operators fill through the engine
-    integrations (fp8_dummy.model's batched/loop calls, fp8_dummy.vllm's single calls)."""
-    import fp8_dummy.model
-    import fp8_dummy.vllm
+    integrations (fp8_dummy.engines.core's calls)."""
+    from fp8_dummy.engines import core
 
     seen: list = []
 
@@ -135,10 +134,6 @@ def spy_fused(monkeypatch) -> list:
 
         return spy
 
-    for module, name in (
-        (fp8_dummy.model, "init_"),
-        (fp8_dummy.model, "init_many_"),
-        (fp8_dummy.vllm, "init_"),
-    ):
-        monkeypatch.setattr(module, name, wrap(getattr(module, name)))
+    for name in ("init_", "init_many_"):
+        monkeypatch.setattr(core, name, wrap(getattr(core, name)))
     return seen

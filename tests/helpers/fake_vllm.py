@@ -140,14 +140,14 @@ class DummyModelLoader(BaseModelLoader):
                 initialize_dummy_weights(layer, model_config)
             else:
                 for name, t in get_layer_tensors(layer).items():
-                    if name not in layer._non_persistent_buffers_set:
-                        {single}(t, name=name)
+                    if name not in layer._non_persistent_buffers_set:  # 0.30-0.32: no name
+                        {single}(t, name=name) if GENERATION >= 33 else {single}(t)
 
     def _process_online_quant_layer(self, layer, info):
         # every tensor, non-persistent buffers too, then a post-processing step that
         # depends on the values (as quantization would)
         for name, t in get_layer_tensors(layer).items():
-            {single}(t, name=name)
+            {single}(t, name=name) if GENERATION >= 33 else {single}(t)
         with torch.no_grad():
             for t in get_layer_tensors(layer).values():
                 raw = torch.empty(0, dtype=torch.uint8, device=t.device)
@@ -219,6 +219,24 @@ def write(
     return root
 
 
+def unpatch() -> None:
+    """Give vLLM's dummy loader its own functions back and drop the plugin's pending hooks
+    (the load formats stay registered)."""
+    from fp8_dummy.engines import vllm as fvllm
+
+    module = sys.modules.get("vllm.model_executor.model_loader.dummy_loader")
+    if module is not None and getattr(module, "_fp8_dummy_patched", False):
+        module.initialize_single_dummy_weight = fvllm.originals["single"]
+        if "model" in fvllm.originals:
+            module.initialize_dummy_weights = fvllm.originals["model"]
+        module._fp8_dummy_patched = False
+    sys.meta_path[:] = [
+        f
+        for f in sys.meta_path
+        if not (getattr(f, "_fp8_dummy_after_import", False) and f.name.startswith("vllm."))
+    ]
+
+
 def _vllm_modules() -> dict:
     return {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
 
@@ -226,10 +244,10 @@ def _vllm_modules() -> dict:
 @contextlib.contextmanager
 def installed(tmp_path: Path, monkeypatch, version: str, **variant) -> Iterator[str]:
     """The stand-in vLLM of that version (and variant, see :func:`write`) on sys.path,
-    fp8_dummy's entry point visible, fp8_dummy.vllm's state and the vllm proof keys fresh;
+    fp8_dummy's entry point visible, fp8_dummy.engines.vllm's state and the vllm proof keys fresh;
     everything put back after."""
-    from fp8_dummy import vllm as fvllm
-    from fp8_dummy import vllm_plugin
+    from fp8_dummy.engines import vllm as fvllm
+    from fp8_dummy.engines.vllm import rules
 
     from . import entry_points
 
@@ -240,15 +258,16 @@ def installed(tmp_path: Path, monkeypatch, version: str, **variant) -> Iterator[
     monkeypatch.syspath_prepend(str(site))
     entry_points.provide("vllm.general_plugins", tmp_path / "entry_points")
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
-    monkeypatch.delenv(vllm_plugin.ENV, raising=False)
+    monkeypatch.delenv(fvllm.ENV, raising=False)
     monkeypatch.setattr(fvllm, "originals", {})
-    monkeypatch.setattr(fvllm, "_platform", None)
+    rules.platform.cache_clear()
     torch.ops.fp8_dummy_internal.proof_forget("vllm")  # each stand-in is probed afresh
     importlib.invalidate_caches()
     try:
         yield version
     finally:
-        vllm_plugin.unregister()
+        unpatch()
+        rules.platform.cache_clear()
         torch.ops.fp8_dummy_internal.proof_forget("vllm")
         for k in _vllm_modules():
             del sys.modules[k]

@@ -179,8 +179,7 @@ def no_fp8_gemm_kernel() -> None:
 def checkpoint_tensor(name: str, shape, dtype, seed: int = 1234) -> torch.Tensor:
     """The TP=1 tensor of the parameter ``name`` filled by the stateless mode (our fill,
     tested on its own against numpy; the layout is what is under test here)."""
-    from fp8_dummy.stateless import init_stateless_
-    from fp8_dummy.vllm_invariant import tensor_seed
+    from fp8_dummy.stateless import init_stateless_, tensor_seed
 
     g = torch.empty(tuple(shape), dtype=dtype)
     if dtype == E8M0:

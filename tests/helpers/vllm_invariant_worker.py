@@ -34,8 +34,8 @@ def _run(rank: int, world: int, port: int) -> dict:
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
     import fp8_dummy.vllm as fv
-    from fp8_dummy import _vllm_placement
-    from fp8_dummy.vllm_invariant import UncoveredParameterError
+    from fp8_dummy.engines.vllm import placement as vp
+    from fp8_dummy.vllm import UncoveredParameterError
     from helpers import vllm_invariant_layers as L
 
     cfg = VllmConfig(device_config=DeviceConfig(device="cpu"))
@@ -69,25 +69,17 @@ def _run(rank: int, world: int, port: int) -> dict:
         if kinds[n] == "MoE"
     }
 
-    # The oracle: every parameter zeroed, then the TP=1 tensor through vLLM's own loader.
-    with torch.no_grad():
-        for lname, layer in oracle.named_children():
-            for pname, p in layer.named_parameters(recurse=False):
-                p.data.view(torch.uint8).zero_()
-                shape = list(full[lname].get_parameter(pname).shape)
-                if kinds[lname] in ("VocabParallelEmbedding", "ParallelLMHead"):
-                    shape[0] = layer.org_vocab_size  # the checkpoint's rows: unpadded
-                g = L.checkpoint_tensor(f"{lname}.{pname}", shape, p.dtype)
-                if kinds[lname] == "MoE":
-                    L.feed_moe(layer, pname, p, g)
-                else:
-                    L.feed_linear(layer, kinds[lname], pname, p, g)
+    def stateless(lname, pname, layer, p):  # the invariant format's TP=1 tensor
+        shape = list(full[lname].get_parameter(pname).shape)
+        if kinds[lname] in VOCAB:
+            shape[0] = layer.org_vocab_size  # the checkpoint's rows: unpadded
+        return L.checkpoint_tensor(f"{lname}.{pname}", shape, p.dtype)
+
+    _feed(oracle, kinds, L, stateless)
 
     def compare(into: list) -> None:
-        for (n, a), (_, b) in zip(ours.named_parameters(), oracle.named_parameters()):
-            found["checked"] += 1
-            if not torch.equal(a.data.view(torch.uint8), b.data.view(torch.uint8)):
-                into.append(n)
+        found["checked"] += len(list(ours.parameters()))
+        into += _differing(ours, oracle)
 
     for _, p in ours.named_parameters():
         p.data.view(torch.uint8).fill_(0x55)  # poisoned: every byte must be written
@@ -97,25 +89,108 @@ def _run(rank: int, world: int, port: int) -> dict:
 
     # Negative control: QKV through the merged-column rule (its output_sizes count a
     # replicated KV head once per rank): must be caught by the same comparison.
-    real = _vllm_placement._linear
     from vllm.model_executor.layers import linear as vl
 
-    def ignore_replication(layer, param, cls, fn):
-        if cls is vl.QKVParallelLinear:
-            cls = vl.MergedColumnParallelLinear
-        return real(layer, param, cls, fn)
+    qkv = ("vllm.model_executor.layers.linear", "QKVParallelLinear")
+    real = vp.RULES[qkv]
 
-    _vllm_placement._linear = ignore_replication
+    def ignore_replication(layer, name, t, cls, fn):
+        return vp.linear(layer, name, t, vl.MergedColumnParallelLinear, fn)
+
+    vp.RULES[qkv] = (real[0], ignore_replication)
     try:
         fv.initialize_invariant_dummy_weights(ours, seed=1234)
         compare(found["negative"])
     finally:
-        _vllm_placement._linear = real
+        vp.RULES[qkv] = real
     fv.initialize_invariant_dummy_weights(ours, seed=1234)  # right again, for the next check
 
     found["uncovered"] = _uncovered(cfg, UncoveredParameterError)
     found["load_format"] = _load_format(cfg, ours, L, kinds)
+    found["realistic"] = _realistic(ours, oracle, full, kinds, L)
     return found
+
+
+VOCAB = ("VocabParallelEmbedding", "ParallelLMHead")
+
+
+def _feed(oracle, kinds, L, tensor_of) -> None:
+    """The oracle: every parameter zeroed, then the TP=1 tensor ``tensor_of(layer name,
+    parameter name, layer, parameter)`` through vLLM's own loader."""
+    import torch
+
+    with torch.no_grad():
+        for lname, layer in oracle.named_children():
+            for pname, p in layer.named_parameters(recurse=False):
+                p.data.view(torch.uint8).zero_()
+                g = tensor_of(lname, pname, layer, p)
+                if kinds[lname] == "MoE":
+                    L.feed_moe(layer, pname, p, g)
+                else:
+                    L.feed_linear(layer, kinds[lname], pname, p, g)
+
+
+def _differing(ours, oracle) -> list[str]:
+    import torch
+
+    return [
+        n
+        for (n, a), (_, b) in zip(ours.named_parameters(), oracle.named_parameters())
+        if not torch.equal(a.data.view(torch.uint8), b.data.view(torch.uint8))
+    ]
+
+
+def _realistic(ours, oracle, full, kinds, L) -> dict:
+    """--load-format fp8_dummy_realistic (registered by _load_format) against vLLM's own
+    loaders fed the TP=1 layers as fp8_dummy.initialize_realistic_dummy_weights fills them
+    (its roles from the whole tensors: no placement involved), at vLLM's --seed 7, then at
+    its default 0. Negative control: each spec from the rank's shard instead of the logical
+    tensor (fan_in of the shard)."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+
+    import fp8_dummy
+    from fp8_dummy.engines.vllm import invariant
+
+    t0 = time.perf_counter()
+    tp1 = torch.nn.Module()
+    for name, layer in full.items():
+        tp1.add_module(name, layer)
+
+    def realistic(lname, pname, layer, p):
+        g = tp1.get_parameter(f"{lname}.{pname}").data
+        return g[: layer.org_vocab_size] if kinds[lname] in VOCAB else g
+
+    loader = get_model_loader(LoadConfig(load_format="fp8_dummy_realistic"))
+    out = {"loader": type(loader).__name__, "checked": len(list(oracle.parameters()))}
+
+    def load(into: str, config=None) -> None:
+        for p in ours.parameters():
+            p.data.view(torch.uint8).fill_(0x55)  # poisoned: every byte must be written
+        loader.load_weights(ours, config)
+        out[into] = _differing(ours, oracle)
+
+    for seed in (7, 0):
+        specs = fp8_dummy.initialize_realistic_dummy_weights(tp1, seed=seed)
+        _feed(oracle, kinds, L, realistic)
+        if seed == 0:  # ours still holds seed 7's tensors: what the seed changes
+            out["seed_changes"] = _differing(ours, oracle)
+        load(f"mismatch_{seed}", SimpleNamespace(seed=seed) if seed else None)
+    out["roles"] = {n: s.role for n, s in specs.items()}
+    real = invariant.model_specs
+    invariant.model_specs = lambda m, ts, n=None: real(
+        m, [(a, b, t, t.shape) for a, b, t, _ in ts], n
+    )
+    try:
+        load("negative")
+    finally:
+        invariant.model_specs = real
+    out["seconds"] = time.perf_counter() - t0
+    return out
 
 
 def _values(model, L) -> dict:
@@ -182,9 +257,9 @@ def _load_format(cfg, ours, L, kinds) -> dict:
     from vllm.config import set_current_vllm_config
     from vllm.config.load import LoadConfig
 
-    from fp8_dummy import vllm_plugin
+    from fp8_dummy.engines import vllm as fvllm
 
-    vllm_plugin.register()
+    fvllm.register()
     from vllm.model_executor.model_loader import get_model_loader
 
     loader = get_model_loader(LoadConfig(load_format="fp8_dummy_invariant"))

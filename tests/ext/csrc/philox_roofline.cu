@@ -39,9 +39,9 @@ namespace {
 // `out` is large enough.
 int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == at::kInt && out.is_contiguous(),
-              "fp8_dummy_internal.philox_roofline: expects a contiguous int32 CUDA tensor");
+              "fp8_dummy_test.philox_roofline: expects a contiguous int32 CUDA tensor");
   TORCH_CHECK(numel > 0 && numel <= cuda::kMax32BitHalfElements,
-              "fp8_dummy_internal.philox_roofline: numel must be in [1, 2^30]");
+              "fp8_dummy_test.philox_roofline: numel must be in [1, 2^30]");
   const c10::cuda::CUDAGuard guard(out.device());
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(out.device().index());
   const cuda::ReferenceGrid grid =
@@ -61,7 +61,7 @@ int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CUDA, m) {
+TORCH_LIBRARY_IMPL(fp8_dummy_test, CUDA, m) {
   m.impl("philox_roofline", TORCH_FN(philox_roofline));
 }
 

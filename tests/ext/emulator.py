@@ -1,4 +1,4 @@
-"""CPU emulation of torch's CUDA reference path (``fp8_dummy_internal::emulate_cuda_init_``).
+"""CPU emulation of torch's CUDA reference path (``fp8_dummy_test::emulate_cuda_init_``).
 
 The bytes of ``empty_like(t, float16).uniform_(low, high, generator=g)`` (or, with
 ``contiguous_temp``, a ``torch.empty(t.shape, float16)`` temp) followed by
@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+
+from . import test_ops
 
 __all__ = [
     "A100",
@@ -70,7 +72,7 @@ def emulate_cuda_init_(
     outside the type's range are clamped, or (False) wrap modulo 256. ``contiguous_temp``:
     the temp is ``torch.empty(t.shape)`` (row-major order), as ``init_``'s option.
     """
-    return torch.ops.fp8_dummy_internal.emulate_cuda_init_(
+    return test_ops.emulate_cuda_init_(
         t,
         low,
         high,
@@ -101,7 +103,7 @@ def emulate_cuda_init_many_(
     checking that every work item is visited exactly once; the others through
     :func:`emulate_cuda_init_`. Each tensor gets the bytes of its own fresh generator.
     Returns the number of batched launches (one per FP8 dtype)."""
-    return torch.ops.fp8_dummy_internal.emulate_cuda_init_many_(
+    return test_ops.emulate_cuda_init_many_(
         tensors,
         low,
         high,
@@ -119,9 +121,7 @@ def cuda_launch_plan(
 ) -> tuple[list[Launch], int]:
     """The reference's launches for ``numel`` float16 elements and the offset after them
     (tensors over 2^30 elements are split); allocates nothing."""
-    flat = torch.ops.fp8_dummy_internal.cuda_launch_plan(
-        numel, sm_count, max_threads_per_sm, offset
-    )
+    flat = test_ops.cuda_launch_plan(numel, sm_count, max_threads_per_sm, offset)
     runs = [Launch(*flat[i : i + 5]) for i in range(1, len(flat), 5)]
     return runs, flat[0]
 
@@ -143,7 +143,7 @@ def emulate_cuda_kernel_init_(
     work item through the kernel's own work walk and per-item code, thread after thread of
     a simulated grid of ``grid`` blocks (0: 8 per SM). The same bytes and returned offset as
     :func:`emulate_cuda_init_` when the kernel is right."""
-    return torch.ops.fp8_dummy_internal.emulate_cuda_kernel_init_(
+    return test_ops.emulate_cuda_kernel_init_(
         t,
         low,
         high,
@@ -161,7 +161,7 @@ def cuda_probe_numel(sm_count: int, max_threads_per_sm: int = 2048, numel: int =
     """Elements of the CUDA init_ probe of a call of ``numel`` elements on such a GPU: two
     full grid steps of the reference and a partial one; two such pieces for a call over
     2^30 elements (csrc/launch/cuda_proof.h)."""
-    return torch.ops.fp8_dummy_internal.cuda_probe_numel(sm_count, max_threads_per_sm, numel)
+    return test_ops.cuda_probe_numel(sm_count, max_threads_per_sm, numel)
 
 
 def emulate_proven_cuda_init_(
@@ -182,7 +182,7 @@ def emulate_proven_cuda_init_(
     (the launcher's probe and verdict) before it fills ``t``, else the emulated reference.
     Refusals are in :func:`fp8_dummy.self_check_report` and warn once. ``split_probe``: the
     key and probe of a call over 2^30 elements (two pieces at non-zero offsets)."""
-    after = torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_(
+    after = test_ops.emulate_proven_cuda_init_(
         t,
         low,
         high,
@@ -211,7 +211,7 @@ def emulate_proven_cuda_init_many_(
 ) -> int:
     """``init_many_`` as the CUDA launcher runs it, with the emulated batched kernel, proven
     per dtype before use; returns the number of batched launches."""
-    launches = torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_many_(
+    launches = test_ops.emulate_proven_cuda_init_many_(
         tensors,
         low,
         high,
@@ -237,6 +237,6 @@ def emulate_proven_cuda_init_stateless_(
 ) -> None:
     """``init_stateless_`` as its CUDA launcher runs it, with the kernel's per-element rule
     on the CPU, proven against the CPU kernel (linear or general layout) before use."""
-    torch.ops.fp8_dummy_internal.emulate_proven_cuda_init_stateless_(
+    test_ops.emulate_proven_cuda_init_stateless_(
         t, low, high, seed, key_offset, element_offset, element_strides, sm_count
     )

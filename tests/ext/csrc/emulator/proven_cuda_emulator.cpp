@@ -32,7 +32,7 @@ int64_t reference_emulation(at::Tensor& t, double low, double high, int64_t seed
                             int64_t sm_count, int64_t max_threads_per_sm, bool saturate,
                             bool contiguous_temp) {
   static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_", "")
+                             .findSchemaOrThrow("fp8_dummy_test::emulate_cuda_init_", "")
                              .typed<int64_t(at::Tensor&, double, double, int64_t, int64_t, int64_t,
                                             int64_t, bool, bool)>();
   return op.call(t, low, high, seed, offset, sm_count, max_threads_per_sm, saturate,
@@ -43,7 +43,7 @@ int64_t many_emulation(std::vector<at::Tensor>& ts, double low, double high, int
                        int64_t sm_count, int64_t max_threads_per_sm, bool saturate,
                        bool contiguous_temp) {
   static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_many_", "")
+                             .findSchemaOrThrow("fp8_dummy_test::emulate_cuda_init_many_", "")
                              .typed<int64_t(at::TensorList, double, double, int64_t, int64_t,
                                             int64_t, bool, int64_t, bool)>();
   return op.call(ts, low, high, seed, sm_count, max_threads_per_sm, saturate, 0, contiguous_temp);
@@ -83,7 +83,7 @@ void emulate_launch(const at::Tensor& self, ItemArgs item, int64_t start, int64_
 ItemArgs item_args(at::Tensor& self, double low, double high, bool saturate, bool contiguous_temp) {
   const auto layout = to_layout(memory_order(self, contiguous_temp));
   TORCH_CHECK(layout.has_value(),
-              "fp8_dummy_internal.emulate_cuda_kernel_init_: a layout the kernel leaves to the "
+              "fp8_dummy_test.emulate_cuda_kernel_init_: a layout the kernel leaves to the "
               "reference path");
   ItemArgs item{};
   item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
@@ -100,10 +100,10 @@ int64_t emulate_kernel(at::Tensor& self, double low, double high, int64_t seed, 
                        bool contiguous_temp) {
   check_init_args(self, low, high);
   TORCH_CHECK(self.device().is_cpu() && uses_half_temp(self.scalar_type()),
-              "fp8_dummy_internal.emulate_cuda_kernel_init_: expects a 1-byte (FP8, int8, uint8) "
+              "fp8_dummy_test.emulate_cuda_kernel_init_: expects a 1-byte (FP8, int8, uint8) "
               "CPU tensor");
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads && grid >= 0,
-              "fp8_dummy_internal.emulate_cuda_kernel_init_: bad device properties or grid");
+              "fp8_dummy_test.emulate_cuda_kernel_init_: bad device properties or grid");
   const ItemArgs item = item_args(self, low, high, saturate, contiguous_temp);
   if (self.numel() == 0) return offset;
   FreshOffsets offsets{static_cast<uint64_t>(offset)};
@@ -214,13 +214,13 @@ int64_t cuda_probe_numel(int64_t sm_count, int64_t max_threads_per_sm, int64_t n
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CPU, m) {
+TORCH_LIBRARY_IMPL(fp8_dummy_test, CPU, m) {
   m.impl("emulate_cuda_kernel_init_", TORCH_FN(emulate_kernel));
   m.impl("emulate_proven_cuda_init_", TORCH_FN(emulate_proven_init));
   m.impl("emulate_proven_cuda_init_many_", TORCH_FN(emulate_proven_many));
 }
 
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
+TORCH_LIBRARY_IMPL(fp8_dummy_test, CompositeExplicitAutograd, m) {
   m.impl("cuda_probe_numel", TORCH_FN(cuda_probe_numel));
 }
 

@@ -2,7 +2,7 @@
 // headers (include/fp8_dummy/cuda/) and host decisions (launch/cuda_launch_plan.h) as our CUDA
 // kernel: it computes on the CPU the bytes the reference would produce on a GPU with a
 // given SM count and threads per SM. CPU-only CI checks it against an independent
-// numpy model, GPU runs check it against the real reference. Compiled in every build.
+// numpy model, GPU runs check it against the real reference. Test extension only.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -58,14 +58,13 @@ int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t see
                           bool contiguous_temp) {
   check_init_args(self, low, high);
   const auto dtype = self.scalar_type();
-  TORCH_CHECK(self.device().is_cpu(),
-              "fp8_dummy_internal.emulate_cuda_init_: expects a CPU tensor");
+  TORCH_CHECK(self.device().is_cpu(), "fp8_dummy_test.emulate_cuda_init_: expects a CPU tensor");
   TORCH_CHECK(uses_half_temp(dtype) || dtype == c10::ScalarType::Half,
-              "fp8_dummy_internal.emulate_cuda_init_: emulates 1-byte (FP8, int8, uint8) and "
+              "fp8_dummy_test.emulate_cuda_init_: emulates 1-byte (FP8, int8, uint8) and "
               "float16 tensors, got ",
               dtype);
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads,
-              "fp8_dummy_internal.emulate_cuda_init_: bad device properties");
+              "fp8_dummy_test.emulate_cuda_init_: bad device properties");
   const int64_t n = self.numel();
   if (n == 0) return offset;  // nothing drawn, generator unchanged
   const auto params = cuda::make_uniform_params(low, high);
@@ -110,7 +109,7 @@ int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t see
 std::vector<int64_t> cuda_launch_plan(int64_t n, int64_t sm_count, int64_t max_threads_per_sm,
                                       int64_t offset) {
   TORCH_CHECK(n > 0 && sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads,
-              "fp8_dummy_internal.cuda_launch_plan: bad arguments");
+              "fp8_dummy_test.cuda_launch_plan: bad arguments");
   std::vector<int64_t> plan{0};
   const uint64_t after = emulate_launches(
       n, sm_count, max_threads_per_sm, static_cast<uint64_t>(offset),
@@ -134,7 +133,7 @@ at::Tensor fp8_convert_table(c10::ScalarType dtype, bool saturate_e4m3fn) {
 
 void check_table(const at::Tensor& table) {
   TORCH_CHECK(table.scalar_type() == at::kByte && table.numel() == 65536 && table.is_cpu(),
-              "fp8_dummy_internal.pick_fp8_mode: expects CPU uint8 tensors of 65536 bytes");
+              "fp8_dummy_test.pick_fp8_mode: expects CPU uint8 tensors of 65536 bytes");
 }
 
 std::vector<int64_t> pick_fp8_mode_op(const at::Tensor& table, c10::ScalarType dtype,
@@ -150,7 +149,7 @@ std::vector<int64_t> pick_fp8_mode_op(const at::Tensor& table, c10::ScalarType d
 
 std::vector<int64_t> philox_op(at::IntArrayRef counter, at::IntArrayRef key) {
   TORCH_CHECK(counter.size() == 4 && key.size() == 2,
-              "fp8_dummy_internal.philox4x32_10: expects 4 counter words and 2 key words");
+              "fp8_dummy_test.philox4x32_10: expects 4 counter words and 2 key words");
   cuda::Words4 c;
   for (int i = 0; i < 4; ++i) c.w[i] = static_cast<uint32_t>(counter[i]);
   const auto out =
@@ -160,11 +159,11 @@ std::vector<int64_t> philox_op(at::IntArrayRef counter, at::IntArrayRef key) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CPU, m) {
+TORCH_LIBRARY_IMPL(fp8_dummy_test, CPU, m) {
   m.impl("emulate_cuda_init_", TORCH_FN(emulate_cuda_init));
 }
 
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeImplicitAutograd, m) {
+TORCH_LIBRARY_IMPL(fp8_dummy_test, CompositeImplicitAutograd, m) {
   m.impl("cuda_launch_plan", TORCH_FN(cuda_launch_plan));
   m.impl("fp8_convert_table", TORCH_FN(fp8_convert_table));
   m.impl("pick_fp8_mode", TORCH_FN(pick_fp8_mode_op));

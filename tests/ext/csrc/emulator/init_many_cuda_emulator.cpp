@@ -32,7 +32,7 @@ struct CountingFill {
     const int64_t item = static_cast<int64_t>(step) * (p.threads / cuda_kernels::kGroup) +
                          idx / cuda_kernels::kGroup;
     auto& count = (*seen)[&p - pieces][item];
-    TORCH_CHECK(count == 0, "fp8_dummy_internal.emulate_cuda_init_many_: work item ", item,
+    TORCH_CHECK(count == 0, "fp8_dummy_test.emulate_cuda_init_many_: work item ", item,
                 " of piece ", &p - pieces, " visited twice");
     count = 1;
     fill(p, idx, step);
@@ -57,7 +57,7 @@ void emulate_launch(const BatchTable& table, const BatchCall& call, int64_t bloc
   }
   for (size_t p = 0; p < seen.size(); ++p) {
     TORCH_CHECK(std::all_of(seen[p].begin(), seen[p].end(), [](uint8_t s) { return s == 1; }),
-                "fp8_dummy_internal.emulate_cuda_init_many_: a work item of piece ", p,
+                "fp8_dummy_test.emulate_cuda_init_many_: a work item of piece ", p,
                 " was not visited");
   }
 }
@@ -67,15 +67,13 @@ int64_t emulate_cuda_init_many(at::TensorList tensors, double low, double high, 
                                int64_t grid, bool contiguous_temp) {
   check_init_many_args(tensors, low, high);
   for (const auto& t : tensors) {
-    TORCH_CHECK(t.device().is_cpu(),
-                "fp8_dummy_internal.emulate_cuda_init_many_: expects CPU tensors");
-    TORCH_CHECK(
-        uses_half_temp(t.scalar_type()) || t.scalar_type() == c10::ScalarType::Half,
-        "fp8_dummy_internal.emulate_cuda_init_many_: emulates 1-byte and float16 tensors, got ",
-        t.scalar_type());
+    TORCH_CHECK(t.device().is_cpu(), "fp8_dummy_test.emulate_cuda_init_many_: expects CPU tensors");
+    TORCH_CHECK(uses_half_temp(t.scalar_type()) || t.scalar_type() == c10::ScalarType::Half,
+                "fp8_dummy_test.emulate_cuda_init_many_: emulates 1-byte and float16 tensors, got ",
+                t.scalar_type());
   }
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads && grid >= 0,
-              "fp8_dummy_internal.emulate_cuda_init_many_: bad device properties or grid");
+              "fp8_dummy_test.emulate_cuda_init_many_: bad device properties or grid");
   const BatchPlan plan = plan_batches(tensors, c10::DeviceType::CPU, contiguous_temp);
   BatchCall call{};
   call.seed = static_cast<uint64_t>(seed);
@@ -95,7 +93,7 @@ int64_t emulate_cuda_init_many(at::TensorList tensors, double low, double high, 
     });
   }
   static const auto single = c10::Dispatcher::singleton()
-                                 .findSchemaOrThrow("fp8_dummy_internal::emulate_cuda_init_", "")
+                                 .findSchemaOrThrow("fp8_dummy_test::emulate_cuda_init_", "")
                                  .typed<int64_t(at::Tensor&, double, double, int64_t, int64_t,
                                                 int64_t, int64_t, bool, bool)>();
   for (const size_t i : plan.singles) {
@@ -109,10 +107,10 @@ int64_t emulate_cuda_init_many(at::TensorList tensors, double low, double high, 
 std::vector<int64_t> cuda_batch_table(at::IntArrayRef numels, int64_t sm_count,
                                       int64_t max_threads_per_sm) {
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads,
-              "fp8_dummy_internal.cuda_batch_table: bad device properties");
+              "fp8_dummy_test.cuda_batch_table: bad device properties");
   std::vector<cuda_kernels::BatchTensor> inputs;
   for (const int64_t n : numels) {
-    TORCH_CHECK(n > 0, "fp8_dummy_internal.cuda_batch_table: sizes must be positive");
+    TORCH_CHECK(n > 0, "fp8_dummy_test.cuda_batch_table: sizes must be positive");
     inputs.push_back({nullptr, n});
   }
   const BatchTable table = cuda_kernels::build_batch_table(inputs, sm_count, max_threads_per_sm);
@@ -126,11 +124,11 @@ std::vector<int64_t> cuda_batch_table(at::IntArrayRef numels, int64_t sm_count,
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeImplicitAutograd, m) {
+TORCH_LIBRARY_IMPL(fp8_dummy_test, CompositeImplicitAutograd, m) {
   m.impl("cuda_batch_table", TORCH_FN(cuda_batch_table));
 }
 
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CPU, m) {
+TORCH_LIBRARY_IMPL(fp8_dummy_test, CPU, m) {
   m.impl("emulate_cuda_init_many_", TORCH_FN(emulate_cuda_init_many));
 }
 

@@ -58,8 +58,7 @@ void emulate_rule(at::Tensor& self, double low, double high, int64_t seed, int64
       std::memcpy(out, &v, 4);
     } else {
       TORCH_CHECK(dtype == at::kDouble,
-                  "fp8_dummy_internal.emulate_proven_cuda_init_stateless_: ", "no rule for ",
-                  dtype);
+                  "fp8_dummy_test.emulate_proven_cuda_init_stateless_: ", "no rule for ", dtype);
       const double v = cuda::stateless_double(w.w[2 * k], w.w[2 * k + 1], params);
       std::memcpy(out, &v, 8);
     }
@@ -74,7 +73,7 @@ void emulate_proven_stateless(at::Tensor& self, double low, double high, int64_t
                               int64_t key_offset, int64_t element_offset,
                               at::OptionalIntArrayRef element_strides, int64_t sm_count) {
   TORCH_CHECK(self.device().is_cpu(),
-              "fp8_dummy_internal.emulate_proven_cuda_init_stateless_: expects a CPU tensor");
+              "fp8_dummy_test.emulate_proven_cuda_init_stateless_: expects a CPU tensor");
   const ShardGeometry g = check_stateless_args(self, low, high, element_offset, element_strides);
   if (self.numel() == 0) return;
   const bool linear = g.sizes.size() <= 1 &&
@@ -104,7 +103,7 @@ void emulate_proven_stateless(at::Tensor& self, double low, double high, int64_t
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CPU, m) {
+TORCH_LIBRARY_IMPL(fp8_dummy_test, CPU, m) {
   m.impl("emulate_proven_cuda_init_stateless_", TORCH_FN(emulate_proven_stateless));
 }
 

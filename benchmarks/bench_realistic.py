@@ -1,0 +1,136 @@
+"""Realistic dummy weights (issue #28) against the engine's dummy path, on a
+billion-parameter-class model: transformers' LlamaForCausalLM from a Llama-3.2-1B-shaped
+config (hidden 2048, 16 layers, vocabulary 128,256, tied embeddings: 1.24 B parameters),
+bfloat16, and an FP8 variant (every decoder linear float8_e4m3fn with DeepSeek-style
+128 x 128 float32 ``weight_scale_inv`` blocks). Built on the meta device, then
+``to_empty`` (no init). Timed, medians of --repeats calls after a warm-up:
+  vLLM loop    vLLM 0.33's DummyModelLoader as plain torch (tests/oracles/engines.py)
+  initialize   fp8_dummy.initialize_dummy_weights(model): vLLM's bytes, our op
+  stateless    fp8_dummy.initialize_dummy_weights(model, mode="stateless")
+  realistic    fp8_dummy.initialize_realistic_dummy_weights(model)
+with the peak scratch (CPU: resident high-water mark above the start).
+
+Example:
+  python benchmarks/bench_realistic.py --json benchmarks/results/cpu_issue28_realistic.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent / "tests"))
+from measure import peak_scratch, summarize, time_calls  # noqa: E402
+from oracles.engines import vllm_load_weights  # noqa: E402
+
+import fp8_dummy  # noqa: E402
+
+
+def build(fp8: bool, layers: int) -> torch.nn.Module:
+    import transformers as tf
+
+    config = tf.LlamaConfig(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
+    )
+    with torch.device("meta"):
+        model = tf.LlamaForCausalLM(config).to(torch.bfloat16)
+        if fp8:
+            for m in model.model.layers.modules():
+                if isinstance(m, torch.nn.Linear):
+                    n, k = m.weight.shape
+                    m.weight = torch.nn.Parameter(
+                        torch.empty(n, k, dtype=torch.float8_e4m3fn), False
+                    )
+                    blocks = (math.ceil(n / 128), math.ceil(k / 128))
+                    m.weight_scale_inv = torch.nn.Parameter(torch.empty(blocks), False)
+    model = model.to_empty(device="cpu")
+    model.tie_weights()  # to_empty unties them
+    return model
+
+
+def bench(fp8: bool, layers: int, repeats: int) -> dict:
+    model = build(fp8, layers)
+    tensors = list(model.parameters()) + list(model.buffers())  # tied ones once
+    result = {
+        "model": "Llama-3.2-1B-shaped" + (" FP8 block" if fp8 else " bf16"),
+        "parameters": sum(t.numel() for t in tensors),
+        "model_bytes": sum(t.numel() * t.element_size() for t in tensors),
+    }
+    methods = {
+        "vLLM loop": lambda: vllm_load_weights(model),
+        "initialize": lambda: fp8_dummy.initialize_dummy_weights(model),
+        "stateless": lambda: fp8_dummy.initialize_dummy_weights(model, mode="stateless"),
+        "realistic": lambda: fp8_dummy.initialize_realistic_dummy_weights(model),
+    }
+    rows = {}
+    for name, fn in methods.items():
+        times = time_calls(lambda _i, fn=fn: fn(), torch.device("cpu"), repeats)
+        with peak_scratch(torch.device("cpu")) as peak:
+            fn()
+        rows[name] = {**summarize(times), "peak_scratch_bytes": peak.bytes}
+        print(f"  {result['model']}: {name} {rows[name]['median_s']:.2f} s", file=sys.stderr)
+    result["methods"] = rows
+    return result
+
+
+def print_table(results: list[dict]) -> None:
+    for r in results:
+        print(
+            f"\n{r['model']}: {r['parameters'] / 1e9:.2f} B parameters, "
+            f"{r['model_bytes'] / 2**30:.2f} GiB"
+        )
+        head = f"{'method':<11} {'median s':>9} {'min s':>7} {'GB/s':>6} {'x vLLM':>7}"
+        print(f"{head} {'scratch MiB':>12}")
+        ref = r["methods"]["vLLM loop"]["median_s"]
+        for name, s in r["methods"].items():
+            scratch = s["peak_scratch_bytes"]
+            text = "n/a" if scratch is None else f"{scratch / 2**20:.1f}"
+            print(
+                f"{name:<11} {s['median_s']:>9.2f} {s['min_s']:>7.2f} "
+                f"{r['model_bytes'] / s['median_s'] / 1e9:>6.2f} {ref / s['median_s']:>7.2f} "
+                f"{text:>12}"
+            )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--variants", default="bf16,fp8")
+    parser.add_argument("--json", default=None, help="write the results here")
+    args = parser.parse_args()
+    variants = args.variants.split(",")
+    results = [bench(v == "fp8", args.layers, args.repeats) for v in variants]
+    print_table(results)
+    if args.json:
+        meta = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "torch": torch.__version__,
+            "platform": platform.platform(),
+            "cpu_threads": torch.get_num_threads(),
+            "cpu_fast_path": fp8_dummy.cpu_fast_path_info(),
+            "layers": args.layers,
+        }
+        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The serving-engine integrations (docs/engines.md): :mod:`.core`, which names no engine,
+and one adapter per engine (:mod:`.vllm`, :mod:`.sglang`, :mod:`.trtllm`), each registering
+its semantics for :func:`initialize_dummy_weights`. Importing this imports no engine."""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+
+from . import core, sglang, trtllm, vllm
+from .core import SEMANTICS, Semantics, is_scale_tensor
+
+__all__ = ["SEMANTICS", "Semantics", "initialize_dummy_weights", "is_scale_tensor"]
+__all__ += ["sglang", "trtllm", "vllm"]
+
+
+def initialize_dummy_weights(
+    model: torch.nn.Module,
+    low: float | None = None,
+    high: float | None = None,
+    seed: int | None = None,
+    *,
+    semantics: str | core.Semantics = "vllm-0.33",
+    mode: Literal["reference", "stateless"] = "reference",
+    scales: Literal["random", "neutral"] = "random",
+    is_scale: Callable[[str, torch.Tensor], bool] = core.is_scale_tensor,
+    progress: bool | None = None,
+) -> None:
+    """Fill the model's weights in place with the bytes an engine's dummy loader gives them
+    (``semantics``: a name of :data:`core.SEMANTICS` or a :class:`Semantics`; docs/engines.md).
+    ``low``/``high``/``seed``: None takes the engine's defaults. Every tensor is checked first:
+    where the engine (or torch under it) would raise, this raises before anything is written.
+    ``mode="stateless"``: random floats by ``init_stateless_`` (the same on every device);
+    ``scales="neutral"``: float-path tensors for which ``is_scale(name, t)`` holds set to 1.0;
+    ``progress``: None shows it for models of at least 1 GiB on a terminal."""
+    sem = core.SEMANTICS.get(semantics) if isinstance(semantics, str) else semantics
+    if sem is None:
+        raise ValueError(f"semantics must be one of {tuple(core.SEMANTICS)}, got {semantics!r}")
+    if mode not in ("reference", "stateless"):
+        raise ValueError(f"mode must be 'reference' or 'stateless', got {mode!r}")
+    if scales not in ("random", "neutral"):
+        raise ValueError(f"scales must be 'random' or 'neutral', got {scales!r}")
+    given = {"low": low, "high": high, "seed": seed}
+    call = ((), {k: v for k, v in given.items() if v is not None})
+    neutral = is_scale if scales == "neutral" else None
+    core.fill(core.walk(model, sem.order), sem, call, mode=mode, progress=progress, neutral=neutral)

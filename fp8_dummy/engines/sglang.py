@@ -1,0 +1,93 @@
+"""SGLang 0.5.23 (docs/engines.md): a drop-in for its ``weight_utils.initialize_dummy_weights``
+and its plugin (entry point ``fp8_dummy`` of ``sglang.srt.plugins``): an AROUND hook, which
+SGLang applies to every imported copy of the function. ``FP8_DUMMY_SGLANG=0`` turns it off,
+``=realistic`` fills by the realistic mode instead (docs/realistic.md; TP=1 only)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+from typing import Any, Callable
+
+import torch
+
+from ..realistic import initialize_realistic_dummy_weights
+from . import core
+
+__all__ = ["SEMANTICS", "initialize_dummy_weights", "register"]
+
+ENV = "FP8_DUMMY_SGLANG"
+MODULE, NAME = "sglang.srt.model_loader.weight_utils", "initialize_dummy_weights"
+logger = logging.getLogger(__name__)  # SGLang configures the root logger
+
+
+def rule(t: torch.Tensor, low: float, high: float, name: str) -> core.Action:
+    """Floating ``state_dict`` tensors; ``*weight_scale_inv``/``*weight_scale_2`` 1.0."""
+    if not torch.is_floating_point(t):
+        return core.SKIP
+    if name.endswith(("weight_scale_inv", "weight_scale_2")):
+        return core.SKIP if t.is_meta else core.Action(core.Kind.FILL, value=1.0)
+    if t.is_meta:
+        return core.error(RuntimeError, "meta tensor: SGLang cannot make a generator for it")
+    return core.Action(core.Kind.UNIFORM, float(low), float(high))
+
+
+PARAMS = (("low", -1e-3), ("high", 1e-3), ("seed", 1234))
+SEMANTICS = core.Semantics("sglang", "SGLang 0.5.23 semantics", rule, PARAMS, temp="old_path")
+core.SEMANTICS["sglang-0.5"] = SEMANTICS
+
+
+def initialize_dummy_weights(
+    model: torch.nn.Module, low: float = -1e-3, high: float = 1e-3, seed: int = 1234
+) -> None:
+    """SGLang's function, byte for byte; where SGLang raises, this raises before writing.
+    Proven against SGLang's own function where it is loaded, else its semantics."""
+    _fill(core.own_function(MODULE, NAME, initialize_dummy_weights), model, low, high, seed)
+
+
+def _fill(own: Callable | None, model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    v = core.installed("sglang") or "unknown version"
+    sem = dataclasses.replace(SEMANTICS, name=f"SGLang {v}") if own else SEMANTICS
+    return core.fill(model, sem, (args, kwargs), engine=own)
+
+
+def register() -> None:
+    """The entry point: the AROUND hook on SGLang's function. Never raises."""
+    core.guarded("the SGLang plugin", "SGLang", "registration", _register)
+
+
+def _register() -> None:
+    if not core.enabled(ENV):
+        logger.info("fp8_dummy: %s=%s, dummy weights left to SGLang", ENV, os.environ[ENV])
+        return
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError:  # an SGLang without hooks: the one-line install is the way
+        logger.info("fp8_dummy: this SGLang has no hook registry; see fp8_dummy.sglang")
+        return
+    HookRegistry.register(f"{MODULE}.{NAME}", _around, HookType.AROUND)
+    version = core.installed("sglang") or "unknown version"
+    what = "realistic dummy weights (TP=1)" if _realistic_mode() else core.account("SGLang")
+    logger.info("fp8_dummy: SGLang %s: %s", version, what)
+
+
+def _realistic_mode() -> bool:
+    return os.environ.get(ENV, "").strip().lower() == "realistic"
+
+
+def _around(own: Callable[..., Any], model: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """The hook: ours where proven; whatever fails in ours, SGLang's own function."""
+    who = ("the SGLang plugin", "SGLang", "fill")
+    fill = _realistic if _realistic_mode() else functools.partial(_fill, own)
+    return core.guarded(*who, fill, model, *args, theirs=own, **kwargs)
+
+
+def _realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
+    """The realistic mode (seed 0) needs each tensor whole: the hook sees a rank's shards."""
+    from sglang.srt.distributed import parallel_state as ps
+
+    if ps.model_parallel_is_initialized() and ps.get_tensor_model_parallel_world_size() > 1:
+        raise NotImplementedError("the realistic mode needs TP=1 in SGLang (docs/realistic.md)")
+    initialize_realistic_dummy_weights(model)

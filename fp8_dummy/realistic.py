@@ -1,0 +1,276 @@
+"""Realistic dummy weights: each tensor filled by its role in the model, so that a dummy
+model routes, normalizes and quantizes like a checkpoint (docs/realistic.md).
+
+Two layers, so that a sharded loader can reuse them: :func:`tensor_spec`, a pure function
+from a tensor's full name, logical (TP=1) shape, dtype and context to a :class:`Spec`, and
+:func:`fill_`, which writes a spec into a tensor or into any block of the logical tensor
+(the stateless op's element offsets and strides): the bytes depend only on (seed, name,
+logical shape, dtype), never on the device or the layout.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import torch
+
+from .ops import as_int64
+from .stateless import init_stateless_, tensor_seed
+
+__all__ = ["Spec", "fill_", "initialize_realistic_dummy_weights", "model_specs", "module_kind"]
+__all__ += ["tensor_spec"]
+
+_FP4 = getattr(torch, "float4_e2m1fn_x2", None)
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+_BYTES = {d for d in (torch.uint8, _FP4, _E8M0) if d is not None}  # filled via a uint8 view
+_PACKED = {d for d in (torch.uint8, _FP4) if d is not None}  # two e2m1 codes per byte
+_FP8 = {
+    d
+    for d in (
+        getattr(torch, n, None)
+        for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    )
+    if d is not None
+}
+
+FP4_MOMENT = 8.5625  # E[c^2] over the 16 e2m1 codes: (0+.25+1+2.25+4+9+16+36)/8
+INT8_MOMENT = 127 * 128 / 3  # E[c^2] over the integers -127..127
+
+RESIDUAL = {"o_proj", "down_proj", "out_proj", "w2", "wo", "fc2", "dense_4h_to_h"}
+EMBEDDING = {"embed_tokens", "wte", "wpe", "word_embeddings", "tok_embeddings", "embeddings"}
+ROUTER = {"gate", "router"}
+_SCALE = re.compile(r"(?:^|_)scale(?:_inv|_2)?$")
+_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+
+
+class Spec(NamedTuple):
+    """What a tensor gets. ``kind``: ``"uniform"`` (stateless values in [low, high)),
+    ``"codes"`` (stateless integers in [low, high) in its bytes), ``"const"`` (``low``; for
+    uint8/E8M0/packed FP4 the byte), ``"e8m0"`` (byte ``low`` where a stateless byte is
+    below ``high``, else ``low + 1``), ``"skip"`` (left as it is)."""
+
+    role: str
+    kind: str
+    low: float = 0.0
+    high: float = 0.0
+
+
+def module_kind(module: torch.nn.Module) -> str:
+    """``"norm"``, ``"lm_head"``, ``"embedding"`` or ``""``, from the module's class."""
+    name = type(module).__name__
+    if isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm)) or "Norm" in name:
+        return "norm"
+    if "LMHead" in name:
+        return "lm_head"
+    if isinstance(module, torch.nn.Embedding) or name.endswith("Embedding"):
+        return "" if "Rotary" in name else "embedding"  # rotary tables are no embeddings
+    return ""
+
+
+def _fp8_bound(dtype: torch.dtype) -> float:
+    """The codes' range for a scaled FP8 weight: the format's largest value, but within
+    float16 (the stateless op's FP8 values go through float16: e5m2's range would be inf)."""
+    return min(torch.finfo(dtype).max, 32752.0)
+
+
+def _moment(dtype: torch.dtype) -> float:
+    """E[c^2] of the codes a scaled weight of ``dtype`` gets."""
+    if dtype in _PACKED:
+        return FP4_MOMENT
+    return INT8_MOMENT if dtype == torch.int8 else _fp8_bound(dtype) ** 2 / 3
+
+
+def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int):
+    """(role, standard deviation) of a weight-like tensor."""
+    parts = name.split(".")
+    local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
+    stem = owner if local == "weight" else re.sub(r"_?weight$", "", local)
+    last = max(shape[-1] * (2 if dtype in _PACKED else 1), 1) if len(shape) else 1
+    if kind == "lm_head" or stem == "lm_head":
+        return "lm_head", 1.0
+    if kind == "embedding" or stem in EMBEDDING:
+        return "embedding", 1.0
+    if len(shape) >= 2 or stem in ROUTER:
+        if stem in ROUTER:
+            return "router", last**-0.5
+        if stem in RESIDUAL:
+            return "residual_out", (2 * layers * last) ** -0.5
+        if local.endswith(("weight", "proj")):
+            return "linear", last**-0.5
+    return "unknown", last**-0.5
+
+
+def tensor_spec(
+    name: str,
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    *,
+    layers: int = 1,
+    module: str = "",
+    siblings: Mapping[str, tuple[Sequence[int], torch.dtype]] | None = None,
+    value: float | None = None,
+) -> Spec:
+    """The fill of the tensor named ``name`` (full dotted name) of logical ``shape`` and
+    ``dtype``. ``layers``: the model's decoder layers; ``module``: :func:`module_kind` of
+    its module; ``siblings``: the module's tensors, local name -> (logical shape, dtype)
+    (a weight's scales are found there); ``value``: a ``dummy_weight_value`` attribute."""
+    siblings = siblings or {}
+    local = name.rsplit(".", 1)[-1]
+    prefix = name[: len(name) - len(local)]
+    if value is not None:
+        return Spec("dummy_weight_value", "const", value)
+    if not (dtype.is_floating_point or dtype in _BYTES or dtype == torch.int8):
+        return Spec("untouched", "skip")  # as vLLM: other integers are not weights
+    if _SCALE.search(local) or dtype == _E8M0:
+        return _scale_spec(local, prefix, dtype, layers, module, siblings)
+    if local == "bias" or local.endswith("_bias"):
+        return Spec("bias", "const", 0.0)
+    owner = prefix[:-1].rsplit(".", 1)[-1]
+    if len(shape) <= 1 and (module == "norm" or "norm" in owner):
+        return Spec("norm", "const", 1.0)
+    role, std = _role(name, shape, dtype, module, layers)
+    if dtype in _BYTES:
+        return Spec(role, "codes", 0, 256)
+    if dtype == torch.int8:
+        return Spec(role, "codes", -127, 128)
+    scale = siblings.get(f"{local}_scale") or siblings.get(f"{local}_scale_inv")
+    bound = std * math.sqrt(3)
+    if scale is not None and dtype in _FP8:  # codes over the range, the scale brings the std
+        top = _fp8_bound(dtype)
+        bound = bound / 2.0 ** _exponent(bound, top) if scale[1] in _BYTES else top
+    return Spec(role, "uniform", -bound, bound)
+
+
+def _exponent(bound: float, top: float) -> int:
+    """e such that bound / 2^e is in (top/2, top]: FP8 codes for a power-of-two scale."""
+    return math.ceil(math.log2(bound / top))
+
+
+def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
+    """A weight's scales: positive, constant (the dequantized variance is exact for any
+    granularity) except E8M0 scales of FP4 codes. Scales of no 1-byte weight (activations,
+    KV cache, unknown): 1.0."""
+    base, _, level = local.rpartition("_scale")
+    weight = siblings.get(base)
+    if weight is None or weight[1] not in _BYTES | _FP8 | {torch.int8}:
+        return Spec("scale", "const", 127 if dtype in _BYTES else 1.0)
+    _, std = _role(prefix + base, weight[0], weight[1], module, layers)
+    if f"{base}_scale_2" in siblings:  # NVFP4: block scales at e4m3's top, the rest in scale_2
+        first = siblings.get(f"{base}_scale", (None, torch.float32))[1]
+        top = torch.finfo(first).max if first in _FP8 else 1.0
+        if level == "_2":
+            return Spec("weight_scale_2", "const", std / math.sqrt(FP4_MOMENT) / top)
+        return Spec("weight_scale", "const", top)
+    if dtype not in _BYTES:
+        return Spec("weight_scale", "const", std / math.sqrt(_moment(weight[1])))
+    if weight[1] in _FP8:  # E8M0 scales of FP8 codes: one power of two, the codes' range tuned
+        e = _exponent(std * math.sqrt(3), _fp8_bound(weight[1]))
+        return Spec("weight_scale", "const", min(max(e + 127, 0), 254))
+    # E8M0 scales of FP4 codes: 2^e or 2^(e+1) per block, in the mixture giving the variance
+    var = std**2 / _moment(weight[1])
+    e = math.floor(math.log2(var) / 2)
+    share = (4 * 4.0**e - var) / (3 * 4.0**e)  # of 2^e
+    low, cut = min(max(e + 127, 0), 253), round(share * 256)
+    if not 0 < cut < 256:
+        return Spec("weight_scale", "const", low if cut >= 256 else low + 1)
+    return Spec("weight_scale", "e8m0", low, cut)
+
+
+@torch.no_grad()
+def fill_(
+    t: torch.Tensor,
+    spec: Spec,
+    key: int,
+    *,
+    element_offset: int = 0,
+    element_strides: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """Write ``spec`` into ``t`` with the stateless key ``key``: ``t`` is the logical
+    tensor, or the block of it at ``element_offset``/``element_strides`` (as
+    :func:`fp8_dummy.init_stateless_` takes them). Return ``t``."""
+    raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
+    if spec.kind == "const":
+        raw.fill_(spec.low)
+    elif spec.kind != "skip":
+        low, high = (0, 256) if spec.kind == "e8m0" else (spec.low, spec.high)
+        if spec.kind != "uniform":
+            low, high = int(low), int(high)
+        init_stateless_(
+            raw, low, high, key, element_offset=element_offset, element_strides=element_strides
+        )
+        if spec.kind == "e8m0":
+            raw.copy_(raw >= int(spec.high)).add_(int(spec.low))
+    return t
+
+
+def _layers(model: torch.nn.Module, names: list[str]) -> int:
+    """The number of decoder layers: the config's, else the highest ``layers.<i>`` + 1."""
+    config = getattr(model, "config", None)
+    for c in (config, getattr(config, "text_config", None)):
+        n = getattr(c, "num_hidden_layers", None)
+        if isinstance(n, int) and n > 0:
+            return n
+    found = [int(m.group(1)) for m in map(_LAYER.search, names) if m]
+    return max(found, default=0) + 1
+
+
+def model_specs(
+    model: torch.nn.Module,
+    tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
+    num_layers: int | None = None,
+) -> dict[str, Spec]:
+    """Full name -> :func:`tensor_spec` for each ``(its module, full name, tensor, logical
+    shape)`` of ``model``, the context from the model (``num_layers``, default
+    :func:`_layers`), the module's class and its tensors' logical shapes (a sharded loader
+    passes the TP=1 shapes: every layout then gets the same specs)."""
+    if num_layers is None:
+        num_layers = _layers(model, [name for _, name, _, _ in tensors])
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    siblings: dict[str, dict] = {}
+    for _, name, t, shape in tensors:
+        prefix, _, local = name.rpartition(".")
+        siblings.setdefault(prefix, {})[local] = (tuple(shape), t.dtype)
+    return {
+        name: tensor_spec(
+            name,
+            shape,
+            t.dtype,
+            layers=num_layers,
+            module=module_kind(module),
+            siblings=siblings[name.rpartition(".")[0]],
+            value=getattr(t, "dummy_weight_value", None),
+        )
+        for module, name, t, shape in tensors
+    }
+
+
+def initialize_realistic_dummy_weights(
+    model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None
+) -> dict[str, Spec]:
+    """Fill every tensor vLLM's dummy loader fills in ``model`` (each module's parameters
+    and persistent buffers) by its role (docs/realistic.md), from the stateless op keyed by
+    ``(seed, full name)``: the same bytes on every device. ``num_layers``: for the residual
+    branches' scaling (default: the config's ``num_hidden_layers``, else counted from the
+    names). Return full name -> :class:`Spec`; ``role == "unknown"`` marks the assumed.
+    Everything is checked before anything is written."""
+    as_int64(seed, "seed", "initialize_realistic_dummy_weights")
+    from .engines.core import walk  # at call time: the engines' vLLM format imports this module
+
+    modules = dict(model.named_modules(remove_duplicate=False))
+    tensors = [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
+    specs = model_specs(model, tensors, num_layers)
+    for _, name, t, _ in tensors:
+        if t.device.type not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
+        if t.device.type == "meta":
+            specs[name] = Spec("deferred", "skip")
+    done: set[int] = set()
+    for _, name, t, _ in tensors:
+        if id(t) not in done:
+            done.add(id(t))
+            fill_(t, specs[name], tensor_seed(seed, name))
+    return specs

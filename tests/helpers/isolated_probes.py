@@ -1,0 +1,48 @@
+"""Stand-in probes for fp8_dummy._isolated (tests/test_proof_isolated.py): each appends a line
+to `marker` (so a test can count the child processes that ran it), then holds, differs,
+raises, crashes the process as an illegal memory access would, or hangs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def _mark(marker: str, what: str) -> None:
+    with open(marker, "a") as f:
+        f.write(f"{what} {os.getpid()}\n")
+
+
+def holds(marker: str) -> None:
+    _mark(marker, "holds")
+    return None
+
+
+def differs(marker: str) -> str:
+    _mark(marker, "differs")
+    return "first differing byte at element 3 (byte 0): 0x01, the reference 0x00"
+
+
+def raises(marker: str) -> None:
+    _mark(marker, "raises")
+    raise ValueError("the probe could not run")
+
+
+def crashes(marker: str) -> None:
+    _mark(marker, "crashes")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def exits(marker: str) -> None:
+    _mark(marker, "exits")
+    os._exit(3)
+
+
+def hangs(marker: str) -> None:
+    _mark(marker, "hangs")
+    time.sleep(600)
+
+
+def answers(value: object) -> object:
+    return value

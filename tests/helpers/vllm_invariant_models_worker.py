@@ -1,0 +1,200 @@
+"""One of the two gloo processes of tests/test_engines_vllm_invariant_models.py: the models
+of helpers/vllm_invariant_models.py filled by ``--load-format fp8_dummy_invariant`` (and the
+FP8 block ones by ``fp8_dummy_realistic``), through vLLM's get_model_loader, and compared byte
+for byte with the oracle, first at TP=1, then at TP=2 (one vLLM import for both).
+
+TP=1 (each process its half of the models, as two TP=1 replicas): each model against the
+format's logical tensors (realistic: fp8_dummy's whole-model function on the same model),
+and against a zeroed copy loaded by the model's own ``load_weights`` from the checkpoint
+made of its tensors; checkpoints, shapes and persistent
+buffers go to OUT/tp1-<rank>.pt. Then the model-parallel groups are rebuilt at TP=2: each
+rank, each model (and two with expert parallelism), against a zeroed copy loaded from the
+TP=1 checkpoint; buffers against TP=1's. Both: the negative controls. Findings go to
+OUT/<rank>.json as {"1": {case: ...}, "2": {case: ...}}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def main(rank: int, port: int, out: str, root: str) -> None:
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"  # FusedMoE's backend choice needs it
+    here = os.path.dirname(os.path.abspath(__file__))  # not sys.path[0]: see the other worker
+    sys.path[:] = [root, os.path.join(root, "tests")] + [
+        p for p in sys.path if os.path.abspath(p or ".") != here
+    ]
+    result: dict = {"rank": rank}
+    try:
+        result.update(_run(rank, port, Path(out)))
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        result["error"] = traceback.format_exc()
+    (Path(out) / f"{rank}.json").write_text(json.dumps(result))
+
+
+def _run(rank: int, port: int, out: Path) -> dict:
+    from helpers import vllm_invariant_models as M
+
+    M.prepare(str(out))
+    import torch
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.config.load import LoadConfig
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import destroy_model_parallel
+    from vllm.model_executor.model_loader import get_model_loader
+
+    from fp8_dummy import vllm as vllm_plugin
+
+    base = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    with set_current_vllm_config(base):
+        init_distributed_environment(2, rank, f"tcp://127.0.0.1:{port}", rank, backend="gloo")
+        initialize_model_parallel(tensor_model_parallel_size=1)
+    vllm_plugin.register()
+    fmt = {f: get_model_loader(LoadConfig(load_format=f"fp8_dummy_{f}")) for f in M.FORMATS}
+    cases = [(m, q, False, f) for f in M.FORMATS for m, q in M.CASES if q in M.FORMATS[f]]
+    found: dict = {"1": {}, "2": {}}
+    saved: dict = {}
+    for model, quant, ep, f in cases[rank::2]:
+        found["1"][M.key(model, quant, f)] = _case(M, fmt[f], out, 1, rank, model, quant, ep, saved)
+    torch.save(saved, out / f"tp1-{rank}.pt")
+    torch.distributed.barrier()  # both halves written
+    tp1 = {k: v for r in (0, 1) for k, v in torch.load(out / f"tp1-{r}.pt").items()}
+
+    destroy_model_parallel()
+    with set_current_vllm_config(base):
+        initialize_model_parallel(tensor_model_parallel_size=2)
+    cases += [(m, q, True, f) for f in M.FORMATS for m, q in M.EP_CASES if q in M.FORMATS[f]]
+    for model, quant, ep, f in cases:
+        case = M.key(model, quant, f) + ("-ep" if ep else "")
+        found["2"][case] = _case(M, fmt[f], out, 2, rank, model, quant, ep, tp1)
+    return found
+
+
+def _case(M, fmt, out: Path, tp: int, rank: int, model: str, quant: str, ep: bool, tp1: dict):
+    """One model at TP=``tp``; at TP=1 its checkpoint goes into ``tp1``, at TP=2 it is
+    read from there. Any exception is the case's finding (the other process must not wait
+    for this one at the barrier)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import get_tensor_model_parallel_world_size
+
+    realistic = type(fmt).__name__ == "FP8DummyRealisticModelLoader"
+    key = M.key(model, quant, "realistic" if realistic else "invariant")  # the TP=1 checkpoint's
+    t0 = time.perf_counter()
+    r: dict = {}
+    try:
+        folder = out / f"config-{tp}-{rank}" / (key + ("-ep" if ep else ""))
+        ours, vllm_config, model_config = M.build(model, quant, folder, tp, ep)
+        oracle = M.build(model, quant, folder, tp, ep)[0]
+
+        def fill(m):
+            M.poison(m)
+            with set_current_vllm_config(vllm_config):
+                fmt.load_weights(m, model_config)
+
+        params = dict(ours.named_parameters())
+        r["tp"] = get_tensor_model_parallel_world_size()
+        r["classes"] = sorted({type(p).__name__ for p in params.values()})
+        r["experts"] = [  # (an expert map, local experts) of each MoE layer
+            (getattr(m, "_expert_map", None) is not None, m.local_num_experts)
+            for m in ours.modules()
+            if type(m).__name__ == "RoutedExperts"
+        ]
+        try:
+            fill(ours)
+        except Exception as e:  # noqa: BLE001 (the test names it)
+            r["error"] = f"{type(e).__name__}: {e}"
+            return r
+        buffers = {n: t for n, t in M.tensors(ours).items() if n not in params}
+        shapes = {n: list(p.shape) for n, p in params.items()}
+        if tp == 1:
+            if realistic:  # fp8_dummy's whole-model function on the same TP=1 model
+                want, r["roles"] = M.realistic(oracle)
+            r["logical"] = M.differing(M.tensors(ours), want if realistic else M.logical(ours))
+            ckpt = M.checkpoint(ours)
+            copies = {n: b.clone() for n, b in buffers.items()}
+            tp1[key] = {"checkpoint": ckpt, "buffers": copies, "shapes": shapes}
+        elif key not in tp1:
+            r["error"] = "no TP=1 checkpoint (the TP=1 run failed on this model)"
+            return r
+        else:
+            ckpt = tp1[key]["checkpoint"]
+            r["buffers"] = M.differing(buffers, tp1[key]["buffers"])
+            r["sharded"] = sum(shapes[n] != s for n, s in tp1[key]["shapes"].items())
+        loaded = M.load_checkpoint(oracle, ckpt)
+        r["checked"] = len(params)
+        r["not_loaded"] = sorted(set(params) - loaded)
+        r["mismatch"] = M.differing(params, dict(oracle.named_parameters()))
+        r["distinct_fp8"] = _distinct_fp8(params)
+        r["kv_scales"] = sorted(
+            n for n, p in params.items() if type(p).__name__ == "KVCacheScaleParameter"
+        )
+        if r["kv_scales"] and not realistic:
+            r["negative"] = _negative_control(fill, ours, oracle, M)
+            r["no_rule"] = _without_the_rule(fill, ours, M)
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        r["error"] = traceback.format_exc()
+    r["seconds"] = round(time.perf_counter() - t0, 2)
+    return r
+
+
+def _distinct_fp8(params) -> int:
+    """Distinct bytes in the largest FP8 weight (0: none): the values are not degenerate."""
+    import torch
+
+    fp8 = [p for p in params.values() if p.dtype == torch.float8_e4m3fn]
+    if not fp8:
+        return 0
+    w = max(fp8, key=lambda p: p.numel())
+    return int(torch.unique(w.data.view(torch.uint8)).numel())
+
+
+def _negative_control(fill, ours, oracle, M) -> list[str]:
+    """A wrong KV-scale rule (each rank its own element of a [tp]-long scale, as if the
+    replicated scalar were sharded): what the same comparison then reports."""
+    from vllm.distributed import get_tensor_model_parallel_rank as rank_of
+    from vllm.distributed import get_tensor_model_parallel_world_size as size_of
+
+    from fp8_dummy.engines.vllm import placement as P
+
+    real = P.kv_cache_scale
+
+    def sharded(t, fn):
+        if real(t, fn) is None:
+            return None
+        return P.Placement((size_of(),), (P.Piece((), (rank_of(),)),))
+
+    P.kv_cache_scale = sharded
+    try:
+        fill(ours)
+        return M.differing(dict(ours.named_parameters()), dict(oracle.named_parameters()))
+    finally:
+        P.kv_cache_scale = real
+        fill(ours)
+
+
+def _without_the_rule(fill, ours, M) -> dict:
+    """No KV-scale rule (fp8_dummy before it): the load is refused, naming the parameter,
+    before any tensor is written."""
+    from fp8_dummy.engines.vllm import placement as P
+
+    real = P.kv_cache_scale
+    P.kv_cache_scale = lambda t, fn: None
+    try:
+        fill(ours)
+        raised = None
+    except Exception as e:  # noqa: BLE001 (the test checks the kind)
+        raised = f"{type(e).__name__}: {e}"
+    finally:
+        P.kv_cache_scale = real
+    untouched = all(bool((M.as_bytes(t) == 0x55).all()) for t in M.tensors(ours).values())
+    fill(ours)
+    return {"raised": raised, "untouched": untouched}
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])

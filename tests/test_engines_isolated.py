@@ -1,0 +1,261 @@
+"""The engines' first proof of a CUDA key runs in a child process (engines/core.py `proven`,
+fp8_dummy/_isolated.py): the probe is rebuilt there from data (`child_probe`), a child that
+dies leaves the engine on its own weights with one warning, and the verdict cached on disk
+spares later starts the child. No GPU here: ``FP8_DUMMY_ISOLATE=all`` sends the CPU keys to
+the child the CUDA keys go to. In-process tests (the child's call made here, its arguments
+through JSON) cover every engine form; fresh processes with a stand-in vLLM
+(tests/helpers/fake_vllm.py) whose child our kernel kills cover the starts."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import poison
+from helpers import fake_vllm
+from helpers.engine_models import QuantLinear, all_tensors, assert_same_bytes
+from oracles import engines as oracle
+from oracles import trtllm as trtllm_oracle
+from torch import nn
+
+import fp8_dummy
+from fp8_dummy import _isolated
+from fp8_dummy.engines import core, sglang, trtllm
+from fp8_dummy.engines.vllm import rules
+
+TESTS = Path(__file__).resolve().parent
+E4M3 = torch.float8_e4m3fn
+
+
+def model() -> nn.Module:
+    """FP8 weights (one transposed: TensorRT-LLM's row-major temp), float32 and bfloat16
+    scales, 0-dim scales, int8 (TensorRT-LLM's float path, vLLM's random bytes)."""
+    m = nn.Module()
+    m.q = QuantLinear(40, 48, E4M3, torch.float32, "cpu")
+    m.k = QuantLinear(24, 48, E4M3, torch.bfloat16, "cpu", transpose=True)
+    m.i8 = QuantLinear(16, 32, torch.int8, torch.float32, "cpu")
+    for t in all_tensors(m).values():
+        poison(t)
+    return m
+
+
+def vllm_fill(m: nn.Module, engine=oracle.vllm_single) -> None:
+    """vLLM 0.33's loader through the core: per tensor, by local name."""
+    tensors = core.walk(m, "modules")
+    core.fill(tensors, rules.semantics(33), lambda n: ((), {"name": n}), engine=engine)
+
+
+# name: (our fill through the core, the engine's own function on a whole model)
+ENGINES = {
+    "vllm per tensor": (vllm_fill, oracle.vllm_load_weights),
+    "vllm semantics": (lambda m: fp8_dummy.initialize_dummy_weights(m), oracle.vllm_load_weights),
+    "sglang": (
+        lambda m: core.fill(m, sglang.SEMANTICS, engine=oracle.sglang_initialize_dummy_weights),
+        oracle.sglang_initialize_dummy_weights,
+    ),
+    "trtllm": (
+        lambda m: core.fill(m, trtllm.SEMANTICS, engine=trtllm_oracle.initialize_dummy_weights),
+        trtllm_oracle.initialize_dummy_weights,
+    ),
+}
+PATHS = ("vllm", "sglang", "trtllm")
+
+
+@pytest.fixture
+def children(monkeypatch, tmp_path):
+    """FP8_DUMMY_ISOLATE=all, an empty cache, the engines' keys forgotten; each child's call
+    made in this process, its arguments through JSON (what a child gets): the list of them."""
+    monkeypatch.setenv("FP8_DUMMY_ISOLATE", "all")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+
+    def run_child(target, args, timeout):
+        calls.append(args)
+        module, _, function = target.partition(":")
+        result = getattr(importlib.import_module(module), function)(*json.loads(json.dumps(args)))
+        return json.loads(json.dumps(result)), ""
+
+    monkeypatch.setattr(_isolated, "run_child", run_child)
+
+    def forget():
+        for path in PATHS:
+            torch.ops.fp8_dummy_internal.proof_forget(path)
+
+    forget()
+    yield calls
+    forget()
+
+
+def keys() -> list:
+    return [e for e in fp8_dummy.self_check_report() if e.path in PATHS]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_each_engine_form_is_probed_in_the_child_and_cached(children, tmp_path, engine):
+    ours, theirs = ENGINES[engine]
+    filled, expected = model(), model()
+    theirs(expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing refused
+        ours(filled)
+    assert assert_same_bytes(filled, expected) == 9
+    proven = keys()
+    assert proven and all(e.proven for e in proven), proven
+    # Keys whose float path is ours: FP8 weight, 0-dim and 2-dim float32 scales, bfloat16
+    # scales; TensorRT-LLM's also the transposed weight (its temp is row-major) and int8.
+    floats = 6 if engine == "trtllm" else 4
+    assert len(children) == floats, [c[3] for c in children]  # one child per key
+    assert any(strided for *_, strided, _, _ in children) == (engine == "trtllm")
+    assert len(list((tmp_path / "fp8_dummy/proofs").iterdir())) == floats
+    # A later start: this process's verdicts forgotten, the disk's kept: no child.
+    torch.ops.fp8_dummy_internal.proof_forget(proven[0].path)
+    again = model()
+    ours(again)
+    assert len(children) == floats and assert_same_bytes(again, expected)
+
+
+def test_an_engine_function_a_child_cannot_import_is_left_its_tensors(children, tmp_path):
+    def own(t, *args, **kwargs):  # a closure: no name a fresh process can import
+        oracle.vllm_single(t, *args, **kwargs)
+
+    filled, expected = model(), model()
+    oracle.vllm_load_weights(expected)
+    with pytest.warns(RuntimeWarning, match="a child process cannot import") as caught:
+        vllm_fill(filled, engine=own)
+    assert len([w for w in caught if "self-check refused" in str(w.message)]) == 4
+    assert assert_same_bytes(filled, expected) == 9
+    assert not children and not (tmp_path / "fp8_dummy").exists()  # nothing to cache
+    assert keys() and not any(e.proven for e in keys())
+
+
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_cpu_keys_are_proven_in_process_unless_asked(children, monkeypatch, setting):
+    if setting is None:
+        monkeypatch.delenv("FP8_DUMMY_ISOLATE")
+    else:
+        monkeypatch.setenv("FP8_DUMMY_ISOLATE", setting)
+    filled, expected = model(), model()
+    oracle.vllm_load_weights(expected)
+    vllm_fill(filled)
+    assert assert_same_bytes(filled, expected) == 9
+    assert not children and keys() and all(e.proven for e in keys())
+
+
+# ---- fresh processes: an engine's starts, its child killed by our kernel ---------------------
+
+# Appended to the stand-in vLLM's weight_utils.py, so that it runs in every process that
+# imports the engine (its start, and the child that imports its function): records the
+# process, and puts our CPU kernel (core.init_, what the child's probe runs) behind a
+# stand-in for a fault, STANDIN_KILL=1: the process dies by SIGSEGV, as on an illegal address.
+HOOK = """
+import os, signal
+import fp8_dummy.engines.core as _core
+
+_init = _core.init_
+
+
+def _ours(*args, **kwargs):
+    with open(os.environ["STANDIN_MARKER"], "a") as f:
+        f.write(f"ours {os.getpid()}\\n")
+    if os.environ.get("STANDIN_KILL") == "1":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return _init(*args, **kwargs)
+
+
+_core.init_ = _ours
+with open(os.environ["STANDIN_MARKER"], "a") as f:
+    f.write(f"engine {os.getpid()}\\n")
+"""
+
+# An engine's start: vLLM loads its plugins, then its dummy loader fills a model of two FP8
+# weights (one kind of tensor: one proof); vLLM's own function fills the expected bytes.
+START = """
+import json, os, sys, warnings
+from pathlib import Path
+import torch
+from helpers import entry_points
+entry_points.provide("vllm.general_plugins", Path(sys.argv[1]))
+import fp8_dummy
+from fp8_dummy.engines import vllm as fvllm
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from vllm import plugins
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    plugins.load_general_plugins()
+    model = torch.nn.ModuleList([torch.nn.Module() for _ in range(2)])
+    for m in model:
+        m.weight = torch.nn.Parameter(torch.empty(300, 41, dtype=torch.float8_e4m3fn), False)
+    get_model_loader(LoadConfig(load_format="dummy")).load_weights(model, None)
+same = True
+for m in model:
+    own = torch.empty_like(m.weight)
+    fvllm.originals["single"](own, name="weight")
+    same = same and torch.equal(own.view(torch.uint8), m.weight.view(torch.uint8))
+report = [list(e) for e in fp8_dummy.self_check_report() if e.path == "vllm"]
+warned = [str(w.message) for w in caught if "fp8_dummy" in str(w.message)]
+print("RESULT", json.dumps({"pid": os.getpid(), "same": same, "report": report,
+                            "warnings": warned}))
+"""
+
+
+def start(tmp_path: Path, **env: str) -> dict:
+    """One start of the engine (a fresh process); its cache and stand-in vLLM in tmp_path."""
+    site = tmp_path / "site"
+    if not site.exists():
+        fake_vllm.write(site, "0.33.0")
+        with open(site / "vllm/model_executor/model_loader/weight_utils.py", "a") as f:
+            f.write(HOOK)
+    marker = tmp_path / "marker.txt"
+    marker.unlink(missing_ok=True)
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), FP8_DUMMY_ISOLATE="all",
+               PYTHONPATH=os.pathsep.join([str(TESTS), str(site)]), STANDIN_MARKER=str(marker),
+               **env)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", START, str(tmp_path / "entry_points")],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout + proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    records = [line.split() for line in marker.read_text().splitlines()]
+    result["children"] = {int(p) for what, p in records if what == "engine"} - {result["pid"]}
+    result["ours"] = [int(p) == result["pid"] for what, p in records if what == "ours"]
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["kill", "bytes"])
+def test_a_child_that_dies_or_differs_leaves_the_engine_on_its_own_weights(tmp_path, fault):
+    env = {"STANDIN_KILL": "1"} if fault == "kill" else {"FP8_DUMMY_FAULT": "vllm"}
+    why = "killed by signal 11" if fault == "kill" else "first differing byte"
+    first = start(tmp_path, **env)
+    assert first["same"], first  # vLLM's own bytes
+    assert len(first["children"]) == 1 and first["ours"] == [False]  # ours ran in the child only
+    assert len(first["warnings"]) == 1, first["warnings"]
+    assert why in first["warnings"][0] and "in a child process; cached in" in first["warnings"][0]
+    assert [e[2] for e in first["report"]] == [False] and why in first["report"][0][3]
+    assert "e4m3fn name='weight' dims=2" in first["report"][0][0]
+    # A second start: the cached verdict, no child, ours never run, one warning naming the file.
+    second = start(tmp_path, **env)
+    assert second["same"] and not second["children"] and second["ours"] == []
+    assert len(second["warnings"]) == 1 and "cached at an earlier start" in second["warnings"][0]
+    assert why in second["warnings"][0]
+
+
+@pytest.mark.slow
+def test_a_proven_verdict_is_cached_and_the_next_start_runs_no_child(tmp_path):
+    first = start(tmp_path)
+    assert first["same"] and not first["warnings"] and len(first["children"]) == 1
+    assert first["ours"] == [False, True, True]  # the child's probe, then both weights here
+    assert [e[2] for e in first["report"]] == [True]
+    second = start(tmp_path)
+    assert second["same"] and not second["warnings"] and not second["children"]
+    assert second["ours"] == [True, True] and [e[2] for e in second["report"]] == [True]

@@ -1,0 +1,227 @@
+"""--load-format fp8_dummy_invariant on vLLM 0.33's own model classes: Llama, Qwen3-MoE and
+DeepSeek-V3, each in bf16, FP8 per-tensor (static activation scales) and FP8 block, built by
+``initialize_model`` from tiny configs on the CPU (helpers/vllm_invariant_models.py says
+how, and what is replaced to build them without vLLM's GPU kernels), at TP=1 and at TP=2
+(2 gloo processes).
+
+The oracle, independent of our placement rules: a zeroed copy of the same model loaded by
+its own ``load_weights`` (vLLM's name mapping, stacked shards, expert mapping and
+``weight_loader`` s) from an HF-style checkpoint made of the TP=1 model's tensors. Each
+TP=2 rank must equal it byte for byte, and the TP=1 model must equal the format's logical
+tensors (restated from its definition). Negative controls: a KV-cache-scale rule that
+shards the replicated scalar is caught on the rank it gets wrong; without the rule, the
+FP8 models are refused by name before anything is written (the state before the rule).
+--load-format fp8_dummy_realistic on the FP8 block models, the same way: at TP=1 it must
+equal ``fp8_dummy.initialize_realistic_dummy_weights`` of the whole model (vocabulary padding
+zero), whose roles for vLLM's names are checked; at TP=2 (and with EP) each rank must equal
+the model's own ``load_weights`` fed that TP=1 checkpoint. Without vLLM 0.33: skipped, with why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "helpers" / "vllm_invariant_models_worker.py"
+MODELS = ("llama", "qwen3_moe", "deepseek_v3")
+QUANTS = ("bf16", "fp8", "blk")
+EP_CASES = (("qwen3_moe", "fp8"), ("deepseek_v3", "blk"))  # also at TP=2 with EP
+REALISTIC = [f"{m}-blk-realistic" for m in MODELS]  # and deepseek_v3's with EP
+# What vLLM 0.33 creates in these models (Fp8Config: Fp8LinearMethod, Fp8MoEMethod's plain
+# parameters, Fp8KVCacheMethod on every standard Attention layer; MLA layers have none).
+FP8_CLASSES = {
+    "Parameter",
+    "ModelWeightParameter",
+    "PerTensorScaleParameter",
+    "BlockQuantScaleParameter",
+    "KVCacheScaleParameter",
+}
+
+try:  # importable here, not only installed (the workers import it the same way)
+    import vllm
+
+    _VERSION = vllm.__version__
+except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
+    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
+        raise
+    pytest.skip(
+        f"vLLM is not importable here ({type(e).__name__}: {e}); scripts/ci_engines.sh installs it",
+        allow_module_level=True,
+    )
+if not _VERSION.startswith("0.33."):
+    pytest.skip(f"the rules are vLLM 0.33's; this is vLLM {_VERSION}", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """Two worker processes (one gloo group): TP=1, each its half of the models, then TP=2.
+    {1: {case: findings}, 2: [{case: findings} of each rank]}."""
+    tmp = tmp_path_factory.mktemp("models")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(r), str(port), str(tmp), str(ROOT)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=900)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    results = []
+    for r in range(2):
+        path = tmp / f"{r}.json"
+        assert path.exists(), f"rank {r} wrote nothing:\n{logs[r][-3000:]}"
+        result = json.loads(path.read_text())
+        assert "error" not in result, f"rank {r}:\n{result['error']}"
+        results.append(result)
+    tp1 = {case: r for result in results for case, r in result["1"].items()}
+    want = [f"{m}-{q}" for m in MODELS for q in QUANTS] + REALISTIC
+    assert sorted(tp1) == sorted(want)
+    want += [f"{m}-{q}-ep" for m, q in EP_CASES] + ["deepseek_v3-blk-realistic-ep"]
+    for result in results:
+        assert sorted(result["2"]) == sorted(want)
+    return {1: tp1, 2: [dict(result["2"], rank=result["rank"]) for result in results]}
+
+
+def _case(cases: dict, model: str, quant: str) -> dict:
+    r = cases[f"{model}-{quant}"]
+    assert "error" not in r, f"{model} {quant} at rank {cases.get('rank', '-')}: {r['error']}"
+    return r
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("model", MODELS)
+def test_tp1_is_the_logical_model_and_vllms_loader_agrees(runs, model, quant):
+    r = _case(runs[1], model, quant)
+    assert r["tp"] == 1 and all(e == [False, 4] for e in r["experts"]), r
+    assert r["logical"] == [], r["logical"]
+    assert r["not_loaded"] == [] and r["mismatch"] == [], r
+    assert r["checked"] >= 15
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("model", MODELS)
+def test_each_tp2_rank_equals_vllms_loader_fed_the_tp1_tensors(runs, model, quant):
+    for result in runs[2]:
+        r = _case(result, model, quant)
+        where = f"rank {result['rank']}"
+        assert r["tp"] == 2 and r["sharded"] >= 4, (where, r["sharded"])  # fewer rows/columns
+        assert all(not has_map for has_map, _ in r["experts"]), (where, r["experts"])  # TP
+        assert r["not_loaded"] == [], (where, r["not_loaded"])
+        assert r["mismatch"] == [], (where, r["mismatch"])
+        assert r["buffers"] == [], (where, r["buffers"])
+
+
+@pytest.mark.parametrize(("model", "quant"), EP_CASES)
+def test_expert_parallel_ranks_equal_vllms_loader_fed_the_tp1_tensors(runs, model, quant):
+    for result in runs[2]:
+        r = _case(result, model, f"{quant}-ep")
+        where = f"rank {result['rank']}"
+        assert r["experts"] and all(e == [True, 2] for e in r["experts"]), (where, r["experts"])
+        assert r["not_loaded"] == [] and r["mismatch"] == [], (where, r)
+        assert r["buffers"] == [], (where, r["buffers"])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_fp8_models_hold_the_parameter_classes_found(runs, model):
+    """The FP8 builds create the parameter classes listed above (and the KV-cache scales
+    on standard Attention layers only: MLA has none), with non-degenerate FP8 values."""
+    for world, cases in [(1, runs[1])] + [(2, rank) for rank in runs[2]]:
+        for quant in ("fp8", "blk"):
+            r = _case(cases, model, quant)
+            assert set(r["classes"]) <= FP8_CLASSES, r["classes"]
+            scale = "PerTensorScaleParameter" if quant == "fp8" else "BlockQuantScaleParameter"
+            assert scale in r["classes"]
+            has_kv = model != "deepseek_v3"
+            assert ("KVCacheScaleParameter" in r["classes"]) == has_kv, (world, r["classes"])
+            assert len(r["kv_scales"]) == (8 if has_kv else 0)  # 4 per layer
+            assert r["distinct_fp8"] >= 100, r["distinct_fp8"]  # of at most 114 in +-1
+
+
+def _fp8_with_kv_scales():
+    return [(m, q) for m in MODELS if m != "deepseek_v3" for q in ("fp8", "blk")]
+
+
+@pytest.mark.parametrize(("model", "quant"), _fp8_with_kv_scales())
+def test_negative_control_a_sharded_kv_scale_is_caught(runs, model, quant):
+    """Each rank its own element of a [tp]-long scale: right at TP=1 (element 0) and on
+    rank 0, wrong on rank 1, and the comparison says so for exactly the KV-cache scales."""
+    assert _case(runs[1], model, quant)["negative"] == []
+    rank0, rank1 = (_case(result, model, quant) for result in runs[2])
+    assert rank0["negative"] == []
+    assert rank1["negative"] == rank1["kv_scales"] != []
+
+
+@pytest.mark.parametrize(("model", "quant"), _fp8_with_kv_scales())
+def test_without_the_rule_the_model_is_refused_before_writing(runs, model, quant):
+    for world, cases in [(1, runs[1])] + [(2, rank) for rank in runs[2]]:
+        r = _case(cases, model, quant)["no_rule"]
+        assert r["raised"] and r["raised"].startswith("UncoveredParameterError"), r
+        assert "'model.layers.0.self_attn.attn.q_scale'" in r["raised"], r
+        assert "KVCacheScaleParameter" in r["raised"], r
+        assert r["untouched"], (world, r)
+
+
+# vLLM's names (fused layers, MoE experts, MLA, router, KV-cache scales) -> the realistic role
+# they must get (docs/realistic.md's table); the first match decides.
+VLLM_ROLES = [
+    (r"embed_tokens\.weight$", "embedding"),
+    (r"lm_head\.weight$", "lm_head"),
+    (r"norm\.weight$", "dummy_weight_value"),  # vLLM's RMSNorm gives it 1.0
+    (r"\.(o_proj|down_proj)\.weight$", "residual_out"),
+    (r"\.w2_weight$", "residual_out"),
+    (r"\.mlp\.gate\.weight$", "router"),
+    (r"e_score_correction_bias$", "bias"),
+    (r"weight_scale_inv$", "weight_scale"),
+    (r"\._?(q|k|v|prob)_scale$", "scale"),  # KV-cache scales (also vLLM's buffers)
+    (r"\.(qkv_proj|gate_up_proj|fused_qkv_a_proj|q_b_proj|kv_b_proj|q_proj)\.weight$", "linear"),
+    (r"\.w13_weight$", "linear"),
+]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_realistic_roles_of_vllms_names(runs, model):
+    roles = _case(runs[1], model, "blk-realistic")["roles"]
+    want = {n: next((r for p, r in VLLM_ROLES if re.search(p, n)), "?") for n in roles}
+    assert roles == want
+    moe = {"router", "residual_out", "linear"} if model != "llama" else set()
+    assert {"embedding", "lm_head", "weight_scale", "scale"} | moe <= set(roles.values())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_realistic_tp2_ranks_are_slices_of_the_functions_tp1_model(runs, model):
+    r = _case(runs[1], model, "blk-realistic")
+    assert r["logical"] == [] and r["not_loaded"] == [] and r["mismatch"] == [], r
+    assert r["distinct_fp8"] > 114, r["distinct_fp8"]  # more codes than +-1 holds: the range
+    suffixes = ["blk-realistic"] + (["blk-realistic-ep"] if model == "deepseek_v3" else [])
+    for result in runs[2]:
+        for suffix in suffixes:
+            r = _case(result, model, suffix)
+            where = (result["rank"], suffix)
+            assert r["tp"] == 2 and r["sharded"] >= 4, (where, r["sharded"])
+            assert r["not_loaded"] == [] and r["mismatch"] == [], (where, r)
+            assert r["buffers"] == [], (where, r["buffers"])
