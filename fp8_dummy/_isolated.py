@@ -57,9 +57,9 @@ def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120
     """A probe of :func:`fp8_dummy._proof.proven` run in a child process: ``target`` called
     there with ``args`` returns None when the path named ``key`` gives the reference's bytes
     on ``device``, else what differs; raising, crashing or not answering within ``timeout``
-    seconds is a refusal. The verdict is cached on disk per device, driver, torch and
-    fp8_dummy version (a crash's too: the reason names the file to delete to prove again; a
-    timeout is tried again at the next start)."""
+    seconds is a refusal; running out of memory is none (MemoryError). The verdict is cached
+    on disk per device, driver, torch and fp8_dummy version (a crash's too: the reason names
+    the file to delete to prove again; a timeout is tried again at the next start)."""
     import torch
 
     from ._version import __version__
@@ -75,6 +75,8 @@ def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120
         where = f"cached at an earlier start in {path}: delete it to prove again"
     except (OSError, ValueError, TypeError, KeyError):  # none yet, or corrupt: prove
         result, why = run_child(target, args, timeout)
+        if result is None and ("out of memory" in why or "allocate memory" in why):
+            raise MemoryError(why) from None  # no verdict: _proof.proven tries again later
         why = why or ("" if result is None else str(result))
         where = "in a child process; not cached: a timeout may be a busy machine's"
         if not why.startswith(_HANG):  # whole or not at all: a temp file renamed
