@@ -48,7 +48,7 @@ JUMP_K = {
     "70 G": 70 * 10**9,
 }
 CORES = (16, 64, 128)
-MIN_WORDS_PER_THREAD = 1 << 21  # csrc/cpu/mt19937_stream.h kMinWordsPerThread
+MIN_WORDS_PER_THREAD = 1 << 21  # csrc/cpu/mt19937.h kMinWordsPerThread
 LAYER = [8192 * 8192, 8192 * 1024, 8192 * 1024, 8192 * 8192] + [28672 * 8192] * 3
 MODELS = {
     "one 128 Mi tensor": [128 << 20],

@@ -1,10 +1,6 @@
-// What this build of the library was made from, and what it does where it was built
-// without CUDA.
-//
-// The build line is kept as plain bytes in the library file, so that it can be read even
-// where the library cannot be loaded: a library built against another torch fails to load
-// with an undefined symbol, and fp8_dummy/_build.py then reads the line from the file to
-// say which torch it was built for.
+// The build's line ("torch=2.13.0 cuda=no"), kept as plain bytes in the library so that
+// fp8_dummy/_build.py can read it where the library cannot load; and, without CUDA, CUDA
+// kernels that say so.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 #include <torch/version.h>

@@ -43,21 +43,18 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
       "check_stateless_args(Tensor self, float low, float high, int element_offset, "
       "int[]? element_strides) -> ()");
 
-  // ---- The proof mechanism (common/proof.cpp): every key probed or recorded in this
-  // process, as [key, "proven" or "refused", detail, ...] (fp8_dummy.self_check_report());
-  // a key's verdict (-1 unknown, 0 refused, 1 proven); a verdict reached in Python (the
-  // engine integrations), which warns once on a refusal and returns the verdict kept; and
-  // whether FP8_DUMMY_FAULT names a path (the fault-injection switch, read once).
+  // ---- The proof mechanism (common/proof.cpp): every key needed in this process, as
+  // [key, "proven" | "refused" | "unproven", detail, ...] (fp8_dummy.self_check_report());
+  // a key's verdict (-1 none yet, 0 refused, 1 proven); a verdict reached in Python (the
+  // engine integrations; retry: the probe failed for lack of memory), which warns once on a
+  // refusal and returns whether the key is proven; whether FP8_DUMMY_FAULT names a path.
   m.def("proof_report() -> str[]");
   m.def("proof_lookup(str key) -> int");
-  m.def("proof_record(str key, bool passed, str detail) -> bool");
+  m.def("proof_record(str key, bool passed, str detail, bool retry=False) -> bool");
   m.def("proof_fault(str path) -> bool");
   // Tests only: forget the keys starting with `prefix` (they are probed again); returns
   // how many.
   m.def("proof_forget(str prefix) -> int");
-  // Python's warnings: refusals wait to be taken (fp8_dummy/_proof.py) instead of printing.
-  m.def("proof_defer_warnings(bool defer) -> ()");
-  m.def("proof_take_warnings() -> str[]");
   // ---- The build (build_info.cpp): "torch=2.13.0 cuda=no", the torch whose headers the
   // library was compiled with and whether it has CUDA kernels.
   m.def("build_info() -> str");

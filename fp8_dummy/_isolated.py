@@ -51,8 +51,9 @@ def driver_version() -> str:
 
 def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120.0) -> str | None:
     """A probe for :func:`fp8_dummy._proof.proven` in a child: ``target(*args)`` returns None
-    (the reference's bytes) or what differs; a crash or a timeout is a refusal. Cached per key,
-    device, driver, torch and fp8_dummy version, but for a timeout (tried at the next start)."""
+    (the reference's bytes) or what differs; a crash or a timeout is a refusal, running out of
+    memory none (MemoryError). Cached per key, device, driver, torch and fp8_dummy version, but
+    for a timeout (tried at the next start)."""
     import torch
 
     from ._version import __version__
@@ -68,6 +69,8 @@ def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120
         where = f"cached at an earlier start in {path}: delete it to prove again"
     except (OSError, ValueError, TypeError, KeyError):  # none yet, or corrupt: prove
         result, why = run_child(target, args, timeout)
+        if result is None and ("out of memory" in why or "allocate memory" in why):
+            raise MemoryError(why) from None  # no verdict: _proof.proven tries again later
         why = why or ("" if result is None else str(result))
         where = "in a child process; not cached: a timeout may be a busy machine's"
         if not why.startswith(_HANG):  # whole or not at all: a temp file renamed

@@ -1,13 +1,11 @@
 """The Python side of the one proof mechanism (``csrc/common/proof.h``): the engine
-integrations' probes run here, and their verdicts go into the same cache and report as
-the C++ paths' (the CPU fast paths, the CUDA kernels). A refusal warns once, from C++, with
-the key and the first differing byte; from then on that key's tensors take the reference.
-See docs/contract.md, "Proof before use"."""
+integrations' probes run here, and their verdicts go into the same cache and report as the
+C++ paths'. A refusal warns once, as a RuntimeWarning at the caller's line; from then on
+that key's tensors take the reference. See docs/contract.md, "Proof before use"."""
 
 from __future__ import annotations
 
-import atexit
-import ctypes
+import os
 import sys
 import threading
 import warnings
@@ -17,40 +15,22 @@ import torch
 
 from . import _C
 
-__all__ = ["ProofEntry", "emit_pending", "first_difference", "proven", "self_check_report"]
+__all__ = ["ProofEntry", "first_difference", "proven", "self_check_report"]
+
+# Frames in these directories are ours or torch's: a warning points past them, at the caller.
+_INTERNAL = (os.path.dirname(__file__), os.path.dirname(torch.__file__))
 
 
-def _pending_counter() -> ctypes.c_int64 | None:
-    """The C++ count of refusal warnings not yet shown (common/proof.cpp), read in place."""
-    try:
-        return ctypes.c_int64.in_dll(ctypes.CDLL(_C.__file__), "fp8_dummy_proof_pending")
-    except (OSError, ValueError, AttributeError):
-        return None  # then every emit_pending() asks the library
+def _warn(message: str) -> None:
+    """Shows a refusal (called by the library, csrc/ops.cpp) at the first frame outside
+    fp8_dummy and torch."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
 
 
-# A torch.ops call does not turn C++ warnings into Python ones: refusals wait in C++ until
-# the Python wrapper that made the call shows them (emit_pending), or, left over, at exit.
-torch.ops.fp8_dummy_internal.proof_defer_warnings(True)
-_PENDING = _pending_counter()
-
-
-def emit_pending(stacklevel: int = 3) -> None:
-    """Shows the refusals found since the last call as RuntimeWarnings (one per refused
-    key). Called by every wrapper after its operator; costs a memory read when none."""
-    if _PENDING is not None and _PENDING.value == 0:
-        return
-    for message in torch.ops.fp8_dummy_internal.proof_take_warnings():
-        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
-
-
-@atexit.register
-def _left_over() -> None:
-    try:
-        for message in torch.ops.fp8_dummy_internal.proof_take_warnings():
-            print(f"RuntimeWarning: {message}", file=sys.stderr)
-    except Exception:  # noqa: BLE001 (interpreter shutdown: nothing left to tell)
-        pass
-
+_C._set_warning_hook(_warn)
 
 # One probe at a time in Python (the C++ side has its own lock): concurrent loaders asking
 # for one key run its probe once.
@@ -63,17 +43,21 @@ class ProofEntry(NamedTuple):
     key: str  # the path and everything that selects its code (device, dtype, bounds class...)
     path: str  # the path's name (what precedes the key's first ':'; FP8_DUMMY_FAULT's names)
     proven: bool  # True: the path is used for this key; False: the reference is
-    detail: str  # refused: why (the first differing byte, or the probe's error)
+    detail: str  # refused: why; unproven: "unproven: the probe failed: ... (will retry)"
+
+    @property
+    def unproven(self) -> bool:
+        """No verdict yet: its probe failed for lack of memory; a later call probes again."""
+        return self.detail.startswith("unproven:")
 
 
 def self_check_report() -> list[ProofEntry]:
-    """Every path that replaces a reference without being asked, as proven or refused in
-    this process, one entry per key, in the order they were first needed: the CPU fast
-    paths of ``init_`` and ``random_`` (and the search for torch's ``uniform_`` transform),
-    the CUDA per-tensor, batched and stateless kernels (per device, dtype, bounds class,
-    layout kind and generator form), and the vLLM / SGLang integrations. A key appears once
-    its first call needed it; a refused key is filled by the reference path."""
-    emit_pending()
+    """Every path that replaces a reference without being asked, as proven, refused or
+    unproven in this process, one entry per key, in the order they were first needed: the
+    CPU fast paths of ``init_`` and ``random_`` (and the search for torch's ``uniform_``
+    transform), the CUDA per-tensor, batched and stateless kernels (per device, dtype,
+    bounds class, layout kind and generator form), and the engine integrations. A key that
+    is not proven is filled by the reference path."""
     flat = torch.ops.fp8_dummy_internal.proof_report()
     out = []
     for i in range(0, len(flat), 3):
@@ -82,10 +66,19 @@ def self_check_report() -> list[ProofEntry]:
     return out
 
 
+def _transient(e: BaseException) -> bool:
+    """Lack of memory: no verdict on the path (CPU allocations fail as RuntimeError)."""
+    text = str(e)
+    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or (
+        "out of memory" in text or "allocate memory" in text
+    )
+
+
 def proven(key: str, probe: Callable[[], str | None]) -> bool:
     """Whether the path named ``key`` is proven: the first call runs ``probe``, which returns
     None when its output equals the reference's, else what differs; a probe that raises is a
-    refusal. Cached for the process in the C++ registry, like every other key."""
+    refusal, or for lack of memory no verdict (the next call probes again). Cached for the
+    process in the C++ registry, like every other key."""
     state = torch.ops.fp8_dummy_internal.proof_lookup(key)
     if state >= 0:
         return bool(state)
@@ -93,13 +86,14 @@ def proven(key: str, probe: Callable[[], str | None]) -> bool:
         state = torch.ops.fp8_dummy_internal.proof_lookup(key)
         if state >= 0:
             return bool(state)
+        retry = False
         try:
             why = probe()
         except Exception as e:  # noqa: BLE001 (any failure of the probe means: the reference)
+            retry = _transient(e)
             why = f"the probe failed: {type(e).__name__}: {e}"
-        verdict = torch.ops.fp8_dummy_internal.proof_record(key, why is None, why or "")
-    emit_pending(stacklevel=4)
-    return verdict
+            why = f"unproven: {why} (will retry)" if retry else why
+        return torch.ops.fp8_dummy_internal.proof_record(key, why is None, why or "", retry)
 
 
 def fault(path: str) -> bool:

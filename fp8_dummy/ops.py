@@ -7,8 +7,6 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from ._proof import emit_pending
-
 __all__ = ["cpu_fast_path_info", "init_", "init_many_", "init_stateless_", "random_"]
 
 _TWO_63, _TWO_64 = 1 << 63, 1 << 64
@@ -76,7 +74,6 @@ def init_(
         torch.ops.fp8_dummy.init_.generator(
             t, low, high, generator=generator, contiguous_temp=contiguous_temp
         )
-    emit_pending()
     return t
 
 
@@ -117,7 +114,6 @@ def init_many_(
         torch.ops.fp8_dummy.init_many_.default(
             fill, low, high, seed, contiguous_temp=contiguous_temp
         )
-        emit_pending()
     return tensors
 
 
@@ -153,7 +149,6 @@ def init_stateless_(
         element_offset=as_index(element_offset, "element_offset", op),
         element_strides=strides,
     )
-    emit_pending()
     return t
 
 
@@ -202,7 +197,6 @@ def random_(
     else:
         _check_generator(generator, "random_")
         torch.ops.fp8_dummy.random_.generator(t, low, high, generator=generator)
-    emit_pending()
     return t
 
 

@@ -1,6 +1,6 @@
 """Compute phi(x), the characteristic polynomial of the mt19937 word recurrence, and write
-csrc/cpu/mt19937_phi.h (its exponents), which the CPU jump-ahead (csrc/cpu/gf2_poly.h,
-mt19937_jump.h) reduces by.
+csrc/cpu/mt19937_phi.h (its exponents), which the CPU jump-ahead (csrc/cpu/mt19937_jump.h)
+reduces by.
 
 Why this works (Haramoto, Matsumoto, Nishimura, Panneton, L'Ecuyer 2008): the words
     x[n + 624] = x[n + 397] ^ twist(x[n], x[n + 1])
@@ -98,7 +98,7 @@ def render(phi: int) -> str:
 //
 // phi(x), the characteristic polynomial of mt19937's words (degree 19937), as its
 // exponents in ascending order. phi is sparse ({len(terms)} terms) and its second-highest
-// term is x^{terms[-2]}, which is what makes reducing by it cheap (gf2_poly.h). Only phi is
+// term is x^{terms[-2]}, which is what makes reducing by it cheap (mt19937_jump.h). Only phi is
 // stored: x^k mod phi is computed when needed.
 #pragma once
 

@@ -140,3 +140,51 @@ def test_proven_cuda_stateless_emulated(dtype, low, high):
     rows, cols = np.meshgrid(np.arange(400), np.arange(47), indexing="ij")
     want = sref.expected_bytes(11 + (rows * 47 + cols).reshape(-1), dtype, low, high, 4)
     assert np.array_equal(sref.tensor_bits(t.contiguous()).reshape(-1), want)
+
+
+# An H200 (132 SMs x 2048 threads) and a 20-SM GPU; calls up to 2^34 elements.
+@pytest.mark.parametrize("sm, mt", [(132, 2048), (20, 2048)])
+@pytest.mark.parametrize("numel", [1, 4096, 2**30, 2**30 + 1, 2**31 + 3, 2**33 + 1, 2**34])
+def test_probe_allocates_at_most_64_mib(sm, mt, numel):
+    # csrc/launch/cuda_proof.h: at most 7 device bytes per probe element (two probes with
+    # gaps, the reference's float16 temp, the contiguous temp's .to()).
+    n = emulator.cuda_probe_numel(sm, mt, numel)
+    assert n * 7 <= 64 << 20, n
+    one = emulator.cuda_probe_numel(sm, mt)
+    (run,) = emulator.cuda_launch_plan(one, sm, mt)[0]
+    assert run.steps == 3  # each piece still spans two full grid steps and a partial one
+    if numel > 2**30:  # the split: two pieces, not 2^30 elements
+        assert 2 * one <= n <= 2 * one + 40, n
+    else:
+        assert n == one
+
+
+@pytest.mark.parametrize("generator_form", [False, True])
+@pytest.mark.parametrize(
+    "layout", ["dense", "unaligned", "gaps", "row-major-strided", "contiguous-dense"]
+)
+def test_split_probe_emulated(layout, generator_form):
+    """The key of a call over 2^30 elements is proven on two pieces at non-zero offsets (the
+    second at the other alignment), not on 2^30 elements: here on a small tensor."""
+    sm, mt = 3, 1024
+    dtype = torch.float8_e5m2
+    make = {
+        "dense": lambda: torch.empty(4001, dtype=dtype),
+        "unaligned": lambda: torch.empty(4002, dtype=dtype)[1:],
+        "gaps": lambda: torch.empty(61, 80, dtype=dtype)[:, ::2],
+        "row-major-strided": lambda: torch.empty(80, 61, dtype=dtype).t(),
+        "contiguous-dense": lambda: torch.empty(61, 40, dtype=dtype),
+    }[layout]
+    contiguous = layout in ("row-major-strided", "contiguous-dense")
+    prefix = "cuda.init_: emulated (3 SMs x 1024 threads)"  # other tests' keys left aside
+    torch.ops.fp8_dummy_internal.proof_forget(prefix)
+    t, ref = poison(make()), poison(make())
+    offset = 4 if generator_form else 0
+    kwargs = dict(offset=offset, sm_count=sm, max_threads_per_sm=mt, contiguous_temp=contiguous)
+    after = emulator.emulate_proven_cuda_init_(
+        t, -2.0, 2.0, 9, generator_form=generator_form, split_probe=True, **kwargs
+    )
+    want = emulator.emulate_cuda_init_(ref, -2.0, 2.0, 9, **kwargs)
+    assert after == want and torch.equal(storage_bytes(t), storage_bytes(ref))
+    keys = [e for e in fp8_dummy.self_check_report() if e.key.startswith(prefix)]
+    assert len(keys) == 1 and "split=yes" in keys[0].key and keys[0].proven, keys

@@ -111,6 +111,17 @@ def test_a_timeout_refuses_and_is_tried_again_at_the_next_start(tmp_path):
     assert second["proven"] is False and len(second["children"]) == 2
 
 
+def test_a_child_out_of_memory_is_no_verdict_and_is_tried_again(tmp_path):
+    """Lack of memory in the child is no verdict: the reference's bytes, no warning, the key
+    unproven in the report, nothing cached, and the next call runs a child again."""
+    first = start(tmp_path, "runs_out_of_memory")
+    assert first["proven"] is False and first["again"] is False and first["same"]
+    assert len(first["children"]) == 2 and not first["warnings"], first
+    ((_, _, proven, detail),) = first["report"]
+    assert not proven and detail.startswith("unproven:") and "out of memory" in detail, detail
+    assert cached(tmp_path) == []
+
+
 def test_a_corrupt_cache_file_is_ignored_and_replaced(tmp_path):
     start(tmp_path, "holds")
     (path,) = (tmp_path / "cache/fp8_dummy/proofs").iterdir()

@@ -48,8 +48,8 @@ def twin(t: torch.Tensor) -> torch.Tensor:
     return poison(base.as_strided(t.size(), t.stride(), t.storage_offset()))
 
 
-# A refused proof would hide a broken fast path behind the exact one: fail on its warning,
-# and run the fast path forced too (no proof: its bytes alone).
+# A refused proof would hide a broken fast path behind the exact one: fail on its warning
+# (the forced fast path proves itself too).
 pytestmark = pytest.mark.filterwarnings("error:fp8_dummy. self-check refused:RuntimeWarning")
 
 

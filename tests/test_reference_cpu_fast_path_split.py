@@ -1,6 +1,6 @@
 """The CPU fast path on many threads and at narrow bounds: the split of the stream over 1-8
 threads above the size where the op splits, and the FP8 bytes taken straight from the
-random bits where few FP8 values occur (cpu/fp8_runs.h); against torch's reference path
+random bits where few FP8 values occur (cpu/fp8_bytes.h); against torch's reference path
 and the numpy oracle. Helpers and the path fixture: test_reference_cpu_fast_path.py."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ NARROW = [(-1e-3, 1e-3), (0.0, 0.01), (-0.02, 0.03), (0.1, 0.11), (-3e-5, 2e-5),
 @pytest.mark.parametrize("dtype", FP8_DTYPES, ids=str)
 def test_narrow_bounds(dtype):
     """Bounds where few FP8 values occur: the fast path takes the bytes straight from the
-    random bits as a step function (cpu/fp8_runs.h) from 2048 elements on; below that, and
+    random bits as a step function (cpu/fp8_bytes.h) from 2048 elements on; below that, and
     for bounds with many values, through float16."""
     for bounds in NARROW:
         for n in (2047, 2048, 100_003):

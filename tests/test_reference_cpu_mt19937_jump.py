@@ -1,5 +1,5 @@
 """The CPU stream's mt19937 jump-ahead (csrc/cpu/mt19937_jump.h) against plain stepping, and
-the parallel split it makes possible (csrc/cpu/mt19937_stream.h) at any size, thread count
+the parallel split it makes possible (csrc/cpu/mt19937.h) at any size, thread count
 and generator position.
 
 Oracles: torch's own engine stepped word by word (random_ on uint8 draws one word per

@@ -1,15 +1,7 @@
-// Our public operators write into their tensor arguments, so around autograd they behave as
-// torch's own in-place operators do (the kernels torch generates for, e.g., uniform_):
-//  - Autograd key: with grad mode on, a leaf that requires grad, or a view of one, is refused
-//    with torch's message; the version counter is bumped once; a tensor that requires grad
-//    gets a new history whose gradient is zero, since its values no longer depend on what
-//    was there (uniform_'s own derivative: zeros_like(grad)).
-//  - ADInplaceOrView key (reached when autograd is skipped: inference mode, inference
-//    tensors): the version counter is bumped.
-//  - Either way, an inference tensor outside inference mode is refused with torch's message,
-//    and every refusal comes before anything is written.
-// One boxed kernel serves every operator: the written arguments come from the schema
-// (`Tensor(a!)`, `Tensor(a!)[]`), so a new mutating operator only needs a line below.
+// Autograd and ADInplaceOrView kernels of every operator that writes a tensor argument, as
+// torch's own in-place operators behave (docs/contract.md): version counter, refusals of
+// leaves and inference tensors before the write, a zero-gradient history. One boxed kernel
+// for all: the written arguments come from the schema's (a!) annotations.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/InferenceMode.h>

@@ -7,25 +7,23 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <mutex>
+#include <new>
+#include <set>
+#include <shared_mutex>
 #include <sstream>
-
-// Read by Python through ctypes (a plain load: cheaper than an operator call after every fill).
-extern "C" {
-__attribute__((visibility("default"))) std::atomic<int64_t> fp8_dummy_proof_pending{0};
-}
+#include <system_error>
+#include <unordered_map>
 
 namespace fp8_dummy {
 namespace proof {
 namespace {
 
 struct Registry {
-  // Recursive: a probe may need another key's verdict (e.g. a CUDA probe needs the
-  // conversion found for its dtype), on the same thread.
-  std::recursive_mutex mutex;
-  std::map<std::string, size_t> index;  // key -> position in entries
+  std::shared_mutex mutex;  // the verdicts: a call's lookup takes it shared
+  std::unordered_map<std::string, size_t> index;
   std::vector<Entry> entries;
+  std::recursive_mutex probing;  // one probe at a time; a probe may need another key
 };
 
 Registry& registry() {
@@ -33,88 +31,119 @@ Registry& registry() {
   return *r;
 }
 
-// Python turns these into Python warnings (fp8_dummy/_proof.py): TORCH_WARN does not
-// reach Python's warnings from a torch.ops call, so there the messages wait in `pending`
-// (the count in fp8_dummy_proof_pending, which Python reads without a call) until the
-// wrapper that made the call takes them. Elsewhere (C++ users) TORCH_WARN prints them.
-std::atomic<bool> deferred{false};
-std::mutex pending_mutex;
-std::vector<std::string> pending;
+std::atomic<void (*)(const std::string&)> warning_sink{nullptr};
 
-void warn_refused(const Entry& e) {
-  std::string message = "fp8_dummy: self-check refused " + e.key + ": " + e.detail +
-                        ". The reference path is used for it from now on.";
-  if (deferred.load()) {
-    std::lock_guard<std::mutex> lock(pending_mutex);
-    pending.push_back(std::move(message));
-    fp8_dummy_proof_pending.store(static_cast<int64_t>(pending.size()));
-    return;
-  }
-  TORCH_WARN(message);
+// FP8_DUMMY_FAULT's items, read once: "path" corrupts the path's outputs, "path:oom" makes
+// its first probe run out of memory.
+const std::vector<std::string>& faults() {
+  static const std::vector<std::string> items = [] {
+    std::vector<std::string> out;
+    const char* env = std::getenv("FP8_DUMMY_FAULT");
+    std::stringstream list(env ? env : "");
+    for (std::string item; std::getline(list, item, ',');) {
+      if (!item.empty()) out.push_back(item);
+    }
+    return out;
+  }();
+  return items;
 }
 
-// Stores a verdict (the first one wins); returns the stored entry and whether it is new.
-std::pair<Entry, bool> store(const std::string& key, bool passed, const std::string& detail) {
+std::string path_of(const std::string& key) { return key.substr(0, key.find(':')); }
+
+// Stores a verdict: a new key, or one that was unproven; a decided key keeps its verdict.
+// Returns the entry kept and whether this call decided it.
+std::pair<Entry, bool> store(const std::string& key, State state, const std::string& detail) {
   Registry& r = registry();
-  std::lock_guard<std::recursive_mutex> lock(r.mutex);
-  const auto it = r.index.find(key);
-  if (it != r.index.end()) return {r.entries[it->second], false};
-  r.index.emplace(key, r.entries.size());
-  r.entries.push_back({key, passed, detail});
-  return {r.entries.back(), true};
+  std::unique_lock<std::shared_mutex> lock(r.mutex);
+  const auto [it, added] = r.index.try_emplace(key, r.entries.size());
+  if (added) r.entries.push_back({key, state, detail});
+  Entry& e = r.entries[it->second];
+  const bool decides = e.state == State::kUnproven && state != State::kUnproven;
+  if (!added && e.state == State::kUnproven) e = {key, state, detail};
+  return {e, added || decides};
 }
 
-std::string error_text(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
+void warn_if_refused(const Entry& entry, bool fresh, Warn warn) {
+  if (!fresh || entry.state != State::kRefused || warn != Warn::kOnRefusal) return;
+  const std::string message = "fp8_dummy: self-check refused " + entry.key + ": " + entry.detail +
+                              ". The reference path is used for it from now on.";
+  if (auto* sink = warning_sink.load()) {
+    sink(message);
+  } else {
+    TORCH_WARN(message);
+  }
+}
+
+// Lack of memory or threads: no verdict on the path (CPU allocations fail as c10::Error).
+bool transient(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) || dynamic_cast<const c10::OutOfMemoryError*>(&e) ||
+      dynamic_cast<const std::system_error*>(&e)) {
+    return true;
+  }
+  const std::string what = e.what();
+  return what.find("out of memory") != std::string::npos ||
+         what.find("allocate memory") != std::string::npos;
 }
 
 }  // namespace
 
-bool proven(const std::string& key, const std::function<Verdict()>& probe, Warn warn) {
+std::string key(std::string_view path, std::initializer_list<std::string_view> parts) {
+  std::string out(path);
+  out += ':';
+  for (const auto p : parts) (out += ' ') += p;
+  return out;
+}
+
+State lookup(const std::string& key) {
   Registry& r = registry();
-  std::unique_lock<std::recursive_mutex> lock(r.mutex);
+  std::shared_lock<std::shared_mutex> lock(r.mutex);
   const auto it = r.index.find(key);
-  if (it != r.index.end()) return r.entries[it->second].passed;
-  Verdict v;
+  return it == r.index.end() ? State::kUnproven : r.entries[it->second].state;
+}
+
+State verdict(const std::string& key, const std::function<Verdict()>& probe, Warn warn) {
+  if (const State s = lookup(key); s != State::kUnproven) return s;
+  std::unique_lock<std::recursive_mutex> probing(registry().probing);
+  if (const State s = lookup(key); s != State::kUnproven) return s;
+  State state = State::kRefused;
+  std::string detail;
   try {
-    v = probe();
+    static std::set<std::string> oom_done;  // under `probing`
+    const std::string oom = path_of(key) + ":oom";
+    for (const auto& f : faults()) {
+      if (f == oom && oom_done.insert(f).second) throw std::bad_alloc();
+    }
+    const Verdict v = probe();
+    state = v.passed ? State::kProven : State::kRefused;
+    detail = v.detail;
   } catch (const std::exception& e) {
-    v = {false, "the probe failed: " + error_text(e)};
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    const std::string what = c10 ? c10->what_without_backtrace() : e.what();
+    state = transient(e) ? State::kUnproven : State::kRefused;
+    detail = state == State::kUnproven ? "unproven: the probe failed: " + what + " (will retry)"
+                                       : "the probe failed: " + what;
   }
-  const auto [entry, fresh] = store(key, v.passed, v.detail);
-  lock.unlock();
-  if (fresh && !entry.passed && warn == Warn::kOnRefusal) warn_refused(entry);
-  return entry.passed;
+  const auto [entry, fresh] = store(key, state, detail);
+  probing.unlock();
+  warn_if_refused(entry, fresh, warn);
+  return entry.state;
 }
 
-bool record(const std::string& key, bool passed, const std::string& detail, Warn warn) {
-  const auto [entry, fresh] = store(key, passed, detail);
-  if (fresh && !entry.passed && warn == Warn::kOnRefusal) warn_refused(entry);
-  return entry.passed;
-}
-
-int lookup(const std::string& key) {
-  Registry& r = registry();
-  std::lock_guard<std::recursive_mutex> lock(r.mutex);
-  const auto it = r.index.find(key);
-  return it == r.index.end() ? -1 : (r.entries[it->second].passed ? 1 : 0);
+State record(const std::string& key, State state, const std::string& detail, Warn warn) {
+  const auto [entry, fresh] = store(key, state, detail);
+  warn_if_refused(entry, fresh, warn);
+  return entry.state;
 }
 
 std::vector<Entry> report() {
   Registry& r = registry();
-  std::lock_guard<std::recursive_mutex> lock(r.mutex);
+  std::shared_lock<std::shared_mutex> lock(r.mutex);
   return r.entries;
 }
 
-std::atomic<uint32_t> forgotten_epoch{0};
-
-uint32_t epoch() { return forgotten_epoch.load(std::memory_order_acquire); }
-
 int64_t forget(const std::string& prefix) {
-  forgotten_epoch.fetch_add(1, std::memory_order_acq_rel);
   Registry& r = registry();
-  std::lock_guard<std::recursive_mutex> lock(r.mutex);
+  std::unique_lock<std::shared_mutex> lock(r.mutex);
   std::vector<Entry> kept;
   for (auto& e : r.entries) {
     if (e.key.compare(0, prefix.size(), prefix) != 0) kept.push_back(std::move(e));
@@ -126,19 +155,10 @@ int64_t forget(const std::string& prefix) {
   return forgotten;
 }
 
-std::string path_of(const std::string& key) { return key.substr(0, key.find(':')); }
+void set_warning_sink(void (*sink)(const std::string&)) { warning_sink.store(sink); }
 
 bool fault(const std::string& path) {
-  static const std::vector<std::string> faults = [] {
-    std::vector<std::string> out;
-    const char* env = std::getenv("FP8_DUMMY_FAULT");
-    std::stringstream list(env ? env : "");
-    for (std::string item; std::getline(list, item, ',');) {
-      if (!item.empty()) out.push_back(item);
-    }
-    return out;
-  }();
-  for (const auto& f : faults) {
+  for (const auto& f : faults()) {
     if (f == path) return true;
   }
   return false;
@@ -146,8 +166,7 @@ bool fault(const std::string& path) {
 
 void corrupt(const at::Tensor& t) {
   if (t.numel() == 0) return;
-  // A one-byte uint8 view of the first byte of t's data, whatever t's dtype and strides.
-  auto byte = at::empty({0}, t.options().dtype(at::kByte));
+  auto byte = at::empty({0}, t.options().dtype(at::kByte));  // t's first byte, any dtype
   byte.set_(t.storage(), t.storage_offset() * static_cast<int64_t>(t.element_size()), {1}, {1});
   byte.bitwise_xor_(1);
 }
@@ -160,8 +179,7 @@ Verdict same_bytes(const at::Tensor& ours, const at::Tensor& ref, const std::str
   const auto size = static_cast<int64_t>(a.element_size());
   const auto* pa = static_cast<const uint8_t*>(a.const_data_ptr());
   const auto* pb = static_cast<const uint8_t*>(b.const_data_ptr());
-  const int64_t bytes = a.numel() * size;
-  for (int64_t i = 0; i < bytes; ++i) {
+  for (int64_t i = 0; i < a.numel() * size; ++i) {
     if (pa[i] != pb[i]) {
       char buf[160];
       std::snprintf(
@@ -179,35 +197,36 @@ Verdict same_bytes(const at::Tensor& ours, const at::Tensor& ref, const std::str
 
 namespace {
 
+const char* state_name(proof::State s) {
+  return s == proof::State::kProven    ? "proven"
+         : s == proof::State::kRefused ? "refused"
+                                       : "unproven";
+}
+
 std::vector<std::string> proof_report_op() {
   std::vector<std::string> flat;
   for (const auto& e : proof::report()) {
-    flat.push_back(e.key);
-    flat.push_back(e.passed ? "proven" : "refused");
-    flat.push_back(e.detail);
+    flat.insert(flat.end(), {e.key, state_name(e.state), e.detail});
   }
   return flat;
 }
 
-int64_t proof_lookup_op(c10::string_view key) { return proof::lookup(std::string(key)); }
+// -1: not decided (unknown or unproven), 0: refused, 1: proven.
+int64_t proof_lookup_op(c10::string_view key) {
+  const proof::State s = proof::lookup(std::string(key));
+  return s == proof::State::kProven ? 1 : s == proof::State::kRefused ? 0 : -1;
+}
 
-bool proof_record_op(c10::string_view key, bool passed, c10::string_view detail) {
-  return proof::record(std::string(key), passed, std::string(detail));
+bool proof_record_op(c10::string_view key, bool passed, c10::string_view detail, bool retry) {
+  const auto state = retry    ? proof::State::kUnproven
+                     : passed ? proof::State::kProven
+                              : proof::State::kRefused;
+  return proof::record(std::string(key), state, std::string(detail)) == proof::State::kProven;
 }
 
 bool proof_fault_op(c10::string_view path) { return proof::fault(std::string(path)); }
 
 int64_t proof_forget_op(c10::string_view prefix) { return proof::forget(std::string(prefix)); }
-
-void proof_defer_warnings_op(bool defer) { proof::deferred.store(defer); }
-
-std::vector<std::string> proof_take_warnings_op() {
-  std::lock_guard<std::mutex> lock(proof::pending_mutex);
-  std::vector<std::string> out;
-  out.swap(proof::pending);
-  fp8_dummy_proof_pending.store(0);
-  return out;
-}
 
 }  // namespace
 
@@ -217,8 +236,6 @@ TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
   m.impl("proof_record", TORCH_FN(proof_record_op));
   m.impl("proof_fault", TORCH_FN(proof_fault_op));
   m.impl("proof_forget", TORCH_FN(proof_forget_op));
-  m.impl("proof_defer_warnings", TORCH_FN(proof_defer_warnings_op));
-  m.impl("proof_take_warnings", TORCH_FN(proof_take_warnings_op));
 }
 
 }  // namespace fp8_dummy

@@ -172,6 +172,36 @@ MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp) {
   return order;
 }
 
+void scatter_bytes(const MemoryOrder& order, uint8_t* base, int64_t first, const uint8_t* src,
+                   int64_t len) {
+  const auto dims = static_cast<int64_t>(order.sizes.size());
+  if (dims == 0) {  // a single element
+    if (len > 0) base[0] = src[0];
+    return;
+  }
+  const int64_t inner_size = order.sizes[dims - 1];
+  const int64_t inner_stride = order.strides[dims - 1];
+  while (len > 0) {
+    int64_t rest = first / inner_size;
+    const int64_t inner = first - rest * inner_size;
+    int64_t offset = inner * inner_stride;
+    for (int64_t d = dims - 2; d >= 0; --d) {
+      const int64_t q = rest / order.sizes[d];
+      offset += (rest - q * order.sizes[d]) * order.strides[d];
+      rest = q;
+    }
+    const int64_t run = std::min(inner_size - inner, len);
+    if (inner_stride == 1) {
+      std::memcpy(base + offset, src, static_cast<size_t>(run));
+    } else {
+      for (int64_t i = 0; i < run; ++i) base[offset + i * inner_stride] = src[i];
+    }
+    first += run;
+    src += run;
+    len -= run;
+  }
+}
+
 const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype) {
   static std::array<std::array<uint8_t, 65536>, cuda::kNumFp8Formats> tables;
   static std::array<std::once_flag, cuda::kNumFp8Formats> once;

@@ -1,6 +1,6 @@
-// Pieces shared by every device's kernel: argument checks (run before anything is
-// written, also by the Meta/fake kernel) and the memory order in which torch's
-// reference path hands out random numbers.
+// The reference path's rules, for every device: argument checks (before anything is written;
+// also the fake kernel's), the order in which it hands out random numbers, copy_'s tables,
+// and the reference path itself.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,8 +19,8 @@ namespace fp8_dummy {
 // The five FP8 dtypes.
 bool is_fp8(c10::ScalarType dtype);
 
-// int8 and uint8: init_ fills them like the FP8 dtypes (TensorRT-LLM's dummy weights), the
-// float16 values converted as copy_ converts them (truncation toward zero).
+// int8 and uint8: filled like the FP8 dtypes (TensorRT-LLM's dummy weights), copy_'s
+// float16 -> integer conversion (truncation toward zero).
 inline bool is_int8(c10::ScalarType dtype) {
   return dtype == c10::ScalarType::Char || dtype == c10::ScalarType::Byte;
 }
@@ -28,8 +28,7 @@ inline bool is_int8(c10::ScalarType dtype) {
 // The dtypes whose reference is "uniform_ into a float16 temp, then copy_": the 1-byte ones.
 inline bool uses_half_temp(c10::ScalarType dtype) { return is_fp8(dtype) || is_int8(dtype); }
 
-// The format of a 1-byte dtype (FP8, int8, uint8) in the torch-free headers (also the index
-// of per-format tables); throws for any other dtype.
+// A 1-byte dtype's format in the torch-free headers (also a per-format table index).
 inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
   switch (dtype) {
     case c10::ScalarType::Float8_e4m3fn:
@@ -68,23 +67,19 @@ std::ostream& operator<<(std::ostream& out, const OpName& name);
 void check_init_args(const at::Tensor& self, double low, double high, const OpName& name = {});
 
 // The overlap rule of every op that writes: refuses a self whose elements may share memory,
-// torch's MemOverlap::Yes (expand) with copy_'s message and any layout first_overlap does not
-// show distinct (torch rates those "too hard" and writes them, thread-dependent bytes where
-// elements do meet).
+// torch's MemOverlap::Yes (with copy_'s message) and any layout first_overlap does not show
+// distinct (torch writes those "too hard" layouts with thread-dependent bytes).
 void check_distinct(const at::Tensor& self, const OpName& name);
 
-// Distinct elements, shown the cheap way: taken by increasing stride (sizes > 1), each stride
-// must exceed the furthest offset the smaller ones reach. Every dense, permuted, sliced or
-// gapped view passes; interleaved as_strided views fail though distinct. Returns the first
-// dimension that fails and that offset, or {-1, 0}. The offsets must fit in int64.
+// Distinct elements, the cheap test: by increasing stride (sizes > 1), each stride must exceed
+// the furthest offset the smaller ones reach (dense, permuted, sliced and gapped views pass).
+// Returns the first dimension that fails and that offset, or {-1, 0}.
 std::pair<int64_t, int64_t> first_overlap(at::IntArrayRef sizes, at::IntArrayRef strides);
 
-// A view of `self` whose row-major order is the memory order of the float16 temp: random
-// number m goes to element m of this view. The temp is empty_like(self, float16) (vLLM,
-// SGLang), or with `contiguous_temp` torch.empty(self.shape, float16) (TensorRT-LLM), whose
-// memory order is self's row-major (logical) order whatever self's strides. Coalesced to as
-// few dimensions as possible (one for every layout whose walk is one run of memory),
-// innermost last, strides in elements.
+// A view of `self` whose row-major order is the float16 temp's memory order (random number
+// m goes to its element m): empty_like(self, float16) (vLLM, SGLang), or with
+// contiguous_temp torch.empty(self.shape) (TensorRT-LLM: self's row-major order whatever its
+// strides). Coalesced (one dimension where the walk is one run of memory), innermost last.
 struct MemoryOrder {
   c10::SmallVector<int64_t, 6> sizes;
   c10::SmallVector<int64_t, 6> strides;
@@ -92,10 +87,14 @@ struct MemoryOrder {
 };
 MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp = false);
 
-// Appends a dimension to a walk of dimensions from the outermost in, merged into the last
-// one where it continues it in every stride list given (the same elements in the same
-// order with one loop level fewer). The one coalescing rule of the temp's memory order,
-// random_'s order and the stateless shard geometry (which also keeps the global strides).
+// Elements [first, first + len) of `order` (base: the data pointer, one byte per element) get
+// src[0 .. len). Starts anywhere, so that threads can each write their own blocks.
+void scatter_bytes(const MemoryOrder& order, uint8_t* base, int64_t first, const uint8_t* src,
+                   int64_t len);
+
+// Appends a dimension (outermost first), merged into the last one where it continues it in
+// every stride list given: the one coalescing rule of the temp's order, random_'s order and
+// the stateless shard geometry (which also keeps global strides).
 inline void append_dim(c10::SmallVector<int64_t, 6>& sizes, int64_t size,
                        c10::SmallVector<int64_t, 6>& strides, int64_t stride,
                        c10::SmallVector<int64_t, 6>* strides2 = nullptr, int64_t stride2 = 0) {
@@ -111,16 +110,12 @@ inline void append_dim(c10::SmallVector<int64_t, 6>& sizes, int64_t size,
   if (strides2 != nullptr) strides2->push_back(stride2);
 }
 
-// float16 bits -> byte for all 65536 float16 values, made once per dtype by the installed
-// torch's CPU copy_, so the conversion (out-of-range values included, which changed across
-// torch versions for FP8, and wrap modulo 256 for int8/uint8) is the reference's by
-// construction. `dtype` must be one of the five FP8 dtypes, int8 or uint8.
+// float16 bits -> byte for all 65536 values, made once per 1-byte dtype by the installed
+// torch's CPU copy_: the reference's conversion by construction (out-of-range values too).
 const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype);
 
-// The reference path itself for a 1-byte `self` on any device, with its scratch: a float16
-// temp (empty_like(self), or with contiguous_temp torch.empty(self.shape) converted with
-// .to(dtype) as TensorRT-LLM does), uniform_(low, high, gen), copied into self. What the
-// proofs compare against, and the fallback where no kernel is proven.
+// The reference path itself for a 1-byte self on any device, with its float16 temp: what the
+// proofs compare against, and the fallback where nothing is proven.
 void reference_path(const at::Tensor& self, double low, double high, const at::Generator& gen,
                     bool contiguous_temp);
 

@@ -51,16 +51,23 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
   const int64_t dim = self.dim();
   TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
               element_offset);
-  c10::SmallVector<int64_t, 6> global(dim);
   if (element_strides.has_value()) {
     TORCH_CHECK(static_cast<int64_t>(element_strides->size()) == dim,
                 "fp8_dummy.init_stateless_: element_strides needs one entry per dimension of "
                 "self (",
                 dim, "), got ", element_strides->size());
+    for (const int64_t stride : *element_strides) {
+      TORCH_CHECK(stride >= 0, "fp8_dummy.init_stateless_: element_strides must be >= 0, got ",
+                  stride);
+    }
+  }
+  // With symbolic shapes (the fake kernel under dynamic torch.compile) the real kernel runs
+  // the checks that need sizes.
+  if (self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return {};
+  c10::SmallVector<int64_t, 6> global(dim);
+  if (element_strides.has_value()) {
     for (const auto d : c10::irange(dim)) {
       global[d] = (*element_strides)[d];
-      TORCH_CHECK(global[d] >= 0, "fp8_dummy.init_stateless_: element_strides must be >= 0, got ",
-                  global[d], " in dimension ", d);
       // A zero stride would give several elements one global index: not a shard.
       TORCH_CHECK(global[d] > 0 || self.size(d) <= 1, "fp8_dummy.init_stateless_: element_strides[",
                   d, "] is 0 but dimension ", d, " has size ", self.size(d),
@@ -144,29 +151,10 @@ std::array<uint8_t, 2048> stateless_fp8_table(c10::ScalarType dtype,
 
 namespace {
 
-// The checks of init_stateless_ alone, for its fake kernel (fp8_dummy/ops.py, so for
-// FakeTensor, torch.compile and opcheck): every check, no data. With symbolic shapes
-// (dynamic torch.compile) only those that need no concrete size; the real kernel runs the
-// rest.
+// The checks alone, for the fake kernel (fp8_dummy/ops.py: FakeTensor, torch.compile, opcheck).
 void check_stateless_args_op(const at::Tensor& self, double low, double high,
                              int64_t element_offset, at::OptionalIntArrayRef element_strides) {
-  if (!self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
-    check_stateless_args(self, low, high, element_offset, element_strides);
-    return;
-  }
-  check_stateless_values(self, low, high);
-  TORCH_CHECK(element_offset >= 0, "fp8_dummy.init_stateless_: element_offset must be >= 0, got ",
-              element_offset);
-  if (element_strides.has_value()) {
-    TORCH_CHECK(static_cast<int64_t>(element_strides->size()) == self.dim(),
-                "fp8_dummy.init_stateless_: element_strides needs one entry per dimension of "
-                "self (",
-                self.dim(), "), got ", element_strides->size());
-    for (const int64_t stride : *element_strides) {
-      TORCH_CHECK(stride >= 0, "fp8_dummy.init_stateless_: element_strides must be >= 0, got ",
-                  stride);
-    }
-  }
+  check_stateless_args(self, low, high, element_offset, element_strides);
 }
 
 }  // namespace

@@ -1,178 +1,321 @@
-// CPU kernel. 1-byte tensors (FP8, int8, uint8) take one of two paths that give the
-// reference's bytes (for either float16 temp: empty_like's memory order, or with
-// contiguous_temp the row-major order of torch.empty(shape), common/reference.h):
-//  - exact: random numbers from torch's own uniform_ on a small float16 buffer (the CPU
-//    stream is one mt19937 word per element in memory order, so filling in pieces gives the
-//    reference's bytes), through a float16 -> byte table built from torch's own copy_,
-//    scattered in the temp's memory order. Correct by construction, as slow as torch.
-//  - fast (cpu/init_fast_path.h): the same stream continued by our own SIMD mt19937 and the
-//    installed torch's transform, then FP8 through the same table or an in-register
-//    conversion checked against it (cpu/fp8_convert_avx2.h), block by block, on torch's
-//    number of intra-op threads (each jumping to its own range of the stream,
-//    cpu/mt19937_stream.h); over 10x faster. Used when the once-per-process self-check
-//    found which transform the installed torch runs and our kernels reproduce it.
-// The environment variable FP8_DUMMY_CPU_PATH, read on every call, picks the path
-// (cpu/init_fast_path.h): auto (default): fast at the widest SIMD level that passed the
-// self-check, else exact; exact; fast (the widest level the CPU runs, even if it failed
-// the self-check: for tests and benchmarks); avx512, avx2, portable (that level, likewise;
-// an error where the CPU lacks it). An error too if no transform matched torch at all.
-// Either way the state of a generator that torch's engine would misread (set_state with
-// inconsistent left/next) goes to the exact path. Scratch: exact 512 KiB; fast about 10 KiB
-// per thread (and a 156 KiB table while a thread jumps). Both share the 64 KiB per-dtype tables,
-// built once per process.
+// init_ and init_many_ on the CPU (docs/contract.md). 1-byte tensors: the exact path (torch's
+// uniform_ on a 512 KiB float16 buffer, then copy_'s table) or the fast path (our SIMD
+// stream on several threads, cpu/fast_path.h) where the call's key is proven, each in either
+// temp's order; float16 and wider: uniform_ itself.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
-#include <array>
+#include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
+#include <vector>
 
+#include "common/init_many_plan.h"
 #include "common/proof.h"
 #include "common/reference.h"
-#include "common/strided_walk.h"
-#include "cpu/init_fast_fill.h"
-#include "cpu/init_fast_path.h"
+#include "cpu/fast_path.h"
 
 namespace fp8_dummy {
 namespace {
 
 constexpr int64_t kChunk = int64_t{1} << 18;  // float16 elements: 512 KiB of scratch
 
-void fill_fp8_exact(const at::Tensor& self, double low, double high,
-                    const std::optional<at::Generator>& gen, bool contiguous_temp) {
+void fill_exact(const at::Tensor& self, double low, double high, const at::Generator& gen,
+                bool contiguous_temp) {
   const int64_t n = self.numel();
   const uint8_t* table = cpu_copy_fp8_table(self.scalar_type());
-  StridedWalk walk(memory_order(self, contiguous_temp));
+  const MemoryOrder order = memory_order(self, contiguous_temp);
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   auto buf = at::empty({std::min(n, kChunk)}, self.options().dtype(at::kHalf));
-  // The reference's one uniform_ holds the generator for the whole call; so do we: the
-  // pieces draw from a private copy of its state, written back at the end, all under its
-  // lock, so a caller sharing the generator never sees a stretch stitched from two places.
-  auto* g =
-      at::get_generator_or_default<at::CPUGeneratorImpl>(gen, at::detail::getDefaultCPUGenerator());
+  // Like the reference's one uniform_, hold the generator for the whole call: the pieces
+  // draw from a private copy of its state, written back at the end.
+  auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
   std::lock_guard<std::mutex> lock(g->mutex_);
   const at::Generator private_gen = at::detail::createCPUGenerator();
   auto* copy = at::check_generator<at::CPUGeneratorImpl>(private_gen);
   copy->set_engine(g->engine());  // uniform_ on CPU draws from the engine alone
-  for (int64_t done = 0; done < n;) {
+  for (int64_t done = 0; done < n; done += kChunk) {
     const int64_t count = std::min(kChunk, n - done);
     auto piece = buf.narrow(0, 0, count);
     piece.uniform_(low, high, private_gen);
     const auto* src = static_cast<const uint16_t*>(piece.const_data_ptr());
-    walk.next(count, [&](int64_t offset, int64_t stride, int64_t len, int64_t first) {
-      uint8_t* dst = base + offset;
-      const uint16_t* s = src + first;
-      if (stride == 1) {
-        for (int64_t i = 0; i < len; ++i) dst[i] = table[s[i]];
-      } else {
-        for (int64_t i = 0; i < len; ++i) dst[i * stride] = table[s[i]];
-      }
-    });
-    done += count;
+    auto* bytes = static_cast<uint8_t*>(piece.mutable_data_ptr());  // in place: i <= 2i
+    for (int64_t i = 0; i < count; ++i) bytes[i] = table[src[i]];
+    scatter_bytes(order, base, done, bytes, count);
   }
   g->set_engine(copy->engine());
 }
 
-// The kernels the fast path runs for this call, or nullopt for the exact path.
-std::optional<cpu::Kernels> choose_fast_kernels(cpu::CpuPath path) {
-  if (path == cpu::CpuPath::kExact) return std::nullopt;
+// ---- The fast path.
+
+// Float16 bits -> bytes for one block: in registers where that equals the table.
+struct Converter {
+  const uint8_t* table;
+  cpu::Fp8Bits bits;
+  bool direct = false;
+  bool tiny = false;  // every value below the format's smallest normal
+
+  void operator()(const uint16_t* h, int64_t len, uint8_t* dst) const {
+#ifdef FP8_DUMMY_X86
+    if (direct) return fp8_from_halves_avx2(h, len, bits, tiny, dst);
+#endif
+    for (int64_t i = 0; i < len; ++i) dst[i] = table[h[i]];
+  }
+};
+
+// Everything that selects the fast path's code for one call, shared by the call and its
+// probe, so that the probe runs the call's very branches.
+struct Plan {
+  cpu::Kernels kernels;
+  cpu::UniformParams params;
+  Converter convert;
+  std::optional<cpu::Fp8Runs> runs;
+  int threads;
+  bool contiguous_temp;
+  bool linear;  // the temp's order is one run of memory
+  // > 0: the contiguous temp of a transposed 2-D view (inner stride > 1, outer dimension
+  // contiguous): each thread gathers this many whole rows, then writes them column by column.
+  int64_t band_rows = 0;
+};
+
+// The FP8 bytes as a step function of the bits (cpu/fp8_bytes.h) where the conversion is
+// monotone within the bounds and the tensor is large enough for the ~10 us of finding the
+// runs (found with the portable transform: only where that one passed the search).
+std::optional<cpu::Fp8Runs> runs_for(c10::ScalarType dtype, int64_t n, double low, double high,
+                                     const cpu::UniformParams& params, const uint8_t* table) {
+  const cpu::Fp8Bits bits = cpu::fp8_bits(dtype);
+  const double bound = std::max(std::abs(low), std::abs(high));
+  const bool monotone = dtype == c10::ScalarType::Char ? bound <= 127.0
+                        : dtype == c10::ScalarType::Byte
+                            ? low >= 0.0 && high <= 255.0
+                            : bits.supported && bound <= 0.99 * bits.max_finite;
+  cpu::Fp8Runs runs;
+  if (n < 2048 || !monotone || !cpu::fast_config().ok[0] ||
+      !cpu::make_fp8_runs(params, table, &runs)) {
+    return std::nullopt;
+  }
+  return runs;
+}
+
+// Rows per band, or 0 for the plain scatter: where a column of a band is at least 16
+// contiguous bytes; a band at most about 1 MiB, all threads' at most about 8 MiB.
+int64_t band_rows(const MemoryOrder& o, bool contiguous_temp, int threads) {
+  constexpr int64_t kBandBytes = int64_t{1} << 20, kAllBands = int64_t{8} << 20;
+  if (!contiguous_temp || o.sizes.size() != 2 || o.strides[0] != 1 || o.strides[1] <= 1) return 0;
+  const int64_t cols = o.sizes[1];
+  const int64_t rows = std::min({kBandBytes / cols, kAllBands / (cols * threads), o.sizes[0]});
+  return rows >= 16 ? rows : 0;
+}
+
+// A band's rows are an odd number of cache lines apart, so that one column's lines fall
+// into different cache sets (a power-of-two pitch would miss on every read).
+int64_t band_pitch(int64_t cols) {
+  const int64_t lines = (cols + 63) / 64;
+  return 64 * (lines % 2 == 1 ? lines : lines + 1);
+}
+
+Plan plan_fast(const at::Tensor& self, double low, double high, cpu::SimdLevel level,
+               bool contiguous_temp) {
   const cpu::FastConfig& config = cpu::fast_config();
-  if (path == cpu::CpuPath::kAuto) {
-    if (!config.found) return std::nullopt;
-    return cpu::kernels_for(config.best());
-  }
-  TORCH_CHECK(config.found, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH forces the fast path, but ",
-              "there is none for this torch (", config.info, ")");
-  return cpu::kernels_for(cpu::forced_level(path, "init_"));
+  Plan p{cpu::kernels_for(level),
+         cpu::make_uniform_params(low, high, config.transform),
+         {cpu_copy_fp8_table(self.scalar_type()), cpu::fp8_bits(self.scalar_type())}};
+#ifdef FP8_DUMMY_X86
+  // Every value lies between half(low) and half(high), give or take a rounding.
+  const double bound = std::max(std::abs(low), std::abs(high));
+  Converter& c = p.convert;
+  c.direct = level != cpu::SimdLevel::kPortable && c.bits.supported &&
+             bound <= 0.99 * c.bits.max_finite && cpu::fp8_direct_ok(c.bits, c.table);
+  c.tiny = c.direct && bound <= 0.99 * c.bits.min_normal();
+#endif
+  p.runs = runs_for(self.scalar_type(), self.numel(), low, high, p.params, p.convert.table);
+  p.threads = cpu::draw_threads(self.numel());
+  p.contiguous_temp = contiguous_temp;
+  const MemoryOrder order = memory_order(self, contiguous_temp);
+  p.linear = order.linear();
+  p.band_rows = band_rows(order, contiguous_temp, p.threads);
+  return p;
 }
 
-void fill_fp8(const at::Tensor& self, double low, double high,
-              const std::optional<at::Generator>& gen, int64_t seed, bool contiguous_temp) {
-  const cpu::CpuPath path = cpu::cpu_path_from_env("init_");
-  const auto kernels = choose_fast_kernels(path);
-  // torch's own message and moment (before any draw); the exact path gets it from torch.
-  TORCH_CHECK(!kernels || cpu::fast_config().transform.formula != cpu::Formula::kBits11 ||
-                  !cpu::bits11_range_overflows(low, high),
-              "Expected to - from <= std::numeric_limits<T>::max() to be true, but got false.  "
-              "(Could this error message be improved?  If so, please report an enhancement "
-              "request to PyTorch.)");
-  // gen: the generator form's generator (the caller's or the default one); none: the seed
-  // form, whose fresh generator is made here.
-  const bool generator_form = gen.has_value();
-  const at::Generator g =
-      generator_form ? *gen : at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
-  if (kernels) {
-    const cpu::FastPlan plan = cpu::plan_fast(self, low, high, *kernels, contiguous_temp);
-    // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
-    static proof::Memo<cpu::kFastCodes> memo;
-    const bool use =
-        path != cpu::CpuPath::kAuto ||
-        memo.proven(
-            cpu::fast_code(self, plan, generator_form),
-            [&] { return cpu::fast_key(self, plan, generator_form); },
-            [&] { return cpu::probe_fast(self, low, high, seed, plan, generator_form); });
-    if (use && cpu::fill_fp8_fast(self, g, plan)) return;
+// Rows [row0, row0 + rows) of a walk whose rows are contiguous in memory and whose columns
+// are `stride` apart, from `buf` (row k at k * pitch): `rows` contiguous bytes per column.
+void write_band(uint8_t* base, const uint8_t* buf, int64_t pitch, int64_t row0, int64_t rows,
+                int64_t cols, int64_t stride) {
+  for (int64_t j = 0; j < cols; ++j) {
+    uint8_t* dst = base + j * stride + row0;
+    for (int64_t k = 0; k < rows; ++k) dst[k] = buf[j + k * pitch];
   }
-  fill_fp8_exact(self, low, high, g, contiguous_temp);
 }
 
-void fill(const at::Tensor& self, double low, double high, const std::optional<at::Generator>& gen,
-          int64_t seed, bool contiguous_temp) {
-  if (uses_half_temp(self.scalar_type())) {
-    fill_fp8(self, low, high, gen, seed, contiguous_temp);
-  } else if (gen.has_value()) {
-    // float16 and wider: the reference is uniform_ on the tensor itself (no temp, so
-    // contiguous_temp changes nothing).
-    at::Tensor(self).uniform_(low, high, *gen);
+// False, having drawn and written nothing, when the generator's state must go to the exact
+// path. FP8_DUMMY_FAULT=cpu.init_ corrupts a byte.
+bool fill_fast(const at::Tensor& self, const at::Generator& gen, const Plan& plan) {
+  const int64_t n = self.numel();
+  const MemoryOrder order = memory_order(self, plan.contiguous_temp);
+  auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
+  const cpu::Kernels& k = plan.kernels;
+  // A block at a time: words -> bytes from the runs, or -> float16 bits (in cache) -> bytes.
+  auto to_bytes = [&](const uint32_t* words, int64_t len, uint8_t* dst) {
+    if (plan.runs) return k.runs(words, len, plan.params.mask, *plan.runs, dst);
+    alignas(32) uint16_t halves[cpu::kMtN];
+    k.transform(words, len, /*temper=*/true, plan.params, halves);
+    plan.convert(halves, len, dst);
+  };
+  auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
+  bool drawn;
+  if (order.linear()) {  // every dense layout: straight into the tensor
+    drawn = cpu::draw(g, n, k, plan.threads, [&](int64_t first, const uint32_t* w, int64_t len) {
+      to_bytes(w, len, base + first);
+    });
+  } else if (plan.band_rows > 0) {
+    // Thread ranges start on band boundaries and each thread's pieces come in order: every
+    // band is filled by one thread, start to end, then written out.
+    const int64_t cols = order.sizes[1], band = plan.band_rows * cols;
+    const int64_t pitch = band_pitch(cols);
+    const std::vector<int64_t> starts = cpu::thread_starts(n, plan.threads, band);
+    std::vector<std::vector<uint8_t>> bufs(starts.size() - 1);
+    auto consume = [&](int64_t first, const uint32_t* words, int64_t len) {
+      auto& buf =
+          bufs[std::upper_bound(starts.begin(), starts.end() - 1, first) - starts.begin() - 1];
+      if (buf.empty()) buf.resize(static_cast<size_t>(plan.band_rows * pitch));
+      uint8_t bytes[cpu::kMtN];
+      to_bytes(words, len, bytes);
+      for (int64_t done = 0; done < len;) {  // a block may end rows, and a band
+        const int64_t m = first + done, b0 = m / band * band, b1 = std::min(b0 + band, n);
+        const int64_t row = (m - b0) / cols, col = (m - b0) - row * cols;
+        const int64_t take = std::min(len - done, cols - col);
+        std::memcpy(buf.data() + row * pitch + col, bytes + done, static_cast<size_t>(take));
+        done += take;
+        if (m + take == b1) {
+          write_band(base, buf.data(), pitch, b0 / cols, (b1 - b0) / cols, cols, order.strides[1]);
+        }
+      }
+    };
+    drawn = cpu::draw(g, n, k, plan.threads, consume, band);
   } else {
-    at::Tensor(self).uniform_(low, high,
-                              at::detail::createCPUGenerator(static_cast<uint64_t>(seed)));
+    drawn = cpu::draw(g, n, k, plan.threads, [&](int64_t first, const uint32_t* w, int64_t len) {
+      uint8_t bytes[cpu::kMtN];
+      to_bytes(w, len, bytes);
+      scatter_bytes(order, base, first, bytes, len);
+    });
   }
+  if (drawn && proof::fault("cpu.init_")) proof::corrupt(self);
+  return drawn;
+}
+
+std::string fast_key(const at::Tensor& self, const Plan& p, bool generator_form) {
+  return proof::key("cpu.init_", {c10::toString(self.scalar_type()),
+                                  std::string("simd=") + cpu::level_name(p.kernels.level),
+                                  p.runs              ? "conversion=runs"
+                                  : !p.convert.direct ? "conversion=table"
+                                  : p.convert.tiny    ? "conversion=direct-subnormal"
+                                                      : "conversion=direct",
+                                  p.linear          ? "layout=dense"
+                                  : p.band_rows > 0 ? "layout=banded"
+                                                    : "layout=gaps",
+                                  p.threads > 1 ? "threads=split" : "threads=one",
+                                  generator_form ? "generator=given" : "generator=seed",
+                                  p.contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
+}
+
+// The call's plan against torch's reference (either temp) on 2^15 - 5 elements (52 blocks:
+// every wrap of the step and a tail) of the call's layout kind, dtype and bounds, on up to 3
+// threads, from mid-block for the generator form: bytes and the generator's state. Below
+// TensorIterator's grain and poisoned by memset, so a small first call's probe starts no
+// OpenMP pool (a process forked after it must not hang).
+proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed, Plan plan,
+                          bool generator_form) {
+  constexpr int64_t kN = (int64_t{1} << 15) - 5;
+  auto make = [&] {
+    at::Tensor p;
+    if (plan.linear) {
+      p = at::empty({kN}, self.options());
+    } else if (plan.band_rows > 0) {  // the row-major walk of a transposed view with gaps
+      p = at::empty({10, (kN + 4) / 5}, self.options()).slice(0, 0, 10, 2).t();
+    } else {  // every other column of a row-major block
+      p = at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
+    }
+    std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
+    return p;
+  };
+  plan.threads = std::min(plan.threads, 3);
+  if (plan.band_rows > 0) plan.band_rows = 61;  // bands span the threads' ranges and blocks
+  return cpu::against_torch(
+      make, static_cast<uint64_t>(seed), generator_form ? 7 : 0,
+      [&](at::Tensor& t, at::Generator& g) { return fill_fast(t, g, plan); },
+      [&](at::Tensor& t, at::Generator& g) {
+        reference_path(t, low, high, g, plan.contiguous_temp);
+      },
+      "bytes");
+}
+
+void fill(const at::Tensor& self, double low, double high, const at::Generator& gen,
+          bool generator_form, int64_t seed, bool contiguous_temp) {
+  if (!uses_half_temp(self.scalar_type())) {  // float16 and wider: no temp
+    at::Tensor(self).uniform_(low, high, gen);
+    return;
+  }
+  if (const auto level = cpu::fast_level("init_", &cpu::fast_config)) {
+    const cpu::FastConfig& config = cpu::fast_config();
+    TORCH_CHECK(config.found, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH forces the fast path, but ",
+                "there is none for this torch (", config.info, ")");
+    // torch's own message and moment (before any draw); the exact path gets it from torch.
+    TORCH_CHECK(config.transform.formula != cpu::Formula::kBits11 ||
+                    !cpu::bits11_range_overflows(low, high),
+                "Expected to - from <= std::numeric_limits<T>::max() to be true, but got false.  "
+                "(Could this error message be improved?  If so, please report an enhancement "
+                "request to PyTorch.)");
+    const Plan plan = plan_fast(self, low, high, *level, contiguous_temp);
+    if (proof::proven(fast_key(self, plan, generator_form),
+                      [&] { return probe_fast(self, low, high, seed, plan, generator_form); }) &&
+        fill_fast(self, gen, plan)) {
+      return;
+    }
+  }
+  fill_exact(self, low, high, gen, contiguous_temp);
 }
 
 void init_seed_cpu(at::Tensor& self, double low, double high, int64_t seed, bool contiguous_temp) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
-  // Same state as torch.Generator().manual_seed(seed): mt19937 seeded with the low
-  // 32 bits of the seed's two's-complement value (made in fill()).
-  fill(self, low, high, std::nullopt, seed, contiguous_temp);
+  // torch.Generator().manual_seed(seed): mt19937 seeded with the seed's low 32 bits.
+  fill(self, low, high, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)), false, seed,
+       contiguous_temp);
 }
 
 void init_generator_cpu(at::Tensor& self, double low, double high, std::optional<at::Generator> gen,
                         bool contiguous_temp) {
   check_init_args(self, low, high);
-  TORCH_CHECK(!gen.has_value() || !gen->defined() || gen->device().is_cpu(),
+  const bool given = gen.has_value() && gen->defined();
+  TORCH_CHECK(!given || gen->device().is_cpu(),
               "fp8_dummy.init_: expected a generator of device type 'cpu' for a CPU tensor, "
               "got one of device '",
-              gen.has_value() && gen->defined() ? gen->device().str() : "", "'");
+              given ? gen->device().str() : "", "'");
   if (self.numel() == 0) return;
-  // The generator form: the caller's generator, or the default one.
-  const bool given = gen.has_value() && gen->defined();
-  fill(self, low, high, given ? *gen : at::detail::getDefaultCPUGenerator(), /*seed=*/0,
+  fill(self, low, high, given ? *gen : at::detail::getDefaultCPUGenerator(), true, 0,
        contiguous_temp);
 }
 
-std::string cpu_fast_path_info() { return cpu::fast_config().info; }
+// init_many_: a loop over init_ (no launches to save), every tensor checked first.
+void init_many_cpu(at::TensorList tensors, double low, double high, int64_t seed,
+                   bool contiguous_temp) {
+  check_init_many_args(tensors, low, high);
+  for (const auto& t : tensors) {
+    if (t.numel() > 0) init_one(t, low, high, seed, contiguous_temp);
+  }
+}
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fp8_dummy, CPU, m) {
   m.impl("init_", TORCH_FN(init_seed_cpu));
   m.impl("init_.generator", TORCH_FN(init_generator_cpu));
-}
-
-// No tensor argument: registered for every backend.
-TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
-  m.impl("cpu_fast_path_info", TORCH_FN(cpu_fast_path_info));
+  m.impl("init_many_", TORCH_FN(init_many_cpu));
 }
 
 }  // namespace fp8_dummy

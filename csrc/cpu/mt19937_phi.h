@@ -4,7 +4,7 @@
 //
 // phi(x), the characteristic polynomial of mt19937's words (degree 19937), as its
 // exponents in ascending order. phi is sparse (135 terms) and its second-highest
-// term is x^19314, which is what makes reducing by it cheap (gf2_poly.h). Only phi is
+// term is x^19314, which is what makes reducing by it cheap (mt19937_jump.h). Only phi is
 // stored: x^k mod phi is computed when needed.
 #pragma once
 

@@ -1,68 +1,50 @@
-// random_ on the CPU for int8/uint8 tensors: the bytes of self.random_(from, to, generator=g)
-// and g's state afterwards, made by the same parallel mt19937 stream as init_'s fast path
-// (cpu/mt19937_stream.h) with random_'s byte transform (cpu/random_bytes_transform.h),
-// instead of torch's serial loop (one call of the engine per element).
-//
-// Torch's CPU random_(from, to) draws one 32-bit word per element (to - from < 2^28) in
-// TensorIterator's order (common/random_bytes.h). We use the fast stream only where that
-// order is shown (random_order) and the generator's state is one torch's engine reads
-// normally; otherwise, and with FP8_DUMMY_CPU_PATH=exact, torch's own random_ runs.
-// Like init_, whether our kernels are used by default is decided by evidence: once per
-// process each SIMD level is compared with torch's random_ on a scratch generator (bytes
-// and final state; power-of-two and other ranges; mid-block; 1 and 3 threads).
+// random_ on the CPU for int8/uint8 (docs/contract.md): our parallel stream with random_'s
+// byte transform where TensorIterator's order is shown (common/random_bytes.h) and the
+// call's key is proven; torch's own random_ otherwise.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
 
 #include "common/proof.h"
 #include "common/random_bytes.h"
-#include "cpu/init_fast_path.h"
-#include "cpu/scatter_bytes.h"
+#include "cpu/fast_path.h"
 
 namespace fp8_dummy {
 namespace {
 
-// Fills self (int8/uint8, numel > 0, layout `order`) from `gen`'s stream with our kernels.
-// False, having drawn and written nothing, when the state must go to torch's kernel.
+// self (int8/uint8, numel > 0, layout `order`) from gen's stream at the kernels' level; false,
+// having drawn and written nothing, when the state must go to torch's kernel.
 bool random_fast(const at::Tensor& self, const MemoryOrder& order, int64_t from, int64_t to,
-                 at::CPUGeneratorImpl* gen, const cpu::Kernels& kernels, int threads) {
+                 const at::Generator& gen, const cpu::Kernels& k, int threads) {
   const cpu::ByteParams params{static_cast<uint32_t>(to - from), static_cast<int32_t>(from)};
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
-  // One lock for the whole call: the state is read, drawn from through a private copy and
-  // written back, as torch's kernel holds it around its loop.
-  std::lock_guard<std::mutex> lock(gen->mutex_);
-  auto pod = gen->engine().data();
-  if (!cpu::stream_usable(pod)) return false;
-  const int64_t n = self.numel();
-  if (order.linear()) {
-    cpu::draw_words(pod, n, kernels, threads,
-                    [&](int64_t first, const uint32_t* words, int64_t len) {
-                      kernels.bytes(words, len, params, base + first);
-                    });
-  } else {
-    cpu::draw_words(pod, n, kernels, threads,
-                    [&](int64_t first, const uint32_t* words, int64_t len) {
-                      uint8_t bytes[cpu::kMtN];
-                      kernels.bytes(words, len, params, bytes);
-                      cpu::scatter_bytes(order, base, first, bytes, len);
-                    });
-  }
-  at::mt19937 engine;
-  engine.set_data(pod);
-  gen->set_engine(engine);
+  auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
+  const bool linear = order.linear();
+  return cpu::draw(g, self.numel(), k, threads, [&](int64_t first, const uint32_t* w, int64_t len) {
+    if (linear) return k.bytes(w, len, params, base + first);
+    uint8_t bytes[cpu::kMtN];
+    k.bytes(w, len, params, bytes);
+    scatter_bytes(order, base, first, bytes, len);
+  });
+}
+
+// What a call (and its probe) runs: random_fast, and FP8_DUMMY_FAULT=cpu.random_'s byte.
+bool random_call(const at::Tensor& self, const MemoryOrder& order, int64_t from, int64_t to,
+                 const at::Generator& gen, const cpu::Kernels& k, int threads) {
+  if (!random_fast(self, order, from, to, gen, k, threads)) return false;
+  if (proof::fault("cpu.random_")) proof::corrupt(self);
   return true;
 }
 
-// One level's kernels against torch's random_: a few ranges, from mid-block, on 1 and 3
-// threads (explicitly: the split and the jumps take part although the size is small).
-bool random_self_check(const cpu::Kernels& kernels, std::ostringstream& why) {
+// A few ranges (power of two or not), from mid-block, on 1 and 3 threads (the split and the
+// jumps at any size when told to), 2^15 + 7 elements.
+proof::Verdict check_bytes(const cpu::Kernels& k) {
   constexpr int64_t kN = (int64_t{1} << 15) + 7;
   const struct {
     at::ScalarType dtype;
@@ -73,103 +55,68 @@ bool random_self_check(const cpu::Kernels& kernels, std::ostringstream& why) {
                {at::kByte, 3, 200, 3},
                {at::kChar, -100, -36, 1}};
   for (const auto& c : cases) {
-    auto g_ref = at::detail::createCPUGenerator(20240611);
-    auto g_ours = at::detail::createCPUGenerator(20240611);
-    auto* ref_impl = at::check_generator<at::CPUGeneratorImpl>(g_ref);
-    auto* ours_impl = at::check_generator<at::CPUGeneratorImpl>(g_ours);
-    for (int i = 0; i < 5; ++i) {  // leave both mid-block
-      ref_impl->random();
-      ours_impl->random();
-    }
-    auto expected = at::empty({kN}, at::TensorOptions().dtype(c.dtype));
-    expected.random_(c.from, c.to, g_ref);
-    auto got = at::empty({kN}, at::TensorOptions().dtype(c.dtype));
-    if (!random_fast(got, memory_order(got), c.from, c.to, ours_impl, kernels, c.threads)) {
-      why << " (state unusable)";
-      return false;
-    }
-    if (std::memcmp(got.const_data_ptr(), expected.const_data_ptr(), kN) != 0) {
-      why << " (bytes differ for [" << c.from << ", " << c.to << "))";
-      return false;
-    }
-    if (!cpu::same_engine(ref_impl->engine().data(), ours_impl->engine().data())) {
-      why << " (generator state differs)";
-      return false;
-    }
+    auto v = cpu::against_torch(
+        [&] { return at::empty({kN}, at::TensorOptions().dtype(c.dtype)); }, 20240611, 5,
+        [&](at::Tensor& t, at::Generator& g) {
+          return random_fast(t, memory_order(t), c.from, c.to, g, k, c.threads);
+        },
+        [&](at::Tensor& t, at::Generator& g) { t.random_(c.from, c.to, g); },
+        "bytes for [" + std::to_string(c.from) + ", " + std::to_string(c.to) + ")");
+    if (!v.passed) return v;
   }
-  return true;
+  return {true, ""};
 }
 
-struct RandomConfig {
-  bool ok[3] = {};  // by SimdLevel
-  std::string info;
-};
-
-// Which of our kernel sets give torch's random_ bytes, found once per process through the
-// proof mechanism (common/proof.h): one silent key per level; none passing is a refusal of
-// the fast path itself, which warns. Each call's branch is then proven on its own (fill()).
-const RandomConfig& random_config() {
-  static RandomConfig config;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    std::ostringstream info;
-    info << "random_:";
-    bool any = false;
-    for (int level = 2; level >= 0; --level) {
-      const auto l = static_cast<cpu::SimdLevel>(level);
-      std::string why;
-      if (cpu::cpu_has_level(l)) {
-        const std::string key = std::string("cpu.random_: kernels simd=") + cpu::level_name(l);
-        config.ok[level] = proof::proven(
-            key,
-            [&] {
-              std::ostringstream out;
-              const bool same = random_self_check(cpu::kernels_for(l), out);
-              why = out.str();
-              return proof::Verdict{same, same ? "" : "bytes" + why};
-            },
-            proof::Warn::kNever);
+// One silent key per level; none passing is a refusal of the fast path itself, which warns.
+cpu::FastConfig search_levels() {
+  cpu::FastConfig config;
+  std::ostringstream info;
+  info << "random_:";
+  for (int level = 2; level >= 0; --level) {
+    const auto l = static_cast<cpu::SimdLevel>(level);
+    std::string why;
+    if (cpu::cpu_has_level(l)) {
+      const auto state = proof::verdict(
+          proof::key("cpu.random_", {std::string("kernels simd=") + cpu::level_name(l)}),
+          [&] {
+            auto v = check_bytes(cpu::kernels_for(l));
+            if (!v.passed) why = " (" + v.detail + ")";
+            return v;
+          },
+          proof::Warn::kNever);
+      if (state == proof::State::kUnproven) {
+        cpu::FastConfig pending;
+        pending.complete = false;
+        pending.info = "random_: not configured yet (a probe failed for lack of memory)";
+        return pending;
       }
-      any = any || config.ok[level];
-      info << " " << cpu::level_name(l) << "="
-           << (!cpu::cpu_has_level(l) ? "unavailable"
-               : config.ok[level]     ? "pass"
-                                      : "FAIL")
-           << why;
+      config.ok[level] = state == proof::State::kProven;
     }
-    if (!any) {
-      proof::record("cpu.random_: fast path", false,
-                    "none of our kernel sets gives this torch's random_ bytes");
-    }
-    config.info = info.str();
-  });
+    config.found = config.found || config.ok[level];
+    info << " " << cpu::level_name(l) << "="
+         << (!cpu::cpu_has_level(l) ? "unavailable"
+             : config.ok[level]     ? "pass"
+                                    : "FAIL")
+         << why;
+  }
+  if (!config.found) {
+    proof::record("cpu.random_: fast path", proof::State::kRefused,
+                  "none of our kernel sets gives this torch's random_ bytes");
+  }
+  config.info = info.str();
   return config;
 }
 
-// Our kernels for this call, or nullopt for torch's own random_.
-std::optional<cpu::Kernels> choose_kernels(cpu::CpuPath path) {
-  if (path == cpu::CpuPath::kExact) return std::nullopt;
-  if (path != cpu::CpuPath::kAuto) return cpu::kernels_for(cpu::forced_level(path, "random_"));
-  const RandomConfig& config = random_config();
-  for (int level = 2; level >= 0; --level) {
-    if (config.ok[level]) return cpu::kernels_for(static_cast<cpu::SimdLevel>(level));
-  }
-  return std::nullopt;
+const cpu::FastConfig& random_config() {
+  static std::atomic<const cpu::FastConfig*> done{nullptr};
+  static std::mutex mutex;
+  return cpu::settled(done, mutex, &search_levels);
 }
 
-// random_fast plus the injected fault (FP8_DUMMY_FAULT=cpu.random_): what a call runs.
-bool random_fast_call(const at::Tensor& self, const MemoryOrder& order, int64_t from, int64_t to,
-                      at::CPUGeneratorImpl* gen, const cpu::Kernels& kernels, int threads) {
-  if (!random_fast(self, order, from, to, gen, kernels, threads)) return false;
-  if (proof::fault("cpu.random_")) proof::corrupt(self);
-  return true;
-}
-
-// The call's branch (dtype, range, kernels, layout kind, threads, generator form) against
-// torch's random_ on a probe of 2^15 - 9 elements (below TensorIterator's grain size, as
-// init_'s probe: no OpenMP pool for a small first call): bytes and the generator's state.
+// The call's branch against torch's random_ on 2^15 - 9 elements (below TensorIterator's
+// grain, as init_'s probe) of the call's layout kind: bytes and the generator's state.
 proof::Verdict probe_random(const at::Tensor& self, bool dense, int64_t from, int64_t to,
-                            const cpu::Kernels& kernels, int threads, bool generator_form) {
+                            const cpu::Kernels& k, int threads, bool generator_form) {
   constexpr int64_t kN = (int64_t{1} << 15) - 9;
   auto make = [&] {
     auto p = dense ? at::empty({kN}, self.options())
@@ -177,64 +124,35 @@ proof::Verdict probe_random(const at::Tensor& self, bool dense, int64_t from, in
     std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
     return p;
   };
-  at::Tensor ours = make(), ref = make();
-  const auto order = random_order(ours);
-  if (!order) return {false, "the probe's layout has no known order"};
-  auto g_ours = at::detail::createCPUGenerator(20240611);
-  auto g_ref = at::detail::createCPUGenerator(20240611);
-  auto* ours_impl = at::check_generator<at::CPUGeneratorImpl>(g_ours);
-  auto* ref_impl = at::check_generator<at::CPUGeneratorImpl>(g_ref);
-  if (generator_form) {  // a generator in use: mid-block
-    for (int i = 0; i < 5; ++i) {
-      ours_impl->random();
-      ref_impl->random();
-    }
-  }
-  const int probe_threads = threads > 1 ? std::min(threads, 3) : 1;
-  if (!random_fast_call(ours, *order, from, to, ours_impl, kernels, probe_threads)) {
-    return {false, "the probe's generator state is unusable"};
-  }
-  ref.random_(from, to, g_ref);
-  auto verdict = proof::same_bytes(ours, ref, "bytes");
-  if (verdict.passed && !cpu::same_engine(ours_impl->engine().data(), ref_impl->engine().data())) {
-    verdict = {false, "the generator's state afterwards differs"};
-  }
-  return verdict;
+  return cpu::against_torch(
+      make, 20240611, generator_form ? 5 : 0,
+      [&](at::Tensor& t, at::Generator& g) {
+        return random_call(t, *random_order(t), from, to, g, k, std::min(threads, 3));
+      },
+      [&](at::Tensor& t, at::Generator& g) { t.random_(from, to, g); }, "bytes");
 }
 
 void fill(at::Tensor& self, int64_t from, int64_t to, const at::Generator& gen,
           bool generator_form) {
-  const cpu::CpuPath path = cpu::cpu_path_from_env("random_");
-  const auto kernels = choose_kernels(path);
-  const auto order = kernels ? random_order(self) : std::nullopt;
-  auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
+  const auto level = cpu::fast_level("random_", &random_config);
+  const auto order = level ? random_order(self) : std::nullopt;
   if (order) {
+    const cpu::Kernels k = cpu::kernels_for(*level);
     const int threads = cpu::draw_threads(self.numel());
     const bool linear = order->linear();
-    auto key = [&] {
-      std::ostringstream out;
-      out << "cpu.random_: " << self.scalar_type() << " range=[" << from << ", " << to
-          << ") simd=" << cpu::level_name(kernels->level)
-          << " layout=" << (linear ? "dense" : "gaps")
-          << " threads=" << (threads > 1 ? "split" : "one")
-          << " generator=" << (generator_form ? "given" : "seed");
-      return out.str();
-    };
-    auto probe = [&] {
-      return probe_random(self, linear, from, to, *kernels, threads, generator_form);
-    };
-    // The engines' two ranges are remembered by a code (proof::Memo); any other range is
-    // looked up by its key's text.
-    const bool engine_range = (self.scalar_type() == at::kChar && from == -128 && to == 128) ||
-                              (self.scalar_type() == at::kByte && from == 0 && to == 256);
-    static proof::Memo<2 * 3 * 2 * 2 * 2> memo;
-    size_t code = self.scalar_type() == at::kChar ? 0 : 1;
-    code = ((code * 3 + static_cast<size_t>(kernels->level)) * 2 + linear) * 2 + (threads > 1);
-    code = code * 2 + generator_form;
-    // Forced paths (FP8_DUMMY_CPU_PATH) skip the proof, for tests and benchmarks.
-    const bool use = path != cpu::CpuPath::kAuto ||
-                     (engine_range ? memo.proven(code, key, probe) : proof::proven(key(), probe));
-    if (use && random_fast_call(self, *order, from, to, impl, *kernels, threads)) return;
+    const std::string key = proof::key(
+        "cpu.random_",
+        {c10::toString(self.scalar_type()),
+         "range=[" + std::to_string(from) + ", " + std::to_string(to) + ")",
+         std::string("simd=") + cpu::level_name(*level), linear ? "layout=dense" : "layout=gaps",
+         threads > 1 ? "threads=split" : "threads=one",
+         generator_form ? "generator=given" : "generator=seed"});
+    if (proof::proven(
+            key,
+            [&] { return probe_random(self, linear, from, to, k, threads, generator_form); }) &&
+        random_call(self, *order, from, to, gen, k, threads)) {
+      return;
+    }
   }
   self.random_(from, to, gen);  // torch's own kernel: the reference itself
 }

@@ -1,12 +1,6 @@
-// CPU kernel of init_stateless_. Every element's value depends only on its global
-// index (include/fp8_dummy/cuda/stateless.h), so the logical element range is split
-// over torch's intra-op thread count (parallel_range): no serial stream, the same bytes
-// for any thread count. Runs that are consecutive in the global index take 16 or more
-// Philox calls at a time (stateless_philox_simd.h: AVX-512, AVX2 or portable, picked at run
-// time). The output is a table lookup on a word's random bits for FP8, float16 and
-// bfloat16 (2048 / 256 entries, made per call), the formula itself for float32, float64
-// and the integer bytes (int8, uint8). Contiguous FP8 runs take a fast path straight to memory
-// (gathers from the table, or run counting when it has few runs). No scratch.
+// init_stateless_ on the CPU: a value depends only on its global index, so the elements are
+// split over torch's intra-op threads (the same bytes for any count); runs of consecutive
+// indices take 16 Philox calls at a time (stateless_philox_simd.h). No scratch.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
@@ -75,7 +69,7 @@ struct DoubleOut {
 
 template <int kLevel>
 void philox_block(uint64_t first, const Key& key, Block& blk) {
-#if FP8_DUMMY_X86_SIMD
+#ifdef FP8_DUMMY_X86
   if constexpr (kLevel == 2) return stateless_simd::philox_avx512(first, key, blk);
   if constexpr (kLevel == 1) return stateless_simd::philox_avx2(first, key, blk);
 #endif
@@ -100,7 +94,7 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
   };
   partial(std::min<int64_t>(len, (kPer - static_cast<int64_t>(e0 % kPer)) % kPer));
   constexpr int64_t kBlockElems = int64_t{kLanes} * kPer;
-#if FP8_DUMMY_X86_SIMD
+#ifdef FP8_DUMMY_X86
   if constexpr (kLevel > 0 && std::is_same_v<Out, Fp8Out>) {
     if (stride == 1) {  // the common case: straight to memory, 128 or 64 bytes at a time
       constexpr int64_t kCalls =
@@ -200,10 +194,17 @@ void parallel_range(int64_t n, const Body& body) {
   cpu::run_on_threads(static_cast<int>(threads), [&](int) { work(); });
 }
 
+// The widest SIMD level, capped by FP8_DUMMY_STATELESS_SIMD=0/1/2 (tests).
+int simd_level() {
+  const int widest = static_cast<int>(cpu::widest_level());
+  const char* cap = std::getenv("FP8_DUMMY_STATELESS_SIMD");
+  return cap != nullptr && *cap >= '0' && *cap <= '2' ? std::min(widest, *cap - '0') : widest;
+}
+
 template <typename Out>
 void fill(const Out& out, const at::Tensor& self, const ShardGeometry& g, const Key& key) {
   auto* base = static_cast<typename Out::Elem*>(self.mutable_data_ptr());
-  const int level = stateless_simd::simd_level();
+  const int level = simd_level();
   parallel_range(self.numel(), [&](int64_t begin, int64_t end) {
     if (level == 2) {
       fill_chunk<2>(out, base, g, begin, end, key);
@@ -246,7 +247,7 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
       std::array<uint32_t, 2048> table32;
       for (int b = 0; b < 2048; ++b) table32[b] = table[b];
       const void* runs_ptr = nullptr;
-#if FP8_DUMMY_X86_SIMD
+#ifdef FP8_DUMMY_X86
       stateless_simd::Runs runs;
       if (stateless_simd::make_runs(table.data(), &runs)) runs_ptr = &runs;
 #endif
@@ -256,25 +257,6 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
 }
 
 }  // namespace
-
-namespace stateless_simd {
-
-int simd_level() {
-  static const int cpu = [] {
-#if FP8_DUMMY_X86_SIMD
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return 2;
-    if (__builtin_cpu_supports("avx2")) return 1;
-#endif
-    return 0;
-  }();
-  // Lets tests run the narrower paths on a wide machine.
-  const char* cap = std::getenv("FP8_DUMMY_STATELESS_SIMD");
-  if (cap != nullptr && *cap >= '0' && *cap <= '2') return std::min(cpu, *cap - '0');
-  return cpu;
-}
-
-}  // namespace stateless_simd
 
 TORCH_LIBRARY_IMPL(fp8_dummy, CPU, m) { m.impl("init_stateless_", TORCH_FN(init_stateless_cpu)); }
 

@@ -1,26 +1,13 @@
-// Philox4x32-10 on 16 consecutive counters at once for the CPU kernel of the stateless
-// mode: a portable form, and AVX2 / AVX-512 forms written with intrinsics (GCC does
-// not vectorize the 32x32->64-bit products of the portable loops well). The x86
-// functions carry target attributes, so this compiles without -mavx*; callers check
-// the CPU (simd_level) before using them. Counters are (key.offset + first + lane, 0).
+// Philox4x32-10 on 16 consecutive counters at once for the stateless mode's CPU kernel:
+// portable, AVX2 and AVX-512 (GCC does not vectorize the 32x32->64-bit products of the
+// portable loops well). Counters are (key.offset + first + lane, 0).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/simd.h"
 #include "fp8_dummy/cuda/philox.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12 warns about the deliberately undefined lanes inside its own AVX-512 headers.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define FP8_DUMMY_X86_SIMD 1
-#else
-#define FP8_DUMMY_X86_SIMD 0
-#endif
 
 namespace fp8_dummy {
 namespace stateless_simd {
@@ -66,67 +53,15 @@ inline void philox_portable(uint64_t first, const Key& key, Block& out) {
   }
 }
 
-#if FP8_DUMMY_X86_SIMD
+#ifdef FP8_DUMMY_X86
 
 #define FP8_DUMMY_AVX512 __attribute__((target("avx512f")))
 #define FP8_DUMMY_AVX2 __attribute__((target("avx2")))
 
-// ---- AVX-512: 16 lanes in one register per counter word.
+// ---- AVX-512.
 
-FP8_DUMMY_AVX512 inline void mulhilo16(__m512i a, __m512i m, __m512i* hi, __m512i* lo) {
-  // vpmuludq multiplies the even 32-bit lanes; the odd ones are shifted down first.
-  const __m512i even = _mm512_mul_epu32(a, m);
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-  *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-  *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-}
-
-// kN independent groups of 16 counters (first + 16 n + lane) side by side: the rounds
-// are a chain of dependent multiplies, so interleaved groups keep the units busy.
-template <int kN>
-FP8_DUMMY_AVX512 inline void philox16(uint64_t first, const Key& key, __m512i c[4][kN]) {
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (int n = 0; n < kN; ++n) {
-    const uint64_t base = key.offset + first + 16 * static_cast<uint64_t>(n);
-    const __m512i lo_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base)));
-    c[0][n] = _mm512_add_epi32(lo_base, iota);
-    const __m512i hi_base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 32)));
-    const __mmask16 carry = _mm512_cmplt_epu32_mask(c[0][n], lo_base);  // low word wrapped
-    c[1][n] = _mm512_mask_add_epi32(hi_base, carry, hi_base, _mm512_set1_epi32(1));
-    c[2][n] = _mm512_setzero_si512();
-    c[3][n] = _mm512_setzero_si512();
-  }
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(cuda::kPhiloxM0));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(cuda::kPhiloxM1));
-  uint32_t k0 = key.k0, k1 = key.k1;
-  for (int round = 0; round < 10; ++round) {
-    const __m512i key0 = _mm512_set1_epi32(static_cast<int>(k0));
-    const __m512i key1 = _mm512_set1_epi32(static_cast<int>(k1));
-    for (int n = 0; n < kN; ++n) {
-      __m512i hi0, lo0, hi1, lo1;
-      mulhilo16(c[0][n], m0, &hi0, &lo0);
-      mulhilo16(c[2][n], m1, &hi1, &lo1);
-      c[0][n] = _mm512_ternarylogic_epi32(hi1, c[1][n], key0, 0x96);  // three-way xor
-      c[1][n] = lo1;
-      c[2][n] = _mm512_ternarylogic_epi32(hi0, c[3][n], key1, 0x96);
-      c[3][n] = lo0;
-    }
-    k0 += cuda::kPhiloxW0;
-    k1 += cuda::kPhiloxW1;
-  }
-}
-
-FP8_DUMMY_AVX512 inline void philox_avx512(uint64_t first, const Key& key, Block& out) {
-  __m512i c[4][1];
-  philox16<1>(first, key, c);
-  for (int k = 0; k < 4; ++k) _mm512_storeu_si512(out.w[k], c[k][0]);
-}
-
-// The FP8 fast path keeps one call per 64-bit lane (8 per register): vpmuludq then
-// gives a lane's whole product, so a round is 2 multiplies, 2 shifts and 2 three-way
-// xors per 8 calls, a quarter fewer operations than the 32-bit-lane form. The upper
-// halves of the lanes carry garbage that vpmuludq (low 32 bits only), the shifts of the
-// products and the final 0x7ff mask never read.
+// One call per 64-bit lane: vpmuludq gives a lane's whole product, a quarter fewer
+// operations than 32-bit lanes (the lanes' upper halves carry garbage nothing reads).
 template <int kN>
 FP8_DUMMY_AVX512 inline void philox8x64(uint64_t first, const Key& key, __m512i c[4][kN]) {
   const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
@@ -157,12 +92,22 @@ FP8_DUMMY_AVX512 inline void philox8x64(uint64_t first, const Key& key, __m512i 
   }
 }
 
-// Calls per fp8_avx512 call (128 FP8 bytes): four interleaved registers measured
-// fastest on the development machine (AMD EPYC, AVX-512).
+// 16 consecutive calls as Block's words (vpmovqd keeps each lane's low half).
+FP8_DUMMY_AVX512 inline void philox_avx512(uint64_t first, const Key& key, Block& out) {
+  __m512i c[4][2];
+  philox8x64<2>(first, key, c);
+  for (int k = 0; k < 4; ++k) {
+    for (int n = 0; n < 2; ++n) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.w[k] + 8 * n),
+                          _mm512_cvtepi64_epi32(c[k][n]));
+    }
+  }
+}
+
+// Calls per fp8_avx512 call (128 bytes): four interleaved registers measured fastest.
 constexpr int kFp8Calls512 = 32;
 
-// 4 * kFp8Calls512 FP8 bytes of calls first, first + 1, ... to dst: byte 4 * call + k is
-// table[word k of the call & 0x7ff], table of uint32 holding one byte each.
+// Byte 4 * call + k of calls first, first + 1, ... is table[word k & 0x7ff] (a uint32 each).
 FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const uint32_t* table,
                                         uint8_t* dst) {
   constexpr int kN = kFp8Calls512 / 8;
@@ -179,10 +124,8 @@ FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const ui
   }
 }
 
-// Narrow bounds give few distinct FP8 bytes along the 2048 random-bit values (vLLM's
-// +-1e-3 gives four runs for float8_e4m3fn): then a byte is found by counting the run
-// starts at or below the index (compares on 16 lanes) and one register permute, which
-// beats the gathers. Filled by make_runs; count > kMaxRuns: not usable.
+// Few distinct bytes along the 2048 values (+-1e-3: four runs in e4m3fn): counting the run
+// starts passed and one permute beats the gathers.
 constexpr int kMaxRuns = 8;
 struct Runs {
   int count;                  // runs; starts[0] == 0 is implicit
@@ -299,10 +242,7 @@ FP8_DUMMY_AVX2 inline void fp8_avx2(uint64_t first, const Key& key, const uint32
 #undef FP8_DUMMY_AVX512
 #undef FP8_DUMMY_AVX2
 
-#endif  // FP8_DUMMY_X86_SIMD
-
-// 2: AVX-512F, 1: AVX2, 0: portable. FP8_DUMMY_STATELESS_SIMD=0/1/2 caps it (tests).
-int simd_level();
+#endif  // FP8_DUMMY_X86
 
 }  // namespace stateless_simd
 }  // namespace fp8_dummy

@@ -1,9 +1,6 @@
-// The CPU kernels' one way to use several threads: fn(0) .. fn(threads - 1), fn(0) on the
-// calling thread and the others on std::threads. Not at::parallel_for: with the OpenMP
-// backend that is a header template that runs serially in an extension built without
-// -fopenmp, and it would start torch's OpenMP pool (after which a forked child hangs).
-// What a thread throws is rethrown here after all are joined; if the system will not start
-// a thread, the calling thread runs what is left, so the work is always done.
+// The CPU kernels' one way to use several threads: std::threads (at::parallel_for runs
+// serially in an extension built without -fopenmp, and starting torch's OpenMP pool would
+// hang a forked child); errors rethrown; the caller runs what the system will not start.
 #pragma once
 
 #include <exception>

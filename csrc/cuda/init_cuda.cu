@@ -1,13 +1,8 @@
-// CUDA kernels of fp8_dummy.init_ (both overloads), behind their proof (launch/cuda_proof.h).
-// 1-byte tensors (FP8, int8, uint8): the fused kernel of init_kernel.cuh, launched exactly as
-// torch launches uniform_ on the float16 temp (grid from the device's properties, the
-// generator's Philox state taken under its lock, the split of more than 2^30 elements), so
-// the bytes and the generator's state afterwards are the reference's; the temp's element
-// order is empty_like's, or with contiguous_temp torch.empty(shape)'s (row-major).
-// float16 and wider: the reference itself, self.uniform_.
+// init_ on CUDA: for 1-byte tensors the fused kernel launched as torch launches uniform_ on
+// the float16 temp (the device's grid, the generator's Philox state, the split over 2^30
+// elements), behind its proof (launch/cuda_proof.h); wider dtypes: the reference itself.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
-#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -32,23 +27,6 @@ namespace {
 
 using cuda_kernels::PieceArgs;
 
-// Our hardware conversion's table for self's device (formats without one: none).
-std::optional<at::Tensor> hw_table(const at::Tensor& self, cuda::Fp8Format format) {
-  auto out = at::empty({65536}, self.options().dtype(at::kByte));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  if (format == cuda::Fp8Format::kE4m3fn) {
-    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE4m3fn>
-        <<<128, 256, 0, stream>>>(out.mutable_data_ptr<uint8_t>());
-  } else if (format == cuda::Fp8Format::kE5m2) {
-    cuda_kernels::hw_table_kernel<cuda::Fp8Format::kE5m2>
-        <<<128, 256, 0, stream>>>(out.mutable_data_ptr<uint8_t>());
-  } else {
-    return std::nullopt;
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out.to(at::kCPU);
-}
-
 template <auto kKernel>
 void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
   const int64_t items = cuda_kernels::work_items(args.item.threads, args.steps);
@@ -58,18 +36,8 @@ void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <cuda::Fp8Format F>
-void launch_piece(const PieceArgs& args, bool linear, int64_t sm_count, cudaStream_t stream) {
-  if (linear) {
-    launch<cuda_kernels::init_fp8_kernel<F, true>>(args, sm_count, stream);
-  } else {
-    launch<cuda_kernels::init_fp8_kernel<F, false>>(args, sm_count, stream);
-  }
-}
-
-// Where the Philox state of each reference launch comes from: the caller's generator
-// (reserved under its lock, capture-aware), or, for the seed form, the offsets a fresh
-// generator seeded with `seed` would hand out (no generator object is made).
+// Each launch's Philox state: the caller's generator (under its lock, capture-aware), or the
+// offsets a fresh generator seeded with `seed` would hand out (none is made).
 struct PhiloxSource {
   std::optional<at::Generator> generator;  // the caller's; none for the seed form
   uint64_t seed = 0;
@@ -84,8 +52,7 @@ struct PhiloxSource {
   }
 };
 
-// The generator the reference path itself needs (float16 and wider, and the FP8 cases the
-// kernel does not cover): the caller's, or a fresh one for the seed form, as vLLM makes.
+// The generator the reference path needs: the caller's, or a fresh one as vLLM makes.
 at::Generator reference_generator(const at::Tensor& self, const PhiloxSource& source) {
   if (source.generator) return *source.generator;
   TORCH_CHECK(at::cuda::currentStreamCaptureStatus() == at::cuda::CaptureStatus::None,
@@ -100,73 +67,73 @@ at::Generator reference_generator(const at::Tensor& self, const PhiloxSource& so
   return gen;
 }
 
+// The kernel's arguments for self, but the launch's own.
+PieceArgs piece_args(const at::Tensor& self, double low, double high,
+                     const Fp8Conversion& conversion, const cuda::StridedLayout& layout) {
+  PieceArgs args{};
+  args.item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
+  args.item.uniform = cuda::make_uniform_params(low, high);
+  args.item.overflow = conversion.mode;
+  args.item.use_hw =
+      use_hw_conversion(conversion, fp8_format(self.scalar_type()), args.item.uniform);
+  args.item.layout = layout;
+  return args;
+}
+
+// One reference launch's piece: elements [start, start + count) of the temp's order.
+void launch_piece(const at::Tensor& self, PieceArgs args, int64_t start, int64_t count,
+                  const cuda::ReferenceGrid& grid, const at::PhiloxCudaState& philox) {
+  // uniform_ sizes its grid from the current device, which its device guard makes self's.
+  const int64_t sm_count =
+      at::cuda::getDeviceProperties(self.device().index())->multiProcessorCount;
+  const bool linear = args.item.layout.linear();
+  args.item.start = start;
+  args.item.count = count;
+  args.item.threads = grid.threads;
+  args.item.aligned = linear && reinterpret_cast<uintptr_t>(args.item.data + start) % 4 == 0;
+  args.steps = grid.steps;
+  args.philox = philox;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
+    constexpr auto F = decltype(f)::value;
+    if (linear) {
+      launch<cuda_kernels::init_fp8_kernel<F, true>>(args, sm_count, stream);
+    } else {
+      launch<cuda_kernels::init_fp8_kernel<F, false>>(args, sm_count, stream);
+    }
+  });
+}
+
 // The fused kernel on self, as the reference launches uniform_ on its float16 temp.
 void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& source,
                const Fp8Conversion& conversion, const cuda::StridedLayout& layout) {
-  // uniform_ sizes its grid from the current device, which its device guard makes
-  // self's device, as ours does.
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
-  const int64_t sm_count = props->multiProcessorCount;
-  const int64_t max_threads_per_sm = props->maxThreadsPerMultiProcessor;
-  const cuda::Fp8Format format = fp8_format(self.scalar_type());
-
-  PieceArgs args{};
-  cuda_kernels::ItemArgs& item = args.item;
-  item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
-  item.uniform = cuda::make_uniform_params(low, high);
-  item.overflow = conversion.mode;
-  item.use_hw = use_hw_conversion(conversion, format, item.uniform);
-  item.layout = layout;
-  const bool linear = layout.linear();
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-
-  cuda::reference_launches(self.numel(), sm_count, max_threads_per_sm, source,
+  const PieceArgs args = piece_args(self, low, high, conversion, layout);
+  cuda::reference_launches(self.numel(), props->multiProcessorCount,
+                           props->maxThreadsPerMultiProcessor, source,
                            [&](int64_t start, int64_t count, const cuda::ReferenceGrid& grid,
                                const at::PhiloxCudaState& philox) {
-                             item.start = start;
-                             item.count = count;
-                             item.threads = grid.threads;
-                             args.steps = grid.steps;
-                             args.philox = philox;
-                             item.aligned =
-                                 linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
-                             with_fp8_format(format, [&](auto f) {
-                               launch_piece<decltype(f)::value>(args, linear, sm_count, stream);
-                             });
+                             launch_piece(self, args, start, count, grid, philox);
                            });
   if (proof::fault("cuda.init_")) proof::corrupt(self);
 }
 
-// Whether the fused kernel is proven for self's key: the first time, a probe of the key's
-// layout kind and size class filled by the kernel and by torch's reference (a scratch
-// generator at the same state each), bytes and offsets compared. Inside graph capture no
-// probe can run (it allocates and synchronizes): only a key proven before counts.
+// Whether the fused kernel is proven for self's key (launch/cuda_proof.h); inside graph
+// capture no probe can run (it allocates and synchronizes).
 bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conversion& conversion,
                   bool generator_form, bool contiguous_temp, bool linear) {
-  const auto format = fp8_format(self.scalar_type());
-  const bool use_hw = use_hw_conversion(conversion, format, cuda::make_uniform_params(low, high));
+  const auto dtype = self.scalar_type();
   const bool split = self.numel() > cuda::kMax32BitHalfElements;
   const auto layout = cuda_proof::layout_kind(self, linear, contiguous_temp);
-  auto key = [&] {
-    return cuda_proof::init_key(device_description(self.device()), self.scalar_type(),
-                                use_hw ? "hardware" : "software", overflow_name(conversion.mode),
-                                layout, split, generator_form, contiguous_temp);
-  };
-  // The key's parts as a code for the memo (devices 0-15; others look the text up).
-  static proof::Memo<16 * cuda::kNumFp8Formats * 2 * 3 * 4 * 2 * 2 * 2> memo;
-  const int64_t device = self.device().index();
-  size_t code = static_cast<size_t>(device) * cuda::kNumFp8Formats + static_cast<size_t>(format);
-  code = (code * 2 + use_hw) * 3 + static_cast<size_t>(conversion.mode);
-  code = ((code * 4 + static_cast<size_t>(layout)) * 2 + split) * 2 + generator_form;
-  code = code * 2 + contiguous_temp;
-  const bool memo_ok = device < 16;
+  const std::string key = cuda_proof::init_key(
+      device_description(self.device()), dtype,
+      use_hw_conversion(conversion, fp8_format(dtype), cuda::make_uniform_params(low, high)),
+      overflow_name(conversion.mode), layout, split, generator_form, contiguous_temp);
   if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-    return memo_ok ? memo.known_proven(code, key) : proof::lookup(key()) == 1;
+    return proof::lookup(key) == proof::State::kProven;
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
-  const int64_t n = split ? cuda::kMax32BitHalfElements + 4097
-                          : cuda_proof::probe_numel(props->multiProcessorCount,
-                                                    props->maxThreadsPerMultiProcessor);
+  const int64_t sm_count = props->multiProcessorCount, per_sm = props->maxThreadsPerMultiProcessor;
   auto generator = [&](uint64_t seed, uint64_t offset) {
     auto g = at::make_generator<at::CUDAGeneratorImpl>(self.device().index());
     g.set_current_seed(seed);
@@ -176,22 +143,33 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
   auto ours = [&](at::Tensor& t, uint64_t seed, uint64_t offset) -> uint64_t {
     PhiloxSource source;
     source.seed = seed;
+    source.fresh.next = offset;
     if (generator_form) source.generator = generator(seed, offset);
-    const auto layout = to_layout(memory_order(t, contiguous_temp));
-    run_fused(t, low, high, source, conversion, *layout);
+    run_fused(t, low, high, source, conversion, *to_layout(memory_order(t, contiguous_temp)));
     return generator_form ? source.generator->get_offset() : source.fresh.next;
+  };
+  auto piece = [&](at::Tensor& t, int64_t start, int64_t count, uint64_t seed,
+                   uint64_t offset) -> uint64_t {
+    const auto args =
+        piece_args(t, low, high, conversion, *to_layout(memory_order(t, contiguous_temp)));
+    const cuda::ReferenceGrid grid = cuda::reference_grid(count, sm_count, per_sm);
+    launch_piece(t, args, start, count, grid, at::PhiloxCudaState(seed, offset));
+    if (start == 0 && proof::fault("cuda.init_")) proof::corrupt(t);  // once per probe
+    return offset + grid.counter_offset;
   };
   auto ref = [&](at::Tensor& t, uint64_t seed, uint64_t offset) -> uint64_t {
     auto g = generator(seed, offset);
     reference_path(t, low, high, g, contiguous_temp);
     return g.get_offset();
   };
-  auto probe = [&] {
-    auto verdict = cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
+  return proof::proven(key, [&] {
+    const int64_t n = cuda_proof::probe_piece(sm_count, per_sm);
+    auto verdict =
+        split ? cuda_proof::split_probe(self.options(), n, layout, piece, ref)
+              : cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
     C10_CUDA_CHECK(cudaStreamSynchronize(at::cuda::getCurrentCUDAStream()));
     return verdict;
-  };
-  return memo_ok ? memo.proven(code, key, probe) : proof::proven(key(), probe);
+  });
 }
 
 }  // namespace
@@ -207,38 +185,29 @@ bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool g
 
 namespace {
 
-void fill_fp8(const at::Tensor& self, double low, double high, PhiloxSource source,
-              bool contiguous_temp) {
+void fill(const at::Tensor& self, double low, double high, PhiloxSource source,
+          bool contiguous_temp) {
+  if (!uses_half_temp(self.scalar_type())) {  // float16 and wider: the reference itself
+    at::Tensor(self).uniform_(low, high, reference_generator(self, source));
+    return;
+  }
   const auto conversion = fp8_conversion(self);
   const MemoryOrder order = memory_order(self, contiguous_temp);
   const auto layout = to_layout(order);
-  if (!conversion || !layout ||
-      !fused_proven(self, low, high, *conversion, source.generator.has_value(), contiguous_temp,
-                    order.linear())) {
-    // What the fused kernel does not cover (more than kMaxLayoutDims coalesced dimensions,
-    // a conversion we cannot match, a key refused or not provable inside graph capture).
-    reference_path(self, low, high, reference_generator(self, source), contiguous_temp);
-    return;
+  if (conversion && layout &&
+      fused_proven(self, low, high, *conversion, source.generator.has_value(), contiguous_temp,
+                   order.linear())) {
+    return run_fused(self, low, high, source, *conversion, *layout);
   }
-  run_fused(self, low, high, source, *conversion, *layout);
-}
-
-void fill(const at::Tensor& self, double low, double high, PhiloxSource source,
-          bool contiguous_temp) {
-  if (uses_half_temp(self.scalar_type())) {
-    fill_fp8(self, low, high, std::move(source), contiguous_temp);
-  } else {
-    // float16 and wider: the reference itself.
-    at::Tensor(self).uniform_(low, high, reference_generator(self, source));
-  }
+  // Not ours to cover: more than kMaxLayoutDims coalesced dimensions, a conversion we cannot
+  // match, a key not proven (or not provable inside graph capture).
+  reference_path(self, low, high, reference_generator(self, source), contiguous_temp);
 }
 
 void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed, bool contiguous_temp) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
   const c10::cuda::CUDAGuard guard(self.device());
-  // A fresh generator seeded with `seed` (as uint64) is at offset 0: its Philox states
-  // are known without making one.
   PhiloxSource source;
   source.seed = static_cast<uint64_t>(seed);
   fill(self, low, high, std::move(source), contiguous_temp);
@@ -262,41 +231,16 @@ void init_generator_cuda(at::Tensor& self, double low, double high,
 
 }  // namespace
 
-// Found once per (device, dtype) by converting all 65536 float16 bit patterns with
-// torch itself and matching the result against our conversions (int8/uint8: wrap modulo
-// 256 or saturation, whichever torch's CUDA conversion does there). Not probed inside
-// graph capture (the probe synchronizes): nullopt then, and when nothing matches.
-std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
+const std::string& device_description(const c10::Device& device) {
   static std::mutex mutex;
-  static std::map<std::pair<int, int>, std::optional<Fp8Conversion>> cache;
-  const std::pair<int, int> key{self.device().index(), static_cast<int>(self.scalar_type())};
+  static std::map<int, std::string> known;
   std::lock_guard<std::mutex> lock(mutex);
-  const auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-    return std::nullopt;
+  auto& text = known[device.index()];
+  if (text.empty()) {
+    const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
+    text = device.str() + " (" + p->name + ", " + std::to_string(p->multiProcessorCount) + " SMs)";
   }
-  const auto halves =
-      at::arange(65536, at::TensorOptions().dtype(at::kInt)).to(at::kShort).view(at::kHalf);
-  const auto table =
-      halves.to(self.device()).to(self.scalar_type()).view(at::kByte).to(at::kCPU).contiguous();
-  const uint8_t* torch_table = table.const_data_ptr<uint8_t>();
-  std::optional<Fp8Conversion> found;
-  if (const auto mode = pick_fp8_mode(self.scalar_type(), torch_table)) {
-    const auto hw = hw_table(self, fp8_format(self.scalar_type()));
-    found = Fp8Conversion{*mode, hw && hw_table_agrees(self.scalar_type(), *mode,
-                                                       hw->const_data_ptr<uint8_t>(), torch_table)};
-  }
-  cache.emplace(key, found);
-  // The search is reported with the proofs (the kernels' keys name what it found); finding
-  // nothing sends this dtype to the reference, which warns once.
-  proof::record(cuda_proof::key("cuda.copy_", device_description(self.device()),
-                                {c10::toString(self.scalar_type())}),
-                found.has_value(),
-                !found      ? "none of our conversions gives torch's copy_ bytes"
-                : found->hw ? "found; the hardware conversion agrees"
-                            : "found; software conversion (the hardware one differs or is absent)");
-  return found;
+  return text;
 }
 
 TORCH_LIBRARY_IMPL(fp8_dummy, CUDA, m) {

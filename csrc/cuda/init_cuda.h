@@ -1,6 +1,4 @@
-// What the per-tensor CUDA path (init_cuda.cu) shares with the batched one
-// (init_many_cuda.cu): the FP8 conversion found by the one-time probe, and the grid
-// size of a grid-stride kernel.
+// What the per-tensor CUDA path (init_cuda.cu) shares with the batched and stateless ones.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,43 +15,20 @@
 
 namespace fp8_dummy {
 
-// How torch's copy_ converts float16 to a 1-byte dtype on a device, and whether our
-// hardware pair conversion may stand in for it.
-struct Fp8Conversion {
-  cuda::E4m3fnOverflow mode;
-  bool hw;
-};
-
-// Found once per (device, dtype) of `self` by converting all 65536 float16 bit patterns
-// with torch itself and matching the result against our conversions. nullopt when
-// nothing matches, and inside graph capture before the first eager call (the probe
-// synchronizes): the caller then takes the exact reference path.
+// torch's CUDA copy_ conversion to self's dtype on self's device, found once per (device,
+// dtype); nullopt (the reference path) when none of ours matches, and inside graph capture
+// before the first eager call.
 std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self);
 
-// Whether the per-tensor kernel is proven for a call like this one (its key: device, dtype,
-// conversion, layout kind, size class, generator form, temp), probing it now if need be (never
-// inside graph capture). init_many_ asks it for the tensors it batches, so that their
-// per-tensor path, which a captured init_many_ takes, is proven too.
+// Whether the per-tensor kernel is proven for a call like this one, probing now if need be
+// (init_many_ asks for the tensors it batches: a captured init_many_ takes that path).
 bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form,
                          bool contiguous_temp);
 
-// A device as the proof keys name it: "cuda:0 (NVIDIA H200, 132 SMs)". The SM count is in
-// the key because the reference's grid, hence its bytes, depends on it.
-inline std::string device_description(const c10::Device& device) {
-  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
-  return device.str() + " (" + p->name + ", " + std::to_string(p->multiProcessorCount) + " SMs)";
-}
+// "cuda:0 (NVIDIA H200, 132 SMs)" (the reference's grid depends on the SM count).
+const std::string& device_description(const c10::Device& device);
 
-// Whether a launch with these bounds may use the packed hardware conversion.
-inline bool use_hw_conversion(const Fp8Conversion& conversion, cuda::Fp8Format format,
-                              const cuda::UniformParams& uniform) {
-  return conversion.hw && cuda::hw_conversion_ok(format, conversion.mode, max_abs_uniform(uniform));
-}
-
-// Blocks of `kKernel` (launched with `block` threads) that fit on all SMs at once: the
-// kernels loop over their work items, so one full wave and no tail. Cached per kernel
-// (the bytes never depend on the grid; a process mixing GPU generations only gets a
-// less tuned grid).
+// Blocks of `kKernel` that fit on all SMs at once (one wave; the bytes never depend on it).
 template <auto kKernel>
 int64_t resident_blocks(int64_t sm_count, int block = 256) {
   static std::atomic<int> per_sm{0};

@@ -1,16 +1,6 @@
-// The fused CUDA kernel: Philox4x32-10, the uniform mapping, the float16 rounding and
-// the FP8 conversion in registers, each output byte written once, no scratch. It
-// reproduces one launch of torch's uniform_ on the float16 temp (docs/contract.md R3):
-// reference thread idx, grid step k, word ii -> element idx + T * (4k + ii).
-//
-// Work split: consecutive elements belong to consecutive reference threads (different
-// Philox subsequences), so one kernel thread takes the calls of kGroup = 4 consecutive
-// subsequences at one step and owns 4 consecutive bytes per word: one 32-bit store
-// per word on the linear (dense) layout, and a warp's store covers 128 contiguous
-// bytes. Work items (4 subsequences x 1 step) are handed out grid-stride, step-major,
-// so a kernel's grid is sized for occupancy, not tied to the reference's T. The work
-// item itself (fill_item) is in launch/cuda_work_item.h, shared with the batched kernel
-// (init_many_kernel.cuh).
+// The fused per-tensor kernel: one reference launch of uniform_ on the float16 temp (thread
+// idx, step k, word ii -> element idx + T(4k + ii)) and the FP8 conversion in registers, its
+// work items (launch/cuda_work_item.h) handed out grid-stride, step-major (docs/cuda.md).
 #pragma once
 
 #include <ATen/cuda/PhiloxUtils.cuh>
@@ -45,18 +35,6 @@ __global__ void __launch_bounds__(kBlock) init_fp8_kernel(const PieceArgs a) {
     fill_item<F, kLinear>(a.item, seed, offset, static_cast<int64_t>(walk.group) * kGroup,
                           walk.step);
   }
-}
-
-// Our hardware pair conversion of all 65536 float16 bit patterns (the one-time probe
-// compares it with torch's copy_ before the kernel may use it).
-template <cuda::Fp8Format F>
-__global__ void hw_table_kernel(uint8_t* out) {
-  const uint32_t pair = blockIdx.x * blockDim.x + threadIdx.x;
-  if (pair >= 32768) return;
-  const uint32_t halves = (2 * pair) | ((2 * pair + 1) << 16);
-  const uint16_t bytes = cuda::half2_to_fp8x2<F>(halves, true, cuda::E4m3fnOverflow::kSaturate);
-  out[2 * pair] = static_cast<uint8_t>(bytes);
-  out[2 * pair + 1] = static_cast<uint8_t>(bytes >> 8);
 }
 
 }  // namespace cuda_kernels

@@ -1,10 +1,6 @@
-// init_many_ on CUDA: the dense 1-byte tensors (FP8, int8, uint8) of a call are filled by one
-// launch per
-// (device, dtype) of init_many_kernel.cuh's batched kernel, each tensor with the bytes its
-// own init_(t, low, high, seed) gives (the work table: launch/cuda_batch_table.h). The rest
-// (float16 and wider, layouts with gaps, tensors sharing bytes with another of the
-// call, a dtype whose conversion probe found no match, any call inside graph capture)
-// takes the per-tensor path, after the batches, in call order (common/init_many_plan.h).
+// init_many_ on CUDA: one batched launch per (device, 1-byte dtype) for the dense tensors,
+// each with its own init_'s bytes; the rest (wider dtypes, gaps, shared bytes, inside graph
+// capture) take the per-tensor path after the batches, in call order.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/empty.h>
@@ -32,10 +28,8 @@ using cuda_kernels::BatchCall;
 using cuda_kernels::BatchPiece;
 using cuda_kernels::BatchTable;
 
-// The table in one device buffer, the call's only allocation (O(number of tensors)):
-// filled in pinned host memory and copied on the current stream. Both buffers come from
-// torch's caching allocators, which reuse them only after that stream's work so far
-// (our kernel included) is done, so they may be released when this returns.
+// The table in one device buffer, the call's only allocation: pinned host memory copied on
+// the current stream; torch's caching allocators reuse both only after that stream's work.
 at::Tensor device_table(const BatchTable& table, c10::Device device) {
   const auto bytes = static_cast<int64_t>(table.pieces.size() * sizeof(BatchPiece));
   auto host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
@@ -88,17 +82,15 @@ void run_group(at::TensorList tensors, const std::vector<size_t>& group,
   if (proof::fault("cuda.init_many_")) proof::corrupt(tensors[group[0]]);
 }
 
-// Whether the batched kernel is proven for this group's key (device, dtype, conversion):
-// the first time, probe tensors of several sizes (several grid steps, tiny, odd, one at an
-// odd address) filled in one batched launch and each by torch's reference with its own
-// fresh generator, every byte compared (launch/cuda_proof.h).
+// Whether the batched kernel is proven for this group's key (launch/cuda_proof.h: tensors of
+// several sizes in one launch, each against torch's reference with its own generator).
 bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, double low, double high,
                   int64_t seed, bool contiguous_temp) {
-  const bool use_hw = use_hw_conversion(conversion, fp8_format(first.scalar_type()),
-                                        cuda::make_uniform_params(low, high));
-  const std::string key = cuda_proof::many_key(
-      device_description(first.device()), first.scalar_type(), use_hw ? "hardware" : "software",
-      overflow_name(conversion.mode), contiguous_temp);
+  const std::string key =
+      cuda_proof::many_key(device_description(first.device()), first.scalar_type(),
+                           use_hw_conversion(conversion, fp8_format(first.scalar_type()),
+                                             cuda::make_uniform_params(low, high)),
+                           overflow_name(conversion.mode), contiguous_temp);
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(first.device().index());
   const auto sizes =
       cuda_proof::many_probe_numels(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);

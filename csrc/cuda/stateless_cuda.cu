@@ -1,7 +1,5 @@
-// CUDA launcher of init_stateless_ (kernels in stateless_kernel.cuh). The same per-element
-// rule as the CPU kernel (fp8_dummy/cuda/stateless.h) and, for FP8, the same host-made
-// table built from torch's CPU copy_, so CUDA and CPU write the same bytes. No
-// allocation, no synchronization, the current stream: safe inside CUDA graph capture.
+// init_stateless_ on CUDA: the CPU kernel's per-element rule and (FP8) its table from torch's
+// CPU copy_, so both write the same bytes; nothing allocated or synchronized (capture-safe).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -111,26 +109,18 @@ void run_with_fault(const at::Tensor& self, double low, double high, int64_t see
   if (proof::fault("cuda.init_stateless_")) proof::corrupt(self);
 }
 
-// Whether the kernel for self's key (device, dtype, linear or general kernel) is proven: the
-// first time, a probe of that kind filled by the kernel and by the CPU kernel (the mode's
-// promise: the same bytes), compared byte for byte. Inside graph capture no probe can run.
+// Whether the kernel is proven for self's key, against the CPU kernel (the mode's promise);
+// inside graph capture no probe can run.
 bool stateless_proven(const at::Tensor& self, double low, double high, int64_t seed,
                       int64_t key_offset, bool linear) {
-  auto key = [&] {
-    return cuda_proof::stateless_key(device_description(self.device()), self.scalar_type(), linear);
-  };
-  // The key's parts as a code for the memo (devices 0-15; others look the text up).
-  static proof::Memo<16 * 64 * 2> memo;
-  const int64_t device = self.device().index();
-  const auto dtype = static_cast<size_t>(self.scalar_type());
-  const size_t code = (static_cast<size_t>(device) * 64 + dtype) * 2 + linear;
-  const bool memo_ok = device < 16 && dtype < 64;
+  const std::string key =
+      cuda_proof::stateless_key(device_description(self.device()), self.scalar_type(), linear);
   if (at::cuda::currentStreamCaptureStatus() != at::cuda::CaptureStatus::None) {
-    return memo_ok ? memo.known_proven(code, key) : proof::lookup(key()) == 1;
+    return proof::lookup(key) == proof::State::kProven;
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(self.device().index());
   const int64_t n =
-      cuda_proof::probe_numel(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
+      cuda_proof::probe_piece(props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
   const std::function<proof::Verdict()> probe = [&] {
     return cuda_proof::stateless_probe(
         self.options(), n, linear,
@@ -142,7 +132,7 @@ bool stateless_proven(const at::Tensor& self, double low, double high, int64_t s
           stateless_on_cpu(t, low, high, seed, key_offset, offset, std::nullopt);
         });
   };
-  return memo_ok ? memo.proven(code, key, probe) : proof::proven(key(), probe);
+  return proof::proven(key, probe);
 }
 
 void init_stateless_cuda(at::Tensor& self, double low, double high, int64_t seed,

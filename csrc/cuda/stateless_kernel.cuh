@@ -1,14 +1,6 @@
-// CUDA kernels of init_stateless_: Philox, the per-dtype value and the store fused,
-// each output byte written once, no scratch. The value of an element depends only on
-// its global index (fp8_dummy/cuda/stateless.h), so the grid is free: sized for
-// occupancy, grid-stride, 64-bit indices.
-//
-// Linear kernel (self contiguous, consecutive global indices): a thread takes units of
-// 4 Philox calls (16 elements; 8 for float64) aligned in the global index and writes
-// them with 16-byte stores when the unit is whole and aligned.
-// General kernel (any layout, any shard): rows of the innermost dimension; a thread
-// takes one Philox call's slot of a row and writes the row's elements that call covers
-// (one call per element when the shard's inner dimension is not consecutive globally).
+// The stateless kernels (an element's value depends only on its global index, so the grid
+// is free): linear (self dense, indices consecutive: units of 4 Philox calls, 16-byte stores)
+// and general (rows of the innermost dimension, one call's slot of a row per thread).
 #pragma once
 
 #include <cstdint>
@@ -42,8 +34,7 @@ __device__ __forceinline__ cuda::Words4 call_words(const Args& a, uint64_t call)
       cuda::Words4{{static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u}}, a.k0, a.k1);
 }
 
-// w rotated left by s words (s in 0..3), with selects: indexing w.w[] with a run-time
-// index would put the words in local memory.
+// w rotated left by s words, with selects (a run-time index puts w in local memory).
 __device__ __forceinline__ cuda::Words4 rotate_words(const cuda::Words4& w, int s) {
   cuda::Words4 r;
 #pragma unroll

@@ -1,14 +1,6 @@
-// The batched CUDA kernel's work table (torch-free; host + device lookups), shared by
-// the kernel (cuda/init_many_cuda.cu) and its CPU emulator (emulator/init_many_cuda_emulator.cpp).
-//
-// A batched call fills many dense FP8 tensors of one dtype, each exactly as its own
-// init_(t, low, high, seed) would: a fresh generator (key = seed, offset 0), its own
-// reference grid T = f(numel, device), its own 32-bit pieces with their own counter
-// offsets. Every piece of every tensor is one entry of the table; its work items (the
-// per-tensor kernel's items, numbered step-major the same way) are cut into tiles of
-// kTile items, a tile never spanning two pieces, and the tiles of all pieces are
-// numbered one after the other (tile_begin: a prefix sum). One launch walks the tiles
-// grid-stride; a block finds a tile's piece by binary search over tile_begin.
+// The batched kernel's work table (torch-free, host + device): each tensor's reference
+// launches as init_ would make them (fresh generators), their work items cut into tiles of
+// kTile items numbered across pieces; a block finds a tile's piece by search.
 #pragma once
 
 #include <cstdint>
@@ -55,9 +47,8 @@ struct BatchTable {
   int64_t tiles = 0;
 };
 
-// The table for `tensors` on a GPU with sm_count SMs and max_threads_per_sm threads per
-// SM: the launches init_ would make for each (cuda::reference_launches, a fresh
-// generator at offset 0), in order. Host only; O(number of pieces).
+// The table: the launches init_ would make for each tensor (cuda::reference_launches, a
+// fresh generator), in order. Host only.
 inline BatchTable build_batch_table(const std::vector<BatchTensor>& tensors, int64_t sm_count,
                                     int64_t max_threads_per_sm) {
   BatchTable table;
@@ -85,11 +76,9 @@ inline BatchTable build_batch_table(const std::vector<BatchTensor>& tensors, int
   return table;
 }
 
-// The piece holding `tile`: the last one whose tile_begin <= tile, searched from `lo`
-// (a piece known to start at or before it: a block's tiles only grow, so its last
-// answer). Every piece has at least one tile, so tile_begin strictly increases. Gallops
-// ahead of lo (1, 2, 4, ... pieces) before the binary search: a block usually stays in
-// the same large piece (one load) or moves a few small pieces on.
+// The piece holding `tile` (the last with tile_begin <= tile; tile_begin strictly
+// increases), from `lo`, a block's last answer (its tiles only grow): gallops ahead 1, 2, 4,
+// ... pieces, then a binary search (a block mostly stays in one large piece or moves a few).
 FP8_DUMMY_HD int64_t find_piece(const BatchPiece* pieces, int64_t n, int64_t tile, int64_t lo) {
   int64_t stride = 1;
   int64_t hi = lo + 1;
@@ -111,9 +100,8 @@ FP8_DUMMY_HD int64_t find_piece(const BatchPiece* pieces, int64_t n, int64_t til
   return lo;
 }
 
-// Item `lane` of `tile` (a tile of piece p) as the per-tensor kernel numbers items,
-// item = step * groups + group: its first subsequence idx and its step. False past the
-// piece's last item (the piece's last tile is partly empty).
+// Item `lane` of `tile` of piece p as the per-tensor kernel numbers them (step * groups +
+// group): its first subsequence and step; false past the piece's last item.
 FP8_DUMMY_HD bool tile_item(const BatchPiece& p, int64_t tile, uint32_t lane, int64_t* idx,
                             uint32_t* step) {
   const auto groups = static_cast<uint32_t>(p.threads / kGroup);
@@ -125,9 +113,8 @@ FP8_DUMMY_HD bool tile_item(const BatchPiece& p, int64_t tile, uint32_t lane, in
   return true;
 }
 
-// Thread `lane` of block `block` of a launch of `grid` blocks: visit(piece, idx, step)
-// for each of its items, tiles block, block + grid, ... The kernel and the emulator
-// both run this loop.
+// Thread `lane` of block `block` of `grid`: visit(piece, idx, step) for each of its items,
+// tiles block, block + grid, ... (the kernel and the emulator).
 template <typename Visit>
 FP8_DUMMY_HD void for_each_batch_item(const BatchPiece* pieces, int64_t n, int64_t tiles,
                                       uint32_t block, uint32_t grid, uint32_t lane, Visit& visit) {

@@ -1,12 +1,7 @@
-// The per-work-item code of the fused CUDA kernels, torch-free and host + device, so
-// that the per-tensor kernel, the batched kernel and the CPU emulator of the batched
-// kernel all run these very functions (the emulator on the host branch of the
-// conversions, which the per-tensor emulator tests cover).
-//
-// A work item is one kernel thread's share of one reference launch: the Philox calls
-// of kGroup = 4 consecutive reference threads (subsequences) at one grid step. Word ii
-// of those calls fills 4 consecutive elements, so the item owns 4 consecutive bytes
-// per word: one 32-bit store per word on a dense, 4-byte aligned tensor.
+// One work item of the fused CUDA kernels, torch-free, host + device (the per-tensor and
+// batched kernels and their CPU emulators run these very functions): the Philox calls of
+// kGroup = 4 consecutive reference threads (subsequences) at one grid step. Word ii of those
+// calls fills 4 consecutive elements: one 32-bit store per word on an aligned dense tensor.
 #pragma once
 
 #include <cstdint>
@@ -29,18 +24,15 @@ namespace cuda_kernels {
 
 constexpr int kGroup = 4;  // reference threads per work item
 
-// Work items of one reference launch: (T / 4) subsequence groups times the steps;
-// < 2^28 for a launch of at most 2^30 elements, so 32-bit item indices suffice.
-// Element and address arithmetic stays 64-bit.
+// Work items of one reference launch: T / 4 groups times the steps, < 2^28 for at most 2^30
+// elements, so 32-bit item indices suffice (element arithmetic stays 64-bit).
 FP8_DUMMY_HD uint32_t work_items(int64_t threads, int64_t steps) {
   return static_cast<uint32_t>(threads / kGroup * steps);
 }
 
-// Walks work items w = step * groups + group for w = first, first + stride, ... (a kernel
-// thread's grid-stride share), keeping (step, group) in step with an add and a carry rather
-// than a division per item. Host + device: the kernel starts it at its global thread index
-// with the grid's size as stride; the emulator (emulator/init_cuda_emulator.cpp) does the
-// same for every simulated thread, so CPU tests cover the carry across grid steps.
+// Work items w = step * groups + group for w = first, first + stride, ... (a thread's
+// grid-stride share), (step, group) kept with an add and a carry, not a division per item.
+// The emulator walks every simulated thread so, so CPU tests cover the carry across steps.
 struct WorkWalk {
   uint32_t groups, step, group, stride_steps, stride_groups;
 

@@ -399,7 +399,6 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
     finally:
         if bar is not None:
             bar.close()
-        _proof.emit_pending()  # the operators' own refusals, shown from here
 
 
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):

@@ -1,4 +1,4 @@
-// Runs the AVX-512 kernels of the CPU stream (csrc/cpu/mt19937_avx512.h) on a CPU without
+// Runs the AVX-512 kernels of the CPU stream (csrc/cpu/kernels_avx512.h) on a CPU without
 // AVX-512: the file is compiled with its target attribute removed, over SIMDe's portable
 // implementations of the AVX-512 intrinsics (AVX2/FMA/F16C stay native: -mavx2 -mfma
 // -mf16c), and its results are compared with the portable kernels, word for word and byte
@@ -42,7 +42,7 @@ static inline simde__m512 cvtepi32_ps_512(simde__m512i v) {
 #define FP8_DUMMY_TARGET_AVX512
 #define FP8_DUMMY_OPAQUE_512(x) __asm__("" : "+m"(x))
 
-#include "cpu/mt19937_avx512.h"
+#include "cpu/kernels_avx512.h"
 
 using namespace fp8_dummy::cpu;
 
@@ -97,7 +97,7 @@ int main() {
       check(std::memcmp(b1.data(), b2.data(), n) == 0, "bytes", static_cast<int>(r.range));
     }
   }
-  // FP8 bytes from runs (fp8_runs.h): a made-up table monotone in the half's value (as
+  // FP8 bytes from runs (fp8_bytes.h): a made-up table monotone in the half's value (as
   // float16 -> FP8 is), runs from a narrow and a wider range.
   static uint8_t table[65536];
   for (int h = 0; h < 65536; ++h) {

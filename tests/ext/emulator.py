@@ -13,8 +13,6 @@ from typing import NamedTuple
 
 import torch
 
-from fp8_dummy._proof import emit_pending
-
 from . import test_ops
 
 __all__ = [
@@ -159,10 +157,11 @@ def emulate_cuda_kernel_init_(
     )
 
 
-def cuda_probe_numel(sm_count: int, max_threads_per_sm: int = 2048) -> int:
-    """Elements of the CUDA paths' proof probes on such a GPU: two full grid steps of the
-    reference and a partial one (csrc/launch/cuda_proof.h)."""
-    return test_ops.cuda_probe_numel(sm_count, max_threads_per_sm)
+def cuda_probe_numel(sm_count: int, max_threads_per_sm: int = 2048, numel: int = 1) -> int:
+    """Elements of the CUDA init_ probe of a call of ``numel`` elements on such a GPU: two
+    full grid steps of the reference and a partial one; two such pieces for a call over
+    2^30 elements (csrc/launch/cuda_proof.h)."""
+    return test_ops.cuda_probe_numel(sm_count, max_threads_per_sm, numel)
 
 
 def emulate_proven_cuda_init_(
@@ -177,10 +176,12 @@ def emulate_proven_cuda_init_(
     saturate_e4m3fn: bool = True,
     generator_form: bool = False,
     contiguous_temp: bool = False,
+    split_probe: bool = False,
 ) -> int:
     """``init_`` as the CUDA launcher runs it, with the emulated kernel: proven on its key
     (the launcher's probe and verdict) before it fills ``t``, else the emulated reference.
-    Refusals are in :func:`fp8_dummy.self_check_report` and warn once."""
+    Refusals are in :func:`fp8_dummy.self_check_report` and warn once. ``split_probe``: the
+    key and probe of a call over 2^30 elements (two pieces at non-zero offsets)."""
     after = test_ops.emulate_proven_cuda_init_(
         t,
         low,
@@ -192,8 +193,8 @@ def emulate_proven_cuda_init_(
         saturate_e4m3fn,
         generator_form,
         contiguous_temp=contiguous_temp,
+        split_probe=split_probe,
     )
-    emit_pending()
     return after
 
 
@@ -220,7 +221,6 @@ def emulate_proven_cuda_init_many_(
         saturate_e4m3fn,
         contiguous_temp=contiguous_temp,
     )
-    emit_pending()
     return launches
 
 
@@ -240,4 +240,3 @@ def emulate_proven_cuda_init_stateless_(
     test_ops.emulate_proven_cuda_init_stateless_(
         t, low, high, seed, key_offset, element_offset, element_strides, sm_count
     )
-    emit_pending()

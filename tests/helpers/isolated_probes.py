@@ -1,6 +1,6 @@
 """Stand-in probes for fp8_dummy._isolated (tests/test_proof_isolated.py): each appends a line
 to `marker` (so a test can count the child processes that ran it), then holds, differs,
-raises, crashes the process as an illegal memory access would, or hangs."""
+raises, runs out of memory, crashes the process as an illegal memory access would, or hangs."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ def differs(marker: str) -> str:
 def raises(marker: str) -> None:
     _mark(marker, "raises")
     raise ValueError("the probe could not run")
+
+
+def runs_out_of_memory(marker: str) -> None:
+    _mark(marker, "runs_out_of_memory")
+    raise MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
 def crashes(marker: str) -> None:

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <optional>
 
-#include "cpu/mt19937_stream.h"
+#include "cpu/fast_path.h"
 
 namespace fp8_dummy {
 namespace {
@@ -58,7 +58,7 @@ void with_pod(const std::optional<at::Generator>& generator, const char* op, con
 
 void cpu_mt19937_jump(const std::optional<at::Generator>& generator, int64_t distance, bool avx2) {
   TORCH_CHECK(distance >= 0, "fp8_dummy_test.cpu_mt19937_jump: distance must be >= 0");
-  TORCH_CHECK(!avx2 || cpu::cpu_has_avx2_fma_f16c(),
+  TORCH_CHECK(!avx2 || cpu::cpu_has_level(cpu::SimdLevel::kAvx2),
               "fp8_dummy_test.cpu_mt19937_jump: this CPU does not run avx2");
   with_pod(generator, "cpu_mt19937_jump", [&](at::mt19937_data_pod& pod) {
     cpu::mt_jump(pod, static_cast<uint64_t>(distance), avx2);
@@ -73,7 +73,8 @@ at::Tensor cpu_mt19937_words(const std::optional<at::Generator>& generator, int6
   auto out = at::empty({n}, at::TensorOptions().dtype(at::kInt));
   auto* dst = static_cast<uint32_t*>(out.mutable_data_ptr());
   with_pod(generator, "cpu_mt19937_words", [&](at::mt19937_data_pod& pod) {
-    cpu::draw_words(pod, n, kernels, static_cast<int>(threads),
+    cpu::draw_words(pod, n, kernels.twist, kernels.level != cpu::SimdLevel::kPortable,
+                    static_cast<int>(threads),
                     [&](int64_t first, const uint32_t* words, int64_t len) {
                       for (int64_t i = 0; i < len; ++i) dst[first + i] = cpu::mt_temper(words[i]);
                     });

@@ -54,10 +54,11 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
   // The CUDA launchers' proofs with emulated kernels (launch/cuda_proof.h): init_ and
   // init_many_ as the launchers run them on a GPU of these properties, the kernels used
   // where their key is proven, the reference emulation else (the report shows the keys).
+  // split_probe: the key and probe of a call over 2^30 elements (two pieces), at any size.
   m.def(
       "emulate_proven_cuda_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn, bool generator_form, *, "
-      "bool contiguous_temp=False) -> int");
+      "bool contiguous_temp=False, bool split_probe=False) -> int");
   m.def(
       "emulate_proven_cuda_init_many_(Tensor(a!)[] tensors, float low, float high, int seed, "
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, *, "
@@ -68,8 +69,9 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
       "emulate_proven_cuda_init_stateless_(Tensor(a!) self, float low, float high, int seed, "
       "int key_offset=0, int element_offset=0, int[]? element_strides=None, int sm_count=132) "
       "-> ()");
-  // Elements of the CUDA paths' probes on a GPU of these properties (launch/cuda_proof.h).
-  m.def("cuda_probe_numel(int sm_count, int max_threads_per_sm) -> int");
+  // Elements of the CUDA init_ probe of a call of `numel` elements on a GPU of these
+  // properties (launch/cuda_proof.h: at most 7 device bytes each).
+  m.def("cuda_probe_numel(int sm_count, int max_threads_per_sm, int numel=1) -> int");
   // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
   // then per piece: tensor, start, count, threads, steps, offset, first tile].
   m.def("cuda_batch_table(int[] numels, int sm_count, int max_threads_per_sm) -> int[]");

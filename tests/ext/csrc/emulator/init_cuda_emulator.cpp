@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/reference.h"
-#include "common/strided_walk.h"
 #include "fp8_dummy/cuda/philox.h"
 #include "fp8_dummy/cuda/uniform.h"
 #include "launch/cuda_launch_plan.h"
@@ -94,12 +93,14 @@ int64_t emulate_cuda_init(at::Tensor& self, double low, double high, int64_t see
       std::memcpy(base + layout->offset(m) * item, &values[m * item], item);
     }
   } else {
-    StridedWalk walk(order);
-    walk.next(n, [&](int64_t off, int64_t stride, int64_t len, int64_t first) {
-      for (int64_t i = 0; i < len; ++i) {
-        std::memcpy(base + (off + i * stride) * item, &values[(first + i) * item], item);
+    for (int64_t m = 0; m < n; ++m) {  // more dimensions than a layout: element by element
+      int64_t rest = m, off = 0;
+      for (auto d = static_cast<int64_t>(order.sizes.size()) - 1; d >= 0; --d) {
+        off += rest % order.sizes[d] * order.strides[d];
+        rest /= order.sizes[d];
       }
-    });
+      std::memcpy(base + off * item, &values[m * item], item);
+    }
   }
   return static_cast<int64_t>(after);
 }
@@ -138,16 +139,12 @@ void check_table(const at::Tensor& table) {
 std::vector<int64_t> pick_fp8_mode_op(const at::Tensor& table, c10::ScalarType dtype,
                                       const std::optional<at::Tensor>& hw_table) {
   check_table(table);
-  const auto torch_table = table.contiguous();
-  const auto mode = pick_fp8_mode(dtype, torch_table.const_data_ptr<uint8_t>());
-  if (!mode) return {-1, 0};
-  bool hw = false;
-  if (hw_table.has_value()) {
-    check_table(*hw_table);
-    hw = hw_table_agrees(dtype, *mode, hw_table->contiguous().const_data_ptr<uint8_t>(),
-                         torch_table.const_data_ptr<uint8_t>());
-  }
-  return {static_cast<int64_t>(*mode), hw ? 1 : 0};
+  if (hw_table.has_value()) check_table(*hw_table);
+  const auto hw = hw_table.has_value() ? hw_table->contiguous() : at::Tensor();
+  const auto found = match_conversion(dtype, table.contiguous().const_data_ptr<uint8_t>(),
+                                      hw.defined() ? hw.const_data_ptr<uint8_t>() : nullptr);
+  if (!found) return {-1, 0};
+  return {static_cast<int64_t>(found->mode), found->hw ? 1 : 0};
 }
 
 std::vector<int64_t> philox_op(at::IntArrayRef counter, at::IntArrayRef key) {

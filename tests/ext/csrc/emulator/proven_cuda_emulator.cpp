@@ -49,9 +49,52 @@ int64_t many_emulation(std::vector<at::Tensor>& ts, double low, double high, int
   return op.call(ts, low, high, seed, sm_count, max_threads_per_sm, saturate, 0, contiguous_temp);
 }
 
-// Our per-tensor kernel (cuda/init_kernel.cuh) on the CPU: each reference launch's work items
-// visited by the simulated threads of a grid of `grid` blocks (0: the wave a GPU of
-// `sm_count` SMs holds at 8 blocks per SM), thread after thread, each through WorkWalk.
+// One launch of our per-tensor kernel (cuda/init_kernel.cuh) on the CPU: elements [start,
+// start + count) of the temp's order, the launch's work items visited by the simulated
+// threads of a grid of `grid` blocks (0: the wave a GPU of `sm_count` SMs holds at 8 blocks
+// per SM), thread after thread, each through WorkWalk.
+void emulate_launch(const at::Tensor& self, ItemArgs item, int64_t start, int64_t count,
+                    const cuda::ReferenceGrid& g, uint64_t seed, uint64_t at, int64_t sm_count,
+                    int64_t grid) {
+  const bool linear = item.layout.linear();
+  item.start = start;
+  item.count = count;
+  item.threads = g.threads;
+  item.aligned = linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
+  const uint32_t items = cuda_kernels::work_items(g.threads, g.steps);
+  const int64_t blocks = grid > 0 ? grid : std::min<int64_t>((items + 255) / 256, sm_count * 8);
+  const auto stride = static_cast<uint32_t>(blocks * 256);
+  const auto groups = static_cast<uint32_t>(g.threads / kGroup);
+  with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
+    constexpr auto F = decltype(f)::value;
+    for (uint32_t w = 0; w < stride; ++w) {
+      for (cuda_kernels::WorkWalk walk(groups, w, stride); walk.step < g.steps; walk.next()) {
+        const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
+        if (linear) {
+          cuda_kernels::fill_item<F, true>(item, seed, at, idx, walk.step);
+        } else {
+          cuda_kernels::fill_item<F, false>(item, seed, at, idx, walk.step);
+        }
+      }
+    }
+  });
+}
+
+ItemArgs item_args(at::Tensor& self, double low, double high, bool saturate, bool contiguous_temp) {
+  const auto layout = to_layout(memory_order(self, contiguous_temp));
+  TORCH_CHECK(layout.has_value(),
+              "fp8_dummy_test.emulate_cuda_kernel_init_: a layout the kernel leaves to the "
+              "reference path");
+  ItemArgs item{};
+  item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
+  item.uniform = cuda::make_uniform_params(low, high);
+  item.overflow = emulated_overflow(fp8_format(self.scalar_type()), saturate);
+  item.use_hw = false;  // no hardware conversion on the host
+  item.layout = *layout;
+  return item;
+}
+
+// Our per-tensor kernel on the CPU, launch after launch as the reference launches.
 int64_t emulate_kernel(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
                        int64_t sm_count, int64_t max_threads_per_sm, bool saturate, int64_t grid,
                        bool contiguous_temp) {
@@ -61,46 +104,14 @@ int64_t emulate_kernel(at::Tensor& self, double low, double high, int64_t seed, 
               "CPU tensor");
   TORCH_CHECK(sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads && grid >= 0,
               "fp8_dummy_test.emulate_cuda_kernel_init_: bad device properties or grid");
-  const auto layout = to_layout(memory_order(self, contiguous_temp));
-  TORCH_CHECK(layout.has_value(),
-              "fp8_dummy_test.emulate_cuda_kernel_init_: a layout the kernel leaves to the "
-              "reference path");
+  const ItemArgs item = item_args(self, low, high, saturate, contiguous_temp);
   if (self.numel() == 0) return offset;
-  ItemArgs item{};
-  item.data = static_cast<uint8_t*>(self.mutable_data_ptr());
-  item.uniform = cuda::make_uniform_params(low, high);
-  item.overflow = emulated_overflow(fp8_format(self.scalar_type()), saturate);
-  item.use_hw = false;  // no hardware conversion on the host
-  item.layout = *layout;
-  const bool linear = layout->linear();
   FreshOffsets offsets{static_cast<uint64_t>(offset)};
   cuda::reference_launches(
       self.numel(), sm_count, max_threads_per_sm, offsets,
       [&](int64_t start, int64_t count, const cuda::ReferenceGrid& g, uint64_t at) {
-        item.start = start;
-        item.count = count;
-        item.threads = g.threads;
-        item.aligned = linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
-        const uint32_t items = cuda_kernels::work_items(g.threads, g.steps);
-        const int64_t wanted = (items + 255) / 256;
-        const int64_t blocks = grid > 0 ? grid : std::min(wanted, sm_count * 8);
-        const auto stride = static_cast<uint32_t>(blocks * 256);
-        const auto groups = static_cast<uint32_t>(g.threads / kGroup);
-        with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
-          constexpr auto F = decltype(f)::value;
-          for (uint32_t w = 0; w < stride; ++w) {
-            for (cuda_kernels::WorkWalk walk(groups, w, stride); walk.step < g.steps; walk.next()) {
-              const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
-              if (linear) {
-                cuda_kernels::fill_item<F, true>(item, static_cast<uint64_t>(seed), at, idx,
-                                                 walk.step);
-              } else {
-                cuda_kernels::fill_item<F, false>(item, static_cast<uint64_t>(seed), at, idx,
-                                                  walk.step);
-              }
-            }
-          }
-        });
+        emulate_launch(self, item, start, count, g, static_cast<uint64_t>(seed), at, sm_count,
+                       grid);
       });
   return static_cast<int64_t>(offsets.next);
 }
@@ -114,16 +125,16 @@ std::string emulated_device(int64_t sm_count, int64_t max_threads_per_sm) {
 // same key parts and probe as cuda/init_cuda.cu, the device emulated), else the reference.
 int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t seed, int64_t offset,
                             int64_t sm_count, int64_t max_threads_per_sm, bool saturate,
-                            bool generator_form, bool contiguous_temp) {
+                            bool generator_form, bool contiguous_temp, bool split_probe) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return offset;
   const auto layout =
       cuda_proof::layout_kind(self, memory_order(self, contiguous_temp).linear(), contiguous_temp);
-  const bool split = self.numel() > cuda::kMax32BitHalfElements;
+  const bool split = split_probe || self.numel() > cuda::kMax32BitHalfElements;
   const auto mode = emulated_overflow(fp8_format(self.scalar_type()), saturate);
-  const std::string key = cuda_proof::init_key(emulated_device(sm_count, max_threads_per_sm),
-                                               self.scalar_type(), "table", overflow_name(mode),
-                                               layout, split, generator_form, contiguous_temp);
+  const std::string key =
+      cuda_proof::init_key(emulated_device(sm_count, max_threads_per_sm), self.scalar_type(), false,
+                           overflow_name(mode), layout, split, generator_form, contiguous_temp);
   auto ours = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
     const auto after =
         emulate_kernel(t, low, high, static_cast<int64_t>(s), static_cast<int64_t>(o), sm_count,
@@ -131,15 +142,23 @@ int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t s
     if (proof::fault("cuda.init_")) proof::corrupt(t);
     return static_cast<uint64_t>(after);
   };
+  auto piece = [&](at::Tensor& t, int64_t start, int64_t count, uint64_t s,
+                   uint64_t o) -> uint64_t {
+    const auto g = cuda::reference_grid(count, sm_count, max_threads_per_sm);
+    emulate_launch(t, item_args(t, low, high, saturate, contiguous_temp), start, count, g, s, o,
+                   sm_count, 0);
+    if (start == 0 && proof::fault("cuda.init_")) proof::corrupt(t);
+    return o + g.counter_offset;
+  };
   auto ref = [&](at::Tensor& t, uint64_t s, uint64_t o) -> uint64_t {
     return static_cast<uint64_t>(
         reference_emulation(t, low, high, static_cast<int64_t>(s), static_cast<int64_t>(o),
                             sm_count, max_threads_per_sm, saturate, contiguous_temp));
   };
-  const int64_t n = split ? cuda::kMax32BitHalfElements + 4097
-                          : cuda_proof::probe_numel(sm_count, max_threads_per_sm);
+  const int64_t n = cuda_proof::probe_piece(sm_count, max_threads_per_sm);
   const bool use = proof::proven(key, [&] {
-    return cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
+    return split ? cuda_proof::split_probe(self.options(), n, layout, piece, ref)
+                 : cuda_proof::init_probe(self.options(), n, layout, generator_form, ours, ref);
   });
   return static_cast<int64_t>(use ? ours(self, seed, offset) : ref(self, seed, offset));
 }
@@ -160,7 +179,7 @@ int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int
     const auto mode = uses_half_temp(dtype) ? emulated_overflow(fp8_format(dtype), saturate)
                                             : cuda::E4m3fnOverflow::kSaturate;
     const std::string key =
-        cuda_proof::many_key(emulated_device(sm_count, max_threads_per_sm), dtype, "table",
+        cuda_proof::many_key(emulated_device(sm_count, max_threads_per_sm), dtype, false,
                              overflow_name(mode), contiguous_temp);
     auto ours = [&](std::vector<at::Tensor>& ts) {
       const auto launches = many_emulation(ts, low, high, seed, sm_count, max_threads_per_sm,
@@ -189,6 +208,10 @@ int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int
   return batched;
 }
 
+int64_t cuda_probe_numel(int64_t sm_count, int64_t max_threads_per_sm, int64_t numel) {
+  return cuda_proof::probe_numel(sm_count, max_threads_per_sm, numel);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fp8_dummy_test, CPU, m) {
@@ -198,7 +221,7 @@ TORCH_LIBRARY_IMPL(fp8_dummy_test, CPU, m) {
 }
 
 TORCH_LIBRARY_IMPL(fp8_dummy_test, CompositeExplicitAutograd, m) {
-  m.impl("cuda_probe_numel", TORCH_FN(cuda_proof::probe_numel));
+  m.impl("cuda_probe_numel", TORCH_FN(cuda_probe_numel));
 }
 
 }  // namespace fp8_dummy

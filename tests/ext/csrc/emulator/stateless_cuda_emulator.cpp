@@ -86,7 +86,7 @@ void emulate_proven_stateless(at::Tensor& self, double low, double high, int64_t
   };
   const bool use = proof::proven(key, [&] {
     return cuda_proof::stateless_probe(
-        self.options(), cuda_proof::probe_numel(sm_count, 2048), linear,
+        self.options(), cuda_proof::probe_piece(sm_count, 2048), linear,
         [&](at::Tensor& t, int64_t offset) {
           ours(t, check_stateless_args(t, low, high, offset, std::nullopt));
         },

@@ -1,40 +1,19 @@
-// The AVX-512 level of the CPU stream (16 lanes): the block twist, tempering, torch's float16
-// uniform_ transform and the random_ byte transform, giving the same words and bytes as the
-// portable and AVX2 forms (mt19937_simd.h, uniform_transform.h, random_bytes_transform.h),
-// which they mirror line for line. Compiled with target attributes, run only where
-// cpu_has_avx512() says the CPU has AVX512F (plus the AVX2/FMA/F16C the 16-bit steps use).
-//
-// Tested where the CPU has AVX-512 (FP8_DUMMY_CPU_PATH=avx512 and the self-check); the
-// tests skip, saying so, on CPUs without it.
+// The AVX-512 level of the CPU kernels (16 lanes), mirroring the AVX2 forms line for line
+// (mt19937.h, transforms.h, fp8_bytes.h); also run over SIMDe (tests/consumers/).
 #pragma once
 
 #include <cstdint>
 
-#include "cpu/fp8_runs.h"
-#include "cpu/mt19937_simd.h"
-#include "cpu/random_bytes_transform.h"
-#include "cpu/uniform_transform.h"
+#include "cpu/fp8_bytes.h"
+#include "cpu/mt19937.h"
+#include "cpu/transforms.h"
 
 namespace fp8_dummy {
 namespace cpu {
 
-inline bool cpu_has_avx512() {
-#ifdef FP8_DUMMY_X86
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && cpu_has_avx2_fma_f16c();
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
-
 #ifdef FP8_DUMMY_X86
 
-// Both can be predefined: tests/consumers/avx512_on_simde.cpp compiles this file without
-// the target (so nothing here needs AVX-512 to run) over SIMDe's portable intrinsics, to run
-// these kernels on CPUs without AVX-512.
+// Both predefined by the SIMDe build (no target attribute there).
 #ifndef FP8_DUMMY_TARGET_AVX512
 #define FP8_DUMMY_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #endif
@@ -43,8 +22,7 @@ inline bool cpu_has_avx512() {
 #define FP8_DUMMY_OPAQUE_512(x) __asm__("" : "+v"(x))
 #endif
 
-// GCC's avx512fintrin.h trips -Wuninitialized/-Wmaybe-uninitialized in some versions
-// (_mm512_undefined_*); the warnings are about the header, not this code.
+// GCC's avx512fintrin.h trips uninitialized-value warnings (_mm512_undefined_*).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -61,9 +39,7 @@ FP8_DUMMY_TARGET_AVX512 inline __m512i mt_twist16_avx512(__m512i far, __m512i u,
   return _mm512_ternarylogic_epi32(far, _mm512_srli_epi32(y, 1), mag, 0x96);  // a ^ b ^ c
 }
 
-// As mt_twist_avx2 with 16 lanes: vectors never need a word made in their own vector
-// (dependencies reach 227 and 397 words); the words around the two wraps (the far word
-// switching from old to new at 227; the last word reading new word 0) go word by word.
+// As mt_twist_avx2 with 16 lanes.
 FP8_DUMMY_TARGET_AVX512 inline void mt_twist_avx512(const uint32_t* old, uint32_t* out) {
   int i = 0;
   for (; i + 16 <= kMtN - kMtM; i += 16) {  // 0 .. 223: far words old
@@ -150,8 +126,7 @@ inline void transform_block_avx512(const uint32_t* words, int64_t n, bool temper
         : transform_block_avx512_fma<false>(words, n, temper, p, out);
 }
 
-// random_'s bytes for a power-of-two range: base + (tempered word & mask), kept to the low
-// byte by vpmovdb's truncation (the sum wraps mod 256 as the int64 -> int8/uint8 cast does).
+// A power-of-two range: base + (word & mask), vpmovdb keeping the low byte (mod 256).
 FP8_DUMMY_TARGET_AVX512 inline void bytes_pow2_avx512(const uint32_t* words, int64_t n,
                                                       const ByteParams& p, uint8_t* out) {
   const __m512i mask = _mm512_set1_epi32(static_cast<int>(p.range - 1));
@@ -171,7 +146,7 @@ inline void bytes_block_avx512(const uint32_t* words, int64_t n, const ByteParam
   bytes_block_scalar(words, n, p, out);  // a division per element: no SIMD form
 }
 
-// FP8 bytes from the runs (fp8_runs.h): a masked add per breakpoint, vpmovdb to bytes.
+// FP8 bytes from the runs (fp8_bytes.h): a masked add per breakpoint, vpmovdb to bytes.
 FP8_DUMMY_TARGET_AVX512 inline void runs_block_avx512(const uint32_t* words, int64_t n,
                                                       uint32_t mask, const Fp8Runs& r,
                                                       uint8_t* out) {

@@ -1,20 +1,17 @@
-// FP8 bytes straight from the random bits, for bounds where few FP8 values occur (vLLM's
-// default +-1e-3 gives 5 runs in float8_e4m3fn): the byte is a step function of
-// x = word & mask, so it is `first` plus the deltas of the breakpoints x has passed. Per
-// element that is a few compares instead of the float16 transform and the FP8 conversion.
-//
-// Why a step function: x -> v = x * 2^-bits * range + low (fused or not) -> half(v) is
-// non-decreasing (every rounding is monotone, range >= 0), taking -0 before +0; so each
-// half value's preimage is an interval of x, and so is each FP8 value's (float16 -> FP8
-// is monotone too within the format's finite range, where this is used). The clamp
-// (half(high) -> half(low)) replaces one such interval. So the runs are found by binary
-// search with the scalar transform and the table made by torch's copy_ (the definition),
-// and then checked on spread samples and on both sides of every breakpoint.
+// 1-byte outputs without the float16 -> byte table where that gives the table's bytes (the
+// table is torch's own copy_): runs, the byte as a step function of the random bits where
+// few values occur (found by binary search, then checked), and direct, float16 -> FP8 in
+// registers within the finite range (checked on every half value first).
 #pragma once
 
-#include <cstdint>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Half.h>
 
-#include "cpu/uniform_transform.h"
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "cpu/transforms.h"
 
 namespace fp8_dummy {
 namespace cpu {
@@ -41,8 +38,7 @@ inline uint32_t half_order(uint16_t h) {
   return (h & 0x8000) ? 0x7FFFu - (h & 0x7FFF) : 0x8000u + h;
 }
 
-// The last x in [lo, hi] with pred(x) true, given pred(lo) true and pred monotone (true
-// then false).
+// The last x in [lo, hi] with pred(x), pred(lo) true and pred monotone (true, then false).
 template <class Pred>
 uint32_t last_true(uint32_t lo, uint32_t hi, const Pred& pred) {
   while (lo < hi) {
@@ -58,8 +54,8 @@ uint32_t last_true(uint32_t lo, uint32_t hi, const Pred& pred) {
 
 }  // namespace detail
 
-// The runs of x -> table[transform(x)] for `p`, or false if there are more than kMaxBreaks
-// or a check fails. The caller makes sure the bounds are within the format's finite range.
+// The runs of x -> table[transform(x)], or false if more than kMaxBreaks or a check fails
+// (bounds within the format's finite range: the caller's part).
 inline bool make_fp8_runs(const UniformParams& p, const uint8_t* table, Fp8Runs* out) {
   const uint32_t top = p.mask;  // x in [0, top]
   auto raw = [&](uint32_t x) {  // half(v) before the clamp
@@ -111,7 +107,7 @@ inline bool make_fp8_runs(const UniformParams& p, const uint8_t* table, Fp8Runs*
       a = e + 1;
     }
   }
-  // The checks: both sides of every breakpoint, the ends, and 4096 spread points.
+  // Both sides of every breakpoint, the ends, and 4096 spread points.
   for (int i = 0; i < r.breaks; ++i) {
     if (run_byte(r.start[i], r) != byte(r.start[i]) ||
         run_byte(r.start[i] - 1, r) != byte(r.start[i] - 1)) {
@@ -133,7 +129,6 @@ inline void runs_block_scalar(const uint32_t* words, int64_t n, uint32_t mask, c
 
 #ifdef FP8_DUMMY_X86
 
-// The bytes of 8 elements, each in its own dword.
 template <int K>
 __attribute__((target("avx2"))) inline __m256i runs8_avx2(__m256i x, const __m256i* start,
                                                           const __m256i* delta, __m256i first) {
@@ -144,11 +139,9 @@ __attribute__((target("avx2"))) inline __m256i runs8_avx2(__m256i x, const __m25
   return a;
 }
 
-// 32 elements per turn: 4 vectors of bytes-in-dwords, packed (the sums are the bytes
-// themselves, so unsigned saturation never bites) and put back in order; then 8 at a time,
-// the last few through a padded vector (a block of 624 has 16 left after the 32s). K, the
-// number of breakpoints, is a template argument so the loops unroll and the sums stay in
-// registers (with a run-time count they were spilled to the stack).
+// 32 elements per turn (4 vectors of bytes in dwords, packed and put back in order), then 8
+// at a time through a padded vector. K (the breakpoints) a template argument: the loops
+// unroll and the sums stay in registers (a run-time count spilled them to the stack).
 template <int K>
 __attribute__((target("avx2"))) inline void runs_block_avx2_k(const uint32_t* words, int64_t n,
                                                               uint32_t mask, const Fp8Runs& r,
@@ -187,7 +180,6 @@ __attribute__((target("avx2"))) inline void runs_block_avx2_k(const uint32_t* wo
         runs8_avx2<K>(_mm256_and_si256(mt_temper8_avx2(load8(w)), m), start, delta, first);
     const __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(a, a), _mm256_setzero_si256());
     alignas(16) uint8_t bytes[16];
-    // Lane 0 holds bytes 0-3 in its first dword, lane 1 bytes 4-7 in its first (dword 4).
     _mm_store_si128(reinterpret_cast<__m128i*>(bytes),
                     _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(p, order)));
     for (int64_t j = 0; j < len; ++j) out[i + j] = bytes[j];
@@ -206,6 +198,137 @@ inline void runs_dispatch_avx2(const uint32_t* words, int64_t n, uint32_t mask, 
 inline void runs_block_avx2(const uint32_t* words, int64_t n, uint32_t mask, const Fp8Runs& r,
                             uint8_t* out) {
   runs_dispatch_avx2<0>(words, n, mask, r, out);
+}
+
+#endif  // FP8_DUMMY_X86
+
+// ---- direct: float16 -> FP8 in registers.
+
+// The four sign/exponent/mantissa FP8 formats (slot: e4m3fn, e5m2, e4m3fnuz, e5m2fnuz);
+// others (e8m0, int8, uint8) go through the table.
+struct Fp8Bits {
+  bool supported = false;
+  int bias = 0;
+  double max_finite = 0.0;
+  int slot = 0;
+  double min_normal() const { return std::ldexp(1.0, 1 - bias); }
+};
+
+inline Fp8Bits fp8_bits(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Float8_e4m3fn:
+      return {true, 7, 448.0, 0};
+    case c10::ScalarType::Float8_e5m2:
+      return {true, 15, 57344.0, 1};
+    case c10::ScalarType::Float8_e4m3fnuz:
+      return {true, 8, 240.0, 2};
+    case c10::ScalarType::Float8_e5m2fnuz:
+      return {true, 16, 57344.0, 3};
+    default:
+      return {};
+  }
+}
+
+#ifdef FP8_DUMMY_X86
+
+// 8 halves -> 8 FP8 bytes (M mantissa bits, exponent bias B; fnuz: no negative zero), for
+// |h| <= the largest finite value; kTiny: for |h| <= the smallest normal 2^(1-B) (+-1e-3 in
+// e4m3fn), where the subnormal rule alone gives every result.
+template <int M, int B, bool kFnuz, bool kTiny>
+__attribute__((target("avx2,f16c"))) inline void fp8_from_half8_avx2(__m128i h, uint8_t* dst) {
+  constexpr int kShift = 23 - M;
+  const __m256i bits = _mm256_castps_si256(_mm256_cvtph_ps(h));  // exact
+  const __m256i sign = _mm256_srli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(INT32_MIN)), 24);
+  const __m256i mag = _mm256_and_si256(bits, _mm256_set1_epi32(INT32_MAX));
+  const __m256 a = _mm256_castsi256_ps(mag);
+  // Subnormal results: the count of smallest subnormals (2^(1-B-M)), rounded to nearest
+  // even (a count of 2^M is the smallest normal's code, as it should be).
+  const __m256 inv_unit = _mm256_castsi256_ps(_mm256_set1_epi32((127 + B + M - 1) << 23));
+  const __m256 count = _mm256_round_ps(_mm256_mul_ps(a, inv_unit),  // power of two: exact
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256i code = _mm256_cvttps_epi32(count);
+  if (!kTiny) {
+    // Normal results: the float's bits rounded to M mantissa bits, nearest even (a carry
+    // into the exponent is right), the exponent rebiased.
+    __m256i r = _mm256_add_epi32(mag, _mm256_set1_epi32((1 << (kShift - 1)) - 1));
+    r = _mm256_add_epi32(r, _mm256_and_si256(_mm256_srli_epi32(mag, kShift), _mm256_set1_epi32(1)));
+    const __m256i normal =
+        _mm256_sub_epi32(_mm256_srli_epi32(r, kShift), _mm256_set1_epi32((127 - B) << M));
+    const __m256 min_normal = _mm256_castsi256_ps(_mm256_set1_epi32((127 + 1 - B) << 23));
+    const __m256i tiny = _mm256_castps_si256(_mm256_cmp_ps(a, min_normal, _CMP_LT_OQ));
+    code = _mm256_blendv_epi8(normal, code, tiny);
+  }
+  __m256i s = sign;
+  if (kFnuz) s = _mm256_andnot_si256(_mm256_cmpeq_epi32(code, _mm256_setzero_si256()), s);
+  code = _mm256_or_si256(code, s);
+  const __m128i words =
+      _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(words, words));
+}
+
+template <int M, int B, bool kFnuz, bool kTiny>
+__attribute__((target("avx2,f16c"))) inline void fp8_from_halves_avx2_impl(const uint16_t* h,
+                                                                           int64_t n,
+                                                                           uint8_t* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    fp8_from_half8_avx2<M, B, kFnuz, kTiny>(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)), dst + i);
+  }
+  if (i < n) {  // the tail through the same code
+    alignas(16) uint16_t in[8] = {};
+    uint8_t out[8];
+    for (int64_t j = i; j < n; ++j) in[j - i] = h[j];
+    fp8_from_half8_avx2<M, B, kFnuz, kTiny>(_mm_load_si128(reinterpret_cast<const __m128i*>(in)),
+                                            out);
+    for (int64_t j = i; j < n; ++j) dst[j] = out[j - i];
+  }
+}
+
+template <bool kTiny>
+inline void fp8_from_halves_avx2_tmpl(const uint16_t* h, int64_t n, const Fp8Bits& f,
+                                      uint8_t* dst) {
+  switch (f.slot) {
+    case 0:
+      return fp8_from_halves_avx2_impl<3, 7, false, kTiny>(h, n, dst);
+    case 1:
+      return fp8_from_halves_avx2_impl<2, 15, false, kTiny>(h, n, dst);
+    case 2:
+      return fp8_from_halves_avx2_impl<3, 8, true, kTiny>(h, n, dst);
+    default:
+      return fp8_from_halves_avx2_impl<2, 16, true, kTiny>(h, n, dst);
+  }
+}
+
+inline void fp8_from_halves_avx2(const uint16_t* h, int64_t n, const Fp8Bits& f, bool tiny,
+                                 uint8_t* dst) {
+  tiny ? fp8_from_halves_avx2_tmpl<true>(h, n, f, dst)
+       : fp8_from_halves_avx2_tmpl<false>(h, n, f, dst);
+}
+
+// Whether both forms equal `table` (torch's copy_) on every half in their ranges; once per
+// dtype and process.
+inline bool fp8_direct_ok(const Fp8Bits& f, const uint8_t* table) {
+  static bool ok[4];
+  static std::once_flag once[4];
+  if (!f.supported) return false;
+  std::call_once(once[f.slot], [&] {
+    alignas(16) uint16_t h[8];
+    uint8_t out[8], out_tiny[8];
+    bool all = true;
+    for (uint32_t base = 0; base < 65536 && all; base += 8) {
+      for (uint32_t j = 0; j < 8; ++j) h[j] = static_cast<uint16_t>(base + j);
+      fp8_from_halves_avx2(h, 8, f, /*tiny=*/false, out);
+      fp8_from_halves_avx2(h, 8, f, /*tiny=*/true, out_tiny);
+      for (uint32_t j = 0; j < 8; ++j) {
+        const double v = std::abs(static_cast<float>(c10::Half(h[j], c10::Half::from_bits())));
+        if (v <= f.max_finite) all = all && out[j] == table[h[j]];  // NaN, inf: table
+        if (v <= f.min_normal()) all = all && out_tiny[j] == table[h[j]];
+      }
+    }
+    ok[f.slot] = all;
+  });
+  return ok[f.slot];
 }
 
 #endif  // FP8_DUMMY_X86

@@ -1,15 +1,6 @@
-// Per-element transform of torch's CPU float16 uniform_ (docs/contract.md R4): one 32-bit
-// mt19937 output -> float16 bits, for the two formulas torch has used:
-//   kBits24 (torch >= 2.12): x = (r & 0xFFFFFF) * 2^-24; v = x * range + low in float, with
-//     range = float(high) - float(low), low = float(low); contracted to one FMA in torch's
-//     AVX2/AVX512 kernels, a rounded multiply then a rounded add in its DEFAULT kernel;
-//     h = half(v); if h == half(high) (as floats, so +0 == -0) then h = half(low).
-//   kBits11 (torch <= 2.11): x = (r & 0x7FF) * 2^-11; the bounds are halves from_h, to_h and
-//     range = half(to_h - from_h); v = x * float(range) + float(from_h); h = half(v); no
-//     clamp. The product has at most 22 significant bits, so it is exact and FMA or not gives
-//     the same bytes.
-// float -> half is round-to-nearest-even in c10::Half and in F16C's vcvtps2ph (imm 0), which
-// also keeps subnormal results whatever MXCSR.FTZ says, as c10's software conversion does.
+// torch's per-element CPU transforms of one mt19937 word (docs/contract.md R4): uniform_'s
+// float16 in the two formulas torch has used (kBits24: torch >= 2.12, FMA in its AVX2/AVX512
+// kernels, not in DEFAULT; kBits11: torch <= 2.11), and random_'s byte, portable and AVX2.
 #pragma once
 
 #include <c10/util/Half.h>
@@ -18,16 +9,15 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/mt19937_simd.h"
+#include "cpu/mt19937.h"
 
 namespace fp8_dummy {
 namespace cpu {
 
 enum class Formula : int { kBits11 = 11, kBits24 = 24 };
 
-// One of the per-element transforms torch has used (the formula, whether the multiply-add
-// is fused, whether a value equal to half(high) is replaced by half(low)). Which one the
-// installed torch runs is found by evidence (init_fast_path.h), not from its version.
+// One of the uniform_ transforms torch has used; which one the installed torch runs is
+// found by evidence (fast_path.cpp), not from its version.
 struct Transform {
   Formula formula;
   bool fma;
@@ -48,38 +38,27 @@ struct UniformParams {
 inline UniformParams make_uniform_params(double low, double high, const Transform& t) {
   UniformParams p{};
   p.fma = t.fma;
-  if (t.formula == Formula::kBits24) {
+  p.clamp = t.clamp;
+  // static_cast<c10::Half>(double) goes through float, as in torch's kernels.
+  const c10::Half from_h(static_cast<float>(low)), to_h(static_cast<float>(high));
+  p.to_bits = to_h.x;
+  p.from_bits = from_h.x;
+  if (t.formula == Formula::kBits24) {  // float bounds, their difference rounded to float
     p.mask = 0xFFFFFFu;
     p.scale = 1.0f / 16777216.0f;
-    // As uniform_kernel: opmath (float) bounds, their difference rounded to float.
-    const float from = static_cast<float>(low);
-    const float to = static_cast<float>(high);
-    p.range = to - from;
-    p.low = from;
-    p.clamp = t.clamp;
-    // static_cast<c10::Half>(double) goes through float, as in the kernel.
-    p.to_bits = c10::Half(static_cast<float>(high)).x;
-    p.from_bits = c10::Half(static_cast<float>(low)).x;
-  } else {
+    p.low = static_cast<float>(low);
+    p.range = static_cast<float>(high) - p.low;
+  } else {  // half bounds, their difference in c10's half arithmetic
     p.mask = 0x7FFu;
     p.scale = 1.0f / 2048.0f;
-    const c10::Half from_h(static_cast<float>(low));
-    const c10::Half to_h(static_cast<float>(high));
-    const c10::Half range_h = to_h - from_h;  // c10's half arithmetic: float op, then round
-    p.range = static_cast<float>(range_h);
     p.low = static_cast<float>(from_h);
-    p.clamp = t.clamp;
-    // The clamp compares with half(high) and replaces by half(low), as in kBits24.
-    p.to_bits = to_h.x;
-    p.from_bits = from_h.x;
+    p.range = static_cast<float>(c10::Half(to_h - from_h));
   }
   return p;
 }
 
-// Whether torch's 11-bit kernel (torch <= 2.11) refuses these bounds: its distribution checks
-// half(to) - half(from), computed in half precision, against the largest half, and that
-// difference can overflow to inf where high - low itself is within range (e.g. [-48, 65456]:
-// 65472 + 48 rounds to inf). The check runs before the kernel's first draw.
+// Whether torch's 11-bit kernel refuses these bounds (before its first draw): it checks
+// half(to) - half(from), which can overflow to inf where high - low does not ([-48, 65456]).
 inline bool bits11_range_overflows(double low, double high) {
   const c10::Half from_h(static_cast<float>(low));
   const c10::Half to_h(static_cast<float>(high));
@@ -90,11 +69,9 @@ inline bool half_equal(uint16_t a, uint16_t b) {
   return a == b || ((a | b) & 0x7FFFu) == 0;  // no NaN can occur: bounds are finite
 }
 
-// fmaf(x, y, z) when x * y is exact in double (x and y have at most 24 significant bits),
-// without an FMA instruction (std::fma is a slow library call on baseline x86-64). The sum
-// s = RN_double(x*y + z) can round to a float midpoint it was not, so with a nonzero rest
-// (TwoSum) s is made round-to-odd: an even last bit is moved one ulp towards the exact sum.
-// Then no float or float midpoint lies between s and the exact sum, so both round alike.
+// fmaf(x, y, z) for x * y exact in double, without an FMA instruction (std::fma is a slow
+// library call on baseline x86-64): the double sum made round-to-odd (TwoSum's rest moves an
+// even last bit one ulp towards the exact sum), so that it rounds to float as the exact sum.
 inline float fma_exact_product(float x, float y, float z) {
 #if defined(__FP_FAST_FMAF) || defined(FP_FAST_FMAF)
   return std::fma(x, y, z);  // the target has an FMA instruction (aarch64, x86 with -mfma)
@@ -108,8 +85,7 @@ inline float fma_exact_product(float x, float y, float z) {
     uint64_t bits;
     std::memcpy(&bits, &s, sizeof bits);
     if ((bits & 1u) == 0) {
-      // s == 0 cannot happen here (a sum of doubles that rounds to 0 is exactly 0), so
-      // the sign of s tells which way along the bits is away from zero.
+      // s != 0 here (a sum rounding to 0 is exact): its sign says which way is up.
       bits += ((err > 0.0) == (s > 0.0)) ? 1 : -1;
       std::memcpy(&s, &bits, sizeof bits);
     }
@@ -117,8 +93,8 @@ inline float fma_exact_product(float x, float y, float z) {
   return static_cast<float>(s);
 }
 
-// Portable form, `r` a tempered word. No contraction can sneak in: the FMA case is emulated
-// above, the other rounds the (exact, 48-bit) double product to float before the add.
+// `r` tempered. No contraction can sneak in: the other case rounds the exact double
+// product to float before the add.
 inline uint16_t transform_scalar(uint32_t r, const UniformParams& p) {
   const float x = static_cast<float>(r & p.mask) * p.scale;
   float v;
@@ -141,8 +117,8 @@ inline void transform_block_scalar(const uint32_t* words, int64_t n, bool temper
 
 #ifdef FP8_DUMMY_X86
 
-// The parameters as vectors, made once per block: built inside the loop they were reloaded
-// on every iteration (the uint16_t stores may alias UniformParams's uint16_t fields).
+// The parameters as vectors, once per block (in the loop they were reloaded every time:
+// the uint16_t stores may alias UniformParams's fields).
 struct UniformVectors {
   __m256i mask;
   __m256 scale, range, low;
@@ -163,22 +139,19 @@ __attribute__((target("avx2"))) inline UniformVectors make_uniform_vectors(const
 template <bool kFma, int kClamp>
 __attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(__m256i r,
                                                                         const UniformVectors& p) {
-  // Masked words are below 2^24: the signed conversion is exact, and so is the scaling.
+  // Masked words are below 2^24: the conversion and the scaling are exact.
   const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(r, p.mask)), p.scale);
   __m256 v;
   if (kFma) {
     v = _mm256_fmadd_ps(x, p.range, p.low);
   } else {
-    // GCC contracts a multiply and an add into an FMA even when written as intrinsics
-    // (-ffp-contract=fast, and this function may use FMA): the empty asm makes the rounded
-    // product a value the compiler cannot see through. (The self-check caught this.)
+    // GCC contracts even intrinsics into an FMA: the empty asm hides the rounded product.
     __m256 prod = _mm256_mul_ps(x, p.range);
     __asm__("" : "+x"(prod));
     v = _mm256_add_ps(prod, p.low);
   }
   __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
   if (kClamp != 0) {
-    // Equal to half(high) as floats: same bits, or both zeros (the sign bit aside).
     __m128i hit = _mm_cmpeq_epi16(h, p.to);
     if (kClamp == 2) {
       hit = _mm_or_si128(
@@ -194,17 +167,10 @@ __attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
     const uint32_t* words, int64_t n, bool temper, const UniformParams& params, uint16_t* out) {
   const UniformVectors p = make_uniform_vectors(params);
   int64_t i = 0;
-  if (temper) {
-    for (; i + 8 <= n; i += 8) {
-      const __m256i r =
-          mt_temper8_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
-    }
-  } else {
-    for (; i + 8 <= n; i += 8) {
-      const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
-    }
+  for (; i + 8 <= n; i += 8) {
+    __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + i));
+    if (temper) r = mt_temper8_avx2(r);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), transform8_avx2<kFma, kClamp>(r, p));
   }
   if (i < n) {  // the tail through the same vector code, so it cannot differ
     alignas(32) uint32_t tail[8] = {};
@@ -233,20 +199,51 @@ inline void transform_block_avx2(const uint32_t* words, int64_t n, bool temper,
 
 #endif  // FP8_DUMMY_X86
 
-// Whether this CPU (checked at run time) can run the AVX2 forms; the build's baseline
-// flags are not assumed.
-inline bool cpu_has_avx2_fma_f16c() {
-#ifdef FP8_DUMMY_X86
-  static const bool ok = [] {
-    __builtin_cpu_init();  // normally done by a constructor already; harmless again
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  }();
-  return ok;
-#else
-  return false;
-#endif
+// ---- random_'s byte.
+
+struct ByteParams {
+  uint32_t range;  // to - from, in [1, 256]
+  int32_t base;    // from
+  bool pow2() const { return (range & (range - 1)) == 0; }
+};
+
+inline uint8_t random_byte(uint32_t tempered, const ByteParams& p) {
+  return static_cast<uint8_t>(static_cast<uint32_t>(p.base) + tempered % p.range);
 }
+
+inline void bytes_block_scalar(const uint32_t* words, int64_t n, const ByteParams& p,
+                               uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = random_byte(mt_temper(words[i]), p);
+}
+
+#ifdef FP8_DUMMY_X86
+
+// A power-of-two range is a mask; each dword's low byte is gathered by a byte shuffle
+// within the 128-bit lanes and a dword permute across them.
+__attribute__((target("avx2"))) inline void bytes_pow2_avx2(const uint32_t* words, int64_t n,
+                                                            const ByteParams& p, uint8_t* out) {
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>(p.range - 1));
+  const __m256i base = _mm256_set1_epi32(p.base);
+  const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -128, -128, -128, -128, -128, -128, -128, -128,
+                                        -128, -128, -128, -128, 0, 4, 8, 12, -128, -128, -128, -128,
+                                        -128, -128, -128, -128, -128, -128, -128, -128);
+  const __m256i join = _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i r = mt_temper8_avx2(load8(words + i));
+    r = _mm256_add_epi32(_mm256_and_si256(r, mask), base);
+    r = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(r, pick), join);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(r));
+  }
+  for (; i < n; ++i) out[i] = random_byte(mt_temper(words[i]), p);
+}
+
+inline void bytes_block_avx2(const uint32_t* words, int64_t n, const ByteParams& p, uint8_t* out) {
+  if (p.pow2()) return bytes_pow2_avx2(words, n, p, out);
+  bytes_block_scalar(words, n, p, out);  // a division per element: no SIMD form
+}
+
+#endif  // FP8_DUMMY_X86
 
 }  // namespace cpu
 }  // namespace fp8_dummy
