@@ -1,41 +1,20 @@
 """fp8_dummy's PEP 517 build backend: setuptools' own, with one rule added. The extension
 is compiled against the torch of the environment it is installed into, and a build never
-makes pip install, upgrade or replace a torch.
-
-Why a backend of our own: an extension uses torch's C++ ABI, which changes between minor
-releases, so the wheel requires the torch major.minor it was compiled against (setup.py).
-pip builds in an isolated environment by default; with torch in [build-system].requires,
-pip would put the newest torch it can find there, the wheel would be pinned to that one,
-and pip would then swap the user's torch for it to satisfy the pin (5.5 GB, without a word).
-
-So torch is no build requirement. The hooks run under the interpreter of the environment
-being installed into (pip hides that environment's site-packages from them, nothing
-more): each hook asks that interpreter, with pip's isolation variables removed, where its
-torch is, and appends its import path to sys.path, after the isolated environment's own
-packages, so setup.py imports the user's torch and nothing else changes. Where there is no
-torch (or one that is too old), the hook stops before anything is compiled and prints the
-commands that work. A build without isolation imports torch as it is and is left alone.
+makes pip install, upgrade or replace a torch (why: docs/cpp.md). Each hook asks the target
+interpreter, outside pip's isolation, where its torch is and appends that import path to
+sys.path, after the isolated environment's own; with no torch (or too old a one) it stops
+before compiling and prints the commands that work. Without isolation: torch as it is.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 from setuptools import build_meta as _setuptools
-
-__all__ = [
-    "build_editable",
-    "build_sdist",
-    "build_wheel",
-    "get_requires_for_build_editable",
-    "get_requires_for_build_sdist",
-    "get_requires_for_build_wheel",
-    "prepare_metadata_for_build_editable",
-    "prepare_metadata_for_build_wheel",
-]
 
 MIN_TORCH = (2, 7)
 
@@ -99,12 +78,8 @@ def torch_problem(found: dict, python: str = sys.executable) -> str | None:
 
 
 def _expose_installed_torch() -> None:
-    try:
-        import torch  # noqa: F401  (a build without isolation: nothing to do)
-
-        return
-    except ImportError:
-        pass
+    if importlib.util.find_spec("torch") is not None:
+        return  # a build without isolation: nothing to do
     found = installed_torch()
     problem = torch_problem(found)
     if problem:
@@ -116,45 +91,23 @@ def _expose_installed_torch() -> None:
     print(f"fp8_dummy: building against the installed torch {version} ({where})", file=sys.stderr)
 
 
-def get_requires_for_build_wheel(config_settings=None):
-    _expose_installed_torch()
-    return _setuptools.get_requires_for_build_wheel(config_settings)
+def _with_torch(name: str):
+    hook = getattr(_setuptools, name)
 
-
-def get_requires_for_build_sdist(config_settings=None):
-    _expose_installed_torch()
-    return _setuptools.get_requires_for_build_sdist(config_settings)
-
-
-def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    _expose_installed_torch()
-    return _setuptools.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
-
-
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    _expose_installed_torch()
-    return _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
-
-
-def build_sdist(sdist_directory, config_settings=None):
-    _expose_installed_torch()
-    return _setuptools.build_sdist(sdist_directory, config_settings)
-
-
-# PEP 660 editable hooks: setuptools >= 64 has them (an older one, without, gets pip's
-# legacy editable install).
-if hasattr(_setuptools, "build_editable"):
-
-    def get_requires_for_build_editable(config_settings=None):
+    def run_hook(*args, **kwargs):
         _expose_installed_torch()
-        return _setuptools.get_requires_for_build_editable(config_settings)
+        return hook(*args, **kwargs)
 
-    def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
-        _expose_installed_torch()
-        return _setuptools.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+    run_hook.__name__ = run_hook.__qualname__ = name
+    return run_hook
 
-    def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
-        _expose_installed_torch()
-        return _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
-else:
-    __all__ = [name for name in __all__ if "editable" not in name]
+
+# Every PEP 517 hook setuptools has (the PEP 660 editable ones from setuptools 64 on; an
+# older one gets pip's legacy editable install), after _expose_installed_torch.
+for _name in (
+    "build_wheel build_sdist build_editable get_requires_for_build_wheel "
+    "get_requires_for_build_sdist get_requires_for_build_editable "
+    "prepare_metadata_for_build_wheel prepare_metadata_for_build_editable"
+).split():
+    if hasattr(_setuptools, _name):
+        globals()[_name] = _with_torch(_name)

@@ -7,16 +7,11 @@ from __future__ import annotations
 import re
 import subprocess
 
-# What a default CUDA build covers: A100 (8.0), L40/RTX 40xx (8.9), H100/H200 (9.0),
-# B200/GB200 (10.0), RTX 50xx (12.0), and PTX of the newest for GPUs after these. Each is
-# kept only where the installed nvcc can build it: nvcc < 12.8 rejects 10.0 and 12.0 (a
-# CUDA 12.1-12.6 build would fail), < 11.8 also 8.9 and 9.0.
-DEFAULT_ARCHS = ("8.0", "8.9", "9.0", "10.0", "12.0")
-# The first nvcc release that builds each, for an nvcc that cannot list them (before 11.x).
+# A default CUDA build: A100 (8.0), L40/RTX 40xx (8.9), H100/H200 (9.0), B200/GB200 (10.0),
+# RTX 50xx (12.0), PTX of the newest for later GPUs; each with the first nvcc that builds it
+# (asked with --list-gpu-arch, else from its version: a CUDA 12.1-12.6 build would fail).
 FIRST_NVCC = {"8.0": (11, 0), "8.9": (11, 8), "9.0": (11, 8), "10.0": (12, 8), "12.0": (12, 8)}
-
-ON = ("1", "true", "yes", "on")
-OFF = ("0", "false", "no", "off")
+DEFAULT_ARCHS = tuple(FIRST_NVCC)
 
 
 def cuda_decision(
@@ -24,12 +19,12 @@ def cuda_decision(
 ) -> tuple[bool, str | None]:
     """(build the CUDA kernels?, a warning for the build log or None). FP8_DUMMY_CUDA
     (`flag`) decides when set; otherwise a CUDA build of torch with a CUDA toolkit found.
-    A CUDA torch without nvcc gives a CPU-only build, never silently: the warning says so,
-    and so does every CUDA call at run time (csrc/build_info.cpp)."""
+    A CUDA torch without nvcc builds CPU-only, never silently: the warning says so, and
+    so does every CUDA call at run time (csrc/build_info.cpp)."""
     value = (flag or "").strip().lower()
-    if value in ON:
+    if value in ("1", "true", "yes", "on"):
         return True, None
-    if value in OFF or torch_cuda is None:
+    if value in ("0", "false", "no", "off") or torch_cuda is None:
         return False, None
     if cuda_home is None:
         return False, (
@@ -50,11 +45,7 @@ def _arch_key(arch: str) -> tuple[int, int]:
 
 def parse_nvcc_arch_list(text: str) -> set[str]:
     """`nvcc --list-gpu-arch` output ("compute_90", "compute_100", ...) as "9.0", "10.0"."""
-    archs = set()
-    for m in re.finditer(r"\bcompute_(\d+)(?![0-9a-z])", text):
-        number = m[1]
-        archs.add(f"{number[:-1]}.{number[-1]}")
-    return archs
+    return {f"{n[:-1]}.{n[-1]}" for n in re.findall(r"\bcompute_(\d+)(?![0-9a-z])", text)}
 
 
 def parse_nvcc_version(text: str) -> tuple[int, int] | None:
@@ -67,19 +58,19 @@ def nvcc_archs(nvcc: str) -> tuple[set[str] | None, str]:
     """The architectures `nvcc` can build ({"8.0", "9.0", ...}, or None if it does not
     say), and how that was found, for the build log."""
 
-    def ask(flag: str) -> str | None:
+    def ask(flag: str) -> str:
         try:
             proc = subprocess.run(
                 [nvcc, flag], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )
         except OSError:
-            return None
-        return proc.stdout if proc.returncode == 0 else None
+            return ""
+        return proc.stdout if proc.returncode == 0 else ""
 
-    listed = ask("--list-gpu-arch")
-    if listed and parse_nvcc_arch_list(listed):
-        return parse_nvcc_arch_list(listed), f"{nvcc} --list-gpu-arch"
-    version = parse_nvcc_version(ask("--version") or "")
+    listed = parse_nvcc_arch_list(ask("--list-gpu-arch"))
+    if listed:
+        return listed, f"{nvcc} --list-gpu-arch"
+    version = parse_nvcc_version(ask("--version"))
     if version is None:
         return None, f"{nvcc} gave neither its architectures nor its version"
     known = {arch for arch, first in FIRST_NVCC.items() if version >= first}
@@ -94,15 +85,11 @@ def default_arch_list(supported: set[str]) -> str:
             f"fp8_dummy: the installed nvcc builds none of the architectures {DEFAULT_ARCHS} "
             f"(it builds {sorted(supported, key=_arch_key)}); set TORCH_CUDA_ARCH_LIST"
         )
-    kept[-1] += "+PTX"
-    return ";".join(kept)
+    return ";".join(kept) + "+PTX"
 
 
 def choose_arch_list(
-    env_value: str | None,
-    supported: set[str] | None,
-    local_archs: list[str],
-    editable: bool,
+    env_value: str | None, supported: set[str] | None, local_archs: list[str], editable: bool
 ) -> tuple[str, str]:
     """(TORCH_CUDA_ARCH_LIST for the build, why). TORCH_CUDA_ARCH_LIST in the environment
     always wins; an editable (or in-place) build, compiled for this machine, targets the
@@ -111,12 +98,9 @@ def choose_arch_list(
     build machine's GPU (a wheel runs elsewhere)."""
     if env_value and env_value.strip():
         return env_value.strip(), "TORCH_CUDA_ARCH_LIST"
-    if editable and local_archs:
-        usable = sorted(
-            {a for a in local_archs if supported is None or a in supported}, key=_arch_key
-        )
-        if usable:
-            return ";".join(usable), "the visible GPUs (editable build)"
+    usable = {a for a in local_archs if supported is None or a in supported}
+    if editable and usable:
+        return ";".join(sorted(usable, key=_arch_key)), "the visible GPUs (editable build)"
     if supported is None:
         return ";".join(DEFAULT_ARCHS) + "+PTX", "the defaults (nvcc did not say what it builds)"
     return default_arch_list(supported), "the defaults the installed nvcc can build"

@@ -1,9 +1,8 @@
-"""fp8_dummy's TensorRT-LLM start-up hook, installed by its wheel at the top of site-packages
-beside ``fp8_dummy_startup.pth``, whose line imports it only when ``FP8_DUMMY_TRTLLM`` asks
-(docs/trtllm.md). It loads ``fp8_dummy/_after_import.py`` by path (the fp8_dummy package
-imports torch, which must wait until TensorRT-LLM imports it) and, once TensorRT-LLM imports
-its model loader, patches it through ``fp8_dummy.engines.trtllm.patch``. Standard library
-only; never raises: whatever fails leaves TensorRT-LLM's own function, with one warning."""
+"""fp8_dummy's TensorRT-LLM start-up hook (docs/trtllm.md), installed beside
+fp8_dummy_startup.pth, whose line imports it only when FP8_DUMMY_TRTLLM asks. It loads
+fp8_dummy/_after_import.py by path (fp8_dummy imports torch, which must wait for TensorRT-LLM)
+and patches TensorRT-LLM's model loader once it is imported. Standard library only; never
+raises: whatever fails leaves TensorRT-LLM's own function, with one warning."""
 
 from __future__ import annotations
 

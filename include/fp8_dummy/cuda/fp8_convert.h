@@ -1,10 +1,7 @@
-// float16 -> one byte for the five FP8 dtypes, bit level, as torch's copy_ converts
-// (c10's Float8_* constructors, or the sm_89+ hardware instructions where they give
-// the same bytes). In range every path rounds to nearest even from the exact half
-// value; out-of-range values are what differs, see docs/contract.md R5. Also int8 and
-// uint8 (TensorRT-LLM's dummy weights go through a float16 temp for them too): C++'s
-// float -> integer conversion, truncation toward zero, with what happens outside the
-// type's range depending on the device (docs/engines.md). Torch-free, host and device.
+// float16 -> one byte as torch's copy_ converts, bit level: the five FP8 dtypes (c10's
+// Float8_* constructors, or the sm_89+ instructions where they agree; out of range differs:
+// docs/contract.md R5) and int8/uint8 (TensorRT-LLM's temp: truncation toward zero, out of
+// range per device, docs/engines.md). Torch-free, host and device.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +15,7 @@
 namespace fp8_dummy {
 namespace cuda {
 
-// The 1-byte outputs of a float16 temp: the five FP8 dtypes, then int8 and uint8 (not
-// floating point, but converted from the same temp; `kNumFp8Formats` sizes per-format tables).
+// The 1-byte outputs of a float16 temp: the five FP8 dtypes, then int8 and uint8.
 enum class Fp8Format : int {
   kE4m3fn = 0,
   kE5m2 = 1,
@@ -35,13 +31,11 @@ FP8_DUMMY_HD constexpr bool is_integer_format(Fp8Format f) {
   return f == Fp8Format::kInt8 || f == Fp8Format::kUint8;
 }
 
-// What a value outside the format's range becomes, where that depends on the torch version
-// or the device. float8_e4m3fn has no infinity: saturation to +-448 (c10 since 2.12/2.13, the
-// sm_89+ hardware `satfinite` conversion) or NaN above 464 (c10 up to 2.11). int8/uint8:
-// kWrap, the truncated value modulo 256 (a conversion through a wider integer: torch's CPU
-// copy_, and c10's uint8 rule), or kSaturate, clamped to the type's range (a direct
-// float -> 8-bit conversion instruction); the one-time probe of torch's own conversion
-// picks per device. The other FP8 formats have a single behaviour (reported as kSaturate).
+// What a value outside the format's range becomes, where the torch version or device decides.
+// float8_e4m3fn: saturation to +-448 (c10 since 2.12/2.13, sm_89+ `satfinite`) or NaN above
+// 464 (c10 up to 2.11). int8/uint8: kWrap, modulo 256 (through a wider integer: torch's CPU
+// copy_, c10's uint8), or kSaturate, clamped (a direct float -> 8-bit instruction); a probe of
+// torch's conversion picks per device. Other FP8 formats: one behaviour (kSaturate).
 enum class E4m3fnOverflow : int { kSaturate = 0, kNan = 1, kWrap = 2 };
 
 // |h| rounded to nearest even onto a binary format with `mant_bits` mantissa bits and
@@ -164,11 +158,8 @@ FP8_DUMMY_HD uint8_t half_to_fp8(uint16_t h, Fp8Format format, E4m3fnOverflow ov
   }
 }
 
-// The hardware pair conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f16x2, sm_89+) gives
-// the software bytes wherever it does not saturate: for e4m3fn in saturate mode
-// always, otherwise while |value| <= the largest finite value. hw_limit is that bound
-// (0: no hardware path for the format); the caller checks it against the bounds of
-// the call on the host and picks the path per launch.
+// The sm_89+ pair conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f16x2) gives the software bytes
+// while |value| <= hw_limit (0: no hardware path); the host checks the call's bounds against it.
 FP8_DUMMY_HD float hw_limit(Fp8Format format, E4m3fnOverflow overflow) {
   switch (format) {
     case Fp8Format::kE4m3fn:

@@ -40,8 +40,7 @@ FP8_DUMMY_HD Words4 philox_round(Words4 c, uint32_t k0, uint32_t k1) {
   return Words4{{hi1 ^ c.w[1] ^ k0, lo1, hi0 ^ c.w[3] ^ k1, lo0}};
 }
 
-// Philox4x32-10 of `counter` under key (k0, k1): 10 rounds, the key bumped between
-// rounds.
+// Philox4x32-10 of `counter` under key (k0, k1): 10 rounds, the key bumped between them.
 FP8_DUMMY_HD Words4 philox4x32_10(Words4 counter, uint32_t k0, uint32_t k1) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll

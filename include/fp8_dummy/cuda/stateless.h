@@ -1,21 +1,11 @@
 // The device-independent ("stateless") mode: the value of global element e depends only
-// on (seed, key offset, e), never on the device, the launch or the sharding. It is the
-// value torch.func._random.uniform_(key(seed) + offset, t) gives element e of a
-// contiguous tensor t (torch >= 2.14 on the CPU), measured per dtype on torch 2.14.1:
-//
-//   Philox4x32-10 with key (lo32(seed), hi32(seed)) and counter (lo32(c), hi32(c), 0, 0),
-//   c = key_offset + e / 4 (64-bit, wrapping), word e % 4          [16- and 32-bit dtypes]
-//   c = key_offset + e / 2, words 2 (e % 2) and 2 (e % 2) + 1       [float64: hi, lo]
-//   x = (word & (2^d - 1)) * 2^-d, d = the dtype's mantissa digits (11, 8, 24, 53);
-//   float16/bfloat16: from = T(float(low)), range = T(float(to) - float(from)), value =
-//   T(x * range + from) in float (the product is exact, so FMA or not is the same);
-//   float32/float64: range = T(high) - T(low), value = x * range + T(low), a separate
-//   multiply and add (torch's CPU kernel does not fuse them); no clamp at high.
-// FP8 dtypes take the float16 value converted as torch's copy_ converts it.
-// Integer bytes (int8, uint8; packed FP4 as its uint8 view) take the word of element e as
-// the 16- and 32-bit dtypes do and reduce it as torch's random_(from, to) reduces a 32-bit
-// draw: value = low + word % (high - low), stored as the byte's two's complement.
-// Torch-free, host and device.
+// on (seed, key offset, e), never on the device, the launch or the sharding: the value
+// torch.func._random.uniform_(key(seed) + offset, t) gives element e of a contiguous t
+// (torch >= 2.14 on the CPU; the rule per dtype: docs/modes.md). Philox4x32-10, key (seed),
+// counter (key_offset + e / 4, 0) and word e % 4 (float64: e / 2, words 2 (e % 2) and
+// 2 (e % 2) + 1, hi and lo), masked to the dtype's mantissa digits and scaled to [0, 1);
+// FP8 takes copy_ of the float16 value; int8/uint8 take low + word % (high - low), as
+// torch's random_ reduces a 32-bit draw. Torch-free, host and device.
 #pragma once
 
 #include <cstdint>

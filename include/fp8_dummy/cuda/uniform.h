@@ -1,7 +1,6 @@
-// torch's CUDA uniform_ on a float16 tensor, piece by piece (see docs/contract.md R3):
-// which Philox word goes to which element, how a word becomes a float16 value, and
-// how many counter values each launch reserves. Torch-free, host and device; the
-// launch arithmetic (reference_launches) is host-only.
+// torch's CUDA uniform_ on a float16 tensor (docs/contract.md R3): which Philox word fills
+// which element, how it becomes a float16 value, what each launch reserves. Torch-free, host
+// and device (reference_launches: host only).
 #pragma once
 
 #include <cmath>
@@ -17,8 +16,6 @@
 
 namespace fp8_dummy {
 namespace cuda {
-
-// ---- float16 bits <-> float --------------------------------------------------
 
 FP8_DUMMY_HD uint32_t float_bits(float f) {
 #if defined(__CUDA_ARCH__)
@@ -87,8 +84,6 @@ FP8_DUMMY_HD uint16_t float_to_half_rn(float f) {
 #endif
 }
 
-// ---- word -> uniform float16 -------------------------------------------------
-
 // curand_uniform: u = float(x) * 2^-32 + 2^-33, in (0, 1]. The int -> float
 // conversion rounds; the product is exact, so one more rounding at the add, whether
 // or not the compiler fuses it.
@@ -129,9 +124,8 @@ FP8_DUMMY_HD uint16_t uniform_half(uint32_t word, const UniformParams& p) {
   return equal ? p.from_h : v;
 }
 
-// Two elements at once, low half first: the same values, on the device with one
-// packed float -> float16 conversion and one packed comparison (IEEE equality of the
-// halves is the reference's float equality, -0 == +0 included) for both.
+// Two elements, low half first; on the device one packed conversion and one packed
+// comparison (IEEE equality of the halves is the reference's, -0 == +0 included).
 FP8_DUMMY_HD uint32_t uniform_half2(uint32_t word_lo, uint32_t word_hi, const UniformParams& p) {
 #if defined(__CUDA_ARCH__)
   const float lo = __fmaf_rn(word_to_unit(word_lo), p.range, p.from);
@@ -146,8 +140,6 @@ FP8_DUMMY_HD uint32_t uniform_half2(uint32_t word_lo, uint32_t word_hi, const Un
   return uniform_half(word_lo, p) | (static_cast<uint32_t>(uniform_half(word_hi, p)) << 16);
 #endif
 }
-
-// ---- counter layout and launches ---------------------------------------------
 
 constexpr int64_t kBlockThreads = 256;  // uniform_'s block size
 constexpr int64_t kWordsPerCall = 4;    // curand_uniform4: one Philox call per grid step
@@ -183,11 +175,9 @@ FP8_DUMMY_HD int64_t element_of(int64_t idx, int64_t step, int word, int64_t thr
 // offset fits in int32: 2 * (n - 1) + 1 <= INT32_MAX, i.e. n <= 2^30.
 constexpr int64_t kMax32BitHalfElements = int64_t{1} << 30;
 
-// The Philox offsets a fresh generator (torch.Generator(device).manual_seed(seed): offset
-// 0) hands out to successive reservations, as cuda::reference_launches asks for them: the
-// seed form of init_ needs no generator object, so it creates none (which also keeps it
-// legal inside CUDA graph capture, where constructing a CUDA generator is not); the
-// batched kernel's work table gives each tensor one.
+// The Philox offsets a fresh generator (manual_seed(seed): offset 0) hands out to successive
+// reservations: the seed form of init_ creates no generator (also legal in CUDA graph
+// capture, where constructing one is not); the batched kernel gives each tensor one.
 struct FreshOffsets {
   uint64_t next = 0;
   FP8_DUMMY_HD uint64_t operator()(uint64_t increment) {
@@ -209,12 +199,10 @@ void for_each_32bit_piece(int64_t start, int64_t n, Launch& launch) {
   for_each_32bit_piece(start + first, n - first, launch);
 }
 
-// The launches of uniform_ over n > 0 float16 elements, in order, as
-// distribution_nullary_kernel makes them: it reserves counter_offset for the whole
-// n, and when n needs splitting it leaves that unused and runs every 32-bit piece as
-// its own launch with its own grid and reservation. `reserve(increment)` takes counter
-// values from the generator and returns what the launch needs (e.g. a
-// PhiloxCudaState); `launch(start, count, grid, reserved)` runs one piece.
+// The launches of uniform_ over n > 0 float16 elements, as distribution_nullary_kernel makes
+// them: it reserves counter_offset for the whole n; when n needs splitting it leaves that
+// unused and runs each 32-bit piece with its own grid and reservation. `reserve(increment)`
+// returns what a launch needs (e.g. a PhiloxCudaState); `launch(start, count, grid, reserved)`.
 template <typename Reserve, typename Launch>
 void reference_launches(int64_t n, int64_t sm_count, int64_t max_threads_per_sm, Reserve&& reserve,
                         Launch&& launch) {
