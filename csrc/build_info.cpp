@@ -1,25 +1,21 @@
-// The build's line ("torch=2.13.0 cuda=no"), kept as plain bytes in the library so that
-// fp8_dummy/_build.py can read it where the library cannot load; and, without CUDA, CUDA
-// kernels that say so.
+// The build's line, plain bytes that fp8_dummy/_build.py reads where the library cannot
+// load; and, without CUDA, CUDA kernels that say so.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
 #include <string>
 
-#define FP8_DUMMY_STRINGIFY2(x) #x
-#define FP8_DUMMY_STRINGIFY(x) FP8_DUMMY_STRINGIFY2(x)
-#define FP8_DUMMY_TORCH_VERSION            \
-  FP8_DUMMY_STRINGIFY(TORCH_VERSION_MAJOR) \
-  "." FP8_DUMMY_STRINGIFY(TORCH_VERSION_MINOR) "." FP8_DUMMY_STRINGIFY(TORCH_VERSION_PATCH)
+#define FP8_DUMMY_TORCH_VERSION      \
+  C10_STRINGIZE(TORCH_VERSION_MAJOR) \
+  "." C10_STRINGIZE(TORCH_VERSION_MINOR) "." C10_STRINGIZE(TORCH_VERSION_PATCH)
 #ifdef FP8_DUMMY_WITH_CUDA
 #define FP8_DUMMY_BUILT_WITH_CUDA "yes"
 #else
 #define FP8_DUMMY_BUILT_WITH_CUDA "no"
 #endif
 
-// "fp8_dummy-build-info: torch=2.13.0 cuda=no", the torch whose headers it was compiled
-// with. Its format is read by fp8_dummy/_build.py.
+// "fp8_dummy-build-info: torch=2.13.0 cuda=no": the torch whose headers it was compiled with.
 extern "C" __attribute__((used)) const char fp8_dummy_build_info[] =
     "fp8_dummy-build-info: torch=" FP8_DUMMY_TORCH_VERSION " cuda=" FP8_DUMMY_BUILT_WITH_CUDA;
 
@@ -29,8 +25,7 @@ namespace {
 std::string build_info() { return fp8_dummy_build_info + sizeof("fp8_dummy-build-info: ") - 1; }
 
 #ifndef FP8_DUMMY_WITH_CUDA
-// Without these, a CUDA tensor in a build without CUDA gets the dispatcher's "Could not run
-// 'fp8_dummy::init_' with arguments from the 'CUDA' backend", which does not say why.
+// Instead of the dispatcher's "Could not run ... from the 'CUDA' backend", which says not why.
 void no_cuda_kernel(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
   std::string name = op.schema().name();  // "fp8_dummy::init_"
   name.replace(name.find("::"), 2, ".");

@@ -1,7 +1,5 @@
-// The one place where fp8_dummy's public operators (torch.ops.fp8_dummy) are defined (the
-// internal ones: internal_ops.cpp). setup.py builds the library as the Python module
-// fp8_dummy._C (FP8_DUMMY_PYTHON_MODULE); CMake builds it for libtorch-only users, without
-// Python.
+// The public operators (torch.ops.fp8_dummy; docs/api.md), and the Python module fp8_dummy._C
+// where setup.py builds one (CMake builds the library without Python).
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <Python.h>  // first, as Python asks
 #endif
@@ -16,8 +14,8 @@ namespace {
 
 PyObject* python_warn = nullptr;  // fp8_dummy._proof._warn
 
-// A refusal as a Python RuntimeWarning (torch forwards TORCH_WARN to Python from its own
-// bindings only, not from torch.ops calls); a filter that makes it an error raises.
+// A refusal as a Python RuntimeWarning (torch.ops calls do not forward TORCH_WARN); a filter
+// that makes it an error raises.
 void warn_in_python(const std::string& message) {
   if (!Py_IsInitialized()) {
     TORCH_WARN(message);
@@ -52,8 +50,7 @@ PyMethodDef methods[] = {{"_set_warning_hook", set_warning_hook, METH_O, nullptr
 
 }  // namespace
 
-// Importing fp8_dummy._C loads this library, which registers the operators below. Only the
-// stable ABI is used, which keeps the extension abi3-compatible.
+// Importing fp8_dummy._C registers the operators below (stable ABI only: abi3).
 extern "C" PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
   return PyModule_Create(&module_def);
@@ -64,35 +61,27 @@ namespace fp8_dummy {
 
 TORCH_LIBRARY(fp8_dummy, m) {
   m.set_python_module("fp8_dummy.ops");  // the fake kernels: torch imports it when needed
-  // The bytes of torch's reference path (docs/contract.md), g a fresh generator of self's
-  // device seeded with `seed`: t = empty_like(self, float16); t.uniform_(low, high,
-  // generator=g); self.copy_(t) for FP8, int8 and uint8 (with contiguous_temp, TensorRT-LLM's
-  // t = torch.empty(self.shape, float16) and self.copy_(t.to(self.dtype))); wider dtypes:
-  // self.uniform_(low, high, generator=g). Mutated inputs are not returned, so torch.compile
-  // can functionalize the op.
+  // The reference path's bytes (docs/contract.md), g a fresh generator seeded with `seed`:
+  // t = empty_like(self, float16).uniform_(low, high, generator=g); self.copy_(t) (1-byte
+  // dtypes; contiguous_temp: TensorRT-LLM's torch.empty(self.shape)); wider: self.uniform_.
   m.def(
       "init_(Tensor(a!) self, float low=-0.001, float high=0.001, int seed=1234, *, "
       "bool contiguous_temp=False) -> ()");
-  // The caller's generator (None: the device's default one), advanced as the reference does.
+  // The caller's generator (None: the device's default), advanced as by the reference.
   m.def(
       "init_.generator(Tensor(a!) self, float low, float high, *, Generator? generator, "
       "bool contiguous_temp=False) -> ()");
-  // Every tensor gets init_'s bytes (its own fresh generator); on CUDA one launch per
-  // (device, dtype); tensors sharing bytes with another are filled after the rest, in list
-  // order, so the last one wins as in a loop.
+  // Every tensor gets init_'s bytes; on CUDA one launch per (device, dtype); tensors sharing
+  // bytes with another last, in list order, as in a loop.
   m.def(
       "init_many_(Tensor(a!)[] tensors, float low=-0.001, float high=0.001, int seed=1234, *, "
       "bool contiguous_temp=False) -> ()");
-  // int8/uint8 self: the bytes of self.random_(low, high, generator=g), torch's checks and
-  // messages (torch's from/to are keywords in Python, which graphs cannot take as names).
+  // int8/uint8: self.random_(low, high, generator=g)'s bytes, checks and messages.
   m.def("random_(Tensor(a!) self, int low, int high, int seed=1234) -> ()");
   m.def("random_.generator(Tensor(a!) self, int low, int high, *, Generator? generator) -> ()");
-  // The device-independent mode: element idx of self takes the value
-  // torch.func._random.uniform_((seed, key_offset), t) gives element element_offset +
-  // sum(idx[d] * element_strides[d]) of a contiguous t (float16 for FP8, then copy_'s
-  // conversion); int8/uint8: low + word % (high - low). element_strides defaults to self's
-  // row-major strides; a shard passes the global tensor's. Independent of device, threads
-  // and sharding (include/fp8_dummy/cuda/stateless.h).
+  // The device-independent mode: element idx takes the value of global element
+  // element_offset + idx . element_strides (default: self's row-major strides; a shard passes
+  // the global tensor's), from Philox (seed, key_offset) (include/fp8_dummy/cuda/stateless.h).
   m.def(
       "init_stateless_(Tensor(a!) self, float low=-0.001, float high=0.001, int seed=1234, "
       "*, int key_offset=0, int element_offset=0, int[]? element_strides=None) -> ()");

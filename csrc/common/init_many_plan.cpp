@@ -1,6 +1,4 @@
-// init_many_'s planning, shared by the CUDA kernel (cuda/init_many_cuda.cu) and its CPU
-// emulator (emulator/init_many_cuda_emulator.cpp): the argument checks, which tensors go
-// into a batched launch, and the per-tensor path for the others.
+// See init_many_plan.h.
 #include "common/init_many_plan.h"
 
 #include <ATen/core/Tensor.h>
@@ -25,10 +23,8 @@ std::pair<uintptr_t, uintptr_t> byte_extent(const at::Tensor& t) {
   return {first, first + static_cast<uintptr_t>((last + 1) * t.element_size())};
 }
 
-// Marks every tensor (of `ids`, all on one device) whose byte extent meets another's:
-// a sweep in address order that closes a cluster when the next extent starts past the
-// furthest end so far. Extents are conservative (a view with gaps covers its gaps), so
-// a few tensors that do not really share bytes may be marked: they only lose batching.
+// Marks every tensor (of `ids`, one device) whose byte extent meets another's: a sweep in
+// address order. Extents cover gaps: a few tensors may lose batching for nothing.
 void mark_overlaps(at::TensorList tensors, std::vector<size_t> ids, std::vector<bool>& marked) {
   std::vector<std::pair<uintptr_t, uintptr_t>> extent(tensors.size());
   for (const size_t i : ids) extent[i] = byte_extent(tensors[i]);

@@ -1,7 +1,6 @@
-// Autograd and ADInplaceOrView kernels of every operator that writes a tensor argument, as
-// torch's own in-place operators behave (docs/contract.md): version counter, refusals of
-// leaves and inference tensors before the write, a zero-gradient history. One boxed kernel
-// for all: the written arguments come from the schema's (a!) annotations.
+// Autograd and ADInplaceOrView kernels of every operator that writes a tensor, as torch's
+// in-place operators: version counter, leaf and inference-tensor refusals before the write, a
+// zero-gradient history. One boxed kernel: the written arguments are the schema's (a!).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/InferenceMode.h>

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <set>
@@ -33,8 +34,7 @@ Registry& registry() {
 
 std::atomic<void (*)(const std::string&)> warning_sink{nullptr};
 
-// FP8_DUMMY_FAULT's items, read once: "path" corrupts the path's outputs, "path:oom" makes
-// its first probe run out of memory.
+// FP8_DUMMY_FAULT's items, read once ("path", "path:oom").
 const std::vector<std::string>& faults() {
   static const std::vector<std::string> items = [] {
     std::vector<std::string> out;
@@ -50,8 +50,7 @@ const std::vector<std::string>& faults() {
 
 std::string path_of(const std::string& key) { return key.substr(0, key.find(':')); }
 
-// Stores a verdict: a new key, or one that was unproven; a decided key keeps its verdict.
-// Returns the entry kept and whether this call decided it.
+// Stores a verdict unless the key is decided; the entry kept and whether this call decided it.
 std::pair<Entry, bool> store(const std::string& key, State state, const std::string& detail) {
   Registry& r = registry();
   std::unique_lock<std::shared_mutex> lock(r.mutex);
@@ -171,6 +170,25 @@ void corrupt(const at::Tensor& t) {
   byte.bitwise_xor_(1);
 }
 
+at::Tensor make_probe(const at::TensorOptions& options, int64_t n, Layout layout) {
+  at::Tensor p;
+  if (layout == Layout::kDense) {
+    p = at::empty({n}, options);
+  } else if (layout == Layout::kUnaligned) {  // one element in: an odd address
+    p = at::empty({n + 1}, options).narrow(0, 1, n);
+  } else if (layout == Layout::kGaps) {  // every other column of a row-major block
+    p = at::empty({(n + 4) / 5, 10}, options).slice(1, 0, 10, 2);
+  } else {  // every other row of a block of 10 rows, transposed
+    p = at::empty({10, (n + 4) / 5}, options).slice(0, 0, 10, 2).t();
+  }
+  if (p.is_cpu()) {
+    std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
+  } else {
+    at::empty({0}, options.dtype(at::kByte)).set_(p.storage()).fill_(0x55);
+  }
+  return p;
+}
+
 Verdict same_bytes(const at::Tensor& ours, const at::Tensor& ref, const std::string& what) {
   TORCH_CHECK(ours.sizes() == ref.sizes() && ours.scalar_type() == ref.scalar_type(),
               "fp8_dummy: same_bytes needs tensors of one shape and dtype");
@@ -211,7 +229,6 @@ std::vector<std::string> proof_report_op() {
   return flat;
 }
 
-// -1: not decided (unknown or unproven), 0: refused, 1: proven.
 int64_t proof_lookup_op(c10::string_view key) {
   const proof::State s = proof::lookup(std::string(key));
   return s == proof::State::kProven ? 1 : s == proof::State::kRefused ? 0 : -1;

@@ -1,7 +1,6 @@
-// The one proof mechanism (docs/contract.md, "Proof before use"): a path that replaces a
-// reference runs only where proven(key, probe) says so; the key's first call runs the probe
-// (both on scratch tensors, every byte compared), the verdict is kept for the process and
-// reported, a refusal warns once. A probe out of memory is no verdict (probed again later).
+// The one proof mechanism (docs/contract.md, "Proof before use"): a path runs only where
+// proven(key, probe) says so; a key's first call probes, the verdict is kept for the process
+// and reported, a refusal warns once, a probe out of memory is no verdict (tried again).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,9 +33,8 @@ struct Entry {
 // Candidates of a search (cpu/fast_path.cpp) are reported but do not warn when refused.
 enum class Warn { kOnRefusal, kNever };
 
-// The state of `key`, probing it first unless proven or refused. One probe at a time in the
-// process (a probe may ask for other keys). A probe that throws is a refusal, except for
-// lack of memory or threads (unproven: tried again by the next call).
+// The state of `key`, probing it first unless decided; one probe at a time (a probe may ask
+// for other keys). A throw refuses, but lack of memory or threads leaves it unproven.
 State verdict(const std::string& key, const std::function<Verdict()>& probe,
               Warn warn = Warn::kOnRefusal);
 inline bool proven(const std::string& key, const std::function<Verdict()>& probe,
@@ -44,8 +42,7 @@ inline bool proven(const std::string& key, const std::function<Verdict()>& probe
   return verdict(key, probe, warn) == State::kProven;
 }
 
-// A verdict reached elsewhere (the engines' probes, in Python); a key already decided keeps
-// its verdict, which is returned.
+// A verdict reached in Python (the engines); a decided key keeps its verdict, returned.
 State record(const std::string& key, State state, const std::string& detail,
              Warn warn = Warn::kOnRefusal);
 
@@ -57,14 +54,21 @@ std::vector<Entry> report();  // in the order first needed
 // Tests: forgets the keys starting with `prefix`; returns how many.
 int64_t forget(const std::string& prefix);
 
-// Where refusal warnings go instead of TORCH_WARN, which torch does not forward to Python
-// from torch.ops calls (ops.cpp installs Python's; it throws where a filter says "error").
+// Where refusal warnings go instead of TORCH_WARN, which torch.ops calls do not forward to
+// Python (ops.cpp installs Python's).
 void set_warning_sink(void (*sink)(const std::string& message));
 
-// FP8_DUMMY_FAULT (docs/development.md, "Fault injection"): whether it names `path`, whose
-// outputs then get one byte corrupted by corrupt() (the first byte's lowest bit).
+// Whether FP8_DUMMY_FAULT names `path` (docs/development.md), whose outputs then corrupt().
 bool fault(const std::string& path);
 void corrupt(const at::Tensor& t);
+
+// Probe layouts, the kinds kernels branch on: one run of memory (aligned or odd address), a
+// view with gaps (every other column), a transposed one (a contiguous temp's strided walk).
+enum class Layout { kDense, kUnaligned, kGaps, kRowMajor };
+
+// A probe of at least n elements in that layout (5 columns), every byte 0x55 (on the CPU by
+// memset: no OpenMP pool starts, which would hang a process forked after it).
+at::Tensor make_probe(const at::TensorOptions& options, int64_t n, Layout layout);
 
 // The logical elements of two tensors of one shape and dtype (any devices), byte for byte.
 Verdict same_bytes(const at::Tensor& ours, const at::Tensor& ref, const std::string& what);

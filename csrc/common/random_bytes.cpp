@@ -1,6 +1,5 @@
-// random_'s checks and order (random_bytes.h). The checks follow ATen's random_from_to_impl
-// (native/DistributionTemplates.h): the TensorIterator it builds first refuses a tensor whose
-// elements share memory, then `from < to`, then from and to - 1 within the dtype.
+// random_'s checks (ATen's random_from_to_impl's order: overlap, from < to, the dtype's
+// range) and order (random_bytes.h).
 #include "common/random_bytes.h"
 
 #include <algorithm>
@@ -32,13 +31,10 @@ void check_random_args(const at::Tensor& self, int64_t from, int64_t to) {
 }
 
 std::optional<MemoryOrder> random_order(const at::Tensor& self) {
-  // Dense layouts: TensorIterator's order sorts dimensions by stride, which for a dense
-  // tensor is its memory order; so is memory_order()'s (the float16 temp of a dense tensor
-  // has its strides). One linear run.
+  // Dense: TensorIterator's order by stride is the memory order, as memory_order()'s.
   if (self.is_non_overlapping_and_dense()) return memory_order(self);
-  // Layouts with gaps. TensorIterator (reorder_dimensions) puts the dimension of smallest
-  // stride innermost, and so on up; ties only matter for size-1 dimensions (dropped here)
-  // or for elements that may share memory (check_random_args refuses them; so does this).
+  // Gaps: TensorIterator puts the smallest stride innermost, and so on up (ties only matter
+  // for size-1 dimensions, dropped, or elements that may share memory, refused).
   c10::SmallVector<int64_t, 6> dims;
   for (int64_t d = 0; d < self.dim(); ++d) {
     if (self.size(d) != 1) dims.push_back(d);

@@ -1,5 +1,6 @@
 #include "common/reference.h"
 
+#include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
@@ -49,10 +50,8 @@ constexpr const char* kSupported =
     "int8, uint8 (through the float16 temp, truncated as copy_ converts), "
     "float16, bfloat16, float32, float64";
 
-// Bounds are checked against the dtype uniform_ runs on: the float16 temp for FP8
-// tensors, the tensor itself otherwise. Same conditions and wording as
-// ATen/native/DistributionTemplates.h (uniform_impl_), so callers see the errors
-// the reference path would give.
+// Bounds against the dtype uniform_ runs on (the float16 temp for 1-byte tensors), with
+// uniform_impl_'s conditions and wording (ATen/native/DistributionTemplates.h).
 template <typename T>
 void check_bounds(double low, double high, const char* dtype_name, const OpName& name) {
   const double lowest = static_cast<double>(std::numeric_limits<T>::lowest());
@@ -96,8 +95,7 @@ void check_init_args(const at::Tensor& self, double low, double high, const OpNa
       check_bounds<double>(low, high, "double", name);
       break;
   }
-  // The reference fails in copy_ (1-byte dtypes) or in uniform_'s TensorIterator (wider
-  // dtypes) on a tensor whose elements share memory; we fail before writing.
+  // The reference fails in copy_ or uniform_ on elements that share memory; we before writing.
   check_distinct(self, name);
 }
 
@@ -140,13 +138,9 @@ std::pair<int64_t, int64_t> first_overlap(at::IntArrayRef sizes, at::IntArrayRef
 
 MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp) {
   const int64_t dim = self.dim();
-  // The temp's dimensions from outermost to innermost. A contiguous temp
-  // (torch.empty(shape)) is row-major: self's dimensions in order. Otherwise ask torch
-  // itself which strides empty_like(self, float16) picks (they follow self's strides when
-  // it is dense, else a dense layout that keeps its dimension order; the rule has changed
-  // across versions). A meta tensor allocates nothing. A dense tensor's temp takes its
-  // strides in every version: skip the meta tensors, whose few microseconds matter for
-  // models made of thousands of small tensors.
+  // The temp's dimensions, outermost first: a contiguous temp's are self's in order; else
+  // torch's empty_like(self, float16) is asked on a meta tensor (its rule has changed across
+  // versions), except for a dense self, whose strides the temp takes in every version.
   c10::SmallVector<int64_t, 6> perm(dim);
   std::iota(perm.begin(), perm.end(), 0);
   if (!contiguous_temp) {
@@ -157,8 +151,7 @@ MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp) {
       temp = at::empty_like(meta_self, meta_self.options().dtype(c10::kHalf));
     }
     const auto tstrides = temp.defined() ? temp.strides() : self.strides();
-    // The temp is dense, so sorting its dimensions by decreasing stride gives its
-    // memory order (size-1 dimensions can go anywhere and are dropped below).
+    // The temp is dense: by decreasing stride is its memory order (size-1 dims dropped below).
     std::stable_sort(perm.begin(), perm.end(),
                      [&](int64_t a, int64_t b) { return tstrides[a] > tstrides[b]; });
   }
@@ -207,9 +200,8 @@ const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype) {
   static std::array<std::once_flag, cuda::kNumFp8Formats> once;
   const int slot = static_cast<int>(fp8_format(dtype));
   std::call_once(once[slot], [&] {
-    // In pieces below torch's parallel grain size (32768 elements), so each copy_ runs on
-    // the calling thread: a first call on a small tensor must not start torch's OpenMP
-    // pool, after which a forked child would hang in its first parallel operation.
+    // In pieces below torch's parallel grain: starting its OpenMP pool would hang a child
+    // forked later.
     constexpr int64_t kPiece = 16384;
     for (int64_t start = 0; start < 65536; start += kPiece) {
       const auto halves = at::arange(start, start + kPiece, at::TensorOptions().dtype(at::kInt))
@@ -220,6 +212,17 @@ const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype) {
     }
   });
   return tables[slot].data();
+}
+
+at::Generator generator_for(const at::Tensor& self, const std::optional<at::Generator>& gen,
+                            const char* op) {
+  if (!gen.has_value() || !gen->defined())
+    return at::globalContext().defaultGenerator(self.device());
+  const bool cuda = self.is_cuda();
+  TORCH_CHECK(gen->device().type() == self.device().type(), "fp8_dummy.", op,
+              ": expected a generator of device type '", cuda ? "cuda" : "cpu", "' for a ",
+              cuda ? "CUDA" : "CPU", " tensor, got one of device '", gen->device().str(), "'");
+  return *gen;
 }
 
 void reference_path(const at::Tensor& self, double low, double high, const at::Generator& gen,

@@ -1,6 +1,5 @@
-// The reference path's rules, for every device: argument checks (before anything is written;
-// also the fake kernel's), the order in which it hands out random numbers, copy_'s tables,
-// and the reference path itself.
+// The reference path's rules on every device: argument checks, the order in which it hands
+// out random numbers, copy_'s tables, and the path itself.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,8 +18,7 @@ namespace fp8_dummy {
 // The five FP8 dtypes.
 bool is_fp8(c10::ScalarType dtype);
 
-// int8 and uint8: filled like the FP8 dtypes (TensorRT-LLM's dummy weights), copy_'s
-// float16 -> integer conversion (truncation toward zero).
+// int8 and uint8: filled like FP8 (TensorRT-LLM's dummy weights), copy_ truncating to integer.
 inline bool is_int8(c10::ScalarType dtype) {
   return dtype == c10::ScalarType::Char || dtype == c10::ScalarType::Byte;
 }
@@ -53,17 +51,15 @@ inline cuda::Fp8Format fp8_format(c10::ScalarType dtype) {
 // The dtypes whose reference is plain self.uniform_ (16 bits or wider).
 bool is_wide_float(c10::ScalarType dtype);
 
-// The prefix of check_init_args' messages: the name of the op the user called
-// ("fp8_dummy.init_many_") and, for a tensor of a list, its index ("tensors[3]"; -1: none).
+// The prefix of check_init_args' messages: the op called and a list index ("tensors[3]").
 struct OpName {
   c10::string_view op = "fp8_dummy.init_";
   int64_t index = -1;
 };
 std::ostream& operator<<(std::ostream& out, const OpName& name);
 
-// Every check of the reference path (docs/contract.md R6, the copy_ overlap
-// check included), with the reference's messages, prefixed by the calling op's name.
-// Throws c10::Error before anything is written or any random number is drawn.
+// Every check of the reference path (docs/contract.md R6), with its messages, prefixed by the
+// op's name; throws before anything is written or drawn.
 void check_init_args(const at::Tensor& self, double low, double high, const OpName& name = {});
 
 // The overlap rule of every op that writes: refuses a self whose elements may share memory,
@@ -87,14 +83,12 @@ struct MemoryOrder {
 };
 MemoryOrder memory_order(const at::Tensor& self, bool contiguous_temp = false);
 
-// Elements [first, first + len) of `order` (base: the data pointer, one byte per element) get
-// src[0 .. len). Starts anywhere, so that threads can each write their own blocks.
+// Elements [first, first + len) of `order` (1-byte elements from `base`) get src[0 .. len).
 void scatter_bytes(const MemoryOrder& order, uint8_t* base, int64_t first, const uint8_t* src,
                    int64_t len);
 
-// Appends a dimension (outermost first), merged into the last one where it continues it in
-// every stride list given: the one coalescing rule of the temp's order, random_'s order and
-// the stateless shard geometry (which also keeps global strides).
+// Appends a dimension (outermost first), merged into the last where it continues it in every
+// stride list given: the one coalescing rule (temp order, random_'s order, stateless shards).
 inline void append_dim(c10::SmallVector<int64_t, 6>& sizes, int64_t size,
                        c10::SmallVector<int64_t, 6>& strides, int64_t stride,
                        c10::SmallVector<int64_t, 6>* strides2 = nullptr, int64_t stride2 = 0) {
@@ -110,12 +104,16 @@ inline void append_dim(c10::SmallVector<int64_t, 6>& sizes, int64_t size,
   if (strides2 != nullptr) strides2->push_back(stride2);
 }
 
-// float16 bits -> byte for all 65536 values, made once per 1-byte dtype by the installed
-// torch's CPU copy_: the reference's conversion by construction (out-of-range values too).
+// float16 bits -> byte, made once per 1-byte dtype by the installed torch's CPU copy_.
 const uint8_t* cpu_copy_fp8_table(c10::ScalarType dtype);
 
-// The reference path itself for a 1-byte self on any device, with its float16 temp: what the
-// proofs compare against, and the fallback where nothing is proven.
+// A generator form's generator: the one given (of self's device type, else an error naming
+// `op`), or the device's default.
+at::Generator generator_for(const at::Tensor& self, const std::optional<at::Generator>& gen,
+                            const char* op);
+
+// The reference path for a 1-byte self on any device: what proofs compare against, and the
+// fallback.
 void reference_path(const at::Tensor& self, double low, double high, const at::Generator& gen,
                     bool contiguous_temp);
 

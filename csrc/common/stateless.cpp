@@ -15,13 +15,9 @@
 
 namespace fp8_dummy {
 
-bool is_stateless_int(c10::ScalarType dtype) {
-  return dtype == c10::ScalarType::Char || dtype == c10::ScalarType::Byte;
-}
-
 void check_stateless_values(const at::Tensor& self, double low, double high) {
   TORCH_CHECK(self.defined(), "fp8_dummy.init_stateless_: expected a tensor, got an undefined one");
-  if (!is_stateless_int(self.scalar_type())) {
+  if (!is_int8(self.scalar_type())) {  // int8/uint8: random bytes
     check_init_args(self, low, high, OpName{"fp8_dummy.init_stateless_"});
     return;
   }
@@ -61,8 +57,7 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
                   stride);
     }
   }
-  // With symbolic shapes (the fake kernel under dynamic torch.compile) the real kernel runs
-  // the checks that need sizes.
+  // With symbolic shapes (a fake kernel) the real kernel runs the checks that need sizes.
   if (self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return {};
   c10::SmallVector<int64_t, 6> global(dim);
   if (element_strides.has_value()) {
@@ -90,9 +85,8 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
                   "fp8_dummy.init_stateless_: global element indices overflow int64");
     }
   }
-  // A shard is a set of distinct elements of the global tensor: every block of a row-major
-  // or permuted tensor passes first_overlap; strides that fail it (such as [1, 1]) are
-  // refused, even the rare ones that would still be distinct.
+  // A shard's elements are distinct in the global tensor: strides failing first_overlap
+  // (such as [1, 1]) are refused.
   TORCH_CHECK(first_overlap(self.sizes(), global).first < 0,
               "fp8_dummy.init_stateless_: element_strides ", global,
               " give two elements of self (sizes ", self.sizes(),
@@ -102,7 +96,6 @@ ShardGeometry check_stateless_args(const at::Tensor& self, double low, double hi
   for (const auto d : c10::irange(dim)) {
     const int64_t size = self.size(d);
     if (size == 1) continue;
-    // merged only where contiguous in self and in the global tensor alike
     append_dim(g.sizes, size, g.self_strides, self.stride(d), &g.global_strides, global[d]);
   }
   return g;
@@ -125,8 +118,7 @@ cuda::StatelessParams stateless_params(c10::ScalarType dtype, double low, double
 }
 
 std::array<uint16_t, 2048> stateless_half_table(const cuda::StatelessParams& p) {
-  // Remembers the last bounds: a model's weights usually share them, and computing the
-  // table (2048 software float -> float16 roundings) costs tens of microseconds.
+  // The last bounds' table is kept: a model's weights usually share them (tens of us each).
   static std::mutex mutex;
   static float last_from = 0.0f, last_range = -1.0f;  // range < 0: empty
   static std::array<uint16_t, 2048> last;
@@ -151,7 +143,6 @@ std::array<uint8_t, 2048> stateless_fp8_table(c10::ScalarType dtype,
 
 namespace {
 
-// The checks alone, for the fake kernel (fp8_dummy/ops.py: FakeTensor, torch.compile, opcheck).
 void check_stateless_args_op(const at::Tensor& self, double low, double high,
                              int64_t element_offset, at::OptionalIntArrayRef element_strides) {
   check_stateless_args(self, low, high, element_offset, element_strides);

@@ -22,15 +22,11 @@ struct ShardGeometry {
   int64_t element_offset = 0;
 };
 
-// int8 and uint8 (random bytes: include/fp8_dummy/cuda/stateless.h).
-bool is_stateless_int(c10::ScalarType dtype);
-
 // The dtype and bounds: init_'s checks for floats; int8/uint8: integers low < high within
 // the dtype's range (high one past its largest), as random_(from, to).
 void check_stateless_values(const at::Tensor& self, double low, double high);
 
-// init_stateless_ on the CPU tensor t through the dispatcher: the mode's reference bytes for
-// the CUDA kernel's proof and fallback.
+// init_stateless_ on a CPU tensor through the dispatcher (the CUDA kernel's reference).
 void stateless_on_cpu(at::Tensor& t, double low, double high, int64_t seed, int64_t key_offset,
                       int64_t element_offset, at::OptionalIntArrayRef element_strides);
 
@@ -44,8 +40,7 @@ cuda::StatelessParams stateless_params(c10::ScalarType dtype, double low, double
 // float16 bits for each of the 2048 values of a word's 11 random bits (stateless_half).
 std::array<uint16_t, 2048> stateless_half_table(const cuda::StatelessParams& p);
 
-// FP8: torch's CPU copy_ of stateless_half for the 2048 values (the CPU's on every device
-// keeps the mode device-independent).
+// FP8: torch's CPU copy_ of stateless_half (on every device: the mode is device-independent).
 std::array<uint8_t, 2048> stateless_fp8_table(c10::ScalarType dtype,
                                               const cuda::StatelessParams& p);
 

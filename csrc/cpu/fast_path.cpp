@@ -1,6 +1,5 @@
-// See cpu/fast_path.h. The search for init_'s transform is by evidence, not a list of
-// versions: the candidates torch has used, the one its version suggests first, each level's
-// kernels against torch's own uniform_ (one silent proof key each; none found: a refusal).
+// See cpu/fast_path.h. init_'s transform is found by evidence: the candidates torch has used
+// (the one its version suggests first), each level's kernels against torch's uniform_.
 #include "cpu/fast_path.h"
 
 #include <ATen/Version.h>
@@ -23,8 +22,8 @@ std::string describe(const Transform& t) {
   return out.str();
 }
 
-// One kernel set against torch's uniform_: 2^16 + 11 elements (every wrap of the step and a
-// tail), several bounds ([-500, 500]: FMA shows; [0, 1]: the clamp; +-1e-3: subnormals).
+// One kernel set against torch's uniform_ on 2^16 + 11 elements ([-500, 500]: FMA shows;
+// [0, 1]: the clamp; +-1e-3: subnormals).
 proof::Verdict check_transform(const Kernels& k, const Transform& t) {
   constexpr int64_t kN = (int64_t{1} << 16) + 11;
   const double bounds[][2] = {{-500.0, 500.0}, {0.0, 1.0}, {-1e-3, 1e-3}, {-3.0, 60000.0}};
@@ -49,7 +48,6 @@ proof::Verdict check_transform(const Kernels& k, const Transform& t) {
   return {true, ""};
 }
 
-// The candidates, the one this torch version and CPU capability suggest first.
 std::vector<Transform> candidates(bool default_capability) {
 #ifdef FP8_DUMMY_X86
   const bool fma_guess = !default_capability;  // torch's DEFAULT kernel has no FMA

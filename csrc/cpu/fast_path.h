@@ -1,8 +1,6 @@
-// The CPU fast paths of init_ and random_ (cpu/init_cpu.cpp, cpu/random_cpu.cpp): the
-// generator's mt19937 stream continued by our SIMD kernels on several threads, instead of
-// torch's serial loop. What they share: the kernel set of each SIMD level, the draw from a
-// generator, FP8_DUMMY_CPU_PATH, the once-per-process search of which kernels reproduce the
-// installed torch (fast_path.cpp), and the comparison with torch their probes make.
+// What the CPU fast paths of init_ and random_ share (the generator's mt19937 stream made by
+// our SIMD kernels on several threads): each level's kernels, the draw, FP8_DUMMY_CPU_PATH,
+// the once-per-process search for the kernels that reproduce torch, the probes' comparison.
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -50,9 +48,8 @@ inline Kernels kernels_for(SimdLevel level) {  // a level the CPU runs
           &runs_block_scalar};
 }
 
-// Draws n words of gen's stream (held locked, as torch's kernels hold it) on `threads`
-// threads and writes the state back; false, drawing nothing, for a state torch's engine
-// would misread (that goes to torch's own kernel).
+// Draws n words of gen's stream (locked, as torch's kernels do) on `threads` threads and
+// writes the state back; false, drawing nothing, for a state torch's engine would misread.
 template <class Consume>
 bool draw(at::CPUGeneratorImpl* gen, int64_t n, const Kernels& k, int threads,
           const Consume& consume, int64_t align = 1) {
@@ -66,8 +63,7 @@ bool draw(at::CPUGeneratorImpl* gen, int64_t n, const Kernels& k, int threads,
   return true;
 }
 
-// What the search found (fast_config(), random_config()): per level, whether the CPU runs it
-// and our kernels gave torch's bytes; and in one line for cpu_fast_path_info().
+// What the search found: per level, whether our kernels gave torch's bytes; one line of info.
 struct FastConfig {
   bool found = false;  // init_: a candidate transform matched torch on some level
   Transform transform{Formula::kBits24, true, true};
@@ -77,21 +73,18 @@ struct FastConfig {
 };
 const FastConfig& fast_config();  // init_'s uniform_ transform (random_'s: random_cpu.cpp)
 
-// search()'s result once complete, kept for the process in `done`; until then every call
-// searches again (decided keys are not probed twice) and gets the incomplete result.
+// search()'s result once complete, kept in `done`; until then each call searches again.
 const FastConfig& settled(std::atomic<const FastConfig*>& done, std::mutex& mutex,
                           FastConfig (*search)());
 
-// The level a call of `op` runs our kernels at, or nullopt for torch's own kernel (the
-// exact path). FP8_DUMMY_CPU_PATH (read on every call): auto (or unset): the widest level
-// config() passed; exact (no search); fast: the widest level the CPU runs; avx512, avx2,
-// portable: that level (an error where the CPU lacks it). None while config() is incomplete.
-// Whatever runs is proven per call all the same.
+// The level a call of `op` runs our kernels at, or nullopt for the exact path, by
+// FP8_DUMMY_CPU_PATH (read on every call): auto/unset: the widest level config() passed;
+// exact; fast: the widest the CPU runs; avx512, avx2, portable (an error where the CPU lacks
+// it). None while config() is incomplete. Every call is proven all the same.
 std::optional<SimdLevel> fast_level(const char* op, const FastConfig& (*config)());
 
-// Our fill and torch's on two tensors made by `make`, each with a scratch generator seeded
-// with `seed` and then drawn `skip` times (mid-block): the same bytes and the same generator
-// state afterwards. `ours` returns false when it refused the generator's state.
+// Our fill and torch's on two tensors from `make`, generators seeded with `seed` and drawn
+// `skip` times: the same bytes and generator state afterwards. `ours` false: it refused.
 proof::Verdict against_torch(const std::function<at::Tensor()>& make, uint64_t seed, int skip,
                              const std::function<bool(at::Tensor&, at::Generator&)>& ours,
                              const std::function<void(at::Tensor&, at::Generator&)>& torch_fill,

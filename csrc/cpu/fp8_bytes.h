@@ -1,7 +1,6 @@
-// 1-byte outputs without the float16 -> byte table where that gives the table's bytes (the
-// table is torch's own copy_): runs, the byte as a step function of the random bits where
-// few values occur (found by binary search, then checked), and direct, float16 -> FP8 in
-// registers within the finite range (checked on every half value first).
+// 1-byte outputs without copy_'s float16 -> byte table where that gives its bytes: runs (the
+// byte as a step function of the random bits, found by binary search, then checked) and
+// direct float16 -> FP8 in registers within the finite range (checked on every half first).
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -54,8 +53,7 @@ uint32_t last_true(uint32_t lo, uint32_t hi, const Pred& pred) {
 
 }  // namespace detail
 
-// The runs of x -> table[transform(x)], or false if more than kMaxBreaks or a check fails
-// (bounds within the format's finite range: the caller's part).
+// The runs of x -> table[transform(x)], or false past kMaxBreaks or on a failed check.
 inline bool make_fp8_runs(const UniformParams& p, const uint8_t* table, Fp8Runs* out) {
   const uint32_t top = p.mask;  // x in [0, top]
   auto raw = [&](uint32_t x) {  // half(v) before the clamp
@@ -139,9 +137,8 @@ __attribute__((target("avx2"))) inline __m256i runs8_avx2(__m256i x, const __m25
   return a;
 }
 
-// 32 elements per turn (4 vectors of bytes in dwords, packed and put back in order), then 8
-// at a time through a padded vector. K (the breakpoints) a template argument: the loops
-// unroll and the sums stay in registers (a run-time count spilled them to the stack).
+// 32 elements per turn, then 8 through a padded vector. K (the breakpoints) a template
+// argument: the sums stay in registers (a run-time count spilled them to the stack).
 template <int K>
 __attribute__((target("avx2"))) inline void runs_block_avx2_k(const uint32_t* words, int64_t n,
                                                               uint32_t mask, const Fp8Runs& r,
@@ -204,8 +201,7 @@ inline void runs_block_avx2(const uint32_t* words, int64_t n, uint32_t mask, con
 
 // ---- direct: float16 -> FP8 in registers.
 
-// The four sign/exponent/mantissa FP8 formats (slot: e4m3fn, e5m2, e4m3fnuz, e5m2fnuz);
-// others (e8m0, int8, uint8) go through the table.
+// The four sign/exponent/mantissa FP8 formats (slot); others go through the table.
 struct Fp8Bits {
   bool supported = false;
   int bias = 0;
@@ -231,9 +227,8 @@ inline Fp8Bits fp8_bits(c10::ScalarType dtype) {
 
 #ifdef FP8_DUMMY_X86
 
-// 8 halves -> 8 FP8 bytes (M mantissa bits, exponent bias B; fnuz: no negative zero), for
-// |h| <= the largest finite value; kTiny: for |h| <= the smallest normal 2^(1-B) (+-1e-3 in
-// e4m3fn), where the subnormal rule alone gives every result.
+// 8 halves -> 8 FP8 bytes (M mantissa bits, bias B; fnuz: no -0) for finite |h|; kTiny: for
+// |h| <= the smallest normal (+-1e-3 in e4m3fn), where the subnormal rule gives every result.
 template <int M, int B, bool kFnuz, bool kTiny>
 __attribute__((target("avx2,f16c"))) inline void fp8_from_half8_avx2(__m128i h, uint8_t* dst) {
   constexpr int kShift = 23 - M;
@@ -275,7 +270,7 @@ __attribute__((target("avx2,f16c"))) inline void fp8_from_halves_avx2_impl(const
     fp8_from_half8_avx2<M, B, kFnuz, kTiny>(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)), dst + i);
   }
-  if (i < n) {  // the tail through the same code
+  if (i < n) {
     alignas(16) uint16_t in[8] = {};
     uint8_t out[8];
     for (int64_t j = i; j < n; ++j) in[j - i] = h[j];
@@ -285,29 +280,19 @@ __attribute__((target("avx2,f16c"))) inline void fp8_from_halves_avx2_impl(const
   }
 }
 
-template <bool kTiny>
-inline void fp8_from_halves_avx2_tmpl(const uint16_t* h, int64_t n, const Fp8Bits& f,
-                                      uint8_t* dst) {
-  switch (f.slot) {
-    case 0:
-      return fp8_from_halves_avx2_impl<3, 7, false, kTiny>(h, n, dst);
-    case 1:
-      return fp8_from_halves_avx2_impl<2, 15, false, kTiny>(h, n, dst);
-    case 2:
-      return fp8_from_halves_avx2_impl<3, 8, true, kTiny>(h, n, dst);
-    default:
-      return fp8_from_halves_avx2_impl<2, 16, true, kTiny>(h, n, dst);
-  }
-}
-
 inline void fp8_from_halves_avx2(const uint16_t* h, int64_t n, const Fp8Bits& f, bool tiny,
                                  uint8_t* dst) {
-  tiny ? fp8_from_halves_avx2_tmpl<true>(h, n, f, dst)
-       : fp8_from_halves_avx2_tmpl<false>(h, n, f, dst);
+  using Fn = void (*)(const uint16_t*, int64_t, uint8_t*);
+  static constexpr Fn fns[2][4] = {
+      {fp8_from_halves_avx2_impl<3, 7, false, false>,
+       fp8_from_halves_avx2_impl<2, 15, false, false>, fp8_from_halves_avx2_impl<3, 8, true, false>,
+       fp8_from_halves_avx2_impl<2, 16, true, false>},
+      {fp8_from_halves_avx2_impl<3, 7, false, true>, fp8_from_halves_avx2_impl<2, 15, false, true>,
+       fp8_from_halves_avx2_impl<3, 8, true, true>, fp8_from_halves_avx2_impl<2, 16, true, true>}};
+  fns[tiny][f.slot](h, n, dst);
 }
 
-// Whether both forms equal `table` (torch's copy_) on every half in their ranges; once per
-// dtype and process.
+// Whether both forms equal `table` (torch's copy_) on every half in their ranges; once.
 inline bool fp8_direct_ok(const Fp8Bits& f, const uint8_t* table) {
   static bool ok[4];
   static std::once_flag once[4];

@@ -1,7 +1,6 @@
-// init_ and init_many_ on the CPU (docs/contract.md). 1-byte tensors: the exact path (torch's
-// uniform_ on a 512 KiB float16 buffer, then copy_'s table) or the fast path (our SIMD
-// stream on several threads, cpu/fast_path.h) where the call's key is proven, each in either
-// temp's order; float16 and wider: uniform_ itself.
+// init_ and init_many_ on the CPU. 1-byte tensors: the exact path (torch's uniform_ on a
+// 512 KiB float16 buffer, then copy_'s table) or, where the call's key is proven, the fast
+// path (cpu/fast_path.h), in either temp's order; float16 and wider: uniform_ itself.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -32,8 +31,7 @@ void fill_exact(const at::Tensor& self, double low, double high, const at::Gener
   const MemoryOrder order = memory_order(self, contiguous_temp);
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   auto buf = at::empty({std::min(n, kChunk)}, self.options().dtype(at::kHalf));
-  // Like the reference's one uniform_, hold the generator for the whole call: the pieces
-  // draw from a private copy of its state, written back at the end.
+  // Held for the whole call, as by the reference's one uniform_: the pieces draw from a copy.
   auto* g = at::check_generator<at::CPUGeneratorImpl>(gen);
   std::lock_guard<std::mutex> lock(g->mutex_);
   const at::Generator private_gen = at::detail::createCPUGenerator();
@@ -51,9 +49,7 @@ void fill_exact(const at::Tensor& self, double low, double high, const at::Gener
   g->set_engine(copy->engine());
 }
 
-// ---- The fast path.
-
-// Float16 bits -> bytes for one block: in registers where that equals the table.
+// ---- The fast path. Float16 bits -> bytes for one block: in registers where that is exact.
 struct Converter {
   const uint8_t* table;
   cpu::Fp8Bits bits;
@@ -68,8 +64,8 @@ struct Converter {
   }
 };
 
-// Everything that selects the fast path's code for one call, shared by the call and its
-// probe, so that the probe runs the call's very branches.
+// Everything that selects the fast path's code: the call's and its probe's, so that the probe
+// runs the call's very branches.
 struct Plan {
   cpu::Kernels kernels;
   cpu::UniformParams params;
@@ -78,14 +74,13 @@ struct Plan {
   int threads;
   bool contiguous_temp;
   bool linear;  // the temp's order is one run of memory
-  // > 0: the contiguous temp of a transposed 2-D view (inner stride > 1, outer dimension
-  // contiguous): each thread gathers this many whole rows, then writes them column by column.
+  // > 0: the contiguous temp of a transposed 2-D view: each thread gathers this many rows,
+  // then writes them column by column.
   int64_t band_rows = 0;
 };
 
-// The FP8 bytes as a step function of the bits (cpu/fp8_bytes.h) where the conversion is
-// monotone within the bounds and the tensor is large enough for the ~10 us of finding the
-// runs (found with the portable transform: only where that one passed the search).
+// The bytes as runs (cpu/fp8_bytes.h) where the conversion is monotone within the bounds and
+// the tensor pays for the ~10 us of finding them (with the portable transform: if it passed).
 std::optional<cpu::Fp8Runs> runs_for(c10::ScalarType dtype, int64_t n, double low, double high,
                                      const cpu::UniformParams& params, const uint8_t* table) {
   const cpu::Fp8Bits bits = cpu::fp8_bits(dtype);
@@ -102,8 +97,7 @@ std::optional<cpu::Fp8Runs> runs_for(c10::ScalarType dtype, int64_t n, double lo
   return runs;
 }
 
-// Rows per band, or 0 for the plain scatter: where a column of a band is at least 16
-// contiguous bytes; a band at most about 1 MiB, all threads' at most about 8 MiB.
+// Rows per band (>= 16 contiguous bytes per column; ~1 MiB a band, ~8 MiB all), or 0: scatter.
 int64_t band_rows(const MemoryOrder& o, bool contiguous_temp, int threads) {
   constexpr int64_t kBandBytes = int64_t{1} << 20, kAllBands = int64_t{8} << 20;
   if (!contiguous_temp || o.sizes.size() != 2 || o.strides[0] != 1 || o.strides[1] <= 1) return 0;
@@ -112,8 +106,7 @@ int64_t band_rows(const MemoryOrder& o, bool contiguous_temp, int threads) {
   return rows >= 16 ? rows : 0;
 }
 
-// A band's rows are an odd number of cache lines apart, so that one column's lines fall
-// into different cache sets (a power-of-two pitch would miss on every read).
+// Rows an odd number of cache lines apart: a column's lines fall into different cache sets.
 int64_t band_pitch(int64_t cols) {
   const int64_t lines = (cols + 63) / 64;
   return 64 * (lines % 2 == 1 ? lines : lines + 1);
@@ -142,8 +135,8 @@ Plan plan_fast(const at::Tensor& self, double low, double high, cpu::SimdLevel l
   return p;
 }
 
-// Rows [row0, row0 + rows) of a walk whose rows are contiguous in memory and whose columns
-// are `stride` apart, from `buf` (row k at k * pitch): `rows` contiguous bytes per column.
+// Rows [row0, row0 + rows) of a walk of contiguous rows and columns `stride` apart, from `buf`
+// (row k at k * pitch).
 void write_band(uint8_t* base, const uint8_t* buf, int64_t pitch, int64_t row0, int64_t rows,
                 int64_t cols, int64_t stride) {
   for (int64_t j = 0; j < cols; ++j) {
@@ -152,14 +145,12 @@ void write_band(uint8_t* base, const uint8_t* buf, int64_t pitch, int64_t row0, 
   }
 }
 
-// False, having drawn and written nothing, when the generator's state must go to the exact
-// path. FP8_DUMMY_FAULT=cpu.init_ corrupts a byte.
+// False, having drawn nothing, where the generator's state must go to the exact path.
 bool fill_fast(const at::Tensor& self, const at::Generator& gen, const Plan& plan) {
   const int64_t n = self.numel();
   const MemoryOrder order = memory_order(self, plan.contiguous_temp);
   auto* base = static_cast<uint8_t*>(self.mutable_data_ptr());
   const cpu::Kernels& k = plan.kernels;
-  // A block at a time: words -> bytes from the runs, or -> float16 bits (in cache) -> bytes.
   auto to_bytes = [&](const uint32_t* words, int64_t len, uint8_t* dst) {
     if (plan.runs) return k.runs(words, len, plan.params.mask, *plan.runs, dst);
     alignas(32) uint16_t halves[cpu::kMtN];
@@ -173,8 +164,7 @@ bool fill_fast(const at::Tensor& self, const at::Generator& gen, const Plan& pla
       to_bytes(w, len, base + first);
     });
   } else if (plan.band_rows > 0) {
-    // Thread ranges start on band boundaries and each thread's pieces come in order: every
-    // band is filled by one thread, start to end, then written out.
+    // Ranges start on band boundaries: each band is filled by one thread, then written out.
     const int64_t cols = order.sizes[1], band = plan.band_rows * cols;
     const int64_t pitch = band_pitch(cols);
     const std::vector<int64_t> starts = cpu::thread_starts(n, plan.threads, band);
@@ -223,26 +213,16 @@ std::string fast_key(const at::Tensor& self, const Plan& p, bool generator_form)
                                   p.contiguous_temp ? "temp=contiguous" : "temp=empty_like"});
 }
 
-// The call's plan against torch's reference (either temp) on 2^15 - 5 elements (52 blocks:
-// every wrap of the step and a tail) of the call's layout kind, dtype and bounds, on up to 3
-// threads, from mid-block for the generator form: bytes and the generator's state. Below
-// TensorIterator's grain and poisoned by memset, so a small first call's probe starts no
-// OpenMP pool (a process forked after it must not hang).
+// The call's plan against the reference on 2^15 - 5 elements (52 blocks: every wrap and a
+// tail) of its layout kind, dtype and bounds, up to 3 threads, mid-block for the generator
+// form; below TensorIterator's grain: no OpenMP pool starts (a later fork must not hang).
 proof::Verdict probe_fast(const at::Tensor& self, double low, double high, int64_t seed, Plan plan,
                           bool generator_form) {
   constexpr int64_t kN = (int64_t{1} << 15) - 5;
-  auto make = [&] {
-    at::Tensor p;
-    if (plan.linear) {
-      p = at::empty({kN}, self.options());
-    } else if (plan.band_rows > 0) {  // the row-major walk of a transposed view with gaps
-      p = at::empty({10, (kN + 4) / 5}, self.options()).slice(0, 0, 10, 2).t();
-    } else {  // every other column of a row-major block
-      p = at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
-    }
-    std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
-    return p;
-  };
+  const auto layout = plan.linear          ? proof::Layout::kDense
+                      : plan.band_rows > 0 ? proof::Layout::kRowMajor
+                                           : proof::Layout::kGaps;
+  auto make = [&] { return proof::make_probe(self.options(), kN, layout); };
   plan.threads = std::min(plan.threads, 3);
   if (plan.band_rows > 0) plan.band_rows = 61;  // bands span the threads' ranges and blocks
   return cpu::against_torch(
@@ -264,7 +244,7 @@ void fill(const at::Tensor& self, double low, double high, const at::Generator& 
     const cpu::FastConfig& config = cpu::fast_config();
     TORCH_CHECK(config.found, "fp8_dummy.init_: FP8_DUMMY_CPU_PATH forces the fast path, but ",
                 "there is none for this torch (", config.info, ")");
-    // torch's own message and moment (before any draw); the exact path gets it from torch.
+    // torch's own message and moment (before any draw).
     TORCH_CHECK(config.transform.formula != cpu::Formula::kBits11 ||
                     !cpu::bits11_range_overflows(low, high),
                 "Expected to - from <= std::numeric_limits<T>::max() to be true, but got false.  "
@@ -291,17 +271,11 @@ void init_seed_cpu(at::Tensor& self, double low, double high, int64_t seed, bool
 void init_generator_cpu(at::Tensor& self, double low, double high, std::optional<at::Generator> gen,
                         bool contiguous_temp) {
   check_init_args(self, low, high);
-  const bool given = gen.has_value() && gen->defined();
-  TORCH_CHECK(!given || gen->device().is_cpu(),
-              "fp8_dummy.init_: expected a generator of device type 'cpu' for a CPU tensor, "
-              "got one of device '",
-              given ? gen->device().str() : "", "'");
-  if (self.numel() == 0) return;
-  fill(self, low, high, given ? *gen : at::detail::getDefaultCPUGenerator(), true, 0,
-       contiguous_temp);
+  const at::Generator g = generator_for(self, gen, "init_");
+  if (self.numel() > 0) fill(self, low, high, g, true, 0, contiguous_temp);
 }
 
-// init_many_: a loop over init_ (no launches to save), every tensor checked first.
+// A loop over init_ (no launches to save), every tensor checked first.
 void init_many_cpu(at::TensorList tensors, double low, double high, int64_t seed,
                    bool contiguous_temp) {
   check_init_many_args(tensors, low, high);

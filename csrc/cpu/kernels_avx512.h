@@ -13,11 +13,10 @@ namespace cpu {
 
 #ifdef FP8_DUMMY_X86
 
-// Both predefined by the SIMDe build (no target attribute there).
+// Both predefined by the SIMDe build.
 #ifndef FP8_DUMMY_TARGET_AVX512
 #define FP8_DUMMY_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #endif
-// Makes a value opaque to the compiler, so a multiply and an add are not contracted.
 #ifndef FP8_DUMMY_OPAQUE_512
 #define FP8_DUMMY_OPAQUE_512(x) __asm__("" : "+v"(x))
 #endif
@@ -101,7 +100,7 @@ FP8_DUMMY_TARGET_AVX512 inline void transform_block_avx512_impl(const uint32_t* 
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
                         transform16_avx512<kFma, kClamp>(r, p));
   }
-  if (i < n) {  // the tail through the same vector code, so it cannot differ
+  if (i < n) {  // the tail through the same code
     alignas(64) uint32_t tail[16] = {};
     alignas(32) uint16_t res[16];
     for (int64_t j = i; j < n; ++j) tail[j - i] = words[j];
@@ -112,18 +111,15 @@ FP8_DUMMY_TARGET_AVX512 inline void transform_block_avx512_impl(const uint32_t* 
   }
 }
 
-template <bool kFma>
-inline void transform_block_avx512_fma(const uint32_t* words, int64_t n, bool temper,
-                                       const UniformParams& p, uint16_t* out) {
-  if (!p.clamp) return transform_block_avx512_impl<kFma, 0>(words, n, temper, p, out);
-  if (p.to_bits & 0x7FFF) return transform_block_avx512_impl<kFma, 1>(words, n, temper, p, out);
-  transform_block_avx512_impl<kFma, 2>(words, n, temper, p, out);
-}
-
 inline void transform_block_avx512(const uint32_t* words, int64_t n, bool temper,
                                    const UniformParams& p, uint16_t* out) {
-  p.fma ? transform_block_avx512_fma<true>(words, n, temper, p, out)
-        : transform_block_avx512_fma<false>(words, n, temper, p, out);
+  using Fn = void (*)(const uint32_t*, int64_t, bool, const UniformParams&, uint16_t*);
+  static constexpr Fn fns[2][3] = {
+      {transform_block_avx512_impl<false, 0>, transform_block_avx512_impl<false, 1>,
+       transform_block_avx512_impl<false, 2>},
+      {transform_block_avx512_impl<true, 0>, transform_block_avx512_impl<true, 1>,
+       transform_block_avx512_impl<true, 2>}};
+  fns[p.fma][!p.clamp ? 0 : (p.to_bits & 0x7FFF) ? 1 : 2](words, n, temper, p, out);
 }
 
 // A power-of-two range: base + (word & mask), vpmovdb keeping the low byte (mod 256).

@@ -1,6 +1,5 @@
 // torch's CPU generator stream (at::mt19937) continued in bulk: the block step and tempering
-// (portable, AVX2; AVX-512: kernels_avx512.h), and n words drawn on several threads, each
-// jumping to its range; the state written back is where torch's own kernel leaves it.
+// (portable, AVX2), n words drawn on several threads, each jumping to its range.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -29,8 +28,7 @@ inline uint32_t mt_twist_word(uint32_t far, uint32_t u, uint32_t v) {
   return far ^ (y >> 1) ^ ((v & 1u) ? kMtMatrixA : 0u);
 }
 
-// Word i of the new block: its far word (i + 397) is new from i = 227 on; the last word
-// takes its low bits from the new word 0.
+// Word i of the new block (far word new from i = 227 on; the last uses the new word 0).
 inline uint32_t mt_new_word(const uint32_t* old, const uint32_t* out, int i) {
   const uint32_t far = i + kMtM < kMtN ? old[i + kMtM] : out[i + kMtM - kMtN];
   const uint32_t v = i + 1 < kMtN ? old[i + 1] : out[0];
@@ -72,8 +70,8 @@ __attribute__((target("avx2"))) inline void store8(uint32_t* p, __m256i x) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), x);
 }
 
-// 8 lanes: dependencies reach 227 and 397 words, so no lane needs a word of its own vector;
-// only the vectors straddling a wrap (224..231, 616..623) go word by word.
+// 8 lanes: dependencies reach 227 and 397 words on; only the vectors straddling a wrap
+// (224..231, 616..623) go word by word.
 __attribute__((target("avx2"))) inline void mt_twist_avx2(const uint32_t* old, uint32_t* out) {
   int i = 0;
   for (; i + 8 <= kMtN - kMtM; i += 8) {
@@ -100,8 +98,7 @@ __attribute__((target("avx2"))) inline __m256i mt_temper8_avx2(__m256i y) {
 
 using TwistFn = void (*)(const uint32_t*, uint32_t*);
 
-// False for a state torch's engine would read out of bounds from (set_state accepts left_
-// and next_ independently): such a state goes to torch's own kernel.
+// False for a state torch's engine would read out of bounds from (set_state accepts it).
 inline bool stream_usable(const at::mt19937_data_pod& pod) {
   return pod.left_ >= 1 && pod.left_ <= kMtN && pod.next_ <= static_cast<uint32_t>(kMtN) &&
          pod.next_ + static_cast<uint32_t>(pod.left_) - 1 <= static_cast<uint32_t>(kMtN);
@@ -112,21 +109,19 @@ inline bool same_engine(const at::mt19937_data_pod& a, const at::mt19937_data_po
          a.state_ == b.state_;
 }
 
-// A jump costs about as much as making 1-2 Mi words (benchmarks/bench_jump.py): below this
-// many words per thread no thread is started (also nothing to go wrong after a fork).
+// A jump costs about 1-2 Mi words (benchmarks/bench_jump.py): no thread for fewer.
 constexpr int64_t kMinWordsPerThread = int64_t{1} << 21;
 constexpr int64_t kJumpWords = int64_t{1} << 20;  // thread 0's extra share: it does not jump
 
-// Threads for n words: torch's intra-op setting, fewer for small draws, one inside a
-// parallel region of torch's (as at::parallel_for would).
+// Threads for n words: torch's setting, fewer for small draws, one in a parallel region.
 inline int draw_threads(int64_t n) {
   if (at::in_parallel_region()) return 1;
   const int64_t by_size = n / kMinWordsPerThread;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), by_size)));
 }
 
-// Draws `count` words from `pod` (at word `first` of the draw) on this thread:
-// consume(first, words, len) gets the untempered words of a block or less, in order.
+// Draws `count` words (word `first` on) on this thread: consume(first, words, len) gets the
+// untempered words of a block or less, in order.
 template <class Consume>
 void draw_range(at::mt19937_data_pod& pod, int64_t first, int64_t count, TwistFn twist,
                 const Consume& consume) {
@@ -153,8 +148,8 @@ void draw_range(at::mt19937_data_pod& pod, int64_t first, int64_t count, TwistFn
   pod.left_ = static_cast<int>(kMtN + 1 - len);
 }
 
-// Thread t draws [start[t], start[t + 1]); thread 0 a little more (it does not jump); every
-// start a multiple of `align` (a range may be empty), so a consumer can keep aligned pieces.
+// Thread t draws [start[t], start[t + 1]); thread 0 a little more (it does not jump); starts
+// are multiples of `align`.
 inline std::vector<int64_t> thread_starts(int64_t n, int threads, int64_t align = 1) {
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
   std::vector<int64_t> start(static_cast<size_t>(threads) + 1, 0);
@@ -172,8 +167,7 @@ inline std::vector<int64_t> thread_starts(int64_t n, int threads, int64_t align 
 inline void mt_jump(at::mt19937_data_pod& pod, uint64_t k, bool avx2);
 
 // Draws n words from `pod` (stream_usable) on up to `threads` threads, each but the first
-// jumping a copy of the state to its range, and leaves pod after them: the same words for
-// any thread count. consume runs on several threads at once, for disjoint ranges.
+// jumping a copy to its range: the same words for any thread count, pod left after them.
 template <class Consume>
 void draw_words(at::mt19937_data_pod& pod, int64_t n, TwistFn twist, bool avx2, int threads,
                 const Consume& consume, int64_t align = 1) {

@@ -17,12 +17,9 @@
 namespace fp8_dummy {
 namespace cpu {
 
-// ---- Polynomials over GF(2) modulo phi, just enough for x^k mod phi.
-// phi = x^19937 + psi with deg psi = 19314 (a gap of 623 bits) and 134 terms in psi: a
-// product reduces in one top-down pass, a 9-word chunk (576 < 623 bits) above the degree
-// XORed, shifted, into 134 places below it. Squaring is linear over GF(2) (spread the bits),
-// so powering needs only squarings and multiplications by x (a table of x^(2^j) needs full
-// products, measured slower).
+// ---- Polynomials over GF(2) modulo phi, just enough for x^k mod phi. phi = x^19937 + psi,
+// deg psi = 19314 (a gap of 623 bits), 134 terms: a reduction folds 9-word chunks (576 < 623
+// bits) into 134 places below. Powering: squarings (a bit spread) and multiplications by x.
 
 constexpr int kPolyWords = (kPhiDegree + 63) / 64;  // 312: any residue, and phi's top word
 constexpr int kPhiWord = kPhiDegree / 64;           // 311: the word holding x^19937
@@ -39,8 +36,7 @@ inline int poly_degree(const Poly& p) {  // -1 for the zero polynomial
 
 namespace detail {
 
-// psi's terms, and where a word above the leading one folds to: word 312 + i holds
-// x^(19937 + 31 + 64 i + b), so it lands at bit 31 + t + 64 i + b.
+// psi's terms, and where a word above the leading one folds to (31 + t bits up).
 struct PsiTerms {
   int n = 0;
   int t[kPhiNumTerms];
@@ -85,8 +81,7 @@ inline void fold_chunk_portable(uint64_t* r, int base, const uint64_t* e) {
 }
 
 #ifdef FP8_DUMMY_X86
-// 4 words per vector, each fold starting at an aligned word (misaligned overlapping
-// read-modify-writes defeat store forwarding: ~25% slower).
+// Folds at aligned words (misaligned overlapping stores defeat store forwarding: ~25% slower).
 __attribute__((target("avx2"))) inline void fold_chunk_avx2(uint64_t* r, int base,
                                                             const uint64_t* e) {
   const PsiTerms& p = psi();
@@ -111,7 +106,10 @@ __attribute__((target("avx2"))) inline void fold_chunk_avx2(uint64_t* r, int bas
 // the end) is clobbered.
 inline void reduce_mod_phi(uint64_t* r, Poly& out, bool avx2) {
   constexpr int kChunk = 9;
-  (void)avx2;
+  auto* fold = &fold_chunk_portable;
+#ifdef FP8_DUMMY_X86
+  if (avx2) fold = &fold_chunk_avx2;
+#endif
   for (int hi = 2 * kPolyWords; hi > kPhiWord + 1;) {
     const int lo = hi - kChunk > kPhiWord + 1 ? hi - kChunk : kPhiWord + 1;
     alignas(32) uint64_t e[24] = {};
@@ -121,17 +119,7 @@ inline void reduce_mod_phi(uint64_t* r, Poly& out, bool avx2) {
       any |= e[4 + j];
       r[lo + j] = 0;
     }
-    if (any) {
-#ifdef FP8_DUMMY_X86
-      if (avx2) {
-        fold_chunk_avx2(r, lo - (kPhiWord + 1), e);
-      } else {
-        fold_chunk_portable(r, lo - (kPhiWord + 1), e);
-      }
-#else
-      fold_chunk_portable(r, lo - (kPhiWord + 1), e);
-#endif
-    }
+    if (any) fold(r, lo - (kPhiWord + 1), e);
     hi = lo;
   }
   // The leading word's bits from x^19937 up: each folds onto psi's terms.
@@ -219,8 +207,7 @@ inline uint32_t poly_bits(const Poly& g, int pos, int q) {  // bits [pos, pos + 
   return static_cast<uint32_t>(v & ((uint64_t{1} << q) - 1));
 }
 
-// s <- g(A) s (g != 0). Inlined into a portable and an AVX2 caller, so that the window
-// additions (most of the time) are vectorized for each.
+// s <- g(A) s (g != 0), inlined into a portable and an AVX2 caller.
 __attribute__((always_inline)) inline void apply_poly_body(const Poly& g, uint32_t* s) {
   constexpr int q = kJumpWindowBits;
   // ext = x[n .. n + 624 + q - 2]: A^t s is ext[t .. t + 623] for t < q.
@@ -274,15 +261,11 @@ inline void mt_jump(at::mt19937_data_pod& pod, uint64_t k, bool avx2) {
   mt_twist_scalar(pod.state_.data(), next_block);  // into the phi subspace
   if (blocks >= 2) {
     const Poly g = x_pow_mod(uint64_t{kMtN} * (blocks - 1), avx2);
+    auto* apply = &detail::apply_poly_portable;
 #ifdef FP8_DUMMY_X86
-    if (avx2) {
-      detail::apply_poly_avx2(g, next_block);
-    } else {
-      detail::apply_poly_portable(g, next_block);
-    }
-#else
-    detail::apply_poly_portable(g, next_block);
+    if (avx2) apply = &detail::apply_poly_avx2;
 #endif
+    apply(g, next_block);
   }
   std::memcpy(pod.state_.data(), next_block, sizeof(next_block));
   pod.next_ = static_cast<uint32_t>(used);

@@ -1,12 +1,10 @@
-// random_ on the CPU for int8/uint8 (docs/contract.md): our parallel stream with random_'s
-// byte transform where TensorIterator's order is shown (common/random_bytes.h) and the
-// call's key is proven; torch's own random_ otherwise.
+// random_ on the CPU for int8/uint8: our parallel stream with random_'s byte where
+// TensorIterator's order is shown (common/random_bytes.h) and the key is proven; else torch's.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include <cstring>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -18,8 +16,8 @@
 namespace fp8_dummy {
 namespace {
 
-// self (int8/uint8, numel > 0, layout `order`) from gen's stream at the kernels' level; false,
-// having drawn and written nothing, when the state must go to torch's kernel.
+// self from gen's stream at the kernels' level; false, having drawn nothing, when the state
+// must go to torch's kernel.
 bool random_fast(const at::Tensor& self, const MemoryOrder& order, int64_t from, int64_t to,
                  const at::Generator& gen, const cpu::Kernels& k, int threads) {
   const cpu::ByteParams params{static_cast<uint32_t>(to - from), static_cast<int32_t>(from)};
@@ -42,8 +40,7 @@ bool random_call(const at::Tensor& self, const MemoryOrder& order, int64_t from,
   return true;
 }
 
-// A few ranges (power of two or not), from mid-block, on 1 and 3 threads (the split and the
-// jumps at any size when told to), 2^15 + 7 elements.
+// A few ranges (power of two or not), from mid-block, on 1 and 3 threads, 2^15 + 7 elements.
 proof::Verdict check_bytes(const cpu::Kernels& k) {
   constexpr int64_t kN = (int64_t{1} << 15) + 7;
   const struct {
@@ -114,16 +111,12 @@ const cpu::FastConfig& random_config() {
 }
 
 // The call's branch against torch's random_ on 2^15 - 9 elements (below TensorIterator's
-// grain, as init_'s probe) of the call's layout kind: bytes and the generator's state.
+// grain) of the call's layout kind: bytes and the generator's state.
 proof::Verdict probe_random(const at::Tensor& self, bool dense, int64_t from, int64_t to,
                             const cpu::Kernels& k, int threads, bool generator_form) {
   constexpr int64_t kN = (int64_t{1} << 15) - 9;
-  auto make = [&] {
-    auto p = dense ? at::empty({kN}, self.options())
-                   : at::empty({(kN + 4) / 5, 10}, self.options()).slice(1, 0, 10, 2);
-    std::memset(p.storage().mutable_data(), 0x55, p.storage().nbytes());
-    return p;
-  };
+  const auto layout = dense ? proof::Layout::kDense : proof::Layout::kGaps;
+  auto make = [&] { return proof::make_probe(self.options(), kN, layout); };
   return cpu::against_torch(
       make, 20240611, generator_form ? 5 : 0,
       [&](at::Tensor& t, at::Generator& g) {
@@ -167,13 +160,8 @@ void random_seed_cpu(at::Tensor& self, int64_t from, int64_t to, int64_t seed) {
 void random_generator_cpu(at::Tensor& self, int64_t from, int64_t to,
                           std::optional<at::Generator> gen) {
   check_random_args(self, from, to);
-  const bool given = gen.has_value() && gen->defined();
-  TORCH_CHECK(!given || gen->device().is_cpu(),
-              "fp8_dummy.random_: expected a generator of device type 'cpu' for a CPU tensor, "
-              "got one of device '",
-              given ? gen->device().str() : "", "'");
-  if (self.numel() == 0) return;
-  fill(self, from, to, given ? *gen : at::detail::getDefaultCPUGenerator(), true);
+  const at::Generator g = generator_for(self, gen, "random_");
+  if (self.numel() > 0) fill(self, from, to, g, true);
 }
 
 std::string cpu_random_info() { return random_config().info; }

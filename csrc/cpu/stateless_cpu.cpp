@@ -1,6 +1,5 @@
 // init_stateless_ on the CPU: a value depends only on its global index, so the elements are
-// split over torch's intra-op threads (the same bytes for any count); runs of consecutive
-// indices take 16 Philox calls at a time (stateless_philox_simd.h). No scratch.
+// split over threads; runs of consecutive indices take 16 Philox calls at a time.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
@@ -82,7 +81,6 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
               const Key& key) {
   constexpr int kPer = Out::kPerCall;
   int64_t j = 0;
-  // Partial calls (head and tail) one at a time.
   auto partial = [&](int64_t until) {
     while (j < until) {
       const uint64_t e = e0 + static_cast<uint64_t>(j);
@@ -170,10 +168,8 @@ void fill_chunk(const Out& out, typename Out::Elem* base, const ShardGeometry& g
   }
 }
 
-// Runs body(begin, end) over [0, n) on torch's intra-op thread count (cpu/threads.h).
-// Threads claim chunks as they go, which keeps a busy machine balanced (the bytes do not
-// depend on who makes them); inside one of torch's parallel regions, one thread (as
-// at::parallel_for would).
+// Runs body(begin, end) over [0, n) on torch's intra-op thread count (one in a parallel
+// region); threads claim chunks as they go, which keeps a busy machine balanced.
 template <typename Body>
 void parallel_range(int64_t n, const Body& body) {
   constexpr int64_t kGrain = int64_t{1} << 16;  // tens of microseconds of work
@@ -205,15 +201,10 @@ template <typename Out>
 void fill(const Out& out, const at::Tensor& self, const ShardGeometry& g, const Key& key) {
   auto* base = static_cast<typename Out::Elem*>(self.mutable_data_ptr());
   const int level = simd_level();
-  parallel_range(self.numel(), [&](int64_t begin, int64_t end) {
-    if (level == 2) {
-      fill_chunk<2>(out, base, g, begin, end, key);
-    } else if (level == 1) {
-      fill_chunk<1>(out, base, g, begin, end, key);
-    } else {
-      fill_chunk<0>(out, base, g, begin, end, key);
-    }
-  });
+  auto* chunk = level == 2   ? &fill_chunk<2, Out>
+                : level == 1 ? &fill_chunk<1, Out>
+                             : &fill_chunk<0, Out>;
+  parallel_range(self.numel(), [&](int64_t b, int64_t e) { chunk(out, base, g, b, e, key); });
 }
 
 void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed, int64_t key_offset,

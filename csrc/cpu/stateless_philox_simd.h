@@ -1,6 +1,5 @@
-// Philox4x32-10 on 16 consecutive counters at once for the stateless mode's CPU kernel:
-// portable, AVX2 and AVX-512 (GCC does not vectorize the 32x32->64-bit products of the
-// portable loops well). Counters are (key.offset + first + lane, 0).
+// Philox4x32-10 on 16 consecutive counters (key.offset + first + lane, 0) at once for the
+// stateless CPU kernel: portable, AVX2, AVX-512 (GCC vectorizes the 64-bit products poorly).
 #pragma once
 
 #include <cstdint>
@@ -60,8 +59,8 @@ inline void philox_portable(uint64_t first, const Key& key, Block& out) {
 
 // ---- AVX-512.
 
-// One call per 64-bit lane: vpmuludq gives a lane's whole product, a quarter fewer
-// operations than 32-bit lanes (the lanes' upper halves carry garbage nothing reads).
+// One call per 64-bit lane: vpmuludq gives a lane's whole product (a quarter fewer operations
+// than 32-bit lanes; the upper halves carry garbage nothing reads).
 template <int kN>
 FP8_DUMMY_AVX512 inline void philox8x64(uint64_t first, const Key& key, __m512i c[4][kN]) {
   const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
@@ -125,7 +124,7 @@ FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const ui
 }
 
 // Few distinct bytes along the 2048 values (+-1e-3: four runs in e4m3fn): counting the run
-// starts passed and one permute beats the gathers.
+// starts passed, then one permute, beats the gathers.
 constexpr int kMaxRuns = 8;
 struct Runs {
   int count;                  // runs; starts[0] == 0 is implicit

@@ -16,8 +16,7 @@ namespace cpu {
 
 enum class Formula : int { kBits11 = 11, kBits24 = 24 };
 
-// One of the uniform_ transforms torch has used; which one the installed torch runs is
-// found by evidence (fast_path.cpp), not from its version.
+// One of the uniform_ transforms torch has used (which one: fast_path.cpp's search).
 struct Transform {
   Formula formula;
   bool fma;
@@ -57,8 +56,7 @@ inline UniformParams make_uniform_params(double low, double high, const Transfor
   return p;
 }
 
-// Whether torch's 11-bit kernel refuses these bounds (before its first draw): it checks
-// half(to) - half(from), which can overflow to inf where high - low does not ([-48, 65456]).
+// Whether torch's 11-bit kernel refuses these bounds: half(to) - half(from) overflows.
 inline bool bits11_range_overflows(double low, double high) {
   const c10::Half from_h(static_cast<float>(low));
   const c10::Half to_h(static_cast<float>(high));
@@ -70,8 +68,7 @@ inline bool half_equal(uint16_t a, uint16_t b) {
 }
 
 // fmaf(x, y, z) for x * y exact in double, without an FMA instruction (std::fma is a slow
-// library call on baseline x86-64): the double sum made round-to-odd (TwoSum's rest moves an
-// even last bit one ulp towards the exact sum), so that it rounds to float as the exact sum.
+// call on baseline x86-64): the double sum made round-to-odd, so it rounds as the exact sum.
 inline float fma_exact_product(float x, float y, float z) {
 #if defined(__FP_FAST_FMAF) || defined(FP_FAST_FMAF)
   return std::fma(x, y, z);  // the target has an FMA instruction (aarch64, x86 with -mfma)
@@ -93,8 +90,7 @@ inline float fma_exact_product(float x, float y, float z) {
   return static_cast<float>(s);
 }
 
-// `r` tempered. No contraction can sneak in: the other case rounds the exact double
-// product to float before the add.
+// `r` tempered. No contraction: the product is rounded to float before the add.
 inline uint16_t transform_scalar(uint32_t r, const UniformParams& p) {
   const float x = static_cast<float>(r & p.mask) * p.scale;
   float v;
@@ -117,8 +113,7 @@ inline void transform_block_scalar(const uint32_t* words, int64_t n, bool temper
 
 #ifdef FP8_DUMMY_X86
 
-// The parameters as vectors, once per block (in the loop they were reloaded every time:
-// the uint16_t stores may alias UniformParams's fields).
+// The parameters as vectors, once per block (the stores may alias UniformParams's fields).
 struct UniformVectors {
   __m256i mask;
   __m256 scale, range, low;
@@ -134,8 +129,7 @@ __attribute__((target("avx2"))) inline UniformVectors make_uniform_vectors(const
           _mm_set1_epi16(static_cast<int16_t>(p.from_bits))};
 }
 
-// kClamp: 0 none (kBits11); 1 half(high) is not a zero, so "equal as floats" is "same bits";
-// 2 half(high) is a zero, which -0 and +0 both equal.
+// kClamp: 0 none (kBits11); 1 half(high) nonzero: "equal" is "same bits"; 2 a zero (+-0).
 template <bool kFma, int kClamp>
 __attribute__((target("avx2,fma,f16c"))) inline __m128i transform8_avx2(__m256i r,
                                                                         const UniformVectors& p) {
@@ -183,18 +177,15 @@ __attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
   }
 }
 
-template <bool kFma>
-inline void transform_block_avx2_fma(const uint32_t* words, int64_t n, bool temper,
-                                     const UniformParams& p, uint16_t* out) {
-  if (!p.clamp) return transform_block_avx2_impl<kFma, 0>(words, n, temper, p, out);
-  if (p.to_bits & 0x7FFF) return transform_block_avx2_impl<kFma, 1>(words, n, temper, p, out);
-  transform_block_avx2_impl<kFma, 2>(words, n, temper, p, out);
-}
-
 inline void transform_block_avx2(const uint32_t* words, int64_t n, bool temper,
                                  const UniformParams& p, uint16_t* out) {
-  p.fma ? transform_block_avx2_fma<true>(words, n, temper, p, out)
-        : transform_block_avx2_fma<false>(words, n, temper, p, out);
+  using Fn = void (*)(const uint32_t*, int64_t, bool, const UniformParams&, uint16_t*);
+  static constexpr Fn fns[2][3] = {
+      {transform_block_avx2_impl<false, 0>, transform_block_avx2_impl<false, 1>,
+       transform_block_avx2_impl<false, 2>},
+      {transform_block_avx2_impl<true, 0>, transform_block_avx2_impl<true, 1>,
+       transform_block_avx2_impl<true, 2>}};
+  fns[p.fma][!p.clamp ? 0 : (p.to_bits & 0x7FFF) ? 1 : 2](words, n, temper, p, out);
 }
 
 #endif  // FP8_DUMMY_X86
@@ -218,8 +209,7 @@ inline void bytes_block_scalar(const uint32_t* words, int64_t n, const ByteParam
 
 #ifdef FP8_DUMMY_X86
 
-// A power-of-two range is a mask; each dword's low byte is gathered by a byte shuffle
-// within the 128-bit lanes and a dword permute across them.
+// A power-of-two range is a mask; the low bytes gathered by a shuffle and a permute.
 __attribute__((target("avx2"))) inline void bytes_pow2_avx2(const uint32_t* words, int64_t n,
                                                             const ByteParams& p, uint8_t* out) {
   const __m256i mask = _mm256_set1_epi32(static_cast<int>(p.range - 1));

@@ -1,6 +1,5 @@
-// The CUDA conversion search, device side (the matching is launch/fp8_conversion.h): torch's
-// own CUDA copy_ of all 65536 float16 values to the dtype, and our hardware pair conversion
-// of the same, once per (device, dtype).
+// The CUDA conversion search, device side (matching: launch/fp8_conversion.h): torch's CUDA
+// copy_ of all 65536 float16 values and our hardware conversion's, once per (device, dtype).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
@@ -66,8 +65,7 @@ std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self) {
     return std::nullopt;  // no verdict: the reference for this call, searched again later
   }
   cache.emplace(key, found);
-  // Reported with the proofs (the kernels' keys name what it found); finding nothing sends
-  // this dtype to the reference, which warns once.
+  // Reported with the proofs; finding nothing sends this dtype to the reference (one warning).
   proof::record(proof::key("cuda.copy_",
                            {device_description(self.device()), c10::toString(self.scalar_type())}),
                 found ? proof::State::kProven : proof::State::kRefused,

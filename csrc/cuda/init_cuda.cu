@@ -1,6 +1,5 @@
-// init_ on CUDA: for 1-byte tensors the fused kernel launched as torch launches uniform_ on
-// the float16 temp (the device's grid, the generator's Philox state, the split over 2^30
-// elements), behind its proof (launch/cuda_proof.h); wider dtypes: the reference itself.
+// init_ on CUDA: 1-byte tensors by the fused kernel launched as torch launches uniform_ on the
+// float16 temp, behind its proof (launch/cuda_proof.h); wider dtypes: the reference itself.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/empty.h>
@@ -27,17 +26,7 @@ namespace {
 
 using cuda_kernels::PieceArgs;
 
-template <auto kKernel>
-void launch(const PieceArgs& args, int64_t sm_count, cudaStream_t stream) {
-  const int64_t items = cuda_kernels::work_items(args.item.threads, args.steps);
-  const int64_t wanted = (items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock;
-  const auto blocks = static_cast<unsigned>(std::min(wanted, resident_blocks<kKernel>(sm_count)));
-  kKernel<<<blocks, cuda_kernels::kBlock, 0, stream>>>(args);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// Each launch's Philox state: the caller's generator (under its lock, capture-aware), or the
-// offsets a fresh generator seeded with `seed` would hand out (none is made).
+// Each launch's Philox state: the caller's generator (locked), or a fresh one's offsets.
 struct PhiloxSource {
   std::optional<at::Generator> generator;  // the caller's; none for the seed form
   uint64_t seed = 0;
@@ -67,7 +56,6 @@ at::Generator reference_generator(const at::Tensor& self, const PhiloxSource& so
   return gen;
 }
 
-// The kernel's arguments for self, but the launch's own.
 PieceArgs piece_args(const at::Tensor& self, double low, double high,
                      const Fp8Conversion& conversion, const cuda::StridedLayout& layout) {
   PieceArgs args{};
@@ -94,13 +82,13 @@ void launch_piece(const at::Tensor& self, PieceArgs args, int64_t start, int64_t
   args.steps = grid.steps;
   args.philox = philox;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int64_t items = cuda_kernels::work_items(args.item.threads, args.steps);
+  const int64_t wanted = (items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock;
   with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
     constexpr auto F = decltype(f)::value;
-    if (linear) {
-      launch<cuda_kernels::init_fp8_kernel<F, true>>(args, sm_count, stream);
-    } else {
-      launch<cuda_kernels::init_fp8_kernel<F, false>>(args, sm_count, stream);
-    }
+    auto* run = linear ? &launch_resident<cuda_kernels::init_fp8_kernel<F, true>, PieceArgs>
+                       : &launch_resident<cuda_kernels::init_fp8_kernel<F, false>, PieceArgs>;
+    run(wanted, cuda_kernels::kBlock, sm_count, stream, args);
   });
 }
 
@@ -118,8 +106,7 @@ void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& so
   if (proof::fault("cuda.init_")) proof::corrupt(self);
 }
 
-// Whether the fused kernel is proven for self's key (launch/cuda_proof.h); inside graph
-// capture no probe can run (it allocates and synchronizes).
+// Whether the fused kernel is proven for self's key (no probe inside graph capture).
 bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conversion& conversion,
                   bool generator_form, bool contiguous_temp, bool linear) {
   const auto dtype = self.scalar_type();
@@ -172,15 +159,25 @@ bool fused_proven(const at::Tensor& self, double low, double high, const Fp8Conv
   });
 }
 
+// The conversion and layout of the fused kernel where it is proven for self's key.
+std::optional<std::pair<Fp8Conversion, cuda::StridedLayout>> proven_plan(const at::Tensor& self,
+                                                                         double low, double high,
+                                                                         bool generator_form,
+                                                                         bool contiguous_temp) {
+  const auto conversion = fp8_conversion(self);
+  const MemoryOrder order = memory_order(self, contiguous_temp);
+  const auto layout = to_layout(order);
+  if (!conversion || !layout ||
+      !fused_proven(self, low, high, *conversion, generator_form, contiguous_temp, order.linear()))
+    return std::nullopt;
+  return std::make_pair(*conversion, *layout);
+}
+
 }  // namespace
 
 bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form,
                          bool contiguous_temp) {
-  const auto conversion = fp8_conversion(self);
-  const MemoryOrder order = memory_order(self, contiguous_temp);
-  return conversion && to_layout(order) &&
-         fused_proven(self, low, high, *conversion, generator_form, contiguous_temp,
-                      order.linear());
+  return proven_plan(self, low, high, generator_form, contiguous_temp).has_value();
 }
 
 namespace {
@@ -191,16 +188,11 @@ void fill(const at::Tensor& self, double low, double high, PhiloxSource source,
     at::Tensor(self).uniform_(low, high, reference_generator(self, source));
     return;
   }
-  const auto conversion = fp8_conversion(self);
-  const MemoryOrder order = memory_order(self, contiguous_temp);
-  const auto layout = to_layout(order);
-  if (conversion && layout &&
-      fused_proven(self, low, high, *conversion, source.generator.has_value(), contiguous_temp,
-                   order.linear())) {
-    return run_fused(self, low, high, source, *conversion, *layout);
+  const bool given = source.generator.has_value();
+  if (const auto plan = proven_plan(self, low, high, given, contiguous_temp)) {
+    return run_fused(self, low, high, source, plan->first, plan->second);
   }
-  // Not ours to cover: more than kMaxLayoutDims coalesced dimensions, a conversion we cannot
-  // match, a key not proven (or not provable inside graph capture).
+  // Else the reference: too many dimensions, no matching conversion, a key not proven.
   reference_path(self, low, high, reference_generator(self, source), contiguous_temp);
 }
 
@@ -216,16 +208,10 @@ void init_seed_cuda(at::Tensor& self, double low, double high, int64_t seed, boo
 void init_generator_cuda(at::Tensor& self, double low, double high,
                          std::optional<at::Generator> gen, bool contiguous_temp) {
   check_init_args(self, low, high);
-  const bool given = gen.has_value() && gen->defined();
-  TORCH_CHECK(!given || gen->device().is_cuda(),
-              "fp8_dummy.init_: expected a generator of device type 'cuda' for a CUDA tensor, "
-              "got one of device '",
-              given ? gen->device().str() : "", "'");
+  PhiloxSource source;
+  source.generator = generator_for(self, gen, "init_");
   if (self.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(self.device());
-  PhiloxSource source;
-  source.generator =
-      given ? *gen : at::cuda::detail::getDefaultCUDAGenerator(self.device().index());
   fill(self, low, high, std::move(source), contiguous_temp);
 }
 

@@ -15,13 +15,11 @@
 
 namespace fp8_dummy {
 
-// torch's CUDA copy_ conversion to self's dtype on self's device, found once per (device,
-// dtype); nullopt (the reference path) when none of ours matches, and inside graph capture
-// before the first eager call.
+// torch's CUDA copy_ conversion to self's dtype on its device, found once per (device, dtype);
+// nullopt (the reference) when none matches, or inside graph capture before any eager call.
 std::optional<Fp8Conversion> fp8_conversion(const at::Tensor& self);
 
-// Whether the per-tensor kernel is proven for a call like this one, probing now if need be
-// (init_many_ asks for the tensors it batches: a captured init_many_ takes that path).
+// Whether the per-tensor kernel is proven for a call like this one, probing now if need be.
 bool fused_kernel_proven(const at::Tensor& self, double low, double high, bool generator_form,
                          bool contiguous_temp);
 
@@ -39,6 +37,15 @@ int64_t resident_blocks(int64_t sm_count, int block = 256) {
     per_sm.store(blocks, std::memory_order_relaxed);
   }
   return sm_count * blocks;
+}
+
+// kKernel on min(wanted, resident) blocks of `block` threads.
+template <auto kKernel, typename... Args>
+void launch_resident(int64_t wanted, int block, int64_t sm_count, cudaStream_t stream,
+                     const Args&... args) {
+  const int64_t blocks = std::min(wanted, resident_blocks<kKernel>(sm_count, block));
+  kKernel<<<static_cast<unsigned>(std::max<int64_t>(blocks, 1)), block, 0, stream>>>(args...);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace fp8_dummy

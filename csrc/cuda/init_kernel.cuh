@@ -1,6 +1,5 @@
-// The fused per-tensor kernel: one reference launch of uniform_ on the float16 temp (thread
-// idx, step k, word ii -> element idx + T(4k + ii)) and the FP8 conversion in registers, its
-// work items (launch/cuda_work_item.h) handed out grid-stride, step-major (docs/cuda.md).
+// The fused per-tensor kernel: one reference launch of uniform_ on the float16 temp and the
+// conversion in registers, work items (launch/cuda_work_item.h) grid-stride (docs/cuda.md).
 #pragma once
 
 #include <ATen/cuda/PhiloxUtils.cuh>

@@ -1,6 +1,5 @@
-// init_many_ on CUDA: one batched launch per (device, 1-byte dtype) for the dense tensors,
-// each with its own init_'s bytes; the rest (wider dtypes, gaps, shared bytes, inside graph
-// capture) take the per-tensor path after the batches, in call order.
+// init_many_ on CUDA: one batched launch per (device, 1-byte dtype) for the dense tensors; the
+// rest (wider dtypes, gaps, shared bytes, graph capture) per tensor after them, in order.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/empty.h>
@@ -28,24 +27,13 @@ using cuda_kernels::BatchCall;
 using cuda_kernels::BatchPiece;
 using cuda_kernels::BatchTable;
 
-// The table in one device buffer, the call's only allocation: pinned host memory copied on
-// the current stream; torch's caching allocators reuse both only after that stream's work.
+// The table in one device buffer, the call's only allocation, copied from pinned memory on
+// the current stream (both reused only after that stream's work).
 at::Tensor device_table(const BatchTable& table, c10::Device device) {
   const auto bytes = static_cast<int64_t>(table.pieces.size() * sizeof(BatchPiece));
   auto host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
   std::memcpy(host.mutable_data_ptr(), table.pieces.data(), static_cast<size_t>(bytes));
   return host.to(device, /*non_blocking=*/true);
-}
-
-template <cuda::Fp8Format F>
-void launch_many(const BatchTable& table, const BatchPiece* pieces, const BatchCall& call,
-                 int64_t sm_count, cudaStream_t stream) {
-  const int64_t resident =
-      resident_blocks<cuda_kernels::init_many_fp8_kernel<F>>(sm_count, cuda_kernels::kTile);
-  const auto blocks = static_cast<unsigned>(std::min(table.tiles, resident));
-  cuda_kernels::init_many_fp8_kernel<F><<<blocks, cuda_kernels::kTile, 0, stream>>>(
-      pieces, static_cast<int64_t>(table.pieces.size()), table.tiles, call);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // One batched launch for `group` (indices of dense FP8 tensors of one device and dtype).
@@ -71,19 +59,20 @@ void launch_group(at::TensorList tensors, const std::vector<size_t>& group,
   const auto* pieces = static_cast<const BatchPiece*>(buffer.const_data_ptr());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   with_fp8_format(format, [&](auto f) {
-    launch_many<decltype(f)::value>(table, pieces, call, props->multiProcessorCount, stream);
+    launch_resident<cuda_kernels::init_many_fp8_kernel<decltype(f)::value>>(
+        table.tiles, cuda_kernels::kTile, props->multiProcessorCount, stream, pieces,
+        static_cast<int64_t>(table.pieces.size()), table.tiles, call);
   });
 }
 
-// launch_group plus the injected fault (FP8_DUMMY_FAULT=cuda.init_many_): what a call runs.
+// launch_group plus FP8_DUMMY_FAULT=cuda.init_many_: what a call runs.
 void run_group(at::TensorList tensors, const std::vector<size_t>& group,
                const Fp8Conversion& conversion, double low, double high, int64_t seed) {
   launch_group(tensors, group, conversion, low, high, seed);
   if (proof::fault("cuda.init_many_")) proof::corrupt(tensors[group[0]]);
 }
 
-// Whether the batched kernel is proven for this group's key (launch/cuda_proof.h: tensors of
-// several sizes in one launch, each against torch's reference with its own generator).
+// Whether the batched kernel is proven for this group's key (launch/cuda_proof.h).
 bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, double low, double high,
                   int64_t seed, bool contiguous_temp) {
   const std::string key =
@@ -120,8 +109,7 @@ void init_many_cuda(at::TensorList tensors, double low, double high, int64_t see
   if (at::cuda::currentStreamCaptureStatus() == at::cuda::CaptureStatus::None) {
     plan = plan_batches(tensors, c10::DeviceType::CUDA, contiguous_temp);
   } else {
-    // A captured batch would replay a copy from host memory freed after the call; the
-    // per-tensor kernel is capture-safe.
+    // A captured batch would replay a copy from freed host memory: per tensor instead.
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (tensors[i].numel() > 0) plan.singles.push_back(i);
     }
@@ -129,8 +117,7 @@ void init_many_cuda(at::TensorList tensors, double low, double high, int64_t see
   for (const auto& group : plan.groups) {
     const c10::cuda::CUDAGuard guard(tensors[group[0]].device());
     const auto conversion = fp8_conversion(tensors[group[0]]);
-    // The per-tensor kernel for these too (one probe per kind, cached): the path a
-    // captured init_many_ of the same tensors takes, and this call's fallback.
+    // The per-tensor kernel's key too: a captured init_many_'s path, and this call's fallback.
     for (const size_t i : group) fused_kernel_proven(tensors[i], low, high, false, contiguous_temp);
     if (conversion &&
         group_proven(tensors[group[0]], *conversion, low, high, seed, contiguous_temp)) {

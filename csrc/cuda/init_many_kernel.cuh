@@ -1,8 +1,6 @@
-// The batched kernel of init_many_: many dense tensors of one FP8 dtype, each filled as
-// its own init_ would fill it, in one launch (the work table: launch/cuda_batch_table.h; the work
-// item: launch/cuda_work_item.h, the per-tensor kernel's own). Fresh generators: the counter
-// offsets are known on the host and sit in the table. A header apart from
-// init_kernel.cuh, whose non-template kernels may be defined in one file only.
+// The batched kernel of init_many_: dense tensors of one FP8 dtype, each as its own init_
+// would fill it, in one launch (launch/cuda_batch_table.h; the per-tensor kernel's work item).
+// A header apart from init_kernel.cuh, whose non-template kernels live in one file only.
 #pragma once
 
 #include <cstdint>

@@ -24,17 +24,9 @@ namespace sk = stateless_kernels;
 template <typename Out>
 void launch(const sk::Args& args, bool linear, int64_t work, int64_t sm_count,
             cudaStream_t stream) {
-  const int64_t wanted = std::max<int64_t>((work + sk::kBlock - 1) / sk::kBlock, 1);
-  if (linear) {
-    const auto blocks =
-        std::min(wanted, resident_blocks<sk::linear_kernel<Out>>(sm_count, sk::kBlock));
-    sk::linear_kernel<Out><<<static_cast<unsigned>(blocks), sk::kBlock, 0, stream>>>(args);
-  } else {
-    const auto blocks =
-        std::min(wanted, resident_blocks<sk::general_kernel<Out>>(sm_count, sk::kBlock));
-    sk::general_kernel<Out><<<static_cast<unsigned>(blocks), sk::kBlock, 0, stream>>>(args);
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto* run = linear ? &launch_resident<sk::linear_kernel<Out>, sk::Args>
+                     : &launch_resident<sk::general_kernel<Out>, sk::Args>;
+  run((work + sk::kBlock - 1) / sk::kBlock, sk::kBlock, sm_count, stream, args);
 }
 
 // The linear kernel: self dense and its global indices consecutive.
@@ -102,15 +94,14 @@ void run_stateless(const at::Tensor& self, double low, double high, int64_t seed
   }
 }
 
-// run_stateless plus the injected fault (FP8_DUMMY_FAULT=cuda.init_stateless_).
+// run_stateless plus FP8_DUMMY_FAULT=cuda.init_stateless_.
 void run_with_fault(const at::Tensor& self, double low, double high, int64_t seed,
                     int64_t key_offset, const ShardGeometry& g) {
   run_stateless(self, low, high, seed, key_offset, g);
   if (proof::fault("cuda.init_stateless_")) proof::corrupt(self);
 }
 
-// Whether the kernel is proven for self's key, against the CPU kernel (the mode's promise);
-// inside graph capture no probe can run.
+// Whether the kernel is proven for self's key against the CPU kernel (none in graph capture).
 bool stateless_proven(const at::Tensor& self, double low, double high, int64_t seed,
                       int64_t key_offset, bool linear) {
   const std::string key =

@@ -1,6 +1,5 @@
-// The stateless kernels (an element's value depends only on its global index, so the grid
-// is free): linear (self dense, indices consecutive: units of 4 Philox calls, 16-byte stores)
-// and general (rows of the innermost dimension, one call's slot of a row per thread).
+// The stateless kernels (a value depends only on its global index: the grid is free): linear
+// (units of 4 Philox calls, 16-byte stores) and general (rows, one call's slot per thread).
 #pragma once
 
 #include <cstdint>
@@ -101,8 +100,7 @@ struct DoubleOut {
   }
 };
 
-// The FP8 table goes to shared memory once per block (random byte lookups from the
-// parameter space would serialize).
+// The FP8 table in shared memory (lookups in the parameter space would serialize).
 template <typename Out>
 __device__ __forceinline__ const uint8_t* load_table(const Args& a, uint8_t* shared) {
   if constexpr (Out::kTable) {

@@ -1,6 +1,5 @@
 // The batched kernel's work table (torch-free, host + device): each tensor's reference
-// launches as init_ would make them (fresh generators), their work items cut into tiles of
-// kTile items numbered across pieces; a block finds a tile's piece by search.
+// launches (fresh generators), their work items in tiles numbered across pieces.
 #pragma once
 
 #include <cstdint>
@@ -47,8 +46,7 @@ struct BatchTable {
   int64_t tiles = 0;
 };
 
-// The table: the launches init_ would make for each tensor (cuda::reference_launches, a
-// fresh generator), in order. Host only.
+// The table: the launches init_ would make for each tensor, in order. Host only.
 inline BatchTable build_batch_table(const std::vector<BatchTensor>& tensors, int64_t sm_count,
                                     int64_t max_threads_per_sm) {
   BatchTable table;
@@ -76,9 +74,8 @@ inline BatchTable build_batch_table(const std::vector<BatchTensor>& tensors, int
   return table;
 }
 
-// The piece holding `tile` (the last with tile_begin <= tile; tile_begin strictly
-// increases), from `lo`, a block's last answer (its tiles only grow): gallops ahead 1, 2, 4,
-// ... pieces, then a binary search (a block mostly stays in one large piece or moves a few).
+// The piece holding `tile` (the last with tile_begin <= tile), from `lo`, a block's last
+// answer (its tiles only grow): gallops ahead 1, 2, 4, ... pieces, then a binary search.
 FP8_DUMMY_HD int64_t find_piece(const BatchPiece* pieces, int64_t n, int64_t tile, int64_t lo) {
   int64_t stride = 1;
   int64_t hi = lo + 1;
@@ -100,8 +97,8 @@ FP8_DUMMY_HD int64_t find_piece(const BatchPiece* pieces, int64_t n, int64_t til
   return lo;
 }
 
-// Item `lane` of `tile` of piece p as the per-tensor kernel numbers them (step * groups +
-// group): its first subsequence and step; false past the piece's last item.
+// Item `lane` of `tile` of piece p, numbered as by the per-tensor kernel: its first
+// subsequence and step; false past the piece's last item.
 FP8_DUMMY_HD bool tile_item(const BatchPiece& p, int64_t tile, uint32_t lane, int64_t* idx,
                             uint32_t* step) {
   const auto groups = static_cast<uint32_t>(p.threads / kGroup);

@@ -1,5 +1,5 @@
-// Host-side decisions shared by the CUDA launchers (cuda/) and their CPU emulator: the
-// 1-byte format a kernel template is instantiated for, and the kernel's view of a layout.
+// Host-side decisions of the CUDA launchers and their emulators: the 1-byte format a kernel
+// is instantiated for, and the kernel's view of a layout.
 #pragma once
 
 #include <ATen/core/Tensor.h>

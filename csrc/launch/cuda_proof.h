@@ -1,14 +1,11 @@
-// The CUDA paths' proofs (common/proof.h is the mechanism): their probes, sizes, verdicts
-// and keys, shared by the launchers (cuda/) and the emulator, so that CPU tests run the same
-// planning with emulated kernels. A probe runs what a real call runs: more than two full
-// grid steps of the reference (4T elements each, T its threads on the device) and a partial
-// one, in the call's layout kind; a call over 2^30 elements, which the reference splits into
-// launches of their own, on two such pieces at non-zero Philox offsets (where it cuts is
-// host arithmetic, cuda::reference_launches, tested on the CPU). At most kMaxProbeBytes.
+// The CUDA paths' probes, verdicts and keys (common/proof.h: the mechanism), shared by the
+// launchers and the emulators. A probe runs what a real call runs: two full grid steps of the
+// reference (4T elements each, T its threads) and a partial one, in the call's layout kind; a
+// call over 2^30 elements (split by the reference) on two such pieces at non-zero Philox
+// offsets (the cut is host arithmetic, tested on the CPU). At most kMaxProbeBytes.
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -40,20 +37,11 @@ inline int64_t probe_piece(int64_t sm_count, int64_t max_threads_per_sm) {
 }
 
 // Where a split probe's second piece starts: past one piece, on a row of the 5-column probe
-// layouts (a multiple of 5) and at an odd address either way (3 mod 4, and 0 mod 4 from one
-// element in).
+// layouts, at an odd address either way (3 mod 4; 0 mod 4 from one element in).
 inline int64_t split_start(int64_t piece) { return (piece + 4) / 20 * 20 + 15; }
 
-// Elements of the probe of a call of `numel` elements.
-inline int64_t probe_numel(int64_t sm_count, int64_t max_threads_per_sm, int64_t numel = 1) {
-  const int64_t piece = probe_piece(sm_count, max_threads_per_sm);
-  return numel > cuda::kMax32BitHalfElements ? split_start(piece) + piece : piece;
-}
-
-// Layout kinds the kernels branch on: the temp's order one run of memory (at an aligned or odd
-// address), or a strided walk: empty_like's temp of a view with gaps, or a contiguous temp of
-// a tensor that is not row-major contiguous (probed on a transposed view with gaps).
-enum class Layout { kDense, kUnaligned, kGaps, kRowMajor };
+using proof::Layout;
+using proof::make_probe;
 
 inline const char* layout_name(Layout l) {
   const char* names[] = {"layout=dense", "layout=dense-unaligned", "layout=gaps",
@@ -64,23 +52,6 @@ inline const char* layout_name(Layout l) {
 inline Layout layout_kind(const at::Tensor& t, bool linear, bool contiguous_temp) {
   if (!linear) return contiguous_temp ? Layout::kRowMajor : Layout::kGaps;
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0 ? Layout::kDense : Layout::kUnaligned;
-}
-
-// A probe tensor of at least n elements in that layout, every byte 0x55; the strided ones
-// have 5 columns.
-inline at::Tensor make_probe(const at::TensorOptions& options, int64_t n, Layout layout) {
-  at::Tensor p;
-  if (layout == Layout::kDense) {
-    p = at::empty({n}, options);
-  } else if (layout == Layout::kUnaligned) {  // one element in: an odd address
-    p = at::empty({n + 1}, options).narrow(0, 1, n);
-  } else if (layout == Layout::kGaps) {  // every other column of a row-major block
-    p = at::empty({(n + 4) / 5, 10}, options).slice(1, 0, 10, 2);
-  } else {  // every other row of a block of 10 rows, transposed
-    p = at::empty({10, (n + 4) / 5}, options).slice(0, 0, 10, 2).t();
-  }
-  at::empty({0}, options.dtype(at::kByte)).set_(p.storage()).fill_(0x55);
-  return p;
 }
 
 // Writes `t` as a generator at (seed, offset) would; returns the offset after it.
@@ -95,8 +66,8 @@ inline std::string offsets_differ(uint64_t ours, uint64_t ref) {
          std::to_string(ref);
 }
 
-// init_'s probe of a call of at most 2^30 elements: the whole call both ways, from a generator
-// in use (offset 8) or the seed form's fresh one (0); bytes and offset afterwards.
+// init_'s probe (at most 2^30 elements): from a generator in use (offset 8) or the seed form's
+// fresh one (0); bytes and offset afterwards.
 inline proof::Verdict init_probe(const at::TensorOptions& options, int64_t n, Layout layout,
                                  bool generator_form, const Fill& ours, const Fill& ref) {
   const uint64_t seed = 20240607, offset = generator_form ? 8 : 0;
@@ -108,9 +79,8 @@ inline proof::Verdict init_probe(const at::TensorOptions& options, int64_t n, La
   return verdict;
 }
 
-// The split's probe: two pieces, the second at the other alignment, each launched by us at
-// a non-zero offset (past a reservation for the whole, as the split leaves one unused) and
-// by the reference on that piece's view from a generator at that offset; bytes and offsets.
+// The split's probe: two pieces (the second at the other alignment) at non-zero offsets, ours
+// launched on the whole tensor, the reference on each piece's view; bytes and offsets.
 inline proof::Verdict split_probe(const at::TensorOptions& options, int64_t piece, Layout layout,
                                   const PieceFill& ours, const Fill& ref) {
   const uint64_t seed = 20240607;
@@ -129,15 +99,14 @@ inline proof::Verdict split_probe(const at::TensorOptions& options, int64_t piec
   return proof::same_bytes(a, b, "bytes of " + std::to_string(n) + " elements in two pieces");
 }
 
-// The batched kernel's probe sizes: several grid steps, tiny, odd, one step and a bit, and
-// one at an odd address (the others whole allocations).
+// The batched kernel's probe sizes: grid steps, tiny, odd, one step and a bit; the last at an
+// odd address.
 inline std::vector<int64_t> many_probe_numels(int64_t sm_count, int64_t max_threads_per_sm) {
   const int64_t t = full_grid_threads(sm_count, max_threads_per_sm);
   return {probe_piece(sm_count, max_threads_per_sm), 1, 255, 4 * t + 1, 65537};
 }
 
-// init_many_'s probe: `ours` fills the whole list in one call (each tensor with its own
-// fresh generator seeded with `seed`), `ref` one tensor (seed, offset 0).
+// init_many_'s probe: `ours` fills the list in one call, `ref` one tensor (seed, offset 0).
 inline proof::Verdict many_probe(const at::TensorOptions& options, const std::vector<int64_t>& n,
                                  uint64_t seed,
                                  const std::function<void(std::vector<at::Tensor>&)>& ours,
@@ -160,9 +129,8 @@ inline proof::Verdict many_probe(const at::TensorOptions& options, const std::ve
   return {true, ""};
 }
 
-// init_stateless_'s probe: `ours` against the CPU kernel (the mode's promise: the same bytes)
-// on probes of the kind's layout: linear, dense from a global index that is not unit-aligned;
-// general, a view with gaps at an offset into the global tensor. At most 8 bytes an element.
+// init_stateless_'s probe against the CPU kernel (the mode's promise): linear, dense from an
+// unaligned global index; general, a view with gaps at an offset. At most 8 bytes an element.
 using StatelessFill = std::function<void(at::Tensor& t, int64_t element_offset)>;
 
 inline proof::Verdict stateless_probe(const at::TensorOptions& options, int64_t piece, bool linear,
@@ -177,7 +145,7 @@ inline proof::Verdict stateless_probe(const at::TensorOptions& options, int64_t 
   return proof::same_bytes(a, b, "bytes of " + std::to_string(n) + " elements");
 }
 
-// The keys (one text for a launcher and its emulator): every part that selects the code.
+// The keys (launcher and emulator alike): every part that selects the code.
 inline std::string init_key(const std::string& device, c10::ScalarType dtype, bool hw,
                             const char* overflow, Layout layout, bool split, bool generator_form,
                             bool contiguous_temp) {

@@ -1,7 +1,6 @@
-// One work item of the fused CUDA kernels, torch-free, host + device (the per-tensor and
-// batched kernels and their CPU emulators run these very functions): the Philox calls of
-// kGroup = 4 consecutive reference threads (subsequences) at one grid step. Word ii of those
-// calls fills 4 consecutive elements: one 32-bit store per word on an aligned dense tensor.
+// One work item of the fused CUDA kernels (torch-free; the kernels and their emulators run
+// these very functions): the Philox calls of 4 consecutive reference threads at one grid step,
+// word ii of them 4 consecutive elements (one 32-bit store on an aligned dense tensor).
 #pragma once
 
 #include <cstdint>
@@ -24,15 +23,13 @@ namespace cuda_kernels {
 
 constexpr int kGroup = 4;  // reference threads per work item
 
-// Work items of one reference launch: T / 4 groups times the steps, < 2^28 for at most 2^30
-// elements, so 32-bit item indices suffice (element arithmetic stays 64-bit).
+// Work items of one launch: T / 4 groups times the steps, < 2^28: 32-bit indices suffice.
 FP8_DUMMY_HD uint32_t work_items(int64_t threads, int64_t steps) {
   return static_cast<uint32_t>(threads / kGroup * steps);
 }
 
 // Work items w = step * groups + group for w = first, first + stride, ... (a thread's
 // grid-stride share), (step, group) kept with an add and a carry, not a division per item.
-// The emulator walks every simulated thread so, so CPU tests cover the carry across steps.
 struct WorkWalk {
   uint32_t groups, step, group, stride_steps, stride_groups;
 
@@ -102,8 +99,8 @@ FP8_DUMMY_HD void store4(const ItemArgs& a, int64_t m, uint32_t bytes) {
   }
 }
 
-// Work item (subsequences idx .. idx + 3, grid step `step`) of a launch whose Philox
-// key is `seed` and whose reserved counter offset is `offset`: every element it owns.
+// Work item (subsequences idx .. idx + 3, grid step `step`) at Philox (seed, offset): every
+// element it owns.
 template <cuda::Fp8Format F, bool kLinear>
 FP8_DUMMY_HD void fill_item(const ItemArgs& a, uint64_t seed, uint64_t offset, int64_t idx,
                             uint32_t step) {

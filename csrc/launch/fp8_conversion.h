@@ -1,6 +1,5 @@
 // The CUDA conversion search, host side (device side: cuda/fp8_conversion.cu): which of our
-// conversions (include/fp8_dummy/cuda/fp8_convert.h) gives torch's CUDA copy_ bytes of all
-// float16 values on a device, and whether the hardware one may stand in; also the emulator's.
+// conversions gives torch's CUDA copy_ bytes, and whether the hardware one may stand in.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -208,8 +208,10 @@ int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int
   return batched;
 }
 
+// The probe of a call of `numel` elements, as init_cuda.cu sizes it: one piece, or two.
 int64_t cuda_probe_numel(int64_t sm_count, int64_t max_threads_per_sm, int64_t numel) {
-  return cuda_proof::probe_numel(sm_count, max_threads_per_sm, numel);
+  const int64_t piece = cuda_proof::probe_piece(sm_count, max_threads_per_sm);
+  return numel > cuda::kMax32BitHalfElements ? cuda_proof::split_start(piece) + piece : piece;
 }
 
 }  // namespace
