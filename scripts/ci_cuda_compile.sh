@@ -6,18 +6,25 @@
 # the CUDA-built library is left in build/ci-torch-2.14 for scripts/ci_engines.sh (the
 # engines pin torch 2.14), so the extension is compiled once.
 #
-# Usage: scripts/ci_cuda_compile.sh [VENV_DIR]   (default: .venv-cuda in the repo, reused)
+# Usage: scripts/ci_cuda_compile.sh [--prepare] [VENV_DIR]
+#   VENV_DIR   default: .venv-cuda in the repo, made if missing, else reused
+#   --prepare  only make the venv (.ci/run does it in the background, early)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+prepare=0
+if [[ "${1:-}" == --prepare ]]; then prepare=1; shift; fi
 VENV="${1:-$ROOT/.venv-cuda}"
 PY="$VENV/bin/python"
 
 if [[ ! -x "$PY" ]]; then
   python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet torch==2.14.1 numpy pytest ninja setuptools wheel
+  # A failed install leaves no venv behind (the next run would take it for a made one).
+  "$VENV/bin/pip" install --quiet torch==2.14.1 numpy pytest ninja setuptools wheel ||
+    { rm -rf "$VENV"; exit 1; }
 fi
 "$PY" -c 'import torch, sys; assert torch.version.cuda, "need a CUDA build of torch"; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+((prepare)) && exit 0
 
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda-13.0}"

@@ -7,7 +7,8 @@
 # processes, and tests/test_engines_vllm_invariant_models.py: whole models at TP=1 and 2)
 # and tests/test_engines_sglang.py, each in one process (an engine import costs 20-40 s).
 #
-# Usage: scripts/ci_engines.sh [PKG_DIR]
+# Usage: scripts/ci_engines.sh [--prepare] [PKG_DIR]
+#   --prepare  only install the engines (.ci/run does it in the background, early)
 #   PKG_DIR   fp8_dummy built against the interpreter's torch, with tests/ and
 #             pyproject.toml (default: build/ci-torch-2.14, left by ci_cuda_compile.sh;
 #             built here, CPU only, if missing)
@@ -18,8 +19,11 @@
 #                          holds each installed target (reused while its lock file is
 #                          unchanged), pip/ the downloaded wheels
 set -euo pipefail
+shopt -s inherit_errexit  # a failed install inside $(target ...) stops the script
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+prepare=0
+if [[ "${1:-}" == --prepare ]]; then prepare=1; shift; fi
 PKG="${1:-$ROOT/build/ci-torch-2.14}"
 PY="${FP8_DUMMY_ENGINES_PY:-$ROOT/.venv-cuda/bin/python}"
 CACHE="${FP8_DUMMY_CACHE:-$HOME/.cache/fp8_dummy}"
@@ -33,22 +37,6 @@ fi
 "$PY" -c 'import torch, sys
 v = torch.__version__.split("+")[0]
 sys.exit(0 if v.startswith("2.14.") else f"ci_engines: the engines pin torch 2.14, this is {v}")'
-
-# fp8_dummy for this torch: the CUDA compile job's package, else a CPU-only build here.
-if ! ls "$PKG"/fp8_dummy/_C*.so > /dev/null 2>&1; then
-  echo "ci_engines: building fp8_dummy (CPU only) for $("$PY" -c 'import torch; print(torch.__version__)')"
-  (cd "$ROOT" && FP8_DUMMY_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "$PY" setup.py build_ext \
-    --build-temp "$ROOT/build/engines-temp" --build-lib "$ROOT/build/engines-lib" > "$ROOT/build/engines-build.log" 2>&1) ||
-    { tail -n 30 "$ROOT/build/engines-build.log"; exit 1; }
-  rm -rf "$PKG" && mkdir -p "$PKG"
-  cp -r "$ROOT/fp8_dummy" "$ROOT/tests" "$ROOT/pyproject.toml" "$PKG/"
-  rm -f "$PKG"/fp8_dummy/_C*.so
-  cp "$ROOT"/build/engines-lib/fp8_dummy/_C*.so "$PKG/fp8_dummy/"
-fi
-# The current Python sources and tests (the library stays the one built for this torch).
-find "$PKG/fp8_dummy" -name '*.py' -delete
-(cd "$ROOT" && find fp8_dummy -name '*.py' -exec cp --parents {} "$PKG/" \;)
-rm -rf "$PKG/tests" && cp -r "$ROOT/tests" "$ROOT/pyproject.toml" "$PKG/"
 
 # target LOCKNAME: the directory holding that lock file's packages, installed if missing.
 target() {
@@ -76,6 +64,23 @@ for engine in "${engines[@]}"; do
   paths+=("$dir")
 done
 echo "ci_engines: engines ready in $(( $(date +%s) - start )) s"
+((prepare)) && exit 0
+
+# fp8_dummy for this torch: the CUDA compile job's package, else a CPU-only build here.
+if ! ls "$PKG"/fp8_dummy/_C*.so > /dev/null 2>&1; then
+  echo "ci_engines: building fp8_dummy (CPU only) for $("$PY" -c 'import torch; print(torch.__version__)')"
+  (cd "$ROOT" && FP8_DUMMY_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "$PY" setup.py build_ext \
+    --build-temp "$ROOT/build/engines-temp" --build-lib "$ROOT/build/engines-lib" > "$ROOT/build/engines-build.log" 2>&1) ||
+    { tail -n 30 "$ROOT/build/engines-build.log"; exit 1; }
+  rm -rf "$PKG" && mkdir -p "$PKG"
+  cp -r "$ROOT/fp8_dummy" "$ROOT/tests" "$ROOT/pyproject.toml" "$PKG/"
+  rm -f "$PKG"/fp8_dummy/_C*.so
+  cp "$ROOT"/build/engines-lib/fp8_dummy/_C*.so "$PKG/fp8_dummy/"
+fi
+# The current Python sources and tests (the library stays the one built for this torch).
+find "$PKG/fp8_dummy" -name '*.py' -delete
+(cd "$ROOT" && find fp8_dummy -name '*.py' -exec cp --parents {} "$PKG/" \;)
+rm -rf "$PKG/tests" && cp -r "$ROOT/tests" "$ROOT/pyproject.toml" "$PKG/"
 
 cd "$PKG"
 status=0

@@ -10,13 +10,15 @@
 # opcheck/torch.compile, and one line with the fast path's state and the counts.
 #
 # The venvs are cached in $FP8_DUMMY_CACHE (default ~/.cache/fp8_dummy) and rebuilt when
-# missing or incomplete; warm, the matrix costs the builds and the tests only.
+# missing or incomplete; warm, the matrix costs the builds and the tests only. Cold, the
+# next version's venv is installed (downloads, mostly) while this one builds and tests.
 #
 # Usage: scripts/ci_torch_matrix.sh [--bench] [VERSION ...]   (default: 2.11.0 2.12.0 2.15.0)
 #   --bench  also time 64 Mi float8_e4m3fn on the CPU per version (benchmarks/bench_init.py:
 #            the reference new path and init_ in the same run), for benchmarks/RESULTS.md;
 #            not in CI (timings do not belong in tests)
 set -euo pipefail
+shopt -s inherit_errexit  # a failed install inside $(venv_for ...) stops the script
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${FP8_DUMMY_CACHE:-$HOME/.cache/fp8_dummy}"
@@ -47,9 +49,18 @@ venv_for() {  # version -> path of a ready venv (made if missing)
   echo "$venv"
 }
 
-for version in "${versions[@]}"; do
+next=""  # the background install of the next version's venv, stopped if this script stops
+trap 'if [[ -n "$next" ]]; then pkill -P "$next" 2> /dev/null; kill "$next" 2> /dev/null; fi' EXIT
+for i in "${!versions[@]}"; do
+  version="${versions[$i]}"
   start=$(date +%s)
+  if [[ -n "$next" ]]; then wait "$next" || { echo "torch $version: VENV INSTALL FAILED"; exit 1; }; fi
+  next=""
   venv="$(venv_for "$version")"
+  if ((i + 1 < ${#versions[@]})); then
+    venv_for "${versions[$((i + 1))]}" > /dev/null &
+    next=$!
+  fi
   py="$venv/bin/python"
   out="$(mktemp -d "${TMPDIR:-/tmp}/fp8_dummy_torch_$version.XXXXXX")"
   cuda=0
