@@ -166,23 +166,29 @@ def results(tmp_path_factory) -> dict:
     together = "\n".join(textwrap.dedent(b) for b in BODIES.values())
     together = together.replace("checks = []", "").replace("checks = [", "checks += [")
     scripts[None] = _script("checks = []\n" + together)
+    return _run_all(scripts, tmp_path_factory)
+
+
+def _run_all(scripts: dict, tmp_path_factory) -> dict:
+    """Each script (keyed by its fault switch) in its own fresh process, all started at once;
+    each one's RESULT line."""
     procs = {}
-    for path, code in scripts.items():
-        where = tmp_path_factory.mktemp(str(path).replace(".", "_"))
-        procs[path] = subprocess.Popen(
+    for fault, code in scripts.items():
+        where = tmp_path_factory.mktemp(str(fault).replace(".", "_").replace(":", "_"))
+        procs[fault] = subprocess.Popen(
             [sys.executable, "-c", code, str(where)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(path),
+            env=_env(fault),
             cwd=where,
         )
     out = {}
-    for path, proc in procs.items():
+    for fault, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=600)
         lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
-        assert proc.returncode == 0 and lines, f"{path}: {stdout}{stderr[-3000:]}"
-        out[path] = json.loads(lines[-1][len("RESULT ") :])
+        assert proc.returncode == 0 and lines, f"{fault}: {stdout}{stderr[-3000:]}"
+        out[fault] = json.loads(lines[-1][len("RESULT ") :])
     return out
 
 
@@ -317,24 +323,7 @@ WITHOUT_ENGINE = {
 
 @pytest.fixture(scope="module")
 def scenarios(tmp_path_factory) -> dict:
-    procs = {}
-    for fault, body in SCENARIOS.items():
-        where = tmp_path_factory.mktemp("scenario")
-        procs[fault] = subprocess.Popen(
-            [sys.executable, "-c", _script(body), str(where)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(fault),
-            cwd=where,
-        )
-    out = {}
-    for fault, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=600)
-        lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
-        assert proc.returncode == 0 and lines, f"{fault}: {stdout}{stderr[-3000:]}"
-        out[fault] = json.loads(lines[-1][len("RESULT ") :])
-    return out
+    return _run_all({f: _script(b) for f, b in SCENARIOS.items()}, tmp_path_factory)
 
 
 @pytest.mark.parametrize("fault", list(SCENARIOS))
