@@ -119,7 +119,7 @@ inline void transform_block_avx512(const uint32_t* words, int64_t n, bool temper
        transform_block_avx512_impl<false, 2>},
       {transform_block_avx512_impl<true, 0>, transform_block_avx512_impl<true, 1>,
        transform_block_avx512_impl<true, 2>}};
-  fns[p.fma][!p.clamp ? 0 : (p.to_bits & 0x7FFF) ? 1 : 2](words, n, temper, p, out);
+  fns[p.fma][clamp_variant(p)](words, n, temper, p, out);
 }
 
 // A power-of-two range: base + (word & mask), vpmovdb keeping the low byte (mod 256).

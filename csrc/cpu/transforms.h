@@ -177,6 +177,11 @@ __attribute__((target("avx2,fma,f16c"))) inline void transform_block_avx2_impl(
   }
 }
 
+// The kClamp template argument p asks for (one rule for every SIMD level's dispatch table).
+inline int clamp_variant(const UniformParams& p) {
+  return !p.clamp ? 0 : (p.to_bits & 0x7FFF) ? 1 : 2;
+}
+
 inline void transform_block_avx2(const uint32_t* words, int64_t n, bool temper,
                                  const UniformParams& p, uint16_t* out) {
   using Fn = void (*)(const uint32_t*, int64_t, bool, const UniformParams&, uint16_t*);
@@ -185,7 +190,7 @@ inline void transform_block_avx2(const uint32_t* words, int64_t n, bool temper,
        transform_block_avx2_impl<false, 2>},
       {transform_block_avx2_impl<true, 0>, transform_block_avx2_impl<true, 1>,
        transform_block_avx2_impl<true, 2>}};
-  fns[p.fma][!p.clamp ? 0 : (p.to_bits & 0x7FFF) ? 1 : 2](words, n, temper, p, out);
+  fns[p.fma][clamp_variant(p)](words, n, temper, p, out);
 }
 
 #endif  // FP8_DUMMY_X86
