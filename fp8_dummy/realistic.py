@@ -27,7 +27,7 @@ _FP8 = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)}
 FP4_MOMENT = 8.5625  # E[c^2] over the 16 e2m1 codes: (0+.25+1+2.25+4+9+16+36)/8
 INT8_MOMENT = 127 * 128 / 3  # E[c^2] over the integers -127..127
 
-RESIDUAL = {"o_proj", "down_proj", "out_proj", "w2", "wo", "fc2", "dense_4h_to_h"}
+RESIDUAL = {"o_proj", "down_proj", "out_proj", "w2", "wo", "fc2", "dense_4h_to_h", "c_proj"}
 EMBEDDING = {"embed_tokens", "wte", "wpe", "word_embeddings", "tok_embeddings", "embeddings"}
 ROUTER = {"gate", "router"}
 _SCALE = re.compile(r"(?:^|_)scale(?:_inv|_2)?$")
@@ -44,8 +44,13 @@ class Spec(NamedTuple):
 
 
 def module_kind(module: torch.nn.Module) -> str:
-    """``"norm"``, ``"lm_head"``, ``"embedding"`` or ``""``, from the module's class."""
+    """``"norm"``, ``"lm_head"``, ``"embedding"``, ``"conv"``, ``"transposed"`` or ``""``,
+    from the module's class: the last two say where a weight's fan-in is."""
     name = type(module).__name__
+    if name == "Conv1D":  # transformers' GPT-2 family: a linear stored (in, out)
+        return "transposed"
+    if isinstance(module, torch.nn.modules.conv._ConvNd):  # (out, in / groups, *kernel)
+        return "conv"
     if isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm)) or "Norm" in name:
         return "norm"
     if "LMHead" in name:
@@ -72,7 +77,13 @@ def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers
     parts = name.split(".")
     local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
     stem = owner if local == "weight" else re.sub(r"_?weight$", "", local)
-    last = max(shape[-1] * (2 if dtype in _PACKED else 1), 1) if len(shape) else 1
+    shape = [*shape[:-1], shape[-1] * (2 if dtype in _PACKED else 1)] if len(shape) else [1]
+    if kind == "transposed" and len(shape) == 2:
+        last = max(shape[0], 1)  # the fan-in, by which a weight's std is set
+    elif kind == "conv" and len(shape) >= 2:
+        last = max(math.prod(shape[1:]), 1)
+    else:
+        last = max(shape[-1], 1)
     if kind == "lm_head" or stem == "lm_head":
         return "lm_head", 1.0
     if kind == "embedding" or stem in EMBEDDING:

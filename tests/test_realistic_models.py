@@ -25,6 +25,19 @@ def configs() -> dict:
             tf.LlamaConfig(num_hidden_layers=4, num_key_value_heads=2, **common),
             "LlamaForCausalLM",
         ),
+        "gpt2": (  # transformers' Conv1D: linears stored (in, out)
+            tf.GPT2Config(
+                n_layer=4,
+                n_embd=64,
+                n_head=4,
+                n_inner=256,
+                vocab_size=1024,
+                n_positions=256,
+                bos_token_id=0,
+                eos_token_id=0,
+            ),
+            "GPT2LMHeadModel",
+        ),
         "qwen3_moe": (
             tf.Qwen3MoeConfig(
                 num_hidden_layers=6,
@@ -100,7 +113,7 @@ def state_bytes(model: torch.nn.Module) -> dict:
     }
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen3_moe", "deepseek_v3"])
 def test_realistic_model(arch: str):
     config, cls = configs()[arch]
     torch.manual_seed(0)
@@ -113,7 +126,7 @@ def test_realistic_model(arch: str):
     assert not [n for n, s in roles.items() if s.role == "unknown"]
     assert real["finite"]
     assert all(0.25 <= r <= 4 for r in real["rms"]), real["rms"]
-    if arch != "llama":
+    if arch not in ("llama", "gpt2"):
         assert len(real["used"]) == config.num_hidden_layers - getattr(
             config, "first_k_dense_replace", 0
         )
@@ -134,3 +147,23 @@ def test_realistic_model(arch: str):
     other = state_bytes(model)
     assert all(other[n] != first[n] for n in random)
     assert all(other[n] == first[n] for n in first if n not in random)
+
+
+def test_fan_in_follows_the_module_class():
+    """sigma = 1/sqrt(fan_in) where the class puts the fan-in: GPT-2's Conv1D stores a linear
+    (in, out), nn.Conv2d (out, in, kh, kw); the last dimension would be 4x off in c_fc."""
+    config, cls = configs()["gpt2"]
+    model = getattr(tf, cls)(config).eval()
+    conv = torch.nn.Conv2d(3, 16, 4)
+    roles = fp8_dummy.initialize_realistic_dummy_weights(model, seed=2)
+    block, L = model.transformer.h[1], config.n_layer
+    for name, w, role, std in [
+        ("attn.c_attn", block.attn.c_attn.weight, "linear", 64**-0.5),  # (64, 192)
+        ("attn.c_proj", block.attn.c_proj.weight, "residual_out", (2 * L * 64) ** -0.5),
+        ("mlp.c_fc", block.mlp.c_fc.weight, "linear", 64**-0.5),  # (64, 256)
+        ("mlp.c_proj", block.mlp.c_proj.weight, "residual_out", (2 * L * 256) ** -0.5),
+    ]:
+        assert roles[f"transformer.h.1.{name}.weight"].role == role, name
+        assert abs(w.double().std().item() / std - 1) < 0.1, name
+    fp8_dummy.initialize_realistic_dummy_weights(conv, seed=2)
+    assert abs(conv.weight.double().std().item() * 48**0.5 - 1) < 0.1  # 3 * 4 * 4 inputs
