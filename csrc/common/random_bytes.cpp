@@ -21,13 +21,16 @@ void check_random_args(const at::Tensor& self, int64_t from, int64_t to) {
   const char* name = is_signed ? "signed char" : "unsigned char";
   const int64_t lo = is_signed ? -128 : 0;
   const int64_t hi = is_signed ? 127 : 255;
-  const auto allowed =
-      c10::str(" (", is_signed ? "int8" : "uint8", " takes low in [", lo, ", ", hi,
-               "] and high in [", lo + 1, ", ", hi + 1, "], got low=", from, ", high=", to, ")");
+  // Built only when a check fails (TORCH_CHECK evaluates its message then): not per call.
+  const auto allowed = [&] {
+    return c10::str(" (", is_signed ? "int8" : "uint8", " takes low in [", lo, ", ", hi,
+                    "] and high in [", lo + 1, ", ", hi + 1, "], got low=", from, ", high=", to,
+                    ")");
+  };
   TORCH_CHECK(from >= lo && from <= hi, "fp8_dummy.random_: from is out of bounds for ", name,
-              allowed);
+              allowed());
   TORCH_CHECK(to - 1 >= lo && to - 1 <= hi, "fp8_dummy.random_: to - 1 is out of bounds for ", name,
-              allowed);
+              allowed());
 }
 
 std::optional<MemoryOrder> random_order(const at::Tensor& self) {
