@@ -178,15 +178,14 @@ def _init_many(tensors, low=-1e-3, high=1e-3, seed=1234, *, contiguous_temp=Fals
         else:
             torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
             locals_.append(t)
-    run: list[torch.Tensor] = []
-    for t, local in [*zip(tensors, locals_), (None, None)]:
-        if isinstance(t, DTensor) or t is None:
-            if run:
-                torch.ops.fp8_dummy.init_many_.default(run, low, high, seed)
-            run = []
+    runs = itertools.groupby(zip(tensors, locals_), key=lambda pair: isinstance(pair[0], DTensor))
+    for is_dtensor, run in runs:
+        run_locals = [local for _, local in run]
+        if not is_dtensor:  # plain tensors in one call (its batching)
+            torch.ops.fp8_dummy.init_many_.default(run_locals, low, high, seed)
+            continue
+        for local in run_locals:
             _fill_reference(local, low, high)
-        else:
-            run.append(local)
 
 
 def _rule(fn):  # the __torch_dispatch__ calling convention -> the schema's
