@@ -87,7 +87,7 @@ def _register() -> None:
         logger.info("fp8_dummy: %s=%s, dummy weights left to vLLM", ENV, os.environ[ENV])
         return
     v = version()
-    if v is not None and (major_minor(v) or (1, 0)) < (0, 28):
+    if v is not None and major_minor(v) < (0, 28):
         logger.info("fp8_dummy: vLLM %s predates the versions matched (0.28+), not used", v)
     elif v is not None:
         _after_import.after_import(
@@ -99,7 +99,7 @@ def _register() -> None:
 def what_happens() -> str:
     """The log line's account of what goes through fp8_dummy in this process."""
     v = version()
-    newer = v is not None and (major_minor(v) or (1, 0)) >= (0, 34)
+    newer = v is not None and major_minor(v) >= (0, 34)
     return core.account("vLLM", f"where vLLM {v}, newer than 0.33, passes " if newer else "")
 
 

@@ -20,10 +20,11 @@ PARAMS = {33: (("low", None), ("high", None), ("seed", 1234), ("name", ""))}
 PARAMS[30] = PARAMS[28] = (("low", -1e-3), ("high", 1e-3), ("seed", 1234))
 
 
-def major_minor(version: str) -> tuple[int, int] | None:
-    """(major, minor) of "0.33.0rc1", "v0.34.0.dev3"; None: unreadable (treated as newer)."""
+def major_minor(version: str) -> tuple[int, int]:
+    """(major, minor) of "0.33.0rc1", "v0.34.0.dev3"; an unreadable version reads as a release
+    newer than any matched (its behaviour is proven, not assumed)."""
     m = re.match(r"^\s*v?(\d+)\.(\d+)", version)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return (int(m.group(1)), int(m.group(2))) if m else (1, 0)
 
 
 def version() -> str | None:
@@ -35,10 +36,8 @@ def version() -> str | None:
 def generation(v: str | None = None) -> int:
     """28, 30 or 33 (0.33 on, an unreadable version, no vLLM: the newest matched)."""
     v = version() if v is None else v
-    release = None if v is None else major_minor(v)
-    if release is None or release >= (0, 33):
-        return 33
-    return 30 if release >= (0, 30) else 28
+    release = (1, 0) if v is None else major_minor(v)
+    return 33 if release >= (0, 33) else 30 if release >= (0, 30) else 28
 
 
 @functools.cache
