@@ -77,24 +77,31 @@ def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers
     parts = name.split(".")
     local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
     stem = owner if local == "weight" else re.sub(r"_?weight$", "", local)
-    shape = [*shape[:-1], shape[-1] * (2 if dtype in _PACKED else 1)] if len(shape) else [1]
-    if kind == "transposed" and len(shape) == 2:
-        last = max(shape[0], 1)  # the fan-in, by which a weight's std is set
-    elif kind == "conv" and len(shape) >= 2:
-        last = max(math.prod(shape[1:]), 1)
-    else:
-        last = max(shape[-1], 1)
+    fan_in = _fan_in(shape, dtype, kind)
     if kind == "lm_head" or stem == "lm_head":
         return "lm_head", 1.0
     if kind == "embedding" or stem in EMBEDDING:
         return "embedding", 1.0
     if stem in ROUTER:
-        return "router", last**-0.5
+        return "router", fan_in**-0.5
     if len(shape) >= 2 and stem in RESIDUAL:
-        return "residual_out", (2 * layers * last) ** -0.5
+        return "residual_out", (2 * layers * fan_in) ** -0.5
     if len(shape) >= 2 and local.endswith(("weight", "proj")):
-        return "linear", last**-0.5
-    return "unknown", last**-0.5
+        return "linear", fan_in**-0.5
+    return "unknown", fan_in**-0.5
+
+
+def _fan_in(shape: Sequence[int], dtype: torch.dtype, kind: str) -> int:
+    """The inputs a weight's output sums over, where :func:`module_kind` ``kind`` puts them:
+    the last dimension (two FP4 codes a byte), a ``Conv1D``'s first, a convolution's all but
+    the first; 1 for a 0-d tensor."""
+    dims = [int(d) for d in shape] or [1]
+    dims[-1] *= 2 if dtype in _PACKED else 1
+    if kind == "transposed" and len(dims) == 2:
+        return max(dims[0], 1)
+    if kind == "conv" and len(dims) >= 2:
+        return max(math.prod(dims[1:]), 1)
+    return max(dims[-1], 1)
 
 
 Siblings = Mapping[str, tuple[Sequence[int], torch.dtype]]  # local name -> (logical shape, dtype)
