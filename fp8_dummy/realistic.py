@@ -5,6 +5,7 @@ reuses: :func:`tensor_spec` (name, logical shape, dtype -> :class:`Spec`) and :f
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -12,6 +13,7 @@ from typing import NamedTuple
 import torch
 
 from .ops import as_int64
+from .routing import apply_overrides, parse_routing, plan_routing
 from .stateless import init_stateless_, tensor_seed
 
 __all__ = ["Spec", "fill_", "initialize_realistic_dummy_weights", "model_specs", "module_kind"]
@@ -176,10 +178,13 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
 @torch.no_grad()
 def fill_(
     t: torch.Tensor, spec: Spec, key: int, *, element_offset: int = 0,
-    element_strides: Sequence[int] | None = None,
+    element_strides: Sequence[int] | None = None, overrides: Sequence | None = None,
+    logical_shape: Sequence[int] | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """``spec`` written into ``t`` with the stateless key ``key``: the logical tensor, or its
-    block at ``element_offset``/``element_strides`` (as :func:`init_stateless_` takes them)."""
+    block at ``element_offset``/``element_strides`` (as :func:`init_stateless_` takes them);
+    then the routing's ``overrides`` of the logical tensor (of ``logical_shape``, default
+    ``t``'s) where the block holds them (:mod:`fp8_dummy.routing`)."""
     raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
     if spec.kind == "const":
         raw.fill_(spec.low)
@@ -191,6 +196,9 @@ def fill_(
         init_stateless_(raw, low, high, key, **where)
         if spec.kind == "e8m0":
             raw.copy_(raw >= int(spec.high)).add_(int(spec.low))
+    if overrides:
+        shape = t.shape if logical_shape is None else logical_shape
+        apply_overrides(t.data, shape, overrides, element_offset, element_strides)
     return t
 
 
@@ -229,11 +237,14 @@ def model_specs(
 
 
 def initialize_realistic_dummy_weights(
-    model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None
-) -> dict[str, Spec]:
+    model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None,
+    routing: str | os.PathLike = "balanced",
+) -> dict[str, Spec]:  # fmt: skip
     """Fill what vLLM's dummy loader fills in ``model`` by role, keyed by ``(seed, full name)``,
-    all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md)."""
+    all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md).
+    ``routing``: ``"balanced"``, ``"zipf:A"`` or a recorded load's JSON file (docs/realistic.md#routing)."""
     as_int64(seed, "seed", "initialize_realistic_dummy_weights")
+    profile = parse_routing(routing)
     from .engines.core import walk  # at call time: the engines' vLLM format imports this module
 
     modules = dict(model.named_modules(remove_duplicate=False))
@@ -244,9 +255,12 @@ def initialize_realistic_dummy_weights(
             raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
         if t.device.type == "meta":
             specs[name] = Spec("deferred", "skip")
+    shapes = {name: tuple(shape) for _, name, _, shape in tensors}
+    config = getattr(model, "config", None)
+    _, overrides = plan_routing(profile, seed, config, specs, shapes)
     done: set[int] = set()
     for _, name, t, _ in tensors:
         if id(t) not in done:
             done.add(id(t))
-            fill_(t, specs[name], tensor_seed(seed, name))
+            fill_(t, specs[name], tensor_seed(seed, name), overrides=overrides.get(name))
     return specs
