@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Profile", "Router", "RoutingError", "find_routers", "parse_routing", "plan_routing"]
+__all__ = ["Profile", "Router", "RoutingError", "chosen_routing", "find_routers", "parse_routing"]
+__all__ += ["describe", "plan_routing"]
 __all__ += ["apply_overrides", "inclusion_probabilities", "layer_targets", "solve_offsets"]
 __all__ += ["simulate", "zipf_target"]
 
@@ -58,6 +59,14 @@ class Profile:
     alpha: float = 0.0
     loads: tuple[tuple[float, ...], ...] = ()
     source: str = "balanced"
+
+
+def chosen_routing(given: Any = None) -> Any:
+    """An engine's choice: its own configuration's value, else ``$FP8_DUMMY_ROUTING``, else
+    ``"balanced"``."""
+    if given is not None:
+        return given
+    return os.environ.get(ENV, "").strip() or "balanced"
 
 
 def parse_routing(routing: Any) -> Profile:
@@ -126,6 +135,12 @@ class Router:
     bias: str = ""  # the tensor the offsets go to (bias, correction)
     target: np.ndarray | None = field(default=None, repr=False)
     offsets: np.ndarray | None = field(default=None, repr=False)
+
+
+def describe(r: Router) -> str:
+    """The router kind in a few words: its scoring, grouping, and where the offsets go."""
+    group = f" {r.topk_group}/{r.groups} groups" if r.groups > 1 else ""
+    return f"{r.score}{group} -> {r.realize}"
 
 
 def _config_value(config: Any, names: Sequence[str]) -> Any:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from ..realistic import initialize_realistic_dummy_weights
+from ..routing import chosen_routing
 from . import core
 
 __all__ = ["SEMANTICS", "initialize_dummy_weights", "register"]
@@ -88,4 +89,4 @@ def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
 
     if ps.model_parallel_is_initialized() and ps.get_tensor_model_parallel_world_size() > 1:
         raise NotImplementedError("the realistic mode needs TP=1 in SGLang (docs/realistic.md)")
-    initialize_realistic_dummy_weights(model)
+    initialize_realistic_dummy_weights(model, routing=chosen_routing())

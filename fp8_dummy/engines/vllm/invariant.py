@@ -4,12 +4,14 @@ whose values a callback gives (:func:`stateless_values`, :func:`realistic_values
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import Any, Callable
 
 import torch
 
 from ...realistic import fill_, model_specs
+from ...routing import chosen_routing, parse_routing, plan_routing
 from ...stateless import init_stateless_, row_major_strides, tensor_seed
 from ..core import FP4, Action, Kind, apply, checked, error
 from .placement import Placement, UncoveredParameterError, placement
@@ -69,15 +71,22 @@ def stateless_values(seed: int = SEED) -> Values:
     return write
 
 
-def realistic_values(model: torch.nn.Module, plans: list, model_config: Any = None) -> Values:
+def realistic_values(
+    model: torch.nn.Module, plans: list, model_config: Any = None, routing: Any = "balanced"
+) -> Values:
     """The realistic mode's values, each spec from the logical shapes (``plans``: (layer,
-    :func:`plan_layer`'s entries) of every layer) and vLLM's ``--seed`` (docs/realistic.md)."""
+    :func:`plan_layer`'s entries) of every layer), vLLM's ``--seed`` and the routing profile
+    (``--model-loader-extra-config '{"routing": ...}'``; docs/realistic.md)."""
     seed = getattr(model_config, "seed", None) or 0
     tensors = [(layer, n, t, where.global_shape) for layer, e in plans for n, t, _, where in e]
     specs = model_specs(model, tensors)
+    shapes = {n: tuple(shape) for _, n, _, shape in tensors}
+    config = getattr(model_config, "hf_config", None) or getattr(model, "config", None)
+    _, overrides = plan_routing(parse_routing(routing), seed, config, specs, shapes)
 
     def write(name: str, action: Action, shape: tuple, view: torch.Tensor, *where: Any) -> None:
-        fill_(view, specs[name], tensor_seed(seed, name), **dict(zip(_WHERE, where)))
+        key, more = tensor_seed(seed, name), overrides.get(name)
+        fill_(view, specs[name], key, **dict(zip(_WHERE, where)), overrides=more, logical_shape=shape)
 
     return write
 
@@ -122,7 +131,7 @@ def _modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, set[str
     return out
 
 
-# load format -> (loader class name, values(model, plans, model_config))
+# load format -> (loader class name, values(model, plans, model_config, routing))
 FORMATS: dict[str, tuple[str, Callable[..., Values]]] = {
     LOAD_FORMAT: ("FP8DummyInvariantModelLoader", lambda *_: stateless_values(SEED)),
     REALISTIC: ("FP8DummyRealisticModelLoader", realistic_values),
@@ -145,13 +154,28 @@ def _loader_class(dl: Any, name: str, values_of: Callable[..., Values]) -> type:
     class Loader(dl.DummyModelLoader):
         """Every tensor checked first; online-quantized layers in the loader's order."""
 
+        def __init__(self, load_config: Any) -> None:
+            # The routing profile travels in vLLM's model_loader_extra_config, which the dummy
+            # loader refuses: taken out (and checked) here, before vLLM's own __init__.
+            extra = dict(getattr(load_config, "model_loader_extra_config", None) or {})
+            self.routing = parse_routing(chosen_routing(extra.pop("routing", None)))
+            if extra:
+                raise ValueError(
+                    f"fp8_dummy: {name}: model_loader_extra_config keys {sorted(extra)} are not "
+                    "understood (it takes 'routing')"
+                )
+            if getattr(load_config, "model_loader_extra_config", None):
+                load_config = copy.copy(load_config)
+                load_config.model_loader_extra_config = {}
+            super().__init__(load_config)
+
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
             modules = _modules(model)
             plans = [  # refuse before anything is written
                 (layer, plan_layer(prefix, layer, materialized=False, skip=skip))
                 for prefix, layer, skip in modules
             ]
-            values = values_of(model, plans, model_config)
+            values = values_of(model, plans, model_config, self.routing)
             for prefix, layer, skip in modules:
                 info = dl.get_layerwise_info(layer)
                 online = info.can_load()

@@ -1,0 +1,233 @@
+"""``python -m fp8_dummy routing CONFIG --routing PROFILE [--tokens N] [--ep N] [--seed S]
+[--json OUT]``: per MoE layer of a transformers config, the load the realistic fill's routing
+gives: the target, the load predicted by the router model (its own selection on N(0, 1)
+logits: :func:`fp8_dummy.routing.simulate`) and, where the model fits in memory, the load
+measured through the real model on random token ids. With ``--ep N``: each of N ranks' share
+under the engines' contiguous expert placement. The model is built on the meta device (no
+memory) for the plan; only the measurement materializes it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import routing as R
+
+MEASURE_LIMIT = 2 << 30  # bytes of float32 weights up to which the model is also run
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m fp8_dummy routing", description=__doc__)
+    p.add_argument("config", help="a transformers config.json, or a directory holding one")
+    p.add_argument("--routing", required=True, help="balanced | zipf:A | a JSON load file")
+    p.add_argument("--tokens", type=_positive, default=4096, help="tokens (default 4096)")
+    p.add_argument("--ep", type=_positive, default=None, help="expert-parallel ranks")
+    p.add_argument("--seed", type=int, default=0, help="the realistic fill's seed (default 0)")
+    p.add_argument("--measure", choices=("auto", "yes", "no"), default="auto",
+                   help="run the model too (auto: if its float32 weights fit in 2 GiB)")  # fmt: skip
+    p.add_argument("--json", type=Path, default=None, help="also write the report here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    path = Path(args.config)
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        parser.error(f"{args.config}: no config.json there")
+    if args.json is not None and not args.json.parent.is_dir():
+        parser.error(f"--json {args.json}: directory {args.json.parent} does not exist")
+    try:
+        profile = R.parse_routing(args.routing)
+    except (R.RoutingError, TypeError) as e:
+        parser.error(str(e))
+    try:
+        import transformers
+    except ImportError:
+        parser.error("the report builds the model with transformers: pip install transformers")
+    with open(path, encoding="utf-8") as f:
+        raw = json.load(f)
+    config = transformers.AutoConfig.for_model(**raw)
+    try:
+        report = build_report(config, profile, args.seed, args.tokens, args.ep, args.measure)
+    except R.RoutingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(render(report))
+    if args.json is not None:
+        tmp = args.json.with_name(f".{args.json.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(report, indent=1))
+        os.replace(tmp, args.json)
+    return 0
+
+
+def _model(config: Any, device: str) -> torch.nn.Module:
+    import transformers
+
+    with torch.device(device):
+        return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def _plan(model: torch.nn.Module, profile: R.Profile, seed: int):
+    from .engines.core import walk
+    from .realistic import model_specs
+
+    modules = dict(model.named_modules(remove_duplicate=False))
+    tensors = [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
+    specs = model_specs(model, tensors)
+    shapes = {n: tuple(s) for _, n, _, s in tensors}
+    config = getattr(model, "config", None)
+    if profile.kind == "balanced":  # the plan is empty: the routers with their uniform target
+        roles = {n: s.role for n, s in specs.items()}
+        routers = R.find_routers(roles, shapes, config)
+        for r, (pi, b) in zip(routers, R.layer_targets(profile, routers, seed)):
+            r.target, r.offsets = pi, b
+        return routers, tensors
+    return R.plan_routing(profile, seed, config, specs, shapes)[0], tensors
+
+
+def _stats(load: np.ndarray, target: np.ndarray, ep: int | None, by_rank: bool) -> dict:
+    """max/mean, hot experts, total variation to the target (of sorted shares for zipf)."""
+    share, want = load / load.sum(), target / target.sum()
+    if by_rank:
+        share, want = np.sort(share), np.sort(want)
+    out = {
+        "max_mean": float(load.max() / load.mean()),
+        "hot": [int(e) for e in np.argsort(-load, kind="stable")[:4]],
+        "tv": float(0.5 * np.abs(share - want).sum()),
+    }
+    if ep:
+        ranks = np.array_split(load, ep)  # contiguous placement: rank r holds a run of experts
+        per = np.array([r.sum() for r in ranks])
+        out["ep_max_mean"] = float(per.max() / per.mean())
+    return out
+
+
+class _Bar:
+    """A progress line on stderr once the work has taken more than a second."""
+
+    def __init__(self, total: int, what: str):
+        self.total, self.what, self.start, self.shown = total, what, time.perf_counter(), False
+
+    def step(self, done: int) -> None:
+        if time.perf_counter() - self.start > 1:
+            self.shown = True
+            print(f"\r[fp8_dummy] {self.what}: {done}/{self.total}", end="", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
+
+
+def build_report(
+    config: Any, profile: R.Profile, seed: int, tokens: int, ep: int | None, measure: str
+) -> dict:
+    meta = _model(config, "meta")
+    routers, tensors = _plan(meta, profile, seed)
+    if not routers:
+        raise R.RoutingError("the model has no MoE router the realistic fill recognises")
+    sizes = sum(math.prod(s) * 4 for _, _, _, s in tensors)
+    run = measure == "yes" or (measure == "auto" and sizes <= MEASURE_LIMIT)
+    zipf = profile.kind == "zipf"
+    layers = []
+    bar = _Bar(len(routers), "predicting")
+    for i, r in enumerate(routers):
+        predicted = R.simulate(r, r.offsets, tokens, key=seed + 1) * tokens
+        layers.append({
+            "layer": r.layer, "router": r.weight, "experts": r.experts, "top_k": r.top_k,
+            "kind": R.describe(r), "target": _stats(r.target, r.target, ep, zipf),
+            "predicted": _stats(predicted, r.target, ep, zipf),
+        })  # fmt: skip
+        bar.step(i + 1)
+    bar.close()
+    if run:
+        loads = measured_loads(config, profile, seed, tokens, routers)
+        for entry, r, load in zip(layers, routers, loads):
+            entry["measured"] = _stats(load, r.target, ep, zipf)
+    return {"routing": profile.source, "seed": seed, "tokens": tokens, "ep": ep,
+            "measured": run, "layers": layers}  # fmt: skip
+
+
+def measured_loads(config, profile, seed, tokens, routers) -> list[np.ndarray]:
+    """Each router's own choice through the whole model, on ``tokens`` random token ids."""
+    from .realistic import initialize_realistic_dummy_weights
+
+    model = _model(config, "cpu").float()
+    initialize_realistic_dummy_weights(model, seed, routing=profile)
+    modules = dict(model.named_modules())
+    counts = {r.weight: np.zeros(r.experts) for r in routers}
+
+    def hook(name: str, experts: int):
+        def record(_m, _i, out):  # the router's own top-k: its integer output
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            picked = next(o for o in outs if torch.is_tensor(o) and not o.is_floating_point())
+            counts[name] += np.bincount(picked.flatten().numpy(), minlength=experts)
+
+        return record
+
+    hooks = [
+        modules[r.weight.rpartition(".")[0]].register_forward_hook(hook(r.weight, r.experts))
+        for r in routers
+    ]
+    vocab = int(getattr(config, "vocab_size", None) or config.get_text_config().vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    seq = 256
+    bar = _Bar(math.ceil(tokens / seq), "measuring")
+    try:
+        with torch.no_grad():
+            for i, start in enumerate(range(0, tokens, seq)):
+                ids = torch.randint(0, vocab, (1, min(seq, tokens - start)), generator=gen)
+                model(ids)
+                bar.step(i + 1)
+    finally:
+        bar.close()
+        for h in hooks:
+            h.remove()
+    return [counts[r.weight] for r in routers]
+
+
+def render(report: dict) -> str:
+    ep = report["ep"]
+    head = f"{'layer':>5} {'E':>4} {'k':>2} {'kind':<24} {'target':>7} {'pred.':>7} {'TV':>6}"
+    if report["measured"]:
+        head += f" {'meas.':>7} {'TV':>6}"
+    if ep:
+        head += f" {'EP' + str(ep) + ' pred.':>10}"
+    head += "  hot experts (predicted)"
+    lines = [
+        f"routing {report['routing']}, seed {report['seed']}, {report['tokens']} tokens; "
+        "max/mean load per layer (predicted: the router model's own selection)",
+        head,
+    ]
+    for e in report["layers"]:
+        line = (
+            f"{e['layer']:>5} {e['experts']:>4} {e['top_k']:>2} {e['kind']:<24} "
+            f"{e['target']['max_mean']:>7.2f} {e['predicted']['max_mean']:>7.2f} "
+            f"{e['predicted']['tv']:>6.3f}"
+        )
+        if "measured" in e:
+            line += f" {e['measured']['max_mean']:>7.2f} {e['measured']['tv']:>6.3f}"
+        if ep:
+            line += f" {e['predicted']['ep_max_mean']:>10.2f}"
+        lines.append(line + "  " + " ".join(map(str, e["predicted"]["hot"])))
+    return "\n".join(lines)
