@@ -1,0 +1,365 @@
+"""Routing profiles of the realistic fill (docs/realistic.md#routing), measured through
+transformers' own model classes: the load each router's own top-k gives on 4,096 random tokens
+against a target computed here by an independent numpy sampler (k draws without replacement,
+one after the other), never by the fill's own computation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import fp8_dummy
+from fp8_dummy import routing as R
+from fp8_dummy.realistic import fill_, model_specs
+from fp8_dummy.stateless import tensor_seed
+
+tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+
+TOKENS = 4096
+
+
+def successive_sampling(p: np.ndarray, k: int, draws: int, seed: int = 0) -> np.ndarray:
+    """Inclusion probabilities of k draws without replacement from popularity p: each draw
+    picks among the experts not yet drawn in proportion to p (an inverse-CDF draw each)."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(len(p))
+    left = np.tile(p, (draws, 1))
+    for _ in range(k):
+        cdf = np.cumsum(left, axis=1)
+        u = rng.random(draws) * cdf[:, -1]
+        pick = np.minimum((cdf < u[:, None]).sum(1), len(p) - 1)
+        counts += np.bincount(pick, minlength=len(p))
+        left[np.arange(draws), pick] = 0
+    return counts / draws
+
+
+def zipf_oracle(experts: int, k: int, alpha: float) -> np.ndarray:
+    p = np.arange(1, experts + 1, dtype=np.float64) ** -alpha
+    return successive_sampling(p / p.sum(), k, 100_000)
+
+
+@pytest.mark.parametrize("experts,k,alpha", [(8, 2, 1.0), (64, 8, 1.2), (60, 4, 0.5), (32, 6, 2.0)])
+def test_zipf_target_is_k_draws_without_replacement(experts, k, alpha):
+    ours = R.zipf_target(experts, k, alpha)
+    want = zipf_oracle(experts, k, alpha)
+    assert ours.sum() == pytest.approx(k)
+    assert np.abs(ours - want).max() < 0.006, np.abs(ours - want).max()
+
+
+def _common(h: int = 64, layers: int = 3) -> dict:
+    return dict(vocab_size=1024, hidden_size=h, intermediate_size=2 * h, num_attention_heads=4,
+                num_hidden_layers=layers)  # fmt: skip
+
+
+def configs(h: int = 64, experts: int = 64, k: int = 8, layers: int = 3) -> dict:
+    """Every router kind: softmax top-k with (Qwen3-MoE, Mixtral) and without renormalization
+    (Qwen2-MoE, OLMoE), grouped softmax (DeepSeek-V2's group_limited_greedy), sigmoid with
+    grouped top-k and correction bias (DeepSeek-V3) or without groups (GLM-4.5), a biased
+    router (GPT-OSS); shared experts beside (Qwen2-MoE, DeepSeek, GLM)."""
+    c = _common(h, layers)
+    mla = dict(q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16,
+               v_head_dim=16, num_key_value_heads=4)  # fmt: skip
+    return {
+        "qwen3_moe": tf.Qwen3MoeConfig(
+            num_key_value_heads=2, head_dim=16, num_experts=experts, num_experts_per_tok=k,
+            moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[], **c,
+        ),  # fmt: skip
+        "qwen2_moe": tf.Qwen2MoeConfig(
+            num_key_value_heads=2, num_experts=experts, num_experts_per_tok=k,
+            moe_intermediate_size=32, shared_expert_intermediate_size=64, norm_topk_prob=False,
+            decoder_sparse_step=1, mlp_only_layers=[], **c,
+        ),  # fmt: skip
+        "mixtral": tf.MixtralConfig(
+            num_key_value_heads=2, num_local_experts=experts, num_experts_per_tok=k, **c
+        ),
+        "olmoe": tf.OlmoeConfig(
+            num_key_value_heads=2, num_experts=experts, num_experts_per_tok=k, **c
+        ),
+        "deepseek_v2": tf.DeepseekV2Config(
+            first_k_dense_replace=1, n_routed_experts=experts, num_experts_per_tok=k,
+            n_group=8, topk_group=4, topk_method="group_limited_greedy", n_shared_experts=1,
+            moe_intermediate_size=32, **mla, **c,
+        ),  # fmt: skip
+        "deepseek_v3": tf.DeepseekV3Config(
+            first_k_dense_replace=1, n_routed_experts=experts, num_experts_per_tok=k,
+            n_group=8, topk_group=4, n_shared_experts=1, moe_intermediate_size=32, **mla, **c,
+        ),  # fmt: skip
+        "glm4_moe": tf.Glm4MoeConfig(
+            first_k_dense_replace=1, n_routed_experts=experts, num_experts_per_tok=k,
+            n_group=1, topk_group=1, n_shared_experts=1, moe_intermediate_size=32,
+            num_key_value_heads=2, head_dim=16, **c,
+        ),  # fmt: skip
+        "gpt_oss": tf.GptOssConfig(
+            num_local_experts=experts, num_experts_per_tok=k, num_key_value_heads=2, head_dim=16,
+            layer_types=["full_attention"] * layers, **c,
+        ),  # fmt: skip
+    }
+
+
+KIND = {  # what each architecture's router is, and where the offsets must go
+    "qwen3_moe": "softmax -> residual",
+    "qwen2_moe": "softmax -> residual",
+    "mixtral": "softmax -> residual",
+    "olmoe": "softmax -> residual",
+    "deepseek_v2": "softmax 4/8 groups -> residual",
+    "deepseek_v3": "sigmoid 4/8 groups -> correction",
+    "glm4_moe": "sigmoid -> correction",
+    "gpt_oss": "softmax -> bias",
+}
+
+
+def build(arch: str, **kw) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return tf.AutoModelForCausalLM.from_config(configs(**kw)[arch]).eval()
+
+
+def routers_of(model: torch.nn.Module) -> list[torch.nn.Module]:
+    found = []
+    for name, m in model.named_modules():
+        w = getattr(m, "weight", None)
+        if name.rsplit(".", 1)[-1] in ("gate", "router") and w is not None and w.dim() == 2:
+            found.append(m)
+    return found
+
+
+def measure(model: torch.nn.Module, batch: int) -> dict:
+    """Per MoE layer the router's own top-k counts (its integer output), residual RMS."""
+    loads: list = []
+
+    def record(module, _, out):
+        picked = next(o for o in out if torch.is_tensor(o) and not o.is_floating_point())
+        loads.append(np.bincount(picked.flatten().numpy(), minlength=module.weight.shape[0]))
+
+    hooks = [m.register_forward_hook(record) for m in routers_of(model)]
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (TOKENS // 256, 256), generator=torch.Generator().manual_seed(batch))
+    try:
+        with torch.no_grad():
+            out = model(ids, output_hidden_states=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    rms = [h.pow(2).mean().sqrt().item() for h in out.hidden_states]
+    return {"loads": loads, "rms": rms, "finite": bool(torch.isfinite(out.logits).all())}
+
+
+def tv_sorted(load: np.ndarray, target: np.ndarray) -> float:
+    a, b = np.sort(load / load.sum()), np.sort(target / target.sum())
+    return 0.5 * float(np.abs(a - b).sum())
+
+
+def check_zipf(arch: str, alpha: float, seed: int = 0, **kw) -> list[float]:
+    model = build(arch, **kw)
+    fp8_dummy.initialize_realistic_dummy_weights(model, seed, routing=f"zipf:{alpha}")
+    k = model.config.num_experts_per_tok
+    one, two = measure(model, 0), measure(model, 1)
+    assert one["finite"] and all(0.25 <= r <= 4 for r in one["rms"]), one["rms"]
+    experts = len(one["loads"][0])
+    target = zipf_oracle(experts, k, alpha)
+    tvs, hot = [], []
+    for a, b in zip(one["loads"], two["loads"]):
+        tvs.append(tv_sorted(a, target))
+        assert tvs[-1] <= 0.08, (arch, tvs)
+        want = target.max() / target.mean()
+        assert abs(a.max() / a.mean() / want - 1) <= 0.25, (arch, a.max() / a.mean(), want)
+        top_a, top_b = set(np.argsort(-a)[:3]), set(np.argsort(-b)[:3])
+        assert len(top_a & top_b) >= 2, "hot experts the same on two disjoint batches"
+        hot.append(frozenset(top_a))
+    assert len(set(hot)) == len(hot), "hot experts differ between layers"
+    return tvs
+
+
+@pytest.mark.parametrize("arch", list(KIND))
+def test_zipf_through_each_router_kind(arch):
+    model = build(arch)
+    specs = model_specs(model, _tensors(model))
+    shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+    routers, _ = R.plan_routing(R.parse_routing("zipf:1"), 0, model.config, specs, shapes)
+    assert {R.describe(r) for r in routers} == {KIND[arch]}
+    check_zipf(arch, 1.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "arch,kw,alpha",
+    [
+        ("qwen3_moe", dict(h=128, experts=32, k=4, layers=4), 1.0),
+        ("mixtral", dict(h=96, experts=16, k=2, layers=2), 0.8),
+        ("deepseek_v3", dict(h=128, experts=128, k=6, layers=3), 1.0),
+        ("gpt_oss", dict(h=64, experts=32, k=4, layers=2), 1.5),
+    ],
+)
+def test_zipf_on_other_sizes(arch, kw, alpha):
+    check_zipf(arch, alpha, seed=3, **kw)
+
+
+def _tensors(model: torch.nn.Module) -> list:
+    from fp8_dummy.engines.core import walk
+
+    modules = dict(model.named_modules(remove_duplicate=False))
+    return [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
+
+
+def recorded(layers: int, experts: int, k: int, seed: int) -> list[list[float]]:
+    """A recorded-looking load: lognormal counts with no share above 1/k."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(layers):
+        x = rng.lognormal(0, 1.0, experts)
+        x = np.minimum(x / x.sum(), 0.9 / k)
+        rows.append([float(v) * 1e5 for v in x])
+    return rows
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3", "gpt_oss"])
+def test_a_recorded_load_expert_by_expert(arch, tmp_path):
+    model = build(arch)
+    moe = len(routers_of(model))
+    k = model.config.num_experts_per_tok
+    loads = recorded(moe, 64, k, seed=5)
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps({"expert_load": loads}))
+    fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing=str(path))
+    got = measure(model, 0)
+    for a, want in zip(got["loads"], loads):
+        share, target = a / a.sum(), np.asarray(want) / sum(want)
+        assert 0.5 * np.abs(share - target).sum() <= 0.08
+
+
+def _poisoned(model: torch.nn.Module) -> dict:
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            t.view(torch.uint8).fill_(0x5A) if t.element_size() == 1 else t.fill_(7.0)
+    return {n: t.clone() for n, t in model.state_dict().items()}
+
+
+@pytest.mark.parametrize(
+    "rows,message",
+    [
+        (lambda L, E: [[1.0] * E] * (L + 1), "MoE layers"),
+        (lambda L, E: [[1.0] * (E - 1)] * L, "has 63 experts"),
+        (lambda L, E: [[1.0] * E] * (L - 1) + [[1.0] * 10 + [1e6] + [1.0] * (E - 11)], "expert 10"),
+        (lambda L, E: [[1.0] * E] * (L - 1) + [[1.0] * 3 + [-1.0] + [1.0] * (E - 4)], "expert 3"),
+        (lambda L, E: [[1.0] * E] * (L - 1) + [[math.nan] + [1.0] * (E - 1)], "expert 0"),
+        (lambda L, E: [[0.0] * E] * L, "no load"),
+    ],
+)
+def test_unreachable_targets_are_refused_before_anything_is_written(rows, message, tmp_path):
+    model = build("qwen3_moe")
+    before = _poisoned(model)
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps({"expert_load": rows(3, 64)}))
+    with pytest.raises(R.RoutingError, match=message):
+        fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing=str(path))
+    after = model.state_dict()
+    assert all(torch.equal(before[n].view(torch.uint8), after[n].view(torch.uint8)) for n in before)
+
+
+@pytest.mark.parametrize(
+    "routing", ["zipf:-1", "zipf:nan", "zipf:x", "zipf:inf", "nowhere.json", "balanced2"]
+)
+def test_bad_profiles_are_refused(routing):
+    model = build("mixtral")
+    before = _poisoned(model)
+    with pytest.raises(R.RoutingError):
+        fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing=routing)
+    after = model.state_dict()
+    assert all(torch.equal(before[n].view(torch.uint8), after[n].view(torch.uint8)) for n in before)
+
+
+def test_routing_on_a_model_without_a_router_is_refused():
+    model = tf.AutoModelForCausalLM.from_config(tf.LlamaConfig(**_common())).eval()
+    with pytest.raises(R.RoutingError, match="no router"):
+        fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing="zipf:1")
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3"])
+def test_balanced_is_todays_bytes(arch):
+    """'balanced' (and no argument) writes exactly each tensor's spec by its own key: the
+    fill without any routing machinery, rebuilt here tensor by tensor."""
+    model = build(arch)
+    tensors = _tensors(model)
+    specs = model_specs(model, tensors)
+    for _, name, t, _ in tensors:
+        fill_(t, specs[name], tensor_seed(0, name))
+    want = {n: t.clone() for n, t in model.state_dict().items()}
+    for kw in ({}, {"routing": "balanced"}):
+        _poisoned(model)
+        fp8_dummy.initialize_realistic_dummy_weights(model, 0, **kw)
+        got = model.state_dict()
+        assert all(torch.equal(want[n].view(torch.uint8), got[n].view(torch.uint8)) for n in want)
+
+
+def _bytes(model: torch.nn.Module) -> dict:
+    return {n: t.clone().view(torch.uint8) for n, t in model.state_dict().items()}
+
+
+def test_deterministic_per_seed_name_and_profile(tmp_path):
+    model = build("qwen3_moe")
+    fp8_dummy.initialize_realistic_dummy_weights(model, 4, routing="zipf:1.1")
+    first = _bytes(model)
+    _poisoned(model)
+    fp8_dummy.initialize_realistic_dummy_weights(model, 4, routing="zipf:1.1")
+    assert all(torch.equal(first[n], v) for n, v in _bytes(model).items())
+    fp8_dummy.initialize_realistic_dummy_weights(model, 5, routing="zipf:1.1")
+    gate = "model.layers.1.mlp.gate.weight"
+    assert not torch.equal(first[gate], _bytes(model)[gate])
+    fp8_dummy.initialize_realistic_dummy_weights(model, 4, routing="zipf:1.3")
+    assert not torch.equal(first[gate], _bytes(model)[gate])
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3", "gpt_oss"])
+def test_every_block_of_a_tensor_holds_the_whole_tensors_values(arch):
+    """Layout invariance: each tensor's row, column and strided blocks, filled by fill_ at
+    their element offset and strides, equal the same block of the whole tensor."""
+    from fp8_dummy.stateless import row_major_strides
+
+    model = build(arch)
+    tensors = _tensors(model)
+    specs = model_specs(model, tensors)
+    shapes = {n: tuple(s) for _, n, _, s in tensors}
+    _, overrides = R.plan_routing(R.parse_routing("zipf:1.2"), 0, model.config, specs, shapes)
+    assert overrides
+    for name, more in overrides.items():
+        t = dict(model.state_dict())[name]
+        whole = fill_(torch.empty_like(t), specs[name], 9, overrides=more)
+        strides = row_major_strides(t.shape)
+        for dim in range(t.dim()):
+            size = t.shape[dim]
+            for sl in (slice(0, size // 2), slice(size // 2, size), slice(1, size, 3)):
+                want = whole.narrow(dim, 0, size)[(slice(None),) * dim + (sl,)]
+                block = torch.empty_like(want)
+                start, step = sl.start, sl.step or 1
+                offset = start * strides[dim]
+                es = [s * (step if d == dim else 1) for d, s in enumerate(strides)]
+                fill_(block, specs[name], 9, element_offset=offset, element_strides=es,
+                      overrides=more, logical_shape=t.shape)  # fmt: skip
+                assert torch.equal(block.view(torch.uint8), want.contiguous().view(torch.uint8)), (
+                    name, dim, sl)
+
+
+def test_routing_report_cli(tmp_path, capsys):
+    from fp8_dummy.routing_report import main
+
+    config = configs()["deepseek_v3"]
+    config.save_pretrained(tmp_path)
+    out = tmp_path / "r.json"
+    assert main([str(tmp_path), "--routing", "zipf:1.2", "--ep", "4", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "sigmoid 4/8 groups -> correction" in text
+    report = json.loads(out.read_text())
+    assert report["measured"] and len(report["layers"]) == 2
+    target = zipf_oracle(64, 8, 1.2)
+    for layer in report["layers"]:
+        assert layer["predicted"]["tv"] <= 0.05 and layer["measured"]["tv"] <= 0.08
+        assert abs(layer["target"]["max_mean"] / (target.max() / target.mean()) - 1) < 0.02
+        assert layer["measured"]["ep_max_mean"] >= 1
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path), "--routing", "zipf:-2"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--routing", "zipf:1", "--json", str(tmp_path / "no" / "r.json")])
