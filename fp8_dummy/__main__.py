@@ -1,7 +1,8 @@
 """``python -m fp8_dummy check [--device cpu|cuda|all] [--bench] [--json FILE]``: does every path
 hold here, and how fast (``check --help``). ``python -m fp8_dummy routing CONFIG --routing P``:
-the MoE load a routing profile gives (``routing --help``). ``python -m fp8_dummy --includedir | --cmakedir |
---library``: paths for build scripts (``-Dfp8_dummy_DIR=$(python -m fp8_dummy --cmakedir)``)."""
+the MoE load a routing profile gives (``routing --help``). ``python -m fp8_dummy --includedir
+| --cmakedir | --library``: paths for build scripts
+(``-Dfp8_dummy_DIR=$(python -m fp8_dummy --cmakedir)``)."""
 
 from __future__ import annotations
 

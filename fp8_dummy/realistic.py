@@ -242,7 +242,8 @@ def initialize_realistic_dummy_weights(
 ) -> dict[str, Spec]:  # fmt: skip
     """Fill what vLLM's dummy loader fills in ``model`` by role, keyed by ``(seed, full name)``,
     all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md).
-    ``routing``: ``"balanced"``, ``"zipf:A"`` or a recorded load's JSON file (docs/realistic.md#routing)."""
+    ``routing``: ``"balanced"``, ``"zipf:A"`` or a recorded load's JSON file (docs/realistic.md,
+    Routing)."""
     as_int64(seed, "seed", "initialize_realistic_dummy_weights")
     profile = parse_routing(routing)
     from .engines.core import walk  # at call time: the engines' vLLM format imports this module

@@ -260,7 +260,8 @@ def layer_targets(
     from .stateless import tensor_seed
 
     if profile.kind == "file":
-        return [(pi, solve_offsets(r, pi)) for r, pi in zip(routers, _file_targets(profile, routers))]
+        wanted = _file_targets(profile, routers)
+        return [(pi, solve_offsets(r, pi)) for r, pi in zip(routers, wanted)]
     out = []
     for r in routers:
         if profile.kind == "balanced":

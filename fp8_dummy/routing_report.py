@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ep", type=_positive, default=None, help="expert-parallel ranks")
     p.add_argument("--seed", type=int, default=0, help="the realistic fill's seed (default 0)")
     p.add_argument("--measure", choices=("auto", "yes", "no"), default="auto",
-                   help="run the model too (auto: if its float32 weights fit in 2 GiB)")  # fmt: skip
+                   help="run the model too (auto: its float32 weights fit in 2 GiB)")  # fmt: skip
     p.add_argument("--json", type=Path, default=None, help="also write the report here")
     return p
 

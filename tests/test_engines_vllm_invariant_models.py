@@ -35,6 +35,7 @@ MODELS = ("llama", "qwen3_moe", "deepseek_v3")
 QUANTS = ("bf16", "fp8", "blk")
 EP_CASES = (("qwen3_moe", "fp8"), ("deepseek_v3", "blk"))  # also at TP=2 with EP
 REALISTIC = [f"{m}-blk-realistic" for m in MODELS]  # and deepseek_v3's with EP
+ROUTED = [f"{m}-blk-routed" for m in ("qwen3_moe", "deepseek_v3")]  # with a routing profile
 # What vLLM 0.33 creates in these models (Fp8Config: Fp8LinearMethod, Fp8MoEMethod's plain
 # parameters, Fp8KVCacheMethod on every standard Attention layer; MLA layers have none).
 FP8_CLASSES = {
@@ -99,9 +100,10 @@ def runs(tmp_path_factory) -> dict:
         assert "error" not in result, f"rank {r}:\n{result['error']}"
         results.append(result)
     tp1 = {case: r for result in results for case, r in result["1"].items()}
-    want = [f"{m}-{q}" for m in MODELS for q in QUANTS] + REALISTIC
+    want = [f"{m}-{q}" for m in MODELS for q in QUANTS] + REALISTIC + ROUTED
     assert sorted(tp1) == sorted(want)
     want += [f"{m}-{q}-ep" for m, q in EP_CASES] + ["deepseek_v3-blk-realistic-ep"]
+    want += ["deepseek_v3-blk-routed-ep"]
     for result in results:
         assert sorted(result["2"]) == sorted(want)
     return {1: tp1, 2: [dict(result["2"], rank=result["rank"]) for result in results]}
@@ -225,3 +227,21 @@ def test_realistic_tp2_ranks_are_slices_of_the_functions_tp1_model(runs, model):
             assert r["tp"] == 2 and r["sharded"] >= 4, (where, r["sharded"])
             assert r["not_loaded"] == [] and r["mismatch"] == [], (where, r)
             assert r["buffers"] == [], (where, r["buffers"])
+
+
+@pytest.mark.parametrize("model", ["qwen3_moe", "deepseek_v3"])
+def test_routed_every_rank_is_its_slice_of_the_functions_routed_model(runs, model):
+    """--model-loader-extra-config '{"routing": "zipf:1.2"}': at TP=1 the bytes of
+    initialize_realistic_dummy_weights(model, routing="zipf:1.2") on vLLM's own classes (the
+    router's offsets, the residual carrier), at TP=2 and with EP each rank its slice."""
+    r = _case(runs[1], model, "blk-routed")
+    assert r["logical"] == [] and r["not_loaded"] == [] and r["mismatch"] == [], r
+    balanced = _case(runs[1], model, "blk-realistic")["routers"]
+    changed = [n for n, v in r["routers"].items() if v != balanced[n]]
+    assert changed and all(".mlp.gate." in n or "embed" in n for n in changed), changed
+    suffixes = ["blk-routed"] + (["blk-routed-ep"] if model == "deepseek_v3" else [])
+    for result in runs[2]:
+        for suffix in suffixes:
+            r = _case(result, model, suffix)
+            where = (result["rank"], suffix)
+            assert r["tp"] == 2 and r["not_loaded"] == [] and r["mismatch"] == [], (where, r)

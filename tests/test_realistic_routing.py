@@ -65,13 +65,25 @@ def configs(h: int = 64, experts: int = 64, k: int = 8, layers: int = 3) -> dict
                v_head_dim=16, num_key_value_heads=4)  # fmt: skip
     return {
         "qwen3_moe": tf.Qwen3MoeConfig(
-            num_key_value_heads=2, head_dim=16, num_experts=experts, num_experts_per_tok=k,
-            moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[], **c,
+            num_key_value_heads=2,
+            head_dim=16,
+            num_experts=experts,
+            num_experts_per_tok=k,
+            moe_intermediate_size=32,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            **c,
         ),  # fmt: skip
         "qwen2_moe": tf.Qwen2MoeConfig(
-            num_key_value_heads=2, num_experts=experts, num_experts_per_tok=k,
-            moe_intermediate_size=32, shared_expert_intermediate_size=64, norm_topk_prob=False,
-            decoder_sparse_step=1, mlp_only_layers=[], **c,
+            num_key_value_heads=2,
+            num_experts=experts,
+            num_experts_per_tok=k,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+            norm_topk_prob=False,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            **c,
         ),  # fmt: skip
         "mixtral": tf.MixtralConfig(
             num_key_value_heads=2, num_local_experts=experts, num_experts_per_tok=k, **c
@@ -80,22 +92,47 @@ def configs(h: int = 64, experts: int = 64, k: int = 8, layers: int = 3) -> dict
             num_key_value_heads=2, num_experts=experts, num_experts_per_tok=k, **c
         ),
         "deepseek_v2": tf.DeepseekV2Config(
-            first_k_dense_replace=1, n_routed_experts=experts, num_experts_per_tok=k,
-            n_group=8, topk_group=4, topk_method="group_limited_greedy", n_shared_experts=1,
-            moe_intermediate_size=32, **mla, **c,
+            first_k_dense_replace=1,
+            n_routed_experts=experts,
+            num_experts_per_tok=k,
+            n_group=8,
+            topk_group=4,
+            topk_method="group_limited_greedy",
+            n_shared_experts=1,
+            moe_intermediate_size=32,
+            **mla,
+            **c,
         ),  # fmt: skip
         "deepseek_v3": tf.DeepseekV3Config(
-            first_k_dense_replace=1, n_routed_experts=experts, num_experts_per_tok=k,
-            n_group=8, topk_group=4, n_shared_experts=1, moe_intermediate_size=32, **mla, **c,
+            first_k_dense_replace=1,
+            n_routed_experts=experts,
+            num_experts_per_tok=k,
+            n_group=8,
+            topk_group=4,
+            n_shared_experts=1,
+            moe_intermediate_size=32,
+            **mla,
+            **c,
         ),  # fmt: skip
         "glm4_moe": tf.Glm4MoeConfig(
-            first_k_dense_replace=1, n_routed_experts=experts, num_experts_per_tok=k,
-            n_group=1, topk_group=1, n_shared_experts=1, moe_intermediate_size=32,
-            num_key_value_heads=2, head_dim=16, **c,
+            first_k_dense_replace=1,
+            n_routed_experts=experts,
+            num_experts_per_tok=k,
+            n_group=1,
+            topk_group=1,
+            n_shared_experts=1,
+            moe_intermediate_size=32,
+            num_key_value_heads=2,
+            head_dim=16,
+            **c,
         ),  # fmt: skip
         "gpt_oss": tf.GptOssConfig(
-            num_local_experts=experts, num_experts_per_tok=k, num_key_value_heads=2, head_dim=16,
-            layer_types=["full_attention"] * layers, **c,
+            num_local_experts=experts,
+            num_experts_per_tok=k,
+            num_key_value_heads=2,
+            head_dim=16,
+            layer_types=["full_attention"] * layers,
+            **c,
         ),  # fmt: skip
     }
 
@@ -136,7 +173,8 @@ def measure(model: torch.nn.Module, batch: int) -> dict:
 
     hooks = [m.register_forward_hook(record) for m in routers_of(model)]
     vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (TOKENS // 256, 256), generator=torch.Generator().manual_seed(batch))
+    gen = torch.Generator().manual_seed(batch)
+    ids = torch.randint(0, vocab, (TOKENS // 256, 256), generator=gen)
     try:
         with torch.no_grad():
             out = model(ids, output_hidden_states=True)
@@ -339,7 +377,10 @@ def test_every_block_of_a_tensor_holds_the_whole_tensors_values(arch):
                 fill_(block, specs[name], 9, element_offset=offset, element_strides=es,
                       overrides=more, logical_shape=t.shape)  # fmt: skip
                 assert torch.equal(block.view(torch.uint8), want.contiguous().view(torch.uint8)), (
-                    name, dim, sl)
+                    name,
+                    dim,
+                    sl,
+                )
 
 
 def test_routing_report_cli(tmp_path, capsys):

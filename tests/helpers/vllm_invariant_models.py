@@ -103,8 +103,17 @@ QUANTS = {
     "blk": dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=L.BLOCK),
 }
 CASES = [(m, q) for m in MODELS for q in QUANTS]
-# The formats each quantization runs with (fp8_dummy_realistic: FP8 block, scales included).
-FORMATS = {"invariant": QUANTS, "realistic": ("blk",)}
+# The formats each quantization runs with (fp8_dummy_realistic: FP8 block, scales included;
+# "routed": fp8_dummy_realistic with a routing profile, on the MoE models only).
+FORMATS = {"invariant": QUANTS, "realistic": ("blk",), "routed": ("blk",)}
+ROUTING = "zipf:1.2"
+# format -> (vLLM's load format, its model_loader_extra_config)
+LOADS = {
+    "invariant": ("fp8_dummy_invariant", {}),
+    "realistic": ("fp8_dummy_realistic", {}),
+    "routed": ("fp8_dummy_realistic", {"routing": ROUTING}),
+}
+ONLY = {"routed": ("qwen3_moe", "deepseek_v3")}  # the models each format runs on, if not all
 # At TP=2 also with expert parallelism (each rank 2 of the 4 experts), against the same
 # TP=1 checkpoint: expert mapping through the models' own load_weights.
 EP_CASES = [("qwen3_moe", "fp8"), ("deepseek_v3", "blk")]
@@ -118,7 +127,11 @@ _FUSED = {
 
 
 def key(model: str, quant: str, fmt: str) -> str:
-    return f"{model}-{quant}" + ("-realistic" if fmt == "realistic" else "")
+    return f"{model}-{quant}" + ("" if fmt == "invariant" else f"-{fmt}")
+
+
+def runs(fmt: str, model: str, quant: str) -> bool:
+    return quant in FORMATS[fmt] and model in ONLY.get(fmt, MODELS)
 
 
 def prepare(tmp: str) -> None:
@@ -240,7 +253,9 @@ def logical(model: torch.nn.Module, seed: int = 1234) -> dict[str, torch.Tensor]
     return out
 
 
-def realistic(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def realistic(
+    model: torch.nn.Module, routing: str = "balanced"
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """What fp8_dummy_realistic defines for a TP=1 model: ``initialize_realistic_dummy_weights``
     of the whole model (its tensors as they are: no placement involved), vocabulary padding
     rows zero as the loader leaves them; and each tensor's role."""
@@ -248,7 +263,8 @@ def realistic(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str
 
     import fp8_dummy
 
-    roles = {n: s.role for n, s in fp8_dummy.initialize_realistic_dummy_weights(model).items()}
+    specs = fp8_dummy.initialize_realistic_dummy_weights(model, routing=routing)
+    roles = {n: s.role for n, s in specs.items()}
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, VocabParallelEmbedding):

@@ -55,12 +55,15 @@ def _run(rank: int, port: int, out: Path) -> dict:
         init_distributed_environment(2, rank, f"tcp://127.0.0.1:{port}", rank, backend="gloo")
         initialize_model_parallel(tensor_model_parallel_size=1)
     vllm_plugin.register()
-    fmt = {f: get_model_loader(LoadConfig(load_format=f"fp8_dummy_{f}")) for f in M.FORMATS}
-    cases = [(m, q, False, f) for f in M.FORMATS for m, q in M.CASES if q in M.FORMATS[f]]
+    fmt = {
+        f: get_model_loader(LoadConfig(load_format=name, model_loader_extra_config=extra))
+        for f, (name, extra) in M.LOADS.items()
+    }
+    cases = [(m, q, False, f) for f in M.FORMATS for m, q in M.CASES if M.runs(f, m, q)]
     found: dict = {"1": {}, "2": {}}
     saved: dict = {}
     for model, quant, ep, f in cases[rank::2]:
-        found["1"][M.key(model, quant, f)] = _case(M, fmt[f], out, 1, rank, model, quant, ep, saved)
+        found["1"][M.key(model, quant, f)] = _case(M, fmt, f, out, 1, rank, model, quant, ep, saved)
     torch.save(saved, out / f"tp1-{rank}.pt")
     torch.distributed.barrier()  # both halves written
     tp1 = {k: v for r in (0, 1) for k, v in torch.load(out / f"tp1-{r}.pt").items()}
@@ -68,22 +71,23 @@ def _run(rank: int, port: int, out: Path) -> dict:
     destroy_model_parallel()
     with set_current_vllm_config(base):
         initialize_model_parallel(tensor_model_parallel_size=2)
-    cases += [(m, q, True, f) for f in M.FORMATS for m, q in M.EP_CASES if q in M.FORMATS[f]]
+    cases += [(m, q, True, f) for f in M.FORMATS for m, q in M.EP_CASES if M.runs(f, m, q)]
     for model, quant, ep, f in cases:
         case = M.key(model, quant, f) + ("-ep" if ep else "")
-        found["2"][case] = _case(M, fmt[f], out, 2, rank, model, quant, ep, tp1)
+        found["2"][case] = _case(M, fmt, f, out, 2, rank, model, quant, ep, tp1)
     return found
 
 
-def _case(M, fmt, out: Path, tp: int, rank: int, model: str, quant: str, ep: bool, tp1: dict):
+def _case(M, fmts, f, out: Path, tp: int, rank: int, model: str, quant: str, ep: bool, tp1: dict):
     """One model at TP=``tp``; at TP=1 its checkpoint goes into ``tp1``, at TP=2 it is
     read from there. Any exception is the case's finding (the other process must not wait
     for this one at the barrier)."""
     from vllm.config import set_current_vllm_config
     from vllm.distributed import get_tensor_model_parallel_world_size
 
+    fmt = fmts[f]
     realistic = type(fmt).__name__ == "FP8DummyRealisticModelLoader"
-    key = M.key(model, quant, "realistic" if realistic else "invariant")  # the TP=1 checkpoint's
+    key = M.key(model, quant, f)  # the TP=1 checkpoint's
     t0 = time.perf_counter()
     r: dict = {}
     try:
@@ -113,8 +117,13 @@ def _case(M, fmt, out: Path, tp: int, rank: int, model: str, quant: str, ep: boo
         shapes = {n: list(p.shape) for n, p in params.items()}
         if tp == 1:
             if realistic:  # fp8_dummy's whole-model function on the same TP=1 model
-                want, r["roles"] = M.realistic(oracle)
+                want, r["roles"] = M.realistic(oracle, M.LOADS[f][1].get("routing", "balanced"))
             r["logical"] = M.differing(M.tensors(ours), want if realistic else M.logical(ours))
+            r["routers"] = {  # what a routing profile must change
+                n: float(t.float().abs().sum())
+                for n, t in M.tensors(ours).items()
+                if n.endswith(("gate.weight", "e_score_correction_bias", "embed_tokens.weight"))
+            }
             ckpt = M.checkpoint(ours)
             copies = {n: b.clone() for n, b in buffers.items()}
             tp1[key] = {"checkpoint": ckpt, "buffers": copies, "shapes": shapes}

@@ -85,8 +85,8 @@ def realistic_values(
     _, overrides = plan_routing(parse_routing(routing), seed, config, specs, shapes)
 
     def write(name: str, action: Action, shape: tuple, view: torch.Tensor, *where: Any) -> None:
-        key, more = tensor_seed(seed, name), overrides.get(name)
-        fill_(view, specs[name], key, **dict(zip(_WHERE, where)), overrides=more, logical_shape=shape)
+        key, more = tensor_seed(seed, name), dict(zip(_WHERE, where))
+        fill_(view, specs[name], key, **more, overrides=overrides.get(name), logical_shape=shape)
 
     return write
 
