@@ -245,3 +245,26 @@ def test_routed_every_rank_is_its_slice_of_the_functions_routed_model(runs, mode
             r = _case(result, model, suffix)
             where = (result["rank"], suffix)
             assert r["tp"] == 2 and r["not_loaded"] == [] and r["mismatch"] == [], (where, r)
+
+
+def test_realistic_loader_takes_routing_and_refuses_other_extra_config():
+    """The profile comes through vLLM's model_loader_extra_config (which vLLM's dummy loader
+    itself refuses); a bad profile or an unknown key fails when the loader is made."""
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+
+    from fp8_dummy import vllm as vllm_plugin
+    from fp8_dummy.routing import RoutingError
+
+    vllm_plugin.register()
+
+    def loader(extra):
+        config = LoadConfig(load_format="fp8_dummy_realistic", model_loader_extra_config=extra)
+        return get_model_loader(config)
+
+    assert loader({"routing": "zipf:1.1"}).routing.alpha == 1.1
+    assert loader({}).routing.kind == "balanced"
+    with pytest.raises(ValueError, match="not understood"):
+        loader({"routin": "zipf:1"})
+    with pytest.raises(RoutingError, match="zipf:A"):
+        loader({"routing": "zipf:-1"})

@@ -404,3 +404,13 @@ def test_routing_report_cli(tmp_path, capsys):
     assert e.value.code == 2
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--routing", "zipf:1", "--json", str(tmp_path / "no" / "r.json")])
+
+
+def test_the_engines_choice(monkeypatch):
+    """An engine's own configuration first, then $FP8_DUMMY_ROUTING, then balanced."""
+    monkeypatch.delenv(R.ENV, raising=False)
+    assert R.chosen_routing() == "balanced"
+    monkeypatch.setenv(R.ENV, " zipf:1.5 ")
+    assert R.chosen_routing() == "zipf:1.5"
+    assert R.chosen_routing("zipf:0.5") == "zipf:0.5"
+    assert R.parse_routing(R.chosen_routing()).alpha == 1.5
