@@ -254,16 +254,22 @@ def zipf_target(experts: int, k: int, alpha: float) -> np.ndarray:
 
 
 def layer_targets(
-    profile: Profile, routers: Sequence[Router], seed: int
+    profile: Profile, routers: Sequence[Router], seed: int, progress: Any = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each router's (target inclusion probabilities (sum k), offsets), expert by expert."""
+    """Each router's (target inclusion probabilities (sum k), offsets), expert by expert;
+    ``progress(done)`` after each layer."""
     from .stateless import tensor_seed
 
-    if profile.kind == "file":
-        wanted = _file_targets(profile, routers)
-        return [(pi, solve_offsets(r, pi)) for r, pi in zip(routers, wanted)]
     out = []
+    if profile.kind == "file":
+        for i, (r, pi) in enumerate(zip(routers, _file_targets(profile, routers))):
+            out.append((pi, solve_offsets(r, pi)))
+            if progress is not None:
+                progress(i + 1)
+        return out
     for r in routers:
+        if progress is not None:
+            progress(len(out))
         if profile.kind == "balanced":
             out.append((np.full(r.experts, r.top_k / r.experts), np.zeros(r.experts)))
             continue
@@ -457,9 +463,11 @@ def plan_routing(
     config: Any,
     specs: Mapping[str, Any],
     shapes: Mapping[str, Sequence[int]],
+    progress: Any = None,
 ) -> tuple[list[Router], dict[str, list[Override]]]:
     """The routers, each with its offsets, and the overrides of the fill that realize them
-    (full name -> overrides of the logical tensor), all checked before anything is written."""
+    (full name -> overrides of the logical tensor), all checked before anything is written;
+    ``progress(layers solved)``, if given, as the offsets are solved."""
     if profile.kind == "balanced":
         return [], {}
     roles = {n: s.role for n, s in specs.items()}
@@ -469,7 +477,7 @@ def plan_routing(
             f"fp8_dummy: routing {profile.source!r}: the model has no router the realistic fill "
             "recognises (a 2-D weight of a module named gate or router in layers.<i>)"
         )
-    for r, (pi, b) in zip(routers, layer_targets(profile, routers, seed)):
+    for r, (pi, b) in zip(routers, layer_targets(profile, routers, seed, progress)):
         r.target, r.offsets = pi, b
     overrides: dict[str, list[Override]] = {}
     residual = [r for r in routers if r.realize == "residual"]

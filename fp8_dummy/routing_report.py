@@ -88,7 +88,7 @@ def _model(config: Any, device: str) -> torch.nn.Module:
         return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-def _plan(model: torch.nn.Module, profile: R.Profile, seed: int):
+def _plan(model: torch.nn.Module, profile: R.Profile, seed: int, progress: Any = None):
     from .engines.core import walk
     from .realistic import model_specs
 
@@ -103,7 +103,7 @@ def _plan(model: torch.nn.Module, profile: R.Profile, seed: int):
         for r, (pi, b) in zip(routers, R.layer_targets(profile, routers, seed)):
             r.target, r.offsets = pi, b
         return routers, tensors
-    return R.plan_routing(profile, seed, config, specs, shapes)[0], tensors
+    return R.plan_routing(profile, seed, config, specs, shapes, progress)[0], tensors
 
 
 def _stats(load: np.ndarray, target: np.ndarray, ep: int | None, by_rank: bool) -> dict:
@@ -126,13 +126,14 @@ def _stats(load: np.ndarray, target: np.ndarray, ep: int | None, by_rank: bool) 
 class _Bar:
     """A progress line on stderr once the work has taken more than a second."""
 
-    def __init__(self, total: int, what: str):
+    def __init__(self, total: int | None, what: str):
         self.total, self.what, self.start, self.shown = total, what, time.perf_counter(), False
 
     def step(self, done: int) -> None:
         if time.perf_counter() - self.start > 1:
             self.shown = True
-            print(f"\r[fp8_dummy] {self.what}: {done}/{self.total}", end="", file=sys.stderr)
+            total = "" if self.total is None else f"/{self.total}"
+            print(f"\r[fp8_dummy] {self.what}: {done}{total}", end="", file=sys.stderr)
 
     def close(self) -> None:
         if self.shown:
@@ -143,7 +144,9 @@ def build_report(
     config: Any, profile: R.Profile, seed: int, tokens: int, ep: int | None, measure: str
 ) -> dict:
     meta = _model(config, "meta")
-    routers, tensors = _plan(meta, profile, seed)
+    solving = _Bar(None, "solving the offsets, MoE layers")
+    routers, tensors = _plan(meta, profile, seed, solving.step)
+    solving.close()
     if not routers:
         raise R.RoutingError("the model has no MoE router the realistic fill recognises")
     sizes = sum(math.prod(s) * 4 for _, _, _, s in tensors)
