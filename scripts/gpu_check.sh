@@ -98,11 +98,14 @@ left() {
 record() {  # name status seconds detail
   result[$1]=$2
   "$PY" - "$SUMMARY" "$@" <<'EOF'
-import json, os, sys
+import json, os, sys, tempfile
 path, name, status, seconds, detail = sys.argv[1:6]
 data = json.load(open(path)) if os.path.exists(path) else {"steps": []}
 data["steps"].append({"name": name, "status": status, "seconds": int(seconds), "detail": detail})
-json.dump(data, open(path, "w"), indent=1)
+fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")  # whole or not at all
+with os.fdopen(fd, "w") as f:
+    json.dump(data, f, indent=1)
+os.replace(tmp, path)
 EOF
 }
 
@@ -185,7 +188,11 @@ try:
                    driver=run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"))
 except Exception as e:  # noqa: BLE001
     env["torch"] = f"does not import: {e}"
-json.dump({"preflight": env, "steps": []}, open(path, "w"), indent=1)
+import tempfile
+fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")  # whole or not at all
+with os.fdopen(fd, "w") as f:
+    json.dump({"preflight": env, "steps": []}, f, indent=1)
+os.replace(tmp, path)
 for k, v in env.items():
     print(f"preflight: {k}: {v}")
 EOF
