@@ -31,7 +31,10 @@ def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> 
     out, err, rc = proc.stdout, proc.stderr, proc.returncode
     results = [line for line in out.splitlines() if line.startswith(_RESULT)]
     if results:
-        return json.loads(results[-1][len(_RESULT) :]), ""
+        try:
+            return json.loads(results[-1][len(_RESULT) :]), ""
+        except ValueError as e:  # a torn or foreign line: no answer, never an exception here
+            return None, f"the child process's answer does not parse ({e}): {results[-1][:200]}"
     last = (err.strip().splitlines() or ["nothing on stderr"])[-1]
     how = f"killed by signal {-rc} ({signal.strsignal(-rc)})" if rc < 0 else f"exit status {rc}"
     return None, f"the child process ended without a result, {how}: {last}"
