@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from fp8_dummy import check
+from fp8_dummy import _proof, check
 
 pytestmark = pytest.mark.slow
 
@@ -94,6 +94,10 @@ def test_check_under_an_active_fault_reports_it_and_fails(monkeypatch, tmp_path)
     check must still report the switch and fail."""
     ok = {"status": "ok", "detail": "stand-in", "keys": [], "cases": 1, "differ": []}
     monkeypatch.setattr(check, "run_child", lambda target, args, timeout: (dict(ok), ""))
+    # The C++ side reads the switch once per process: read it now, unset, so that this
+    # process's later tests run unfaulted; the check itself sees the variable it is given.
+    monkeypatch.delenv("FP8_DUMMY_FAULT", raising=False)
+    _proof.check_fault_switch()
     monkeypatch.setenv("FP8_DUMMY_FAULT", "vllm")
     out = tmp_path / "check.json"
     assert check.main(["--device", "cpu", "--json", str(out)]) == 1
