@@ -4,7 +4,6 @@ ran on this GPU may fault or hang, which no in-process proof survives (docs/engi
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import json
 import os
@@ -12,7 +11,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 _RESULT, _HANG = "fp8_dummy-child-result: ", "no answer in"
@@ -33,7 +31,10 @@ def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> 
     out, err, rc = proc.stdout, proc.stderr, proc.returncode
     results = [line for line in out.splitlines() if line.startswith(_RESULT)]
     if results:
-        return json.loads(results[-1][len(_RESULT) :]), ""
+        try:
+            return json.loads(results[-1][len(_RESULT) :]), ""
+        except ValueError as e:  # a torn or foreign line: no answer, never an exception here
+            return None, f"the child process's answer does not parse ({e}): {results[-1][:200]}"
     last = (err.strip().splitlines() or ["nothing on stderr"])[-1]
     how = f"killed by signal {-rc} ({signal.strsignal(-rc)})" if rc < 0 else f"exit status {rc}"
     return None, f"the child process ended without a result, {how}: {last}"
@@ -52,37 +53,30 @@ def driver_version() -> str:
 def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120.0) -> str | None:
     """A probe for :func:`fp8_dummy._proof.proven` in a child: ``target(*args)`` returns None
     (the reference's bytes) or what differs; a crash or a timeout is a refusal, running out of
-    memory none (MemoryError). Cached per key, device, driver, torch and fp8_dummy version, but
-    for a timeout (tried at the next start)."""
-    import torch
+    memory none (MemoryError). Cached on disk (:mod:`._verdict_cache`: per key, library build,
+    torch build, device and fault state, believed only from a directory and file of this
+    user's), but for a timeout (tried at the next start)."""
+    from . import _verdict_cache as cache
 
-    from ._version import __version__
-
-    cuda = torch.device(device).type == "cuda"
-    env = [torch.cuda.get_device_name(device) if cuda else "cpu", driver_version() if cuda
-           else "", torch.__version__, __version__]  # fmt: skip
-    name = hashlib.sha256(json.dumps([key, env]).encode()).hexdigest()[:32] + ".json"
-    path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fp8_dummy"
-    path = path / "proofs" / name  # a file per verdict: ranks starting at once never clash
-    try:
-        why = str(json.loads(path.read_text())["detail"])
-        where = f"cached at an earlier start in {path}: delete it to prove again"
-    except (OSError, ValueError, TypeError, KeyError):  # none yet, or corrupt: prove
-        result, why = run_child(target, args, timeout)
-        if result is None and ("out of memory" in why or "allocate memory" in why):
-            raise MemoryError(why) from None  # no verdict: _proof.proven tries again later
-        why = why or ("" if result is None else str(result))
-        where = "in a child process; not cached: a timeout may be a busy machine's"
-        if not why.startswith(_HANG):  # whole or not at all: a temp file renamed
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp.write_text(json.dumps({"key": key, "environment": env, "detail": why}))
-                os.replace(tmp, path)
-                where = f"in a child process; cached in {path}"
-            except OSError:  # a read-only cache: proved again at the next start
-                tmp.unlink(missing_ok=True)
-                where = "in a child process; not cached: the cache is not writable"
+    env = cache.identity(device)
+    found = cache.load(key, env)
+    if found is not None:
+        why, path = found
+        return (
+            f"{why} (cached at an earlier start in {path}: delete it to prove again)"
+            if why
+            else None
+        )
+    result, why = run_child(target, args, timeout)
+    if result is None and ("out of memory" in why or "allocate memory" in why):
+        raise MemoryError(why) from None  # no verdict: _proof.proven tries again later
+    why = why or ("" if result is None else str(result))
+    where = "in a child process; not cached: a timeout may be a busy machine's"
+    if cache.faulted():
+        where = "in a child process; not cached: FP8_DUMMY_FAULT is set"
+    elif not why.startswith(_HANG):
+        path = cache.store(key, env, why)
+        where = "in a child process; " + (f"cached in {path}" if path else "not cached")
     return f"{why} ({where})" if why else None
 
 

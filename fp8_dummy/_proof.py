@@ -79,6 +79,7 @@ def proven(key: str, probe: Callable[[], str | None]) -> bool:
     None when its output equals the reference's, else what differs; a probe that raises is a
     refusal, or for lack of memory no verdict (the next call probes again). Cached for the
     process in the C++ registry, like every other key."""
+    check_fault_switch()
     state = torch.ops.fp8_dummy_internal.proof_lookup(key)
     if state >= 0:
         return bool(state)
@@ -98,8 +99,15 @@ def proven(key: str, probe: Callable[[], str | None]) -> bool:
 
 def fault(path: str) -> bool:
     """Whether FP8_DUMMY_FAULT (read once, in C++) names ``path``: that path then corrupts
-    one byte of its output (tests of the mechanism, docs/development.md)."""
+    one byte of its output (tests of the mechanism, docs/development.md). RuntimeError if it
+    names an unknown fault (the message lists the valid ones)."""
     return torch.ops.fp8_dummy_internal.proof_fault(path)
+
+
+def check_fault_switch() -> None:
+    """RuntimeError, naming the valid faults, if FP8_DUMMY_FAULT names an unknown one: called
+    before anything is written, so that a mistyped switch never tests nothing silently."""
+    fault("")
 
 
 def corrupt_(t: torch.Tensor) -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
 import statistics
+import tempfile
 import time
 import warnings
 from collections import namedtuple
@@ -27,7 +29,7 @@ import torch
 import fp8_dummy
 
 from ._isolated import driver_version, run_child
-from ._proof import ProofEntry, first_difference
+from ._proof import ProofEntry, check_fault_switch, first_difference
 from .reference import contiguous_path, new_path
 
 _F8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
@@ -204,6 +206,43 @@ def _machine(which: str) -> dict[str, Any]:
             "platform": platform.platform(), "devices": devices, "environment": env}  # fmt: skip
 
 
+def _seconds(text: str) -> float:
+    """--timeout: a finite number of seconds above 0 (nan, inf, 0 and below are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0: {text!r}")
+    return value
+
+
+def _json_target(parser: argparse.ArgumentParser, name: str) -> Path:
+    """--json's file: its directory must exist and be writable, and it no directory, before
+    any check runs (a check takes minutes; its verdict must not be lost at the end)."""
+    path = Path(name)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        parser.error(f"argument --json: {name} is a directory; name a file")
+    if not parent.is_dir():
+        parser.error(f"argument --json: the directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        parser.error(f"argument --json: the directory {parent} is not writable")
+    return path
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """The whole file or none: a temporary file of a fresh name in its directory, renamed."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fp8_dummy check", description=__doc__)
     parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
@@ -211,8 +250,17 @@ def main(argv: list[str] | None = None) -> int:
         "--bench", action="store_true", help="init_ vs the reference: time, scratch"
     )
     parser.add_argument("--json", metavar="FILE", help="everything, for benchmarks/results/")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per path (a child)")
+    parser.add_argument(
+        "--timeout", type=_seconds, default=300.0, help="seconds per path (a child), > 0"
+    )
     args = parser.parse_args(argv)
+    # Every argument and setting is checked before the first check runs (exit status 2).
+    json_path = _json_target(parser, args.json) if args.json is not None else None
+    try:
+        check_fault_switch()
+    except RuntimeError as e:
+        parser.error(str(e).splitlines()[0])
+    fault = os.environ.get("FP8_DUMMY_FAULT", "").strip()
     m, say = _machine(args.device), lambda *a: print(*a, flush=True)
     b = m["fp8_dummy"]
     say(
@@ -242,12 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     say("engines  vllm, sglang, trtllm: each proves itself inside the engine, at its first load")
     for d in m["devices"] if args.bench else ():  # alone, after the checks
         report(d, "bench", *run_child(f"{__name__}:run_bench", [d], args.timeout))
+    if fault:  # faults injected on purpose: whatever the paths answered, this is no pass
+        why = f"FP8_DUMMY_FAULT={fault}: fault injection is active (a test switch); unset it"
+        report("all", "FP8_DUMMY_FAULT", {"status": "fault", "detail": why})
     failed = [f"{r['path']} on {r['device']} ({r['status']})" for r in rows if r["status"] in BAD]
     held = "OK: every path holds on " + ", ".join(m["devices"]) + " (no CUDA device)" * (
         args.device == "all" and "cuda:0" not in m["devices"])  # fmt: skip
     verdict = f"FAILED: {', '.join(failed)}" if failed else held
     m.update(checks=rows, ok=not failed, verdict=verdict, date=time.strftime("%Y-%m-%d %H:%M"))
-    if args.json:
-        Path(args.json).write_text(json.dumps(m, indent=1) + "\n")
+    if json_path is not None:
+        _write_json(json_path, m)
     say(f"verdict: {verdict}")
     return 1 if failed else 0

@@ -132,14 +132,45 @@ def tensor_spec(
     role, std = _role(name, shape, dtype, module, layers)
     if dtype in _BYTES:
         return Spec(role, "codes", 0, 256)
-    if dtype == torch.int8:
-        return Spec(role, "codes", -127, 128)
     scale = siblings.get(f"{local}_scale") or siblings.get(f"{local}_scale_inv")
+    if dtype == torch.int8:
+        k = _int8_reach(std, scale[1]) if scale is not None else 127
+        return Spec(role, "codes", -k, k + 1)
     bound = std * math.sqrt(3)
     if scale is not None and dtype in _FP8:  # codes over the range, the scale brings the std
         top = _fp8_bound(dtype)
-        bound = bound / 2.0 ** _exponent(bound, top) if scale[1] in _BYTES else top
+        if scale[1] in _BYTES:
+            bound = bound / 2.0 ** _exponent(bound, top)
+        else:
+            bound = min(top, bound / _float_scale(bound / top, scale[1]))
     return Spec(role, "uniform", -bound, bound)
+
+
+def _tiny(dtype: torch.dtype) -> float:
+    """The smallest normal value of a float scale's dtype (0 for others)."""
+    return torch.finfo(dtype).tiny if dtype.is_floating_point else 0.0
+
+
+def _float_scale(value: float, dtype: torch.dtype) -> float:
+    """A scale of ``dtype`` for the exact ``value``: itself, or where it would underflow
+    (e4m3: below 2^-6, or 0), the dtype's smallest normal value, the rest of the factor moved
+    into the codes (their range shrinks by value / scale): the product keeps its statistics."""
+    return max(value, _tiny(dtype))
+
+
+def _positive(value: float, dtype: torch.dtype) -> float:
+    """``value``, but at least the smallest positive value of a float ``dtype``."""
+    info = torch.finfo(dtype) if dtype.is_floating_point else None
+    return max(value, info.tiny * info.eps) if info is not None else value
+
+
+def _int8_reach(std: float, dtype: torch.dtype) -> int:
+    """The largest k <= 127 whose int8 codes -k..k give a scale std / sqrt(E[c^2]) that is
+    normal in ``dtype``: the factor an underflowing scale cannot hold moves into the codes."""
+    k = 127
+    while k > 1 and std / math.sqrt(k * (k + 1) / 3) < _tiny(dtype):
+        k -= 1
+    return k
 
 
 def _exponent(bound: float, top: float) -> int:
@@ -157,11 +188,21 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
     if f"{base}_scale_2" in siblings:  # NVFP4: block scales at e4m3's top, the rest in scale_2
         first = siblings.get(f"{base}_scale", (None, torch.float32))[1]
         top = torch.finfo(first).max if first in _FP8 else 1.0
+        total = std / math.sqrt(FP4_MOMENT)
+        # scale_2 where it underflows its dtype: its smallest normal, the block scales smaller
+        second = _float_scale(total / top, siblings[f"{base}_scale_2"][1])
         if level == "_2":
-            return Spec("weight_scale_2", "const", std / math.sqrt(FP4_MOMENT) / top)
-        return Spec("weight_scale", "const", top)
+            return Spec("weight_scale_2", "const", second)
+        return Spec("weight_scale", "const", _float_scale(total / second, first))
     if dtype not in _BYTES:
-        return Spec("weight_scale", "const", std / math.sqrt(_moment(weight[1])))
+        if weight[1] in _FP8:  # the codes' range shrinks where the scale would underflow
+            top = _fp8_bound(weight[1])
+            return Spec("weight_scale", "const", _float_scale(std * math.sqrt(3) / top, dtype))
+        # int8 codes narrow down to -1..1; FP4 codes are fixed: below that, the scale is
+        # subnormal, at worst the dtype's smallest positive value (never 0)
+        k = _int8_reach(std, dtype) if weight[1] == torch.int8 else 0
+        moment = k * (k + 1) / 3 if k else _moment(weight[1])
+        return Spec("weight_scale", "const", _positive(std / math.sqrt(moment), dtype))
     if weight[1] in _FP8:  # E8M0 scales of FP8 codes: one power of two, the codes' range tuned
         e = _exponent(std * math.sqrt(3), _fp8_bound(weight[1]))
         return Spec("weight_scale", "const", min(max(e + 127, 0), 254))
@@ -244,9 +285,10 @@ def initialize_realistic_dummy_weights(
     all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md).
     ``routing``: ``"balanced"``, ``"zipf:A"`` or a recorded load's JSON file (docs/realistic.md,
     Routing)."""
-    as_int64(seed, "seed", "initialize_realistic_dummy_weights")
+    # one seed domain (tensor_seed's): an int in [-2^63, 2^64), read modulo 2^64 as torch does
+    seed = as_int64(seed, "seed", "initialize_realistic_dummy_weights") % (1 << 64)
     profile = parse_routing(routing)
-    from .engines.core import walk  # at call time: the engines' vLLM format imports this module
+    from .engines.core import unwritable, walk  # at call time: engines' vLLM imports this
 
     modules = dict(model.named_modules(remove_duplicate=False))
     tensors = [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
@@ -256,6 +298,12 @@ def initialize_realistic_dummy_weights(
             raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
         if t.device.type == "meta":
             specs[name] = Spec("deferred", "skip")
+    for _, name, t, _ in tensors:  # every tensor checked before any is written
+        spec = specs[name]
+        raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
+        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
+        if why is not None:
+            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {name}: {why}")
     shapes = {name: tuple(shape) for _, name, _, shape in tensors}
     config = getattr(model, "config", None)
     _, overrides = plan_routing(profile, seed, config, specs, shapes)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .ops import as_index, init_stateless_
+from .ops import as_index, as_int64, init_stateless_
 
 __all__ = ["init_shard_", "init_stateless_", "shard_slices", "split_bounds", "tensor_seed"]
 
@@ -73,6 +73,9 @@ def shard_slices(
 
 
 def tensor_seed(seed: int, name: str) -> int:
-    """The stateless key of the tensor ``name`` (full): BLAKE2b-64 of ``f"{seed}:{name}"``, LE."""
-    digest = hashlib.blake2b(f"{int(seed)}:{name}".encode(), digest_size=8).digest()
+    """The stateless key of the tensor ``name`` (full): BLAKE2b-64 of ``f"{seed}:{name}"``, LE,
+    the seed read as torch's ``manual_seed`` reads it: an int in [-2^63, 2^64) taken modulo
+    2^64 (-1 and 2^64 - 1 are one seed); anything else is refused (TypeError, ValueError)."""
+    seed = as_int64(seed, "seed", "tensor_seed") % (1 << 64)
+    digest = hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")

@@ -29,22 +29,55 @@
 # Exit status: 0 every essential step passed; 1 an essential step failed; 2 no GPU; 3 no
 # failure, but the budget cut an essential step. Non-essential steps never change it.
 #
-# --dry-run (no GPU needed, tested in CI): prints the plan, with the steps the budget would
-# cut at the planned durations, and runs what runs without a GPU: the preflight, the
-# installed extension's import, `fp8_dummy check --device cpu`, the GPU tests' collection.
+# --dry-run (no GPU needed, tested in CI): prints the steps it would run, in order, with the
+# planned durations and the steps the budget would cut at them, and exits 0 in a moment: it
+# runs nothing (no Python, no build, no test) and writes nothing (OUTDIR is not even created).
 # PYTHON=... picks the interpreter (default: python3).
 set -uo pipefail
 
-dry=0 budget=290
-while [[ $# -gt 1 ]]; do
+usage="usage: scripts/gpu_check.sh [--dry-run] [--budget SECONDS] OUTDIR"
+dry=0 budget=290 OUT=""
+while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) dry=1 ;;
-    --budget) budget="$2"; shift ;;
-    *) echo "gpu_check: unknown option $1" >&2; exit 1 ;;
+    --budget)
+      [[ $# -ge 2 && "$2" =~ ^[0-9]+$ && "$2" -gt 0 ]] || {
+        echo "gpu_check: --budget needs a whole number of seconds above 0; $usage" >&2; exit 1; }
+      budget="$2"; shift ;;
+    -*) echo "gpu_check: unknown option $1; $usage" >&2; exit 1 ;;
+    *)
+      [[ -z "$OUT" ]] || { echo "gpu_check: one OUTDIR only; $usage" >&2; exit 1; }
+      OUT="$1" ;;
   esac
   shift
 done
-OUT="${1:?usage: scripts/gpu_check.sh [--dry-run] [--budget SECONDS] OUTDIR}"
+
+if ((dry)); then  # the plan only: nothing below runs, nothing is written
+  PY="${PYTHON:-python3}" planned=0 cuts=()
+  echo "gpu_check: dry run: the steps, at the planned durations on the H200 machine, budget $budget s; nothing is run or written"
+  while IFS='|' read -r name need plan what; do
+    if ((budget - planned < need)); then
+      echo "== $name: cut by the budget ($((budget - planned)) s left, needs $need): $what"
+      cuts+=("$name")  # a cut step takes no time
+    else
+      echo "== $name: planned, $plan s: $what"
+      planned=$((planned + plan))
+    fi
+  done <<STEPS
+preflight|0|5|the tools (nvcc, g++, ninja, setuptools), the CPU, $PY, torch, the GPU and driver
+build|30|100|$PY setup.py build_ext --inplace (OUTDIR/build.log), then tests/ext/build.sh
+check|30|45|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GPU>.json
+tests|30|90|FP8_DUMMY_STRICT=1 pytest, the GPU byte tests but capture
+bench_cuda|20|20|benchmarks/bench_cuda.py --json OUTDIR/bench_cuda.json
+capture|15|20|FP8_DUMMY_STRICT=1 pytest -k capture
+bench_model|30|30|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
+bench_stateless|15|15|benchmarks/bench_stateless.py --no-cpu --json OUTDIR/bench_stateless.json
+bench_trtllm|10|10|benchmarks/bench_trtllm.py --devices cuda --json OUTDIR/bench_trtllm.json
+STEPS
+  echo "gpu_check: verdict: DRY RUN: $planned s planned of $budget${cuts[*]:+; the budget would cut ${cuts[*]}}; nothing run"
+  exit 0
+fi
+[[ -n "$OUT" ]] || { echo "gpu_check: $usage" >&2; exit 1; }
 mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
@@ -53,12 +86,11 @@ start_all=$(date +%s)
 LOG="$OUT/log.txt" SUMMARY="$OUT/summary.json"
 : > "$LOG"
 rm -f "$SUMMARY"
-planned=0  # the dry run's clock: the planned seconds of the steps before
 declare -A result=()
 
 say() { echo "$*" | tee -a "$LOG"; }
 left() {
-  if ((dry)); then echo $((budget - planned)); else echo $((budget - $(date +%s) + start_all)); fi
+  echo $((budget - $(date +%s) + start_all))
 }
 
 # summary.json: {"preflight": {...}, "steps": [{name, status, seconds, detail}, ...]},
@@ -66,11 +98,14 @@ left() {
 record() {  # name status seconds detail
   result[$1]=$2
   "$PY" - "$SUMMARY" "$@" <<'EOF'
-import json, os, sys
+import json, os, sys, tempfile
 path, name, status, seconds, detail = sys.argv[1:6]
 data = json.load(open(path)) if os.path.exists(path) else {"steps": []}
 data["steps"].append({"name": name, "status": status, "seconds": int(seconds), "detail": detail})
-json.dump(data, open(path, "w"), indent=1)
+fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")  # whole or not at all
+with os.fdopen(fd, "w") as f:
+    json.dump(data, f, indent=1)
+os.replace(tmp, path)
 EOF
 }
 
@@ -83,10 +118,9 @@ step() {
   if ((remaining < need)); then
     say "== $name: cut by the budget ($remaining s left, needs $need)"
     record "$name" cut 0 "budget: $remaining s left, needs $need"
-    planned=$((planned + plan))
     return 0
   fi
-  local limit=$((cap < remaining || dry ? cap : remaining)) t0 first
+  local limit=$((cap < remaining ? cap : remaining)) t0 first
   say "== $name (up to $limit s)"
   t0=$(date +%s) first=$(($(wc -c < "$LOG") + 1))
   timeout --kill-after=10 "$limit" "$@" >> "$LOG" 2>&1
@@ -97,7 +131,6 @@ step() {
   elif ((rc != 0)); then
     status=failed
   fi
-  planned=$((planned + plan))
   [[ -n "$show" ]] && grep -E -- "$show" <<< "$out" | tail -n 40
   [[ $status != ok ]] && tail -n 6 <<< "$out" | sed 's/^/   | /'  # why, in short
   local tally; tally="$(grep -E '[0-9]+ (passed|failed|skipped|error)|no tests ran|^verdict:|tests? collected' <<< "$out" | tail -n 1)"
@@ -121,9 +154,9 @@ fi
 # cu13 wheels carry CUDA library headers (cuSPARSE, ...) a bare toolkit may lack.
 site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [[ -d "$site/nvidia/cu13/include" ]] && export CPATH="$site/nvidia/cu13/include${CPATH:+:$CPATH}"
-timeout 120 "$PY" - "$SUMMARY" "$dry" "$budget" <<'EOF' | tee -a "$LOG"
+timeout 120 "$PY" - "$SUMMARY" "$budget" <<'EOF' | tee -a "$LOG"
 import json, os, platform, re, shutil, subprocess, sys
-path, dry, budget = sys.argv[1:]
+path, budget = sys.argv[1:]
 def run(*cmd):
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
@@ -143,7 +176,7 @@ env = {
     "simd": " ".join(f for f in flags if re.match(r"(avx|sse4|fma|f16c|amx)", f)),
     "python": f"{sys.executable} {platform.python_version()}",
     "pytest_timeout": run(sys.executable, "-c", "import pytest_timeout; print('yes')") == "yes",
-    "dry_run": dry == "1", "budget_s": int(budget),
+    "budget_s": int(budget),
 }
 try:
     import torch
@@ -155,18 +188,21 @@ try:
                    driver=run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"))
 except Exception as e:  # noqa: BLE001
     env["torch"] = f"does not import: {e}"
-json.dump({"preflight": env, "steps": []}, open(path, "w"), indent=1)
+import tempfile
+fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")  # whole or not at all
+with os.fdopen(fd, "w") as f:
+    json.dump({"preflight": env, "steps": []}, f, indent=1)
+os.replace(tmp, path)
 for k, v in env.items():
     print(f"preflight: {k}: {v}")
 EOF
-if ((!has_gpu && !dry)); then
+if ((!has_gpu)); then
   say "gpu_check: no GPU (torch.cuda.is_available() is False, or torch failed to load)"
   record preflight failed 0 "no GPU"
   say "gpu_check: verdict: FAIL: no GPU"
   exit 2
 fi
 record preflight ok $(($(date +%s) - start_all)) "${TORCH_CUDA_ARCH_LIST:-no GPU}, MAX_JOBS=$MAX_JOBS"
-planned=5
 gpu="$("$PY" -c 'import re, torch; print(re.sub(r"[^A-Za-z0-9.]+", "-", torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu")')"
 pytest=("$PY" -m pytest -v -p no:cacheprovider -rfE --tb=short --maxfail=25)
 "$PY" -c 'import pytest_timeout' 2> /dev/null && pytest+=(--timeout=150)
@@ -174,17 +210,9 @@ gpu_tests=(tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_
   tests/test_random_bytes_cuda.py tests/test_reference_cuda_contiguous_temp.py
   tests/test_engines_rules.py tests/test_engines_vllm_plugin.py tests/test_engines_trtllm.py)
 failures='(FAILED|ERROR|FP8_DUMMY_STRICT)'
-if ((dry)); then
-  say "gpu_check: dry run: the plan, at the planned durations on the H200 machine, budget $budget s"
-fi
 
 # ---- build (the test-only extension too, where the checkout has one)
 build() {
-  if ((dry)); then
-    "$PY" -c 'import fp8_dummy; print("dry run, no build; the installed one:", fp8_dummy.library_path(), fp8_dummy.build_info())' || return 1
-    [[ -f tests/ext/build.sh ]] && echo "dry run: would build the test-only extension (tests/ext/build.sh)"
-    return 0
-  fi
   "$PY" setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; return 1; }
   if [[ -f tests/ext/build.sh ]]; then
     bash tests/ext/build.sh "$PY" >> "$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; return 1; }
@@ -192,8 +220,8 @@ build() {
   echo "built for sm_${TORCH_CUDA_ARCH_LIST/./} with $MAX_JOBS jobs: $("$PY" -c 'import fp8_dummy; print(fp8_dummy.build_info())')"
 }
 export -f build
-export dry OUT PY
-step build 30 100 300 'built|dry run|error' bash -c build
+export OUT PY
+step build 30 100 300 'built|error' bash -c build
 if [[ ${result[build]} == cut ]]; then
   say "gpu_check: verdict: INCOMPLETE: the budget cut the build; nothing else can run"
   exit 3
@@ -203,48 +231,26 @@ elif [[ ${result[build]} != ok ]]; then
 fi
 
 # ---- the check: every path on every device, each in a child process; init_ vs the reference
-if ((dry)); then
-  step check 20 45 300 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --device cpu --json "$OUT/check_$gpu.json"
-else
-  step check 30 45 200 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --bench --timeout 150 --json "$OUT/check_$gpu.json"
-fi
+step check 30 45 200 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --bench --timeout 150 --json "$OUT/check_$gpu.json"
 
 # ---- the GPU byte tests, strict: each must prove our kernel, not the reference it falls back to
-if ((dry)); then
-  step tests 10 90 200 "$failures" "${pytest[@]}" --collect-only -q "${gpu_tests[@]}"
-else
-  step tests 30 90 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"
-fi
+step tests 30 90 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"
 
 # ---- benchmarks: bench_cuda first (essential), then capture, then the rest
-if ((dry)); then
-  for s in "bench_cuda 20 20" "capture 15 20" "bench_model 30 30" "bench_stateless 15 15" \
-    "bench_trtllm 10 10"; do
-    set -- $s
-    if (($(left) < $2)); then
-      step "$1" "$2" "$3" 0 '' true  # cut: says so
-    else
-      say "== $1: planned (needs a GPU), $3 s"
-      record "$1" planned 0 "needs a GPU"
-      planned=$((planned + $3))
-    fi
-  done
-else
-  step bench_cuda 20 20 120 'x \(target|targets met' "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
-  step capture 15 20 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k capture
-  step bench_model 30 30 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
-  step bench_stateless 15 15 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
-  step bench_trtllm 10 10 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
-fi
+step bench_cuda 20 20 120 'x \(target|targets met' "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
+step capture 15 20 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k capture
+step bench_model 30 30 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
+step bench_stateless 15 15 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
+step bench_trtllm 10 10 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
 
 # ---- the verdict: from the essential steps only; cuts are cuts, not failures
 essential=(build check tests bench_cuda)
 failed=() cut=() others=()
 for s in "${essential[@]}"; do
-  case "${result[$s]}" in ok | planned) ;; cut) cut+=("$s") ;; *) failed+=("$s ${result[$s]}") ;; esac
+  case "${result[$s]}" in ok) ;; cut) cut+=("$s") ;; *) failed+=("$s ${result[$s]}") ;; esac
 done
 for s in capture bench_model bench_stateless bench_trtllm; do
-  [[ "${result[$s]:-}" =~ ^(ok|planned)$ ]] || others+=("$s ${result[$s]:-not run}")
+  [[ "${result[$s]:-}" == ok ]] || others+=("$s ${result[$s]:-not run}")
 done
 summary="$(for s in "${essential[@]}"; do printf '%s %s, ' "$s" "${result[$s]}"; done)"
 also="$(printf '%s, ' "${others[@]}")"
@@ -256,4 +262,4 @@ elif ((${#cut[@]})); then
   say "gpu_check: verdict: INCOMPLETE (the budget cut ${cut[*]}; nothing failed): $summary"
   exit 3
 fi
-say "gpu_check: verdict: $( ((dry)) && echo "DRY RUN (the GPU steps planned)" || echo PASS): $summary"
+say "gpu_check: verdict: PASS: $summary"

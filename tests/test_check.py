@@ -73,7 +73,9 @@ def test_a_broken_path_is_named_and_fails_the_check():
     assert paths["cpu.init_"].split()[2] == "REFUSED" and "cpu.init_: " in paths["cpu.init_"]
     assert "first differing byte" in paths["cpu.init_"]
     assert paths["cpu.random_"].split()[2] == "ok"  # the other path still ran, and holds
-    assert proc.stdout.splitlines()[-1] == "verdict: FAILED: cpu.init_ on cpu (refused)"
+    assert proc.stdout.splitlines()[-1] == (
+        "verdict: FAILED: cpu.init_ on cpu (refused), FP8_DUMMY_FAULT on all (fault)"
+    )
 
 
 @pytest.mark.slow
@@ -153,3 +155,42 @@ def test_the_check_needs_neither_numpy_nor_the_test_only_extension():
         text = (Path(check.__file__).parent / name).read_text()
         for word in ("numpy", "emulat", "fp8_dummy_internal"):
             assert word not in text, (name, word)
+
+
+@pytest.mark.parametrize(
+    "argv,why",
+    [
+        (["--timeout", "nan"], "finite number of seconds above 0"),
+        (["--timeout", "inf"], "finite number of seconds above 0"),
+        (["--timeout=-inf"], "finite number of seconds above 0"),
+        (["--timeout", "0"], "finite number of seconds above 0"),
+        (["--timeout", "-1"], "finite number of seconds above 0"),
+        (["--timeout", "soon"], "not a number of seconds"),
+        (["--json", "{tmp}/missing/check.json"], "does not exist"),
+        (["--json", "{tmp}"], "is a directory"),
+        (["--device", "gpu"], "invalid choice"),
+        (["--bogus"], "unrecognized arguments"),
+    ],
+)
+def test_every_argument_is_checked_before_any_check_runs(monkeypatch, tmp_path, capsys, argv, why):
+    """A bad argument is argparse's error (exit status 2) before the first check: no child
+    started, nothing written (the directory compared before and after)."""
+    (tmp_path / "kept.txt").write_bytes(b"untouched")
+    started = []
+    monkeypatch.setattr(check, "run_child", lambda *a: started.append(a) or (None, "ran"))
+    before = sorted((p.name, p.read_bytes() if p.is_file() else b"") for p in tmp_path.iterdir())
+    with pytest.raises(SystemExit) as exit_:
+        check.main(["--device", "cpu", *(a.replace("{tmp}", str(tmp_path)) for a in argv)])
+    assert exit_.value.code == 2 and not started
+    assert why in capsys.readouterr().err
+    after = sorted((p.name, p.read_bytes() if p.is_file() else b"") for p in tmp_path.iterdir())
+    assert after == before
+
+
+def test_the_json_is_written_whole_through_a_fresh_temporary_file(monkeypatch, tmp_path):
+    ok = {"status": "ok", "detail": "stand-in", "keys": [], "cases": 1, "differ": []}
+    monkeypatch.setattr(check, "run_child", lambda *a: (dict(ok), ""))
+    monkeypatch.delenv("FP8_DUMMY_FAULT", raising=False)
+    out = tmp_path / "check.json"
+    assert check.main(["--device", "cpu", "--timeout", "1e-3", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["ok"] and [p.name for p in tmp_path.iterdir()] == [out.name]

@@ -136,4 +136,6 @@ def test_run_child_returns_the_result_or_says_why_none_came(monkeypatch):
     assert run_child("helpers.isolated_probes:answers", [{"a": [1, 2]}]) == ({"a": [1, 2]}, "")
     result, why = run_child("helpers.isolated_probes:no_such_probe", [])
     assert result is None and "exit status 1" in why and "no_such_probe" in why
+    result, why = run_child("helpers.isolated_probes:answers_garbage", [])
+    assert result is None and "does not parse" in why and "{not json" in why
     assert fp8_dummy.__version__  # the package the children import is this one

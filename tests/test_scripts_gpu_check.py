@@ -1,72 +1,87 @@
-"""scripts/gpu_check.sh without a GPU: its --dry-run prints the plan in order (preflight,
-build, `fp8_dummy check`, the strict GPU tests, bench_cuda before any other benchmark) and runs
-what runs without a GPU (the preflight, the installed extension's import, `check --device
-cpu`, the GPU tests' collection), writing at most 8 files; its budget cuts what does not fit
-at the planned durations, and a cut is reported as a cut, never as a failure. Slow (each run
-starts Python a few times)."""
+"""scripts/gpu_check.sh without a GPU: its --dry-run prints the steps it would run, in order
+(preflight, build, `fp8_dummy check`, the strict GPU tests, bench_cuda before any other
+benchmark) with the ones its budget would cut at the planned durations, and exits 0 at once:
+it runs nothing (PYTHON is a stand-in that records any start) and writes nothing (its OUTDIR,
+HOME and the checkout compared before and after). Its arguments are checked."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 ESSENTIAL = ["build", "check", "tests", "bench_cuda"]
 STEPS = ["preflight", *ESSENTIAL, "capture", "bench_model", "bench_stateless", "bench_trtllm"]
 
 
-def run(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>"
+            for p in sorted(root.rglob("*"))}  # fmt: skip
+
+
+def status() -> str:
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--ignored"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+
+
+@pytest.fixture(autouse=True)
+def stand_in(tmp_path):
+    """A PYTHON (and python3 on PATH) that records any start; an empty HOME."""
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho started >> {tmp_path / 'home' / 'python-started'}\nexit 1\n")
+    fake.chmod(0o755)
+    (fake.parent / "python3").symlink_to(fake)
+    (tmp_path / "home").mkdir()
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """The script with a PYTHON that only records that it was started."""
+    fake = tmp_path / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FP8_DUMMY_")}
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", *args, str(out)],
-        env=dict(env, PYTHON=sys.executable), capture_output=True, text=True, timeout=900,
+    env.update(PYTHON=str(fake), HOME=str(tmp_path / "home"), PATH=f"{fake.parent}:{env['PATH']}")
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", *args],
+        env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path / "home",
     )  # fmt: skip
-    steps = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
-    return proc, steps
 
 
-def test_dry_run_plans_every_step_in_order_and_runs_the_cpu_parts(tmp_path):
-    proc, steps = run(tmp_path)
+@pytest.mark.parametrize("outdir", ["missing", "existing", None])
+def test_dry_run_prints_the_steps_in_order_and_runs_and_writes_nothing(tmp_path, outdir):
+    out = tmp_path / "out"
+    if outdir == "existing":
+        out.mkdir()
+        (out / "log.txt").write_bytes(b"an earlier run's log\n")
+    before, git_before = tree(tmp_path), status()
+    proc = run(tmp_path, *([str(out)] if outdir else []))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert list(steps) == STEPS
-    # stdout: the steps in this order, the check's own lines and verdict, the verdict last
-    starts = [next(i for i, x in enumerate(lines) if x.startswith(f"== {s}")) for s in STEPS[1:]]
+    starts = [next(i for i, x in enumerate(lines) if x.startswith(f"== {s}:")) for s in STEPS]
     assert starts == sorted(starts), lines
-    assert any(x.startswith("preflight: nvcc: ") for x in lines[: starts[0]])
-    assert any(x.startswith("cpu      cpu.init_") and " ok " in x for x in lines), lines
-    assert "== check: ok" in proc.stdout and "verdict: OK: every path holds on cpu" in proc.stdout
-    assert lines[-1].startswith("gpu_check: verdict: DRY RUN"), lines[-1]
-    assert all(steps[s]["status"] == "ok" for s in ("preflight", "build", "check", "tests"))
-    assert steps["bench_cuda"]["status"] == "planned" and "collected" in steps["tests"]["detail"]
-    # at the planned durations the default budget cuts the last benchmarks: not a failure
-    assert steps["bench_trtllm"]["status"] == "cut" and "bench_trtllm cut" in lines[-1]
-    files = sorted(p.name for p in tmp_path.iterdir())
-    assert len(files) <= 8 and {"log.txt", "summary.json", "check_cpu.json"} <= set(files)
-    check = json.loads((tmp_path / "check_cpu.json").read_text())
-    assert check["ok"] and {r["path"] for r in check["checks"]} >= {"cpu.init_", "cpu.random_"}
-    preflight = json.loads((tmp_path / "summary.json").read_text())["preflight"]
-    assert {"nvcc", "g++", "ninja", "setuptools", "nproc", "simd", "torch"} <= set(preflight)
+    assert "fp8_dummy check" in lines[starts[2]] and "FP8_DUMMY_STRICT=1" in lines[starts[3]]
+    # at the planned durations the default budget of 290 s cuts the later benchmarks
+    assert "cut by the budget" in lines[starts[STEPS.index("bench_model")]]
+    assert lines[-1].startswith("gpu_check: verdict: DRY RUN") and "nothing run" in lines[-1]
+    assert tree(tmp_path) == before and status() == git_before  # no file, no Python started
+    assert not (tmp_path / "home" / "python-started").exists()
 
 
-def test_a_budget_cut_of_an_essential_step_is_incomplete_not_failed(tmp_path):
-    # 120 s at the planned durations: the build fits, the check does not, nothing fails.
-    proc, steps = run(tmp_path, "--budget", "120")
-    assert proc.returncode == 3, proc.stdout[-3000:]
-    assert steps["build"]["status"] == "ok" and steps["check"]["status"] == "cut"
-    assert "budget" in steps["check"]["detail"]
-    assert not [s for s in steps.values() if s["status"] in ("failed", "timeout")], steps
-    assert proc.stdout.splitlines()[-1].startswith("gpu_check: verdict: INCOMPLETE (the budget")
+def test_dry_run_shows_what_a_small_budget_cuts_and_still_exits_0(tmp_path):
+    proc = run(tmp_path, "--budget", "120", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = {x.split(":")[0][3:]: x for x in proc.stdout.splitlines() if x.startswith("== ")}
+    assert "planned" in lines["build"] and "cut by the budget" in lines["check"]
+    assert "cut check tests bench_cuda" in proc.stdout.splitlines()[-1]
+    assert not (tmp_path / "out").exists()
 
 
-def test_a_budget_smaller_than_the_build_cuts_it(tmp_path):
-    proc, steps = run(tmp_path, "--budget", "5")
-    assert proc.returncode == 3 and steps["build"]["status"] == "cut", proc.stdout[-3000:]
-    assert "INCOMPLETE" in proc.stdout.splitlines()[-1]
+@pytest.mark.parametrize("args", [["--budget", "x"], ["--budget", "0"], ["--budget"],
+                                  ["--bogus"], ["a", "b"]])  # fmt: skip
+def test_bad_arguments_are_refused(tmp_path, args):
+    proc = run(tmp_path, *args)
+    assert proc.returncode == 1 and "usage:" in proc.stderr, proc.stdout + proc.stderr
+    assert not (tmp_path / "home" / "python-started").exists() and not proc.stdout

@@ -34,14 +34,46 @@ Registry& registry() {
 
 std::atomic<void (*)(const std::string&)> warning_sink{nullptr};
 
-// FP8_DUMMY_FAULT's items, read once ("path", "path:oom").
+// The paths FP8_DUMMY_FAULT may name (docs/development.md); ":oom" only for the C++ ones,
+// whose probes go through verdict().
+constexpr const char* kCppPaths[] = {"cpu.init_", "cpu.random_", "cuda.init_", "cuda.init_many_",
+                                     "cuda.init_stateless_"};
+constexpr const char* kPythonPaths[] = {"vllm", "sglang", "trtllm"};
+
+bool known_fault(const std::string& item) {
+  for (const char* p : kCppPaths) {
+    if (item == p || item == std::string(p) + ":oom") return true;
+  }
+  for (const char* p : kPythonPaths) {
+    if (item == p) return true;
+  }
+  return false;
+}
+
+// FP8_DUMMY_FAULT's items, read once ("path", "path:oom"). An unknown item is an error at the
+// first use (and every later one): a mistyped fault would otherwise test nothing, silently.
 const std::vector<std::string>& faults() {
   static const std::vector<std::string> items = [] {
     std::vector<std::string> out;
     const char* env = std::getenv("FP8_DUMMY_FAULT");
     std::stringstream list(env ? env : "");
     for (std::string item; std::getline(list, item, ',');) {
-      if (!item.empty()) out.push_back(item);
+      const auto first = item.find_first_not_of(" \t");
+      item = first == std::string::npos
+                 ? ""
+                 : item.substr(first, item.find_last_not_of(" \t") - first + 1);
+      if (item.empty()) continue;
+      if (!known_fault(item)) {
+        std::string valid;
+        for (const char* p : kCppPaths) ((valid += p) += ", ") += std::string(p) + ":oom, ";
+        for (const char* p : kPythonPaths) (valid += p) += ", ";
+        valid.resize(valid.size() - 2);
+        TORCH_CHECK(false, "fp8_dummy: FP8_DUMMY_FAULT=", env, ": unknown fault '", item,
+                    "'; valid ones (a comma-separated list; a test switch, unset it in "
+                    "production): ",
+                    valid);
+      }
+      out.push_back(item);
     }
     return out;
   }();
@@ -104,12 +136,13 @@ State verdict(const std::string& key, const std::function<Verdict()>& probe, War
   if (const State s = lookup(key); s != State::kUnproven) return s;
   std::unique_lock<std::recursive_mutex> probing(registry().probing);
   if (const State s = lookup(key); s != State::kUnproven) return s;
+  const auto& fault_items = faults();  // an unknown fault throws here, not as a refusal
   State state = State::kRefused;
   std::string detail;
   try {
     static std::set<std::string> oom_done;  // under `probing`
     const std::string oom = path_of(key) + ":oom";
-    for (const auto& f : faults()) {
+    for (const auto& f : fault_items) {
       if (f == oom && oom_done.insert(f).second) throw std::bad_alloc();
     }
     const Verdict v = probe();
@@ -155,6 +188,8 @@ int64_t forget(const std::string& prefix) {
 }
 
 void set_warning_sink(void (*sink)(const std::string&)) { warning_sink.store(sink); }
+
+void check_fault_switch() { faults(); }
 
 bool fault(const std::string& path) {
   for (const auto& f : faults()) {

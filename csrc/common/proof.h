@@ -60,6 +60,9 @@ void set_warning_sink(void (*sink)(const std::string& message));
 
 // Whether FP8_DUMMY_FAULT names `path` (docs/development.md), whose outputs then corrupt().
 bool fault(const std::string& path);
+// Throws, naming the valid ones, if FP8_DUMMY_FAULT names an unknown fault: every operator's
+// argument checks call it, so a mistyped switch fails before anything is written.
+void check_fault_switch();
 void corrupt(const at::Tensor& t);
 
 // Probe layouts, the kinds kernels branch on: one run of memory (aligned or odd address), a

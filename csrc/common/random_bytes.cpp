@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <numeric>
 
+#include "common/proof.h"
+
 namespace fp8_dummy {
 
 void check_random_args(const at::Tensor& self, int64_t from, int64_t to) {
   TORCH_CHECK(self.defined(), "fp8_dummy.random_: expected a tensor, got an undefined one");
+  proof::check_fault_switch();
   const auto dtype = self.scalar_type();
   TORCH_CHECK(dtype == at::kChar || dtype == at::kByte, "fp8_dummy.random_: unsupported dtype ",
               dtype, "; supported dtypes: int8, uint8 (view other byte-sized formats, such as ",

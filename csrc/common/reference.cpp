@@ -16,6 +16,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "common/proof.h"
+
 namespace fp8_dummy {
 
 bool is_fp8(c10::ScalarType dtype) {
@@ -78,6 +80,7 @@ std::ostream& operator<<(std::ostream& out, const OpName& name) {
 
 void check_init_args(const at::Tensor& self, double low, double high, const OpName& name) {
   TORCH_CHECK(self.defined(), name, "expected a tensor, got an undefined one");
+  proof::check_fault_switch();
   const auto dtype = self.scalar_type();
   TORCH_CHECK(uses_half_temp(dtype) || is_wide_float(dtype), name, "unsupported dtype ", dtype,
               "; supported dtypes: ", kSupported);

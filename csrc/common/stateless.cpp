@@ -11,12 +11,14 @@
 #include <mutex>
 #include <utility>
 
+#include "common/proof.h"
 #include "common/reference.h"
 
 namespace fp8_dummy {
 
 void check_stateless_values(const at::Tensor& self, double low, double high) {
   TORCH_CHECK(self.defined(), "fp8_dummy.init_stateless_: expected a tensor, got an undefined one");
+  proof::check_fault_switch();
   if (!is_int8(self.scalar_type())) {  // int8/uint8: random bytes
     check_init_args(self, low, high, OpName{"fp8_dummy.init_stateless_"});
     return;

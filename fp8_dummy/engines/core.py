@@ -18,7 +18,7 @@ import torch
 from .. import _proof, reference
 from .._build import build_info
 from .._progress import Progress
-from ..ops import init_, init_many_, random_
+from ..ops import as_int64, init_, init_many_, random_
 from ..stateless import init_stateless_
 
 __all__ = ["Action", "Kind", "Semantics", "fill", "plan", "proven", "run"]
@@ -139,9 +139,14 @@ def _bounds_refused(dtype: torch.dtype, low: float, high: float) -> str | None:
 
 
 def checked(t: torch.Tensor, action: Action) -> Action:
-    """``action``, or the error torch would raise for it on ``t`` (bounds, overlap, FP4)."""
+    """``action``, or the error torch would raise for it on ``t`` (bounds, overlap, FP4, an
+    inference tensor outside inference mode), with what to do about it."""
     kind = action.kind
-    if t.is_meta or kind not in (Kind.UNIFORM, Kind.RANDOM, Kind.FILL):
+    if t.is_meta or kind in (Kind.SKIP, Kind.ENGINE, Kind.ERROR):
+        return action
+    if (why := unwritable(t, independent=False)) is not None:
+        return error(RuntimeError, why)
+    if kind not in (Kind.UNIFORM, Kind.RANDOM, Kind.FILL):
         return action
     if t.dtype == FP4 and kind is not Kind.RANDOM:
         op = "copy_" if kind is Kind.UNIFORM else "fill_"
@@ -152,6 +157,34 @@ def checked(t: torch.Tensor, action: Action) -> Action:
     if kind is not Kind.FILL and _plain(t) and torch._debug_has_internal_overlap(t) == 1:
         refused = "more than one element refers to a single memory location"
     return action if refused is None else error(RuntimeError, refused)
+
+
+def unwritable(t: torch.Tensor, independent: bool = True) -> str | None:
+    """Why no in-place write of ``t`` can work here, with what to do, or None: an inference
+    tensor outside inference mode (torch refuses the write), or, for ``independent`` values
+    (not one constant), elements sharing memory (an expanded or broadcast tensor, an
+    overlapping ``as_strided``; too hard for torch's quick test: ``init_stateless_``'s checks
+    decide)."""
+    if t.is_meta:
+        return None
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        return (
+            "an inference tensor (made under torch.inference_mode()) cannot be written "
+            "outside inference mode: fill the model inside torch.inference_mode(), or create "
+            "it outside"
+        )
+    if not independent or not _plain(t):
+        return None
+    overlap = torch._debug_has_internal_overlap(t)
+    stateless = torch.ops.fp8_dummy_internal.check_stateless_args
+    if overlap == 1 or overlap == 2 and _refusal(stateless, t, 0.0, 1.0, 0, None) is not None:
+        return (
+            f"several of its elements share one memory location (shape {tuple(t.shape)}, "
+            f"strides {t.stride()}: an expanded or broadcast tensor, or an overlapping "
+            "as_strided view), so it cannot hold independent values: give it storage of its "
+            "own (.clone() or .contiguous()) before filling"
+        )
+    return None
 
 
 def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
@@ -259,6 +292,7 @@ def plan(
     written (``check``). ``call``: the arguments after the tensor or model, or a function of
     the local name giving them; ``engine``: proven against, fallen back to; ``neutral(name,
     t)``: set to 1.0. None: a whole-model ``engine`` must fill the model itself."""
+    _proof.check_fault_switch()  # a mistyped FP8_DUMMY_FAULT: refused before any write
     whole = engine is not None and not sem.per_tensor
     out: list[Planned] = []
     for name, t in tensors:
@@ -267,6 +301,8 @@ def plan(
         theirs = None if engine is None else functools.partial(engine, t, *args, **kwargs)
         try:
             p, named = bind(sem, args, kwargs)
+            if check and engine is None and "seed" in p:  # refused before any tensor is written
+                as_int64(p["seed"], "seed", sem.path)
         except TypeError:  # a later release's arguments: its own function decides
             if engine is None:
                 raise

@@ -44,6 +44,12 @@ def exits(marker: str) -> None:
     os._exit(3)
 
 
+def answers_garbage() -> None:
+    """An answer line that does not parse, then an exit before the real one is printed."""
+    print("fp8_dummy-child-result: {not json", flush=True)
+    os._exit(0)
+
+
 def hangs(marker: str) -> None:
     _mark(marker, "hangs")
     time.sleep(600)

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import torch
 
+from ...ops import as_int64
 from ...realistic import fill_, model_specs
 from ...routing import chosen_routing, parse_routing, plan_routing
 from ...stateless import init_stateless_, row_major_strides, tensor_seed
@@ -58,7 +59,9 @@ def plan_layer(prefix: str, layer: torch.nn.Module, *, materialized=True, skip=(
 
 def stateless_values(seed: int = SEED) -> Values:
     """vLLM 0.33's values: fill, byte, zero as vLLM does; random bytes and floats drawn by
-    ``init_stateless_`` of the logical tensor, keyed by :func:`tensor_seed`."""
+    ``init_stateless_`` of the logical tensor, keyed by :func:`tensor_seed` (the seed checked
+    here, before any write: an int in [-2^63, 2^64), read modulo 2^64)."""
+    seed = as_int64(seed, "seed", "fp8_dummy_invariant") % (1 << 64)
 
     def write(name: str, action: Action, shape: tuple, view: torch.Tensor, *where: Any) -> None:
         key = tensor_seed(seed, name)
@@ -77,7 +80,8 @@ def realistic_values(
     """The realistic mode's values, each spec from the logical shapes (``plans``: (layer,
     :func:`plan_layer`'s entries) of every layer), vLLM's ``--seed`` and the routing profile
     (``--model-loader-extra-config '{"routing": ...}'``; docs/realistic.md)."""
-    seed = getattr(model_config, "seed", None) or 0
+    seed = getattr(model_config, "seed", None)
+    seed = as_int64(0 if seed is None else seed, "seed (vLLM's --seed)", REALISTIC) % (1 << 64)
     tensors = [(layer, n, t, where.global_shape) for layer, e in plans for n, t, _, where in e]
     specs = model_specs(model, tensors)
     shapes = {n: tuple(shape) for _, n, _, shape in tensors}
@@ -115,9 +119,10 @@ def fill_placed(entries: list[Entry], values: Values) -> None:
 def initialize_invariant_dummy_weights(model: torch.nn.Module, seed: int = SEED) -> None:
     """Each tensor vLLM 0.33's dummy loader fills in ``model`` (this rank's) gets its slice of the
     logical tensor, all checked first; meta tensors are the load format's, in the loader's order."""
+    values = stateless_values(seed)  # the seed checked before any write
     plans = [plan_layer(prefix, layer, skip=skip) for prefix, layer, skip in _modules(model)]
     for entries in plans:
-        fill_placed(entries, stateless_values(seed))
+        fill_placed(entries, values)
 
 
 def _modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, set[str]]]:
