@@ -62,7 +62,9 @@ def recorded_load(path: Path, layers: int, experts: int, k: int) -> str:
     rows = []
     for _ in range(layers):
         x = torch.randn(experts, generator=gen, dtype=torch.float64).exp()
-        rows.append((x / x.sum()).clamp(max=0.9 / k).mul(1e6).tolist())
+        for _ in range(50):  # capped and renormalized until no share is above 0.9/k
+            x = (x / x.sum()).clamp(max=0.9 / k)
+        rows.append((x / x.sum()).mul(1e6).tolist())
     path.write_text(json.dumps({"expert_load": rows}))
     return str(path)
 

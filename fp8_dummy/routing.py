@@ -210,26 +210,27 @@ def permutation(key: int, n: int) -> list[int]:
     return order
 
 
-def _leave_one_out(q: torch.Tensor, k: int) -> torch.Tensor:
+def _leave_one_out(q: np.ndarray, k: int) -> np.ndarray:
     """For each point x (rows) and expert e (columns): P(fewer than k of the other experts
     are ahead), the others ahead independently with probabilities q[x, j]. Prefix and
-    suffix count distributions (truncated at k) convolved, O(points * E * k)."""
+    suffix count distributions (truncated at k) convolved, O(points * E * k). numpy: these
+    are many small steps, where torch's per-operation cost and threads dominate."""
     points, n = q.shape
-    pre = torch.zeros(points, n + 1, k, dtype=torch.float64)
-    suf = torch.zeros(points, n + 1, k, dtype=torch.float64)
-    pre[:, 0, 0] = 1
-    suf[:, n, 0] = 1
+    pre = np.zeros((n + 1, points, k))
+    suf = np.zeros((n + 1, points, k))
+    pre[0, :, 0] = 1
+    suf[n, :, 0] = 1
     for j in range(n):
-        p, qj = pre[:, j], q[:, j : j + 1]
-        pre[:, j + 1] = p * (1 - qj)
-        pre[:, j + 1, 1:] += p[:, :-1] * qj
+        qj = q[:, j : j + 1]
+        np.multiply(pre[j], 1 - qj, out=pre[j + 1])
+        pre[j + 1, :, 1:] += pre[j, :, :-1] * qj
     for j in range(n - 1, -1, -1):
-        s, qj = suf[:, j + 1], q[:, j : j + 1]
-        suf[:, j] = s * (1 - qj)
-        suf[:, j, 1:] += s[:, :-1] * qj
-    below = suf[:, 1:].cumsum(-1)  # P(at most c ahead among experts after e)
+        qj = q[:, j : j + 1]
+        np.multiply(suf[j + 1], 1 - qj, out=suf[j])
+        suf[j, :, 1:] += suf[j + 1, :, :-1] * qj
+    below = np.cumsum(suf[1:], axis=-1)  # P(at most c ahead among the experts after e)
     # sum over a + b <= k - 1 of pre_e(a) * suf_{e+1}(b)
-    return (pre[:, :n] * below.flip(-1)).sum(-1)
+    return np.einsum("epa,epa->pe", pre[:n], below[..., ::-1])
 
 
 def zipf_target(experts: int, k: int, alpha: float) -> np.ndarray:
@@ -244,13 +245,11 @@ def zipf_target(experts: int, k: int, alpha: float) -> np.ndarray:
         return np.ones(experts)
     t = np.geomspace(1e-4 / p.max(), 60 / p.min(), 3000)
     t = np.concatenate([[0.0], t])
-    pt = torch.from_numpy(p)
-    edges = torch.from_numpy(t)
-    cdf = 1 - torch.exp(-edges[:, None] * pt[None])  # P(clock rang by t)
+    cdf = -np.expm1(-t[:, None] * p[None])  # P(clock rang by t)
     mass = cdf[1:] - cdf[:-1]
-    mid = 1 - torch.exp(-((edges[1:] + edges[:-1]) / 2)[:, None] * pt[None])
+    mid = -np.expm1(-((t[1:] + t[:-1]) / 2)[:, None] * p[None])
     pi = (mass * _leave_one_out(mid, k)).sum(0)
-    return (pi * (k / pi.sum())).numpy()
+    return pi * (k / pi.sum())
 
 
 def layer_targets(
@@ -352,11 +351,11 @@ def inclusion_probabilities(offsets: np.ndarray, k: int, score: str = "softmax")
     quadrature (an x grid over the scores; the others' counts by :func:`_leave_one_out`)."""
     b = torch.as_tensor(offsets, dtype=torch.float64)
     lo, hi = (b.min() - 9, b.max() + 9) if score == "softmax" else (b.min(), b.max() + 1)
-    edges = torch.linspace(float(lo), float(hi), 800, dtype=torch.float64)
-    cdf = _score_cdf(edges, b, score)
+    edges = torch.linspace(float(lo), float(hi), 401, dtype=torch.float64)
+    both = _score_cdf(torch.cat([edges, (edges[1:] + edges[:-1]) / 2]), b, score).numpy()
+    cdf, ahead = both[: len(edges)], 1 - both[len(edges) :]
     mass = cdf[1:] - cdf[:-1]
-    ahead = 1 - _score_cdf((edges[1:] + edges[:-1]) / 2, b, score)
-    return (mass * _leave_one_out(ahead, k)).sum(0).numpy()
+    return (mass * _leave_one_out(ahead, k)).sum(0)
 
 
 def _noise(experts: int, tokens: int, key: int) -> torch.Tensor:
