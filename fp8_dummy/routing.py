@@ -332,28 +332,36 @@ def _file_targets(profile: Profile, routers: Sequence[Router]) -> list[np.ndarra
 # -- the router model and the solve ---------------------------------------------------------
 
 
-def _ndtr(x: torch.Tensor) -> torch.Tensor:
-    return torch.special.ndtr(x)
+@functools.lru_cache(maxsize=1)
+def _ndtr_table() -> tuple[np.ndarray, np.ndarray]:
+    x = np.linspace(-12.0, 12.0, 1 << 16)
+    return x, torch.special.ndtr(torch.from_numpy(x)).numpy()
 
 
-def _score_cdf(x: torch.Tensor, b: torch.Tensor, score: str) -> torch.Tensor:
+def _ndtr(x: np.ndarray) -> np.ndarray:
+    """The standard normal CDF, interpolated in a 65,536-point table (error below 1e-8):
+    the solve calls it on small arrays many times, where a torch call costs milliseconds."""
+    return np.interp(x, *_ndtr_table())
+
+
+def _score_cdf(x: np.ndarray, b: np.ndarray, score: str) -> np.ndarray:
     """P(score_e <= x) for score_e = g(z) + b_e, z ~ N(0, 1), g the identity or sigmoid."""
     u = x[:, None] - b[None]
     if score == "softmax":
         return _ndtr(u)
-    inside = u.clamp(1e-300, 1 - 1e-16)
-    cdf = _ndtr(torch.log(inside) - torch.log1p(-inside))
-    return torch.where(u <= 0, 0.0, torch.where(u >= 1, 1.0, cdf))
+    inside = np.clip(u, 1e-300, 1 - 1e-16)
+    cdf = _ndtr(np.log(inside) - np.log1p(-inside))
+    return np.where(u <= 0, 0.0, np.where(u >= 1, 1.0, cdf))
 
 
 def inclusion_probabilities(offsets: np.ndarray, k: int, score: str = "softmax") -> np.ndarray:
     """P(expert e among the top k of g(z_e) + offsets_e), z i.i.d. N(0, 1): exact up to the
     quadrature (an x grid over the scores; the others' counts by :func:`_leave_one_out`)."""
-    b = torch.as_tensor(offsets, dtype=torch.float64)
+    b = np.asarray(offsets, dtype=np.float64)
     lo, hi = (b.min() - 9, b.max() + 9) if score == "softmax" else (b.min(), b.max() + 1)
-    edges = torch.linspace(float(lo), float(hi), 401, dtype=torch.float64)
-    both = _score_cdf(torch.cat([edges, (edges[1:] + edges[:-1]) / 2]), b, score).numpy()
-    cdf, ahead = both[: len(edges)], 1 - both[len(edges) :]
+    edges = np.linspace(lo, hi, 401)
+    cdf = _score_cdf(edges, b, score)
+    ahead = 1 - _score_cdf((edges[1:] + edges[:-1]) / 2, b, score)
     mass = cdf[1:] - cdf[:-1]
     return (mass * _leave_one_out(ahead, k)).sum(0)
 
