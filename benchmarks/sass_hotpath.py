@@ -60,6 +60,12 @@ def dests(ins: Instr) -> set[str]:
     return {a.strip() for a in ins.args.split(",")[:2]}
 
 
+def hw_fp8(ins: Instr) -> int:
+    """1 for a hardware FP8 conversion (sm_89+): the path that holds them is the common one
+    (the software conversion beside it is the fallback for bounds beyond the hardware's)."""
+    return int(ins.base == "F2FP" and ("E4M3" in ins.op or "E5M2" in ins.op))
+
+
 def target(ins: Instr) -> int | None:
     m = re.search(r"0x([0-9a-f]+)", ins.args)
     return int(m.group(1), 16) if m else None
@@ -68,9 +74,10 @@ def target(ins: Instr) -> int | None:
 class HotPath:
     """The cheapest path through a kernel's hot region that writes a full pass's bytes with the
     widest stores: among the paths from the region's head to its end (the grid-stride loop's
-    back edge, or EXIT for a kernel without one), the most bytes stored, then the fewest
-    instructions. Predicated instructions count as issued; a CALL counts its callee's
-    cheapest path to RET; inner loops count once (one trip)."""
+    back edge, or EXIT for a kernel without one), the most bytes stored, then the most
+    hardware FP8 conversions, then the fewest instructions. Predicated instructions count as
+    issued; a CALL counts its callee's cheapest path to RET; inner loops count once (one
+    trip)."""
 
     def __init__(self, code: list[Instr]):
         self.code = code
@@ -108,17 +115,22 @@ class HotPath:
         return out
 
     def loop(self) -> tuple[int, int] | None:
-        """(head, tail) indices of the outermost backward branch whose range stores."""
-        best = None
+        """(head, tail) indices of the hot loop: of the backward branches whose range stores,
+        the one with the most hardware FP8 conversions (nvcc may unswitch the grid-stride loop
+        on the kernel's hardware-conversion flag: the hardware copy is the common one), then
+        the outermost."""
+        best, best_key = None, None
         for i, ins in enumerate(self.code):
             t = target(ins) if ins.base == "BRA" else None
             if t is None or t > ins.addr or t not in self.index:
                 continue
             head = self.index[t]
-            if not any(store_width(x) for x in self.code[head : i + 1]):
+            span = self.code[head : i + 1]
+            if not any(store_width(x) for x in span):
                 continue
-            if best is None or i - head > best[1] - best[0]:
-                best = (head, i)
+            key = (sum(hw_fp8(x) for x in span), i - head)
+            if best_key is None or key > best_key:
+                best, best_key = (head, i), key
         return best
 
     def callee(self, start: int) -> tuple[int, int]:
@@ -179,28 +191,71 @@ class HotPath:
             out.append(i + 1)
         return out
 
+    def _all_succ(self, i: int) -> list[int]:
+        """Successors of instruction i anywhere in the function (forward or backward)."""
+        return self._succ(i, 0, len(self.code) - 1, allow_back=True)
+
+    def _body(self, head: int, tail: int) -> set[int]:
+        """The natural loop of the back edge tail -> head: head and every instruction that
+        reaches tail without passing head (code nvcc placed out of line after the loop too)."""
+        preds: dict[int, list[int]] = {}
+        for i in range(len(self.code)):
+            for s in self._all_succ(i):
+                preds.setdefault(s, []).append(i)
+        body, todo = {head, tail}, [tail]
+        while todo:
+            for p in preds.get(todo.pop(), []):
+                if p not in body:
+                    body.add(p)
+                    todo.append(p)
+        return body
+
     def count(self) -> tuple[float, float, int, int, bool]:
         """(instructions, multiply weight, bytes stored, widest store, is a loop) of the path."""
         region = self.loop()
         looped = region is not None
-        lo, hi = region if looped else (0, len(self.code) - 1)
-        head_addr = self.code[lo].addr
-        # value = (stored bytes, -instructions, -imad weight, widest store); larger is better
-        none = (-1, 0, 0, 0)
-        best: dict[int, tuple[int, int, int, int]] = {}
+        if looped:
+            start, tail = region
+            body = self._body(start, tail)
+        else:
+            start, body = 0, set(range(len(self.code)))
+        head_addr = self.code[start].addr
+        # The body without its cycles: DFS from the start, dropping the edges into the start
+        # (the pass ends there) and those closing an inner loop (it counts one trip).
+        edges: dict[int, list[int]] = {}
+        state: dict[int, int] = {start: 1}  # 1 on the stack, 2 done
+        order: list[int] = []
+        stack = [(start, iter(self._all_succ(start)))]
+        while stack:
+            i, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                state[i] = 2
+                order.append(i)
+                continue
+            if nxt not in body or nxt == start or state.get(nxt) == 1:
+                continue
+            edges.setdefault(i, []).append(nxt)
+            if nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, iter(self._all_succ(nxt))))
+        # value = (stored bytes, hardware FP8 conversions, -instructions, -imad weight, widest
+        # store); larger is better
+        none = (-1, 0, 0, 0, 0)
+        best: dict[int, tuple[int, int, int, int, int]] = {}
         self.choice: dict[int, int | None] = {}
-        for i in range(hi, lo - 1, -1):
+        for i in order:  # post-order: successors first
             ins = self.code[i]
             n, w = 1, imad_weight(ins)
             if ins.base == "CALL" and target(ins) in self.index:
                 cn, cw = self.callee(target(ins))
                 n, w = n + cn, w + cw
             st = store_width(ins)
-            succ = self._succ(i, lo, hi, allow_back=False)
             options = []
-            for s in succ:
+            fall, taken = self.refund.get(i, (0, 0))
+            for s in edges.get(i, []):
                 v = best.get(s, none)
-                fall, taken = self.refund.get(i, (0, 0))
                 back = fall if s == i + 1 and s != self.index.get(target(ins)) else taken
                 if v[0] >= 0 and back:
                     v = (v[0] - back, *v[1:])
@@ -208,15 +263,15 @@ class HotPath:
             if (looped and ins.base == "BRA" and target(ins) == head_addr) or (
                 not looped and ins.base == "EXIT"
             ):
-                options.append(((0, 0, 0, 0), None))  # the back edge taken / exit: the pass ends
+                options.append(((0, 0, 0, 0, 0), None))  # the back edge taken / exit: the pass ends
             options = [o for o in options if o[0][0] >= 0]
             if not options:
                 best[i] = none
                 continue
             b, self.choice[i] = max(options, key=lambda o: o[0])
-            best[i] = (b[0] + st, b[1] - n, b[2] - w, max(b[3], st))
-        v = best.get(lo, none)
-        self.start = lo
+            best[i] = (b[0] + st, b[1] + hw_fp8(ins), b[2] - n, b[3] - w, max(b[4], st))
+        v = best.get(start, none)
+        self.start = start
         if v[0] <= 0:
             raise RuntimeError("no path through the hot region stores anything")
-        return -v[1], -v[2], v[0], v[3], looped
+        return -v[2], -v[3], v[0], v[4], looped
