@@ -16,6 +16,8 @@
 #                     refused fast path fails, naming it), -v, --maxfail, per-test timeouts
 #                     (pytest-timeout, where installed)
 #   bench_cuda*   20  benchmarks/bench_cuda.py: init_ vs both reference paths, 128 Mi elements
+#   sass_report   60  benchmarks/sass_report.py: the kernels' SASS counts and PREDICTED times,
+#                     next to bench_cuda's measured ones (needs cuobjdump; its table in the log)
 #   capture       20  CUDA graph capture and replay, strict mode too
 #   bench_model   30  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
 #   bench_stateless 15, bench_trtllm 10
@@ -218,8 +220,8 @@ fi
 
 # ---- benchmarks: bench_cuda first (essential), then capture, then the rest
 if ((dry)); then
-  for s in "bench_cuda 20 20" "capture 15 20" "bench_model 30 30" "bench_stateless 15 15" \
-    "bench_trtllm 10 10"; do
+  for s in "bench_cuda 20 20" "sass_report 60 60" "capture 15 20" "bench_model 30 30" \
+    "bench_stateless 15 15" "bench_trtllm 10 10"; do
     set -- $s
     if (($(left) < $2)); then
       step "$1" "$2" "$3" 0 '' true  # cut: says so
@@ -231,6 +233,7 @@ if ((dry)); then
   done
 else
   step bench_cuda 20 20 120 'x \(target|targets met' "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
+  step sass_report 60 60 300 'PREDICTED|^init_|^reference|target|BUDGET' "$PY" benchmarks/sass_report.py --check
   step capture 15 20 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k capture
   step bench_model 30 30 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
   step bench_stateless 15 15 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
@@ -243,7 +246,7 @@ failed=() cut=() others=()
 for s in "${essential[@]}"; do
   case "${result[$s]}" in ok | planned) ;; cut) cut+=("$s") ;; *) failed+=("$s ${result[$s]}") ;; esac
 done
-for s in capture bench_model bench_stateless bench_trtllm; do
+for s in sass_report capture bench_model bench_stateless bench_trtllm; do
   [[ "${result[$s]:-}" =~ ^(ok|planned)$ ]] || others+=("$s ${result[$s]:-not run}")
 done
 summary="$(for s in "${essential[@]}"; do printf '%s %s, ' "$s" "${result[$s]}"; done)"

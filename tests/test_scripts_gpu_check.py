@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 ESSENTIAL = ["build", "check", "tests", "bench_cuda"]
-STEPS = ["preflight", *ESSENTIAL, "capture", "bench_model", "bench_stateless", "bench_trtllm"]
+STEPS = ["preflight", *ESSENTIAL, "sass_report", "capture", "bench_model", "bench_stateless"]
+STEPS += ["bench_trtllm"]
 
 
 def run(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
