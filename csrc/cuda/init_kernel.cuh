@@ -33,11 +33,15 @@ __global__ void __launch_bounds__(kBlock, kLinear ? 3 : 1) init_fp8_kernel(const
   const cuda::PhiloxKeys keys =
       cuda::philox_keys(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   const auto steps = static_cast<uint32_t>(a.steps);
+  ItemArgs item = a.item;
+  if (kLinear) {  // linear: element m of the piece is byte start + m; the sum made once here
+    item.data += item.start;
+    item.start = 0;
+  }
   for (WorkWalk walk(static_cast<uint32_t>(a.item.threads / kGroup),
                      blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
        walk.step < steps; walk.next()) {
-    fill_item<F, kLinear>(a.item, keys, offset, static_cast<int64_t>(walk.group) * kGroup,
-                          walk.step);
+    fill_item<F, kLinear>(item, keys, offset, static_cast<int64_t>(walk.group) * kGroup, walk.step);
   }
 }
 
