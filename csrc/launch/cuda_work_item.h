@@ -113,12 +113,14 @@ FP8_DUMMY_HD void store_item(const ItemArgs& a, const cuda::Words4 (&words)[kGro
   if (kLinear && a.aligned) {
     // The common case, the whole item inside the piece: four word stores, no check per word
     // (the same stores store4 makes for each word then).
-    const int64_t m0 = cuda::element_of(idx, step, 0, a.threads);
-    if (m0 + 3 * a.threads + 3 < a.count) {
-      // Below count <= 2^30, the offsets fit in 32 bits: 32-bit adds from the piece's start.
+    // With T <= 2^28, an item's elements m0 + ii T < T (4 steps) <= count + 4T < 2^31
+    // (count <= 2^30): 32-bit arithmetic is exact.
+    const auto threads = static_cast<uint32_t>(a.threads);
+    const uint32_t m0 = static_cast<uint32_t>(idx) + threads * (4u * step);
+    if (a.threads <= (int64_t{1} << 28) &&
+        m0 + 3u * threads + 3u < static_cast<uint32_t>(a.count)) {
       uint8_t* const base = a.data + a.start;
-      const auto threads = static_cast<uint32_t>(a.threads);
-      auto m = static_cast<uint32_t>(m0);
+      uint32_t m = m0;
       FP8_DUMMY_UNROLL
       for (int ii = 0; ii < 4; ++ii, m += threads) {
         store_word(base + m, four_bytes<F>(words, ii, a, use_hw));
