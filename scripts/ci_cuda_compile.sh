@@ -23,6 +23,10 @@ if [[ ! -x "$PY" ]]; then
   "$VENV/bin/pip" install --quiet torch==2.14.1 numpy pytest ninja setuptools wheel ||
     { rm -rf "$VENV"; exit 1; }
 fi
+# cuobjdump for benchmarks/sass_report.py (tests/test_sass_report.py: SASS budgets, no GPU).
+purelib="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+[[ -x "$purelib/nvidia/cu13/bin/cuobjdump" ]] || "$VENV/bin/pip" install --quiet nvidia-cuda-cuobjdump ||
+  echo "no cuobjdump: tests/test_sass_report.py will skip its report"
 "$PY" -c 'import torch, sys; assert torch.version.cuda, "need a CUDA build of torch"; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 ((prepare)) && exit 0
 
@@ -57,7 +61,7 @@ rm -rf "$PKG" && mkdir -p "$PKG"
 cp -r fp8_dummy "$PKG/"
 rm -f "$PKG"/fp8_dummy/_C*.so
 cp "$so" "$PKG/fp8_dummy/"
-cp -r tests include csrc scripts pyproject.toml "$PKG/"
+cp -r tests include csrc scripts benchmarks pyproject.toml "$PKG/"
 cd "$PKG"
 # The test extension against the CUDA-built library (its roofline compiled by nvcc too).
 bash tests/ext/build.sh "$PY"
@@ -69,4 +73,5 @@ PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -p no:cacheprovi
   tests/test_stateless_distributed.py tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_init_many_cuda.py \
   tests/test_random_bytes_cpu.py tests/test_random_bytes_cuda.py \
   tests/test_reference_cuda_emulator_contiguous_temp.py tests/test_reference_cuda_contiguous_temp.py \
-  tests/test_engines_trtllm.py tests/test_proof.py tests/test_proof_faults.py
+  tests/test_engines_trtllm.py tests/test_proof.py tests/test_proof_faults.py \
+  tests/test_conversion_facts.py tests/test_sass_report.py

@@ -19,6 +19,8 @@
 #   capture       20  CUDA graph capture and replay, strict mode too
 #   bench_model   30  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
 #   bench_stateless 15, bench_trtllm 10
+#   sass_report   60  benchmarks/sass_report.py: the kernels' SASS counts and PREDICTED times,
+#                     next to bench_cuda's measured ones (needs cuobjdump; its table in the log)
 # One budget (default 290 s: under 5 minutes) bounds the run: a step starts only if the time
 # it needs is left, and runs at most until the budget ends; what does not fit is reported as
 # "cut", never as a failure. Each step appends to OUTDIR/log.txt and to OUTDIR/summary.json
@@ -73,6 +75,7 @@ capture|15|20|FP8_DUMMY_STRICT=1 pytest -k capture
 bench_model|30|30|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
 bench_stateless|15|15|benchmarks/bench_stateless.py --no-cpu --json OUTDIR/bench_stateless.json
 bench_trtllm|10|10|benchmarks/bench_trtllm.py --devices cuda --json OUTDIR/bench_trtllm.json
+sass_report|60|60|benchmarks/sass_report.py --check (needs cuobjdump)
 STEPS
   echo "gpu_check: verdict: DRY RUN: $planned s planned of $budget${cuts[*]:+; the budget would cut ${cuts[*]}}; nothing run"
   exit 0
@@ -242,6 +245,9 @@ step capture 15 20 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_t
 step bench_model 30 30 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
 step bench_stateless 15 15 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
 step bench_trtllm 10 10 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
+# Last: it needs cuobjdump (pip install nvidia-cuda-cuobjdump), which a bare GPU machine may
+# lack, and it must never cut a measurement.
+step sass_report 60 60 300 'PREDICTED|^init_|^reference|target|BUDGET' "$PY" benchmarks/sass_report.py --check
 
 # ---- the verdict: from the essential steps only; cuts are cuts, not failures
 essential=(build check tests bench_cuda)
@@ -249,7 +255,7 @@ failed=() cut=() others=()
 for s in "${essential[@]}"; do
   case "${result[$s]}" in ok) ;; cut) cut+=("$s") ;; *) failed+=("$s ${result[$s]}") ;; esac
 done
-for s in capture bench_model bench_stateless bench_trtllm; do
+for s in capture bench_model bench_stateless bench_trtllm sass_report; do
   [[ "${result[$s]:-}" == ok ]] || others+=("$s ${result[$s]:-not run}")
 done
 summary="$(for s in "${essential[@]}"; do printf '%s %s, ' "$s" "${result[$s]}"; done)"

@@ -62,14 +62,25 @@ struct ItemArgs {
   cuda::StridedLayout layout;  // read only by the strided (kLinear = false) code
 };
 
-// Word ii of the four subsequences' calls -> four FP8 bytes, low byte first.
+// Word ii of the four subsequences' calls -> four FP8 bytes, low byte first (use_hw: a.use_hw,
+// passed apart so that the caller can make it a constant).
 template <cuda::Fp8Format F>
-FP8_DUMMY_HD uint32_t four_bytes(const cuda::Words4 (&words)[kGroup], int ii, const ItemArgs& a) {
+FP8_DUMMY_HD uint32_t four_bytes(const cuda::Words4 (&words)[kGroup], int ii, const ItemArgs& a,
+                                 bool use_hw) {
   const uint32_t h01 = cuda::uniform_half2(words[0].w[ii], words[1].w[ii], a.uniform);
   const uint32_t h23 = cuda::uniform_half2(words[2].w[ii], words[3].w[ii], a.uniform);
-  const uint32_t lo = cuda::half2_to_fp8x2<F>(h01, a.use_hw, a.overflow);
-  const uint32_t hi = cuda::half2_to_fp8x2<F>(h23, a.use_hw, a.overflow);
+  const uint32_t lo = cuda::half2_to_fp8x2<F>(h01, use_hw, a.overflow);
+  const uint32_t hi = cuda::half2_to_fp8x2<F>(h23, use_hw, a.overflow);
   return lo | (hi << 16);
+}
+
+// Four bytes at a 4-byte aligned p, low byte first.
+FP8_DUMMY_HD void store_word(uint8_t* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint32_t*>(p) = bytes;
+#else
+  std::memcpy(p, &bytes, 4);  // the emulator; hosts are little endian like GPUs
+#endif
 }
 
 // Bytes for elements m .. m + 3 of the piece (m < count); those past the end dropped.
@@ -79,11 +90,7 @@ FP8_DUMMY_HD void store4(const ItemArgs& a, int64_t m, uint32_t bytes) {
   if (kLinear) {
     uint8_t* p = a.data + pos;
     if (a.aligned && m + 3 < a.count) {
-#if defined(__CUDA_ARCH__)
-      *reinterpret_cast<uint32_t*>(p) = bytes;
-#else
-      std::memcpy(p, &bytes, 4);  // the emulator; hosts are little endian like GPUs
-#endif
+      store_word(p, bytes);
       return;
     }
     FP8_DUMMY_UNROLL
@@ -99,20 +106,58 @@ FP8_DUMMY_HD void store4(const ItemArgs& a, int64_t m, uint32_t bytes) {
   }
 }
 
-// Work item (subsequences idx .. idx + 3, grid step `step`) at Philox (seed, offset): every
-// element it owns.
+// The bytes of a work item's words (fill_item; use_hw as a.use_hw).
 template <cuda::Fp8Format F, bool kLinear>
-FP8_DUMMY_HD void fill_item(const ItemArgs& a, uint64_t seed, uint64_t offset, int64_t idx,
-                            uint32_t step) {
-  cuda::Words4 words[kGroup];
-  FP8_DUMMY_UNROLL
-  for (int q = 0; q < kGroup; ++q) words[q] = cuda::philox_words(seed, idx + q, offset, step);
+FP8_DUMMY_HD void store_item(const ItemArgs& a, const cuda::Words4 (&words)[kGroup], int64_t idx,
+                             uint32_t step, bool use_hw) {
+  if (kLinear && a.aligned) {
+    // The common case, the whole item inside the piece: four word stores, no check per word
+    // (the same stores store4 makes for each word then).
+    // With T <= 2^28, an item's elements m0 + ii T < T (4 steps) <= count + 4T < 2^31
+    // (count <= 2^30): 32-bit arithmetic is exact.
+    const auto threads = static_cast<uint32_t>(a.threads);
+    const uint32_t m0 = static_cast<uint32_t>(idx) + threads * (4u * step);
+    if (a.threads <= (int64_t{1} << 28) &&
+        m0 + 3u * threads + 3u < static_cast<uint32_t>(a.count)) {
+      uint8_t* const base = a.data + a.start;
+      uint32_t m = m0;
+      FP8_DUMMY_UNROLL
+      for (int ii = 0; ii < 4; ++ii, m += threads) {
+        store_word(base + m, four_bytes<F>(words, ii, a, use_hw));
+      }
+      return;
+    }
+  }
   FP8_DUMMY_UNROLL
   for (int ii = 0; ii < 4; ++ii) {
     const int64_t m = cuda::element_of(idx, step, ii, a.threads);
     if (m >= a.count) break;  // later words land further on
-    store4<kLinear>(a, m, four_bytes<F>(words, ii, a));
+    store4<kLinear>(a, m, four_bytes<F>(words, ii, a, use_hw));
   }
+}
+
+// Work item (subsequences idx .. idx + 3, grid step `step`) at Philox offset `offset` under the
+// seed's round keys `keys` (cuda::philox_keys, computed once per kernel): every element it owns.
+template <cuda::Fp8Format F, bool kLinear>
+FP8_DUMMY_HD void fill_item(const ItemArgs& a, const cuda::PhiloxKeys& keys, uint64_t offset,
+                            int64_t idx, uint32_t step) {
+  cuda::Words4 words[kGroup];
+  FP8_DUMMY_UNROLL
+  for (int q = 0; q < kGroup; ++q) words[q] = cuda::philox_words(keys, idx + q, offset, step);
+  // One test of the hardware conversion per item, not one per pair of bytes.
+  if (cuda::hw_limit(F, cuda::E4m3fnOverflow::kSaturate) > 0.0f && a.use_hw) {
+    store_item<F, kLinear>(a, words, idx, step, true);
+  } else {
+    store_item<F, kLinear>(a, words, idx, step, false);
+  }
+}
+
+template <cuda::Fp8Format F, bool kLinear>
+FP8_DUMMY_HD void fill_item(const ItemArgs& a, uint64_t seed, uint64_t offset, int64_t idx,
+                            uint32_t step) {
+  fill_item<F, kLinear>(
+      a, cuda::philox_keys(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)), offset,
+      idx, step);
 }
 
 }  // namespace cuda_kernels

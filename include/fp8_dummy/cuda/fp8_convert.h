@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "fp8_dummy/cuda/config.h"
 
@@ -181,9 +182,8 @@ FP8_DUMMY_HD uint16_t half2_to_fp8x2(uint32_t halves, bool use_hw, E4m3fnOverflo
 #if FP8_DUMMY_HW_FP8
   if (F == Fp8Format::kE4m3fn || F == Fp8Format::kE5m2) {
     if (use_hw) {
-      __half2_raw pair;
-      pair.x = static_cast<unsigned short>(halves);
-      pair.y = static_cast<unsigned short>(halves >> 16);
+      __half2_raw pair;  // x the low half: the bits as they are, no shift
+      memcpy(&pair, &halves, sizeof(pair));
       return __nv_cvt_halfraw2_to_fp8x2(pair, __NV_SATFINITE,
                                         F == Fp8Format::kE4m3fn ? __NV_E4M3 : __NV_E5M2);
     }

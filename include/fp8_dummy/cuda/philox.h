@@ -20,16 +20,12 @@ constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
 constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;  // key bumps: golden ratio, sqrt(3) - 1
 constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
 
-// The high and low halves of the 64-bit product a * b.
+// The high and low halves of the 64-bit product a * b: one wide multiply (IMAD.WIDE.U32 on
+// the device, where __umulhi and a * b issue two instructions; the same bits).
 FP8_DUMMY_HD void mul_hi_lo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
-#if defined(__CUDA_ARCH__)
-  *hi = __umulhi(a, b);
-  *lo = a * b;
-#else
   const uint64_t product = static_cast<uint64_t>(a) * b;
   *hi = static_cast<uint32_t>(product >> 32);
   *lo = static_cast<uint32_t>(product);
-#endif
 }
 
 // One round: two multiplications, the halves crossed over and mixed with the key.
@@ -40,29 +36,58 @@ FP8_DUMMY_HD Words4 philox_round(Words4 c, uint32_t k0, uint32_t k1) {
   return Words4{{hi1 ^ c.w[1] ^ k0, lo1, hi0 ^ c.w[3] ^ k1, lo0}};
 }
 
-// Philox4x32-10 of `counter` under key (k0, k1): 10 rounds, the key bumped between them.
-FP8_DUMMY_HD Words4 philox4x32_10(Words4 counter, uint32_t k0, uint32_t k1) {
+// The ten round keys of key (k0, k1), bumped between rounds: computed once where many calls
+// share the key (a kernel's seed), so that no call recomputes them.
+struct PhiloxKeys {
+  uint32_t k0[10], k1[10];
+};
+
+FP8_DUMMY_HD PhiloxKeys philox_keys(uint32_t k0, uint32_t k1) {
+  PhiloxKeys keys;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int round = 0; round < 9; ++round) {
-    counter = philox_round(counter, k0, k1);
+  for (int round = 0; round < 10; ++round) {
+    keys.k0[round] = k0;
+    keys.k1[round] = k1;
     k0 += kPhiloxW0;
     k1 += kPhiloxW1;
   }
-  return philox_round(counter, k0, k1);
+  return keys;
+}
+
+// Philox4x32-10 of `counter` under the round keys `keys`.
+FP8_DUMMY_HD Words4 philox4x32_10(Words4 counter, const PhiloxKeys& keys) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int round = 0; round < 10; ++round)
+    counter = philox_round(counter, keys.k0[round], keys.k1[round]);
+  return counter;
+}
+
+// Philox4x32-10 of `counter` under key (k0, k1): 10 rounds, the key bumped between them.
+FP8_DUMMY_HD Words4 philox4x32_10(Words4 counter, uint32_t k0, uint32_t k1) {
+  return philox4x32_10(counter, philox_keys(k0, k1));
 }
 
 // The words cuRAND's Philox state returns after curand_init(seed, subsequence,
 // skip) with skip a multiple of 4, `step` calls of curand4 later: the counter is
-// (skip / 4 + step) in words 0-1 and the subsequence in words 2-3, the key the seed.
-FP8_DUMMY_HD Words4 philox_words(uint64_t seed, uint64_t subsequence, uint64_t skip,
+// (skip / 4 + step) in words 0-1 and the subsequence in words 2-3, the key the seed
+// (`keys`: philox_keys of its two halves).
+FP8_DUMMY_HD Words4 philox_words(const PhiloxKeys& keys, uint64_t subsequence, uint64_t skip,
                                  uint64_t step) {
   const uint64_t position = skip / 4 + step;
   const Words4 counter{{static_cast<uint32_t>(position), static_cast<uint32_t>(position >> 32),
                         static_cast<uint32_t>(subsequence),
                         static_cast<uint32_t>(subsequence >> 32)}};
-  return philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  return philox4x32_10(counter, keys);
+}
+
+FP8_DUMMY_HD Words4 philox_words(uint64_t seed, uint64_t subsequence, uint64_t skip,
+                                 uint64_t step) {
+  return philox_words(philox_keys(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)),
+                      subsequence, skip, step);
 }
 
 }  // namespace cuda
