@@ -239,6 +239,26 @@ def test_routed_every_rank_is_its_slice_of_the_functions_routed_model(runs, mode
     balanced = _case(runs[1], model, "blk-realistic")["routers"]
     changed = [n for n, v in r["routers"].items() if v != balanced[n]]
     assert changed and all(".mlp.gate." in n or "embed" in n for n in changed), changed
+    # The same routing as transformers' own class of the same config: the same offsets in
+    # the router's last column (no bias: the residual carrier) or its correction bias.
+    import torch
+    import transformers
+    from helpers import vllm_invariant_models as M
+
+    import fp8_dummy
+
+    fields = dict(M.COMMON, **M.MODELS[model])
+    config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    theirs = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    fp8_dummy.initialize_realistic_dummy_weights(theirs, 0, routing=M.ROUTING)
+    state = theirs.state_dict()
+    assert r["offsets"]
+    biased = {n.rpartition(".")[0] for n in r["offsets"] if n.endswith("correction_bias")}
+    for name, values in r["offsets"].items():
+        if name.rpartition(".")[0] in biased and name.endswith("weight"):
+            continue  # the offsets are in the bias: the weight's column is random
+        t = state[name]
+        assert (t if t.dim() == 1 else t[:, -1]).float().tolist() == values, name
     suffixes = ["blk-routed"] + (["blk-routed-ep"] if model == "deepseek_v3" else [])
     for result in runs[2]:
         for suffix in suffixes:

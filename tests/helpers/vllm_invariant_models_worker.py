@@ -119,6 +119,11 @@ def _case(M, fmts, f, out: Path, tp: int, rank: int, model: str, quant: str, ep:
             if realistic:  # fp8_dummy's whole-model function on the same TP=1 model
                 want, r["roles"] = M.realistic(oracle, M.LOADS[f][1].get("routing", "balanced"))
             r["logical"] = M.differing(M.tensors(ours), want if realistic else M.logical(ours))
+            r["offsets"] = {  # the routing's offsets, to compare with transformers' model
+                n: (t if t.dim() == 1 else t[:, -1]).float().tolist()
+                for n, t in M.tensors(ours).items()
+                if n.endswith(("e_score_correction_bias", "mlp.gate.weight"))
+            }
             r["routers"] = {  # what a routing profile must change
                 n: float(t.float().abs().sum())
                 for n, t in M.tensors(ours).items()
