@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 from .ops import as_int64
+from .realistic_arch import Arch, derive
 from .stateless import init_stateless_, tensor_seed
 
 __all__ = ["Spec", "fill_", "initialize_realistic_dummy_weights", "model_specs", "module_kind"]
@@ -72,8 +73,11 @@ def _moment(dtype: torch.dtype) -> float:
     return INT8_MOMENT if dtype == torch.int8 else _fp8_bound(dtype) ** 2 / 3
 
 
-def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int):
-    """(role, standard deviation) of a weight-like tensor."""
+def _role(
+    name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int, embed: float = 1.0
+):
+    """(role, standard deviation) of a weight-like tensor; ``embed``: the embedding's multiplier
+    in the model's code (its lookup then gets σ = 1/embed)."""
     parts = name.split(".")
     local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
     stem = owner if local == "weight" else re.sub(r"_?weight$", "", local)
@@ -81,7 +85,7 @@ def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers
     if kind == "lm_head" or stem == "lm_head":
         return "lm_head", 1.0
     if kind == "embedding" or stem in EMBEDDING:
-        return "embedding", 1.0
+        return "embedding", 1.0 / embed
     if stem in ROUTER:
         return "router", fan_in**-0.5
     if len(shape) >= 2 and stem in RESIDUAL:
@@ -109,10 +113,13 @@ Siblings = Mapping[str, tuple[Sequence[int], torch.dtype]]  # local name -> (log
 
 def tensor_spec(
     name: str, shape: Sequence[int], dtype: torch.dtype, *, layers: int = 1, module: str = "",
-    siblings: Siblings | None = None, value: float | None = None,
+    siblings: Siblings | None = None, value: float | None = None, norm: float = 1.0,
+    embed_scale: float = 1.0,
 ) -> Spec:  # fmt: skip
     """The fill of the tensor ``name`` (full) of logical ``shape`` and ``dtype``; ``module``:
-    :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value."""
+    :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value;
+    ``norm``, ``embed_scale``: a norm weight's constant and the embedding's multiplier
+    (:meth:`Arch.norm_value`, :attr:`Arch.embed_scale`; the defaults: plain pre-norm)."""
     siblings = siblings or {}
     local = name.rsplit(".", 1)[-1]
     prefix = name[: len(name) - len(local)]
@@ -126,8 +133,8 @@ def tensor_spec(
         return Spec("bias", "const", 0.0)
     owner = prefix[:-1].rsplit(".", 1)[-1]
     if len(shape) <= 1 and (module == "norm" or "norm" in owner):
-        return Spec("norm", "const", 1.0)
-    role, std = _role(name, shape, dtype, module, layers)
+        return Spec("norm", "const", norm)
+    role, std = _role(name, shape, dtype, module, layers, embed_scale)
     if dtype in _BYTES:
         return Spec(role, "codes", 0, 256)
     if dtype == torch.int8:
@@ -209,13 +216,16 @@ def model_specs(
     model: torch.nn.Module,
     tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
     num_layers: int | None = None,
+    arch: Arch | None = None,
 ) -> dict[str, Spec]:
     """Full name -> :func:`tensor_spec` for each ``(module, full name, tensor, logical shape)``
-    (a sharded loader passes the TP=1 shapes: every layout gets the same specs)."""
+    (a sharded loader passes the TP=1 shapes: every layout gets the same specs); ``arch``:
+    the architecture's facts, by default :func:`realistic_arch.derive` of ``model``."""
     if num_layers is None:
         num_layers = _layers(model, [name for _, name, _, _ in tensors])
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    arch = derive(model) if arch is None else arch
     siblings: dict[str, dict] = {}
     for _, name, t, shape in tensors:
         prefix, _, local = name.rpartition(".")
@@ -224,7 +234,8 @@ def model_specs(
     for module, name, t, shape in tensors:
         near, value = siblings[name.rpartition(".")[0]], getattr(t, "dummy_weight_value", None)
         kw = dict(layers=num_layers, module=module_kind(module), siblings=near, value=value)
-        specs[name] = tensor_spec(name, shape, t.dtype, **kw)
+        kw.update(norm=arch.norm_value(name.rpartition(".")[0], num_layers))
+        specs[name] = tensor_spec(name, shape, t.dtype, embed_scale=arch.embed_scale, **kw)
     return specs
 
 
