@@ -74,10 +74,12 @@ def _moment(dtype: torch.dtype) -> float:
 
 
 def _role(
-    name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int, embed: float = 1.0
-):
+    name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int,
+    embed: float = 1.0, residual: bool = False,
+):  # fmt: skip
     """(role, standard deviation) of a weight-like tensor; ``embed``: the embedding's multiplier
-    in the model's code (its lookup then gets σ = 1/embed)."""
+    in the model's code (its lookup then gets σ = 1/embed); ``residual``: a branch's output
+    whatever its name."""
     parts = name.split(".")
     local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
     stem = owner if local == "weight" else re.sub(r"_?weight$", "", local)
@@ -88,7 +90,7 @@ def _role(
         return "embedding", 1.0 / embed
     if stem in ROUTER:
         return "router", fan_in**-0.5
-    if len(shape) >= 2 and stem in RESIDUAL:
+    if len(shape) >= 2 and (stem in RESIDUAL or residual):
         return "residual_out", (2 * layers * fan_in) ** -0.5
     if len(shape) >= 2 and local.endswith(("weight", "proj")):
         return "linear", fan_in**-0.5
@@ -114,12 +116,13 @@ Siblings = Mapping[str, tuple[Sequence[int], torch.dtype]]  # local name -> (log
 def tensor_spec(
     name: str, shape: Sequence[int], dtype: torch.dtype, *, layers: int = 1, module: str = "",
     siblings: Siblings | None = None, value: float | None = None, norm: float = 1.0,
-    embed_scale: float = 1.0,
+    embed_scale: float = 1.0, residual: bool = False, gain: bool = False,
 ) -> Spec:  # fmt: skip
     """The fill of the tensor ``name`` (full) of logical ``shape`` and ``dtype``; ``module``:
     :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value;
-    ``norm``, ``embed_scale``: a norm weight's constant and the embedding's multiplier
-    (:meth:`Arch.norm_value`, :attr:`Arch.embed_scale`; the defaults: plain pre-norm)."""
+    ``norm``, ``embed_scale``, ``residual``, ``gain``: a norm weight's constant, the
+    embedding's multiplier, a residual branch's output by the dataflow, a decoder layer's own
+    vector or scalar (:class:`Arch`; the defaults: by name, as in a plain pre-norm model)."""
     siblings = siblings or {}
     local = name.rsplit(".", 1)[-1]
     prefix = name[: len(name) - len(local)]
@@ -131,10 +134,12 @@ def tensor_spec(
         return _scale_spec(local, prefix, dtype, layers, module, siblings)
     if local == "bias" or local.endswith("_bias"):
         return Spec("bias", "const", 0.0)
+    if gain and len(shape) <= 1:
+        return Spec("gain", "const", 1.0)
     owner = prefix[:-1].rsplit(".", 1)[-1]
     if len(shape) <= 1 and (module == "norm" or "norm" in owner):
         return Spec("norm", "const", norm)
-    role, std = _role(name, shape, dtype, module, layers, embed_scale)
+    role, std = _role(name, shape, dtype, module, layers, embed_scale, residual)
     if dtype in _BYTES:
         return Spec(role, "codes", 0, 256)
     if dtype == torch.int8:
@@ -234,7 +239,9 @@ def model_specs(
     for module, name, t, shape in tensors:
         near, value = siblings[name.rpartition(".")[0]], getattr(t, "dummy_weight_value", None)
         kw = dict(layers=num_layers, module=module_kind(module), siblings=near, value=value)
-        kw.update(norm=arch.norm_value(name.rpartition(".")[0], num_layers))
+        owner = name.rpartition(".")[0]
+        kw.update(norm=arch.norm_value(owner, num_layers), residual=owner in arch.residual)
+        kw.update(gain=name in arch.gains)
         specs[name] = tensor_spec(name, shape, t.dtype, embed_scale=arch.embed_scale, **kw)
     return specs
 

@@ -26,6 +26,8 @@ class Arch(NamedTuple):
     embed_scale: float = 1.0  # what the code multiplies the embedding lookup by
     post: frozenset = frozenset()  # module names of norms applied to a branch's output
     offset: Mapping[str, float] = {}  # module name -> c of a (c + w) norm
+    residual: frozenset = frozenset()  # module names of each branch's last linear
+    gains: frozenset = frozenset()  # tensor names of a layer's own vectors and scalars
 
     def norm_value(self, module: str, layers: int) -> float:
         """The constant a norm's weight gets: an effective gain of 1, or 1/√(2L) on a
@@ -57,18 +59,23 @@ def derive(model: torch.nn.Module) -> Arch:
     model.eval()
     try:
         with torch.no_grad():
-            return Arch(
-                _embed_scale(model, layers[0]), _post_norms(model, layers), _offsets(model)
-            )
+            post, residual = _dataflow(model, layers)
+            if post and _shrinks_residual(model, layers[0], post):
+                post = frozenset()  # the code keeps the variance itself (Beam): gain 1
+            gains = _layer_gains(layers)
+            return Arch(_embed_scale(model, layers[0]), post, _offsets(model), residual, gains)
     finally:
         for m, mode in modes.items():
             m.training = mode
 
 
 def _is_norm(name: str, module: torch.nn.Module) -> bool:
-    """realistic.py's norm test: a norm class, or a module named ``*norm*``."""
+    """realistic.py's norm test (a norm class, or a module named ``*norm*``) on a module
+    without matrices (``RobertaPreLayerNormAttention`` is no norm)."""
     norm_class = "Norm" in type(module).__name__
     norm_class |= isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm))
+    if any(p.dim() >= 2 for p in module.parameters()):
+        return False
     return norm_class or "norm" in name.rsplit(".", 1)[-1]
 
 
@@ -142,12 +149,17 @@ def _embed_scale(model: torch.nn.Module, first: tuple[str, torch.nn.Module]) -> 
     return 1.0 if abs(c - 1) < 1e-3 else c
 
 
-def _post_norms(model: torch.nn.Module, layers: list) -> frozenset:
-    """Norms that are a layer's direct children and take a non-norm child's output itself
-    (OLMo 2's ``post_attention_layernorm(self_attn(x))``), found by tensor identity in a
-    forward: a pre-norm takes the residual stream, a tensor no child returned."""
+def _dataflow(model: torch.nn.Module, layers: list) -> tuple[frozenset, frozenset]:
+    """(post-norms, branch outputs) of the decoder layers, by tensor identity in one forward.
+    A post-norm is a layer's direct child norm that takes a non-norm child's output itself
+    (OLMo 2's ``post_attention_layernorm(self_attn(x))``; a pre-norm takes the residual
+    stream, which no child returned). A branch output is the last module with a 2-D weight
+    run inside a non-norm child whose output has the layer's width (GPT-NeoX's and Phi's
+    ``dense``, BERT's ``output.dense``): what the residual gets from that branch."""
     outputs: dict[int, torch.Tensor] = {}  # id -> tensor (kept alive so ids stay unique)
     post: set[str] = set()
+    last: dict[str, str] = {}  # branch -> its last full-width linear so far
+    width: dict[str, int] = {}  # layer -> its input's width
     hooks = []
 
     def out_hook(_, __, out):
@@ -163,24 +175,90 @@ def _post_norms(model: torch.nn.Module, layers: list) -> frozenset:
 
         return hook
 
+    def layer_hook(prefix):
+        def hook(_, args, kwargs):
+            x = _input_of(args, kwargs)
+            if x is not None and x.dim() >= 1:
+                width[prefix] = x.shape[-1]
+
+        return hook
+
+    def linear_hook(prefix, branch, name):
+        def hook(_, __, out):
+            if isinstance(out, torch.Tensor) and out.dim() >= 1:
+                if out.shape[-1] == width.get(prefix):
+                    last[branch] = name
+
+        return hook
+
     def stop(*_):
         raise _Stop
 
     try:
         for prefix, layer in layers:
+            hooks.append(layer.register_forward_pre_hook(layer_hook(prefix), with_kwargs=True))
             for local, child in layer.named_children():
+                branch = f"{prefix}.{local}"
                 if _is_norm(local, child):
-                    hook = child.register_forward_pre_hook(norm_hook(f"{prefix}.{local}"),
-                                                           with_kwargs=True)  # fmt: skip
-                else:
-                    hook = child.register_forward_hook(out_hook)
-                hooks.append(hook)
+                    hooks.append(
+                        child.register_forward_pre_hook(norm_hook(branch), with_kwargs=True)
+                    )
+                    continue
+                hooks.append(child.register_forward_hook(out_hook))
+                for sub, m in child.named_modules(prefix=branch):
+                    w = getattr(m, "weight", None)
+                    if isinstance(w, torch.Tensor) and w.dim() == 2 and not _is_norm(sub, m):
+                        hooks.append(m.register_forward_hook(linear_hook(prefix, branch, sub)))
         hooks.append(layers[-1][1].register_forward_hook(stop))
         _forward(model)
     finally:
         for h in hooks:
             h.remove()
-    return frozenset(post)
+    return frozenset(post), frozenset(last.values())
+
+
+def _shrinks_residual(model: torch.nn.Module, first: tuple, post: frozenset) -> bool:
+    """Whether the first layer's code multiplies its residual stream by less than 1 (Beam's
+    depth-scaled residual add, √((k-1)/k)): its output with every post-norm's output zeroed,
+    against its input."""
+    seen: list[torch.Tensor] = []
+    modules = dict(model.named_modules())
+    zero = [modules[n].register_forward_hook(lambda m, a, out: torch.zeros_like(out))
+            for n in sorted(post) if n.startswith(first[0] + ".")]  # fmt: skip
+
+    def grab_in(_, args, kwargs):
+        x = _input_of(args, kwargs)
+        if x is not None:
+            seen.append(x.detach().float().clone())
+
+    def grab_out(_, __, out):
+        first_out = out[0] if isinstance(out, (tuple, list)) else out
+        if isinstance(first_out, torch.Tensor):
+            seen.append(first_out.detach().float())
+        raise _Stop
+
+    hooks = zero + [first[1].register_forward_pre_hook(grab_in, with_kwargs=True),
+                    first[1].register_forward_hook(grab_out)]  # fmt: skip
+    try:
+        _forward(model)
+    finally:
+        for h in hooks:
+            h.remove()
+    if len(seen) != 2 or seen[0].shape != seen[1].shape:
+        return False
+    ratio = (seen[1].norm() / seen[0].norm()).item()
+    return math.isfinite(ratio) and ratio < 0.99
+
+
+def _layer_gains(layers: list) -> frozenset:
+    """A layer's own vectors and scalars (not its children's): gains on its residual stream
+    or its output (Doge's ``input_residual``, Gemma 4's ``layer_scalar``), filled 1."""
+    return frozenset(
+        f"{prefix}.{n}"
+        for prefix, layer in layers
+        for n, t in [*layer.named_parameters(recurse=False), *layer.named_buffers(recurse=False)]
+        if t.dim() <= 1 and t.is_floating_point()
+    )
 
 
 def _offsets(model: torch.nn.Module) -> dict[str, float]:
