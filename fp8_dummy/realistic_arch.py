@@ -153,10 +153,13 @@ def _dataflow(model: torch.nn.Module, layers: list) -> tuple[frozenset, frozense
     """(post-norms, branch outputs) of the decoder layers, by tensor identity in one forward.
     A post-norm is a layer's direct child norm that takes a non-norm child's output itself
     (OLMo 2's ``post_attention_layernorm(self_attn(x))``; a pre-norm takes the residual
-    stream, which no child returned). A branch output is the last module with a 2-D weight
-    run inside a non-norm child whose output has the layer's width (GPT-NeoX's and Phi's
-    ``dense``, BERT's ``output.dense``): what the residual gets from that branch."""
+    stream, which no child returned), or a norm inside a non-norm child whose output is that
+    child's output (AXK1's ``mlp.post_mlp_layernorm``). A branch output is the last module
+    with a 2-D weight run inside a non-norm child whose output has the layer's width
+    (GPT-NeoX's and Phi's ``dense``, BERT's ``output.dense``): what the residual gets from
+    that branch."""
     outputs: dict[int, torch.Tensor] = {}  # id -> tensor (kept alive so ids stay unique)
+    normed: dict[int, tuple[str, torch.Tensor]] = {}  # a branch's inner norms' outputs
     post: set[str] = set()
     last: dict[str, str] = {}  # branch -> its last full-width linear so far
     width: dict[str, int] = {}  # layer -> its input's width
@@ -166,6 +169,16 @@ def _dataflow(model: torch.nn.Module, layers: list) -> tuple[frozenset, frozense
         first = out[0] if isinstance(out, (tuple, list)) and out else out
         if isinstance(first, torch.Tensor):
             outputs[id(first)] = first
+            inner = normed.get(id(first))
+            if inner is not None and inner[1] is first:
+                post.add(inner[0])
+
+    def inner_norm_hook(name):
+        def hook(_, __, out):
+            if isinstance(out, torch.Tensor):
+                normed[id(out)] = (name, out)
+
+        return hook
 
     def norm_hook(name):
         def hook(_, args, kwargs):
@@ -207,7 +220,9 @@ def _dataflow(model: torch.nn.Module, layers: list) -> tuple[frozenset, frozense
                 hooks.append(child.register_forward_hook(out_hook))
                 for sub, m in child.named_modules(prefix=branch):
                     w = getattr(m, "weight", None)
-                    if isinstance(w, torch.Tensor) and w.dim() == 2 and not _is_norm(sub, m):
+                    if _is_norm(sub, m):
+                        hooks.append(m.register_forward_hook(inner_norm_hook(sub)))
+                    elif isinstance(w, torch.Tensor) and w.dim() == 2:
                         hooks.append(m.register_forward_hook(linear_hook(prefix, branch, sub)))
         hooks.append(layers[-1][1].register_forward_hook(stop))
         _forward(model)

@@ -16,13 +16,15 @@ import torch
 SMALL = dict(  # what each config takes of these (its __init__ or its defaults name it)
     hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
     vocab_size=1024, head_dim=16, moe_intermediate_size=32, shared_expert_intermediate_size=32,
-    num_experts=16, n_routed_experts=16, num_local_experts=16, num_experts_per_tok=4,
+    num_experts=8, n_routed_experts=8, num_local_experts=8, num_experts_per_tok=2,
     max_position_embeddings=512, n_positions=512, pad_token_id=0, bos_token_id=0,
     eos_token_id=0, n_group=4, topk_group=2, kv_lora_rank=32, q_lora_rank=32,
-    qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, is_decoder=True,
+    qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, is_decoder=True, rotary_dim=8,
+    ffn_dim=128, encoder_layers=1, decoder_attention_heads=4, encoder_attention_heads=4,
+    decoder_ffn_dim=128, encoder_ffn_dim=128,
 )  # fmt: skip
-MAX_PARAMS = 12_000_000  # at 64 layers, on the meta device first: "too big" beyond
-TOKENS = (4, 128)
+MAX_PARAMS = 40_000_000  # at 64 layers, on the meta device first: "not small" beyond
+TOKENS = (8, 128)  # 1,024 tokens: the max over 64 layers of 8 experts stays off noise
 
 
 def causal_lm_types() -> dict[str, str]:
@@ -38,6 +40,9 @@ def small_config(model_type: str, layers: int):
     known = set(inspect.signature(cls.__init__).parameters) | set(cls().to_dict())
     known |= set(getattr(cls, "attribute_map", {}))
     kw = {k: v for k, v in SMALL.items() if k in known}
+    if "qk_rope_head_dim" in known:  # multi-head latent attention: its head dims are its own
+        kw.pop("head_dim", None)
+        kw["num_key_value_heads"] = kw["num_attention_heads"]
     return cls(num_hidden_layers=layers, **kw)
 
 
