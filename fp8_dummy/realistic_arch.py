@@ -46,12 +46,13 @@ class _Stop(Exception):
 
 def derive(model: torch.nn.Module) -> Arch:
     """The model's :class:`Arch`, by probes that write nothing; :data:`DEFAULT` for a model
-    that is not a transformers model, has no decoder layers, or lives on the meta device."""
+    that is not a transformers model, has no decoder layers, or has a tensor on neither CPU
+    nor CUDA (the meta device included)."""
     if not any(c.__module__.startswith("transformers.") for c in type(model).__mro__):
         return DEFAULT
     params = list(model.parameters())
-    if not params or any(p.device.type == "meta" for p in params):
-        return DEFAULT
+    if not params or any(p.device.type not in ("cpu", "cuda") for p in params):
+        return DEFAULT  # meta (nothing to run) or a device the fill refuses anyway
     layers = _decoder_layers(model)
     if not layers:
         return DEFAULT
