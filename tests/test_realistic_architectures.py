@@ -41,14 +41,19 @@ def test_placements_hold_the_bounds(mt: str):
 
 
 def test_the_architecture_is_probed_not_named():
-    """What derive finds on each placement (and that it wrote nothing)."""
+    """What derive finds on each placement (and that it wrote nothing, left the modules' modes
+    and drew nothing from torch's generator)."""
     found = {}
     for mt in ("llama", "olmo2", "gemma2"):
         model, why = sweep.build(mt, 2)
         assert model is not None, why
         before = {n: t.clone() for n, t in model.state_dict().items()}
+        model.train()  # the probes run in eval mode and give the modes back
+        rng = torch.get_rng_state()
         found[mt] = derive(model)
         assert all(torch.equal(before[n], t) for n, t in model.state_dict().items())
+        assert all(m.training for m in model.modules())
+        assert torch.equal(torch.get_rng_state(), rng)
     assert found["llama"].post == found["llama"].gains == set() and not found["llama"].offset
     assert found["llama"].residual == {
         f"model.layers.{i}.{n}" for i in (0, 1) for n in ("self_attn.o_proj", "mlp.down_proj")
