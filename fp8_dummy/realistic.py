@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 
 from .ops import as_int64
+from .realistic_arch import Arch, derive
 from .routing import apply_overrides, parse_routing, plan_routing
 from .stateless import init_stateless_, tensor_seed
 
@@ -74,8 +75,13 @@ def _moment(dtype: torch.dtype) -> float:
     return INT8_MOMENT if dtype == torch.int8 else _fp8_bound(dtype) ** 2 / 3
 
 
-def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int):
-    """(role, standard deviation) of a weight-like tensor."""
+def _role(
+    name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int,
+    embed: float = 1.0, residual: bool = False,
+):  # fmt: skip
+    """(role, standard deviation) of a weight-like tensor; ``embed``: the embedding's multiplier
+    in the model's code (its lookup then gets σ = 1/embed); ``residual``: a branch's output
+    whatever its name."""
     parts = name.split(".")
     local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
     stem = owner if local == "weight" else re.sub(r"_?weight$", "", local)
@@ -83,10 +89,10 @@ def _role(name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers
     if kind == "lm_head" or stem == "lm_head":
         return "lm_head", 1.0
     if kind == "embedding" or stem in EMBEDDING:
-        return "embedding", 1.0
+        return "embedding", 1.0 / embed
     if stem in ROUTER:
         return "router", fan_in**-0.5
-    if len(shape) >= 2 and stem in RESIDUAL:
+    if len(shape) >= 2 and (stem in RESIDUAL or residual):
         return "residual_out", (2 * layers * fan_in) ** -0.5
     if len(shape) >= 2 and local.endswith(("weight", "proj")):
         return "linear", fan_in**-0.5
@@ -111,10 +117,14 @@ Siblings = Mapping[str, tuple[Sequence[int], torch.dtype]]  # local name -> (log
 
 def tensor_spec(
     name: str, shape: Sequence[int], dtype: torch.dtype, *, layers: int = 1, module: str = "",
-    siblings: Siblings | None = None, value: float | None = None,
+    siblings: Siblings | None = None, value: float | None = None, norm: float = 1.0,
+    embed_scale: float = 1.0, residual: bool = False, gain: bool = False,
 ) -> Spec:  # fmt: skip
     """The fill of the tensor ``name`` (full) of logical ``shape`` and ``dtype``; ``module``:
-    :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value."""
+    :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value;
+    ``norm``, ``embed_scale``, ``residual``, ``gain``: a norm weight's constant, the
+    embedding's multiplier, a residual branch's output by the dataflow, a decoder layer's own
+    vector or scalar (:class:`Arch`; the defaults: by name, as in a plain pre-norm model)."""
     siblings = siblings or {}
     local = name.rsplit(".", 1)[-1]
     prefix = name[: len(name) - len(local)]
@@ -126,10 +136,12 @@ def tensor_spec(
         return _scale_spec(local, prefix, dtype, layers, module, siblings)
     if local == "bias" or local.endswith("_bias"):
         return Spec("bias", "const", 0.0)
+    if gain and len(shape) <= 1:
+        return Spec("gain", "const", 1.0)
     owner = prefix[:-1].rsplit(".", 1)[-1]
     if len(shape) <= 1 and (module == "norm" or "norm" in owner):
-        return Spec("norm", "const", 1.0)
-    role, std = _role(name, shape, dtype, module, layers)
+        return Spec("norm", "const", norm)
+    role, std = _role(name, shape, dtype, module, layers, embed_scale, residual)
     if dtype in _BYTES:
         return Spec(role, "codes", 0, 256)
     scale = siblings.get(f"{local}_scale") or siblings.get(f"{local}_scale_inv")
@@ -258,13 +270,16 @@ def model_specs(
     model: torch.nn.Module,
     tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
     num_layers: int | None = None,
+    arch: Arch | None = None,
 ) -> dict[str, Spec]:
     """Full name -> :func:`tensor_spec` for each ``(module, full name, tensor, logical shape)``
-    (a sharded loader passes the TP=1 shapes: every layout gets the same specs)."""
+    (a sharded loader passes the TP=1 shapes: every layout gets the same specs); ``arch``:
+    the architecture's facts, by default :func:`realistic_arch.derive` of ``model``."""
     if num_layers is None:
         num_layers = _layers(model, [name for _, name, _, _ in tensors])
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
         raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    arch = derive(model) if arch is None else arch
     siblings: dict[str, dict] = {}
     for _, name, t, shape in tensors:
         prefix, _, local = name.rpartition(".")
@@ -273,7 +288,10 @@ def model_specs(
     for module, name, t, shape in tensors:
         near, value = siblings[name.rpartition(".")[0]], getattr(t, "dummy_weight_value", None)
         kw = dict(layers=num_layers, module=module_kind(module), siblings=near, value=value)
-        specs[name] = tensor_spec(name, shape, t.dtype, **kw)
+        owner = name.rpartition(".")[0]
+        kw.update(norm=arch.norm_value(owner, num_layers), residual=owner in arch.residual)
+        kw.update(gain=name in arch.gains)
+        specs[name] = tensor_spec(name, shape, t.dtype, embed_scale=arch.embed_scale, **kw)
     return specs
 
 

@@ -1,0 +1,109 @@
+"""Realistic statistics on every causal-LM architecture transformers ships that builds small
+(tests/helpers/realistic_sweep.py): residual RMS in [0.25, 4] after every layer at 64 layers
+whatever the norm placement or embedding multiplier, MoE max/mean expert load <= 2. The fast
+tier: one model per kind of fact at 16 layers, the plain rule's specs on plain pre-norm models,
+and the negative control (the plain rule on a post-norm model breaks the bound)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fp8_dummy
+import fp8_dummy.realistic as realistic
+from fp8_dummy.realistic_arch import DEFAULT, derive
+
+pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+from helpers import realistic_sweep as sweep  # noqa: E402
+
+LOW, HIGH, LOAD = 0.25, 4.0, 2.0
+# (1 + w) norms and the embedding multiplier; post-norm; post-norm MoE; sandwich; sandwich
+# MoE; a post-norm inside the MoE branch; branch outputs named dense; layer gains
+FAST = ["gemma", "olmo2", "flex_olmo", "gemma2", "afmoe", "axk1", "gpt_neox", "doge"]
+
+
+def _check(mt: str, layers: int) -> dict:
+    model, why = sweep.build(mt, layers)
+    if model is None:
+        pytest.skip(why)
+    fp8_dummy.initialize_realistic_dummy_weights(model, seed=0)
+    try:
+        m = sweep.measure(model)
+    except Exception as e:  # the model's own initialization fails the same way: no plain forward
+        fresh, _ = sweep.build(mt, layers)
+        with pytest.raises(type(e)):
+            sweep.measure(fresh)
+        pytest.skip(f"forward on token ids: {type(e).__name__}: {str(e)[:80]}")
+    assert m["finite"], mt
+    assert len(m["rms"]) >= 2, f"{mt}: no hidden states"
+    assert all(LOW <= r <= HIGH for r in m["rms"]), (mt, [round(r, 2) for r in m["rms"]])
+    assert all(r <= LOAD for r in m["max_mean"]), (mt, m["max_mean"])
+    return m
+
+
+@pytest.mark.parametrize("mt", FAST)
+def test_placements_hold_the_bounds(mt: str):
+    _check(mt, 16)
+
+
+def test_the_architecture_is_probed_not_named():
+    """What derive finds on each placement (and that it wrote nothing, left the modules' modes
+    and drew nothing from torch's generator)."""
+    found = {}
+    for mt in ("llama", "olmo2", "gemma2"):
+        model, why = sweep.build(mt, 2)
+        assert model is not None, why
+        before = {n: t.clone() for n, t in model.state_dict().items()}
+        model.train()  # the probes run in eval mode and give the modes back
+        rng = torch.get_rng_state()
+        found[mt] = derive(model)
+        assert all(torch.equal(before[n], t) for n, t in model.state_dict().items())
+        assert all(m.training for m in model.modules())
+        assert torch.equal(torch.get_rng_state(), rng)
+    assert found["llama"].post == found["llama"].gains == set() and not found["llama"].offset
+    assert found["llama"].residual == {
+        f"model.layers.{i}.{n}" for i in (0, 1) for n in ("self_attn.o_proj", "mlp.down_proj")
+    }
+    assert found["olmo2"].post == {
+        f"model.layers.{i}.{n}"
+        for i in (0, 1)
+        for n in ("post_attention_layernorm", "post_feedforward_layernorm")
+    }
+    assert not found["olmo2"].offset and found["olmo2"].embed_scale == 1
+    gemma2 = found["gemma2"]
+    assert gemma2.embed_scale == 8.0  # sqrt(64) in the model's code
+    assert len(gemma2.post) == 4 and all("post_" in n for n in gemma2.post)
+    assert set(gemma2.offset.values()) == {1.0} and "model.norm" in gemma2.offset
+    assert gemma2.norm_value("model.layers.0.post_attention_layernorm", 2) == 0.5 - 1
+    assert gemma2.norm_value("model.layers.0.input_layernorm", 2) == 0.0
+
+
+@pytest.mark.parametrize("mt", ["llama", "qwen3_moe", "deepseek_v3", "mixtral", "qwen2"])
+def test_plain_pre_norm_models_keep_their_bytes(mt: str):
+    """The facts of a plain pre-norm model are the defaults, so its specs (and bytes, which
+    vLLM's in-engine fill matches without a probe) are the rule's before the probe."""
+    model, why = sweep.build(mt, 2)
+    assert model is not None, why
+    modules = dict(model.named_modules())
+    tensors = [
+        (modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in model.state_dict().items()
+    ]
+    probed = realistic.model_specs(model, tensors)
+    assert probed == realistic.model_specs(model, tensors, arch=DEFAULT)
+    assert derive(model).embed_scale == 1.0
+
+
+def test_the_plain_rule_breaks_post_norm(monkeypatch):
+    """Negative control: without the probe, OLMo 2's residual grows past the bound (~√(2L+1):
+    5.7 at 16 layers)."""
+    monkeypatch.setattr(realistic, "derive", lambda model: DEFAULT)
+    model, why = sweep.build("olmo2", 16)
+    assert model is not None, why
+    fp8_dummy.initialize_realistic_dummy_weights(model, seed=0)
+    assert max(sweep.measure(model)["rms"]) > HIGH
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mt", list(sweep.causal_lm_types()))
+def test_every_architecture_at_64_layers(mt: str):
+    _check(mt, 64)
