@@ -41,15 +41,6 @@ def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> 
 
 
 @functools.cache  # asked once per key and start
-def driver_version() -> str:
-    """The NVIDIA driver's version ("580.159.03"), or "" where nvidia-smi cannot tell."""
-    cmd = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120.0) -> str | None:
     """A probe for :func:`fp8_dummy._proof.proven` in a child: ``target(*args)`` returns None
     (the reference's bytes) or what differs; a crash or a timeout is a refusal, running out of

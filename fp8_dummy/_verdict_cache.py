@@ -22,6 +22,7 @@ import os
 import platform
 import secrets
 import stat
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,6 @@ def identity(device: str) -> list[Any]:
 
     dev = torch.device(device)
     if dev.type == "cuda":
-        from ._isolated import driver_version
-
         p = torch.cuda.get_device_properties(dev)
         uuid = str(getattr(p, "uuid", ""))
         where = ["cuda", p.name, f"{p.major}.{p.minor}", p.total_memory,
@@ -208,3 +207,12 @@ def store(key: str, env: list[Any], detail: str) -> str | None:
             except OSError:
                 pass
         os.close(fd)
+
+
+def driver_version() -> str:
+    """The NVIDIA driver's version ("580.159.03"), or "" where nvidia-smi cannot tell."""
+    cmd = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
+    except (OSError, subprocess.SubprocessError):
+        return ""

@@ -28,8 +28,9 @@ import torch
 
 import fp8_dummy
 
-from ._isolated import driver_version, run_child
+from ._isolated import run_child
 from ._proof import ProofEntry, check_fault_switch, first_difference
+from ._verdict_cache import driver_version
 from .reference import contiguous_path, new_path
 
 _F8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
