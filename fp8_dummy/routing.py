@@ -357,13 +357,21 @@ def _score_cdf(x: np.ndarray, b: np.ndarray, score: str) -> np.ndarray:
 def inclusion_probabilities(offsets: np.ndarray, k: int, score: str = "softmax") -> np.ndarray:
     """P(expert e among the top k of g(z_e) + offsets_e), z i.i.d. N(0, 1): exact up to the
     quadrature (an x grid over the scores; the others' counts by :func:`_leave_one_out`)."""
+    return _inclusion(offsets, k, score)[0]
+
+
+def _inclusion(offsets: np.ndarray, k: int, score: str) -> tuple[np.ndarray, np.ndarray]:
+    """The inclusion probabilities and each one's derivative in its own offset: moving b_e
+    moves e's score distribution along x, against the others' count, so dπ_e/db_e is the sum
+    over x of e's mass times the slope in x of P(fewer than k others above x)."""
     b = np.asarray(offsets, dtype=np.float64)
     lo, hi = (b.min() - 9, b.max() + 9) if score == "softmax" else (b.min(), b.max() + 1)
     edges = np.linspace(lo, hi, 401)
+    mid = (edges[1:] + edges[:-1]) / 2
     cdf = _score_cdf(edges, b, score)
-    ahead = 1 - _score_cdf((edges[1:] + edges[:-1]) / 2, b, score)
     mass = cdf[1:] - cdf[:-1]
-    return (mass * _leave_one_out(ahead, k)).sum(0)
+    loo = _leave_one_out(1 - _score_cdf(mid, b, score), k)
+    return (mass * loo).sum(0), (mass * np.gradient(loo, mid, axis=0)).sum(0)
 
 
 def _noise(experts: int, tokens: int, key: int) -> torch.Tensor:
@@ -375,7 +383,7 @@ def _noise(experts: int, tokens: int, key: int) -> torch.Tensor:
     u1 = (u[0] >> np.uint64(11)).astype(np.float64) * 2.0**-53 + 2.0**-54
     u2 = (u[1] >> np.uint64(11)).astype(np.float64) * 2.0**-53
     z = np.sqrt(-2 * np.log(u1)) * np.cos(2 * np.pi * u2)
-    return torch.from_numpy(z.reshape(tokens, experts).astype(np.float32))
+    return torch.from_numpy(z.reshape(tokens, experts))
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -400,8 +408,38 @@ def select(z: torch.Tensor, offsets: torch.Tensor, r: Router) -> torch.Tensor:
 def simulate(r: Router, offsets: np.ndarray, tokens: int = 16384, key: int = 1) -> np.ndarray:
     """The inclusion probabilities :func:`select` gives on ``tokens`` N(0, 1) logit draws."""
     z = _noise(r.experts, tokens, key)
-    picked = select(z, torch.as_tensor(offsets, dtype=torch.float32), r)
+    picked = select(z, torch.as_tensor(offsets, dtype=torch.float64), r)
     return np.bincount(picked.flatten().numpy(), minlength=r.experts) / tokens
+
+
+def _newton(b: np.ndarray, want: np.ndarray, live: np.ndarray, k: int, score: str) -> np.ndarray:
+    """b with log π(b) = want where ``live``, π by quadrature: Newton steps on each expert's
+    own derivative (exact, from the quadrature), halved while they make the worst error
+    worse. It converges to 1e-9, far below the 2^-12 grid the offsets are rounded to, so that
+    the last bits another machine's arithmetic changes cannot change a rounded offset."""
+    floor = np.exp(want.min()) * 1e-3
+
+    def step(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pi, d = _inclusion(x, k, score)
+        pi = np.maximum(pi, floor)
+        err = np.where(live, want - np.log(pi), 0.0)
+        return err, np.clip(d / pi, 0.05, 50.0)
+
+    (err, slope), rate = step(b), 1.0
+    for _ in range(200):
+        worst = np.abs(err).max()
+        if worst < 1e-9:
+            break
+        trial = b + rate * np.clip(err / slope, -1, 1)
+        trial -= trial.mean()
+        trial_err, trial_slope = step(trial)
+        if np.abs(trial_err).max() < worst:
+            b, err, slope, rate = trial, trial_err, trial_slope, min(1.0, rate * 2)
+        else:
+            rate /= 2
+            if rate < 1e-6:
+                break
+    return b
 
 
 def _fixed_point(b, want, live, probabilities, slope, iterations=60, tol=1e-4) -> np.ndarray:
@@ -443,14 +481,12 @@ def solve_offsets(r: Router, target: np.ndarray) -> np.ndarray:
     if r.score == "sigmoid":
         b = b * 0.2
     slope = 1.0 if r.score == "softmax" else 5.0
-    b = _fixed_point(
-        b, want, target > floor, lambda x: inclusion_probabilities(x, k, r.score), slope, tol=2e-3
-    )
+    b = _newton(b, want, target > floor, k, r.score)
     if r.groups > 1:
         z = _noise(r.experts, 8192, 12345)
 
         def grouped(x: np.ndarray) -> np.ndarray:
-            picked = select(z, torch.as_tensor(x, dtype=torch.float32), r)
+            picked = select(z, torch.as_tensor(x, dtype=torch.float64), r)
             return np.bincount(picked.flatten().numpy(), minlength=r.experts) / 8192
 
         b = _fixed_point(b, want, target > floor, grouped, slope, iterations=30, tol=2e-2)
