@@ -324,7 +324,8 @@ def initialize_realistic_dummy_weights(
             raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {name}: {why}")
     shapes = {name: tuple(shape) for _, name, _, shape in tensors}
     config = getattr(model, "config", None)
-    _, overrides = plan_routing(profile, seed, config, specs, shapes)
+    dtypes = {name: t.dtype for _, name, t, _ in tensors}
+    _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
     done: set[int] = set()
     for _, name, t, _ in tensors:
         if id(t) not in done:

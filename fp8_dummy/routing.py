@@ -507,10 +507,12 @@ def plan_routing(
     specs: Mapping[str, Any],
     shapes: Mapping[str, Sequence[int]],
     progress: Any = None,
+    dtypes: Mapping[str, torch.dtype] | None = None,
 ) -> tuple[list[Router], dict[str, list[Override]]]:
     """The routers, each with its offsets, and the overrides of the fill that realize them
     (full name -> overrides of the logical tensor), all checked before anything is written;
-    ``progress(layers solved)``, if given, as the offsets are solved."""
+    ``progress(layers solved)``, if given, as the offsets are solved; ``dtypes``: each
+    tensor's, to refuse a router whose offsets would have to go into 1-byte codes."""
     if profile.kind == "balanced":
         return [], {}
     roles = {n: s.role for n, s in specs.items()}
@@ -520,6 +522,14 @@ def plan_routing(
             f"fp8_dummy: routing {profile.source!r}: the model has no router the realistic fill "
             "recognises (a 2-D weight of a module named gate or router in layers.<i>)"
         )
+    for r in routers:
+        dtype = (dtypes or {}).get(r.weight)
+        if r.realize == "residual" and dtype is not None and dtype.itemsize == 1:
+            raise RoutingError(
+                f"fp8_dummy: {r.weight}: a {dtype} router (quantized) cannot carry the routing's "
+                "offsets in its codes: keep the router unquantized, as checkpoints do (for vLLM's "
+                "fp8 quantization: the router in its ignored layers)"
+            )
     for r, (pi, b) in zip(routers, layer_targets(profile, routers, seed, progress)):
         r.target, r.offsets = pi, b
     overrides: dict[str, list[Override]] = {}

@@ -35,7 +35,8 @@ MODELS = ("llama", "qwen3_moe", "deepseek_v3")
 QUANTS = ("bf16", "fp8", "blk")
 EP_CASES = (("qwen3_moe", "fp8"), ("deepseek_v3", "blk"))  # also at TP=2 with EP
 REALISTIC = [f"{m}-blk-realistic" for m in MODELS]  # and deepseek_v3's with EP
-ROUTED = [f"{m}-blk-routed" for m in ("qwen3_moe", "deepseek_v3")]  # with a routing profile
+ROUTED_QUANT = {"qwen3_moe": "bf16", "deepseek_v3": "blk"}  # with a routing profile
+ROUTED = [f"{m}-{q}-routed" for m, q in ROUTED_QUANT.items()]
 # What vLLM 0.33 creates in these models (Fp8Config: Fp8LinearMethod, Fp8MoEMethod's plain
 # parameters, Fp8KVCacheMethod on every standard Attention layer; MLA layers have none).
 FP8_CLASSES = {
@@ -234,7 +235,8 @@ def test_routed_every_rank_is_its_slice_of_the_functions_routed_model(runs, mode
     """--model-loader-extra-config '{"routing": "zipf:1.2"}': at TP=1 the bytes of
     initialize_realistic_dummy_weights(model, routing="zipf:1.2") on vLLM's own classes (the
     router's offsets, the residual carrier), at TP=2 and with EP each rank its slice."""
-    r = _case(runs[1], model, "blk-routed")
+    quant = ROUTED_QUANT[model]
+    r = _case(runs[1], model, f"{quant}-routed")
     assert r["logical"] == [] and r["not_loaded"] == [] and r["mismatch"] == [], r
     balanced = _case(runs[1], model, "blk-realistic")["routers"]
     changed = [n for n, v in r["routers"].items() if v != balanced[n]]
@@ -257,9 +259,10 @@ def test_routed_every_rank_is_its_slice_of_the_functions_routed_model(runs, mode
     for name, values in r["offsets"].items():
         if name.rpartition(".")[0] in biased and name.endswith("weight"):
             continue  # the offsets are in the bias: the weight's column is random
+        ours = torch.tensor(values).to(state[name].dtype)  # vLLM keeps the bias in float32
         t = state[name]
-        assert (t if t.dim() == 1 else t[:, -1]).float().tolist() == values, name
-    suffixes = ["blk-routed"] + (["blk-routed-ep"] if model == "deepseek_v3" else [])
+        assert torch.equal(t if t.dim() == 1 else t[:, -1], ours), name
+    suffixes = [f"{quant}-routed"] + (["blk-routed-ep"] if model == "deepseek_v3" else [])
     for result in runs[2]:
         for suffix in suffixes:
             r = _case(result, model, suffix)

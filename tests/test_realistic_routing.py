@@ -434,3 +434,15 @@ def test_offsets_are_the_same_bits_everywhere(case, digest):
     experts, k, alpha, kw = case
     b = R.solve_offsets(R.Router(0, "", experts, 0, k, **kw), R.zipf_target(experts, k, alpha))
     assert hashlib.sha1(b.tobytes()).hexdigest()[:10] == digest
+
+
+def test_a_quantized_router_without_a_bias_is_refused():
+    """Its offsets would have to be FP8 codes of its scale: refused, nothing written."""
+    model = build("qwen3_moe")
+    gate = model.model.layers[1].mlp.gate
+    gate.weight = torch.nn.Parameter(gate.weight.data.to(torch.float8_e4m3fn), False)
+    before = _poisoned(model)
+    with pytest.raises(R.RoutingError, match="layers.1.mlp.gate.weight: a torch.float8_e4m3fn"):
+        fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing="zipf:1")
+    after = model.state_dict()
+    assert all(torch.equal(before[n].view(torch.uint8), after[n].view(torch.uint8)) for n in before)

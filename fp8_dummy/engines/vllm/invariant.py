@@ -86,7 +86,8 @@ def realistic_values(
     specs = model_specs(model, tensors)
     shapes = {n: tuple(shape) for _, n, _, shape in tensors}
     config = getattr(model_config, "hf_config", None) or getattr(model, "config", None)
-    _, overrides = plan_routing(parse_routing(routing), seed, config, specs, shapes)
+    dtypes = {n: t.dtype for _, n, t, _ in tensors}
+    _, overrides = plan_routing(parse_routing(routing), seed, config, specs, shapes, dtypes=dtypes)
 
     def write(name: str, action: Action, shape: tuple, view: torch.Tensor, *where: Any) -> None:
         key, more = tensor_seed(seed, name), dict(zip(_WHERE, where))
