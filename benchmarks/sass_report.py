@@ -71,7 +71,7 @@ class Kernel:
 
 
 def tool(name: str) -> str | None:
-    """cuobjdump / nvcc: the cu13 wheel's, the toolkit's, or PATH's."""
+    """cuobjdump / nvdisasm / nvcc: the cu13 wheel's, the toolkit's, or PATH's."""
     purelib = Path(sysconfig.get_paths()["purelib"])
     cuda_home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0"))
     for cand in (purelib / "nvidia" / "cu13" / "bin" / name, cuda_home / "bin" / name):
@@ -86,6 +86,8 @@ def missing_tools() -> str | None:
         return "no nvcc (set CUDA_HOME or put it on PATH)"
     if tool("cuobjdump") is None:
         return "no cuobjdump (pip install nvidia-cuda-cuobjdump)"
+    if tool("nvdisasm") is None:
+        return "no nvdisasm, which cuobjdump -sass runs (pip install nvidia-cuda-nvdisasm)"
     try:
         import torch
     except ImportError:
@@ -96,7 +98,11 @@ def missing_tools() -> str | None:
 
 
 def run(cmd: list[str]) -> str:
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    disasm = tool("nvdisasm")  # cuobjdump -sass runs it, from PATH or NVDISASM_PATH
+    if disasm is not None:
+        env["NVDISASM_PATH"] = str(Path(disasm).parent)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... failed:\n{out.stderr[-3000:]}")
     return out.stdout + out.stderr

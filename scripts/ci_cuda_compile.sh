@@ -23,10 +23,12 @@ if [[ ! -x "$PY" ]]; then
   "$VENV/bin/pip" install --quiet torch==2.14.1 numpy pytest ninja setuptools wheel ||
     { rm -rf "$VENV"; exit 1; }
 fi
-# cuobjdump for benchmarks/sass_report.py (tests/test_sass_report.py: SASS budgets, no GPU).
+# cuobjdump and the nvdisasm it runs, for benchmarks/sass_report.py (tests/test_sass_report.py:
+# SASS budgets, no GPU).
 purelib="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-[[ -x "$purelib/nvidia/cu13/bin/cuobjdump" ]] || "$VENV/bin/pip" install --quiet nvidia-cuda-cuobjdump ||
-  echo "no cuobjdump: tests/test_sass_report.py will skip its report"
+[[ -x "$purelib/nvidia/cu13/bin/cuobjdump" && -x "$purelib/nvidia/cu13/bin/nvdisasm" ]] ||
+  "$VENV/bin/pip" install --quiet nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm ||
+  echo "no cuobjdump/nvdisasm: tests/test_sass_report.py will skip its report"
 "$PY" -c 'import torch, sys; assert torch.version.cuda, "need a CUDA build of torch"; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 ((prepare)) && exit 0
 
