@@ -3,7 +3,6 @@ ran on this GPU may fault or hang, which no in-process proof survives (docs/engi
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import os
@@ -40,7 +39,6 @@ def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> 
     return None, f"the child process ended without a result, {how}: {last}"
 
 
-@functools.cache  # asked once per key and start
 def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120.0) -> str | None:
     """A probe for :func:`fp8_dummy._proof.proven` in a child: ``target(*args)`` returns None
     (the reference's bytes) or what differs; a crash or a timeout is a refusal, running out of

@@ -209,6 +209,7 @@ def store(key: str, env: list[Any], detail: str) -> str | None:
         os.close(fd)
 
 
+@functools.cache  # asked once per key and start
 def driver_version() -> str:
     """The NVIDIA driver's version ("580.159.03"), or "" where nvidia-smi cannot tell."""
     cmd = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
