@@ -18,7 +18,7 @@ from .routing import apply_overrides, parse_routing, plan_routing
 from .stateless import init_stateless_, tensor_seed
 
 __all__ = ["Spec", "fill_", "initialize_realistic_dummy_weights", "model_specs", "module_kind"]
-__all__ += ["tensor_spec"]
+__all__ += ["model_tensors", "tensor_spec"]
 
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
@@ -295,6 +295,15 @@ def model_specs(
     return specs
 
 
+def model_tensors(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor, tuple]]:
+    """(module, full name, tensor, shape) of each tensor vLLM's dummy loader fills, in its
+    order: what :func:`model_specs` takes for a whole (unsharded) model."""
+    from .engines.core import walk  # at call time: the engines' vLLM format imports this module
+
+    modules = dict(model.named_modules(remove_duplicate=False))
+    return [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
+
+
 def initialize_realistic_dummy_weights(
     model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None,
     routing: str | os.PathLike = "balanced",
@@ -306,10 +315,9 @@ def initialize_realistic_dummy_weights(
     # one seed domain (tensor_seed's): an int in [-2^63, 2^64), read modulo 2^64 as torch does
     seed = as_int64(seed, "seed", "initialize_realistic_dummy_weights") % (1 << 64)
     profile = parse_routing(routing)
-    from .engines.core import unwritable, walk  # at call time: engines' vLLM imports this
+    from .engines.core import unwritable  # at call time: engines' vLLM imports this
 
-    modules = dict(model.named_modules(remove_duplicate=False))
-    tensors = [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
+    tensors = model_tensors(model)
     specs = model_specs(model, tensors, num_layers)
     for _, name, t, _ in tensors:
         if t.device.type not in ("cpu", "cuda", "meta"):

@@ -89,11 +89,9 @@ def _model(config: Any, device: str) -> torch.nn.Module:
 
 
 def _plan(model: torch.nn.Module, profile: R.Profile, seed: int, progress: Any = None):
-    from .engines.core import walk
-    from .realistic import model_specs
+    from .realistic import model_specs, model_tensors
 
-    modules = dict(model.named_modules(remove_duplicate=False))
-    tensors = [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
+    tensors = model_tensors(model)
     specs = model_specs(model, tensors)
     shapes = {n: tuple(s) for _, n, _, s in tensors}
     config = getattr(model, "config", None)

@@ -14,7 +14,7 @@ import torch
 
 import fp8_dummy
 from fp8_dummy import routing as R
-from fp8_dummy.realistic import fill_, model_specs
+from fp8_dummy.realistic import fill_, model_specs, model_tensors
 from fp8_dummy.stateless import tensor_seed
 
 tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
@@ -236,10 +236,7 @@ def test_zipf_on_other_sizes(arch, kw, alpha):
 
 
 def _tensors(model: torch.nn.Module) -> list:
-    from fp8_dummy.engines.core import walk
-
-    modules = dict(model.named_modules(remove_duplicate=False))
-    return [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
+    return model_tensors(model)
 
 
 def recorded(layers: int, experts: int, k: int, seed: int) -> list[list[float]]:
