@@ -412,11 +412,33 @@ def simulate(r: Router, offsets: np.ndarray, tokens: int = 16384, key: int = 1) 
     return np.bincount(picked.flatten().numpy(), minlength=r.experts) / tokens
 
 
+def _descend(b: np.ndarray, step, iterations: int, tol: float, grow: float, least: float):
+    """The one loop of both solves: ``step(b)`` -> (error in log space, slope of each
+    expert's log share in its own offset); steps err / slope (clipped to 1), the rate
+    halved while a step makes the worst error worse and grown by ``grow`` after one that
+    does not; ends at a worst error below ``tol`` or a rate below ``least``."""
+    (err, slope), rate = step(b), 1.0
+    for _ in range(iterations):
+        worst = np.abs(err).max()
+        if worst < tol:
+            break
+        trial = b + rate * np.clip(err / slope, -1, 1)
+        trial -= trial.mean()
+        trial_err, trial_slope = step(trial)
+        if np.abs(trial_err).max() < worst:
+            b, err, slope, rate = trial, trial_err, trial_slope, min(1.0, rate * grow)
+        else:
+            rate /= 2
+            if rate < least:
+                break
+    return b
+
+
 def _newton(b: np.ndarray, want: np.ndarray, live: np.ndarray, k: int, score: str) -> np.ndarray:
     """b with log π(b) = want where ``live``, π by quadrature: Newton steps on each expert's
-    own derivative (exact, from the quadrature), halved while they make the worst error
-    worse. It converges to 1e-9, far below the 2^-12 grid the offsets are rounded to, so that
-    the last bits another machine's arithmetic changes cannot change a rounded offset."""
+    own derivative (exact, from the quadrature). It converges to 1e-9, far below the 2^-12
+    grid the offsets are rounded to, so that the last bits another machine's arithmetic
+    changes cannot change a rounded offset."""
     floor = np.exp(want.min()) * 1e-3
 
     def step(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -425,46 +447,19 @@ def _newton(b: np.ndarray, want: np.ndarray, live: np.ndarray, k: int, score: st
         err = np.where(live, want - np.log(pi), 0.0)
         return err, np.clip(d / pi, 0.05, 50.0)
 
-    (err, slope), rate = step(b), 1.0
-    for _ in range(200):
-        worst = np.abs(err).max()
-        if worst < 1e-9:
-            break
-        trial = b + rate * np.clip(err / slope, -1, 1)
-        trial -= trial.mean()
-        trial_err, trial_slope = step(trial)
-        if np.abs(trial_err).max() < worst:
-            b, err, slope, rate = trial, trial_err, trial_slope, min(1.0, rate * 2)
-        else:
-            rate /= 2
-            if rate < 1e-6:
-                break
-    return b
+    return _descend(b, step, iterations=200, tol=1e-9, grow=2.0, least=1e-6)
 
 
 def _fixed_point(b, want, live, probabilities, slope, iterations=60, tol=1e-4) -> np.ndarray:
-    """b such that log probabilities(b) = want where ``live``: steps err / slope (the slope of
-    log p_e in b_e near the solution), halved while they make the worst error worse."""
+    """b such that log probabilities(b) = want where ``live``, at one fixed ``slope`` (a
+    simulation has no derivative to offer)."""
     floor = np.exp(want.min()) * 1e-3
 
-    def error(x: np.ndarray) -> np.ndarray:
-        return np.where(live, want - np.log(np.maximum(probabilities(x), floor)), 0.0)
+    def step(x: np.ndarray) -> tuple[np.ndarray, float]:
+        err = np.where(live, want - np.log(np.maximum(probabilities(x), floor)), 0.0)
+        return err, slope
 
-    err, rate = error(b), 1.0
-    for _ in range(iterations):
-        worst = np.abs(err).max()
-        if worst < tol:
-            break
-        trial = b + rate * np.clip(err / slope, -1, 1)
-        trial -= trial.mean()
-        trial_err = error(trial)
-        if np.abs(trial_err).max() < worst:
-            b, err, rate = trial, trial_err, min(1.0, rate * 1.5)
-        else:
-            rate /= 2
-            if rate < 1e-3:
-                break
-    return b
+    return _descend(b, step, iterations, tol, grow=1.5, least=1e-3)
 
 
 def solve_offsets(r: Router, target: np.ndarray) -> np.ndarray:
