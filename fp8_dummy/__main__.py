@@ -1,6 +1,7 @@
 """``python -m fp8_dummy check [--device cpu|cuda|all] [--bench] [--json FILE]``: does every path
 hold here, and how fast (``check --help``). ``python -m fp8_dummy routing CONFIG --routing P``:
-the MoE load a routing profile gives (``routing --help``). ``python -m fp8_dummy --includedir
+the MoE load a routing profile gives (``routing --help``). ``python -m fp8_dummy export CONFIG
+OUT``: the dummy model as a checkpoint (``export --help``). ``python -m fp8_dummy --includedir
 | --cmakedir | --library``: paths for build scripts
 (``-Dfp8_dummy_DIR=$(python -m fp8_dummy --cmakedir)``)."""
 
@@ -21,11 +22,16 @@ def main(argv: list[str] | None = None) -> int:
         from .check import main as check
 
         return check(argv[1:])
+    if argv[:1] == ["export"]:
+        from .export import main as export
+
+        return export(argv[1:])
     if argv[:1] == ["routing"]:
         from .routing_report import main as routing
 
         return routing(argv[1:])
-    usage = "python -m fp8_dummy (check ... | routing ... | --includedir | --cmakedir | --library)"
+    usage = "python -m fp8_dummy (check ... | export ... | routing ... | --includedir | "
+    usage += "--cmakedir | --library)"
     parser = argparse.ArgumentParser(prog="python -m fp8_dummy", usage=usage, description=__doc__)
     group = parser.add_mutually_exclusive_group(required=True)
     for name, fn in _PATHS.items():

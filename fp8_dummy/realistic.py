@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -151,11 +152,18 @@ def tensor_spec(
     bound = std * math.sqrt(3)
     if scale is not None and dtype in _FP8:  # codes over the range, the scale brings the std
         top = _fp8_bound(dtype)
-        if scale[1] in _BYTES:
-            bound = bound / 2.0 ** _exponent(bound, top)
+        if scale[1] in _BYTES or _pow2(local, siblings):
+            bound = bound / 2.0 ** _pow2_exponent(bound, top, scale[1])
         else:
             bound = min(top, bound / _float_scale(bound / top, scale[1]))
     return Spec(role, "uniform", -bound, bound)
+
+
+def _pow2(weight: str, siblings: Siblings) -> bool:
+    """An FP8 weight's block scales (``<w>_scale_inv``, float) are powers of two, as DeepSeek's
+    checkpoints' are: recipes that round block scales to UE8M0 (DeepGEMM's) keep them exactly."""
+    inv = siblings.get(f"{weight}_scale_inv")
+    return inv is not None and inv[1].is_floating_point and inv[1] != _E8M0
 
 
 def _tiny(dtype: torch.dtype) -> float:
@@ -190,6 +198,13 @@ def _exponent(bound: float, top: float) -> int:
     return math.ceil(math.log2(bound / top))
 
 
+def _pow2_exponent(bound: float, top: float, dtype: torch.dtype) -> int:
+    """:func:`_exponent`, but no power of two below a float scale dtype's smallest normal
+    value: there the codes' range shrinks instead (E8M0 reaches 2^-127, as before)."""
+    e = _exponent(bound, top)
+    return max(e, math.frexp(_tiny(dtype))[1] - 1) if dtype not in _BYTES else e
+
+
 def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
     """A weight's scales: constant but E8M0 scales of FP4 codes; of no 1-byte weight: 1.0."""
     base, _, level = local.rpartition("_scale")
@@ -206,6 +221,9 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
         if level == "_2":
             return Spec("weight_scale_2", "const", second)
         return Spec("weight_scale", "const", _float_scale(total / second, first))
+    if level == "_inv" and dtype not in _BYTES and weight[1] in _FP8:  # block scales: 2^e
+        e = _pow2_exponent(std * math.sqrt(3), _fp8_bound(weight[1]), dtype)
+        return Spec("weight_scale", "const", 2.0**e)
     if dtype not in _BYTES:
         if weight[1] in _FP8:  # the codes' range shrinks where the scale would underflow
             top = _fp8_bound(weight[1])
@@ -315,7 +333,16 @@ def initialize_realistic_dummy_weights(
     # one seed domain (tensor_seed's): an int in [-2^63, 2^64), read modulo 2^64 as torch does
     seed = as_int64(seed, "seed", "initialize_realistic_dummy_weights") % (1 << 64)
     profile = parse_routing(routing)
+    from . import checkpoint  # at call time: it builds on this module
     from .engines.core import unwritable  # at call time: engines' vLLM imports this
+
+    if checkpoint.is_transformers_model(model):  # keyed by the checkpoint's names
+        try:
+            blocks = checkpoint.memory_blocks(model)
+        except checkpoint.UnplacedTensorError as e:  # keyed by the in-memory names instead
+            warnings.warn(f"{e}; its tensors are keyed by their in-memory names", stacklevel=2)
+        else:
+            return _fill_logical(model, seed, num_layers, profile, unwritable, blocks)
 
     tensors = model_tensors(model)
     specs = model_specs(model, tensors, num_layers)
@@ -339,4 +366,34 @@ def initialize_realistic_dummy_weights(
         if id(t) not in done:
             done.add(id(t))
             fill_(t, specs[name], tensor_seed(seed, name), overrides=overrides.get(name))
+    return specs
+
+
+def _fill_logical(model, seed, num_layers, profile, unwritable, blocks) -> dict[str, Spec]:
+    """A transformers model: each checkpoint tensor of the logical model (fp8_dummy.checkpoint)
+    written where transformers' own conversion puts it in memory, all checked first."""
+    from . import checkpoint
+
+    lm = checkpoint.logical_model(
+        model, seed, routing=profile, num_layers=num_layers, blocks=blocks
+    )
+    own = checkpoint._own_tensors(model)
+    specs = lm.specs
+    for name, b in blocks.items():
+        t = own[b.source]
+        if t.device.type not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"fp8_dummy: {b.source}: device {t.device} (CPU, CUDA or meta)")
+        if t.device.type == "meta":
+            specs[name] = Spec("deferred", "skip")
+    for name, b in blocks.items():  # every tensor checked before any is written
+        t, spec = own[b.source], specs[name]
+        raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
+        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
+        if why is not None:
+            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {b.source}: {why}")
+    checkpoint.fill_model(model, lm, blocks)
+    first = {id(t): n for n, t in own.items()}
+    for name, t in model.state_dict(keep_vars=True).items():  # tied names: their tensor's spec
+        if name not in own and first.get(id(t)) in specs:
+            specs[name] = specs[first[id(t)]]
     return specs

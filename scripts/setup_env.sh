@@ -15,8 +15,9 @@ py="$venv/bin/python"
 # setuptools: what every supported torch accepts (2.13+ ask for >= 77.0.3, 2.11/2.12 for
 # < 82); wheel: setuptools < 70 needs it to build. (matplotlib, for the benchmarks' plots
 # only, is not installed here: pip install matplotlib.) transformers: model classes from a
-# config for tests/test_realistic_models.py (5.20.2: torch >= 2.6, Python >= 3.10).
-pkgs=(numpy pytest ninja "setuptools>=77.0.3,<82" wheel transformers==5.20.2)
+# config for tests/test_realistic_models.py (5.20.2: torch >= 2.6, Python >= 3.10); accelerate:
+# transformers' FP8 loader, which tests/test_export.py runs on the exported fp8-block checkpoints.
+pkgs=(numpy pytest ninja "setuptools>=77.0.3,<82" wheel transformers==5.20.2 accelerate==1.16.0)
 if [ "${TORCH_SPEC:-torch==2.13.0}" != none ]; then
   pkgs+=("${TORCH_SPEC:-torch==2.13.0}")
 fi

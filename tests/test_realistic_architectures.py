@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fp8_dummy
+import fp8_dummy.checkpoint as checkpoint
 import fp8_dummy.realistic as realistic
 from fp8_dummy.realistic_arch import DEFAULT, derive
 
@@ -97,6 +98,7 @@ def test_the_plain_rule_breaks_post_norm(monkeypatch):
     """Negative control: without the probe, OLMo 2's residual grows past the bound (~√(2L+1):
     5.7 at 16 layers)."""
     monkeypatch.setattr(realistic, "derive", lambda model: DEFAULT)
+    monkeypatch.setattr(checkpoint, "derive", lambda model: DEFAULT)
     model, why = sweep.build("olmo2", 16)
     assert model is not None, why
     fp8_dummy.initialize_realistic_dummy_weights(model, seed=0)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import fp8_dummy
+from fp8_dummy.checkpoint import checkpoint_state
 
 tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
 
@@ -109,7 +110,7 @@ def show(label: str, m: dict) -> str:
 def state_bytes(model: torch.nn.Module) -> dict:
     return {
         n: hashlib.sha1(t.detach().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
-        for n, t in model.state_dict().items()
+        for n, t in checkpoint_state(model).items()
     }
 
 

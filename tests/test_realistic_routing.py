@@ -314,13 +314,14 @@ def test_routing_on_a_model_without_a_router_is_refused():
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3"])
 def test_balanced_is_todays_bytes(arch):
-    """'balanced' (and no argument) writes exactly each tensor's spec by its own key: the
-    fill without any routing machinery, rebuilt here tensor by tensor."""
+    """'balanced' (and no argument) writes exactly each checkpoint tensor's spec by its own
+    key: the fill without any routing machinery, rebuilt here tensor by tensor."""
+    from fp8_dummy.checkpoint import checkpoint_state, logical_model
+
     model = build(arch)
-    tensors = _tensors(model)
-    specs = model_specs(model, tensors)
-    for _, name, t, _ in tensors:
-        fill_(t, specs[name], tensor_seed(0, name))
+    specs = logical_model(model, 0).specs
+    for name, view in checkpoint_state(model).items():
+        fill_(view, specs[name], tensor_seed(0, name))
     want = {n: t.clone() for n, t in model.state_dict().items()}
     for kw in ({}, {"routing": "balanced"}):
         _poisoned(model)

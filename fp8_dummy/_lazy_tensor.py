@@ -1,0 +1,209 @@
+"""A tensor of a checkpoint that nobody materializes: :class:`LazyTensor` stands for a block of a
+named source tensor (row-major element ``offset + Σ i_d · strides_d`` at index ``i``), follows
+the views a weight loader takes of it (narrow, select, transpose, chunk, squeeze, ...), and
+when a loader copies it into a parameter (``param.copy_(lazy)``) asks its source to write those
+elements into the parameter's view directly: an engine's own loader places the checkpoint
+tensor, and no rank holds more of it than its slice. Any other operation (arithmetic, ``cat``,
+``item``) gets the block's real values, made for that operation alone (counted in
+:data:`materialized`), so a loader that does more than views and copies is still exact.
+
+The reverse direction maps a model's in-memory tensors to checkpoint names: :func:`view_map`
+runs a conversion (transformers' ``revert_weight_conversion``) on stand-ins of the model's
+tensors and returns, for each checkpoint tensor, where its elements lie in an in-memory one."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+__all__ = ["Block", "LazyTensor", "NotAffineError", "materialized", "view_map"]
+
+# write(destination, block): fill ``destination`` (shape = block.shape) with the block's values
+Writer = Callable[[torch.Tensor, "Block"], None]
+materialized: Counter = Counter()  # source name -> times an operation needed its real values
+_aten = torch.ops.aten
+_COPIES = {_aten.clone.default, _aten._to_copy.default, _aten.lift_fresh.default}
+_COPIES |= {_aten.detach.default, _aten.alias.default, _aten.lift_fresh_copy.default}
+
+
+class NotAffineError(RuntimeError):
+    """An operation whose result is no strided block of its source (and no values to make)."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """Elements of the source tensor ``source`` (logical shape ``source_shape``, row-major):
+    index ``i`` of a tensor of ``shape`` is element ``offset + Σ i_d · strides_d``."""
+
+    source: str
+    source_shape: tuple[int, ...]
+    shape: tuple[int, ...]
+    offset: int
+    strides: tuple[int, ...]
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _is_view(func: Any) -> bool:
+    returns = func._schema.returns
+    return bool(returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in returns
+    )
+
+
+class LazyTensor(torch.Tensor):
+    """A stand-in (no storage) for a strided block of a named source tensor; see the module."""
+
+    @staticmethod
+    def __new__(
+        cls,
+        proxy: torch.Tensor,
+        source: str,
+        source_shape: tuple[int, ...],
+        source_dtype: torch.dtype,
+        writer: Writer | None,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str = "cpu",
+    ) -> LazyTensor:
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, proxy.shape, dtype=dtype or source_dtype, device=device, requires_grad=False
+        )
+        r._proxy, r._source, r._source_shape = proxy, source, tuple(source_shape)
+        r._source_dtype, r._writer = source_dtype, writer
+        return r
+
+    @classmethod
+    def of(
+        cls,
+        source: str,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        writer: Writer | None,
+        device: torch.device | str = "cpu",
+    ) -> LazyTensor:
+        """The whole source tensor ``source`` of ``shape`` and ``dtype``."""
+        base = torch.empty(max(math.prod(shape), 1), dtype=dtype, device="meta")
+        proxy = base.as_strided(tuple(shape), _row_major(tuple(shape)), 0)
+        return cls(proxy, source, tuple(shape), dtype, writer, device=device)
+
+    def block(self) -> Block:
+        p = self._proxy
+        return Block(
+            self._source, self._source_shape, tuple(p.shape), p.storage_offset(), p.stride()
+        )
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # no values made to print it
+        return f"LazyTensor({self._source}, shape={tuple(self.shape)}, dtype={self.dtype})"
+
+    def _like(self, proxy: torch.Tensor, dtype: torch.dtype | None = None, device=None):
+        return LazyTensor(
+            proxy,
+            self._source,
+            self._source_shape,
+            self._source_dtype,
+            self._writer,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+        )
+
+    def values(self) -> torch.Tensor:
+        """The block's real values, in this tensor's dtype, on the CPU."""
+        if self._writer is None:
+            raise NotAffineError(f"{self._source}: no values to make (a name map only)")
+        materialized[self._source] += 1
+        out = torch.empty(self.shape, dtype=self._source_dtype)
+        self._writer(out, self.block())
+        return out.to(self.dtype)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _aten.copy_.default and isinstance(args[1], LazyTensor):
+            dst, src = args[0], args[1]
+            if not isinstance(dst, LazyTensor):
+                src._write_into(dst)
+                return dst
+        if func in _COPIES and isinstance(args[0], LazyTensor):
+            src = args[0]
+            dtype = kwargs.get("dtype") or src.dtype
+            # a copy keeps the values: the same block, in its own (contiguous) layout
+            return src._like(src._proxy, dtype=dtype, device=kwargs.get("device"))
+        if _is_view(func) and not _mixed(args, kwargs):
+            found = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))]
+            lazies = [a for a in found if isinstance(a, LazyTensor)]
+            if len(lazies) == 1:
+                first = lazies[0]
+                out = func(*tree_map(_proxy_of, args), **tree_map(_proxy_of, kwargs))
+                root = first._proxy  # inside dispatch views carry no _base: their storage tells
+                views = out if isinstance(out, (list, tuple)) else [out]
+                if all(
+                    isinstance(v, torch.Tensor) and torch._C._is_alias_of(v, root) for v in views
+                ):
+                    wrapped = [first._like(v) for v in views]
+                    return type(out)(wrapped) if isinstance(out, (list, tuple)) else wrapped[0]
+        # anything else: the real values, made for this operation
+        real = tree_map(lambda a: a.values() if isinstance(a, LazyTensor) else a, (args, kwargs))
+        return func(*real[0], **real[1])
+
+    def _write_into(self, dst: torch.Tensor) -> None:
+        """``dst.copy_(self)``: the block's values written into ``dst`` (broadcast as copy_
+        does; converted from the source's dtype through this tensor's, as copies would)."""
+        if self._writer is None:
+            raise NotAffineError(f"{self._source}: no values to write (a name map only)")
+        proxy = self._proxy
+        if tuple(proxy.shape) != tuple(dst.shape):
+            proxy = proxy.expand(dst.shape)  # copy_'s broadcast: a stride of 0
+        blk = Block(
+            self._source,
+            self._source_shape,
+            tuple(dst.shape),
+            proxy.storage_offset(),
+            proxy.stride(),
+        )
+        if dst.dtype == self._source_dtype == self.dtype:
+            self._writer(dst, blk)
+            return
+        tmp = torch.empty(dst.shape, dtype=self._source_dtype, device=dst.device)
+        self._writer(tmp, blk)
+        dst.copy_(tmp.to(self.dtype))
+
+
+def _proxy_of(a: Any) -> Any:
+    return a._proxy if isinstance(a, LazyTensor) else a
+
+
+def _mixed(args: Any, kwargs: Any) -> bool:
+    """A view op with a real tensor among its arguments (not one block of one source)."""
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    return any(isinstance(a, torch.Tensor) and not isinstance(a, LazyTensor) for a in leaves)
+
+
+def view_map(
+    convert: Callable[[dict[str, torch.Tensor]], Mapping[str, Any]],
+    tensors: Mapping[str, torch.Tensor],
+) -> dict[str, Block]:
+    """``convert`` (in-memory name -> tensor) -> (checkpoint name -> tensor) run on stand-ins:
+    each checkpoint tensor's :class:`Block` of an in-memory tensor; NotAffineError when the
+    conversion does more than views and copies."""
+    lazy = {n: LazyTensor.of(n, tuple(t.shape), t.dtype, None) for n, t in tensors.items()}
+    with torch.no_grad():
+        out = convert(lazy)
+    blocks = {}
+    for name, t in out.items():
+        t = t[0] if isinstance(t, list) else t
+        if not isinstance(t, LazyTensor):
+            raise NotAffineError(f"{name}: the conversion made it from values, not a view")
+        blocks[name] = t.block()
+    return blocks

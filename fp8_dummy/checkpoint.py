@@ -1,0 +1,393 @@
+"""One dummy model per (config, seed, routing, format), defined over the checkpoint's tensor
+names (docs/export.md): the value of each checkpoint tensor (its name and shape in the model's
+published safetensors, ``model.layers.3.mlp.experts.17.down_proj.weight``) is the realistic
+mode's fill (docs/realistic.md) keyed by ``tensor_seed(seed, checkpoint name)``. Every holder
+of the model takes its bytes from here: transformers' in-memory tensors through the views its
+own checkpoint conversion takes of them (:func:`memory_blocks`), an engine through its own
+weight loader fed :class:`~fp8_dummy._lazy_tensor.LazyTensor` stand-ins (:meth:`LogicalModel.
+lazy`), and ``python -m fp8_dummy export`` by writing each tensor whole (fp8_dummy/export.py).
+
+The checkpoint's names are transformers' own: the model class the config names, built on the
+meta device, its ``state_dict`` (tied tensors once) put through transformers'
+``revert_weight_conversion`` (what ``save_pretrained`` writes). The quantized formats add
+their tensors beside each quantized linear weight (:data:`FORMATS`)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ._lazy_tensor import Block, LazyTensor, NotAffineError, view_map
+from .ops import as_int64
+from .realistic import Spec, fill_, model_specs
+from .realistic_arch import DEFAULT, Arch, derive
+from .routing import parse_routing, plan_routing
+from .stateless import tensor_seed
+
+__all__ = ["FORMATS", "CheckpointTensor", "LogicalModel", "UnplacedTensorError"]
+__all__ += ["build_model", "checkpoint_names", "checkpoint_state", "logical_model"]
+__all__ += ["memory_blocks"]
+
+BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
+E4M3 = torch.float8_e4m3fn
+
+
+@dataclass(frozen=True)
+class Format:
+    """A checkpoint format: the float dtype of what stays unquantized, and how the linear
+    weights of the decoder layers are quantized (``None``: not at all)."""
+
+    name: str
+    dtype: torch.dtype
+    quant: str | None = None  # "per-tensor" | "block"
+    description: str = ""
+
+    def quantization_config(self, skipped: list[str]) -> dict | None:
+        """The config.json entry the engines' loaders read (transformers' and vLLM's "fp8"
+        method); ``skipped``: the linear modules left unquantized (routers, lm_head)."""
+        if self.quant is None:
+            return None
+        cfg: dict[str, Any] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+        cfg["fmt"] = "e4m3"
+        if self.quant == "block":
+            cfg["weight_block_size"] = [BLOCK, BLOCK]
+        cfg["modules_to_not_convert"] = list(skipped)
+        cfg["ignored_layers"] = list(skipped)
+        return cfg
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("bf16", torch.bfloat16, None, "every tensor bfloat16"),
+        Format("fp16", torch.float16, None, "every tensor float16"),
+        Format("fp8", torch.bfloat16, "per-tensor", "e4m3 linear weights, float32 weight_scale"),
+        Format(
+            "fp8-block",
+            torch.bfloat16,
+            "block",
+            "e4m3 linear weights, float32 weight_scale_inv per 128x128 block (powers of two)",
+        ),
+    )
+}
+_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+
+
+class UnplacedTensorError(ValueError):
+    """A model whose in-memory tensors no checkpoint conversion places by views alone."""
+
+
+@dataclass
+class CheckpointTensor:
+    """One tensor of the logical checkpoint: what it gets and where its values come from."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    spec: Spec
+    key: int
+    overrides: list | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass
+class LogicalModel:
+    """The logical checkpoint of one (config, seed, routing, format)."""
+
+    tensors: dict[str, CheckpointTensor]
+    config: Any
+    seed: int
+    format: Format | None
+    skipped: list[str] = field(default_factory=list)
+
+    def write(self, dst: torch.Tensor, block: Block) -> None:
+        """Fill ``dst`` with the elements ``block`` names of its checkpoint tensor."""
+        t = self.tensors[block.source]
+        where = dict(element_offset=block.offset, element_strides=list(block.strides))
+        fill_(dst, t.spec, t.key, **where, overrides=t.overrides, logical_shape=t.shape)
+
+    def fill(self, name: str, dst: torch.Tensor) -> torch.Tensor:
+        """The checkpoint tensor ``name`` whole, written into ``dst`` (its shape)."""
+        t = self.tensors[name]
+        if tuple(dst.shape) != t.shape:
+            raise ValueError(
+                f"fp8_dummy: {name}: shape {tuple(dst.shape)}, the checkpoint's {t.shape}"
+            )
+        strides = _row_major(t.shape)
+        return self.write(dst, Block(name, t.shape, t.shape, 0, strides)) or dst
+
+    def lazy(self, name: str, device: torch.device | str = "cpu") -> LazyTensor:
+        """A stand-in for the checkpoint tensor ``name`` that an engine's loader can narrow,
+        transpose and copy into its parameters; the values are written at the copy."""
+        t = self.tensors[name]
+        return LazyTensor.of(name, t.shape, t.dtype, self.write, device=device)
+
+    def items(self) -> Iterator[tuple[str, LazyTensor]]:
+        """(checkpoint name, stand-in) in the checkpoint's order: a weights iterator."""
+        for name in self.tensors:
+            yield name, self.lazy(name)
+
+    def quantization_config(self) -> dict | None:
+        return self.format.quantization_config(self.skipped) if self.format else None
+
+    @property
+    def specs(self) -> dict[str, Spec]:
+        return {n: t.spec for n, t in self.tensors.items()}
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(out))
+
+
+def is_transformers_model(model: torch.nn.Module) -> bool:
+    return any(c.__module__.startswith("transformers.") for c in type(model).__mro__) and hasattr(
+        model, "config"
+    )
+
+
+def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """The transformers model class ``config`` names, on the meta device (no memory)."""
+    import transformers
+
+    kw = {"dtype": dtype} if dtype is not None else {}
+    errors = []
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
+        try:
+            with torch.device("meta"):
+                return auto.from_config(config, **kw)
+        except (ValueError, KeyError) as e:
+            errors.append(f"{auto.__name__}: {e}")
+    raise ValueError(f"fp8_dummy: no transformers model class for this config: {'; '.join(errors)}")
+
+
+def _own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state_dict tensors, each tied tensor once (under its first name)."""
+    seen: set[int] = set()
+    out = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) not in seen:
+            seen.add(id(t))
+            out[name] = t
+    return out
+
+
+def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
+    """Checkpoint name -> where its elements lie in the in-memory tensor (``block.source``):
+    transformers' save conversion run on stand-ins; identity for other models."""
+    own = _own_tensors(model)
+    if not is_transformers_model(model):
+        return {
+            n: Block(n, tuple(t.shape), tuple(t.shape), 0, _row_major(tuple(t.shape)))
+            for n, t in own.items()
+        }
+    from transformers.core_model_loading import revert_weight_conversion
+
+    try:
+        return view_map(lambda d: revert_weight_conversion(model, d), own)
+    except NotAffineError as e:
+        raise UnplacedTensorError(
+            f"fp8_dummy: {type(model).__name__}: transformers' checkpoint conversion of this "
+            f"model is not views of its tensors ({e}), so its checkpoint names cannot be placed"
+        ) from None
+
+
+def checkpoint_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Checkpoint name -> a view of the in-memory tensor that holds it (tied names too):
+    what ``save_pretrained`` would write, without a copy."""
+    own, out = _own_tensors(model), {}
+    for name, b in memory_blocks(model).items():
+        src = own[b.source].detach()
+        out[name] = src.as_strided(b.shape, b.strides, src.storage_offset() + b.offset)
+    first = {id(t): n for n, t in own.items()}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if name not in own and first.get(id(t)) in out:
+            out[name] = out[first[id(t)]]
+    return out
+
+
+def checkpoint_names(model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Checkpoint name -> (shape, dtype) of an unquantized checkpoint of ``model``."""
+    own = _own_tensors(model)
+    return {n: (b.shape, own[b.source].dtype) for n, b in memory_blocks(model).items()}
+
+
+def _module(model: torch.nn.Module, name: str, fallback: str) -> torch.nn.Module:
+    owner = name.rpartition(".")[0]
+    for path in (owner, fallback.rpartition(".")[0]):
+        try:
+            return model.get_submodule(path) if path else model
+        except AttributeError:
+            continue
+    return torch.nn.Module()
+
+
+def _quantized(name: str, shape: tuple, spec: Spec) -> bool:
+    """A linear weight of a decoder layer (not a router, an embedding, lm_head or a norm)."""
+    return (
+        name.endswith(".weight")
+        and len(shape) == 2
+        and spec.role in ("linear", "residual_out")
+        and _LAYER.search(name) is not None
+    )
+
+
+def logical_model(
+    model: torch.nn.Module,
+    seed: int = 0,
+    *,
+    routing: Any = "balanced",
+    num_layers: int | None = None,
+    format: str | None = None,
+    arch: Arch | None = None,
+    blocks: Mapping[str, Block] | None = None,
+) -> LogicalModel:
+    """The logical checkpoint of ``model`` (a transformers model, on meta or real; its
+    in-memory dtypes, or ``format``'s: :data:`FORMATS`), all checked before anything is
+    written; ``arch``: default :func:`realistic_arch.derive` (the plain rule on meta)."""
+    seed = as_int64(seed, "seed", "fp8_dummy") % (1 << 64)
+    profile = parse_routing(routing)
+    fmt = None
+    if format is not None:
+        if format not in FORMATS:
+            raise ValueError(
+                f"fp8_dummy: unknown format {format!r}; the formats: {', '.join(FORMATS)}"
+            )
+        fmt = FORMATS[format]
+    blocks = memory_blocks(model) if blocks is None else blocks
+    own = _own_tensors(model)
+    arch = (derive(model) if not _on_meta(model) else _derive_twin(model)) if arch is None else arch
+    entries = []
+    for name, b in blocks.items():
+        dtype = own[b.source].dtype
+        if fmt is not None and dtype.is_floating_point:
+            dtype = torch.float32 if _kept_fp32(model, name) else fmt.dtype
+        stand_in = torch.empty(b.shape, dtype=dtype, device="meta")
+        entries.append((_module(model, name, b.source), name, stand_in, b.shape))
+    arch = _renamed(arch, blocks)
+    specs = model_specs(model, entries, num_layers, arch)
+    skipped: list[str] = []
+    if fmt is not None and fmt.quant is not None:
+        entries, skipped = _quantize(entries, specs, fmt)
+        specs = model_specs(model, entries, num_layers, arch)
+    shapes = {n: tuple(s) for _, n, _, s in entries}
+    dtypes = {n: t.dtype for _, n, t, _ in entries}
+    config = getattr(model, "config", None)
+    _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    tensors = {
+        n: CheckpointTensor(
+            n, shapes[n], dtypes[n], specs[n], tensor_seed(seed, n), overrides.get(n)
+        )
+        for _, n, _, _ in entries
+    }
+    return LogicalModel(tensors, config, seed, fmt, skipped)
+
+
+def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
+    """The facts (found on in-memory module and tensor names) under the checkpoint's names:
+    each checkpoint tensor's owner gets its in-memory tensor's owner's facts."""
+    post, residual, gains, offset = set(arch.post), set(arch.residual), set(arch.gains), {}
+    offset.update(arch.offset)
+    for name, b in blocks.items():
+        owner, source = name.rpartition(".")[0], b.source.rpartition(".")[0]
+        if name == b.source:
+            continue
+        post.update([owner] if source in arch.post else [])
+        residual.update([owner] if source in arch.residual else [])
+        gains.update([name] if b.source in arch.gains else [])
+        if source in arch.offset:
+            offset[owner] = arch.offset[source]
+    return arch._replace(
+        post=frozenset(post), residual=frozenset(residual), gains=frozenset(gains), offset=offset
+    )
+
+
+TWIN_BYTES = 1 << 30  # the largest model built for real to probe its architecture's facts
+
+
+def _derive_twin(model: torch.nn.Module) -> Arch:
+    """The facts of a model on the meta device: probed on a float32 twin built on the CPU from
+    the same config where it takes at most :data:`TWIN_BYTES` (small and test models, so that
+    their export is their in-memory fill), else the plain rule (docs/export.md)."""
+    if not is_transformers_model(model):
+        return DEFAULT
+    size = sum(t.numel() for t in _own_tensors(model).values()) * 4
+    if size > TWIN_BYTES:
+        return DEFAULT
+    try:
+        with torch.device("cpu"):
+            twin = type(model)._from_config(model.config, dtype=torch.float32)
+    except Exception:  # a class that cannot be built here: the plain rule, as for vLLM's
+        return DEFAULT
+    return derive(twin)
+
+
+def _kept_fp32(model: torch.nn.Module, name: str) -> bool:
+    """A tensor the model class keeps in float32 whatever the dtype (transformers'
+    ``_keep_in_fp32_modules_strict``: DeepSeek's correction bias), as its checkpoints do."""
+    keep = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
+    return any(re.search(rf"(?:^|\.){re.escape(k)}(?:\.|$)", name) for k in keep)
+
+
+def _on_meta(model: torch.nn.Module) -> bool:
+    return any(t.is_meta for t in _own_tensors(model).values())
+
+
+def _quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[list, list[str]]:
+    """The format's tensors: each decoder-layer linear weight in e4m3 with its scale beside
+    it; the linear modules left unquantized (routers, lm_head)."""
+    out, skipped = [], []
+    for module, name, t, shape in entries:
+        spec = specs[name]
+        if not _quantized(name, shape, spec):
+            out.append((module, name, t, shape))
+            if name.endswith(".weight") and len(shape) == 2 and spec.role in ("router", "lm_head"):
+                skipped.append(name[: -len(".weight")])
+            continue
+        out.append((module, name, torch.empty(shape, dtype=E4M3, device="meta"), shape))
+        if fmt.quant == "block":
+            grid = tuple(-(-d // BLOCK) for d in shape)
+            scale = (f"{name}_scale_inv", grid)
+        else:
+            scale = (f"{name[: -len('weight')]}weight_scale", ())
+        stand_in = torch.empty(scale[1], dtype=torch.float32, device="meta")
+        out.append((module, scale[0], stand_in, scale[1]))
+    return out, skipped
+
+
+def fill_model(model: torch.nn.Module, lm: LogicalModel, blocks: Mapping[str, Block]) -> None:
+    """Write each checkpoint tensor of ``lm`` where ``blocks`` puts it in ``model``."""
+    own = _own_tensors(model)
+    for name, b in blocks.items():
+        src = own[b.source].data
+        if src.is_meta:
+            continue
+        if not src.is_contiguous():
+            raise UnplacedTensorError(f"fp8_dummy: {b.source}: not contiguous in memory")
+        view = src.as_strided(b.shape, b.strides, src.storage_offset() + b.offset)
+        lm.write(view, Block(name, lm.tensors[name].shape, b.shape, 0, _row_major(b.shape)))
+
+
+def config_of(path: str | os.PathLike) -> Any:
+    """A transformers config from a config.json or a directory holding one."""
+    import transformers
+
+    p = os.fspath(path)
+    d = os.path.dirname(p) if os.path.isfile(p) else p
+    if not os.path.isfile(os.path.join(d, "config.json")):
+        raise FileNotFoundError(f"fp8_dummy: no config.json at {p}")
+    if os.path.isfile(p) and os.path.basename(p) != "config.json":
+        return transformers.AutoConfig.from_pretrained(p)
+    return transformers.AutoConfig.from_pretrained(d)

@@ -1,0 +1,302 @@
+"""``python -m fp8_dummy export CONFIG OUT``: the logical dummy model (fp8_dummy/checkpoint.py)
+written as a Hugging Face checkpoint (safetensors shards, their index, config.json), streamed
+a block at a time: memory stays at one block (:data:`CHUNK`) whatever the model's size.
+Everything is checked before the first byte is written; each file is written under a
+temporary name in OUT and renamed when complete, the index last of all (docs/export.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ._lazy_tensor import Block
+from ._progress import Progress
+from .checkpoint import (
+    FORMATS,
+    CheckpointTensor,
+    LogicalModel,
+    build_model,
+    config_of,
+    logical_model,
+)
+
+__all__ = ["export", "main"]
+
+CHUNK = 256 << 20  # bytes of one tensor made at a time
+INDEX = "model.safetensors.index.json"
+_NAMES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+_WEIGHTS = re.compile(r".*\.(safetensors|bin|pt|pth|gguf)$|.*\.index\.json$|^config\.json$")
+_FLOATS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class ExportError(ValueError):
+    """An export refused before anything is written."""
+
+
+def parse_size(text: str | int) -> int:
+    """``5GB``, ``500MB``, ``2GiB`` or a number of bytes."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ExportError(f"fp8_dummy export: shard size {text!r} (e.g. 5GB, 500MB, 2GiB)")
+    unit = m.group(2).upper().rstrip("B")
+    base = 1024 if unit.endswith("I") else 1000
+    power = "KMGT".find(unit[:1]) + 1 if unit else 0
+    size = int(float(m.group(1)) * base**power)
+    if size <= 0:
+        raise ExportError(f"fp8_dummy export: shard size {text!r} must be positive")
+    return size
+
+
+def shards(tensors: Sequence[CheckpointTensor], limit: int) -> list[list[CheckpointTensor]]:
+    """Tensors in order, a new shard when the next would pass ``limit`` bytes (a tensor larger
+    than the limit gets a shard of its own, as transformers does)."""
+    out: list[list[CheckpointTensor]] = [[]]
+    size = 0
+    for t in tensors:
+        if out[-1] and size + t.nbytes > limit:
+            out.append([])
+            size = 0
+        out[-1].append(t)
+        size += t.nbytes
+    return [s for s in out if s]
+
+
+def _header(tensors: Sequence[CheckpointTensor]) -> bytes:
+    """A safetensors header: the JSON table of dtype, shape and byte range, padded to 8."""
+    table: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for t in tensors:
+        table[t.name] = {
+            "dtype": _NAMES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + t.nbytes],
+        }
+        offset += t.nbytes
+    text = json.dumps(table, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text
+
+
+def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(out))
+
+
+def _write_tensor(f: Any, lm: LogicalModel, t: CheckpointTensor) -> None:
+    """The tensor's bytes, made and written a block of rows at a time."""
+    strides = _row_major(t.shape)
+    if not t.shape or t.nbytes <= CHUNK:
+        buf = torch.empty(t.shape, dtype=t.dtype)
+        lm.write(buf, Block(t.name, t.shape, t.shape, 0, strides))
+        f.write(memoryview(buf.reshape(-1).view(torch.uint8).numpy()))
+        return
+    row = t.nbytes // t.shape[0]
+    step = max(1, CHUNK // max(row, 1))
+    for start in range(0, t.shape[0], step):
+        rows = min(step, t.shape[0] - start)
+        shape = (rows, *t.shape[1:])
+        buf = torch.empty(shape, dtype=t.dtype)
+        lm.write(buf, Block(t.name, t.shape, shape, start * strides[0], strides))
+        f.write(memoryview(buf.reshape(-1).view(torch.uint8).numpy()))
+
+
+def _atomic(path: str, write: Any) -> None:
+    """``write(file)`` into a temporary name beside ``path`` (never through a link), then the
+    rename: a file under its final name is complete."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _check_out(out: str) -> None:
+    if os.path.lexists(out):
+        if not os.path.isdir(out) or os.path.islink(out):
+            raise ExportError(f"fp8_dummy export: {out} exists and is not a directory")
+        if os.listdir(out):
+            raise ExportError(f"fp8_dummy export: {out} exists and is not empty (nothing changed)")
+
+
+def _free(out: str) -> int:
+    p = os.path.abspath(out)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    return shutil.disk_usage(p).free
+
+
+def export(
+    config: str | os.PathLike | Any,
+    out: str | os.PathLike,
+    *,
+    seed: int = 0,
+    format: str = "bf16",
+    routing: Any = "balanced",
+    dtype: str | None = None,
+    shard_size: str | int = "5GB",
+    allow_unknown: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Write the logical model of ``config`` (a config.json, a directory holding one, or a
+    transformers config) to the directory ``out``; a summary (tensors, bytes, seconds)."""
+    out = os.fspath(out)
+    _check_out(out)
+    if format not in FORMATS:
+        raise ExportError(
+            f"fp8_dummy export: unknown format {format!r}; the formats: {', '.join(FORMATS)}"
+        )
+    fmt = FORMATS[format]
+    if dtype is not None and dtype not in _FLOATS:
+        raise ExportError(f"fp8_dummy export: --dtype {dtype!r}: one of {', '.join(_FLOATS)}")
+    floats = _FLOATS[dtype] if dtype else fmt.dtype
+    if fmt.quant is None and dtype is not None and floats != fmt.dtype:
+        raise ExportError(
+            f"fp8_dummy export: --format {format} is {fmt.dtype}; --dtype {dtype} "
+            "contradicts it (--dtype sets the unquantized tensors of fp8 formats)"
+        )
+    limit = parse_size(shard_size)
+    source = None
+    if isinstance(config, (str, os.PathLike)):
+        source = os.fspath(config)
+        config = config_of(source)
+    model = build_model(config, dtype=floats)
+    lm = logical_model(model, seed, routing=routing, format=format)
+    if fmt.dtype != floats:
+        for t in lm.tensors.values():
+            if t.dtype == fmt.dtype:
+                t.dtype = floats
+    unknown = [n for n, t in lm.tensors.items() if t.spec.role == "unknown"]
+    if unknown and not allow_unknown:
+        listed = ", ".join(unknown[:8]) + (
+            f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+        )
+        raise ExportError(
+            f"fp8_dummy export: {type(model).__name__}: no role covers {listed} (their values "
+            "would be a guess: σ = 1/√(last dimension)); --allow-unknown to export anyway"
+        )
+    missing = [n for n, t in lm.tensors.items() if t.dtype not in _NAMES]
+    if missing:
+        raise ExportError(
+            f"fp8_dummy export: format {format}: dtypes safetensors cannot hold: "
+            f"{', '.join(missing[:8])}"
+        )
+    tensors = list(lm.tensors.values())
+    total = sum(t.nbytes for t in tensors)
+    free = _free(out)
+    if free < total + (64 << 20):
+        raise ExportError(
+            f"fp8_dummy export: {total / 1e9:.2f} GB to write, {free / 1e9:.2f} GB free at {out}"
+        )
+    # -- written from here on
+    start = time.perf_counter()
+    os.makedirs(out, exist_ok=True)
+    if source is not None:
+        folder = os.path.dirname(source) if os.path.isfile(source) else source
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not _WEIGHTS.match(name):
+                _atomic(os.path.join(out, name), lambda f, p=path: f.write(open(p, "rb").read()))
+    _atomic(os.path.join(out, "config.json"), lambda f: f.write(_config_json(config, lm, floats)))
+    groups = shards(tensors, limit)
+    bar = Progress(len(tensors), total) if progress else None
+    weight_map = {}
+    for i, group in enumerate(groups):
+        name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+
+        def write(f, group=group):
+            f.write(_header(group))
+            for t in group:
+                _write_tensor(f, lm, t)
+                if bar is not None:
+                    bar.update(torch.empty(t.shape, dtype=t.dtype, device="meta"))
+
+        _atomic(os.path.join(out, name), write)
+        weight_map.update({t.name: name for t in group})
+    if bar is not None:
+        bar.close()
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    _atomic(os.path.join(out, INDEX), lambda f: f.write(json.dumps(index, indent=2).encode()))
+    seconds = time.perf_counter() - start
+    return {"tensors": len(tensors), "bytes": total, "shards": len(groups), "seconds": seconds}
+
+
+def _config_json(config: Any, lm: LogicalModel, floats: torch.dtype) -> bytes:
+    data = json.loads(config.to_json_string(use_diff=True))
+    data["dtype"] = str(floats).removeprefix("torch.")
+    data.pop("torch_dtype", None)
+    data.pop("quantization_config", None)
+    quant = lm.quantization_config()
+    if quant is not None:
+        data["quantization_config"] = quant
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fp8_dummy export", description=__doc__)
+    p.add_argument("config", help="a config.json, or a directory holding one")
+    p.add_argument("out", help="the checkpoint's directory (absent or empty)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--format", default="bf16", help=f"one of {', '.join(FORMATS)}")
+    p.add_argument("--routing", default="balanced", help="balanced, zipf:A or a load's JSON")
+    p.add_argument("--dtype", default=None, help="the unquantized tensors' dtype: bf16, fp16, fp32")
+    p.add_argument("--shard-size", default="5GB")
+    p.add_argument("--allow-unknown", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    a = p.parse_args(argv)
+    try:
+        s = export(
+            a.config,
+            a.out,
+            seed=a.seed,
+            format=a.format,
+            routing=a.routing,
+            dtype=a.dtype,
+            shard_size=a.shard_size,
+            allow_unknown=a.allow_unknown,
+            progress=not a.quiet,
+        )
+    except (ExportError, FileNotFoundError, ValueError, TypeError) as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    rate = s["bytes"] / max(s["seconds"], 1e-9) / 1e9
+    print(
+        f"fp8_dummy export: {s['tensors']} tensors, {s['bytes'] / 1e9:.3f} GB in "
+        f"{s['shards']} shard(s), {s['seconds']:.1f} s ({rate:.2f} GB/s) -> {a.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""``python -m fp8_dummy export``: the logical dummy model as a checkpoint. transformers' own
+``from_pretrained`` loads it with no missing, unexpected or mismatched key, and holds exactly
+what the in-memory realistic fill of the same config and seed holds (byte for byte); the files
+are read back with the safetensors library (not our writer); bad input is refused before
+anything is written; an interrupted export leaves no file that looks complete."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+safetensors = pytest.importorskip("safetensors")
+from safetensors import safe_open  # noqa: E402
+
+import fp8_dummy  # noqa: E402
+from fp8_dummy import export as E  # noqa: E402
+from fp8_dummy.checkpoint import checkpoint_state, memory_blocks  # noqa: E402
+
+SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+SMALL.update(num_key_value_heads=2, vocab_size=256)
+CONFIGS = {
+    "llama": {},
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
+    "deepseek_v3": dict(
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=2,
+        topk_group=1,
+        q_lora_rank=16,
+        first_k_dense_replace=1,
+        moe_intermediate_size=32,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=8,
+    ),
+}
+
+
+def config_dir(tmp_path, arch: str, **more) -> str:
+    cfg = transformers.AutoConfig.for_model(arch, **{**SMALL, **CONFIGS[arch], **more})
+    d = tmp_path / f"{arch}-config"
+    cfg.save_pretrained(d)
+    (d / "tokenizer_config.json").write_text('{"model_max_length": 128}')
+    return str(d)
+
+
+def raw(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def in_memory(config, loaded: torch.nn.Module, seed: int, routing: str) -> torch.nn.Module:
+    """The in-memory fill of the config, each tensor in the dtype transformers' loader gave
+    it (it keeps some in float32: DeepSeek's correction bias)."""
+    ref = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    theirs = dict(loaded.state_dict())
+    for name, t in ref.state_dict(keep_vars=True).items():
+        if t.dtype != theirs[name].dtype:
+            t.data = t.data.to(theirs[name].dtype)
+    fp8_dummy.initialize_realistic_dummy_weights(ref, seed=seed, routing=routing)
+    return ref
+
+
+CASES = [(a, "balanced") for a in CONFIGS] + [(a, "zipf:1.1") for a in CONFIGS if a != "llama"]
+
+
+@pytest.mark.parametrize("arch,routing", CASES)
+def test_transformers_loads_the_export_and_holds_the_in_memory_fill(tmp_path, arch, routing):
+    src = config_dir(tmp_path, arch)
+    out = tmp_path / "out"
+    summary = E.export(src, out, seed=5, routing=routing, shard_size="100KB", progress=False)
+    assert summary["shards"] > 1
+    loaded, info = transformers.AutoModelForCausalLM.from_pretrained(
+        out, dtype=torch.bfloat16, output_loading_info=True
+    )
+    assert not any(info.values()), info
+    ref = in_memory(loaded.config, loaded, 5, routing)
+    ours, theirs = ref.state_dict(), loaded.state_dict()
+    assert ours.keys() == theirs.keys()
+    bad = [n for n in ours if not torch.equal(raw(ours[n]), raw(theirs[n]))]
+    assert not bad, bad
+    # the checkpoint's own names hold values by (seed, name): another seed changes them all
+    assert (out / "tokenizer_config.json").read_text() == '{"model_max_length": 128}'
+
+
+def read_export(out) -> dict[str, torch.Tensor]:
+    """Every tensor of the export through the safetensors library and the index."""
+    index = json.loads((out / E.INDEX).read_text())
+    tensors = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        with safe_open(str(out / shard), framework="pt") as f:
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name)
+                assert index["weight_map"][name] == shard
+    assert index["metadata"]["total_size"] == sum(
+        t.numel() * t.element_size() for t in tensors.values()
+    )
+    assert set(tensors) == set(index["weight_map"])
+    return tensors
+
+
+def test_shards_index_and_names_match_transformers_save(tmp_path):
+    """The names, shapes and dtypes are those save_pretrained writes for the same model."""
+    src = config_dir(tmp_path, "qwen3_moe")
+    E.export(src, tmp_path / "out", shard_size="60KB", progress=False)
+    ours = read_export(tmp_path / "out")
+    cfg = transformers.AutoConfig.from_pretrained(src)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.save_pretrained(tmp_path / "saved")
+    saved = {}
+    for f in sorted((tmp_path / "saved").glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as h:
+            saved.update({n: h.get_tensor(n) for n in h.keys()})
+    assert {n: (tuple(t.shape), t.dtype) for n, t in ours.items()} == {
+        n: (tuple(t.shape), t.dtype) for n, t in saved.items()
+    }
+    for name in ours:
+        assert "experts.gate_up_proj" not in name  # the checkpoint's per-expert names
+    sizes = [os.path.getsize(p) for p in (tmp_path / "out").glob("*.safetensors")]
+    assert len(sizes) > 2
+
+
+def test_blocks_written_in_chunks_are_the_whole_tensors_bytes(tmp_path, monkeypatch):
+    src = config_dir(tmp_path, "llama")
+    E.export(src, tmp_path / "a", seed=3, progress=False)
+    monkeypatch.setattr(E, "CHUNK", 1000)  # a few rows at a time
+    E.export(src, tmp_path / "b", seed=3, progress=False)
+    a, b = read_export(tmp_path / "a"), read_export(tmp_path / "b")
+    assert all(torch.equal(raw(a[n]), raw(b[n])) for n in a)
+
+
+E4M3_MAX = 448.0
+
+
+def decode_e4m3(bits: np.ndarray) -> np.ndarray:
+    """e4m3fn bytes -> float64, from the bits (no torch conversion)."""
+    b = bits.astype(np.int64)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    exp, man = (b >> 3) & 0xF, b & 0x7
+    normal = (1 + man / 8.0) * np.exp2(exp - 7.0)
+    sub = man / 8.0 * 2.0**-6
+    assert not ((exp == 15) & (man == 7)).any(), "NaN code"
+    return sign * np.where(exp == 0, sub, normal)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8-block"])
+def test_fp8_formats(tmp_path, fmt):
+    """Each decoder-layer linear weight e4m3 with its scale beside it, in the layout the fp8
+    method reads; routers, embeddings, norms and lm_head unquantized and listed in the config;
+    block scales powers of two; the dequantized weight has the role's σ."""
+    src = config_dir(tmp_path, "deepseek_v3")
+    E.export(src, tmp_path / "out", format=fmt, progress=False)
+    t = read_export(tmp_path / "out")
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    q = cfg["quantization_config"]
+    assert q["quant_method"] == "fp8" and q["activation_scheme"] == "dynamic"
+    assert ("weight_block_size" in q) == (fmt == "fp8-block")
+    assert "model.layers.1.mlp.gate" in q["modules_to_not_convert"]
+    assert "lm_head" in q["modules_to_not_convert"]
+    assert t["lm_head.weight"].dtype == torch.bfloat16
+    assert t["model.layers.1.mlp.gate.weight"].dtype == torch.bfloat16
+    assert t["model.embed_tokens.weight"].dtype == torch.bfloat16
+    L = 2
+    for name, fan_in, residual in [
+        ("model.layers.0.self_attn.q_b_proj", 16, False),
+        ("model.layers.1.mlp.experts.3.down_proj", 32, True),
+        ("model.layers.0.mlp.gate_proj", 64, False),
+    ]:
+        w = t[f"{name}.weight"]
+        assert w.dtype == torch.float8_e4m3fn
+        codes = decode_e4m3(w.view(torch.uint8).numpy())
+        if fmt == "fp8-block":
+            s = t[f"{name}.weight_scale_inv"]
+            assert s.dtype == torch.float32
+            assert tuple(s.shape) == tuple(-(-d // 128) for d in w.shape)
+            m, e = np.frexp(s.numpy())
+            assert (m == 0.5).all(), "block scales are powers of two"
+            scale = float(s.reshape(-1)[0])
+        else:
+            s = t[f"{name}.weight_scale"]
+            assert s.dtype == torch.float32 and s.dim() == 0
+            scale = float(s)
+        target = (2 * L * fan_in) ** -0.5 if residual else fan_in**-0.5
+        std = (codes * scale).std()
+        assert abs(std / target - 1) < 0.15, (name, std, target)
+        assert np.abs(codes).max() <= E4M3_MAX
+
+
+def test_refusals_write_nothing(tmp_path, monkeypatch):
+    src = config_dir(tmp_path, "llama")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(E.ExportError, match="not empty"):
+        E.export(src, out, progress=False)
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert (out / "keep.txt").read_text() == "mine"
+    fresh = tmp_path / "fresh"
+    with pytest.raises(E.ExportError, match="bf16, fp16, fp8, fp8-block"):
+        E.export(src, fresh, format="int3", progress=False)
+    with pytest.raises(E.ExportError, match="shard size"):
+        E.export(src, fresh, shard_size="lots", progress=False)
+    with pytest.raises(ValueError, match="router"):
+        E.export(src, fresh, routing="zipf:1", progress=False)  # llama has no router
+    monkeypatch.setattr(E.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 10, 1000))
+    with pytest.raises(E.ExportError, match="GB free"):
+        E.export(src, fresh, progress=False)
+    assert not fresh.exists()
+
+
+def test_unknown_roles_are_named_or_allowed(tmp_path):
+    """GPT-OSS's attention sinks have no role: named, and exported with --allow-unknown."""
+    cfg = transformers.AutoConfig.for_model(
+        "gpt_oss", **{**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16}
+    )
+    cfg.save_pretrained(tmp_path / "c")
+    with pytest.raises(E.ExportError, match=r"sinks.*--allow-unknown"):
+        E.export(tmp_path / "c", tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()
+    E.export(tmp_path / "c", tmp_path / "o", progress=False, allow_unknown=True)
+    assert any("sinks" in n for n in read_export(tmp_path / "o"))
+
+
+def test_an_interrupted_export_leaves_no_complete_looking_file(tmp_path, monkeypatch):
+    src = config_dir(tmp_path, "llama")
+    calls = []
+
+    def failing(f, lm, t):
+        calls.append(t.name)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+        return real(f, lm, t)
+
+    real = E._write_tensor
+    monkeypatch.setattr(E, "_write_tensor", failing)
+    with pytest.raises(KeyboardInterrupt):
+        E.export(src, tmp_path / "out", shard_size="100KB", progress=False)
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert E.INDEX not in names
+    assert not any(n.startswith(".") for n in names), "no temporary file left behind"
+    with pytest.raises(OSError):  # transformers finds no complete checkpoint
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+
+
+def test_command_line(tmp_path, capsys):
+    from fp8_dummy.__main__ import main
+
+    src = config_dir(tmp_path, "llama")
+    assert main(["export", src, str(tmp_path / "o"), "--seed", "2", "--quiet"]) == 0
+    assert "tensors" in capsys.readouterr().out
+    assert main(["export", src, str(tmp_path / "p"), "--format", "nope"]) == 2
+    assert "the formats: bf16" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+    # another seed: every random tensor differs
+    main(["export", src, str(tmp_path / "q"), "--seed", "3", "--quiet"])
+    a, b = read_export(tmp_path / "o"), read_export(tmp_path / "q")
+    differ = [n for n in a if not torch.equal(raw(a[n]), raw(b[n]))]
+    assert len(differ) >= len(a) - 5  # norms are constants
+    assert math.isclose(a["model.norm.weight"].float().mean().item(), 1.0)
+
+
+def test_checkpoint_state_is_views_of_memory():
+    """checkpoint_state's tensors share the model's memory (no copy is made to name them)."""
+    cfg = transformers.AutoConfig.for_model("qwen3_moe", **{**SMALL, **CONFIGS["qwen3_moe"]})
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    state = checkpoint_state(model)
+    experts = model.model.layers[0].mlp.experts.gate_up_proj
+    up = state["model.layers.0.mlp.experts.2.up_proj.weight"]
+    assert up.untyped_storage().data_ptr() == experts.untyped_storage().data_ptr()
+    assert torch.equal(up, experts[2, 32:])
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3", "llama", "mixtral"])
+def test_transformers_dequantizes_the_fp8_block_export_exactly(tmp_path, arch):
+    """transformers loads the fp8-block export (on a CPU it dequantizes to bf16) with no
+    missing, unexpected or mismatched key, and each weight is codes × its block's scale, both
+    decoded here from the bits: exact in bf16, as the scales are powers of two."""
+    pytest.importorskip("accelerate", reason="transformers' FP8 loader needs accelerate")
+    src = config_dir(tmp_path, arch)
+    E.export(src, tmp_path / "out", seed=9, format="fp8-block", progress=False)
+    files = read_export(tmp_path / "out")
+    loaded, info = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "out", output_loading_info=True
+    )
+    assert not any(info.values()), info
+    # the checkpoint's names in the loaded model: the blocks of an unquantized twin (the
+    # loaded model's own save conversion keeps its dequantization step)
+    twin = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.from_pretrained(src)
+    )
+    own = loaded.state_dict()
+    state = {
+        n: own[b.source].as_strided(b.shape, b.strides, own[b.source].storage_offset() + b.offset)
+        for n, b in memory_blocks(twin).items()
+    }
+    checked = 0
+    for name, w in files.items():
+        if w.dtype != torch.float8_e4m3fn:
+            if name in state and w.dtype == state[name].dtype:
+                assert torch.equal(raw(w), raw(state[name])), name
+            continue
+        scale = files[f"{name}_scale_inv"].numpy().astype(np.float64)
+        full = np.kron(scale, np.ones((128, 128)))[: w.shape[0], : w.shape[1]]
+        want = torch.from_numpy(decode_e4m3(w.view(torch.uint8).numpy()) * full)
+        assert torch.equal(raw(want.to(torch.bfloat16)), raw(state[name].to(torch.bfloat16))), name
+        checked += 1
+    assert checked >= 7
