@@ -14,7 +14,7 @@
 #include "common/stateless.h"
 #include "cuda/init_cuda.h"
 #include "cuda/stateless_kernel.cuh"
-#include "launch/cuda_proof.h"
+#include "cuda_plan/cuda_proof.h"
 
 namespace fp8_dummy {
 namespace {
