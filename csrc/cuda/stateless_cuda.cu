@@ -11,7 +11,7 @@
 
 #include "common/proof.h"
 #include "common/reference.h"
-#include "common/stateless.h"
+#include "common/stateless_plan.h"
 #include "cuda/init_cuda.h"
 #include "cuda/stateless_kernel.cuh"
 #include "cuda_plan/cuda_proof.h"

@@ -13,7 +13,7 @@
 
 #include "common/proof.h"
 #include "common/reference.h"
-#include "common/stateless.h"
+#include "common/stateless_plan.h"
 #include "cuda_plan/cuda_proof.h"
 
 namespace fp8_dummy {
