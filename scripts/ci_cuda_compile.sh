@@ -53,7 +53,7 @@ fi
 so="$(ls "$OUT"/lib/fp8_dummy/_C*.so)"
 echo "compiled in $(( $(date +%s) - start )) s: $(basename "$so") (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 
-# The device headers are torch-free (issue #4): a consumer's kernel, nvcc alone.
+# The device headers are torch-free: a consumer's kernel, nvcc alone.
 bash "$ROOT/scripts/ci_cuda_consumer.sh"
 echo "torch-free device headers: consumer kernel compiled with nvcc alone"
 

@@ -335,7 +335,7 @@ def test_scenario(fault, scenarios):
 
 @pytest.mark.slow  # a fresh process under RLIMIT_AS
 def test_out_of_address_space_is_no_verdict():
-    """The issue's reproducer: under RLIMIT_AS every first-use probe fails; the call still
+    """Under RLIMIT_AS every first-use probe fails; the call still
     gives the reference's bytes, and once memory is back the search completes."""
     script = textwrap.dedent("""
         import os, resource, torch, fp8_dummy
