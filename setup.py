@@ -37,7 +37,7 @@ def extension():
     opt = ["-O0", "-g"] if os.environ.get("FP8_DUMMY_DEBUG", "0") == "1" else ["-O3"]
     # CMakeLists.txt's globs. No -std: BuildExtension adds the one torch's headers need.
     sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
-    macros = [("FP8_DUMMY_PYTHON_MODULE", None)]  # ops.cpp's PyInit__C: fp8_dummy._C
+    macros = [("FP8_DUMMY_PYTHON_MODULE", None)]  # python_module.cpp's PyInit__C: fp8_dummy._C
     extra = {"cxx": opt + ["-fdiagnostics-color=always"]}
     cls = CppExtension
     if USE_CUDA:

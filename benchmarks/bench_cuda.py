@@ -1,4 +1,4 @@
-"""GPU benchmark of fp8_dummy.init_ against the reference paths (issue #3, item 8).
+"""GPU benchmark of fp8_dummy.init_ against the reference paths.
 
 For each FP8 dtype, on tensors of --numel elements (default 128 Mi): median time (CUDA
 events, warm-up, rotating buffers larger than L2) of the old path, the new path, init_

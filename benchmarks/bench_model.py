@@ -1,4 +1,4 @@
-"""Whole-model benchmark (issue #7): a synthetic model of 2,000 FP8 linear weights with
+"""Whole-model benchmark: a synthetic model of 2,000 FP8 linear weights with
 Llama-70B-like shapes, scaled down, plus their float32 weight scales and bfloat16 norms.
 
 Layer i has q, k, v, o, gate, up, down FP8 weights of Llama-70B's shapes (hidden 8192,

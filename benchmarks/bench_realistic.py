@@ -15,7 +15,7 @@ parameters), bfloat16, filled with each routing profile. Built on the meta devic
 with the peak scratch (CPU: resident high-water mark above the start).
 
 Example:
-  python benchmarks/bench_realistic.py --json benchmarks/results/realistic_cpu_2026-12-03.json
+  python benchmarks/bench_realistic.py --json benchmarks/results/realistic_vm2cpu_<date>.json
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TensorRT-LLM's dummy weights (issue #22): its path against fp8_dummy's drop-in on a model
+"""TensorRT-LLM's dummy weights: its path against fp8_dummy's drop-in on a model
 of --elements float8_e4m3fn elements (default 256 Mi) in --tensors weights (default 1), plus
 one int8 and one uint8 weight of 1/16 that size (its int8 and FP4-packed kinds), every weight
 a transposed view with --transposed.

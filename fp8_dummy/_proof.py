@@ -22,7 +22,7 @@ _INTERNAL = (os.path.dirname(__file__), os.path.dirname(torch.__file__))
 
 
 def _warn(message: str) -> None:
-    """Shows a refusal (called by the library, csrc/ops.cpp) at the first frame outside
+    """Shows a refusal (called by the library, csrc/python_module.cpp) at the first frame outside
     fp8_dummy and torch."""
     level, frame = 2, sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):

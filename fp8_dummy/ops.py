@@ -9,6 +9,12 @@ import torch
 
 __all__ = ["cpu_fast_path_info", "init_", "init_many_", "init_stateless_", "random_"]
 
+# The public operators (torch.ops.fp8_dummy), by name and overload: the one list. Their schemas
+# (csrc/ops.cpp), fake kernels (below), wrappers and documents are checked against it
+# (tests/test_operator_names.py).
+OPERATORS = ("init_", "init_.generator", "init_many_", "init_stateless_", "random_")
+OPERATORS += ("random_.generator",)
+
 _TWO_63, _TWO_64 = 1 << 63, 1 << 64
 
 

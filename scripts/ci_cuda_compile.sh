@@ -53,7 +53,7 @@ fi
 so="$(ls "$OUT"/lib/fp8_dummy/_C*.so)"
 echo "compiled in $(( $(date +%s) - start )) s: $(basename "$so") (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 
-# The device headers are torch-free (issue #4): a consumer's kernel, nvcc alone.
+# The device headers are torch-free: a consumer's kernel, nvcc alone.
 bash "$ROOT/scripts/ci_cuda_consumer.sh"
 echo "torch-free device headers: consumer kernel compiled with nvcc alone"
 
@@ -70,10 +70,10 @@ bash tests/ext/build.sh "$PY"
 # (A build without CUDA registers CUDA kernels too, ones that raise: ask the build itself.)
 "$PY" -c 'import fp8_dummy; info = fp8_dummy.build_info(); assert info["cuda"], info; print("CUDA kernels built:", info)'
 # PYTHONPATH: the fresh processes some tests start import this package too.
-PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_reference_cuda_emulator.py tests/test_headers_standalone.py \
-  tests/test_reference_cuda.py tests/test_stateless_cpu.py tests/test_stateless_api.py tests/test_stateless_cuda.py \
+PYTHONPATH="$PKG${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -p no:cacheprovider tests/test_headers_philox.py tests/test_init_cuda_emulator.py tests/test_headers_standalone.py \
+  tests/test_init_cuda.py tests/test_stateless_cpu.py tests/test_stateless_api.py tests/test_stateless_cuda.py \
   tests/test_stateless_distributed.py tests/test_init_many_cuda_emulator.py tests/test_init_many_cpu.py tests/test_init_many_cuda.py \
   tests/test_random_bytes_cpu.py tests/test_random_bytes_cuda.py \
-  tests/test_reference_cuda_emulator_contiguous_temp.py tests/test_reference_cuda_contiguous_temp.py \
+  tests/test_init_cuda_emulator_contiguous_temp.py tests/test_init_cuda_contiguous_temp.py \
   tests/test_engines_trtllm.py tests/test_proof.py tests/test_proof_faults.py \
   tests/test_conversion_facts.py tests/test_sass_report.py

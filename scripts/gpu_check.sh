@@ -209,8 +209,8 @@ record preflight ok $(($(date +%s) - start_all)) "${TORCH_CUDA_ARCH_LIST:-no GPU
 gpu="$("$PY" -c 'import re, torch; print(re.sub(r"[^A-Za-z0-9.]+", "-", torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu")')"
 pytest=("$PY" -m pytest -v -p no:cacheprovider -rfE --tb=short --maxfail=25)
 "$PY" -c 'import pytest_timeout' 2> /dev/null && pytest+=(--timeout=150)
-gpu_tests=(tests/test_reference_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py
-  tests/test_random_bytes_cuda.py tests/test_reference_cuda_contiguous_temp.py
+gpu_tests=(tests/test_init_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py
+  tests/test_random_bytes_cuda.py tests/test_init_cuda_contiguous_temp.py
   tests/test_engines_rules.py tests/test_engines_vllm_plugin.py tests/test_engines_trtllm.py)
 failures='(FAILED|ERROR|FP8_DUMMY_STRICT)'
 

@@ -1,6 +1,6 @@
 """One test per fact of docs/cuda.md, "float16 -> FP8 in torch's CUDA copy_": what torch's
 kernels do (read from their SASS), and that the device model (include/fp8_dummy/cuda/
-fp8_convert.h, the probe's choice in csrc/launch/fp8_conversion.h) gives exactly those bytes,
+fp8_convert.h, the probe's choice in csrc/cuda_plan/conversion_match.h) gives exactly those bytes,
 against the independent numpy oracle. CPU only: the probe's logic runs on given tables."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The engines' first proof of a CUDA key runs in a child process (engines/core.py `proven`,
+"""The engines' first proof of a CUDA key runs in a child process (core/planning.py `proven`,
 fp8_dummy/_isolated.py): the probe is rebuilt there from data (`child_probe`), a child that
 dies leaves the engine on its own weights with one warning, and the verdict cached on disk
 spares later starts the child. No GPU here: ``FP8_DUMMY_ISOLATE=all`` sends the CPU keys to
@@ -152,11 +152,11 @@ def test_cpu_keys_are_proven_in_process_unless_asked(children, monkeypatch, sett
 
 # Appended to the stand-in vLLM's weight_utils.py, so that it runs in every process that
 # imports the engine (its start, and the child that imports its function): records the
-# process, and puts our CPU kernel (core.init_, what the child's probe runs) behind a
+# process, and puts our CPU kernel (core.execution.init_, what the child's probe runs) behind a
 # stand-in for a fault, STANDIN_KILL=1: the process dies by SIGSEGV, as on an illegal address.
 HOOK = """
 import os, signal
-import fp8_dummy.engines.core as _core
+import fp8_dummy.engines.core.execution as _core
 
 _init = _core.init_
 

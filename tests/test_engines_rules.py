@@ -220,7 +220,7 @@ def test_random_bytes_helper_is_torchs_random():
 @pytest.mark.parametrize("semantics", ["vllm-0.33", "vllm-0.30", "sglang-0.5", "trtllm-1.2"])
 @pytest.mark.parametrize("bad", ["bounds", "expanded", "expanded int8"])
 def test_a_refused_tensor_means_nothing_written(semantics, bad):
-    """Issue 26's reproducer: every tensor is checked before any is written."""
+    """Every tensor is checked before any is written."""
     m = torch.nn.Module()
     m.a = torch.nn.Parameter(torch.full((4,), 7.0))
     args, match = (), "more than one element refers to a single memory location"

@@ -88,7 +88,7 @@ def test_a_failing_callback_leaves_vllm_alone(tmp_path, monkeypatch):
         without = _load("0.33.0", plugin=False)
     with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
         monkeypatch.setattr(fvllm, "_patch", broken)
-        monkeypatch.setattr(core, "_warned", set())
+        monkeypatch.setattr(core.plugins, "_warned", set())
         with pytest.warns(RuntimeWarning, match="patch of the dummy loader failed .*surprise"):
             with_plugin = _load("0.33.0", plugin=True)
     assert_same_bytes(with_plugin, without)
@@ -98,7 +98,7 @@ def test_a_failing_fill_falls_back_to_vllm(tmp_path, monkeypatch):
     with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.33.0"):
         without = _load("0.33.0", plugin=False)
     with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
-        monkeypatch.setattr(core, "_warned", set())
+        monkeypatch.setattr(core.plugins, "_warned", set())
         monkeypatch.setattr(fvllm, "fill_single", lambda *a, **k: 1 / 0)
         with pytest.warns(RuntimeWarning, match="per-tensor fill failed .*ZeroDivisionError"):
             with_plugin = _load("0.33.0", plugin=True)
@@ -109,6 +109,6 @@ def test_the_log_line_says_what_happens(monkeypatch):
     assert "through fp8_dummy" in fvllm.what_happens()
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.version, "hip", None)
-    monkeypatch.setattr(core, "cuda_kernels", lambda: False)
+    monkeypatch.setattr(core.checks, "cuda_kernels", lambda: False)
     line = fvllm.what_happens()
     assert "CUDA kernels not built" in line and "CUDA dummy weights left to vLLM" in line

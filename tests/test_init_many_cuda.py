@@ -17,7 +17,7 @@ from helpers.cuda_checks import as_ints, saturates_e4m3fn
 from helpers.models import EveryDtype, loop_reference
 
 import fp8_dummy
-import fp8_dummy.engines.core
+import fp8_dummy.engines.core.execution
 from fp8_dummy.reference import new_path
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -53,7 +53,7 @@ def test_model_of_every_dtype_matches_the_loop(scales):
 
 def test_progress_batches_in_runs(monkeypatch, capsys):
     # With progress shown, CUDA tensors go in runs of PROGRESS_BATCH_BYTES: same bytes.
-    monkeypatch.setattr(fp8_dummy.engines.core, "PROGRESS_BATCH_BYTES", 3000)
+    monkeypatch.setattr(fp8_dummy.engines.core.execution, "PROGRESS_BATCH_BYTES", 3000)
     monkeypatch.setitem(sys.modules, "tqdm", None)  # the plain-line display
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)
     a, b = EveryDtype("cuda"), EveryDtype("cuda")

@@ -1,4 +1,4 @@
-"""Our operators behave as torch's in-place operators around the numbers (issue #14): the
+"""Our operators behave as torch's in-place operators around the numbers: the
 version counter, autograd (leaves, non-leaves, views, saved tensors), inference tensors,
 mixed-device lists, the whole unsigned 64-bit seed range, one generator shared by threads,
 fork after a small call, argument types. Each expectation is checked against what torch's
@@ -332,7 +332,7 @@ def test_element_strides_must_be_distinct_ints():
         fp8_dummy.init_stateless_(t, element_offset=2**63)
 
 
-# ---------------------------------------------------------------- random_ (issue #15's op)
+# ---------------------------------------------------------------- random_
 
 RANDOM_CALLS = {
     "random_": lambda t: torch.ops.fp8_dummy.random_.default(t, 0, 256, 3),

@@ -19,7 +19,7 @@ from fp8_dummy.engines.core import distinct, fusable, random_bytes_
 
 E4M3 = torch.float8_e4m3fn
 REFUSED = "may share memory|more than one element of the written-to tensor"
-# The reproducers: rows that start inside the previous row (torch: MemOverlap::TooHard).
+# Overlapping layouts: rows that start inside the previous row (torch: MemOverlap::TooHard).
 REPRODUCERS = {
     "4096x4096_rows_2048_apart": ((4096, 4096), (2048, 1)),
     "200x300_rows_150_apart": ((200, 300), (150, 1)),

@@ -95,7 +95,7 @@ def test_install_layout(prefix: Path) -> None:
         assert (cmake_dir / name).is_file(), name
     assert HEADERS and all((prefix / "include" / h).is_file() for h in HEADERS)
     library = installed_library(prefix)
-    # A libtorch library: no Python anywhere (ops.cpp's module stub is setup.py's only).
+    # A libtorch library: no Python anywhere (python_module.cpp is setup.py's only).
     symbols = undefined_python_symbols(library)
     if symbols is not None:
         assert not symbols, symbols

@@ -235,8 +235,8 @@ def test_installed_in_fresh_venv(venv_python, tmp_path: Path) -> None:
     assert "smoke ok" in proc.stdout
 
 
-# The operators issue #25 found in the library users install though only tests and
-# benchmarks call them: the test extension's now (tests/ext/).
+# Operators only tests and benchmarks call: they live in the test extension (tests/ext/),
+# never in the library users install.
 TEST_ONLY_OPS = {
     "emulate_cuda_init_",
     "emulate_cuda_init_many_",

@@ -35,7 +35,7 @@ def test_probe_runs_two_full_grid_steps_and_a_partial_one(sm, mt):
 
 @pytest.mark.parametrize("sm, mt", GPUS)
 def test_batched_probe_spans_steps_sizes_and_an_odd_address(sm, mt):
-    # the sizes the launcher probes with (csrc/launch/cuda_proof.h): the work table covers
+    # the sizes the launcher probes with (csrc/cuda_plan/cuda_proof.h): the work table covers
     # pieces of 3, 1 and 2 grid steps and tiny ones in one launch
     t = sm * (mt // 256) * 256
     sizes = [emulator.cuda_probe_numel(sm, mt), 1, 255, 4 * t + 1, 65537]
@@ -146,7 +146,7 @@ def test_proven_cuda_stateless_emulated(dtype, low, high):
 @pytest.mark.parametrize("sm, mt", [(132, 2048), (20, 2048)])
 @pytest.mark.parametrize("numel", [1, 4096, 2**30, 2**30 + 1, 2**31 + 3, 2**33 + 1, 2**34])
 def test_probe_allocates_at_most_64_mib(sm, mt, numel):
-    # csrc/launch/cuda_proof.h: at most 7 device bytes per probe element (two probes with
+    # csrc/cuda_plan/cuda_proof.h: at most 7 device bytes per probe element (two probes with
     # gaps, the reference's float16 temp, the contiguous temp's .to()).
     n = emulator.cuda_probe_numel(sm, mt, numel)
     assert n * 7 <= 64 << 20, n

@@ -3,7 +3,7 @@ path corrupts one byte of every output; its proof must refuse it, the bytes retu
 be the reference's (checked against torch's reference or the emulated one, and against the
 independent numpy models), one warning must name the key, and self_check_report() must
 list the refusal. One fresh process per path (the switch is read once). The CUDA paths run
-through the emulator (their launchers' own probes and verdicts, launch/cuda_proof.h); the
+through the emulator (their launchers' own probes and verdicts, cuda_plan/cuda_proof.h); the
 engines through a stand-in vLLM and SGLang's loop in plain torch (tests/oracles/engines.py).
 """
 
@@ -335,7 +335,7 @@ def test_scenario(fault, scenarios):
 
 @pytest.mark.slow  # a fresh process under RLIMIT_AS
 def test_out_of_address_space_is_no_verdict():
-    """The issue's reproducer: under RLIMIT_AS every first-use probe fails; the call still
+    """Under RLIMIT_AS every first-use probe fails; the call still
     gives the reference's bytes, and once memory is back the search completes."""
     script = textwrap.dedent("""
         import os, resource, torch, fp8_dummy

@@ -1,6 +1,6 @@
 """Realistic mode on transformers' own model classes (small configs, no download): after
-fp8_dummy.initialize_realistic_dummy_weights the model routes and normalizes like a model
-(issue #28's done-when); the engine's dummy semantics (vLLM 0.33) measured beside it, and
+fp8_dummy.initialize_realistic_dummy_weights the model routes and normalizes like a
+model; the engine's dummy semantics (vLLM 0.33) measured beside it, and
 printed (pytest -s)."""
 
 from __future__ import annotations

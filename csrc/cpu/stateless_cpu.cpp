@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/stateless.h"
+#include "common/stateless_plan.h"
 #include "cpu/stateless_philox_simd.h"
 #include "cpu/threads.h"
 

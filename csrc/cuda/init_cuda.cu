@@ -1,5 +1,5 @@
 // init_ on CUDA: 1-byte tensors by the fused kernel launched as torch launches uniform_ on the
-// float16 temp, behind its proof (launch/cuda_proof.h); wider dtypes: the reference itself.
+// float16 temp, behind its proof (cuda_plan/cuda_proof.h); wider dtypes: the reference itself.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/ops/empty.h>
@@ -18,8 +18,8 @@
 #include "common/reference.h"
 #include "cuda/init_cuda.h"
 #include "cuda/init_kernel.cuh"
-#include "launch/cuda_launch_plan.h"
-#include "launch/cuda_proof.h"
+#include "cuda_plan/cuda_launch_plan.h"
+#include "cuda_plan/cuda_proof.h"
 
 namespace fp8_dummy {
 namespace {

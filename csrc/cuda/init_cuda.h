@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "launch/cuda_launch_plan.h"
+#include "cuda_plan/cuda_launch_plan.h"
 
 namespace fp8_dummy {
 

@@ -1,13 +1,13 @@
 // The fused per-tensor kernel: one reference launch of uniform_ on the float16 temp and the
-// conversion in registers, work items (launch/cuda_work_item.h) grid-stride (docs/cuda.md).
+// conversion in registers, work items (cuda_plan/cuda_work_item.h) grid-stride (docs/cuda.md).
 #pragma once
 
 #include <ATen/cuda/PhiloxUtils.cuh>
 #include <cstdint>
 
+#include "cuda_plan/cuda_work_item.h"
 #include "fp8_dummy/cuda/fp8_convert.h"
 #include "fp8_dummy/cuda/philox.h"
-#include "launch/cuda_work_item.h"
 
 namespace fp8_dummy {
 namespace cuda_kernels {

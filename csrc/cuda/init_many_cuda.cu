@@ -17,8 +17,8 @@
 #include "common/reference.h"
 #include "cuda/init_cuda.h"
 #include "cuda/init_many_kernel.cuh"
-#include "launch/cuda_launch_plan.h"
-#include "launch/cuda_proof.h"
+#include "cuda_plan/cuda_launch_plan.h"
+#include "cuda_plan/cuda_proof.h"
 
 namespace fp8_dummy {
 namespace {
@@ -72,7 +72,7 @@ void run_group(at::TensorList tensors, const std::vector<size_t>& group,
   if (proof::fault("cuda.init_many_")) proof::corrupt(tensors[group[0]]);
 }
 
-// Whether the batched kernel is proven for this group's key (launch/cuda_proof.h).
+// Whether the batched kernel is proven for this group's key (cuda_plan/cuda_proof.h).
 bool group_proven(const at::Tensor& first, const Fp8Conversion& conversion, double low, double high,
                   int64_t seed, bool contiguous_temp) {
   const std::string key =

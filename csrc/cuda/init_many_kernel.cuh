@@ -1,11 +1,11 @@
 // The batched kernel of init_many_: dense tensors of one FP8 dtype, each as its own init_
-// would fill it, in one launch (launch/cuda_batch_table.h; the per-tensor kernel's work item).
+// would fill it, in one launch (cuda_plan/cuda_batch_table.h; the per-tensor kernel's work item).
 // A header apart from init_kernel.cuh, whose non-template kernels live in one file only.
 #pragma once
 
 #include <cstdint>
 
-#include "launch/cuda_batch_table.h"
+#include "cuda_plan/cuda_batch_table.h"
 
 namespace fp8_dummy {
 namespace cuda_kernels {

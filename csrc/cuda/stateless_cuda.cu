@@ -11,10 +11,10 @@
 
 #include "common/proof.h"
 #include "common/reference.h"
-#include "common/stateless.h"
+#include "common/stateless_plan.h"
 #include "cuda/init_cuda.h"
 #include "cuda/stateless_kernel.cuh"
-#include "launch/cuda_proof.h"
+#include "cuda_plan/cuda_proof.h"
 
 namespace fp8_dummy {
 namespace {

@@ -4,7 +4,7 @@
 // -mf16c), and its results are compared with the portable kernels, word for word and byte
 // for byte. This checks the kernels' logic (lanes, loop bounds, wraps, tails, masks); the
 // instructions themselves are checked only on AVX-512 hardware (the pytest levels there).
-// Built and run by tests/test_reference_cpu_avx512_emulated.py.
+// Built and run by tests/test_init_cpu_avx512_emulated.py.
 #include <immintrin.h>  // the native intrinsics first; SIMDe's aliases come after them
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>

@@ -160,7 +160,7 @@ def emulate_cuda_kernel_init_(
 def cuda_probe_numel(sm_count: int, max_threads_per_sm: int = 2048, numel: int = 1) -> int:
     """Elements of the CUDA init_ probe of a call of ``numel`` elements on such a GPU: two
     full grid steps of the reference and a partial one; two such pieces for a call over
-    2^30 elements (csrc/launch/cuda_proof.h)."""
+    2^30 elements (csrc/cuda_plan/cuda_proof.h)."""
     return test_ops.cuda_probe_numel(sm_count, max_threads_per_sm, numel)
 
 

@@ -122,7 +122,7 @@ def changed(model: nn.Module) -> set[str]:
 
 def spy_fused(monkeypatch) -> list:
     """Records the dtype of every tensor fp8_dummy's operators fill through the engine
-    integrations (fp8_dummy.engines.core's calls)."""
+    integrations (fp8_dummy.engines.core.execution's calls)."""
     from fp8_dummy.engines import core
 
     seen: list = []
@@ -135,5 +135,5 @@ def spy_fused(monkeypatch) -> list:
         return spy
 
     for name in ("init_", "init_many_"):
-        monkeypatch.setattr(core, name, wrap(getattr(core, name)))
+        monkeypatch.setattr(core.execution, name, wrap(getattr(core.execution, name)))
     return seen

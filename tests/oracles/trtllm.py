@@ -3,7 +3,7 @@ page (docs/trtllm.md, "TensorRT-LLM"), never through fp8_dummy: no TensorRT-LLM 
 installed here, so this is the reference the tests compare fp8_dummy.trtllm with (and the
 stand-in loader function of the opt-in hook's tests). The random numbers are torch's own
 uniform_ on a contiguous float16 temp; the conversion torch's own .to(dtype)
-(tests/test_reference_cpu_contiguous_temp.py checks that one against numpy: truncation, then
+(tests/test_init_cpu_contiguous_temp.py checks that one against numpy: truncation, then
 modulo 256 on the CPU)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 // The test extension's operators (torch.ops.fp8_dummy_test), in one place: what only the
 // tests and benchmarks call, kept out of the library users install. Built by
-// tests/ext/build.sh from the product's own headers (csrc/launch/, include/fp8_dummy/, the
+// tests/ext/build.sh from the product's own headers (csrc/cuda_plan/, include/fp8_dummy/, the
 // kernels' headers) and linked against the product library, whose functions (argument
 // checks, the proof registry, the reference path) the kernels below call, so an emulated
 // proof lands in the product's fp8_dummy.self_check_report(). Kernels: emulator/,
@@ -51,7 +51,7 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
       "emulate_cuda_kernel_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0, *, "
       "bool contiguous_temp=False) -> int");
-  // The CUDA launchers' proofs with emulated kernels (launch/cuda_proof.h): init_ and
+  // The CUDA launchers' proofs with emulated kernels (cuda_plan/cuda_proof.h): init_ and
   // init_many_ as the launchers run them on a GPU of these properties, the kernels used
   // where their key is proven, the reference emulation else (the report shows the keys).
   // split_probe: the key and probe of a call over 2^30 elements (two pieces), at any size.
@@ -70,7 +70,7 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
       "int key_offset=0, int element_offset=0, int[]? element_strides=None, int sm_count=132) "
       "-> ()");
   // Elements of the CUDA init_ probe of a call of `numel` elements on a GPU of these
-  // properties (launch/cuda_proof.h: at most 7 device bytes each).
+  // properties (cuda_plan/cuda_proof.h: at most 7 device bytes each).
   m.def("cuda_probe_numel(int sm_count, int max_threads_per_sm, int numel=1) -> int");
   // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
   // then per piece: tensor, start, count, threads, steps, offset, first tile].

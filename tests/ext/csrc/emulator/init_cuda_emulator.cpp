@@ -1,5 +1,5 @@
 // A CPU emulator of torch's CUDA reference path, built from the same torch-free
-// headers (include/fp8_dummy/cuda/) and host decisions (launch/cuda_launch_plan.h) as our CUDA
+// headers (include/fp8_dummy/cuda/) and host decisions (cuda_plan/cuda_launch_plan.h) as our CUDA
 // kernel: it computes on the CPU the bytes the reference would produce on a GPU with a
 // given SM count and threads per SM. CPU-only CI checks it against an independent
 // numpy model, GPU runs check it against the real reference. Test extension only.
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/reference.h"
+#include "cuda_plan/cuda_launch_plan.h"
 #include "fp8_dummy/cuda/philox.h"
 #include "fp8_dummy/cuda/uniform.h"
-#include "launch/cuda_launch_plan.h"
 
 namespace fp8_dummy {
 namespace {

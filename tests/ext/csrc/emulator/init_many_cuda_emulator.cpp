@@ -1,7 +1,7 @@
 // The CPU emulator of the batched CUDA kernel (init_many_): the kernel's own work table
-// (launch/cuda_batch_table.h), tile lookup and per-item code (launch/cuda_work_item.h), run block
-// by block and thread by thread on the CPU, so CPU-only CI tests the batching logic itself (every
-// item once, each tensor's bytes those of its own init_) without a GPU.
+// (cuda_plan/cuda_batch_table.h), tile lookup and per-item code (cuda_plan/cuda_work_item.h), run
+// block by block and thread by thread on the CPU, so CPU-only CI tests the batching logic itself
+// (every item once, each tensor's bytes those of its own init_) without a GPU.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -11,8 +11,8 @@
 
 #include "common/init_many_plan.h"
 #include "common/reference.h"
-#include "launch/cuda_batch_table.h"
-#include "launch/cuda_launch_plan.h"
+#include "cuda_plan/cuda_batch_table.h"
+#include "cuda_plan/cuda_launch_plan.h"
 
 namespace fp8_dummy {
 namespace {

@@ -1,8 +1,8 @@
 // The CUDA paths' proofs run on the CPU: our per-tensor kernel emulated work item by work
-// item (the kernel's own WorkWalk and fill_item from launch/cuda_work_item.h, on a
+// item (the kernel's own WorkWalk and fill_item from cuda_plan/cuda_work_item.h, on a
 // simulated grid), and emulate_proven_cuda_init_ / emulate_proven_cuda_init_many_, which put
 // the emulated kernels through the very probe planning and verdicts the CUDA launchers use
-// (launch/cuda_proof.h, common/proof.h) against the emulated reference
+// (cuda_plan/cuda_proof.h, common/proof.h) against the emulated reference
 // (emulator/init_cuda_emulator.cpp). CPU tests thus show a broken kernel caught
 // (FP8_DUMMY_FAULT=cuda.init_ or cuda.init_many_), the reference's bytes returned and the
 // refusal reported, without a GPU.
@@ -17,9 +17,9 @@
 
 #include "common/proof.h"
 #include "common/reference.h"
-#include "launch/cuda_launch_plan.h"
-#include "launch/cuda_proof.h"
-#include "launch/cuda_work_item.h"
+#include "cuda_plan/cuda_launch_plan.h"
+#include "cuda_plan/cuda_proof.h"
+#include "cuda_plan/cuda_work_item.h"
 
 namespace fp8_dummy {
 namespace {

@@ -1,7 +1,7 @@
 // init_stateless_ as its CUDA launcher runs it (cuda/stateless_cuda.cu), emulated on the CPU:
 // the kernel's per-element rule (fp8_dummy/cuda/stateless.h: global index -> Philox call ->
 // value, the host-made FP8 table) where its proof key passes against the CPU kernel, through
-// the same probe as on a GPU (launch/cuda_proof.h), else the CPU kernel. CPU tests show a
+// the same probe as on a GPU (cuda_plan/cuda_proof.h), else the CPU kernel. CPU tests show a
 // broken CUDA path (FP8_DUMMY_FAULT=cuda.init_stateless_) caught and replaced. The kernel's
 // own index arithmetic is checked apart, by tests/consumers/stateless_kernel_on_host.cpp.
 #include <ATen/core/Tensor.h>
@@ -13,8 +13,8 @@
 
 #include "common/proof.h"
 #include "common/reference.h"
-#include "common/stateless.h"
-#include "launch/cuda_proof.h"
+#include "common/stateless_plan.h"
+#include "cuda_plan/cuda_proof.h"
 
 namespace fp8_dummy {
 namespace {

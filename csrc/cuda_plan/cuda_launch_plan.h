@@ -8,9 +8,9 @@
 #include <type_traits>
 
 #include "common/reference.h"
+#include "cuda_plan/conversion_match.h"
 #include "fp8_dummy/cuda/layout.h"
 #include "fp8_dummy/cuda/uniform.h"
-#include "launch/fp8_conversion.h"
 
 namespace fp8_dummy {
 

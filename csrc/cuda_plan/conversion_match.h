@@ -1,4 +1,4 @@
-// The CUDA conversion search, host side (device side: cuda/fp8_conversion.cu): which of our
+// The CUDA conversion search, host side (device side: cuda/conversion_search.cu): which of our
 // conversions gives torch's CUDA copy_ bytes, and whether the hardware one may stand in.
 #pragma once
 

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda_plan/cuda_work_item.h"
 #include "fp8_dummy/cuda/config.h"
 #include "fp8_dummy/cuda/uniform.h"
-#include "launch/cuda_work_item.h"
 
 namespace fp8_dummy {
 namespace cuda_kernels {

@@ -132,7 +132,7 @@ def test_forcing_a_level_the_cpu_lacks_says_so(monkeypatch, level):
 def test_oracle_matches_reference(dtype, bounds):
     """The numpy oracle itself against torch's reference path."""
     if cpu_reference_refuses(dtype, *bounds):
-        pytest.skip("torch's own CPU kernel refuses these bounds (tests/test_reference_cpu.py)")
+        pytest.skip("torch's own CPU kernel refuses these bounds (tests/test_init_cpu.py)")
     n = 65536 + 3
     ref = torch.empty(n, dtype=dtype)
     new_path(ref, *bounds, seed=77)

@@ -1,7 +1,7 @@
 """The CPU fast path on many threads and at narrow bounds: the split of the stream over 1-8
 threads above the size where the op splits, and the FP8 bytes taken straight from the
 random bits where few FP8 values occur (cpu/fp8_bytes.h); against torch's reference path
-and the numpy oracle. Helpers and the path fixture: test_reference_cpu_fast_path.py."""
+and the numpy oracle. Helpers and the path fixture: test_init_cpu_fast_path.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import FP8_DTYPES
-from test_reference_cpu_fast_path import (  # noqa: F401  (path: a fixture)
+from test_init_cpu_fast_path import (  # noqa: F401  (path: a fixture)
     as_bytes,
     needs_fast_path,
     path,

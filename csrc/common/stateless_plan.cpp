@@ -1,4 +1,4 @@
-#include "common/stateless.h"
+#include "common/stateless_plan.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/arange.h>

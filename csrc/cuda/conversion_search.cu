@@ -1,4 +1,4 @@
-// The CUDA conversion search, device side (matching: launch/fp8_conversion.h): torch's CUDA
+// The CUDA conversion search, device side (matching: cuda_plan/conversion_match.h): torch's CUDA
 // copy_ of all 65536 float16 values and our hardware conversion's, once per (device, dtype).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/arange.h>

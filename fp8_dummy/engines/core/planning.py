@@ -1,0 +1,182 @@
+"""The plan of a fill: each tensor's action from the engine's rule, torch's refusals raised
+before anything is written, and whether our fused path may stand in, proven once per kind of
+call against the engine's function or the reference on a poisoned probe (docs/engines.md,
+"Proof"); :func:`fill` plans and runs."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import os
+from typing import Any, Callable
+
+import torch
+
+from ... import _proof
+from ...ops import as_int64
+from .checks import checked, fusable, is_plain, refusal
+from .execution import run
+from .plugins import enabled
+from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics, bind, error, walk
+
+__all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tensor", "proven"]
+
+ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
+_OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
+
+
+def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
+    """67 x 129 poisoned elements like ``t`` (dtype, device, 0/1/2+ dims), row-major or not."""
+    shape = {0: (), 1: (67 * 129,)}.get(t.dim(), (67, 129) + (1,) * (t.dim() - 2))
+    make = functools.partial(torch.empty, dtype=t.dtype, device=t.device)
+    if strided and t.dim() >= 2:
+        p = make((129, 67) + shape[2:]).transpose(0, 1)
+    else:
+        p = make((2 * shape[0],))[::2] if strided and t.dim() == 1 else make(shape)
+    torch.empty(0, dtype=torch.uint8, device=t.device).set_(p.untyped_storage()).fill_(0x55)
+    return p
+
+
+def probe_model(name: str, like: torch.Tensor, strided: bool = False) -> torch.nn.Module:
+    """A module tree whose only tensor is a probe tensor under the dotted ``name``."""
+    root = m = torch.nn.Module()
+    *path, leaf = name.split(".")
+    for part in path:
+        m.add_module(part, torch.nn.Module())
+        m = getattr(m, part)
+    m.register_buffer(leaf, probe_tensor(like, strided))
+    return root
+
+
+def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, call: Call) -> bool:
+    """Whether our fill may stand in for ``engine`` (None: the semantics through the reference)
+    called with ``call`` (the arguments after the tensor or model) on tensors like ``t``: a
+    poisoned probe per key, CUDA's first in a child process (docs/engines.md, "Proof")."""
+    args, kwargs = call
+    strided = sem.temp == ROWS and t.dim() > 0 and not t.is_contiguous()
+    local = name.rsplit(".", 1)[-1]
+    key = f"{sem.path}: {sem.name} {t.device} {t.dtype} name={local!r} dims={min(t.dim(), 2)}"
+    if sem.temp == ROWS:
+        key += f" layout={'strided' if strided else 'contiguous'}"
+    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if k != "name"]
+    key += f" call=({', '.join(['...', *shown])})"
+
+    def probe() -> str | None:
+        tensors = [(name, probe_tensor(t, strided))]
+        ((_, _, action, (_, seed)),) = plan(tensors, sem, call, prove=False, check=False)
+        every = os.environ.get(ISOLATE, "").strip().lower() == "all"
+        if action.kind is not Kind.UNIFORM or not (every or t.is_cuda and enabled(ISOLATE)):
+            return _probe(sem, engine, call, name, t, strided, action, seed)
+        target = engine and f"{engine.__module__}:{getattr(engine, '__qualname__', '<')}"
+        if target is not None and ("<" in target or hasattr(engine, "__self__")):
+            raise TypeError(f"a child process cannot import {engine!r} to probe it")
+        spec = [target, [sem.path, sem.name, sem.temp, sem.per_tensor], name,
+                [str(t.dtype)[6:], str(t.device), t.dim()], strided, [list(args), kwargs],
+                [action.low, action.high, seed]]  # fmt: skip
+        from ... import _isolated  # here: the child runs it as __main__
+
+        return _isolated.verdict(key, f"{__name__}:child_probe", spec, str(t.device))
+
+    return _proof.proven(key, probe)
+
+
+def _probe(sem, engine, call, name, like, strided, action, seed) -> str | None:
+    """The engine's function (None: the reference) on a probe like ``like``, our ``action`` on
+    another: None if the bytes (or the exception types) are the same, else what differs."""
+    whole = engine is not None and not sem.per_tensor
+    make = functools.partial(probe_model, name) if whole else probe_tensor
+    made = [make(like, strided) for _ in "ab"]
+    theirs, ours = (m.get_buffer(name) for m in made) if whole else made
+    refusal = action.value if action.kind is Kind.ERROR else None
+    try:
+        if engine is not None:
+            engine(made[0], *call[0], **call[1])
+        elif refusal is None:  # only the float path is proven without the engine's function
+            run([(name, theirs, Action(Kind.REFERENCE, action.low, action.high), (sem, seed))])
+        else:
+            raise refusal[0](refusal[1])
+    except Exception as e:  # noqa: BLE001 (the same refusal as ours is a match)
+        if refusal is not None and isinstance(e, refusal[0]):
+            return None
+        return f"the engine raised {type(e).__name__}: {e}; ours did not"
+    if refusal is not None:
+        return f"ours raises {refusal[0].__name__}: {refusal[1]}; the engine did not"
+    run([(name, ours, action, (sem, seed))])
+    return _proof.first_difference(ours, theirs)
+
+
+def child_probe(engine, sem, name, like, strided, call, action) -> str | None:
+    """:func:`_probe` of our float path in a child process, rebuilt from :func:`proven`'s data."""
+    if engine is not None:
+        module, _, qualname = engine.partition(":")
+        found = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
+        engine = inspect.unwrap(found)
+    sem = Semantics(*sem[:2], lambda *_: SKIP, (), temp=sem[2], per_tensor=sem[3])
+    like = torch.empty((1,) * like[2], dtype=getattr(torch, like[0]), device=like[1])
+    uniform = Action(Kind.UNIFORM, *action[:2])
+    return _probe(sem, engine, call, name, like, strided, uniform, action[2])
+
+
+def plan(
+    tensors: list[tuple[str, torch.Tensor]], sem: Semantics,
+    call: Call | Callable[[str], Call] = ((), {}), *, engine: Callable | None = None,
+    prove: bool = True, mode: str = "reference",
+    neutral: Callable[[str, torch.Tensor], bool] | None = None, check: bool = True,
+) -> list[Planned] | None:  # fmt: skip
+    """What the fill does to each ``(name, tensor)``, every refusal raised before anything is
+    written (``check``). ``call``: the arguments after the tensor or model, or a function of
+    the local name giving them; ``engine``: proven against, fallen back to; ``neutral(name,
+    t)``: set to 1.0. None: a whole-model ``engine`` must fill the model itself."""
+    _proof.check_fault_switch()  # a mistyped FP8_DUMMY_FAULT: refused before any write
+    whole = engine is not None and not sem.per_tensor
+    out: list[Planned] = []
+    for name, t in tensors:
+        local = name.rsplit(".", 1)[-1]
+        args, kwargs = call(local) if callable(call) else call
+        theirs = None if engine is None else functools.partial(engine, t, *args, **kwargs)
+        try:
+            p, named = bind(sem, args, kwargs)
+            if check and engine is None and "seed" in p:  # refused before any tensor is written
+                as_int64(p["seed"], "seed", sem.path)
+        except TypeError:  # a later release's arguments: its own function decides
+            if engine is None:
+                raise
+            if whole:
+                return None
+            out.append((name, t, Action(Kind.ENGINE, value=theirs), (sem, 0)))
+            continue
+        action = checked(t, sem.rule(t, p.get("low"), p.get("high"), p["name"] if named else local))
+        if neutral is not None and action.kind is Kind.UNIFORM and neutral(name, t):
+            action = Action(Kind.FILL, value=1.0)
+        if whole and prove and not t.is_meta and not proven(sem, engine, name, t, (args, kwargs)):
+            return None
+        if action.kind is Kind.UNIFORM and mode == "reference":
+            ours = fusable(t)
+            if ours and prove and not whole and not proven(sem, engine, name, t, (args, kwargs)):
+                ours = False
+            if not ours:
+                action = Action(Kind.REFERENCE, action.low, action.high)
+        if theirs is not None and not whole and action.kind not in _OURS:
+            action = Action(Kind.ENGINE, value=theirs)  # a per-tensor engine keeps its branches
+        if check and mode == "stateless" and action.kind is Kind.UNIFORM and is_plain(t):
+            # no engine path to leave a refused layout to: the op's checks, up front
+            stateless = torch.ops.fp8_dummy_internal.check_stateless_args
+            if (why := refusal(stateless, t, action.low, action.high, 0, None)) is not None:
+                action = error(RuntimeError, why)
+        if check and action.kind is Kind.ERROR:
+            kind, message = action.value
+            raise kind(f"fp8_dummy: {name}: {message}" if name else f"fp8_dummy: {message}")
+        if check and action.kind is Kind.ENGINE and action.value is None:
+            raise RuntimeError(f"fp8_dummy: {name}: only the engine's own function fills it")
+        out.append((name, t, action, (sem, p["seed"])))
+    return out
+
+
+def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
+    """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
+    model = isinstance(what, torch.nn.Module)
+    planned = plan(walk(what, sem.order) if model else what, sem, call, engine=engine, **kw)
+    if planned is None:
+        return engine(what, *call[0], **call[1])
+    return run(planned, mode=kw.get("mode", "reference"), progress=progress)
