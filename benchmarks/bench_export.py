@@ -1,0 +1,165 @@
+"""``python -m fp8_dummy export`` against writing the same bytes with safetensors from memory.
+
+Two configs, bf16 and fp8-block: a Llama-3.2-1B-shaped one (hidden 2048, 16 layers,
+vocabulary 128,256: 1.24 B parameters; ``--layers`` changes the depth) and DeepSeek-V3's real
+dimensions with 2 layers (hidden 7168, 256 experts of intermediate 2048, vocabulary 129,280,
+the first layer dense: 11.6 B parameters, ~13 GB in fp8-block; ``--deepseek``, skipped by
+default on a machine with under 40 GB of free disk). Per config and format, medians of
+--repeats runs into a fresh directory of the same disk:
+  export       fp8_dummy.export.export(...): the logical model made block by block, written
+  safetensors  the same tensors (made beforehand, held in memory) written by
+               safetensors.torch.save_file into shards of the same size (the disk's own rate)
+and the export's peak resident memory above its start (sampled every 10 ms) against the
+largest tensor. Example:
+  python benchmarks/bench_export.py --json benchmarks/results/export_vm2cpu_<date>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+import fp8_dummy
+from fp8_dummy import export as E
+from fp8_dummy.checkpoint import build_model, logical_model
+
+
+def llama(layers: int):
+    import transformers as tf
+
+    return tf.LlamaConfig(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=64, tie_word_embeddings=True,
+    )  # fmt: skip
+
+
+def deepseek():
+    import transformers as tf
+
+    return tf.DeepseekV3Config(
+        vocab_size=129280, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+        num_hidden_layers=2, first_k_dense_replace=1, n_routed_experts=256, n_shared_experts=1,
+        num_experts_per_tok=8, n_group=8, topk_group=4, num_attention_heads=128,
+        num_key_value_heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
+        qk_nope_head_dim=128, v_head_dim=128,
+    )  # fmt: skip
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def peak_during(fn) -> tuple[float, int]:
+    """(seconds, peak resident bytes above the start) of ``fn()``."""
+    start, peak, done = rss(), [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss() - start)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    t0 = time.perf_counter()
+    try:
+        fn()
+    finally:
+        seconds = time.perf_counter() - t0
+        done.set()
+        t.join()
+    return seconds, peak[0]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--formats", default="bf16,fp8-block")
+    p.add_argument("--deepseek", action="store_true", help="also DeepSeek-V3 dims, 2 layers")
+    p.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+    p.add_argument("--json", default=None)
+    p.add_argument("--memory-gb", type=float, default=6.0, help="the baseline's largest model")
+    a = p.parse_args(argv)
+    from safetensors.torch import save_file
+
+    root = Path(a.dir or tempfile.mkdtemp(prefix="fp8_dummy_bench_export_"))
+    configs = [("llama-1B", llama(a.layers))] + (
+        [("deepseek-v3-2L", deepseek())] if a.deepseek else []
+    )
+    rows = []
+    for label, config in configs:
+        src = root / f"{label}-config"
+        config.save_pretrained(src)
+        for fmt in a.formats.split(","):
+            lm = logical_model(build_model(config, dtype=torch.bfloat16), 0, format=fmt)
+            total = sum(t.nbytes for t in lm.tensors.values())
+            largest = max(t.nbytes for t in lm.tensors.values())
+            ours, peaks = [], []
+            for i in range(a.repeats):
+                out = root / f"{label}-{fmt}-{i}"
+                s, peak = peak_during(
+                    functools.partial(E.export, src, out, format=fmt, progress=False)
+                )
+                ours.append(s)
+                peaks.append(peak)
+                if i == 0:
+                    shards = E.shards(list(lm.tensors.values()), E.parse_size("5GB"))
+                shutil.rmtree(out)
+            # the same bytes from memory, written by safetensors (where they fit in memory)
+            fits = total <= a.memory_gb * 1e9
+            held = [{t.name: lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype)) for t in g}
+                    for g in shards] if fits else []  # fmt: skip
+            theirs = []
+            for i in range(a.repeats if fits else 0):
+                out = root / f"{label}-{fmt}-st-{i}"
+                out.mkdir()
+                t0 = time.perf_counter()
+                for j, group in enumerate(held):
+                    save_file(group, str(out / f"model-{j:05d}.safetensors"))
+                theirs.append(time.perf_counter() - t0)
+                shutil.rmtree(out)
+            del held
+            row = dict(config=label, format=fmt, bytes=total, largest_tensor=largest,
+                       export_s=statistics.median(ours),
+                       safetensors_s=statistics.median(theirs) if fits else None,
+                       export_peak_rss=max(peaks))  # fmt: skip
+            row["ratio"] = row["export_s"] / row["safetensors_s"] if fits else None
+            row["export_GBps"] = total / row["export_s"] / 1e9
+            rows.append(row)
+            print(
+                f"{label} {fmt}: {total / 1e9:.2f} GB, export {row['export_s']:.2f} s "
+                f"({row['export_GBps']:.2f} GB/s, peak +{row['export_peak_rss'] / 2**20:.0f} MiB, "
+                f"largest tensor {largest / 2**20:.0f} MiB), "
+                + (
+                    f"safetensors from memory {row['safetensors_s']:.2f} s: export/safetensors "
+                    f"{row['ratio']:.2f}x"
+                    if fits
+                    else "safetensors from memory: does not fit"
+                ),
+                flush=True,
+            )
+    if a.json:
+        meta = dict(date=datetime.date.today().isoformat(), machine=platform.processor() or
+                    platform.machine(), cpus=torch.get_num_threads(), torch=torch.__version__,
+                    fp8_dummy=fp8_dummy.__version__, command=" ".join(sys.argv))  # fmt: skip
+        Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=2) + "\n")
+    if not a.dir:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Export every causal-LM architecture transformers maps, from its small config (the realistic
+sweep's: hidden 64, 2 layers), in bf16: exported and loaded back by transformers with no
+missing, unexpected or mismatched key and the in-memory fill's bytes; refused, naming what; or
+the config cannot be built small (skipped, as in the realistic sweep).
+
+    .venv/bin/python tests/helpers/export_sweep.py [TYPE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import realistic_sweep as sweep  # noqa: E402
+
+import fp8_dummy  # noqa: E402
+from fp8_dummy import export as E  # noqa: E402
+
+
+def one(mt: str) -> str:
+    import transformers
+
+    try:
+        config = sweep.small_config(mt, 2)
+        cls = transformers.AutoModelForCausalLM._model_mapping[type(config)]
+    except Exception as e:  # noqa: BLE001 - the sweep's own skips
+        return f"skipped (config: {type(e).__name__})"
+    with tempfile.TemporaryDirectory() as d:
+        config.save_pretrained(f"{d}/c")
+        try:
+            E.export(f"{d}/c", f"{d}/o", seed=1, progress=False)
+        except Exception as e:  # noqa: BLE001
+            return f"refused: {str(e)[:160]}"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loaded, info = cls.from_pretrained(f"{d}/o", output_loading_info=True)
+                ref = cls._from_config(loaded.config, dtype=torch.bfloat16)
+                theirs = loaded.state_dict()
+                for n, t in ref.state_dict(keep_vars=True).items():
+                    if n in theirs and t.dtype != theirs[n].dtype:
+                        t.data = t.data.to(theirs[n].dtype)
+                fp8_dummy.initialize_realistic_dummy_weights(ref, seed=1)
+        except Exception as e:  # noqa: BLE001
+            return f"load failed: {type(e).__name__}: {str(e)[:120]}"
+        bad = {k: v for k, v in info.items() if v}
+        if bad:
+            return f"keys: {str(bad)[:160]}"
+        ours = ref.state_dict()
+        differ = [n for n in ours if n in theirs and not torch.equal(
+            ours[n].reshape(-1).view(torch.uint8), theirs[n].reshape(-1).view(torch.uint8))]
+        return "ok" if not differ else f"bytes differ: {differ[:3]}"
+
+
+if __name__ == "__main__":
+    types = sys.argv[1:] or list(sweep.causal_lm_types())
+    for mt in types:
+        print(f"{mt}: {one(mt)}", flush=True)
