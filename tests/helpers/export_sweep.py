@@ -52,8 +52,14 @@ def one(mt: str) -> str:
         if bad:
             return f"keys: {str(bad)[:160]}"
         ours = ref.state_dict()
-        differ = [n for n in ours if n in theirs and not torch.equal(
-            ours[n].reshape(-1).view(torch.uint8), theirs[n].reshape(-1).view(torch.uint8))]
+        differ = [
+            n
+            for n in ours
+            if n in theirs
+            and not torch.equal(
+                ours[n].reshape(-1).view(torch.uint8), theirs[n].reshape(-1).view(torch.uint8)
+            )
+        ]
         return "ok" if not differ else f"bytes differ: {differ[:3]}"
 
 
