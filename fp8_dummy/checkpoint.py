@@ -318,17 +318,20 @@ TWIN_BYTES = 1 << 30  # the largest model built for real to probe its architectu
 
 
 def _derive_twin(model: torch.nn.Module) -> Arch:
-    """The facts of a model on the meta device: probed on a float32 twin built on the CPU from
-    the same config where it takes at most :data:`TWIN_BYTES` (small and test models, so that
-    their export is their in-memory fill), else the plain rule (docs/export.md)."""
+    """The facts of a model on the meta device: probed on a twin built on the CPU from the same
+    config, in the model's dtype, where it takes at most :data:`TWIN_BYTES` in float32 (small
+    and test models, so that their export is their in-memory fill), else the plain rule
+    (docs/export.md)."""
     if not is_transformers_model(model):
         return DEFAULT
     size = sum(t.numel() for t in _own_tensors(model).values()) * 4
     if size > TWIN_BYTES:
         return DEFAULT
+    floats = [t.dtype for t in _own_tensors(model).values() if t.dtype.is_floating_point]
+    dtype = max(set(floats), key=floats.count) if floats else torch.float32
     try:
-        with torch.device("cpu"):
-            twin = type(model)._from_config(model.config, dtype=torch.float32)
+        with torch.device("cpu"):  # in the model's own dtype: the probes are run in it
+            twin = type(model)._from_config(model.config, dtype=dtype)
     except Exception:  # a class that cannot be built here: the plain rule, as for vLLM's
         return DEFAULT
     return derive(twin)
