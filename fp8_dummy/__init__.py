@@ -21,9 +21,9 @@ except ImportError as _error:  # say which torch it was built for, and how to re
 from . import _after_import, reference, stateless
 from ._build import build_info
 from ._proof import ProofEntry, self_check_report
+from .checkpoint import initialize_realistic_dummy_weights
 from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor, sglang, trtllm, vllm
 from .ops import cpu_fast_path_info, init_, init_many_, random_
-from .realistic import initialize_realistic_dummy_weights
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = ["SEMANTICS", "ProofEntry", "__version__", "build_info", "cpu_fast_path_info"]

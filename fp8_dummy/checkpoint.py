@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,15 +26,21 @@ import torch
 
 from ._lazy_tensor import Block, LazyTensor, NotAffineError, view_map
 from .ops import as_int64
-from .realistic import Spec, fill_, model_specs
+from .realistic import Spec, fill_, model_specs, model_tensors
 from .realistic_arch import DEFAULT, Arch, derive
 from .routing import parse_routing, plan_routing
 from .stateless import tensor_seed
 
 __all__ = ["FORMATS", "CheckpointTensor", "LogicalModel", "UnplacedTensorError"]
 __all__ += ["build_model", "checkpoint_names", "checkpoint_state", "logical_model"]
-__all__ += ["memory_blocks"]
+__all__ += ["initialize_realistic_dummy_weights", "memory_blocks"]
 
+_BYTES = {
+    torch.uint8,
+    getattr(torch, "float4_e2m1fn_x2", None),
+    getattr(torch, "float8_e8m0fnu", None),
+}
+_BYTES.discard(None)  # dtypes filled through a uint8 view (realistic.py's)
 BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
 E4M3 = torch.float8_e4m3fn
 
@@ -394,3 +401,76 @@ def config_of(path: str | os.PathLike) -> Any:
     if os.path.isfile(p) and os.path.basename(p) != "config.json":
         return transformers.AutoConfig.from_pretrained(p)
     return transformers.AutoConfig.from_pretrained(d)
+
+
+def initialize_realistic_dummy_weights(
+    model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None,
+    routing: str | os.PathLike = "balanced",
+) -> dict[str, Spec]:  # fmt: skip
+    """Fill what vLLM's dummy loader fills in ``model`` by role, keyed by ``(seed, full name)``,
+    all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md).
+    ``routing``: ``"balanced"``, ``"zipf:A"`` or a recorded load's JSON file (docs/realistic.md,
+    Routing)."""
+    # one seed domain (tensor_seed's): an int in [-2^63, 2^64), read modulo 2^64 as torch does
+    seed = as_int64(seed, "seed", "initialize_realistic_dummy_weights") % (1 << 64)
+    profile = parse_routing(routing)
+    from . import checkpoint  # at call time: it builds on this module
+    from .engines.core import unwritable  # at call time: engines' vLLM imports this
+
+    if checkpoint.is_transformers_model(model):  # keyed by the checkpoint's names
+        try:
+            blocks = memory_blocks(model)
+        except UnplacedTensorError as e:  # keyed by the in-memory names instead
+            warnings.warn(f"{e}; its tensors are keyed by their in-memory names", stacklevel=2)
+        else:
+            return _fill_logical(model, seed, num_layers, profile, unwritable, blocks)
+
+    tensors = model_tensors(model)
+    specs = model_specs(model, tensors, num_layers)
+    for _, name, t, _ in tensors:
+        if t.device.type not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
+        if t.device.type == "meta":
+            specs[name] = Spec("deferred", "skip")
+    for _, name, t, _ in tensors:  # every tensor checked before any is written
+        spec = specs[name]
+        raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
+        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
+        if why is not None:
+            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {name}: {why}")
+    shapes = {name: tuple(shape) for _, name, _, shape in tensors}
+    config = getattr(model, "config", None)
+    dtypes = {name: t.dtype for _, name, t, _ in tensors}
+    _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    done: set[int] = set()
+    for _, name, t, _ in tensors:
+        if id(t) not in done:
+            done.add(id(t))
+            fill_(t, specs[name], tensor_seed(seed, name), overrides=overrides.get(name))
+    return specs
+
+
+def _fill_logical(model, seed, num_layers, profile, unwritable, blocks) -> dict[str, Spec]:
+    """A transformers model: each checkpoint tensor of the logical model (fp8_dummy.checkpoint)
+    written where transformers' own conversion puts it in memory, all checked first."""
+    lm = logical_model(model, seed, routing=profile, num_layers=num_layers, blocks=blocks)
+    own = _own_tensors(model)
+    specs = lm.specs
+    for name, b in blocks.items():
+        t = own[b.source]
+        if t.device.type not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"fp8_dummy: {b.source}: device {t.device} (CPU, CUDA or meta)")
+        if t.device.type == "meta":
+            specs[name] = Spec("deferred", "skip")
+    for name, b in blocks.items():  # every tensor checked before any is written
+        t, spec = own[b.source], specs[name]
+        raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
+        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
+        if why is not None:
+            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {b.source}: {why}")
+    fill_model(model, lm, blocks)
+    first = {id(t): n for n, t in own.items()}
+    for name, t in model.state_dict(keep_vars=True).items():  # tied names: their tensor's spec
+        if name not in own and first.get(id(t)) in specs:
+            specs[name] = specs[first[id(t)]]
+    return specs

@@ -5,20 +5,17 @@ reuses: :func:`tensor_spec` (name, logical shape, dtype -> :class:`Spec`) and :f
 from __future__ import annotations
 
 import math
-import os
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
 
-from .ops import as_int64
 from .realistic_arch import Arch, derive
-from .routing import apply_overrides, parse_routing, plan_routing
-from .stateless import init_stateless_, tensor_seed
+from .routing import apply_overrides
+from .stateless import init_stateless_
 
-__all__ = ["Spec", "fill_", "initialize_realistic_dummy_weights", "model_specs", "module_kind"]
+__all__ = ["Spec", "fill_", "model_specs", "module_kind"]
 __all__ += ["model_tensors", "tensor_spec"]
 
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
@@ -320,80 +317,3 @@ def model_tensors(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, to
 
     modules = dict(model.named_modules(remove_duplicate=False))
     return [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
-
-
-def initialize_realistic_dummy_weights(
-    model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None,
-    routing: str | os.PathLike = "balanced",
-) -> dict[str, Spec]:  # fmt: skip
-    """Fill what vLLM's dummy loader fills in ``model`` by role, keyed by ``(seed, full name)``,
-    all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md).
-    ``routing``: ``"balanced"``, ``"zipf:A"`` or a recorded load's JSON file (docs/realistic.md,
-    Routing)."""
-    # one seed domain (tensor_seed's): an int in [-2^63, 2^64), read modulo 2^64 as torch does
-    seed = as_int64(seed, "seed", "initialize_realistic_dummy_weights") % (1 << 64)
-    profile = parse_routing(routing)
-    from . import checkpoint  # at call time: it builds on this module
-    from .engines.core import unwritable  # at call time: engines' vLLM imports this
-
-    if checkpoint.is_transformers_model(model):  # keyed by the checkpoint's names
-        try:
-            blocks = checkpoint.memory_blocks(model)
-        except checkpoint.UnplacedTensorError as e:  # keyed by the in-memory names instead
-            warnings.warn(f"{e}; its tensors are keyed by their in-memory names", stacklevel=2)
-        else:
-            return _fill_logical(model, seed, num_layers, profile, unwritable, blocks)
-
-    tensors = model_tensors(model)
-    specs = model_specs(model, tensors, num_layers)
-    for _, name, t, _ in tensors:
-        if t.device.type not in ("cpu", "cuda", "meta"):
-            raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
-        if t.device.type == "meta":
-            specs[name] = Spec("deferred", "skip")
-    for _, name, t, _ in tensors:  # every tensor checked before any is written
-        spec = specs[name]
-        raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
-        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
-        if why is not None:
-            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {name}: {why}")
-    shapes = {name: tuple(shape) for _, name, _, shape in tensors}
-    config = getattr(model, "config", None)
-    dtypes = {name: t.dtype for _, name, t, _ in tensors}
-    _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
-    done: set[int] = set()
-    for _, name, t, _ in tensors:
-        if id(t) not in done:
-            done.add(id(t))
-            fill_(t, specs[name], tensor_seed(seed, name), overrides=overrides.get(name))
-    return specs
-
-
-def _fill_logical(model, seed, num_layers, profile, unwritable, blocks) -> dict[str, Spec]:
-    """A transformers model: each checkpoint tensor of the logical model (fp8_dummy.checkpoint)
-    written where transformers' own conversion puts it in memory, all checked first."""
-    from . import checkpoint
-
-    lm = checkpoint.logical_model(
-        model, seed, routing=profile, num_layers=num_layers, blocks=blocks
-    )
-    own = checkpoint._own_tensors(model)
-    specs = lm.specs
-    for name, b in blocks.items():
-        t = own[b.source]
-        if t.device.type not in ("cpu", "cuda", "meta"):
-            raise ValueError(f"fp8_dummy: {b.source}: device {t.device} (CPU, CUDA or meta)")
-        if t.device.type == "meta":
-            specs[name] = Spec("deferred", "skip")
-    for name, b in blocks.items():  # every tensor checked before any is written
-        t, spec = own[b.source], specs[name]
-        raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
-        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
-        if why is not None:
-            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {b.source}: {why}")
-    checkpoint.fill_model(model, lm, blocks)
-    first = {id(t): n for n, t in own.items()}
-    for name, t in model.state_dict(keep_vars=True).items():  # tied names: their tensor's spec
-        if name not in own and first.get(id(t)) in specs:
-            specs[name] = specs[first[id(t)]]
-    return specs

@@ -171,7 +171,7 @@ def build_report(
 
 def measured_loads(config, profile, seed, tokens, routers) -> list[np.ndarray]:
     """Each router's own choice through the whole model, on ``tokens`` random token ids."""
-    from .realistic import initialize_realistic_dummy_weights
+    from .checkpoint import initialize_realistic_dummy_weights
 
     model = _model(config, "cpu").float()
     initialize_realistic_dummy_weights(model, seed, routing=profile)

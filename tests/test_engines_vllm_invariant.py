@@ -162,9 +162,10 @@ ROLES = {
     "fp8_qkv.input_scale": "scale",
 }
 # What depends on fan_in, which a row-parallel shard narrows: the residual o_proj's values,
-# the FP8 row layers' and the TP experts' w2 scales (their codes span the format either way).
-FAN_IN = {"o_proj.weight", "fp8_row.weight_scale", "blk_row.weight_scale_inv"}
-FAN_IN |= {"moe_tp_bf16.w2_weight", "moe_tp_fp8.w2_weight_scale", "moe_tp_blk.w2_weight_scale_inv"}
+# the FP8 per-tensor row layers' and experts' w2 scales (their codes span the format either way).
+# FP8 block scales are powers of two: a wrong fan-in there moves the codes, not the scale
+FAN_IN = {"o_proj.weight", "fp8_row.weight_scale", "blk_row.weight"}
+FAN_IN |= {"moe_tp_bf16.w2_weight", "moe_tp_fp8.w2_weight_scale", "moe_tp_blk.w2_weight"}
 
 
 def test_realistic_every_rank_is_its_slice_of_the_tp1_tensors(world):

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..realistic import initialize_realistic_dummy_weights
+from ..checkpoint import initialize_realistic_dummy_weights
 from ..routing import chosen_routing
 from . import core
 
