@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from .stateless import row_major_strides
+
 __all__ = ["Block", "LazyTensor", "NotAffineError", "materialized", "view_map"]
 
 # write(destination, block): fill ``destination`` (shape = block.shape) with the block's values
@@ -47,13 +49,11 @@ class Block:
     offset: int
     strides: tuple[int, ...]
 
-
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(strides))
+    @classmethod
+    def whole(cls, source: str, shape: tuple[int, ...]) -> Block:
+        """All of the source tensor ``source`` of ``shape``, in its own order."""
+        shape = tuple(shape)
+        return cls(source, shape, shape, 0, tuple(row_major_strides(shape)))
 
 
 def _is_view(func: Any) -> bool:
@@ -95,7 +95,7 @@ class LazyTensor(torch.Tensor):
     ) -> LazyTensor:
         """The whole source tensor ``source`` of ``shape`` and ``dtype``."""
         base = torch.empty(max(math.prod(shape), 1), dtype=dtype, device="meta")
-        proxy = base.as_strided(tuple(shape), _row_major(tuple(shape)), 0)
+        proxy = base.as_strided(tuple(shape), row_major_strides(shape), 0)
         return cls(proxy, source, tuple(shape), dtype, writer, device=device)
 
     def block(self) -> Block:

@@ -129,8 +129,8 @@ class LogicalModel:
             raise ValueError(
                 f"fp8_dummy: {name}: shape {tuple(dst.shape)}, the checkpoint's {t.shape}"
             )
-        strides = _row_major(t.shape)
-        return self.write(dst, Block(name, t.shape, t.shape, 0, strides)) or dst
+        self.write(dst, Block.whole(name, t.shape))
+        return dst
 
     def lazy(self, name: str, device: torch.device | str = "cpu") -> LazyTensor:
         """A stand-in for the checkpoint tensor ``name`` that an engine's loader can narrow,
@@ -149,14 +149,6 @@ class LogicalModel:
     @property
     def specs(self) -> dict[str, Spec]:
         return {n: t.spec for n, t in self.tensors.items()}
-
-
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(out))
 
 
 def is_transformers_model(model: torch.nn.Module) -> bool:
@@ -196,10 +188,7 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
     transformers' save conversion run on stand-ins; identity for other models."""
     own = _own_tensors(model)
     if not is_transformers_model(model):
-        return {
-            n: Block(n, tuple(t.shape), tuple(t.shape), 0, _row_major(tuple(t.shape)))
-            for n, t in own.items()
-        }
+        return {n: Block.whole(n, tuple(t.shape)) for n, t in own.items()}
     from transformers.core_model_loading import revert_weight_conversion
 
     try:
@@ -214,15 +203,22 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
 def checkpoint_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Checkpoint name -> a view of the in-memory tensor that holds it (tied names too):
     what ``save_pretrained`` would write, without a copy."""
-    own, out = _own_tensors(model), {}
-    for name, b in memory_blocks(model).items():
-        src = own[b.source].detach()
-        out[name] = src.as_strided(b.shape, b.strides, src.storage_offset() + b.offset)
+    own = _own_tensors(model)
+    out = dict(_views(own, memory_blocks(model)))
     first = {id(t): n for n, t in own.items()}
     for name, t in model.state_dict(keep_vars=True).items():
         if name not in own and first.get(id(t)) in out:
             out[name] = out[first[id(t)]]
     return out
+
+
+def _views(own: Mapping[str, torch.Tensor], blocks: Mapping[str, Block]):
+    """(checkpoint name, the view of its in-memory tensor that holds it), meta ones too."""
+    for name, b in blocks.items():
+        src = own[b.source].detach()
+        if not src.is_meta and not src.is_contiguous():
+            raise UnplacedTensorError(f"fp8_dummy: {b.source}: not contiguous in memory")
+        yield name, src.as_strided(b.shape, b.strides, src.storage_offset() + b.offset)
 
 
 def checkpoint_names(model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -379,15 +375,9 @@ def _quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[li
 
 def fill_model(model: torch.nn.Module, lm: LogicalModel, blocks: Mapping[str, Block]) -> None:
     """Write each checkpoint tensor of ``lm`` where ``blocks`` puts it in ``model``."""
-    own = _own_tensors(model)
-    for name, b in blocks.items():
-        src = own[b.source].data
-        if src.is_meta:
-            continue
-        if not src.is_contiguous():
-            raise UnplacedTensorError(f"fp8_dummy: {b.source}: not contiguous in memory")
-        view = src.as_strided(b.shape, b.strides, src.storage_offset() + b.offset)
-        lm.write(view, Block(name, lm.tensors[name].shape, b.shape, 0, _row_major(b.shape)))
+    for name, view in _views(_own_tensors(model), blocks):
+        if not view.is_meta:
+            lm.write(view, Block.whole(name, lm.tensors[name].shape))
 
 
 def config_of(path: str | os.PathLike) -> Any:

@@ -30,6 +30,7 @@ from .checkpoint import (
     config_of,
     logical_model,
 )
+from .stateless import row_major_strides
 
 __all__ = ["export", "main"]
 
@@ -104,29 +105,19 @@ def _header(tensors: Sequence[CheckpointTensor]) -> bytes:
     return len(text).to_bytes(8, "little") + text
 
 
-def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(out))
-
-
 def _blocks(lm: LogicalModel, t: CheckpointTensor):
     """The tensor's bytes, made a block of rows (at most :data:`CHUNK` bytes) at a time."""
-    strides = _row_major(t.shape)
     if not t.shape or t.nbytes <= CHUNK:
-        buf = torch.empty(t.shape, dtype=t.dtype)
-        lm.write(buf, Block(t.name, t.shape, t.shape, 0, strides))
-        yield buf
+        yield lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype))
         return
+    strides = row_major_strides(t.shape)
     row = t.nbytes // t.shape[0]
     step = max(1, CHUNK // max(row, 1))
     for start in range(0, t.shape[0], step):
         rows = min(step, t.shape[0] - start)
         shape = (rows, *t.shape[1:])
         buf = torch.empty(shape, dtype=t.dtype)
-        lm.write(buf, Block(t.name, t.shape, shape, start * strides[0], strides))
+        lm.write(buf, Block(t.name, t.shape, shape, start * strides[0], tuple(strides)))
         yield buf
 
 
