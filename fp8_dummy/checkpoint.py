@@ -26,7 +26,7 @@ import torch
 
 from ._lazy_tensor import Block, LazyTensor, NotAffineError, view_map
 from .ops import as_int64
-from .realistic import Spec, fill_, model_specs, model_tensors
+from .realistic import BYTE_DTYPES, Spec, fill_, model_specs, model_tensors
 from .realistic_arch import DEFAULT, Arch, derive
 from .routing import parse_routing, plan_routing
 from .stateless import tensor_seed
@@ -35,12 +35,6 @@ __all__ = ["FORMATS", "CheckpointTensor", "LogicalModel", "UnplacedTensorError"]
 __all__ += ["build_model", "checkpoint_names", "checkpoint_state", "logical_model"]
 __all__ += ["initialize_realistic_dummy_weights", "memory_blocks"]
 
-_BYTES = {
-    torch.uint8,
-    getattr(torch, "float4_e2m1fn_x2", None),
-    getattr(torch, "float8_e8m0fnu", None),
-}
-_BYTES.discard(None)  # dtypes filled through a uint8 view (realistic.py's)
 BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
 E4M3 = torch.float8_e4m3fn
 
@@ -317,18 +311,18 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
     )
 
 
-TWIN_BYTES = 1 << 30  # the largest model built for real to probe its architecture's facts
+TWINBYTE_DTYPES = 1 << 30  # the largest model built for real to probe its architecture's facts
 
 
 def _derive_twin(model: torch.nn.Module) -> Arch:
     """The facts of a model on the meta device: probed on a twin built on the CPU from the same
-    config, in the model's dtype, where it takes at most :data:`TWIN_BYTES` in float32 (small
+    config, in the model's dtype, where it takes at most :data:`TWINBYTE_DTYPES` in float32 (small
     and test models, so that their export is their in-memory fill), else the plain rule
     (docs/export.md)."""
     if not is_transformers_model(model):
         return DEFAULT
     size = sum(t.numel() for t in _own_tensors(model).values()) * 4
-    if size > TWIN_BYTES:
+    if size > TWINBYTE_DTYPES:
         return DEFAULT
     floats = [t.dtype for t in _own_tensors(model).values() if t.dtype.is_floating_point]
     dtype = max(set(floats), key=floats.count) if floats else torch.float32
@@ -424,7 +418,7 @@ def initialize_realistic_dummy_weights(
             specs[name] = Spec("deferred", "skip")
     for _, name, t, _ in tensors:  # every tensor checked before any is written
         spec = specs[name]
-        raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
+        raw = t.data.view(torch.uint8) if t.dtype in BYTE_DTYPES else t.data
         why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
         if why is not None:
             raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {name}: {why}")
@@ -454,7 +448,7 @@ def _fill_logical(model, seed, num_layers, profile, unwritable, blocks) -> dict[
             specs[name] = Spec("deferred", "skip")
     for name, b in blocks.items():  # every tensor checked before any is written
         t, spec = own[b.source], specs[name]
-        raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
+        raw = t.data.view(torch.uint8) if t.dtype in BYTE_DTYPES else t.data
         why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
         if why is not None:
             raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {b.source}: {why}")

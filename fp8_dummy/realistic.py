@@ -16,11 +16,11 @@ from .routing import apply_overrides
 from .stateless import init_stateless_
 
 __all__ = ["Spec", "fill_", "model_specs", "module_kind"]
-__all__ += ["model_tensors", "tensor_spec"]
+__all__ += ["BYTE_DTYPES", "model_tensors", "tensor_spec"]
 
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
-_BYTES = {d for d in (torch.uint8, _FP4, _E8M0) if d is not None}  # filled via a uint8 view
+BYTE_DTYPES = {d for d in (torch.uint8, _FP4, _E8M0) if d is not None}  # written through uint8
 _PACKED = {d for d in (torch.uint8, _FP4) if d is not None}  # two e2m1 codes per byte
 _FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 _FP8 = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)}
@@ -128,7 +128,7 @@ def tensor_spec(
     prefix = name[: len(name) - len(local)]
     if value is not None:
         return Spec("dummy_weight_value", "const", value)
-    if not (dtype.is_floating_point or dtype in _BYTES or dtype == torch.int8):
+    if not (dtype.is_floating_point or dtype in BYTE_DTYPES or dtype == torch.int8):
         return Spec("untouched", "skip")  # as vLLM: other integers are not weights
     if _SCALE.search(local) or dtype == _E8M0:
         return _scale_spec(local, prefix, dtype, layers, module, siblings)
@@ -140,7 +140,7 @@ def tensor_spec(
     if len(shape) <= 1 and (module == "norm" or "norm" in owner):
         return Spec("norm", "const", norm)
     role, std = _role(name, shape, dtype, module, layers, embed_scale, residual)
-    if dtype in _BYTES:
+    if dtype in BYTE_DTYPES:
         return Spec(role, "codes", 0, 256)
     scale = siblings.get(f"{local}_scale") or siblings.get(f"{local}_scale_inv")
     if dtype == torch.int8:
@@ -149,7 +149,7 @@ def tensor_spec(
     bound = std * math.sqrt(3)
     if scale is not None and dtype in _FP8:  # codes over the range, the scale brings the std
         top = _fp8_bound(dtype)
-        if scale[1] in _BYTES or _pow2(local, siblings):
+        if scale[1] in BYTE_DTYPES or _pow2(local, siblings):
             bound = bound / 2.0 ** _pow2_exponent(bound, top, scale[1])
         else:
             bound = min(top, bound / _float_scale(bound / top, scale[1]))
@@ -199,15 +199,15 @@ def _pow2_exponent(bound: float, top: float, dtype: torch.dtype) -> int:
     """:func:`_exponent`, but no power of two below a float scale dtype's smallest normal
     value: there the codes' range shrinks instead (E8M0 reaches 2^-127, as before)."""
     e = _exponent(bound, top)
-    return max(e, math.frexp(_tiny(dtype))[1] - 1) if dtype not in _BYTES else e
+    return max(e, math.frexp(_tiny(dtype))[1] - 1) if dtype not in BYTE_DTYPES else e
 
 
 def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
     """A weight's scales: constant but E8M0 scales of FP4 codes; of no 1-byte weight: 1.0."""
     base, _, level = local.rpartition("_scale")
     weight = siblings.get(base)
-    if weight is None or weight[1] not in _BYTES | _FP8 | {torch.int8}:
-        return Spec("scale", "const", 127 if dtype in _BYTES else 1.0)
+    if weight is None or weight[1] not in BYTE_DTYPES | _FP8 | {torch.int8}:
+        return Spec("scale", "const", 127 if dtype in BYTE_DTYPES else 1.0)
     _, std = _role(prefix + base, weight[0], weight[1], module, layers)
     if f"{base}_scale_2" in siblings:  # NVFP4: block scales at e4m3's top, the rest in scale_2
         first = siblings.get(f"{base}_scale", (None, torch.float32))[1]
@@ -218,10 +218,10 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
         if level == "_2":
             return Spec("weight_scale_2", "const", second)
         return Spec("weight_scale", "const", _float_scale(total / second, first))
-    if level == "_inv" and dtype not in _BYTES and weight[1] in _FP8:  # block scales: 2^e
+    if level == "_inv" and dtype not in BYTE_DTYPES and weight[1] in _FP8:  # block scales: 2^e
         e = _pow2_exponent(std * math.sqrt(3), _fp8_bound(weight[1]), dtype)
         return Spec("weight_scale", "const", 2.0**e)
-    if dtype not in _BYTES:
+    if dtype not in BYTE_DTYPES:
         if weight[1] in _FP8:  # the codes' range shrinks where the scale would underflow
             top = _fp8_bound(weight[1])
             return Spec("weight_scale", "const", _float_scale(std * math.sqrt(3) / top, dtype))
@@ -253,7 +253,7 @@ def fill_(
     block at ``element_offset``/``element_strides`` (as :func:`init_stateless_` takes them);
     then the routing's ``overrides`` of the logical tensor (of ``logical_shape``, default
     ``t``'s) where the block holds them (:mod:`fp8_dummy.routing`)."""
-    raw = t.data.view(torch.uint8) if t.dtype in _BYTES else t.data
+    raw = t.data.view(torch.uint8) if t.dtype in BYTE_DTYPES else t.data
     if spec.kind == "const":
         raw.fill_(spec.low)
     elif spec.kind != "skip":
