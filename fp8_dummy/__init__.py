@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
@@ -30,12 +29,9 @@ __all__ = ["SEMANTICS", "ProofEntry", "__version__", "build_info", "cpu_fast_pat
 __all__ += ["get_cmake_dir", "get_include", "init_", "init_many_", "init_shard_", "init_stateless_"]
 __all__ += ["initialize_dummy_weights", "initialize_realistic_dummy_weights", "is_scale_tensor"]
 __all__ += ["library_path", "random_", "reference", "self_check_report", "shard_slices"]
-__all__ += ["stateless"]
+__all__ += ["sglang", "stateless", "trtllm", "vllm"]
 
 _PACKAGE = Path(__file__).resolve().parent
-
-# fp8_dummy.vllm, .sglang, .trtllm: the engines' modules (fp8_dummy/engines/) by their first names
-sys.modules.update({f"{__name__}.{m.__name__.rsplit('.')[-1]}": m for m in (sglang, trtllm, vllm)})
 
 
 def _register_dtensor(_module: object = None) -> None:

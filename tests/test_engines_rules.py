@@ -251,7 +251,7 @@ def test_importing_fp8_dummy_imports_no_engine(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("raise ImportError('imported')\n")
     code = (
-        "import sys, fp8_dummy, fp8_dummy.vllm, fp8_dummy.engines.vllm, fp8_dummy.sglang\n"
+        "import sys, fp8_dummy, fp8_dummy.engines.vllm, fp8_dummy.engines.sglang\n"
         "fp8_dummy.vllm.version()\n"
         "assert not {'vllm', 'sglang'} & set(sys.modules), sorted(sys.modules)\n"
     )

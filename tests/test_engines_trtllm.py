@@ -276,7 +276,8 @@ def test_fault_in_our_fill_is_refused_by_the_proof(tmp_path):
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import test_engines_trtllm as t
         from oracles import trtllm as oracle
-        import fp8_dummy, fp8_dummy.trtllm as ft
+        import fp8_dummy
+        from fp8_dummy import trtllm as ft
         t.loader(oracle.initialize_dummy_weights)
         ours, ref = t.model_of([torch.int8]), t.model_of([torch.int8])
         with warnings.catch_warnings(record=True) as w:

@@ -308,7 +308,7 @@ WITHOUT_ENGINE = {
         checks.append("tensorrt_llm" not in sys.modules)
     """,
     "vllm": """
-        import fp8_dummy.vllm
+        import fp8_dummy
         checks = []
         for rows in (1000, 300):
             t = poison(torch.empty(rows, 77, dtype=torch.float8_e4m3fn))

@@ -33,9 +33,9 @@ def _run(rank: int, world: int, port: int) -> dict:
     from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
-    import fp8_dummy.vllm as fv
+    from fp8_dummy.engines import vllm as fv
+    from fp8_dummy.engines.vllm import UncoveredParameterError
     from fp8_dummy.engines.vllm import placement as vp
-    from fp8_dummy.vllm import UncoveredParameterError
     from helpers import vllm_invariant_layers as L
 
     cfg = VllmConfig(device_config=DeviceConfig(device="cpu"))
@@ -220,7 +220,7 @@ def _uncovered(cfg, error) -> dict:
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.linear import ColumnParallelLinear
 
-    import fp8_dummy.vllm as fv
+    from fp8_dummy.engines import vllm as fv
 
     class CustomColumn(ColumnParallelLinear):
         def weight_loader_v2(self, param, loaded_weight):  # e.g. a model's own sharding
