@@ -6,7 +6,7 @@
 #   2.12.0, 2.15.0  CPU builds
 # For each: a venv with that torch from PyPI (the full wheel, as users install it), the
 # extension built into a temporary directory with the setuptools the venv has, then the tests
-# of the reference mode (exact, fast and portable CPU paths), the stateless mode and
+# of the generator mode (exact, fast and portable CPU paths), the stateless mode and
 # opcheck/torch.compile, and one line with the fast path's state and the counts.
 #
 # The venvs are cached in $FP8_DUMMY_CACHE (default ~/.cache/fp8_dummy) and rebuilt when

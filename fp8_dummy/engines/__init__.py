@@ -17,7 +17,7 @@ __all__ += ["sglang", "trtllm", "vllm"]
 def initialize_dummy_weights(
     model: torch.nn.Module, low: float | None = None, high: float | None = None,
     seed: int | None = None, *, semantics: str | core.Semantics = "vllm-0.33",
-    mode: Literal["reference", "stateless"] = "reference",
+    mode: Literal["generator", "stateless"] = "generator",
     scales: Literal["random", "neutral"] = "random",
     is_scale: Callable[[str, torch.Tensor], bool] = core.is_scale_tensor,
     progress: bool | None = None,
@@ -29,8 +29,8 @@ def initialize_dummy_weights(
     sem = core.SEMANTICS.get(semantics) if isinstance(semantics, str) else semantics
     if sem is None:
         raise ValueError(f"semantics must be one of {tuple(core.SEMANTICS)}, got {semantics!r}")
-    if mode not in ("reference", "stateless"):
-        raise ValueError(f"mode must be 'reference' or 'stateless', got {mode!r}")
+    if mode not in ("generator", "stateless"):
+        raise ValueError(f"mode must be 'generator' or 'stateless', got {mode!r}")
     if scales not in ("random", "neutral"):
         raise ValueError(f"scales must be 'random' or 'neutral', got {scales!r}")
     given = {"low": low, "high": high, "seed": seed}

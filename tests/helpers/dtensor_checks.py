@@ -301,7 +301,7 @@ def _shard_model(m: torch.nn.Module, how: str, world: int) -> torch.nn.Module:
 
 def check_models(world: int, rank: int) -> int:
     """initialize_dummy_weights(mode="stateless") on FSDP2, TP and FSDP2+TP models: every
-    full weight == the unsharded model's; mode="reference" == the reference loop."""
+    full weight == the unsharded model's; mode="generator" == the reference loop."""
     n = 0
     for how in ("fsdp", "tp", "fsdp+tp"):
         # gloo scatters no FP8, and parallelize_module scatters: FP8 with FSDP2 only.

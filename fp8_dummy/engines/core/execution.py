@@ -56,7 +56,7 @@ def _identity(t: torch.Tensor) -> tuple[tuple, tuple]:
         return ("opaque", id(t)), ("opaque", id(t))
 
 
-def run(planned: list[Planned], *, mode: str = "reference", progress: bool | None = False) -> None:
+def run(planned: list[Planned], *, mode: str = "generator", progress: bool | None = False) -> None:
     """Carry out a plan: an alias with the same action filled once, a storage touched in other
     ways strictly in order, the rest batched (CUDA: one ``init_many_`` per bounds and seed)."""
     live = [e for e in planned if e[2].kind is not Kind.SKIP]
@@ -64,9 +64,9 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
     uses: dict[tuple, set] = {}
     for (_, t, action, _), (storage, key) in zip(live, ids):
         uses.setdefault(storage, set()).add((key, action))
-        # Reference mode on a DTensor draws from the default generator (docs/modes.md): a tied
+        # Generator mode on a DTensor draws from the default generator (docs/modes.md): a tied
         # one is filled as often as the engine's loop fills it.
-        if mode == "reference" and hasattr(t, "to_local"):
+        if mode == "generator" and hasattr(t, "to_local"):
             uses[storage].add(None)
     ordered = {storage for storage, u in uses.items() if len(u) > 1}
     todo, seen = [], set()
@@ -99,7 +99,7 @@ def run(planned: list[Planned], *, mode: str = "reference", progress: bool | Non
         with torch.no_grad():
             for (_, t, action, (sem, seed)), in_order in todo:
                 kind, low, high = action.kind, action.low, action.high
-                fused = kind is Kind.UNIFORM and mode == "reference"
+                fused = kind is Kind.UNIFORM and mode == "generator"
                 if fused and t.is_cuda and not in_order:
                     batches.setdefault((low, high, seed, sem), []).append(t.data)
                     queued += t.numel() * t.element_size()

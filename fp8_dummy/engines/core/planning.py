@@ -121,7 +121,7 @@ def child_probe(engine, sem, name, like, strided, call, action) -> str | None:
 def plan(
     tensors: list[tuple[str, torch.Tensor]], sem: Semantics,
     call: Call | Callable[[str], Call] = ((), {}), *, engine: Callable | None = None,
-    prove: bool = True, mode: str = "reference",
+    prove: bool = True, mode: str = "generator",
     neutral: Callable[[str, torch.Tensor], bool] | None = None, check: bool = True,
 ) -> list[Planned] | None:  # fmt: skip
     """What the fill does to each ``(name, tensor)``, every refusal raised before anything is
@@ -151,7 +151,7 @@ def plan(
             action = Action(Kind.FILL, value=1.0)
         if whole and prove and not t.is_meta and not proven(sem, engine, name, t, (args, kwargs)):
             return None
-        if action.kind is Kind.UNIFORM and mode == "reference":
+        if action.kind is Kind.UNIFORM and mode == "generator":
             ours = fusable(t)
             if ours and prove and not whole and not proven(sem, engine, name, t, (args, kwargs)):
                 ours = False
@@ -179,4 +179,4 @@ def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progre
     planned = plan(walk(what, sem.order) if model else what, sem, call, engine=engine, **kw)
     if planned is None:
         return engine(what, *call[0], **call[1])
-    return run(planned, mode=kw.get("mode", "reference"), progress=progress)
+    return run(planned, mode=kw.get("mode", "generator"), progress=progress)
