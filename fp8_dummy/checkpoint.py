@@ -14,6 +14,7 @@ their tensors beside each quantized linear weight (:data:`FORMATS`)."""
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import re
@@ -31,8 +32,9 @@ from .realistic_arch import DEFAULT, Arch, derive
 from .routing import parse_routing, plan_routing
 from .stateless import tensor_seed
 
-__all__ = ["FORMATS", "CheckpointTensor", "LogicalModel", "UnplacedTensorError"]
-__all__ += ["build_model", "checkpoint_names", "checkpoint_state", "logical_model"]
+__all__ = ["FORMATS", "CheckpointTensor", "Format", "LogicalModel", "UnplacedTensorError"]
+__all__ += ["build_model", "checkpoint_names", "checkpoint_state", "config_checkpoint"]
+__all__ += ["UnsupportedFormatError", "config_format", "logical_model"]
 __all__ += ["initialize_realistic_dummy_weights", "memory_blocks"]
 
 BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
@@ -48,6 +50,7 @@ class Format:
     dtype: torch.dtype
     quant: str | None = None  # "per-tensor" | "block"
     description: str = ""
+    block: tuple[int, int] = (BLOCK, BLOCK)  # "block": the scale's [rows, columns] of weight
 
     def quantization_config(self, skipped: list[str]) -> dict | None:
         """The config.json entry the engines' loaders read (transformers' and vLLM's "fp8"
@@ -57,7 +60,7 @@ class Format:
         cfg: dict[str, Any] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
         cfg["fmt"] = "e4m3"
         if self.quant == "block":
-            cfg["weight_block_size"] = [BLOCK, BLOCK]
+            cfg["weight_block_size"] = list(self.block)
         cfg["modules_to_not_convert"] = list(skipped)
         cfg["ignored_layers"] = list(skipped)
         return cfg
@@ -78,6 +81,55 @@ FORMATS: dict[str, Format] = {
     )
 }
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+_FLOAT_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+class UnsupportedFormatError(ValueError):
+    """A config whose ``quantization_config`` describes a checkpoint fp8_dummy does not make."""
+
+
+def config_format(config: Any) -> Format:
+    """The format of the checkpoint ``config`` describes: its ``quantization_config``'s (the
+    "fp8" method: per tensor, or per block of its ``weight_block_size``), else its dtype's
+    (float16: fp16; otherwise bf16). What an engine given this config loads, and what
+    ``export`` writes unless told another format."""
+    floats = getattr(config, "torch_dtype", None) or getattr(config, "dtype", None)
+    if isinstance(floats, str):
+        floats = getattr(torch, floats, None)
+    floats = floats if floats in _FLOAT_FORMATS else torch.bfloat16
+    q = getattr(config, "quantization_config", None)
+    if q is None:
+        return FORMATS[_FLOAT_FORMATS[floats]]
+    q = q if isinstance(q, dict) else q.to_dict()
+    if q.get("quant_method") != "fp8" or q.get("fmt", "e4m3") != "e4m3":
+        raise UnsupportedFormatError(
+            f"fp8_dummy: quantization_config {q.get('quant_method')!r} "
+            f"({q.get('fmt', '')}): the checkpoints fp8_dummy makes are {', '.join(FORMATS)}"
+        )
+    if q.get("activation_scheme", "dynamic") != "dynamic":
+        raise UnsupportedFormatError(
+            "fp8_dummy: quantization_config with activation_scheme "
+            f"{q.get('activation_scheme')!r}: static activation scales (input_scale) are not made"
+        )
+    block = q.get("weight_block_size")
+    if block is None:
+        return (
+            FORMATS["fp8"]
+            if floats == torch.bfloat16
+            else Format("fp8", floats, "per-tensor", FORMATS["fp8"].description)
+        )
+    if len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
+        raise UnsupportedFormatError(f"fp8_dummy: weight_block_size {block!r}: two positive ints")
+    what = f"e4m3 linear weights, float32 weight_scale_inv per {block[0]}x{block[1]} block"
+    return Format("fp8-block", floats, "block", what, (block[0], block[1]))
+
+
+def config_checkpoint(config: Any, seed: int = 0, *, routing: Any = "balanced") -> LogicalModel:
+    """The logical checkpoint of ``config`` in its own format (:func:`config_format`): the
+    checkpoint an engine would load for it, all checked before anything is made."""
+    fmt = config_format(config)
+    model = build_model(config, dtype=fmt.dtype)
+    return logical_model(model, seed, routing=routing, format=fmt)
 
 
 class UnplacedTensorError(ValueError):
@@ -152,8 +204,13 @@ def is_transformers_model(model: torch.nn.Module) -> bool:
 
 
 def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Module:
-    """The transformers model class ``config`` names, on the meta device (no memory)."""
+    """The transformers model class ``config`` names, on the meta device (no memory); the
+    class itself, not the quantized stand-ins a ``quantization_config`` would swap in."""
     import transformers
+
+    if getattr(config, "quantization_config", None) is not None:
+        config = copy.copy(config)
+        del config.quantization_config
 
     kw = {"dtype": dtype} if dtype is not None else {}
     errors = []
@@ -247,7 +304,7 @@ def logical_model(
     *,
     routing: Any = "balanced",
     num_layers: int | None = None,
-    format: str | None = None,
+    format: str | Format | None = None,
     arch: Arch | None = None,
     blocks: Mapping[str, Block] | None = None,
 ) -> LogicalModel:
@@ -256,8 +313,8 @@ def logical_model(
     written; ``arch``: default :func:`realistic_arch.derive` (the plain rule on meta)."""
     seed = as_int64(seed, "seed", "fp8_dummy") % (1 << 64)
     profile = parse_routing(routing)
-    fmt = None
-    if format is not None:
+    fmt = format if isinstance(format, Format) else None
+    if isinstance(format, str):
         if format not in FORMATS:
             raise ValueError(
                 f"fp8_dummy: unknown format {format!r}; the formats: {', '.join(FORMATS)}"
@@ -358,7 +415,7 @@ def _quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[li
             continue
         out.append((module, name, torch.empty(shape, dtype=E4M3, device="meta"), shape))
         if fmt.quant == "block":
-            grid = tuple(-(-d // BLOCK) for d in shape)
+            grid = tuple(-(-d // b) for d, b in zip(shape, fmt.block))
             scale = (f"{name}_scale_inv", grid)
         else:
             scale = (f"{name[: -len('weight')]}weight_scale", ())

@@ -26,7 +26,9 @@ from .checkpoint import (
     FORMATS,
     CheckpointTensor,
     LogicalModel,
+    UnsupportedFormatError,
     build_model,
+    config_format,
     config_of,
     logical_model,
 )
@@ -206,7 +208,7 @@ def export(
     out: str | os.PathLike,
     *,
     seed: int = 0,
-    format: str = "bf16",
+    format: str | None = None,
     routing: Any = "balanced",
     dtype: str | None = None,
     shard_size: str | int = "5GB",
@@ -214,29 +216,33 @@ def export(
     progress: bool = True,
 ) -> dict:
     """Write the logical model of ``config`` (a config.json, a directory holding one, or a
-    transformers config) to the directory ``out``; a summary (tensors, bytes, seconds)."""
+    transformers config) to the directory ``out``; a summary (tensors, bytes, seconds).
+    ``format``: one of :data:`FORMATS`; None: the config's own (:func:`config_format`)."""
     out = os.fspath(out)
     _check_out(out)
-    if format not in FORMATS:
+    if format is not None and format not in FORMATS:
         raise ExportError(
             f"fp8_dummy export: unknown format {format!r}; the formats: {', '.join(FORMATS)}"
         )
-    fmt = FORMATS[format]
     if dtype is not None and dtype not in _FLOATS:
         raise ExportError(f"fp8_dummy export: --dtype {dtype!r}: one of {', '.join(_FLOATS)}")
-    floats = _FLOATS[dtype] if dtype else fmt.dtype
-    if fmt.quant is None and dtype is not None and floats != fmt.dtype:
-        raise ExportError(
-            f"fp8_dummy export: --format {format} is {fmt.dtype}; --dtype {dtype} "
-            "contradicts it (--dtype sets the unquantized tensors of fp8 formats)"
-        )
     limit = parse_size(shard_size)
     source = None
     if isinstance(config, (str, os.PathLike)):
         source = os.fspath(config)
         config = config_of(source)
+    try:
+        fmt = FORMATS[format] if format is not None else config_format(config)
+    except UnsupportedFormatError as e:
+        raise ExportError(f"{e} (--format chooses one)") from None
+    floats = _FLOATS[dtype] if dtype else fmt.dtype
+    if fmt.quant is None and dtype is not None and floats != fmt.dtype:
+        raise ExportError(
+            f"fp8_dummy export: --format {fmt.name} is {fmt.dtype}; --dtype {dtype} "
+            "contradicts it (--dtype sets the unquantized tensors of fp8 formats)"
+        )
     model = build_model(config, dtype=floats)
-    lm = logical_model(model, seed, routing=routing, format=format)
+    lm = logical_model(model, seed, routing=routing, format=fmt)
     if fmt.dtype != floats:
         for t in lm.tensors.values():
             if t.dtype == fmt.dtype:
@@ -253,7 +259,7 @@ def export(
     missing = [n for n, t in lm.tensors.items() if t.dtype not in _NAMES]
     if missing:
         raise ExportError(
-            f"fp8_dummy export: format {format}: dtypes safetensors cannot hold: "
+            f"fp8_dummy export: format {fmt.name}: dtypes safetensors cannot hold: "
             f"{', '.join(missing[:8])}"
         )
     tensors = list(lm.tensors.values())
@@ -314,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config", help="a config.json, or a directory holding one")
     p.add_argument("out", help="the checkpoint's directory (absent or empty)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--format", default="bf16", help=f"one of {', '.join(FORMATS)}")
+    p.add_argument(
+        "--format", default=None, help=f"one of {', '.join(FORMATS)} (default: the config's)"
+    )
     p.add_argument("--routing", default="balanced", help="balanced, zipf:A or a load's JSON")
     p.add_argument("--dtype", default=None, help="the unquantized tensors' dtype: bf16, fp16, fp32")
     p.add_argument("--shard-size", default="5GB")

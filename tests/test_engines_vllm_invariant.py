@@ -9,10 +9,8 @@ Column, Merged, QKV with KV heads replicated and split, Row, Replicated,
 VocabParallelEmbedding, ParallelLMHead (padding, LoRA rows), FP8 per-tensor and block
 scales, FusedMoE (bf16 and FP8) at TP and at EP with linear and round-robin placement.
 A negative control (QKV through the merged-column rule, which ignores KV-head
-replication) must be caught by the same comparison. --load-format fp8_dummy_realistic in the
-same processes: the oracle is vLLM's loader fed the TP=1 layers as
-``fp8_dummy.initialize_realistic_dummy_weights`` fills them; its negative control (specs from
-the shard: fan_in of the shard) must be caught on the row-parallel layers only. Without
+replication) must be caught by the same comparison. (--load-format fp8_dummy_realistic goes
+through a model's own load_weights: tests/test_engines_vllm_invariant_models.py.) Without
 vLLM 0.33: skipped, with why.
 """
 
@@ -145,51 +143,3 @@ def test_load_format_through_get_model_loader(world):
         lf = r["load_format"]
         assert lf["loader"] == "FP8DummyInvariantModelLoader"
         assert lf["differ"] == []
-
-
-# The roles of vLLM's layers (the layers' own names here; the models test has vLLM's names).
-ROLES = {
-    "embed.weight": "embedding",
-    "lm_head.weight": "lm_head",
-    "lm_head.bias": "bias",
-    "qkv_split.weight": "linear",
-    "o_proj.weight": "residual_out",
-    "moe_tp_bf16.w13_weight": "linear",
-    "moe_tp_bf16.w2_weight": "residual_out",
-    "blk_qkv.weight_scale_inv": "weight_scale",
-    "moe_tp_blk.w2_weight_scale_inv": "weight_scale",
-    "fp8_qkv.weight_scale": "weight_scale",
-    "fp8_qkv.input_scale": "scale",
-}
-# What depends on fan_in, which a row-parallel shard narrows: the residual o_proj's values,
-# the FP8 per-tensor row layers' and experts' w2 scales (their codes span the format either way).
-FAN_IN = {"o_proj.weight", "fp8_row.weight_scale", "moe_tp_bf16.w2_weight"}
-FAN_IN |= {"moe_tp_fp8.w2_weight_scale"}
-# FP8 block scales are powers of two: a shard's fan-in moves the codes (TP=2: sigma x sqrt 2)
-# or the scale (TP=4: x 2, one power of two), whichever holds the factor
-BLOCK = {"blk_row.weight", "moe_tp_blk.w2_weight"}
-
-
-def test_realistic_every_rank_is_its_slice_of_the_tp1_tensors(world):
-    w, results = world
-    for r in results:
-        real = r["realistic"]
-        assert real["loader"] == "FP8DummyRealisticModelLoader"
-        assert real["checked"] > 40
-        for seed in (0, 7):  # vLLM's --seed; None (its default 0) for 0
-            wrong = real[f"mismatch_{seed}"]
-            assert wrong == [], f"rank {r['rank']} of {w}, seed {seed}: {wrong}"
-        assert len(real["seed_changes"]) >= 23  # every random weight: other bytes
-        assert {n: real["roles"][n] for n in ROLES} == ROLES
-        assert "unknown" not in real["roles"].values()
-
-
-def test_realistic_negative_control_fan_in_of_the_shard_is_caught(world):
-    w, results = world
-    for r in results:
-        caught = set(r["realistic"]["negative"])
-        block = {n for n in caught if n.rpartition("_scale_inv")[0] in BLOCK or n in BLOCK}
-        assert caught - block == (FAN_IN if w > 1 else set()), (w, r["rank"], caught)
-        for weight in BLOCK if w > 1 else ():
-            assert {weight, f"{weight}_scale_inv"} & block, (w, r["rank"], weight, caught)
-        assert block <= {*BLOCK, *(f"{n}_scale_inv" for n in BLOCK)}, block

@@ -96,6 +96,14 @@ MODELS = {
         scoring_func="sigmoid",
         routed_scaling_factor=1.0,
     ),
+    "mixtral": dict(
+        architectures=["MixtralForCausalLM"],
+        model_type="mixtral",
+        intermediate_size=32,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        num_key_value_heads=2,
+    ),
 }
 QUANTS = {
     "bf16": None,
@@ -103,9 +111,9 @@ QUANTS = {
     "blk": dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=L.BLOCK),
 }
 CASES = [(m, q) for m in MODELS for q in QUANTS]
-# The formats each quantization runs with (fp8_dummy_realistic: FP8 block, scales included;
-# "routed": fp8_dummy_realistic with a routing profile, on the MoE models only).
-FORMATS = {"invariant": QUANTS, "realistic": ("blk",), "routed": ("bf16", "blk")}
+# The formats each quantization runs with (fp8_dummy_realistic: the checkpoint of a bf16 or an
+# FP8 block config; "routed": fp8_dummy_realistic with a routing profile, MoE models only).
+FORMATS = {"invariant": QUANTS, "realistic": ("bf16", "blk"), "routed": ("bf16", "blk")}
 ROUTING = "zipf:1.2"
 # format -> (vLLM's load format, its model_loader_extra_config)
 LOADS = {
@@ -116,7 +124,12 @@ LOADS = {
 # The (model, quantization) pairs a format runs on, if not all: Qwen3-MoE's router is
 # quantized with the rest in vLLM's FP8 (and routing refuses a quantized router without a
 # bias), DeepSeek-V3's stays unquantized.
-ONLY = {"routed": (("qwen3_moe", "bf16"), ("deepseek_v3", "blk"))}
+ONLY = {
+    "invariant": tuple((m, q) for m in ("llama", "qwen3_moe", "deepseek_v3") for q in QUANTS),
+    "realistic": (("mixtral", "bf16"),)
+    + tuple((m, q) for m in ("llama", "qwen3_moe", "deepseek_v3") for q in ("bf16", "blk")),
+    "routed": (("qwen3_moe", "bf16"), ("deepseek_v3", "blk")),
+}
 # At TP=2 also with expert parallelism (each rank 2 of the 4 experts), against the same
 # TP=1 checkpoint: expert mapping through the models' own load_weights.
 EP_CASES = [("qwen3_moe", "fp8"), ("deepseek_v3", "blk")]
@@ -159,6 +172,22 @@ def prepare(tmp: str) -> None:
 def build(model: str, quant: str, folder: Path, world: int, ep: bool = False):
     """(model, vllm_config, model_config): ``model`` with ``quant`` at TP=``world`` (with
     expert parallelism: ``ep``), its tensors as vLLM creates them (uninitialized)."""
+    write_config(model, quant, folder)
+    return build_from(folder, world, ep)
+
+
+def write_config(model: str, quant: str, folder: Path) -> Path:
+    """``folder``/config.json of ``model`` with ``quant``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = dict(COMMON, **MODELS[model])
+    if QUANTS[quant]:
+        config["quantization_config"] = QUANTS[quant]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def build_from(folder: Path, world: int, ep: bool = False):
+    """:func:`build` of the config.json in ``folder`` (a checkpoint's, for instance)."""
     from vllm.config import (
         DeviceConfig,
         ModelConfig,
@@ -170,11 +199,6 @@ def build(model: str, quant: str, folder: Path, world: int, ep: bool = False):
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.utils.torch_utils import set_default_torch_dtype
 
-    folder.mkdir(parents=True, exist_ok=True)
-    config = dict(COMMON, **MODELS[model])
-    if QUANTS[quant]:
-        config["quantization_config"] = QUANTS[quant]
-    (folder / "config.json").write_text(json.dumps(config))
     model_config = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16")
     vllm_config = VllmConfig(
         model_config=model_config,
@@ -256,24 +280,38 @@ def logical(model: torch.nn.Module, seed: int = 1234) -> dict[str, torch.Tensor]
     return out
 
 
-def realistic(
-    model: torch.nn.Module, routing: str = "balanced"
-) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """What fp8_dummy_realistic defines for a TP=1 model: ``initialize_realistic_dummy_weights``
-    of the whole model (its tensors as they are: no placement involved), vocabulary padding
-    rows zero as the loader leaves them; and each tensor's role."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+def export(model: str, quant: str, folder: Path, routing: str = "balanced") -> Path:
+    """``python -m fp8_dummy export`` of the model's config (its own format: the quantization's
+    blocks) with seed 0, written to ``folder``/checkpoint: what fp8_dummy_realistic loads."""
+    from fp8_dummy.export import export as write
 
-    import fp8_dummy
+    out = folder / "checkpoint"
+    write(write_config(model, quant, folder / "source"), out, routing=routing, progress=False)
+    return out
 
-    specs = fp8_dummy.initialize_realistic_dummy_weights(model, routing=routing)
-    roles = {n: s.role for n, s in specs.items()}
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, VocabParallelEmbedding):
-                for t in m.parameters(recurse=False):
-                    t[m.org_vocab_size :] = 0
-    return {n: t.clone() for n, t in tensors(model).items()}, roles
+
+def load_safetensors(model: torch.nn.Module, model_config) -> set[str]:
+    """vLLM's own safetensors loader (``--load-format safetensors``) on ``model_config``'s
+    folder, into ``model`` as it stands; the names the model reports loaded."""
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+
+    loader = get_model_loader(LoadConfig(load_format="safetensors"))
+    seen: set[str] = set()
+    own = model.load_weights
+
+    def spy(weights):  # the names the model's load_weights returns
+        names = own(weights)
+        seen.update(names or ())
+        return names
+
+    model.load_weights = spy
+    try:
+        with torch.no_grad():
+            loader.load_weights(model, model_config)
+    finally:
+        del model.load_weights
+    return seen
 
 
 def checkpoint(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -1,13 +1,14 @@
 """One of the two gloo processes of tests/test_engines_vllm_invariant_models.py: the models
-of helpers/vllm_invariant_models.py filled by ``--load-format fp8_dummy_invariant`` (and the
-FP8 block ones by ``fp8_dummy_realistic``), through vLLM's get_model_loader, and compared byte
-for byte with the oracle, first at TP=1, then at TP=2 (one vLLM import for both).
+of helpers/vllm_invariant_models.py filled by ``--load-format fp8_dummy_invariant`` (and
+``fp8_dummy_realistic``), through vLLM's get_model_loader, and compared byte for byte with
+the oracle, first at TP=1, then at TP=2 (one vLLM import for both).
 
-TP=1 (each process its half of the models, as two TP=1 replicas): each model against the
-format's logical tensors (realistic: fp8_dummy's whole-model function on the same model),
-and against a zeroed copy loaded by the model's own ``load_weights`` from the checkpoint
-made of its tensors; checkpoints, shapes and persistent
-buffers go to OUT/tp1-<rank>.pt. Then the model-parallel groups are rebuilt at TP=2: each
+fp8_dummy_realistic's oracle is the export of the same config (``python -m fp8_dummy
+export``) loaded by vLLM's own safetensors loader, at each TP (:func:`_realistic_case`).
+fp8_dummy_invariant's: TP=1 (each process its half of the models, as two TP=1 replicas): each
+model against the format's logical tensors, and against a zeroed copy loaded by the model's
+own ``load_weights`` from the checkpoint made of its tensors; checkpoints, shapes and
+persistent buffers go to OUT/tp1-<rank>.pt. Then the model-parallel groups are rebuilt at TP=2: each
 rank, each model (and two with expert parallelism), against a zeroed copy loaded from the
 TP=1 checkpoint; buffers against TP=1's. Both: the negative controls. Findings go to
 OUT/<rank>.json as {"1": {case: ...}, "2": {case: ...}}.
@@ -86,7 +87,8 @@ def _case(M, fmts, f, out: Path, tp: int, rank: int, model: str, quant: str, ep:
     from vllm.distributed import get_tensor_model_parallel_world_size
 
     fmt = fmts[f]
-    realistic = type(fmt).__name__ == "FP8DummyRealisticModelLoader"
+    if type(fmt).__name__ == "FP8DummyRealisticModelLoader":
+        return _realistic_case(M, fmt, f, out, tp, rank, model, quant, ep)
     key = M.key(model, quant, f)  # the TP=1 checkpoint's
     t0 = time.perf_counter()
     r: dict = {}
@@ -116,19 +118,7 @@ def _case(M, fmts, f, out: Path, tp: int, rank: int, model: str, quant: str, ep:
         buffers = {n: t for n, t in M.tensors(ours).items() if n not in params}
         shapes = {n: list(p.shape) for n, p in params.items()}
         if tp == 1:
-            if realistic:  # fp8_dummy's whole-model function on the same TP=1 model
-                want, r["roles"] = M.realistic(oracle, M.LOADS[f][1].get("routing", "balanced"))
-            r["logical"] = M.differing(M.tensors(ours), want if realistic else M.logical(ours))
-            r["offsets"] = {  # the routing's offsets, to compare with transformers' model
-                n: (t if t.dim() == 1 else t[:, -1]).float().tolist()
-                for n, t in M.tensors(ours).items()
-                if n.endswith(("e_score_correction_bias", "mlp.gate.weight"))
-            }
-            r["routers"] = {  # what a routing profile must change
-                n: float(t.float().abs().sum())
-                for n, t in M.tensors(ours).items()
-                if n.endswith(("gate.weight", "e_score_correction_bias", "embed_tokens.weight"))
-            }
+            r["logical"] = M.differing(M.tensors(ours), M.logical(ours))
             ckpt = M.checkpoint(ours)
             copies = {n: b.clone() for n, b in buffers.items()}
             tp1[key] = {"checkpoint": ckpt, "buffers": copies, "shapes": shapes}
@@ -147,9 +137,68 @@ def _case(M, fmts, f, out: Path, tp: int, rank: int, model: str, quant: str, ep:
         r["kv_scales"] = sorted(
             n for n, p in params.items() if type(p).__name__ == "KVCacheScaleParameter"
         )
-        if r["kv_scales"] and not realistic:
+        if r["kv_scales"]:
             r["negative"] = _negative_control(fill, ours, oracle, M)
             r["no_rule"] = _without_the_rule(fill, ours, M)
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        r["error"] = traceback.format_exc()
+    r["seconds"] = round(time.perf_counter() - t0, 2)
+    return r
+
+
+def _realistic_case(M, fmt, f, out: Path, tp: int, rank: int, model: str, quant: str, ep: bool):
+    """fp8_dummy_realistic at TP=``tp`` against the export of the same config: a model from
+    the export's config.json filled in-engine (parameters poisoned 0x55 first), and its twin
+    (0xAA) loaded from the export's files by vLLM's own safetensors loader. Every tensor either
+    loader writes must agree byte for byte; what neither writes keeps its differing poison."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import get_tensor_model_parallel_world_size
+
+    t0 = time.perf_counter()
+    r: dict = {}
+    try:
+        case = M.key(model, quant, f) + ("-ep" if ep else "")
+        routing = M.LOADS[f][1].get("routing", "balanced")
+        ckpt = M.export(model, quant, out / f"export-{tp}-{rank}" / case, routing)
+        ours, vllm_config, model_config = M.build_from(ckpt, tp, ep)
+        theirs = M.build_from(ckpt, tp, ep)[0]
+        # parameters poisoned apart; buffers (attention's _k_scale...) as vLLM made them
+        for model_, byte in ((ours, 0x55), (theirs, 0xAA)):
+            for p in model_.parameters():
+                M.as_bytes(p).fill_(byte)
+        params = dict(ours.named_parameters())
+        r["tp"] = get_tensor_model_parallel_world_size()
+        r["classes"] = sorted({type(p).__name__ for p in params.values()})
+        with set_current_vllm_config(vllm_config), torch.no_grad():
+            try:
+                fmt.load_weights(ours, model_config)
+            except Exception as e:  # noqa: BLE001 (the test names it)
+                r["error"] = f"{type(e).__name__}: {e}"
+                return r
+            loaded = M.load_safetensors(theirs, model_config)
+        # KV-cache scales: no checkpoint holds them; vLLM sets their defaults after loading
+        kv = {n for n, p in params.items() if type(p).__name__ == "KVCacheScaleParameter"}
+        r["kv_unloaded"] = sorted((set(params) - loaded) & kv)
+        r["not_loaded"] = sorted(set(params) - loaded - kv)
+        mine, other = M.tensors(ours), M.tensors(theirs)
+        for n in r["kv_unloaded"]:
+            del mine[n], other[n]
+        r["checked"] = len(mine)
+        r["mismatch"] = M.differing(mine, other)
+        r["distinct_fp8"] = _distinct_fp8(params)
+        r["shapes"] = {n: list(p.shape) for n, p in params.items()}
+        if tp == 1:
+            r["offsets"] = {  # the routing's offsets, to compare with transformers' model
+                n: (t if t.dim() == 1 else t[:, -1]).float().tolist()
+                for n, t in mine.items()
+                if n.endswith(("e_score_correction_bias", "mlp.gate.weight"))
+            }
+            r["routers"] = {  # what a routing profile must change
+                n: float(t.float().abs().sum())
+                for n, t in mine.items()
+                if n.endswith(("gate.weight", "e_score_correction_bias", "embed_tokens.weight"))
+            }
     except Exception:  # noqa: BLE001 (reported to the parent test)
         r["error"] = traceback.format_exc()
     r["seconds"] = round(time.perf_counter() - t0, 2)

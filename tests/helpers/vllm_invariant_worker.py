@@ -107,7 +107,6 @@ def _run(rank: int, world: int, port: int) -> dict:
 
     found["uncovered"] = _uncovered(cfg, UncoveredParameterError)
     found["load_format"] = _load_format(cfg, ours, L, kinds)
-    found["realistic"] = _realistic(ours, oracle, full, kinds, L)
     return found
 
 
@@ -138,59 +137,6 @@ def _differing(ours, oracle) -> list[str]:
         for (n, a), (_, b) in zip(ours.named_parameters(), oracle.named_parameters())
         if not torch.equal(a.data.view(torch.uint8), b.data.view(torch.uint8))
     ]
-
-
-def _realistic(ours, oracle, full, kinds, L) -> dict:
-    """--load-format fp8_dummy_realistic (registered by _load_format) against vLLM's own
-    loaders fed the TP=1 layers as fp8_dummy.initialize_realistic_dummy_weights fills them
-    (its roles from the whole tensors: no placement involved), at vLLM's --seed 7, then at
-    its default 0. Negative control: each spec from the rank's shard instead of the logical
-    tensor (fan_in of the shard)."""
-    import time
-    from types import SimpleNamespace
-
-    import torch
-    from vllm.config.load import LoadConfig
-    from vllm.model_executor.model_loader import get_model_loader
-
-    import fp8_dummy
-    from fp8_dummy.engines.vllm import invariant
-
-    t0 = time.perf_counter()
-    tp1 = torch.nn.Module()
-    for name, layer in full.items():
-        tp1.add_module(name, layer)
-
-    def realistic(lname, pname, layer, p):
-        g = tp1.get_parameter(f"{lname}.{pname}").data
-        return g[: layer.org_vocab_size] if kinds[lname] in VOCAB else g
-
-    loader = get_model_loader(LoadConfig(load_format="fp8_dummy_realistic"))
-    out = {"loader": type(loader).__name__, "checked": len(list(oracle.parameters()))}
-
-    def load(into: str, config=None) -> None:
-        for p in ours.parameters():
-            p.data.view(torch.uint8).fill_(0x55)  # poisoned: every byte must be written
-        loader.load_weights(ours, config)
-        out[into] = _differing(ours, oracle)
-
-    for seed in (7, 0):
-        specs = fp8_dummy.initialize_realistic_dummy_weights(tp1, seed=seed)
-        _feed(oracle, kinds, L, realistic)
-        if seed == 0:  # ours still holds seed 7's tensors: what the seed changes
-            out["seed_changes"] = _differing(ours, oracle)
-        load(f"mismatch_{seed}", SimpleNamespace(seed=seed) if seed else None)
-    out["roles"] = {n: s.role for n, s in specs.items()}
-    real = invariant.model_specs
-    invariant.model_specs = lambda m, ts, n=None: real(
-        m, [(a, b, t, t.shape) for a, b, t, _ in ts], n
-    )
-    try:
-        load("negative")
-    finally:
-        invariant.model_specs = real
-    out["seconds"] = time.perf_counter() - t0
-    return out
 
 
 def _values(model, L) -> dict:

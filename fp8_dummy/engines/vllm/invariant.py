@@ -1,6 +1,7 @@
-"""One model at every parallel layout (``--load-format fp8_dummy_invariant``, ``_realistic``;
-docs/engines.md): each rank's tensor holds its slice (:mod:`.placement`) of the logical tensor,
-whose values a callback gives (:func:`stateless_values`, :func:`realistic_values`)."""
+"""One model at every parallel layout (``--load-format fp8_dummy_invariant``; docs/engines.md):
+each rank's tensor holds its slice (:mod:`.placement`) of the logical tensor, whose values a
+callback gives (:func:`stateless_values`). Also registered here: ``fp8_dummy_realistic``
+(:mod:`.realistic`), which shares the loaders' extra-config handling."""
 
 from __future__ import annotations
 
@@ -11,19 +12,19 @@ from typing import Any, Callable
 import torch
 
 from ...ops import as_int64
-from ...realistic import fill_, model_specs
-from ...routing import chosen_routing, parse_routing, plan_routing
+from ...routing import chosen_routing, parse_routing
 from ...stateless import init_stateless_, row_major_strides, tensor_seed
 from ..core import FP4, Action, Kind, apply, checked, error
+from . import realistic
 from .placement import Placement, UncoveredParameterError, placement
 from .rules import platform, rule
 
 __all__ = ["UncoveredParameterError", "fill_placed", "initialize_invariant_dummy_weights"]
-__all__ += ["plan_layer", "realistic_values", "stateless_values", "tensor_seed"]
+__all__ += ["plan_layer", "stateless_values", "tensor_seed"]
 
 SEED = 1234
 LOAD_FORMAT = "fp8_dummy_invariant"
-REALISTIC = "fp8_dummy_realistic"
+REALISTIC = realistic.LOAD_FORMAT
 Entry = tuple[str, torch.Tensor, Action, Placement]
 # values(full name, action, global shape, view, element_offset, element_strides): fill a block
 # of the rank's tensor with the logical tensor's elements at those indices (docs/engines.md).
@@ -74,28 +75,6 @@ def stateless_values(seed: int = SEED) -> Values:
     return write
 
 
-def realistic_values(
-    model: torch.nn.Module, plans: list, model_config: Any = None, routing: Any = "balanced"
-) -> Values:
-    """The realistic mode's values, each spec from the logical shapes (``plans``: (layer,
-    :func:`plan_layer`'s entries) of every layer), vLLM's ``--seed`` and the routing profile
-    (``--model-loader-extra-config '{"routing": ...}'``; docs/realistic.md)."""
-    seed = getattr(model_config, "seed", None)
-    seed = as_int64(0 if seed is None else seed, "seed (vLLM's --seed)", REALISTIC) % (1 << 64)
-    tensors = [(layer, n, t, where.global_shape) for layer, e in plans for n, t, _, where in e]
-    specs = model_specs(model, tensors)
-    shapes = {n: tuple(shape) for _, n, _, shape in tensors}
-    config = getattr(model_config, "hf_config", None) or getattr(model, "config", None)
-    dtypes = {n: t.dtype for _, n, t, _ in tensors}
-    _, overrides = plan_routing(parse_routing(routing), seed, config, specs, shapes, dtypes=dtypes)
-
-    def write(name: str, action: Action, shape: tuple, view: torch.Tensor, *where: Any) -> None:
-        key, more = tensor_seed(seed, name), dict(zip(_WHERE, where))
-        fill_(view, specs[name], key, **more, overrides=overrides.get(name), logical_shape=shape)
-
-    return write
-
-
 @torch.no_grad()
 def fill_placed(entries: list[Entry], values: Values) -> None:
     """Write each planned tensor: zero what no piece covers, then each piece's values."""
@@ -137,51 +116,58 @@ def _modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, set[str
     return out
 
 
-# load format -> (loader class name, values(model, plans, model_config, routing))
-FORMATS: dict[str, tuple[str, Callable[..., Values]]] = {
-    LOAD_FORMAT: ("FP8DummyInvariantModelLoader", lambda *_: stateless_values(SEED)),
-    REALISTIC: ("FP8DummyRealisticModelLoader", realistic_values),
-}
-
-
 def register_load_format(package: Any) -> bool:
     """The layout formats, where vLLM's dummy loader has what they need; else False."""
     dl = sys.modules.get("vllm.model_executor.model_loader.dummy_loader")
     needed = ("DummyModelLoader", "get_layerwise_info", "materialize_layer", "QuantizeMethodBase")
     if not all(hasattr(dl, n) for n in needed) or not hasattr(package, "register_model_loader"):
         return False
-    for fmt, (name, values) in FORMATS.items():
+    classes = {
+        LOAD_FORMAT: _loader_class(dl),
+        REALISTIC: realistic.loader_class(dl.DummyModelLoader, _initializer(dl.DummyModelLoader)),
+    }
+    for fmt, cls in classes.items():
         if fmt not in getattr(package, "_LOAD_FORMAT_TO_MODEL_LOADER", {}):
-            package.register_model_loader(fmt)(_loader_class(dl, name, values))
+            package.register_model_loader(fmt)(cls)
     return True
 
 
-def _loader_class(dl: Any, name: str, values_of: Callable[..., Values]) -> type:
-    class Loader(dl.DummyModelLoader):
+def _initializer(base: type) -> Callable[[Any, Any], None]:
+    """The loaders' ``__init__`` on vLLM's dummy loader ``base``."""
+
+    def __init__(self: Any, load_config: Any) -> None:
+        _take_routing(self, load_config, base)
+
+    return __init__
+
+
+def _take_routing(self: Any, load_config: Any, base: type) -> None:
+    """The routing profile travels in vLLM's model_loader_extra_config, which the dummy loader
+    refuses: taken out (and checked) here, before the dummy loader's own ``__init__``."""
+    extra = dict(getattr(load_config, "model_loader_extra_config", None) or {})
+    self.routing = parse_routing(chosen_routing(extra.pop("routing", None)))
+    if extra:
+        raise ValueError(
+            f"fp8_dummy: {type(self).__name__}: model_loader_extra_config keys {sorted(extra)} "
+            "are not understood (it takes 'routing')"
+        )
+    if getattr(load_config, "model_loader_extra_config", None):
+        load_config = copy.copy(load_config)
+        load_config.model_loader_extra_config = {}
+    base.__init__(self, load_config)
+
+
+def _loader_class(dl: Any) -> type:
+    class FP8DummyInvariantModelLoader(dl.DummyModelLoader):
         """Every tensor checked first; online-quantized layers in the loader's order."""
 
-        def __init__(self, load_config: Any) -> None:
-            # The routing profile travels in vLLM's model_loader_extra_config, which the dummy
-            # loader refuses: taken out (and checked) here, before vLLM's own __init__.
-            extra = dict(getattr(load_config, "model_loader_extra_config", None) or {})
-            self.routing = parse_routing(chosen_routing(extra.pop("routing", None)))
-            if extra:
-                raise ValueError(
-                    f"fp8_dummy: {name}: model_loader_extra_config keys {sorted(extra)} are not "
-                    "understood (it takes 'routing')"
-                )
-            if getattr(load_config, "model_loader_extra_config", None):
-                load_config = copy.copy(load_config)
-                load_config.model_loader_extra_config = {}
-            super().__init__(load_config)
+        __init__ = _initializer(dl.DummyModelLoader)
 
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
             modules = _modules(model)
-            plans = [  # refuse before anything is written
-                (layer, plan_layer(prefix, layer, materialized=False, skip=skip))
-                for prefix, layer, skip in modules
-            ]
-            values = values_of(model, plans, model_config, self.routing)
+            for prefix, layer, skip in modules:  # refuse before anything is written
+                plan_layer(prefix, layer, materialized=False, skip=skip)
+            values = stateless_values(SEED)
             for prefix, layer, skip in modules:
                 info = dl.get_layerwise_info(layer)
                 online = info.can_load()
@@ -197,5 +183,4 @@ def _loader_class(dl: Any, name: str, values_of: Callable[..., Values]) -> type:
                     layer.quant_method.process_weights_after_loading(layer)
                 info.reset()
 
-    Loader.__name__ = Loader.__qualname__ = name
-    return Loader
+    return FP8DummyInvariantModelLoader

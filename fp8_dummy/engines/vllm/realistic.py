@@ -1,0 +1,72 @@
+"""``--load-format fp8_dummy_realistic``: vLLM loads the logical checkpoint of its model's
+config (:func:`fp8_dummy.checkpoint.config_checkpoint`; docs/export.md) as it would load
+that checkpoint from disk: the model's own ``load_weights`` fed the checkpoint's names, each
+tensor a :class:`~fp8_dummy._lazy_tensor.LazyTensor` stand-in. vLLM's name mapping, fusing,
+stacking, sharding and expert placement run unchanged, and each ``param.copy_(stand_in)`` they
+end in writes just that block of the checkpoint tensor into the parameter: no checkpoint
+tensor is materialized, and a rank writes only its shard. vLLM's
+``process_weights_after_loading`` then turns codes and scales into its kernels' layouts, as
+after a real load. So every engine holds one model per (config, seed, routing): the one
+``python -m fp8_dummy export`` writes."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+from ...checkpoint import config_checkpoint
+from ...ops import as_int64
+from ...routing import parse_routing
+
+__all__ = ["LOAD_FORMAT", "load_checkpoint", "loader_class"]
+
+LOAD_FORMAT = "fp8_dummy_realistic"
+DEFAULT_LOADER = "vllm.model_executor.model_loader.default_loader"
+
+
+def load_checkpoint(model: torch.nn.Module, model_config: Any, routing: Any = "balanced") -> set:
+    """Load the logical checkpoint of ``model_config.hf_config`` (seed: vLLM's ``--seed``,
+    None: 0) into ``model`` through its own ``load_weights``; the names it loaded. The format
+    and every tensor's role are settled before anything is written."""
+    seed = getattr(model_config, "seed", None)
+    seed = as_int64(0 if seed is None else seed, "seed (vLLM's --seed)", LOAD_FORMAT) % (1 << 64)
+    config = getattr(model_config, "hf_config", None)
+    if config is None:
+        raise ValueError(f"fp8_dummy: {LOAD_FORMAT}: the model config has no hf_config")
+    checkpoint = config_checkpoint(config, seed, routing=parse_routing(routing))
+    loaded = model.load_weights(checkpoint.items())
+    if loaded is not None and getattr(model_config, "quantization", None) is None:
+        _all_loaded(model, set(loaded))
+    return set(loaded or ())
+
+
+def _all_loaded(model: torch.nn.Module, loaded: set) -> None:
+    """vLLM's own check after a real load of an unquantized model (its default loader's
+    ``track_weights_loading``): a parameter the checkpoint never reached is an error."""
+    default = importlib.import_module(DEFAULT_LOADER)
+    track = getattr(getattr(default, "DefaultModelLoader", None), "track_weights_loading", None)
+    if track is not None:
+        track(None, model, loaded, quantized=False)
+        return
+    missing = sorted({n for n, _ in model.named_parameters()} - loaded)
+    if missing:
+        raise ValueError(
+            f"fp8_dummy: {LOAD_FORMAT}: parameters no checkpoint tensor reached: {missing}"
+        )
+
+
+def loader_class(base: type, init: Any) -> type:
+    """The load format's loader on vLLM's ``base`` (its dummy loader: nothing to download);
+    ``init(self, load_config)``: takes the routing out of the extra config."""
+
+    class FP8DummyRealisticModelLoader(base):
+        """The logical checkpoint of the model's config, loaded by the model's own loaders."""
+
+        __init__ = init
+
+        def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
+            load_checkpoint(model, model_config, self.routing)
+
+    return FP8DummyRealisticModelLoader
