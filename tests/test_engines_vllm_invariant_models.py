@@ -216,6 +216,14 @@ def test_realistic_is_the_export_loaded_by_vllms_safetensors_loader(runs, case):
             assert r2["not_loaded"] == [] and r2["mismatch"] == [], (where, r2)
 
 
+def test_realistic_names_a_parameter_the_checkpoint_never_reaches(runs):
+    """A config that has vLLM quantize Qwen3-MoE's router (no ignored_layers), while the
+    checkpoint keeps routers unquantized: the router's block scale is never reached, and the
+    load fails naming it instead of leaving it uninitialized."""
+    message = _case(runs[1], "qwen3_moe", "blk-realistic")["unreached"]
+    assert "not initialized from checkpoint" in message and "mlp.gate.weight_scale_inv" in message
+
+
 @pytest.mark.parametrize("model", ["qwen3_moe", "deepseek_v3"])
 def test_routed_every_rank_is_its_slice_of_the_functions_routed_model(runs, model):
     """--model-loader-extra-config '{"routing": "zipf:1.2"}': at TP=1 the bytes of

@@ -194,6 +194,34 @@ def test_fp8_formats(tmp_path, fmt):
         assert np.abs(codes).max() <= E4M3_MAX
 
 
+def test_without_format_the_configs_own(tmp_path):
+    """No --format: the config's quantization_config (its block size kept), else its dtype;
+    a quantization_config fp8_dummy does not make is refused, naming it, before writing."""
+    block = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [16, 32]}
+    src = config_dir(tmp_path, "llama", quantization_config=block)
+    E.export(src, tmp_path / "blk", progress=False)
+    t = read_export(tmp_path / "blk")
+    w, s = (
+        t["model.layers.0.mlp.down_proj.weight"],
+        t["model.layers.0.mlp.down_proj.weight_scale_inv"],
+    )
+    assert w.dtype == torch.float8_e4m3fn and tuple(s.shape) == (64 // 16, 128 // 32)
+    q = json.loads((tmp_path / "blk" / "config.json").read_text())["quantization_config"]
+    assert q["weight_block_size"] == [16, 32] and "lm_head" in q["ignored_layers"]
+    src16 = config_dir(tmp_path, "mixtral", torch_dtype="float16")
+    E.export(src16, tmp_path / "f16", progress=False)
+    assert read_export(tmp_path / "f16")["model.embed_tokens.weight"].dtype == torch.float16
+    for bad, what in [
+        ({"quant_method": "awq", "bits": 4}, "'awq'"),
+        ({"quant_method": "fp8", "activation_scheme": "static"}, "static activation"),
+    ]:
+        src_bad = config_dir(tmp_path / what.strip("'"), "llama", quantization_config=bad)
+        with pytest.raises(E.ExportError, match=what):
+            E.export(src_bad, tmp_path / "bad", progress=False)
+        assert not (tmp_path / "bad").exists()
+    E.export(src_bad, tmp_path / "chosen", format="bf16", progress=False)  # --format wins
+
+
 def test_refusals_write_nothing(tmp_path, monkeypatch):
     src = config_dir(tmp_path, "llama")
     out = tmp_path / "out"

@@ -37,18 +37,20 @@ def load_checkpoint(model: torch.nn.Module, model_config: Any, routing: Any = "b
         raise ValueError(f"fp8_dummy: {LOAD_FORMAT}: the model config has no hf_config")
     checkpoint = config_checkpoint(config, seed, routing=parse_routing(routing))
     loaded = model.load_weights(checkpoint.items())
-    if loaded is not None and getattr(model_config, "quantization", None) is None:
-        _all_loaded(model, set(loaded))
+    if loaded is not None:  # a parameter the checkpoint misses would hold garbage
+        quantized = getattr(model_config, "quantization", None) is not None
+        _all_loaded(model, set(loaded), quantized)
     return set(loaded or ())
 
 
-def _all_loaded(model: torch.nn.Module, loaded: set) -> None:
-    """vLLM's own check after a real load of an unquantized model (its default loader's
-    ``track_weights_loading``): a parameter the checkpoint never reached is an error."""
+def _all_loaded(model: torch.nn.Module, loaded: set, quantized: bool) -> None:
+    """vLLM's own check after a real load (its default loader's ``track_weights_loading``,
+    which exempts what no checkpoint holds: KV-cache and online-quantization scales), on
+    quantized models too: a parameter the checkpoint never reached is an error."""
     default = importlib.import_module(DEFAULT_LOADER)
     track = getattr(getattr(default, "DefaultModelLoader", None), "track_weights_loading", None)
     if track is not None:
-        track(None, model, loaded, quantized=False)
+        track(None, model, loaded, quantized=quantized)
         return
     missing = sorted({n for n, _ in model.named_parameters()} - loaded)
     if missing:
