@@ -10,7 +10,7 @@ lazy`), and ``python -m fp8_dummy export`` by writing each tensor whole (fp8_dum
 The checkpoint's names are transformers' own: the model class the config names, built on the
 meta device, its ``state_dict`` (tied tensors once) put through transformers'
 ``revert_weight_conversion`` (what ``save_pretrained`` writes). The quantized formats add
-their tensors beside each quantized linear weight (:data:`FORMATS`)."""
+their tensors beside each quantized linear weight (fp8_dummy/formats.py)."""
 
 from __future__ import annotations
 
@@ -26,102 +26,16 @@ from typing import Any
 import torch
 
 from ._lazy_tensor import Block, LazyTensor, NotAffineError, view_map
+from .formats import FORMATS, Format, config_format, quantize
 from .ops import as_int64
 from .realistic import BYTE_DTYPES, Spec, fill_, model_specs, model_tensors
 from .realistic_arch import DEFAULT, Arch, derive
 from .routing import parse_routing, plan_routing
 from .stateless import tensor_seed
 
-__all__ = ["FORMATS", "CheckpointTensor", "Format", "LogicalModel", "UnplacedTensorError"]
-__all__ += ["build_model", "checkpoint_names", "checkpoint_state", "config_checkpoint"]
-__all__ += ["UnsupportedFormatError", "config_format", "logical_model"]
+__all__ = ["CheckpointTensor", "LogicalModel", "UnplacedTensorError", "build_model"]
+__all__ += ["checkpoint_names", "checkpoint_state", "config_checkpoint", "logical_model"]
 __all__ += ["initialize_realistic_dummy_weights", "memory_blocks"]
-
-BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
-E4M3 = torch.float8_e4m3fn
-
-
-@dataclass(frozen=True)
-class Format:
-    """A checkpoint format: the float dtype of what stays unquantized, and how the linear
-    weights of the decoder layers are quantized (``None``: not at all)."""
-
-    name: str
-    dtype: torch.dtype
-    quant: str | None = None  # "per-tensor" | "block"
-    description: str = ""
-    block: tuple[int, int] = (BLOCK, BLOCK)  # "block": the scale's [rows, columns] of weight
-
-    def quantization_config(self, skipped: list[str]) -> dict | None:
-        """The config.json entry the engines' loaders read (transformers' and vLLM's "fp8"
-        method); ``skipped``: the linear modules left unquantized (routers, lm_head)."""
-        if self.quant is None:
-            return None
-        cfg: dict[str, Any] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
-        cfg["fmt"] = "e4m3"
-        if self.quant == "block":
-            cfg["weight_block_size"] = list(self.block)
-        cfg["modules_to_not_convert"] = list(skipped)
-        cfg["ignored_layers"] = list(skipped)
-        return cfg
-
-
-FORMATS: dict[str, Format] = {
-    f.name: f
-    for f in (
-        Format("bf16", torch.bfloat16, None, "every tensor bfloat16"),
-        Format("fp16", torch.float16, None, "every tensor float16"),
-        Format("fp8", torch.bfloat16, "per-tensor", "e4m3 linear weights, float32 weight_scale"),
-        Format(
-            "fp8-block",
-            torch.bfloat16,
-            "block",
-            "e4m3 linear weights, float32 weight_scale_inv per 128x128 block (powers of two)",
-        ),
-    )
-}
-_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
-_FLOAT_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-
-class UnsupportedFormatError(ValueError):
-    """A config whose ``quantization_config`` describes a checkpoint fp8_dummy does not make."""
-
-
-def config_format(config: Any) -> Format:
-    """The format of the checkpoint ``config`` describes: its ``quantization_config``'s (the
-    "fp8" method: per tensor, or per block of its ``weight_block_size``), else its dtype's
-    (float16: fp16; otherwise bf16). What an engine given this config loads, and what
-    ``export`` writes unless told another format."""
-    floats = getattr(config, "torch_dtype", None) or getattr(config, "dtype", None)
-    if isinstance(floats, str):
-        floats = getattr(torch, floats, None)
-    floats = floats if floats in _FLOAT_FORMATS else torch.bfloat16
-    q = getattr(config, "quantization_config", None)
-    if q is None:
-        return FORMATS[_FLOAT_FORMATS[floats]]
-    q = q if isinstance(q, dict) else q.to_dict()
-    if q.get("quant_method") != "fp8" or q.get("fmt", "e4m3") != "e4m3":
-        raise UnsupportedFormatError(
-            f"fp8_dummy: quantization_config {q.get('quant_method')!r} "
-            f"({q.get('fmt', '')}): the checkpoints fp8_dummy makes are {', '.join(FORMATS)}"
-        )
-    if q.get("activation_scheme", "dynamic") != "dynamic":
-        raise UnsupportedFormatError(
-            "fp8_dummy: quantization_config with activation_scheme "
-            f"{q.get('activation_scheme')!r}: static activation scales (input_scale) are not made"
-        )
-    block = q.get("weight_block_size")
-    if block is None:
-        return (
-            FORMATS["fp8"]
-            if floats == torch.bfloat16
-            else Format("fp8", floats, "per-tensor", FORMATS["fp8"].description)
-        )
-    if len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
-        raise UnsupportedFormatError(f"fp8_dummy: weight_block_size {block!r}: two positive ints")
-    what = f"e4m3 linear weights, float32 weight_scale_inv per {block[0]}x{block[1]} block"
-    return Format("fp8-block", floats, "block", what, (block[0], block[1]))
 
 
 def config_checkpoint(config: Any, seed: int = 0, *, routing: Any = "balanced") -> LogicalModel:
@@ -288,16 +202,6 @@ def _module(model: torch.nn.Module, name: str, fallback: str) -> torch.nn.Module
     return torch.nn.Module()
 
 
-def _quantized(name: str, shape: tuple, spec: Spec) -> bool:
-    """A linear weight of a decoder layer (not a router, an embedding, lm_head or a norm)."""
-    return (
-        name.endswith(".weight")
-        and len(shape) == 2
-        and spec.role in ("linear", "residual_out")
-        and _LAYER.search(name) is not None
-    )
-
-
 def logical_model(
     model: torch.nn.Module,
     seed: int = 0,
@@ -334,7 +238,7 @@ def logical_model(
     specs = model_specs(model, entries, num_layers, arch)
     skipped: list[str] = []
     if fmt is not None and fmt.quant is not None:
-        entries, skipped = _quantize(entries, specs, fmt)
+        entries, skipped = quantize(entries, specs, fmt)
         specs = model_specs(model, entries, num_layers, arch)
     shapes = {n: tuple(s) for _, n, _, s in entries}
     dtypes = {n: t.dtype for _, n, t, _ in entries}
@@ -400,28 +304,6 @@ def _kept_fp32(model: torch.nn.Module, name: str) -> bool:
 
 def _on_meta(model: torch.nn.Module) -> bool:
     return any(t.is_meta for t in _own_tensors(model).values())
-
-
-def _quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[list, list[str]]:
-    """The format's tensors: each decoder-layer linear weight in e4m3 with its scale beside
-    it; the linear modules left unquantized (routers, lm_head)."""
-    out, skipped = [], []
-    for module, name, t, shape in entries:
-        spec = specs[name]
-        if not _quantized(name, shape, spec):
-            out.append((module, name, t, shape))
-            if name.endswith(".weight") and len(shape) == 2 and spec.role in ("router", "lm_head"):
-                skipped.append(name[: -len(".weight")])
-            continue
-        out.append((module, name, torch.empty(shape, dtype=E4M3, device="meta"), shape))
-        if fmt.quant == "block":
-            grid = tuple(-(-d // b) for d, b in zip(shape, fmt.block))
-            scale = (f"{name}_scale_inv", grid)
-        else:
-            scale = (f"{name[: -len('weight')]}weight_scale", ())
-        stand_in = torch.empty(scale[1], dtype=torch.float32, device="meta")
-        out.append((module, scale[0], stand_in, scale[1]))
-    return out, skipped
 
 
 def fill_model(model: torch.nn.Module, lm: LogicalModel, blocks: Mapping[str, Block]) -> None:

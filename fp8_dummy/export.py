@@ -22,16 +22,8 @@ import torch
 
 from ._lazy_tensor import Block
 from ._progress import Progress
-from .checkpoint import (
-    FORMATS,
-    CheckpointTensor,
-    LogicalModel,
-    UnsupportedFormatError,
-    build_model,
-    config_format,
-    config_of,
-    logical_model,
-)
+from .checkpoint import CheckpointTensor, LogicalModel, build_model, config_of, logical_model
+from .formats import FORMATS, UnsupportedFormatError, config_format
 from .stateless import row_major_strides
 
 __all__ = ["export", "main"]
@@ -242,7 +234,10 @@ def export(
             "contradicts it (--dtype sets the unquantized tensors of fp8 formats)"
         )
     model = build_model(config, dtype=floats)
-    lm = logical_model(model, seed, routing=routing, format=fmt)
+    try:
+        lm = logical_model(model, seed, routing=routing, format=fmt)
+    except UnsupportedFormatError as e:  # the architecture cannot take the format
+        raise ExportError(str(e)) from None
     if fmt.dtype != floats:
         for t in lm.tensors.values():
             if t.dtype == fmt.dtype:

@@ -25,6 +25,8 @@ _PACKED = {d for d in (torch.uint8, _FP4) if d is not None}  # two e2m1 codes pe
 _FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 _FP8 = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)}
 
+# NVFP4's activation scale: amax 6 (unit RMS, 6 sigma) / (e2m1's top 6 x e4m3's top 448)
+NVFP4_INPUT_SCALE = 6.0 / (6.0 * 448.0)
 FP4_MOMENT = 8.5625  # E[c^2] over the 16 e2m1 codes: (0+.25+1+2.25+4+9+16+36)/8
 INT8_MOMENT = 127 * 128 / 3  # E[c^2] over the integers -127..127
 
@@ -206,6 +208,10 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
     """A weight's scales: constant but E8M0 scales of FP4 codes; of no 1-byte weight: 1.0."""
     base, _, level = local.rpartition("_scale")
     weight = siblings.get(base)
+    if local == "input_scale" and "weight_scale_2" in siblings and dtype.is_floating_point:
+        # NVFP4's static activation scale, amax / (6 * 448) as ModelOpt calibrates it, for the
+        # unit-RMS activations this mode keeps (amax taken at 6 sigma)
+        return Spec("scale", "const", NVFP4_INPUT_SCALE)
     if weight is None or weight[1] not in BYTE_DTYPES | _FP8 | {torch.int8}:
         return Spec("scale", "const", 127 if dtype in BYTE_DTYPES else 1.0)
     _, std = _role(prefix + base, weight[0], weight[1], module, layers)
@@ -217,7 +223,8 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
         second = _float_scale(total / top, siblings[f"{base}_scale_2"][1])
         if level == "_2":
             return Spec("weight_scale_2", "const", second)
-        return Spec("weight_scale", "const", _float_scale(total / second, first))
+        # at most the top: total / (total / top) can round a hair above it, which e4m3 refuses
+        return Spec("weight_scale", "const", min(_float_scale(total / second, first), top))
     if level == "_inv" and dtype not in BYTE_DTYPES and weight[1] in _FP8:  # block scales: 2^e
         e = _pow2_exponent(std * math.sqrt(3), _fp8_bound(weight[1]), dtype)
         return Spec("weight_scale", "const", 2.0**e)

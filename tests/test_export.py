@@ -151,20 +151,45 @@ def decode_e4m3(bits: np.ndarray) -> np.ndarray:
     return sign * np.where(exp == 0, sub, normal)
 
 
-@pytest.mark.parametrize("fmt", ["fp8", "fp8-block"])
-def test_fp8_formats(tmp_path, fmt):
-    """Each decoder-layer linear weight e4m3 with its scale beside it, in the layout the fp8
-    method reads; routers, embeddings, norms and lm_head unquantized and listed in the config;
-    block scales powers of two; the dequantized weight has the role's σ."""
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float64)
+
+
+def decode_e2m1_pairs(packed: np.ndarray) -> np.ndarray:
+    """Two e2m1 codes a byte, the first element in the low nibble (ModelOpt's packing)."""
+    nib = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    return np.where(nib & 8, -1.0, 1.0) * E2M1[nib & 7]
+
+
+def _quantization_config(fmt: str, q: dict) -> list[str]:
+    """The method's config as its loaders read it; the modules it leaves unquantized."""
+    if fmt == "fp8-channel":
+        assert q["quant_method"] == "compressed-tensors" and q["format"] == "float-quantized"
+        (group,) = q["config_groups"].values()
+        assert group["weights"]["strategy"] == "channel" and group["weights"]["num_bits"] == 8
+        assert group["input_activations"]["dynamic"] is True
+        return q["ignore"]
+    if fmt == "nvfp4":
+        assert q["quant_method"] == "modelopt" and q["quant_algo"] == "NVFP4"
+        assert q["group_size"] == 16
+        return q["exclude_modules"]
+    assert q["quant_method"] == "fp8" and q["activation_scheme"] == "dynamic"
+    assert ("weight_block_size" in q) == (fmt == "fp8-block")
+    assert q["modules_to_not_convert"] == q["ignored_layers"]
+    return q["modules_to_not_convert"]
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8-block", "fp8-channel", "nvfp4"])
+def test_quantized_formats(tmp_path, fmt):
+    """Each decoder-layer linear weight quantized with its scales beside it, in the layout the
+    method's loaders read; routers, embeddings, norms and lm_head unquantized and listed in
+    the config; block scales powers of two; the weight decoded from the bits here (codes x
+    scales) has the role's σ."""
     src = config_dir(tmp_path, "deepseek_v3")
     E.export(src, tmp_path / "out", format=fmt, progress=False)
     t = read_export(tmp_path / "out")
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
-    q = cfg["quantization_config"]
-    assert q["quant_method"] == "fp8" and q["activation_scheme"] == "dynamic"
-    assert ("weight_block_size" in q) == (fmt == "fp8-block")
-    assert "model.layers.1.mlp.gate" in q["modules_to_not_convert"]
-    assert "lm_head" in q["modules_to_not_convert"]
+    skipped = _quantization_config(fmt, cfg["quantization_config"])
+    assert "model.layers.1.mlp.gate" in skipped and "lm_head" in skipped
     assert t["lm_head.weight"].dtype == torch.bfloat16
     assert t["model.layers.1.mlp.gate.weight"].dtype == torch.bfloat16
     assert t["model.embed_tokens.weight"].dtype == torch.bfloat16
@@ -175,23 +200,45 @@ def test_fp8_formats(tmp_path, fmt):
         ("model.layers.0.mlp.gate_proj", 64, False),
     ]:
         w = t[f"{name}.weight"]
-        assert w.dtype == torch.float8_e4m3fn
-        codes = decode_e4m3(w.view(torch.uint8).numpy())
-        if fmt == "fp8-block":
-            s = t[f"{name}.weight_scale_inv"]
-            assert s.dtype == torch.float32
-            assert tuple(s.shape) == tuple(-(-d // 128) for d in w.shape)
-            m, e = np.frexp(s.numpy())
-            assert (m == 0.5).all(), "block scales are powers of two"
-            scale = float(s.reshape(-1)[0])
-        else:
+        if fmt == "nvfp4":
+            assert w.dtype == torch.uint8 and w.shape[1] == fan_in // 2
+            codes = decode_e2m1_pairs(w.numpy())
             s = t[f"{name}.weight_scale"]
-            assert s.dtype == torch.float32 and s.dim() == 0
-            scale = float(s)
+            assert s.dtype == torch.float8_e4m3fn and tuple(s.shape) == (w.shape[0], fan_in // 16)
+            s2 = t[f"{name}.weight_scale_2"]
+            assert s2.dtype == torch.float32 and s2.dim() == 0
+            blocks = decode_e4m3(s.view(torch.uint8).numpy())
+            value = codes * np.repeat(blocks, 16, axis=1) * float(s2)
+            assert float(t[f"{name}.input_scale"]) == np.float32(1 / 448)
+        else:
+            assert w.dtype == torch.float8_e4m3fn
+            codes = decode_e4m3(w.view(torch.uint8).numpy())
+            assert np.abs(codes).max() <= E4M3_MAX
+            if fmt == "fp8-block":
+                s = t[f"{name}.weight_scale_inv"]
+                assert s.dtype == torch.float32
+                assert tuple(s.shape) == tuple(-(-d // 128) for d in w.shape)
+                m, e = np.frexp(s.numpy())
+                assert (m == 0.5).all(), "block scales are powers of two"
+                value = codes * float(s.reshape(-1)[0])
+            elif fmt == "fp8-channel":
+                s = t[f"{name}.weight_scale"]
+                assert s.dtype == torch.float32 and tuple(s.shape) == (w.shape[0], 1)
+                value = codes * s.numpy()
+            else:
+                s = t[f"{name}.weight_scale"]
+                assert s.dtype == torch.float32 and s.dim() == 0
+                value = codes * float(s)
         target = (2 * L * fan_in) ** -0.5 if residual else fan_in**-0.5
-        std = (codes * scale).std()
-        assert abs(std / target - 1) < 0.15, (name, std, target)
-        assert np.abs(codes).max() <= E4M3_MAX
+        assert abs(value.std() / target - 1) < 0.15, (name, value.std(), target)
+
+
+def test_nvfp4_refuses_what_it_cannot_group(tmp_path):
+    """NVFP4 scales every 16 inputs: a linear layer with 40 is named, nothing written."""
+    src = config_dir(tmp_path, "llama", intermediate_size=40)
+    with pytest.raises(E.ExportError, match=r"down_proj.weight has 40 input features"):
+        E.export(src, tmp_path / "out", format="nvfp4", progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_without_format_the_configs_own(tmp_path):

@@ -1,0 +1,225 @@
+"""The checkpoint formats of the logical model (docs/export.md): which tensors a quantized
+checkpoint holds beside each quantized linear weight, in the layout and with the
+``quantization_config`` the engines' loaders read for that method; and the format a config
+itself describes (:func:`config_format`), which is what an engine given that config loads."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .realistic import Spec
+
+__all__ = ["BLOCK", "FORMATS", "Format", "UnsupportedFormatError", "config_format", "quantize"]
+
+BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
+NVFP4_GROUP = 16  # NVFP4: one e4m3 scale per 16 weights along K
+E4M3 = torch.float8_e4m3fn
+_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+
+
+class UnsupportedFormatError(ValueError):
+    """A format a config or a model cannot take, named with the reason."""
+
+
+@dataclass(frozen=True)
+class Format:
+    """A checkpoint format: the float dtype of what stays unquantized, and how the linear
+    weights of the decoder layers are quantized (``None``: not at all)."""
+
+    name: str
+    dtype: torch.dtype
+    quant: str | None = None  # "per-tensor" | "block" | "channel" | "nvfp4"
+    description: str = ""
+    block: tuple[int, int] = (BLOCK, BLOCK)  # "block": the scale's [rows, columns] of weight
+
+    def quantization_config(self, skipped: list[str]) -> dict | None:
+        """The config.json entry the engines' loaders read for this method; ``skipped``: the
+        linear modules left unquantized (routers, lm_head)."""
+        if self.quant is None:
+            return None
+        if self.quant == "channel":
+            return _compressed_tensors(skipped)
+        if self.quant == "nvfp4":  # ModelOpt's hf_quant_config, flattened as vLLM reads it
+            return {
+                "quant_method": "modelopt",
+                "quant_algo": "NVFP4",
+                "group_size": NVFP4_GROUP,
+                "kv_cache_quant_algo": None,
+                "exclude_modules": list(skipped),
+            }
+        cfg: dict[str, Any] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+        cfg["fmt"] = "e4m3"
+        if self.quant == "block":
+            cfg["weight_block_size"] = list(self.block)
+        cfg["modules_to_not_convert"] = list(skipped)
+        cfg["ignored_layers"] = list(skipped)
+        return cfg
+
+
+def _compressed_tensors(skipped: list[str]) -> dict:
+    """compressed-tensors' "float-quantized" scheme of FP8-dynamic checkpoints: e4m3 weights
+    with one scale per output channel, activations quantized per token at run time."""
+    weights = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}
+    weights.update({"dynamic": False, "group_size": None, "observer": "minmax"})
+    acts = {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True}
+    acts.update({"dynamic": True, "observer": None})
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": acts}
+    group.update({"output_activations": None, "format": "float-quantized"})
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": group},
+        "ignore": list(skipped),
+        "kv_cache_scheme": None,
+    }
+
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("bf16", torch.bfloat16, None, "every tensor bfloat16"),
+        Format("fp16", torch.float16, None, "every tensor float16"),
+        Format("fp8", torch.bfloat16, "per-tensor", "e4m3 linear weights, float32 weight_scale"),
+        Format(
+            "fp8-block",
+            torch.bfloat16,
+            "block",
+            "e4m3 linear weights, float32 weight_scale_inv per 128x128 block (powers of two)",
+        ),
+        Format(
+            "fp8-channel",
+            torch.bfloat16,
+            "channel",
+            "e4m3 linear weights, float32 weight_scale per output channel (compressed-tensors)",
+        ),
+        Format(
+            "nvfp4",
+            torch.bfloat16,
+            "nvfp4",
+            "e2m1 linear weights two a byte, e4m3 weight_scale per 16, float32 weight_scale_2 "
+            "and input_scale (ModelOpt)",
+        ),
+    )
+}
+_FLOATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _dtype_of(config: Any) -> torch.dtype:
+    floats = getattr(config, "torch_dtype", None) or getattr(config, "dtype", None)
+    if isinstance(floats, str):
+        floats = getattr(torch, floats, None)
+    return floats if floats in _FLOATS else torch.bfloat16
+
+
+def _in(fmt: Format, floats: torch.dtype) -> Format:
+    return fmt if fmt.dtype == floats else Format(fmt.name, floats, fmt.quant, fmt.description)
+
+
+def config_format(config: Any) -> Format:
+    """The format of the checkpoint ``config`` describes: its ``quantization_config``'s (the
+    "fp8" method, per tensor or per block of its ``weight_block_size``; compressed-tensors'
+    FP8 per channel; ModelOpt's NVFP4), else its dtype's (float16: fp16; otherwise bf16).
+    What an engine given this config loads, and what ``export`` writes unless told another."""
+    floats = _dtype_of(config)
+    q = getattr(config, "quantization_config", None)
+    if q is None:
+        return FORMATS[_FLOATS[floats]]
+    q = q if isinstance(q, dict) else q.to_dict()
+    method = q.get("quant_method")
+    if method == "compressed-tensors" and _is_fp8_channel(q):
+        return _in(FORMATS["fp8-channel"], floats)
+    if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
+        if q.get("group_size", NVFP4_GROUP) != NVFP4_GROUP:
+            raise UnsupportedFormatError(f"fp8_dummy: NVFP4 group_size {q['group_size']}: 16")
+        return _in(FORMATS["nvfp4"], floats)
+    if method != "fp8" or q.get("fmt", "e4m3") != "e4m3":
+        kind = q.get("fmt") or q.get("quant_algo") or ""
+        raise UnsupportedFormatError(
+            f"fp8_dummy: quantization_config {method!r} ({kind}): the checkpoints fp8_dummy "
+            f"makes are {', '.join(FORMATS)}"
+        )
+    if q.get("activation_scheme", "dynamic") != "dynamic":
+        raise UnsupportedFormatError(
+            "fp8_dummy: quantization_config with activation_scheme "
+            f"{q.get('activation_scheme')!r}: static activation scales (input_scale) are not made"
+        )
+    block = q.get("weight_block_size")
+    if block is None:
+        return _in(FORMATS["fp8"], floats)
+    if len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
+        raise UnsupportedFormatError(f"fp8_dummy: weight_block_size {block!r}: two positive ints")
+    what = f"e4m3 linear weights, float32 weight_scale_inv per {block[0]}x{block[1]} block"
+    return Format("fp8-block", floats, "block", what, (block[0], block[1]))
+
+
+def _is_fp8_channel(q: Mapping) -> bool:
+    """A compressed-tensors config whose every group is FP8 weights per channel with dynamic
+    per-token activations (what fp8-channel writes)."""
+    groups = list((q.get("config_groups") or {}).values())
+    for g in groups:
+        w, a = g.get("weights") or {}, g.get("input_activations") or {}
+        if (w.get("type"), w.get("num_bits"), w.get("strategy")) != ("float", 8, "channel"):
+            return False
+        if a and (a.get("type"), a.get("num_bits"), a.get("dynamic")) != ("float", 8, True):
+            return False
+    return bool(groups)
+
+
+def quantized(name: str, shape: tuple, spec: Spec) -> bool:
+    """A linear weight of a decoder layer (not a router, an embedding, lm_head or a norm)."""
+    return (
+        name.endswith(".weight")
+        and len(shape) == 2
+        and spec.role in ("linear", "residual_out")
+        and _LAYER.search(name) is not None
+    )
+
+
+def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[list, list[str]]:
+    """The format's tensors: each decoder-layer linear weight quantized with its scales beside
+    it; the linear modules left unquantized (routers, lm_head). ``entries``: (module, name,
+    meta stand-in, shape) of the unquantized checkpoint."""
+    out, skipped = [], []
+    for module, name, t, shape in entries:
+        spec = specs[name]
+        if not quantized(name, shape, spec):
+            out.append((module, name, t, shape))
+            if name.endswith(".weight") and len(shape) == 2 and spec.role in ("router", "lm_head"):
+                skipped.append(name[: -len(".weight")])
+            continue
+        out += [
+            (module, n, torch.empty(s, dtype=d, device="meta"), s)
+            for n, s, d in _tensors(fmt, name, shape)
+        ]
+    return out, skipped
+
+
+def _tensors(fmt: Format, name: str, shape: tuple) -> list[tuple[str, tuple, torch.dtype]]:
+    """(name, shape, dtype) of what the format writes for the linear weight ``name``."""
+    prefix = name[: -len("weight")]
+    n, k = shape
+    f32 = torch.float32
+    if fmt.quant == "block":
+        grid = tuple(-(-d // b) for d, b in zip(shape, fmt.block))
+        return [(name, shape, E4M3), (f"{name}_scale_inv", grid, f32)]
+    if fmt.quant == "channel":
+        return [(name, shape, E4M3), (f"{prefix}weight_scale", (n, 1), f32)]
+    if fmt.quant == "nvfp4":
+        if k % NVFP4_GROUP:
+            raise UnsupportedFormatError(
+                f"fp8_dummy: nvfp4: {name} has {k} input features, not a multiple of "
+                f"{NVFP4_GROUP} (one e4m3 scale per {NVFP4_GROUP})"
+            )
+        return [
+            (name, (n, k // 2), torch.uint8),  # two e2m1 codes a byte, as ModelOpt packs them
+            (f"{prefix}weight_scale", (n, k // NVFP4_GROUP), E4M3),
+            (f"{prefix}weight_scale_2", (), f32),
+            (f"{prefix}input_scale", (), f32),
+        ]
+    return [(name, shape, E4M3), (f"{prefix}weight_scale", (), f32)]
