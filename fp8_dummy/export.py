@@ -1,6 +1,7 @@
 """``python -m fp8_dummy export CONFIG OUT``: the logical dummy model (fp8_dummy/checkpoint.py)
-written as a Hugging Face checkpoint (safetensors shards, their index, config.json), streamed
-a block at a time: memory stays at one block (:data:`CHUNK`) whatever the model's size.
+written as a Hugging Face checkpoint (safetensors shards, their index, config.json), made
+straight into the file's pages a window of the file at a time: no copy of the bytes, and
+memory stays at one window (:data:`CHUNK`) whatever the model's size.
 Everything is checked before the first byte is written; each file is written under a
 temporary name in OUT and renamed when complete, the index last of all (docs/export.md)."""
 
@@ -8,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import mmap
 import os
-import queue
 import re
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -28,8 +29,7 @@ from .stateless import row_major_strides
 
 __all__ = ["export", "main"]
 
-CHUNK = 128 << 20  # bytes of one tensor made at a time
-DEPTH = 2  # blocks made and waiting for the disk: memory is at most (DEPTH + 3) * CHUNK
+CHUNK = 128 << 20  # bytes of the file mapped (and made) at a time
 INDEX = "model.safetensors.index.json"
 _NAMES = {
     torch.float64: "F64",
@@ -100,54 +100,77 @@ def _header(tensors: Sequence[CheckpointTensor]) -> bytes:
 
 
 def _blocks(lm: LogicalModel, t: CheckpointTensor):
-    """The tensor's bytes, made a block of rows (at most :data:`CHUNK` bytes) at a time."""
-    if not t.shape or t.nbytes <= CHUNK:
-        yield lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype))
-        return
+    """(block of rows, its shape, its first byte in the tensor): the tensor cut in blocks of
+    at most :data:`CHUNK` bytes (one row at least)."""
     strides = row_major_strides(t.shape)
+    if not t.shape or t.nbytes <= CHUNK:
+        yield Block.whole(t.name, t.shape), t.shape, 0
+        return
     row = t.nbytes // t.shape[0]
     step = max(1, CHUNK // max(row, 1))
     for start in range(0, t.shape[0], step):
-        rows = min(step, t.shape[0] - start)
-        shape = (rows, *t.shape[1:])
-        buf = torch.empty(shape, dtype=t.dtype)
-        lm.write(buf, Block(t.name, t.shape, shape, start * strides[0], tuple(strides)))
-        yield buf
+        shape = (min(step, t.shape[0] - start), *t.shape[1:])
+        yield Block(t.name, t.shape, shape, start * strides[0], tuple(strides)), shape, start * row
 
 
-def _write_tensors(f: Any, lm: LogicalModel, tensors: Sequence[CheckpointTensor], done) -> None:
-    """Each tensor's blocks made here while a thread writes the ones before (both release the
-    GIL): the disk and the generator overlap, with at most :data:`DEPTH` blocks waiting."""
-    q: queue.Queue = queue.Queue(maxsize=DEPTH)
-    failed: list[BaseException] = []
+def _windows(lm: LogicalModel, tensors: Sequence[CheckpointTensor], start: int):
+    """Consecutive blocks grouped into windows of the file of at most :data:`CHUNK` bytes (a
+    larger block alone): (first byte, end, [(tensor, block, shape, byte in file), ...],
+    tensors finished in it)."""
+    pieces, done, first, end = [], [], start, start
+    at = start
+    for t in tensors:
+        for block, shape, offset in _blocks(lm, t):
+            size = math.prod(shape) * t.dtype.itemsize
+            if pieces and end + size - first > CHUNK:
+                yield first, end, pieces, done
+                pieces, done, first = [], [], at + offset
+            pieces.append((t, block, shape, at + offset))
+            end = at + offset + size
+        done.append(t)
+        at += t.nbytes
+    if pieces or done:
+        yield first, end, pieces, done
 
-    def writer() -> None:
-        while (item := q.get()) is not None:
-            if not failed:
-                try:
-                    f.write(memoryview(item[1].reshape(-1).view(torch.uint8).numpy()))
-                    if item[0] is not None:
-                        done(item[0])
-                except BaseException as e:  # re-raised in the caller's thread
-                    failed.append(e)
 
-    thread = threading.Thread(target=writer, name="fp8_dummy-export-writer", daemon=True)
-    thread.start()
-    try:
-        for t in tensors:
-            blocks = _blocks(lm, t)
-            buf = next(blocks)
-            for following in blocks:  # the tensor is done with its last block
-                q.put((None, buf))
-                buf = following
-            q.put((t, buf))
-            if failed:
-                break
-    finally:
-        q.put(None)
-        thread.join()
-    if failed:
-        raise failed[0]
+def _write_tensors(
+    fd: int, lm: LogicalModel, tensors: Sequence[CheckpointTensor], start: int, done
+) -> None:
+    """The tensors' bytes made in place in the file ``fd`` (sized already) from byte ``start``:
+    each window mapped, filled and unmapped; the kernel writes the pages back."""
+    grain = mmap.ALLOCATIONGRANULARITY
+    for first, end, pieces, finished in _windows(lm, tensors, start):
+        base = first - first % grain
+        if end > first:
+            mm = mmap.mmap(
+                fd, end - base, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=base
+            )
+            try:
+                for t, block, shape, at in pieces:
+                    _fill(lm, t, block, shape, mm, at - base)
+            finally:
+                mm.close()
+        for t in finished:
+            done(t)
+
+
+def _fill(
+    lm: LogicalModel, t: CheckpointTensor, block: Block, shape: tuple, mm: mmap.mmap, at: int
+) -> None:
+    """One block written at byte ``at`` of the mapping (through an aligned temporary where the
+    file puts it off its dtype's alignment: safetensors packs tensors back to back)."""
+    count = math.prod(shape)
+    if count == 0:
+        return
+    if at % t.dtype.itemsize == 0:
+        view = torch.frombuffer(mm, dtype=t.dtype, count=count, offset=at).view(shape)
+        lm.write(view, block)
+    else:
+        tmp = torch.empty(shape, dtype=t.dtype)
+        lm.write(tmp, block)
+        view = torch.frombuffer(mm, dtype=torch.uint8, count=count * t.dtype.itemsize, offset=at)
+        view.copy_(tmp.reshape(-1).view(torch.uint8))
+    del view  # the mapping closes only when no tensor views it
 
 
 class _Raw:
@@ -167,7 +190,7 @@ def _atomic(path: str, write: Any) -> None:
     """``write(file)`` into a temporary name beside ``path`` (never through a link), then the
     rename: a file under its final name is complete."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         try:
             write(_Raw(fd))
@@ -286,8 +309,10 @@ def export(
         name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
 
         def write(f, group=group):
-            f.write(_header(group))
-            _write_tensors(f, lm, group, tick)
+            header = _header(group)
+            f.write(header)
+            os.ftruncate(f.fd, len(header) + sum(t.nbytes for t in group))
+            _write_tensors(f.fd, lm, group, len(header), tick)
 
         _atomic(os.path.join(out, name), write)
         weight_map.update({t.name: name for t in group})

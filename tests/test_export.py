@@ -137,6 +137,32 @@ def test_blocks_written_in_chunks_are_the_whole_tensors_bytes(tmp_path, monkeypa
     assert all(torch.equal(raw(a[n]), raw(b[n])) for n in a)
 
 
+def test_a_tensor_off_its_alignment_gets_the_same_bytes(tmp_path):
+    """safetensors packs tensors back to back: a bf16 tensor after 9 bytes of e4m3 sits off
+    its alignment in the file; its bytes are still the logical model's."""
+    import dataclasses
+
+    from fp8_dummy.checkpoint import build_model, logical_model
+
+    cfg = transformers.AutoConfig.for_model("llama", **SMALL)
+    lm = logical_model(build_model(cfg, dtype=torch.bfloat16), 4, format="fp8")
+    fp8 = next(t for t in lm.tensors.values() if t.dtype == torch.float8_e4m3fn)
+    wide = next(t for t in lm.tensors.values() if t.dtype == torch.bfloat16 and t.nbytes > 64)
+    odd = dataclasses.replace(fp8, name="odd", shape=(3, 3))
+    lm.tensors["odd"] = odd
+    group = [odd, wide, odd]
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.ftruncate(fd, 8 + sum(t.nbytes for t in group))
+    E._write_tensors(fd, lm, group, 8, lambda t: None)
+    os.close(fd)
+    data = path.read_bytes()
+    want = b"\0" * 8 + b"".join(
+        raw(lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype))).numpy().tobytes() for t in group
+    )
+    assert data == want
+
+
 E4M3_MAX = 448.0
 
 

@@ -43,11 +43,21 @@ struct TableOut {  // FP8 (uint8), float16 and bfloat16 (uint16): value = table[
 };
 using Fp8Out = TableOut<uint8_t, 11>;
 
+template <bool kPow2>
 struct ByteOut {  // int8 / uint8: low + word % range
   static constexpr int kPerCall = 4;
   using Elem = uint8_t;
   cuda::StatelessParams params;
-  void put(uint8_t* p, const uint32_t* w, int k) const { *p = cuda::stateless_byte(w[k], params); }
+  // A power-of-two range (the full 256 of packed FP4 codes and raw bytes): word % range is
+  // its low bits, a mask instead of a division per byte.
+  void put(uint8_t* p, const uint32_t* w, int k) const {
+    if constexpr (kPow2) {
+      *p = static_cast<uint8_t>(static_cast<uint32_t>(params.int_low) +
+                                (w[k] & (params.int_range - 1)));
+    } else {
+      *p = cuda::stateless_byte(w[k], params);
+    }
+  }
 };
 
 struct FloatOut {
@@ -232,7 +242,8 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
       return fill(DoubleOut{p}, self, g, key);
     case c10::ScalarType::Char:
     case c10::ScalarType::Byte:
-      return fill(ByteOut{p}, self, g, key);
+      if ((p.int_range & (p.int_range - 1)) == 0) return fill(ByteOut<true>{p}, self, g, key);
+      return fill(ByteOut<false>{p}, self, g, key);
     default: {  // FP8 (check_stateless_args admitted nothing else)
       const auto table = stateless_fp8_table(dtype, p);
       std::array<uint32_t, 2048> table32;
