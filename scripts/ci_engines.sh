@@ -57,7 +57,9 @@ engines=(${FP8_DUMMY_ENGINES:-vllm-0.33.0 vllm-0.30.0 sglang-0.5.23})
 paths=()
 for engine in "${engines[@]}"; do
   dir="$(target "$engine")"
-  if [[ "$engine" == vllm-* ]]; then  # the vLLMs share one dependency directory
+  if [[ "$engine" == vllm-* || "$engine" == sglang-* ]]; then
+    # the vLLMs share one dependency directory; SGLang's model-parallel set-up imports its
+    # sampler, whose imports (openai, partial_json_parser...) that directory has: after its own
     deps="$(target vllm-deps)"
     dir="$dir:$deps"
   fi
@@ -91,7 +93,7 @@ for i in "${!engines[@]}"; do
   # (fp8_dummy_invariant, ~4 min).
   [[ "$engine" == vllm-0.33.* ]] &&
     tests+=(tests/test_engines_vllm_invariant.py tests/test_engines_vllm_invariant_models.py)
-  [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py)
+  [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py tests/test_engines_sglang_realistic.py)
   echo "== $engine"
   env -u FP8_DUMMY_VLLM -u FP8_DUMMY_SGLANG -u VLLM_PLUGINS -u SGLANG_PLUGINS \
     PYTHONPATH="$PKG:${paths[$i]}" FP8_DUMMY_REQUIRE_ENGINES=1 \

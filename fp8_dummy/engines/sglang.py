@@ -1,6 +1,6 @@
 """SGLang 0.5.23 (docs/engines.md): a drop-in for its ``initialize_dummy_weights``, and its plugin
 (``sglang.srt.plugins``): an AROUND hook on every imported copy of it. ``FP8_DUMMY_SGLANG=0``
-turns it off, ``=realistic`` fills by the realistic mode (TP=1; docs/realistic.md)."""
+turns it off, ``=realistic`` loads the realistic model's checkpoint instead (docs/realistic.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..checkpoint import initialize_realistic_dummy_weights
+from ..checkpoint import config_checkpoint
 from ..routing import chosen_routing
 from . import core
 
@@ -68,7 +68,7 @@ def _register() -> None:
         return
     HookRegistry.register(f"{MODULE}.{NAME}", _around, HookType.AROUND)
     version = core.installed("sglang") or "unknown version"
-    what = "realistic dummy weights (TP=1)" if _realistic() else core.account("SGLang")
+    what = "realistic dummy weights (the checkpoint's)" if _realistic() else core.account("SGLang")
     logger.info("fp8_dummy: SGLang %s: %s", version, what)
 
 
@@ -84,9 +84,14 @@ def _realistic() -> bool:
 
 
 def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
-    """The realistic mode (seed 0) needs each tensor whole: the hook sees a rank's shards."""
-    from sglang.srt.distributed import parallel_state as ps
-
-    if ps.model_parallel_is_initialized() and ps.get_tensor_model_parallel_world_size() > 1:
-        raise NotImplementedError("the realistic mode needs TP=1 in SGLang (docs/realistic.md)")
-    initialize_realistic_dummy_weights(model, routing=chosen_routing())
+    """The logical checkpoint of the model's config (seed 0; fp8_dummy/checkpoint.py) loaded
+    by the model's own ``load_weights``, as SGLang loads a checkpoint from disk: its name
+    mapping, fusing and sharding, each rank writing its shard of each stand-in. SGLang's
+    dummy loader runs ``process_weights_after_loading`` afterwards, as after a real load."""
+    config, load = getattr(model, "config", None), getattr(model, "load_weights", None)
+    if config is None or load is None:
+        raise NotImplementedError(
+            f"the realistic mode loads through the model's config and load_weights; "
+            f"{type(model).__name__} lacks them (docs/realistic.md)"
+        )
+    load(config_checkpoint(config, 0, routing=chosen_routing()).items())

@@ -1,0 +1,146 @@
+"""SGLang 0.5.23's own model classes (Llama, Qwen3-MoE, DeepSeek-V3, Mixtral), in bf16 and FP8
+block (16 x 16), built on this CPU from tiny configs at TP=1 and TP=2 (gloo), for
+tests/test_engines_sglang_realistic.py (inside its workers: this module imports SGLang
+lazily).
+
+Built as SGLang builds a model: ``ServerArgs`` of a folder holding config.json, published
+into SGLang's runtime context (``runtime_context.publish``: parallel ranks, MoE flags),
+``ModelConfig.from_server_args``, the distributed groups, then the loader's
+``_initialize_model`` under ``set_default_torch_dtype`` and the CPU device. Every parameter
+is created by SGLang's code. What is replaced, and why (:func:`prepare`):
+
+- ``rotary_embedding.base._is_cpu`` is True: on a device that is neither CUDA nor SGLang's
+  CPU engine (nor XPU, NPU, MUSA, MPS) ``RotaryEmbedding.__init__`` imports vLLM's custom
+  ops for a fallback kernel. The flag only chooses a forward; rotary embeddings have no
+  parameters.
+- ``get_rope_wrapper`` is called with ``device=None``: DeepSeek's MLA passes "cpu", which
+  takes SGLang's CPU-engine rope, supporting only DeepSeek's yarn scaling. With None, the
+  GPU path's plain rotary embedding, again without parameters.
+- the model-parallel groups are plain gloo groups (no PyNccl, custom all-reduce, MSCCL++ or
+  symmetric memory): the CUDA torch wheel ships libnccl, so SGLang would build a NCCL
+  communicator on the CPU. Construction and ``load_weights`` never communicate.
+- SGLang's CPU engine (``SGLANG_USE_CPU_ENGINE``) stays off: it needs ``sgl_kernel``.
+
+``process_weights_after_loading`` never runs (it needs SGLang's kernels): the weights are
+compared as loaded. Qwen3-MoE has no dense layer here: SGLang 0.5.23's Qwen3-MoE builds every
+layer sparse whatever ``mlp_only_layers`` says. DeepSeek-V3's config has ``moe_layer_freq``,
+as DeepSeek's published ones do (transformers' class does not add it; SGLang reads it).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from helpers import vllm_invariant_models as V
+
+MODELS = {m: dict(V.COMMON, **fields) for m, fields in V.MODELS.items()}
+MODELS["qwen3_moe"]["mlp_only_layers"] = []
+MODELS["deepseek_v3"]["moe_layer_freq"] = 1  # in DeepSeek's published configs; SGLang reads it
+QUANTS = {
+    "bf16": None,
+    "blk": dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[16, 16]),
+}
+CASES = [f"{m}-{q}" for m in MODELS for q in QUANTS]
+
+
+def write_config(case: str, folder: Path) -> Path:
+    model, quant = case.split("-")
+    folder.mkdir(parents=True, exist_ok=True)
+    config = dict(MODELS[model])
+    if QUANTS[quant]:
+        config["quantization_config"] = QUANTS[quant]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def prepare() -> None:
+    """The replacements of the module docstring; before the first model is built."""
+    import sglang.srt.distributed.parallel_state as ps
+    import sglang.srt.layers.rotary_embedding as rope
+    import sglang.srt.layers.rotary_embedding.base as rope_base
+    import sglang.srt.layers.rotary_embedding.factory as factory
+
+    rope_base._is_cpu = True
+    own_rope = factory.get_rope_wrapper
+
+    def get_rope_wrapper(*args, device=None, **kwargs):
+        return own_rope(*args, device=None, **kwargs)
+
+    factory.get_rope_wrapper = get_rope_wrapper
+    if hasattr(rope, "get_rope_wrapper"):
+        rope.get_rope_wrapper = get_rope_wrapper
+    ps.set_custom_all_reduce(False)
+    own_group = ps.init_model_parallel_group
+
+    def init_model_parallel_group(*args, **kwargs):
+        kwargs.update(use_pynccl=False, use_custom_allreduce=False, use_mscclpp=False)
+        kwargs.update(use_torch_symm_mem_allreduce=False)
+        return own_group(*args, **kwargs)
+
+    ps.init_model_parallel_group = init_model_parallel_group
+
+
+def server_args(folder: Path, world: int):
+    from sglang.srt.server_args import ServerArgs
+
+    return ServerArgs(
+        model_path=str(folder), tp_size=world, device="cpu", dtype="bfloat16",
+        skip_tokenizer_init=True, load_format="auto",
+    )  # fmt: skip
+
+
+def start(folder: Path, world: int, rank: int, port: int) -> None:
+    """SGLang's runtime context and process groups for rank ``rank`` of ``world``."""
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed.parallel_state import (
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+    from sglang.srt.layers.dp_attention import init_dp_gathered_buffer, initialize_dp_attention
+    from sglang.srt.layers.moe import initialize_moe_config
+    from sglang.srt.runtime_context import SpawnRanks, publish
+
+    args = server_args(folder, world)
+    publish(args, role="test", ranks=SpawnRanks(world_rank=rank, gpu_id=rank))
+    initialize_moe_config()
+    model_config = ModelConfig.from_server_args(args)
+    init_distributed_environment(
+        backend="gloo", world_size=world, rank=rank, local_rank=rank,
+        distributed_init_method=f"tcp://127.0.0.1:{port}",
+    )  # fmt: skip
+    initialize_model_parallel()
+    initialize_dp_attention(args)
+    init_dp_gathered_buffer(model_config)
+
+
+def build(folder: Path, world: int, rank: int) -> torch.nn.Module:
+    """SGLang's model of the config.json in ``folder``, its tensors as SGLang creates them."""
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+
+    model_config = ModelConfig.from_server_args(server_args(folder, world))
+    load_config = LoadConfig(load_format="auto", tp_rank=rank)
+    quant_config = _get_quantization_config(model_config, load_config)
+    with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+        return _initialize_model(model_config, load_config, quant_config)
+
+
+def load_safetensors(model: torch.nn.Module, folder: Path) -> None:
+    """SGLang's own safetensors reader (``--load-format safetensors``'s iterator) into the
+    model's own ``load_weights``."""
+    from sglang.srt.model_loader.weight_utils import safetensors_weights_iterator
+
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+    with torch.no_grad():
+        model.load_weights(safetensors_weights_iterator(files))
+
+
+def tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return V.tensors(model)

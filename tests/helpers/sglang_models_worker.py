@@ -1,0 +1,85 @@
+"""One process of tests/test_engines_sglang_realistic.py: rank RANK of a WORLD-rank gloo group
+(TP=WORLD). For each case (helpers/sglang_models.py), two copies of SGLang's own model built
+from the export's config.json: one filled by ``FP8_DUMMY_SGLANG=realistic``'s fill (its
+parameters poisoned 0x55 first), the other (poisoned 0xAA) loaded from the export's files by
+SGLang's own safetensors reader and the model's ``load_weights``. Findings go to
+OUT/<world>-<rank>.json as {case: {...}}."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def main(world: int, rank: int, port: int, root: str, out: str, repo: str) -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    here = os.path.dirname(os.path.abspath(__file__))  # not sys.path[0]: helpers/ shadows
+    sys.path[:] = [repo, os.path.join(repo, "tests")] + [
+        p for p in sys.path if os.path.abspath(p or ".") != here
+    ]
+    result: dict = {}
+    try:
+        result = _run(world, rank, port, Path(root))
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        result = {"error": traceback.format_exc()}
+    (Path(out) / f"{world}-{rank}.json").write_text(json.dumps(result))
+
+
+def _run(world: int, rank: int, port: int, root: Path) -> dict:
+    from helpers import sglang_models as S
+
+    S.prepare()
+    S.start(root / S.CASES[0] / "checkpoint", world, rank, port)
+    return {case: _case(S, root / case / "checkpoint", world, rank) for case in S.CASES}
+
+
+def _case(S, ckpt: Path, world: int, rank: int) -> dict:
+    import torch
+
+    from fp8_dummy.engines import sglang as fsglang
+
+    t0 = time.perf_counter()
+    r: dict = {}
+    try:
+        ours, theirs = S.build(ckpt, world, rank), S.build(ckpt, world, rank)
+        for model, byte in ((ours, 0x55), (theirs, 0xAA)):
+            for p in model.parameters():
+                p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)
+        with torch.no_grad():
+            fsglang._fill_realistic(ours)
+        S.load_safetensors(theirs, ckpt)
+        mine, other = S.tensors(ours), S.tensors(theirs)
+
+        def still(t, byte):
+            return bool((t.data.reshape(t.shape or (1,)).view(torch.uint8) == byte).all())
+
+        # what neither loader writes: kept apart, the test says which may be
+        r["unreached"] = sorted(n for n in mine if still(mine[n], 0x55) and still(other[n], 0xAA))
+        for n in r["unreached"]:
+            del mine[n], other[n]
+        r["checked"] = len(mine)
+        r["mismatch"] = [
+            n
+            for n in sorted(mine)
+            if mine[n].shape != other[n].shape
+            or not torch.equal(
+                mine[n].data.reshape(-1).view(torch.uint8),
+                other[n].data.reshape(-1).view(torch.uint8),
+            )
+        ]
+        r["shapes"] = {n: list(p.shape) for n, p in ours.named_parameters()}
+        fp8 = [p for p in ours.parameters() if p.dtype == torch.float8_e4m3fn]
+        big = max(fp8, key=lambda p: p.numel()) if fp8 else None
+        r["distinct_fp8"] = int(torch.unique(big.data.view(torch.uint8)).numel()) if fp8 else 0
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        r["error"] = traceback.format_exc()
+    r["seconds"] = round(time.perf_counter() - t0, 2)
+    return r
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:7])
