@@ -5,7 +5,8 @@ vocabulary 128,256: 1.24 B parameters; ``--layers`` changes the depth) and DeepS
 dimensions with 2 layers (hidden 7168, 256 experts of intermediate 2048, vocabulary 129,280,
 the first layer dense: 11.6 B parameters, ~13 GB in fp8-block; ``--deepseek``, skipped by
 default on a machine with under 40 GB of free disk). Per config and format, medians of
---repeats runs into a fresh directory of the same disk:
+--repeats runs into a fresh directory of the same disk, each after ``os.sync()`` (no dirty
+pages of the run before; what is timed is the write into the page cache, both sides):
   export       fp8_dummy.export.export(...): the logical model made block by block, written
   safetensors  the same tensors (made beforehand, held in memory) written by
                safetensors.torch.save_file into shards of the same size (the disk's own rate)
@@ -20,6 +21,7 @@ import argparse
 import datetime
 import functools
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -72,6 +74,7 @@ def peak_during(fn) -> tuple[float, int]:
             time.sleep(0.01)
 
     t = threading.Thread(target=watch)
+    os.sync()  # each run starts with no dirty pages of the one before to write back
     t.start()
     t0 = time.perf_counter()
     try:
@@ -126,6 +129,7 @@ def main(argv=None) -> int:
             for i in range(a.repeats if fits else 0):
                 out = root / f"{label}-{fmt}-st-{i}"
                 out.mkdir()
+                os.sync()
                 t0 = time.perf_counter()
                 for j, group in enumerate(held):
                     save_file(group, str(out / f"model-{j:05d}.safetensors"))
