@@ -112,6 +112,7 @@ def test_realistic_is_the_export_read_by_sglang(runs, case):
         where = (case, w, r)
         assert "error" not in got, (where, got["error"])
         assert got["mismatch"] == [] and got["checked"] > 10, (where, got)
+        assert got["materialized"] == [], (where, got["materialized"])  # blocks only
         assert all(_unreachable(case, n) for n in got["unreached"]), (where, got["unreached"])
         if case.endswith("-blk") and case != "llama-blk":
             assert got["distinct_fp8"] > 114, (where, got["distinct_fp8"])

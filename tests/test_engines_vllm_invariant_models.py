@@ -199,6 +199,7 @@ def test_realistic_is_the_export_loaded_by_vllms_safetensors_loader(runs, case):
     model, quant, _ = case.split("-")
     r = _case(runs[1], model, f"{quant}-realistic")
     assert r["not_loaded"] == [] and r["mismatch"] == [] and r["checked"] > 20, r
+    assert r["materialized"] == [], r["materialized"]  # each copy wrote its block, no more
     assert all(
         n.endswith(("k_scale", "v_scale", "q_scale", "prob_scale")) for n in r["kv_unloaded"]
     )
@@ -214,6 +215,7 @@ def test_realistic_is_the_export_loaded_by_vllms_safetensors_loader(runs, case):
             sharded = sum(r2["shapes"][n] != s for n, s in r["shapes"].items())
             assert r2["tp"] == 2 and sharded >= 4, (where, sharded)
             assert r2["not_loaded"] == [] and r2["mismatch"] == [], (where, r2)
+            assert r2["materialized"] == [], (where, r2["materialized"])
 
 
 def test_realistic_names_a_parameter_the_checkpoint_never_reaches(runs):

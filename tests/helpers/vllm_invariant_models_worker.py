@@ -170,12 +170,16 @@ def _realistic_case(M, fmt, f, out: Path, tp: int, rank: int, model: str, quant:
         params = dict(ours.named_parameters())
         r["tp"] = get_tensor_model_parallel_world_size()
         r["classes"] = sorted({type(p).__name__ for p in params.values()})
+        from fp8_dummy._lazy_tensor import materialized
+
+        materialized.clear()
         with set_current_vllm_config(vllm_config), torch.no_grad():
             try:
                 fmt.load_weights(ours, model_config)
             except Exception as e:  # noqa: BLE001 (the test names it)
                 r["error"] = f"{type(e).__name__}: {e}"
                 return r
+            r["materialized"] = sorted(materialized)  # stand-ins vLLM needed whole values of
             loaded = M.load_safetensors(theirs, model_config)
         # KV-cache scales: no checkpoint holds them; vLLM sets their defaults after loading
         kv = {n for n, p in params.items() if type(p).__name__ == "KVCacheScaleParameter"}
