@@ -104,6 +104,10 @@ def _unreachable(case: str, name: str) -> bool:
     return case == "llama-blk" and name.endswith(".weight_scale_inv")
 
 
+def _concatenated(name: str) -> bool:
+    return name.rpartition(".")[0].endswith(("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"))
+
+
 @pytest.mark.parametrize("case", S.CASES)
 def test_realistic_is_the_export_read_by_sglang(runs, case):
     one = runs[(1, 0)][case]
@@ -112,7 +116,9 @@ def test_realistic_is_the_export_read_by_sglang(runs, case):
         where = (case, w, r)
         assert "error" not in got, (where, got["error"])
         assert got["mismatch"] == [] and got["checked"] > 10, (where, got)
-        assert got["materialized"] == [], (where, got["materialized"])  # blocks only
+        # blocks only, but what SGLang's own loader concatenates whole (DeepSeek's q_a and
+        # kv_a projections into its fused, replicated one): made whole, as from disk
+        assert all(_concatenated(n) for n in got["materialized"]), (where, got["materialized"])
         assert all(_unreachable(case, n) for n in got["unreached"]), (where, got["unreached"])
         if case.endswith("-blk") and case != "llama-blk":
             assert got["distinct_fp8"] > 114, (where, got["distinct_fp8"])
