@@ -13,7 +13,8 @@ import torch
 
 import fp8_dummy
 from fp8_dummy.engines.core import Action, Kind
-from fp8_dummy.engines.vllm.invariant import realistic_values, stateless_values
+from fp8_dummy.engines.vllm.invariant import stateless_values
+from fp8_dummy.engines.vllm.realistic import load_checkpoint
 from fp8_dummy.stateless import tensor_seed
 
 SAME = [(-1, 2**64 - 1), (-(2**63), 2**63), (-12345, 2**64 - 12345)]
@@ -85,8 +86,12 @@ def test_the_invariant_fills_values_read_the_seed_as_torch_does(a, b):
 def test_the_invariant_fill_and_load_formats_refuse_a_seed_outside_the_domain(seed, error):
     with pytest.raises(error, match="seed"):
         stateless_values(seed)
+    loaded = []
+    m = torch.nn.Module()
+    m.load_weights = loaded.append  # nothing may reach the model's loader
     with pytest.raises(error, match="seed"):  # vLLM's --seed, before the loader writes
-        realistic_values(torch.nn.Module(), [], SimpleNamespace(seed=seed))
+        load_checkpoint(m, SimpleNamespace(seed=seed, hf_config=None))
+    assert loaded == []
 
 
 @pytest.mark.parametrize("seed,error", [x for x in REFUSED if x[0] is not None])
