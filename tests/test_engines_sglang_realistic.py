@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,14 +34,9 @@ except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
     )
 
 from helpers import sglang_models as S  # noqa: E402
+from helpers import workers as W  # noqa: E402
 
 from fp8_dummy.export import export  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -57,34 +50,16 @@ def runs(tmp_path_factory) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.pop("FP8_DUMMY_ROUTING", None)
     ranks = [(1, 0), (2, 0), (2, 1)]
-    ports = {1: _free_port(), 2: _free_port()}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(WORKER),
-                str(w),
-                str(r),
-                str(ports[w]),
-                str(root),
-                str(root),
-                str(ROOT),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for w, r in ranks
-    ]
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=900)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
+    ports = {1: W.free_port(), 2: W.free_port()}
+    command = [sys.executable, str(WORKER)]
+    logs = W.run_together(
+        [
+            command + [str(w), str(r), str(ports[w]), str(root), str(root), str(ROOT)]
+            for w, r in ranks
+        ],
+        env,
+        timeout=900,
+    )
     out = {}
     for (w, r), log in zip(ranks, logs):
         path = root / f"{w}-{r}.json"

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import workers as W
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_invariant_worker.py"
@@ -44,34 +43,15 @@ if not _VERSION.startswith("0.33."):
     pytest.skip(f"the rules are vLLM 0.33's; this is vLLM {_VERSION}", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_world(world: int, tmp: Path) -> list[dict]:
     """Start ``world`` worker processes (one gloo group) and collect their findings."""
-    port = _free_port()
+    port = W.free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(r), str(world), str(port), str(tmp), str(ROOT)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    commands = [
+        [sys.executable, str(WORKER), str(r), str(world), str(port), str(tmp), str(ROOT)]
         for r in range(world)
     ]
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=600)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
+    logs = W.run_together(commands, env, timeout=600)
     results = []
     for r in range(world):
         path = tmp / f"{r}.json"

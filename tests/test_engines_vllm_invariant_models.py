@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import workers as W
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_invariant_models_worker.py"
@@ -63,37 +62,17 @@ if not _VERSION.startswith("0.33."):
     pytest.skip(f"the rules are vLLM 0.33's; this is vLLM {_VERSION}", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """Two worker processes (one gloo group): TP=1, each its half of the models, then TP=2.
     {1: {case: findings}, 2: [{case: findings} of each rank]}."""
     tmp = tmp_path_factory.mktemp("models")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(r), str(port), str(tmp), str(ROOT)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
+    port = W.free_port()
+    commands = [
+        [sys.executable, str(WORKER), str(r), str(port), str(tmp), str(ROOT)] for r in range(2)
     ]
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=900)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
+    logs = W.run_together(commands, env, timeout=900)
     results = []
     for r in range(2):
         path = tmp / f"{r}.json"

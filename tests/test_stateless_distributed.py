@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers import workers as W
 
 import fp8_dummy  # noqa: F401  (registers the ops)
 from fp8_dummy.stateless import init_shard_, init_stateless_, shard_slices
@@ -28,12 +28,6 @@ SEED, LOW, HIGH = 1234, -1.0, 1.0
 TIMEOUT_S = 120
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _gather_bytes(shard: torch.Tensor, max_bytes: int, world: int) -> list[torch.Tensor]:
@@ -88,7 +82,7 @@ def _worker(rank: int, world: int, port: int) -> None:
 @pytest.mark.slow  # gloo processes
 @pytest.mark.parametrize("world", [2, 4])
 def test_sharded_init_across_ranks(world):
-    ctx = mp.spawn(_worker, args=(world, _free_port()), nprocs=world, join=False)
+    ctx = mp.spawn(_worker, args=(world, W.free_port()), nprocs=world, join=False)
     deadline = time.monotonic() + TIMEOUT_S
     while not ctx.join(timeout=2):
         if time.monotonic() > deadline:

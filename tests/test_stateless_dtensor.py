@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import datetime
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +22,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers import workers as W
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
 TIMEOUT_S = 240
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
@@ -65,7 +59,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_dtensor_across_ranks(world, tmp_path):
     out = tmp_path / "counts"
-    ctx = mp.spawn(_worker, args=(world, _free_port(), str(out)), nprocs=world, join=False)
+    ctx = mp.spawn(_worker, args=(world, W.free_port(), str(out)), nprocs=world, join=False)
     deadline = time.monotonic() + TIMEOUT_S
     while not ctx.join(timeout=2):
         if time.monotonic() > deadline:
@@ -105,7 +99,7 @@ def _cuda_worker(rank: int, port: int) -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_mesh():
     # init_stateless_ works on a CUDA mesh; init_ refuses it, naming init_stateless_.
-    mp.spawn(_cuda_worker, args=(_free_port(),), nprocs=1)
+    mp.spawn(_cuda_worker, args=(W.free_port(),), nprocs=1)
 
 
 def _python(code: str) -> str:
