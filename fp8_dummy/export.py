@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -99,7 +100,7 @@ def _header(tensors: Sequence[CheckpointTensor]) -> bytes:
     return len(text).to_bytes(8, "little") + text
 
 
-def _blocks(lm: LogicalModel, t: CheckpointTensor):
+def _blocks(t: CheckpointTensor):
     """(block of rows, its shape, its first byte in the tensor): the tensor cut in blocks of
     at most :data:`CHUNK` bytes (one row at least)."""
     strides = row_major_strides(t.shape)
@@ -113,14 +114,14 @@ def _blocks(lm: LogicalModel, t: CheckpointTensor):
         yield Block(t.name, t.shape, shape, start * strides[0], tuple(strides)), shape, start * row
 
 
-def _windows(lm: LogicalModel, tensors: Sequence[CheckpointTensor], start: int):
+def _windows(tensors: Sequence[CheckpointTensor], start: int):
     """Consecutive blocks grouped into windows of the file of at most :data:`CHUNK` bytes (a
     larger block alone): (first byte, end, [(tensor, block, shape, byte in file), ...],
     tensors finished in it)."""
     pieces, done, first, end = [], [], start, start
     at = start
     for t in tensors:
-        for block, shape, offset in _blocks(lm, t):
+        for block, shape, offset in _blocks(t):
             size = math.prod(shape) * t.dtype.itemsize
             if pieces and end + size - first > CHUNK:
                 yield first, end, pieces, done
@@ -139,7 +140,7 @@ def _write_tensors(
     """The tensors' bytes made in place in the file ``fd`` (sized already) from byte ``start``:
     each window mapped, filled and unmapped; the kernel writes the pages back."""
     grain = mmap.ALLOCATIONGRANULARITY
-    for first, end, pieces, finished in _windows(lm, tensors, start):
+    for first, end, pieces, finished in _windows(tensors, start):
         base = first - first % grain
         if end > first:
             mm = mmap.mmap(
@@ -257,14 +258,10 @@ def export(
             "contradicts it (--dtype sets the unquantized tensors of fp8 formats)"
         )
     model = build_model(config, dtype=floats)
-    try:
-        lm = logical_model(model, seed, routing=routing, format=fmt)
+    try:  # the unquantized tensors in --dtype: the format's own float dtype replaced
+        lm = logical_model(model, seed, routing=routing, format=replace(fmt, dtype=floats))
     except UnsupportedFormatError as e:  # the architecture cannot take the format
         raise ExportError(str(e)) from None
-    if fmt.dtype != floats:
-        for t in lm.tensors.values():
-            if t.dtype == fmt.dtype:
-                t.dtype = floats
     unknown = [n for n, t in lm.tensors.items() if t.spec.role == "unknown"]
     if unknown and not allow_unknown:
         listed = ", ".join(unknown[:8]) + (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -117,10 +117,6 @@ def _dtype_of(config: Any) -> torch.dtype:
     return floats if floats in _FLOATS else torch.bfloat16
 
 
-def _in(fmt: Format, floats: torch.dtype) -> Format:
-    return fmt if fmt.dtype == floats else Format(fmt.name, floats, fmt.quant, fmt.description)
-
-
 def config_format(config: Any) -> Format:
     """The format of the checkpoint ``config`` describes: its ``quantization_config``'s (the
     "fp8" method, per tensor or per block of its ``weight_block_size``; compressed-tensors'
@@ -133,11 +129,11 @@ def config_format(config: Any) -> Format:
     q = q if isinstance(q, dict) else q.to_dict()
     method = q.get("quant_method")
     if method == "compressed-tensors" and _is_fp8_channel(q):
-        return _in(FORMATS["fp8-channel"], floats)
+        return replace(FORMATS["fp8-channel"], dtype=floats)
     if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
         if q.get("group_size", NVFP4_GROUP) != NVFP4_GROUP:
             raise UnsupportedFormatError(f"fp8_dummy: NVFP4 group_size {q['group_size']}: 16")
-        return _in(FORMATS["nvfp4"], floats)
+        return replace(FORMATS["nvfp4"], dtype=floats)
     if method != "fp8" or q.get("fmt", "e4m3") != "e4m3":
         kind = q.get("fmt") or q.get("quant_algo") or ""
         raise UnsupportedFormatError(
@@ -151,11 +147,11 @@ def config_format(config: Any) -> Format:
         )
     block = q.get("weight_block_size")
     if block is None:
-        return _in(FORMATS["fp8"], floats)
+        return replace(FORMATS["fp8"], dtype=floats)
     if len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
         raise UnsupportedFormatError(f"fp8_dummy: weight_block_size {block!r}: two positive ints")
     what = f"e4m3 linear weights, float32 weight_scale_inv per {block[0]}x{block[1]} block"
-    return Format("fp8-block", floats, "block", what, (block[0], block[1]))
+    return replace(FORMATS["fp8-block"], dtype=floats, description=what, block=tuple(block))
 
 
 def _is_fp8_channel(q: Mapping) -> bool:

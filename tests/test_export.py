@@ -334,11 +334,11 @@ def test_an_interrupted_export_leaves_no_complete_looking_file(tmp_path, monkeyp
     src = config_dir(tmp_path, "llama")
     calls = []
 
-    def failing(lm, t):
+    def failing(t):
         calls.append(t.name)
         if len(calls) == 7:
             raise KeyboardInterrupt
-        return real(lm, t)
+        return real(t)
 
     real = E._blocks
     monkeypatch.setattr(E, "_blocks", failing)

@@ -133,28 +133,24 @@ def register_load_format(package: Any) -> bool:
 
 
 def _initializer(base: type) -> Callable[[Any, Any], None]:
-    """The loaders' ``__init__`` on vLLM's dummy loader ``base``."""
+    """The loaders' ``__init__`` on vLLM's dummy loader ``base``: the routing profile travels
+    in vLLM's model_loader_extra_config, which the dummy loader refuses, so it is taken out
+    (and checked) here, before ``base.__init__``."""
 
     def __init__(self: Any, load_config: Any) -> None:
-        _take_routing(self, load_config, base)
+        extra = dict(getattr(load_config, "model_loader_extra_config", None) or {})
+        self.routing = parse_routing(chosen_routing(extra.pop("routing", None)))
+        if extra:
+            raise ValueError(
+                f"fp8_dummy: {type(self).__name__}: model_loader_extra_config keys "
+                f"{sorted(extra)} are not understood (it takes 'routing')"
+            )
+        if getattr(load_config, "model_loader_extra_config", None):
+            load_config = copy.copy(load_config)
+            load_config.model_loader_extra_config = {}
+        base.__init__(self, load_config)
 
     return __init__
-
-
-def _take_routing(self: Any, load_config: Any, base: type) -> None:
-    """The routing profile travels in vLLM's model_loader_extra_config, which the dummy loader
-    refuses: taken out (and checked) here, before the dummy loader's own ``__init__``."""
-    extra = dict(getattr(load_config, "model_loader_extra_config", None) or {})
-    self.routing = parse_routing(chosen_routing(extra.pop("routing", None)))
-    if extra:
-        raise ValueError(
-            f"fp8_dummy: {type(self).__name__}: model_loader_extra_config keys {sorted(extra)} "
-            "are not understood (it takes 'routing')"
-        )
-    if getattr(load_config, "model_loader_extra_config", None):
-        load_config = copy.copy(load_config)
-        load_config.model_loader_extra_config = {}
-    base.__init__(self, load_config)
 
 
 def _loader_class(dl: Any) -> type:
