@@ -12,12 +12,13 @@ from typing import Any
 
 import torch
 
-from .realistic import Spec
+from .realistic import Spec, module_kind
 
 __all__ = ["BLOCK", "FORMATS", "Format", "UnsupportedFormatError", "config_format", "quantize"]
 
 BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
 NVFP4_GROUP = 16  # NVFP4: one e4m3 scale per 16 weights along K
+MXFP4_GROUP = 32  # MXFP4: one E8M0 scale per 32 weights along K
 E4M3 = torch.float8_e4m3fn
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 
@@ -33,7 +34,7 @@ class Format:
 
     name: str
     dtype: torch.dtype
-    quant: str | None = None  # "per-tensor" | "block" | "channel" | "nvfp4"
+    quant: str | None = None  # "per-tensor" | "block" | "channel" | "nvfp4" | "mxfp4"
     description: str = ""
     block: tuple[int, int] = (BLOCK, BLOCK)  # "block": the scale's [rows, columns] of weight
 
@@ -44,6 +45,8 @@ class Format:
             return None
         if self.quant == "channel":
             return _compressed_tensors(skipped)
+        if self.quant == "mxfp4":  # GPT-OSS's: only the experts; the rest as module patterns
+            return {"quant_method": "mxfp4", "modules_to_not_convert": _patterns(skipped)}
         if self.quant == "nvfp4":  # ModelOpt's hf_quant_config, flattened as vLLM reads it
             return {
                 "quant_method": "modelopt",
@@ -59,6 +62,14 @@ class Format:
         cfg["modules_to_not_convert"] = list(skipped)
         cfg["ignored_layers"] = list(skipped)
         return cfg
+
+
+def _patterns(modules: list[str]) -> list[str]:
+    """Module names with each layer index a ``*`` (GPT-OSS's ``model.layers.*.self_attn``
+    style), once each, in order."""
+    return list(
+        dict.fromkeys(_LAYER.sub(lambda m: m.group(0).replace(m.group(1), "*"), n) for n in modules)
+    )
 
 
 def _compressed_tensors(skipped: list[str]) -> dict:
@@ -105,6 +116,13 @@ FORMATS: dict[str, Format] = {
             "e2m1 linear weights two a byte, e4m3 weight_scale per 16, float32 weight_scale_2 "
             "and input_scale (ModelOpt)",
         ),
+        Format(
+            "mxfp4",
+            torch.bfloat16,
+            "mxfp4",
+            "the fused experts' weights as e2m1 codes two a byte in blocks of 32 with a uint8 "
+            "E8M0 scale each (GPT-OSS's _blocks/_scales); everything else unquantized",
+        ),
     )
 }
 _FLOATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -120,8 +138,9 @@ def _dtype_of(config: Any) -> torch.dtype:
 def config_format(config: Any) -> Format:
     """The format of the checkpoint ``config`` describes: its ``quantization_config``'s (the
     "fp8" method, per tensor or per block of its ``weight_block_size``; compressed-tensors'
-    FP8 per channel; ModelOpt's NVFP4), else its dtype's (float16: fp16; otherwise bf16).
-    What an engine given this config loads, and what ``export`` writes unless told another."""
+    FP8 per channel; ModelOpt's NVFP4; GPT-OSS's MXFP4), else its dtype's (float16: fp16;
+    otherwise bf16). What an engine given this config loads, and what ``export`` writes
+    unless told another."""
     floats = _dtype_of(config)
     q = getattr(config, "quantization_config", None)
     if q is None:
@@ -130,6 +149,8 @@ def config_format(config: Any) -> Format:
     method = q.get("quant_method")
     if method == "compressed-tensors" and _is_fp8_channel(q):
         return replace(FORMATS["fp8-channel"], dtype=floats)
+    if method == "mxfp4":
+        return replace(FORMATS["mxfp4"], dtype=floats)
     if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
         if q.get("group_size", NVFP4_GROUP) != NVFP4_GROUP:
             raise UnsupportedFormatError(f"fp8_dummy: NVFP4 group_size {q['group_size']}: 16")
@@ -177,10 +198,24 @@ def quantized(name: str, shape: tuple, spec: Spec) -> bool:
     )
 
 
+def expert_weight(name: str, shape: tuple, spec: Spec) -> bool:
+    """A fused experts tensor of a decoder layer, ``[E, ..]`` 3-D (GPT-OSS's
+    ``mlp.experts.gate_up_proj``): what MXFP4 quantizes."""
+    return (
+        len(shape) == 3
+        and ".experts." in f".{name}"
+        and spec.role in ("linear", "residual_out")
+        and _LAYER.search(name) is not None
+    )
+
+
 def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[list, list[str]]:
     """The format's tensors: each decoder-layer linear weight quantized with its scales beside
-    it; the linear modules left unquantized (routers, lm_head). ``entries``: (module, name,
-    meta stand-in, shape) of the unquantized checkpoint."""
+    it; the linear modules left unquantized (routers, lm_head; for MXFP4 every linear module:
+    it quantizes the fused experts only). ``entries``: (module, name, meta stand-in, shape)
+    of the unquantized checkpoint."""
+    if fmt.quant == "mxfp4":
+        return _quantize_mxfp4(entries, specs)
     out, skipped = [], []
     for module, name, t, shape in entries:
         spec = specs[name]
@@ -193,6 +228,36 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
             (module, n, torch.empty(s, dtype=d, device="meta"), s)
             for n, s, d in _tensors(fmt, name, shape)
         ]
+    return out, skipped
+
+
+def _quantize_mxfp4(entries: list, specs: Mapping[str, Spec]) -> tuple[list, list[str]]:
+    """GPT-OSS's layout: each fused experts tensor ``<w>`` becomes ``<w>_blocks``
+    ``[E, N, K/32, 16]`` uint8 and ``<w>_scales`` ``[E, N, K/32]`` uint8 (N outputs, K
+    inputs, whichever way the model stores them); every other tensor stays as it is."""
+    out, skipped, found = [], [], False
+    for module, name, t, shape in entries:
+        spec = specs[name]
+        if not expert_weight(name, shape, spec):
+            out.append((module, name, t, shape))
+            if name.endswith(".weight") and len(shape) == 2:
+                skipped.append(name[: -len(".weight")])
+            continue
+        e, a, b = shape  # the module's class says which dimension is K
+        n, k = (b, a) if module_kind(module) == "transposed" else (a, b)
+        if k % MXFP4_GROUP:
+            raise UnsupportedFormatError(
+                f"fp8_dummy: mxfp4: {name} has {k} input features, not a multiple of "
+                f"{MXFP4_GROUP} (one E8M0 scale per {MXFP4_GROUP})"
+            )
+        found = True
+        for local, s in (("_blocks", (e, n, k // 32, 16)), ("_scales", (e, n, k // 32))):
+            out.append((module, name + local, torch.empty(s, dtype=torch.uint8, device="meta"), s))
+    if not found:
+        raise UnsupportedFormatError(
+            "fp8_dummy: mxfp4 quantizes fused experts tensors [E, ..] (GPT-OSS's layout); "
+            "this model's checkpoint has none"
+        )
     return out, skipped
 
 

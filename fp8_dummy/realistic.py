@@ -33,6 +33,7 @@ INT8_MOMENT = 127 * 128 / 3  # E[c^2] over the integers -127..127
 RESIDUAL = {"o_proj", "down_proj", "out_proj", "w2", "wo", "fc2", "dense_4h_to_h", "c_proj"}
 EMBEDDING = {"embed_tokens", "wte", "wpe", "word_embeddings", "tok_embeddings", "embeddings"}
 ROUTER = {"gate", "router"}
+SINK = {"sinks"}  # GPT-OSS's per-head attention sink logits
 _SCALE = re.compile(r"(?:^|_)scale(?:_inv|_2)?$")
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 
@@ -51,6 +52,8 @@ def module_kind(module: torch.nn.Module) -> str:
     from the module's class: the last two say where a weight's fan-in is."""
     name = type(module).__name__
     if name == "Conv1D":  # transformers' GPT-2 family: a linear stored (in, out)
+        return "transposed"
+    if getattr(module, "is_transposed", False) is True:  # transformers' experts [E, in, out]
         return "transposed"
     if isinstance(module, torch.nn.modules.conv._ConvNd):  # (out, in / groups, *kernel)
         return "conv"
@@ -84,8 +87,12 @@ def _role(
     whatever its name."""
     parts = name.split(".")
     local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
-    stem = owner if local == "weight" else re.sub(r"_?weight$", "", local)
-    fan_in = _fan_in(shape, dtype, kind)
+    stem = owner if local == "weight" else re.sub(r"_?(?:weight|blocks)$", "", local)
+    if _is_mxfp4_blocks(local, shape, dtype):  # [..., N, K/32, 16]: its own layout
+        fan_in = shape[-2] * shape[-1] * 2
+        local = stem
+    else:
+        fan_in = _fan_in(shape, dtype, kind)
     if kind == "lm_head" or stem == "lm_head":
         return "lm_head", 1.0
     if kind == "embedding" or stem in EMBEDDING:
@@ -99,14 +106,21 @@ def _role(
     return "unknown", fan_in**-0.5
 
 
+def _is_mxfp4_blocks(local: str, shape: Sequence[int], dtype: torch.dtype) -> bool:
+    """GPT-OSS's MXFP4 weight ``<w>_blocks``: bytes ``[..., N, K/32, 16]``, two e2m1 codes
+    each, one block of 32 codes per row of 16 bytes (its scales ``<w>_scales`` [..., N, K/32])."""
+    return local.endswith("_blocks") and dtype in _PACKED and len(shape) >= 3 and shape[-1] == 16
+
+
 def _fan_in(shape: Sequence[int], dtype: torch.dtype, kind: str) -> int:
     """The inputs a weight's output sums over, where :func:`module_kind` ``kind`` puts them:
-    the last dimension (two FP4 codes a byte), a ``Conv1D``'s first, a convolution's all but
-    the first; 1 for a 0-d tensor."""
+    the last dimension (two FP4 codes a byte), the one before it for a weight stored
+    (in, out) (``Conv1D``, transformers' transposed experts ``[E, in, out]``), a
+    convolution's all but the first; 1 for a 0-d tensor."""
     dims = [int(d) for d in shape] or [1]
     dims[-1] *= 2 if dtype in _PACKED else 1
-    if kind == "transposed" and len(dims) == 2:
-        return max(dims[0], 1)
+    if kind == "transposed" and len(dims) >= 2:
+        return max(dims[-2], 1)
     if kind == "conv" and len(dims) >= 2:
         return max(math.prod(dims[1:]), 1)
     return max(dims[-1], 1)
@@ -132,6 +146,10 @@ def tensor_spec(
         return Spec("dummy_weight_value", "const", value)
     if not (dtype.is_floating_point or dtype in BYTE_DTYPES or dtype == torch.int8):
         return Spec("untouched", "skip")  # as vLLM: other integers are not weights
+    if local.endswith("_scales") and f"{local[:-7]}_blocks" in siblings:  # GPT-OSS's MXFP4
+        blocks = siblings[f"{local[:-7]}_blocks"]
+        _, std = _role(f"{prefix}{local[:-7]}_blocks", blocks[0], blocks[1], module, layers)
+        return _fp4_e8m0(std, blocks[1])
     if _SCALE.search(local) or dtype == _E8M0:
         return _scale_spec(local, prefix, dtype, layers, module, siblings)
     if local == "bias" or local.endswith("_bias"):
@@ -141,6 +159,8 @@ def tensor_spec(
     owner = prefix[:-1].rsplit(".", 1)[-1]
     if len(shape) <= 1 and (module == "norm" or "norm" in owner):
         return Spec("norm", "const", norm)
+    if local in SINK and len(shape) <= 1:  # a logit each head's softmax also sums over:
+        return Spec("sink", "const", 0.0)  # 0, a typical key's score at unit-variance q, k
     role, std = _role(name, shape, dtype, module, layers, embed_scale, residual)
     if dtype in BYTE_DTYPES:
         return Spec(role, "codes", 0, 256)
@@ -240,8 +260,12 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
     if weight[1] in _FP8:  # E8M0 scales of FP8 codes: one power of two, the codes' range tuned
         e = _exponent(std * math.sqrt(3), _fp8_bound(weight[1]))
         return Spec("weight_scale", "const", min(max(e + 127, 0), 254))
-    # E8M0 scales of FP4 codes: 2^e or 2^(e+1) per block, in the mixture giving the variance
-    var = std**2 / _moment(weight[1])
+    return _fp4_e8m0(std, weight[1])
+
+
+def _fp4_e8m0(std: float, codes: torch.dtype) -> Spec:
+    """E8M0 scales of FP4 codes: 2^e or 2^(e+1) per block, in the mixture giving σ²."""
+    var = std**2 / _moment(codes)
     e = math.floor(math.log2(var) / 2)
     share = (4 * 4.0**e - var) / (3 * 4.0**e)  # of 2^e
     low, cut = min(max(e + 127, 0), 253), round(share * 256)

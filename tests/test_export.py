@@ -42,6 +42,8 @@ CONFIGS = {
         qk_nope_head_dim=8,
         v_head_dim=8,
     ),
+    # experts stored [E, in, out] (transposed), biases, attention sinks
+    "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16),
 }
 
 
@@ -259,6 +261,68 @@ def test_quantized_formats(tmp_path, fmt):
         assert abs(value.std() / target - 1) < 0.15, (name, value.std(), target)
 
 
+def decode_mxfp4(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """GPT-OSS's ``<w>_blocks`` [E, N, K/32, 16] and ``<w>_scales`` [E, N, K/32] -> [E, N, K]:
+    e2m1 codes (low nibble first) × 2^(scale - 127)."""
+    codes = decode_e2m1_pairs(blocks)  # [E, N, K/32, 32]
+    assert (scales != 255).all(), "E8M0 NaN"
+    value = codes * np.exp2(scales.astype(np.float64) - 127)[..., None]
+    return value.reshape(*blocks.shape[:2], -1)
+
+
+def test_mxfp4_is_gpt_oss_layout_and_transformers_dequantizes_it_exactly(tmp_path):
+    """mxfp4: each fused experts tensor as GPT-OSS's uint8 ``_blocks`` [E, N, K/32, 16] and
+    ``_scales`` [E, N, K/32] (N outputs, K inputs, whatever the in-memory order), everything
+    else bf16 and listed in ``modules_to_not_convert``; transformers loads it (dequantizing
+    on a CPU) with no missing, unexpected or mismatched key, each expert weight exactly the
+    codes × 2^(e - 127) decoded here, transposed to its [E, K, N]; σ the role's (fan-in K)."""
+    src = config_dir(tmp_path, "gpt_oss", intermediate_size=96)
+    E.export(src, tmp_path / "out", seed=5, format="mxfp4", progress=False)
+    files = read_export(tmp_path / "out")
+    q = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    assert q["quant_method"] == "mxfp4"
+    skipped = q["modules_to_not_convert"]
+    assert {"model.layers.*.mlp.router", "model.layers.*.self_attn.q_proj", "lm_head"} <= set(
+        skipped
+    )
+    hidden, inter, L, experts = 64, 96, 2, 4
+    shapes = {"gate_up_proj": (2 * inter, hidden), "down_proj": (hidden, inter)}
+    loaded, info = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "out", output_loading_info=True
+    )
+    assert not any(info.values()), info
+    own = loaded.state_dict()
+    for layer in range(L):
+        prefix = f"model.layers.{layer}.mlp.experts."
+        assert f"{prefix}gate_up_proj" not in files
+        for proj, (n, k) in shapes.items():
+            blocks, scales = files[f"{prefix}{proj}_blocks"], files[f"{prefix}{proj}_scales"]
+            assert blocks.dtype == scales.dtype == torch.uint8
+            assert tuple(blocks.shape) == (experts, n, k // 32, 16)
+            assert tuple(scales.shape) == (experts, n, k // 32)
+            value = decode_mxfp4(blocks.numpy(), scales.numpy())
+            want = torch.from_numpy(value).transpose(1, 2).to(torch.bfloat16)
+            assert torch.equal(raw(want), raw(own[f"{prefix}{proj}"])), proj
+            target = (2 * L * k) ** -0.5 if proj == "down_proj" else k**-0.5
+            assert abs(value.std() / target - 1) < 0.1, (proj, value.std(), target)
+            assert files[f"{prefix}{proj}_bias"].dtype == torch.bfloat16
+    assert files["model.layers.0.self_attn.sinks"].dtype == torch.bfloat16
+    assert (files["model.layers.0.self_attn.sinks"] == 0).all()
+
+
+def test_mxfp4_refuses_what_it_cannot_take(tmp_path):
+    """MXFP4 quantizes fused experts in blocks of 32 inputs: a model without fused experts
+    (Llama) and GPT-OSS with an intermediate size of 40 are refused, naming why; nothing
+    written."""
+    src = config_dir(tmp_path, "llama")
+    with pytest.raises(E.ExportError, match=r"mxfp4 quantizes fused experts"):
+        E.export(src, tmp_path / "out", format="mxfp4", progress=False)
+    src = config_dir(tmp_path, "gpt_oss", intermediate_size=40)
+    with pytest.raises(E.ExportError, match=r"experts.down_proj has 40 input features"):
+        E.export(src, tmp_path / "out", format="mxfp4", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_nvfp4_refuses_what_it_cannot_group(tmp_path):
     """NVFP4 scales every 16 inputs: a linear layer with 40 is named, nothing written."""
     src = config_dir(tmp_path, "llama", intermediate_size=40)
@@ -281,6 +345,11 @@ def test_without_format_the_configs_own(tmp_path):
     assert w.dtype == torch.float8_e4m3fn and tuple(s.shape) == (64 // 16, 128 // 32)
     q = json.loads((tmp_path / "blk" / "config.json").read_text())["quantization_config"]
     assert q["weight_block_size"] == [16, 32] and "lm_head" in q["ignored_layers"]
+    mx = config_dir(tmp_path, "gpt_oss", quantization_config={"quant_method": "mxfp4"})
+    E.export(mx, tmp_path / "mx", progress=False)
+    assert read_export(tmp_path / "mx")["model.layers.1.mlp.experts.down_proj_blocks"].dtype == (
+        torch.uint8
+    )
     src16 = config_dir(tmp_path, "mixtral", torch_dtype="float16")
     E.export(src16, tmp_path / "f16", progress=False)
     assert read_export(tmp_path / "f16")["model.embed_tokens.weight"].dtype == torch.float16
@@ -318,16 +387,16 @@ def test_refusals_write_nothing(tmp_path, monkeypatch):
 
 
 def test_unknown_roles_are_named_or_allowed(tmp_path):
-    """GPT-OSS's attention sinks have no role: named, and exported with --allow-unknown."""
+    """Mamba's state-space A_log and D have no role: named, exported with --allow-unknown."""
     cfg = transformers.AutoConfig.for_model(
-        "gpt_oss", **{**SMALL, "num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16}
+        "mamba", hidden_size=64, num_hidden_layers=2, vocab_size=256, state_size=8
     )
     cfg.save_pretrained(tmp_path / "c")
-    with pytest.raises(E.ExportError, match=r"sinks.*--allow-unknown"):
+    with pytest.raises(E.ExportError, match=r"layers.1.mixer.A_log.*mixer.D.*--allow-unknown"):
         E.export(tmp_path / "c", tmp_path / "o", progress=False)
     assert not (tmp_path / "o").exists()
     E.export(tmp_path / "c", tmp_path / "o", progress=False, allow_unknown=True)
-    assert any("sinks" in n for n in read_export(tmp_path / "o"))
+    assert any(n.endswith("A_log") for n in read_export(tmp_path / "o"))
 
 
 def test_an_interrupted_export_leaves_no_complete_looking_file(tmp_path, monkeypatch):

@@ -288,7 +288,7 @@ def test_roles_vllm_names():
         L + "mlp.shared_experts.gate_up_proj.weight": "linear",
         L + "mlp.shared_experts.down_proj.weight": "residual_out",
         L + "attn.k_scale": "scale",
-        L + "attn.sinks": "unknown",
+        L + "attn.sinks": "sink",
         "norm.weight": "norm",
     }
     for name, role in expect.items():
