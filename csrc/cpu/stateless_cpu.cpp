@@ -122,6 +122,17 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
       }
     }
   }
+  if constexpr (kLevel == 2 && std::is_same_v<Out, ByteOut<true>>) {
+    if (stride == 1) {  // packed FP4 codes and raw bytes: 128 at a time, no per-byte stores
+      const auto mask = static_cast<uint8_t>(out.params.int_range - 1);
+      const auto low = static_cast<uint8_t>(out.params.int_low);
+      constexpr int64_t kBytes = 4 * stateless_simd::kFp8Calls512;
+      for (; j + kBytes <= len; j += kBytes) {
+        const uint64_t first = (e0 + static_cast<uint64_t>(j)) / kPer;
+        stateless_simd::bytes_avx512(first, key, mask, low, p + j);
+      }
+    }
+  }
 #endif
   Block blk;
   for (; j + kBlockElems <= len; j += kBlockElems) {

@@ -123,6 +123,27 @@ FP8_DUMMY_AVX512 inline void fp8_avx512(uint64_t first, const Key& key, const ui
   }
 }
 
+// Byte 4 * call + k of calls first, first + 1, ... is low + (word k & mask) mod 256: the
+// integer bytes of a power-of-two range (ByteOut<true>), 4 * kFp8Calls512 at a time. Only a
+// word's low byte reaches the result, so the words' low bytes are packed and masked in place.
+FP8_DUMMY_AVX512 inline void bytes_avx512(uint64_t first, const Key& key, uint8_t mask, uint8_t low,
+                                          uint8_t* dst) {
+  constexpr int kN = kFp8Calls512 / 8;
+  __m512i c[4][kN];
+  philox8x64<kN>(first, key, c);
+  const __m512i byte = _mm512_set1_epi64(0xff);
+  const __m256i masks = _mm256_set1_epi8(static_cast<char>(mask));
+  const __m256i lows = _mm256_set1_epi8(static_cast<char>(low));
+  for (int n = 0; n < kN; ++n) {
+    __m512i v = _mm512_and_si512(c[0][n], byte);  // call's word k at byte k of its lane
+    for (int k = 1; k < 4; ++k) {
+      v = _mm512_or_si512(v, _mm512_slli_epi64(_mm512_and_si512(c[k][n], byte), 8 * k));
+    }
+    const __m256i b = _mm256_and_si256(_mm512_cvtepi64_epi32(v), masks);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * n), _mm256_add_epi8(b, lows));
+  }
+}
+
 // Few distinct bytes along the 2048 values (+-1e-3: four runs in e4m3fn): counting the run
 // starts passed, then one permute, beats the gathers.
 constexpr int kMaxRuns = 8;
