@@ -203,12 +203,13 @@ def test_thread_count_independent():
     assert torch.equal(out[0], out[1])
 
 
-@pytest.mark.parametrize("level", ["0", "1", "2"])
+@pytest.mark.parametrize("level", ["0", "1", "2", "3"])
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize("low,high", [(-1.0, 1.0), (-1e-3, 1e-3), (-0.02, 0.03), (0.25, 0.25)])
 def test_simd_paths(monkeypatch, level, dtype, low, high):
     # Narrow FP8 bounds take the AVX-512 run-count path (few distinct bytes), wide ones
-    # the gathers; unaligned rows give heads and tails; counters carry into word 1.
+    # the gathers (level 2) or the VBMI byte permutes (3, where the CPU has VBMI; else it
+    # caps to 2); unaligned rows give heads and tails; counters carry into word 1.
     monkeypatch.setenv("FP8_DUMMY_STATELESS_SIMD", level)
     t = torch.empty(3, 1000, dtype=dtype)[:, 1:]
     init_stateless_(t, low, high, 8, key_offset=2**32 - 5)

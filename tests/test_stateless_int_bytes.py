@@ -111,7 +111,7 @@ def test_threads_and_simd_levels(threads, simd, monkeypatch):
     assert os.environ["FP8_DUMMY_STATELESS_SIMD"] == simd
 
 
-@pytest.mark.parametrize("simd", ["0", "1", "2"])
+@pytest.mark.parametrize("simd", ["0", "1", "2", "3"])
 @pytest.mark.parametrize("dtype,low,high", CASES, ids=str)
 def test_simd_levels_every_range(simd, dtype, low, high, monkeypatch):
     # Power-of-two ranges take the AVX-512 byte packer (128 bytes at a time) where the CPU

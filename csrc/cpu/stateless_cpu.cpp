@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -39,6 +40,7 @@ struct TableOut {  // FP8 (uint8), float16 and bfloat16 (uint16): value = table[
   const T* table;
   const uint32_t* table32;  // FP8 only: the same bytes widened, for the SIMD gathers
   const void* runs;         // FP8 only: stateless_simd::Runs when the table has few runs
+  const void* table64;      // FP8 only: stateless_simd::Table64, for the VBMI permutes
   void put(T* p, const uint32_t* w, int k) const { *p = table[w[k] & ((1u << kBits) - 1)]; }
 };
 using Fp8Out = TableOut<uint8_t, 11>;
@@ -79,7 +81,7 @@ struct DoubleOut {
 template <int kLevel>
 void philox_block(uint64_t first, const Key& key, Block& blk) {
 #ifdef FP8_DUMMY_X86
-  if constexpr (kLevel == 2) return stateless_simd::philox_avx512(first, key, blk);
+  if constexpr (kLevel >= 2) return stateless_simd::philox_avx512(first, key, blk);
   if constexpr (kLevel == 1) return stateless_simd::philox_avx2(first, key, blk);
 #endif
   stateless_simd::philox_portable(first, key, blk);
@@ -106,13 +108,16 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
   if constexpr (kLevel > 0 && std::is_same_v<Out, Fp8Out>) {
     if (stride == 1) {  // the common case: straight to memory, 128 or 64 bytes at a time
       constexpr int64_t kCalls =
-          kLevel == 2 ? stateless_simd::kFp8Calls512 : stateless_simd::kFp8Calls256;
+          kLevel >= 2 ? stateless_simd::kFp8Calls512 : stateless_simd::kFp8Calls256;
       for (; j + 4 * kCalls <= len; j += 4 * kCalls) {
         const uint64_t first = (e0 + static_cast<uint64_t>(j)) / kPer;
-        if constexpr (kLevel == 2) {
+        if constexpr (kLevel >= 2) {
           if (out.runs != nullptr) {
             stateless_simd::fp8_runs_avx512(
                 first, key, *static_cast<const stateless_simd::Runs*>(out.runs), p + j);
+          } else if (kLevel == 3) {
+            stateless_simd::fp8_vbmi(
+                first, key, *static_cast<const stateless_simd::Table64*>(out.table64), p + j);
           } else {
             stateless_simd::fp8_avx512(first, key, out.table32, p + j);
           }
@@ -122,7 +127,7 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
       }
     }
   }
-  if constexpr (kLevel == 2 && std::is_same_v<Out, ByteOut<true>>) {
+  if constexpr (kLevel >= 2 && std::is_same_v<Out, ByteOut<true>>) {
     if (stride == 1) {  // packed FP4 codes and raw bytes: 128 at a time, no per-byte stores
       const auto mask = static_cast<uint8_t>(out.params.int_range - 1);
       const auto low = static_cast<uint8_t>(out.params.int_low);
@@ -211,18 +216,23 @@ void parallel_range(int64_t n, const Body& body) {
   cpu::run_on_threads(static_cast<int>(threads), [&](int) { work(); });
 }
 
-// The widest SIMD level, capped by FP8_DUMMY_STATELESS_SIMD=0/1/2 (tests).
+// The widest SIMD level (0 portable, 1 AVX2, 2 AVX-512F, 3 AVX-512 with VBMI), capped by
+// FP8_DUMMY_STATELESS_SIMD=0..3 (tests).
 int simd_level() {
-  const int widest = static_cast<int>(cpu::widest_level());
+  int widest = static_cast<int>(cpu::widest_level());
+#ifdef FP8_DUMMY_X86
+  if (widest == 2 && stateless_simd::cpu_has_vbmi()) widest = 3;
+#endif
   const char* cap = std::getenv("FP8_DUMMY_STATELESS_SIMD");
-  return cap != nullptr && *cap >= '0' && *cap <= '2' ? std::min(widest, *cap - '0') : widest;
+  return cap != nullptr && *cap >= '0' && *cap <= '3' ? std::min(widest, *cap - '0') : widest;
 }
 
 template <typename Out>
 void fill(const Out& out, const at::Tensor& self, const ShardGeometry& g, const Key& key) {
   auto* base = static_cast<typename Out::Elem*>(self.mutable_data_ptr());
   const int level = simd_level();
-  auto* chunk = level == 2   ? &fill_chunk<2, Out>
+  auto* chunk = level == 3   ? &fill_chunk<3, Out>
+                : level == 2 ? &fill_chunk<2, Out>
                 : level == 1 ? &fill_chunk<1, Out>
                              : &fill_chunk<0, Out>;
   parallel_range(self.numel(), [&](int64_t b, int64_t e) { chunk(out, base, g, b, e, key); });
@@ -240,12 +250,12 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
   switch (dtype) {
     case c10::ScalarType::Half: {
       const auto table = stateless_half_table(p);
-      return fill(TableOut<uint16_t, 11>{table.data(), nullptr, nullptr}, self, g, key);
+      return fill(TableOut<uint16_t, 11>{table.data(), nullptr, nullptr, nullptr}, self, g, key);
     }
     case c10::ScalarType::BFloat16: {
       std::array<uint16_t, 256> table;
       for (uint32_t b = 0; b < 256; ++b) table[b] = cuda::stateless_bf16(b, p);
-      return fill(TableOut<uint16_t, 8>{table.data(), nullptr, nullptr}, self, g, key);
+      return fill(TableOut<uint16_t, 8>{table.data(), nullptr, nullptr, nullptr}, self, g, key);
     }
     case c10::ScalarType::Float:
       return fill(FloatOut{p}, self, g, key);
@@ -260,11 +270,15 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
       std::array<uint32_t, 2048> table32;
       for (int b = 0; b < 2048; ++b) table32[b] = table[b];
       const void* runs_ptr = nullptr;
+      const void* table64_ptr = nullptr;
 #ifdef FP8_DUMMY_X86
       stateless_simd::Runs runs;
       if (stateless_simd::make_runs(table.data(), &runs)) runs_ptr = &runs;
+      stateless_simd::Table64 table64;
+      std::memcpy(table64.bytes, table.data(), sizeof(table64.bytes));
+      table64_ptr = &table64;
 #endif
-      return fill(Fp8Out{table.data(), table32.data(), runs_ptr}, self, g, key);
+      return fill(Fp8Out{table.data(), table32.data(), runs_ptr, table64_ptr}, self, g, key);
     }
   }
 }
