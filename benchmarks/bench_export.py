@@ -6,7 +6,9 @@ dimensions with 2 layers (hidden 7168, 256 experts of intermediate 2048, vocabul
 the first layer dense: 11.6 B parameters, ~13 GB in fp8-block; ``--deepseek``, skipped by
 default on a machine with under 40 GB of free disk). Per config and format, medians of
 --repeats runs into a fresh directory of the same disk, each after ``os.sync()`` (no dirty
-pages of the run before; what is timed is the write into the page cache, both sides):
+pages of the run before; what is timed is the write into the page cache, both sides), the
+two sides' runs interleaved (the disk's rate swings between runs) and each run's ratio to
+the baseline run after it printed too:
   export       fp8_dummy.export.export(...): the logical model made block by block, written
   safetensors  the same tensors (made beforehand, held in memory) written by
                safetensors.torch.save_file into shards of the same size (the disk's own rate)
@@ -57,6 +59,18 @@ def deepseek():
         num_key_value_heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
         qk_nope_head_dim=128, v_head_dim=128,
     )  # fmt: skip
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo's), else the platform's."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def rss() -> int:
@@ -110,23 +124,22 @@ def main(argv=None) -> int:
             lm = logical_model(build_model(config, dtype=torch.bfloat16), 0, format=fmt)
             total = sum(t.nbytes for t in lm.tensors.values())
             largest = max(t.nbytes for t in lm.tensors.values())
-            ours, peaks = [], []
-            for i in range(a.repeats):
+            shards = E.shards(list(lm.tensors.values()), E.parse_size("5GB"))
+            # the same bytes from memory, written by safetensors (where they fit in memory)
+            fits = total <= a.memory_gb * 1e9
+            held = [{t.name: lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype)) for t in g}
+                    for g in shards] if fits else []  # fmt: skip
+            ours, peaks, theirs = [], [], []
+            for i in range(a.repeats):  # interleaved: both sides see the same disk and load
                 out = root / f"{label}-{fmt}-{i}"
                 s, peak = peak_during(
                     functools.partial(E.export, src, out, format=fmt, progress=False)
                 )
                 ours.append(s)
                 peaks.append(peak)
-                if i == 0:
-                    shards = E.shards(list(lm.tensors.values()), E.parse_size("5GB"))
                 shutil.rmtree(out)
-            # the same bytes from memory, written by safetensors (where they fit in memory)
-            fits = total <= a.memory_gb * 1e9
-            held = [{t.name: lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype)) for t in g}
-                    for g in shards] if fits else []  # fmt: skip
-            theirs = []
-            for i in range(a.repeats if fits else 0):
+                if not fits:
+                    continue
                 out = root / f"{label}-{fmt}-st-{i}"
                 out.mkdir()
                 os.sync()
@@ -141,6 +154,9 @@ def main(argv=None) -> int:
                        safetensors_s=statistics.median(theirs) if fits else None,
                        export_peak_rss=max(peaks))  # fmt: skip
             row["ratio"] = row["export_s"] / row["safetensors_s"] if fits else None
+            # each run against the baseline run right after it: the disk's swings cancel
+            row["pair_ratios"] = [x / y for x, y in zip(ours, theirs)]
+            row["export_runs_s"], row["safetensors_runs_s"] = ours, theirs
             row["export_GBps"] = total / row["export_s"] / 1e9
             rows.append(row)
             print(
@@ -149,15 +165,16 @@ def main(argv=None) -> int:
                 f"largest tensor {largest / 2**20:.0f} MiB), "
                 + (
                     f"safetensors from memory {row['safetensors_s']:.2f} s: export/safetensors "
-                    f"{row['ratio']:.2f}x"
+                    f"{row['ratio']:.2f}x (run by run: "
+                    f"{', '.join(f'{r:.2f}' for r in row['pair_ratios'])})"
                     if fits
                     else "safetensors from memory: does not fit"
                 ),
                 flush=True,
             )
     if a.json:
-        meta = dict(date=datetime.date.today().isoformat(), machine=platform.processor() or
-                    platform.machine(), cpus=torch.get_num_threads(), torch=torch.__version__,
+        meta = dict(date=datetime.date.today().isoformat(), machine=cpu_model(),
+                    cpus=torch.get_num_threads(), torch=torch.__version__, out_dir=str(root),
                     fp8_dummy=fp8_dummy.__version__, command=" ".join(sys.argv))  # fmt: skip
         Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=2) + "\n")
     if not a.dir:
