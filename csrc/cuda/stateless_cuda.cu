@@ -44,8 +44,7 @@ void run_stateless(const at::Tensor& self, double low, double high, int64_t seed
   args.data = self.mutable_data_ptr();
   args.numel = self.numel();
   const auto useed = static_cast<uint64_t>(seed);
-  args.k0 = static_cast<uint32_t>(useed);
-  args.k1 = static_cast<uint32_t>(useed >> 32);
+  args.keys = cuda::philox_keys(static_cast<uint32_t>(useed), static_cast<uint32_t>(useed >> 32));
   args.key_offset = static_cast<uint64_t>(key_offset);
   args.params = stateless_params(dtype, low, high);
   args.element_offset = g.element_offset;

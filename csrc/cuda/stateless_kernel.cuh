@@ -1,5 +1,6 @@
 // The stateless kernels (a value depends only on its global index: the grid is free): linear
-// (units of 4 Philox calls, 16-byte stores) and general (rows, one call's slot per thread).
+// (units of 4 Philox calls, 16-byte stores) and general (rows: units of 4 calls of a row per
+// thread where a row's global indices are consecutive, else one element per thread).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,9 @@ constexpr int kUnitCalls = 4;
 struct Args {
   void* data;
   int64_t numel;
-  uint32_t k0, k1;
+  // The seed's ten round keys, made on the host (cuda::philox_keys): the rounds read them
+  // from the parameter bank as operands, where keys made in the kernel are remade per call.
+  cuda::PhiloxKeys keys;
   uint64_t key_offset;
   cuda::StatelessParams params;
   int64_t element_offset;
@@ -30,7 +33,7 @@ struct Args {
 __device__ __forceinline__ cuda::Words4 call_words(const Args& a, uint64_t call) {
   const uint64_t c = a.key_offset + call;
   return cuda::philox4x32_10(
-      cuda::Words4{{static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u}}, a.k0, a.k1);
+      cuda::Words4{{static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u}}, a.keys);
 }
 
 // w rotated left by s words, with selects (a run-time index puts w in local memory).
@@ -151,40 +154,71 @@ __global__ void __launch_bounds__(kBlock) linear_kernel(const __grid_constant__ 
   }
 }
 
+// The row of logical index `row` (all dimensions but the last): its first element's offset
+// in self and its global index.
+__device__ __forceinline__ void row_start(const Args& a, int64_t row, int64_t* off,
+                                          int64_t* e_row) {
+  *off = 0;
+  *e_row = a.element_offset;
+  for (int d = a.ndim - 2; d >= 0; --d) {
+    const int64_t q = row / a.sizes[d];
+    const int64_t i = row - q * a.sizes[d];
+    *off += i * a.self_strides[d];
+    *e_row += i * a.global_strides[d];
+    row = q;
+  }
+}
+
+// Rows of the last dimension. Consecutive global indices along a row: a thread takes a unit
+// of kUnitCalls consecutive calls of one row (the row's arithmetic once per unit, not per
+// call), the elements of a unit wholly inside its row stored without a check each. Otherwise
+// one element per thread, its own call.
 template <typename Out>
 __global__ void __launch_bounds__(kBlock) general_kernel(const __grid_constant__ Args a) {
   __shared__ uint8_t shared_table[Out::kTable ? 2048 : 1];
   const uint8_t* table = load_table<Out>(a, shared_table);
   using Elem = typename Out::Elem;
   constexpr int kPer = Out::kPer;
+  constexpr int64_t kUnit = int64_t{kUnitCalls} * kPer;  // elements per unit
   Elem* out = static_cast<Elem*>(a.data);
   const int last = a.ndim - 1;
   const int64_t len = a.sizes[last];
   const int64_t s_in = a.self_strides[last];
   const int64_t g_in = a.global_strides[last];
   const bool consecutive = g_in == 1;
-  // Slots per row: the calls a row of len consecutive indices touches, or one per element.
-  const int64_t slots = consecutive ? (len + kPer - 1) / kPer + 1 : len;
+  // Units per row: a row of len consecutive indices touches at most len / kPer + 2 calls.
+  const int64_t slots = consecutive ? (len / kPer + 2 + kUnitCalls - 1) / kUnitCalls : len;
   const int64_t rows = a.numel / len;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < rows * slots;
        t += int64_t{gridDim.x} * blockDim.x) {
-    int64_t row = t / slots;
+    const int64_t row = t / slots;
     const int64_t slot = t - row * slots;
-    int64_t off = 0, e_row = a.element_offset;
-    for (int d = last - 1; d >= 0; --d) {
-      const int64_t q = row / a.sizes[d];
-      const int64_t i = row - q * a.sizes[d];
-      off += i * a.self_strides[d];
-      e_row += i * a.global_strides[d];
-      row = q;
-    }
+    int64_t off, e_row;
+    row_start(a, row, &off, &e_row);
     if (consecutive) {
-      const int64_t call = e_row / kPer + slot;
-      const cuda::Words4 w = call_words(a, static_cast<uint64_t>(call));
+      const int64_t call0 = e_row / kPer + slot * kUnitCalls;
+      const int64_t j0 = call0 * kPer - e_row;  // row index of the unit's first element
+      Elem* dst = out + off + j0 * s_in;
+      if (j0 >= 0 && j0 + kUnit <= len) {  // the whole unit inside the row
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int64_t jj = call * kPer + k - e_row;
-        if (jj >= 0 && jj < len) out[off + jj * s_in] = Out::value(w, k, table, a.params);
+        for (int c = 0; c < kUnitCalls; ++c) {
+          const cuda::Words4 w = call_words(a, static_cast<uint64_t>(call0 + c));
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) {
+            *dst = Out::value(w, k, table, a.params);
+            dst += s_in;
+          }
+        }
+      } else if (j0 < len) {
+#pragma unroll
+        for (int c = 0; c < kUnitCalls; ++c) {
+          const cuda::Words4 w = call_words(a, static_cast<uint64_t>(call0 + c));
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) {
+            const int64_t jj = j0 + c * kPer + k;
+            if (jj >= 0 && jj < len) out[off + jj * s_in] = Out::value(w, k, table, a.params);
+          }
+        }
       }
     } else {
       const int64_t e = e_row + slot * g_in;
