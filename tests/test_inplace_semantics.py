@@ -284,6 +284,9 @@ def test_sigint_during_a_fill_arrives_when_it_returns():
     code = textwrap.dedent("""
         import json, os, signal, threading, torch, fp8_dummy
         from fp8_dummy import reference
+        # Python's own handler, whatever this child inherited (a shell's background job
+        # starts with SIGINT ignored, and Python then installs none)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         n = 256 << 20
         t = torch.full((n,), 0x55, dtype=torch.uint8).view(torch.float8_e4m3fn)  # never drawn
         g = torch.Generator().manual_seed(1)
