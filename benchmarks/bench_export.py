@@ -24,7 +24,6 @@ import datetime
 import functools
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -38,6 +37,9 @@ import torch
 import fp8_dummy
 from fp8_dummy import export as E
 from fp8_dummy.checkpoint import build_model, logical_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import cpu_model  # noqa: E402
 
 
 def llama(layers: int):
@@ -59,18 +61,6 @@ def deepseek():
         num_key_value_heads=128, q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64,
         qk_nope_head_dim=128, v_head_dim=128,
     )  # fmt: skip
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo's), else the platform's."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def rss() -> int:

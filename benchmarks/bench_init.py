@@ -26,14 +26,13 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import peak_scratch, summarize, sync, time_calls  # noqa: E402
+from measure import cpu_model, peak_scratch, summarize, sync, time_calls  # noqa: E402
 
 import fp8_dummy  # noqa: E402
 from fp8_dummy import reference  # noqa: E402
@@ -270,7 +269,7 @@ def main() -> int:
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
-        "machine": platform.processor() or platform.machine(),
+        "machine": cpu_model(),
         "cpu_threads": torch.get_num_threads(),
         "cpu_fast_path": fp8_dummy.cpu_fast_path_info(),
         "loadavg": os.getloadavg(),

@@ -15,15 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 import fp8_dummy  # noqa: F401  (registers the ops)
 from fp8_dummy.reference import new_path
 from fp8_dummy.stateless import init_stateless_
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import cpu_model  # noqa: E402
 
 DTYPE = torch.float8_e4m3fn
 
@@ -126,7 +130,7 @@ def main() -> None:
     args = ap.parse_args()
     result = {
         "torch": torch.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
     }
     if not args.no_cpu:

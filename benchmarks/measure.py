@@ -1,7 +1,8 @@
-"""Timing and peak-scratch helpers shared by the benchmarks and the demo."""
+"""Timing, peak-scratch and machine helpers shared by the benchmarks and the demo."""
 
 from __future__ import annotations
 
+import platform
 import re
 import statistics
 import time
@@ -10,6 +11,19 @@ from contextlib import contextmanager
 from typing import Callable
 
 import torch
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo's "AMD EPYC ..."), else the platform's (on Linux
+    platform.processor() is only "x86_64")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _proc_status_kib(field: str) -> int | None:
