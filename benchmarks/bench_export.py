@@ -8,7 +8,9 @@ default on a machine with under 40 GB of free disk). Per config and format, medi
 --repeats runs into a fresh directory of the same disk, each after ``os.sync()`` (no dirty
 pages of the run before; what is timed is the write into the page cache, both sides), the
 two sides' runs interleaved (the disk's rate swings between runs) and each run's ratio to
-the baseline run after it printed too:
+the baseline run after it printed too. Two times per run: into the page cache (what the
+call takes: on a disk, the bytes are not on it yet) and on disk (the same plus the
+``os.sync()`` after it: the rate a model larger than the page cache gets):
   export       fp8_dummy.export.export(...): the logical model made block by block, written
   safetensors  the same tensors (made beforehand, held in memory) written by
                safetensors.torch.save_file into shards of the same size (the disk's own rate)
@@ -68,6 +70,13 @@ def rss() -> int:
         return int(f.read().split()[1]) * 4096
 
 
+def synced(seconds: float) -> float:
+    """``seconds`` plus the time ``os.sync()`` takes now: the run's bytes on disk."""
+    t0 = time.perf_counter()
+    os.sync()
+    return seconds + time.perf_counter() - t0
+
+
 def peak_during(fn) -> tuple[float, int]:
     """(seconds, peak resident bytes above the start) of ``fn()``."""
     start, peak, done = rss(), [0], threading.Event()
@@ -119,13 +128,14 @@ def main(argv=None) -> int:
             fits = total <= a.memory_gb * 1e9
             held = [{t.name: lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype)) for t in g}
                     for g in shards] if fits else []  # fmt: skip
-            ours, peaks, theirs = [], [], []
+            ours, peaks, theirs, ours_disk, theirs_disk = [], [], [], [], []
             for i in range(a.repeats):  # interleaved: both sides see the same disk and load
                 out = root / f"{label}-{fmt}-{i}"
                 s, peak = peak_during(
                     functools.partial(E.export, src, out, format=fmt, progress=False)
                 )
                 ours.append(s)
+                ours_disk.append(synced(s))
                 peaks.append(peak)
                 shutil.rmtree(out)
                 if not fits:
@@ -137,6 +147,7 @@ def main(argv=None) -> int:
                 for j, group in enumerate(held):
                     save_file(group, str(out / f"model-{j:05d}.safetensors"))
                 theirs.append(time.perf_counter() - t0)
+                theirs_disk.append(synced(theirs[-1]))
                 shutil.rmtree(out)
             del held
             row = dict(config=label, format=fmt, bytes=total, largest_tensor=largest,
@@ -148,6 +159,15 @@ def main(argv=None) -> int:
             row["pair_ratios"] = [x / y for x, y in zip(ours, theirs)]
             row["export_runs_s"], row["safetensors_runs_s"] = ours, theirs
             row["export_GBps"] = total / row["export_s"] / 1e9
+            # the same with each run's bytes on disk (its os.sync() timed)
+            row["export_on_disk_s"] = statistics.median(ours_disk)
+            row["safetensors_on_disk_s"] = statistics.median(theirs_disk) if fits else None
+            row["ratio_on_disk"] = (
+                row["export_on_disk_s"] / row["safetensors_on_disk_s"] if fits else None
+            )
+            row["pair_ratios_on_disk"] = [x / y for x, y in zip(ours_disk, theirs_disk)]
+            row["export_on_disk_runs_s"] = ours_disk
+            row["safetensors_on_disk_runs_s"] = theirs_disk
             rows.append(row)
             print(
                 f"{label} {fmt}: {total / 1e9:.2f} GB, export {row['export_s']:.2f} s "
@@ -156,7 +176,10 @@ def main(argv=None) -> int:
                 + (
                     f"safetensors from memory {row['safetensors_s']:.2f} s: export/safetensors "
                     f"{row['ratio']:.2f}x (run by run: "
-                    f"{', '.join(f'{r:.2f}' for r in row['pair_ratios'])})"
+                    f"{', '.join(f'{r:.2f}' for r in row['pair_ratios'])}); on disk "
+                    f"{row['export_on_disk_s']:.2f} s vs {row['safetensors_on_disk_s']:.2f} s: "
+                    f"{row['ratio_on_disk']:.2f}x (run by run: "
+                    f"{', '.join(f'{r:.2f}' for r in row['pair_ratios_on_disk'])})"
                     if fits
                     else "safetensors from memory: does not fit"
                 ),

@@ -1,7 +1,7 @@
 """``python -m fp8_dummy export CONFIG OUT``: the logical dummy model (fp8_dummy/checkpoint.py)
-written as a Hugging Face checkpoint (safetensors shards, their index, config.json), made
-straight into the file's pages a window of the file at a time: no copy of the bytes, and
-memory stays at one window (:data:`CHUNK`) whatever the model's size.
+written as a Hugging Face checkpoint (safetensors shards, their index, config.json), made a
+window of the file at a time in one of two buffers while a thread writes the other: memory
+stays at two windows (:data:`CHUNK` each) whatever the model's size.
 Everything is checked before the first byte is written; each file is written under a
 temporary name in OUT and renamed when complete, the index last of all (docs/export.md)."""
 
@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import mmap
 import os
+import queue
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -30,7 +31,8 @@ from .stateless import row_major_strides
 
 __all__ = ["export", "main"]
 
-CHUNK = 128 << 20  # bytes of the file mapped (and made) at a time
+CHUNK = 64 << 20  # bytes of the file made (in one of two buffers) at a time
+_ALIGN = 64  # a window sits in its buffer at its file offset modulo this: dtypes stay aligned
 INDEX = "model.safetensors.index.json"
 _NAMES = {
     torch.float64: "F64",
@@ -137,41 +139,69 @@ def _windows(tensors: Sequence[CheckpointTensor], start: int):
 def _write_tensors(
     fd: int, lm: LogicalModel, tensors: Sequence[CheckpointTensor], start: int, done
 ) -> None:
-    """The tensors' bytes made in place in the file ``fd`` (sized already) from byte ``start``:
-    each window mapped, filled and unmapped; the kernel writes the pages back."""
-    grain = mmap.ALLOCATIONGRANULARITY
-    for first, end, pieces, finished in _windows(tensors, start):
-        base = first - first % grain
-        if end > first:
-            mm = mmap.mmap(
-                fd, end - base, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=base
-            )
+    """The tensors' bytes written to ``fd`` from byte ``start``, a window at a time: each window
+    made in one of two buffers while a thread writes the other with ``pwrite`` (the op and the
+    write both release the GIL, so making and writing overlap). Not through a mapping of the
+    file: a page first touched through a mapping faults and is zeroed before it is filled,
+    where ``write`` fills the page cache directly (1.3x the time on tmpfs, measured)."""
+    size = CHUNK + _ALIGN
+    free: queue.Queue = queue.Queue()
+    work: queue.Queue = queue.Queue()
+    for _ in range(2):
+        free.put(torch.empty(size, dtype=torch.uint8))
+    failed: list[BaseException] = []
+
+    def writer() -> None:
+        while (item := work.get()) is not None:
+            buf, lo, hi, offset, finished = item
             try:
-                for t, block, shape, at in pieces:
-                    _fill(lm, t, block, shape, mm, at - base)
-            finally:
-                mm.close()
-        for t in finished:
-            done(t)
+                if not failed:
+                    view = memoryview(buf.numpy())[lo:hi]
+                    while view:
+                        n = os.pwrite(fd, view, offset)
+                        view, offset = view[n:], offset + n
+                    for t in finished:
+                        done(t)
+            except BaseException as e:  # raised again in the caller's thread
+                failed.append(e)
+            # a window's own larger buffer (one row over CHUNK) is dropped, not kept
+            free.put(buf if buf.numel() == size else torch.empty(size, dtype=torch.uint8))
+
+    thread = threading.Thread(target=writer, name="fp8_dummy-export-writer", daemon=True)
+    thread.start()
+    try:
+        for first, end, pieces, finished in _windows(tensors, start):
+            buf = free.get()
+            if failed:
+                break
+            lo = first % _ALIGN
+            if lo + end - first > size:  # one block larger than a window: a row over CHUNK
+                buf = torch.empty(lo + end - first, dtype=torch.uint8)
+            for t, block, shape, at in pieces:
+                _fill(lm, t, block, shape, buf, at - first + lo)
+            work.put((buf, lo, lo + end - first, first, finished))
+    finally:
+        work.put(None)
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _fill(
-    lm: LogicalModel, t: CheckpointTensor, block: Block, shape: tuple, mm: mmap.mmap, at: int
+    lm: LogicalModel, t: CheckpointTensor, block: Block, shape: tuple, buf: torch.Tensor, at: int
 ) -> None:
-    """One block written at byte ``at`` of the mapping (through an aligned temporary where the
+    """One block made at byte ``at`` of the buffer (through an aligned temporary where the
     file puts it off its dtype's alignment: safetensors packs tensors back to back)."""
     count = math.prod(shape)
     if count == 0:
         return
+    nbytes = count * t.dtype.itemsize
     if at % t.dtype.itemsize == 0:
-        view = torch.frombuffer(mm, dtype=t.dtype, count=count, offset=at).view(shape)
-        lm.write(view, block)
+        lm.write(buf[at : at + nbytes].view(t.dtype).view(shape), block)
     else:
         tmp = torch.empty(shape, dtype=t.dtype)
         lm.write(tmp, block)
-        view = torch.frombuffer(mm, dtype=torch.uint8, count=count * t.dtype.itemsize, offset=at)
-        view.copy_(tmp.reshape(-1).view(torch.uint8))
-    del view  # the mapping closes only when no tensor views it
+        buf[at : at + nbytes].copy_(tmp.reshape(-1).view(torch.uint8))
 
 
 class _Raw:

@@ -130,10 +130,14 @@ def test_shards_index_and_names_match_transformers_save(tmp_path):
     assert len(sizes) > 2
 
 
-def test_blocks_written_in_chunks_are_the_whole_tensors_bytes(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "chunk",
+    [1000, 100],  # a few rows a window; a row larger than a window (its own buffer)
+)
+def test_blocks_written_in_chunks_are_the_whole_tensors_bytes(tmp_path, monkeypatch, chunk):
     src = config_dir(tmp_path, "llama")
     E.export(src, tmp_path / "a", seed=3, progress=False)
-    monkeypatch.setattr(E, "CHUNK", 1000)  # a few rows at a time, several waiting for the disk
+    monkeypatch.setattr(E, "CHUNK", chunk)
     E.export(src, tmp_path / "b", seed=3, progress=False)
     a, b = read_export(tmp_path / "a"), read_export(tmp_path / "b")
     assert all(torch.equal(raw(a[n]), raw(b[n])) for n in a)
@@ -418,6 +422,30 @@ def test_an_interrupted_export_leaves_no_complete_looking_file(tmp_path, monkeyp
     assert not any(n.startswith(".") for n in names), "no temporary file left behind"
     with pytest.raises(OSError):  # transformers finds no complete checkpoint
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+
+
+def test_a_failed_write_is_raised_and_leaves_no_complete_looking_file(tmp_path, monkeypatch):
+    """The writer thread's error (a full disk) reaches the caller; nothing looks complete."""
+    import errno
+
+    src = config_dir(tmp_path, "llama")
+    writes = []
+    real = os.pwrite
+
+    def full(fd, data, offset):
+        writes.append(offset)
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(E, "CHUNK", 4096)
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(OSError, match="No space left"):
+        E.export(src, tmp_path / "out", progress=False)
+    assert len(writes) == 3, "nothing written after the failure"
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert E.INDEX not in names
+    assert not any(n.endswith(".safetensors") or n.startswith(".") for n in names)
 
 
 def test_command_line(tmp_path, capsys):
