@@ -12,10 +12,10 @@ template __global__ void init_fp8_kernel<Fp8Format::kE4m3fn, true>(const PieceAr
 template __global__ void init_fp8_kernel<Fp8Format::kE5m2, true>(const PieceArgs);
 template __global__ void init_fp8_kernel<Fp8Format::kE4m3fn, false>(const PieceArgs);
 template __global__ void init_fp8_kernel<Fp8Format::kE5m2, false>(const PieceArgs);
-template __global__ void init_many_fp8_kernel<Fp8Format::kE4m3fn>(const BatchPiece*, int64_t,
-                                                                  int64_t, const BatchCall);
+template __global__ void init_many_fp8_kernel<Fp8Format::kE4m3fn>(
+    const BatchPiece*, int64_t, int64_t, const __grid_constant__ BatchCall);
 template __global__ void init_many_fp8_kernel<Fp8Format::kE5m2>(const BatchPiece*, int64_t, int64_t,
-                                                                const BatchCall);
+                                                                const __grid_constant__ BatchCall);
 }  // namespace cuda_kernels
 namespace stateless_kernels {
 template __global__ void linear_kernel<Fp8Out>(const __grid_constant__ Args);

@@ -135,6 +135,32 @@ def test_table_has_each_tensors_own_launches(device):
     assert flat[0] == tile
 
 
+def test_a_work_items_step_by_multiply_and_shift_is_the_division():
+    """The batched kernel finds a work item's step as item / groups by a multiply and a shift
+    (exact for items and group counts below 2^28): checked against integer division at the
+    edges of its range, every power of two and its neighbours, and random pairs."""
+    rng = np.random.default_rng(5)
+    top = 2**28
+    divisors = sorted(
+        {64, 65, 127, 255, 256, 257, 4095, top - 1}
+        | {d for k in range(6, 28) for d in (2**k - 1, 2**k, 2**k + 1) if 64 <= d < top}
+        | set(rng.integers(64, top, 40).tolist())
+        | {64 * int(b) for b in rng.integers(1, 2**22, 20)}  # T / 4 of real grids
+    )
+    ns, ds = [], []
+    for d in divisors:
+        last = (top - 1) // d
+        for q in {0, 1, 2, last - 1, last} | set(rng.integers(0, last + 1, 8).tolist()):
+            for n in (q * d - 1, q * d, q * d + d - 1):
+                if 0 <= n < top:
+                    ns.append(n)
+                    ds.append(d)
+        ns += [top - 1, d - 1]
+        ds += [d, d]
+    got = test_ops.cuda_batch_divide(ns, ds)
+    assert got == [n // d for n, d in zip(ns, ds)]
+
+
 def test_bad_inputs():
     with pytest.raises(RuntimeError, match="1-byte and float16"):
         emulate_cuda_init_many_([torch.empty(4)], -1.0, 1.0, 3, sm_count=132)

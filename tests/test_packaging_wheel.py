@@ -249,6 +249,7 @@ TEST_ONLY_OPS = {
     "cpu_transform",
     "cuda_launch_plan",
     "cuda_batch_table",
+    "cuda_batch_divide",
     "cuda_probe_numel",
     "fp8_convert_table",
     "philox4x32_10",

@@ -75,10 +75,14 @@ void launch_piece(const at::Tensor& self, PieceArgs args, int64_t start, int64_t
   const int64_t sm_count =
       at::cuda::getDeviceProperties(self.device().index())->multiProcessorCount;
   const bool linear = args.item.layout.linear();
-  args.item.start = start;
   args.item.count = count;
   args.item.threads = grid.threads;
   args.item.aligned = linear && reinterpret_cast<uintptr_t>(args.item.data + start) % 4 == 0;
+  if (linear) {  // the linear kernel takes the piece's first byte as data (its start is 0)
+    args.item.data += start;
+  } else {
+    args.item.start = start;
+  }
   args.steps = grid.steps;
   args.philox = philox;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

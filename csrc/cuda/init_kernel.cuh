@@ -34,13 +34,15 @@ __global__ void __launch_bounds__(kBlock, kLinear ? 3 : 1) init_fp8_kernel(const
       cuda::philox_keys(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   const auto steps = static_cast<uint32_t>(a.steps);
   ItemArgs item = a.item;
-  if (kLinear) {  // linear: element m of the piece is byte start + m; the sum made once here
-    item.data += item.start;
-    item.start = 0;
-  }
+  // Linear: element m of the piece is byte start + m, and the host passes data + start with
+  // start 0 (launch_piece): a sum made here, ptxas remakes per work item from the parameters.
+  if (kLinear) item.start = 0;
   for (WorkWalk walk(static_cast<uint32_t>(a.item.threads / kGroup),
                      blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
        walk.step < steps; walk.next()) {
+    // groups * steps < 2^28 (work_items): told to the compiler, the subsequences' high words
+    // are 0 and their index a 32-bit shift, not a wide multiply per item.
+    __builtin_assume(walk.group < (1u << 28));
     fill_item<F, kLinear>(item, keys, offset, static_cast<int64_t>(walk.group) * kGroup, walk.step);
   }
 }

@@ -51,7 +51,8 @@ void launch_group(at::TensorList tensors, const std::vector<size_t>& group,
                                                            props->maxThreadsPerMultiProcessor);
   const cuda::Fp8Format format = fp8_format(first.scalar_type());
   BatchCall call{};
-  call.seed = static_cast<uint64_t>(seed);  // torch.Generator().manual_seed(seed)
+  // The round keys of torch.Generator().manual_seed(seed), made once here.
+  call.keys = cuda::philox_keys(static_cast<uint64_t>(seed));
   call.uniform = cuda::make_uniform_params(low, high);
   call.overflow = conversion.mode;
   call.use_hw = use_hw_conversion(conversion, format, call.uniform);

@@ -13,7 +13,7 @@ namespace cuda_kernels {
 template <cuda::Fp8Format F>
 __global__ void __launch_bounds__(kTile)
     init_many_fp8_kernel(const BatchPiece* pieces, int64_t num_pieces, int64_t tiles,
-                         const BatchCall call) {
+                         const __grid_constant__ BatchCall call) {
   FillDense<F> fill{call};
   for_each_batch_item(pieces, num_pieces, tiles, blockIdx.x, gridDim.x, threadIdx.x, fill);
 }

@@ -14,6 +14,28 @@ namespace cuda_kernels {
 
 constexpr int kTile = 256;  // work items per tile = threads per block of the batched kernel
 
+// n / d for n < 2^28 and 64 <= d < 2^28 (a piece's work item over its group count: both
+// bounded by work_items) by one high multiply and a shift instead of a division per item.
+// With c = ceil(log2 d), k = 28 + c and m = ceil(2^k / d) = (2^k + e) / d, 0 <= e < d:
+// n m / 2^k = n / d + n e / (d 2^k), and n e < 2^28 d <= 2^k, so with n = q d + r the excess
+// is below (r + 1) / d <= 1: the floor is q. m < 2^k / d + 1 <= 2^29 + 1 fits 32 bits, and
+// k >= 34 (d >= 64), so the quotient is the high word of n m shifted by k - 32.
+struct Divider {
+  uint32_t m;
+  uint8_t shift;  // k - 32
+};
+
+inline Divider make_divider(uint32_t d) {
+  int c = 0;
+  while ((uint64_t{1} << c) < d) ++c;
+  const int k = 28 + c;
+  return {static_cast<uint32_t>(((uint64_t{1} << k) + d - 1) / d), static_cast<uint8_t>(k - 32)};
+}
+
+FP8_DUMMY_HD uint32_t divide(uint32_t n, uint32_t m, int shift) {
+  return static_cast<uint32_t>((static_cast<uint64_t>(n) * m) >> 32) >> shift;
+}
+
 // One reference launch (32-bit piece) of one tensor.
 struct BatchPiece {
   uint8_t* data;       // the tensor's first byte
@@ -25,12 +47,16 @@ struct BatchPiece {
   uint32_t steps;      // grid-stride steps of the reference launch
   uint32_t tensor;     // the tensor's index among the call's inputs
   bool aligned;        // data + start 4-byte aligned: word stores
+  uint8_t div_shift;   // make_divider(threads / kGroup): a work item's step by a multiply
+  uint32_t div_m;
 };
 static_assert(sizeof(BatchPiece) == 64, "one piece, one 64-byte line of the table");
 
 // What all pieces of a launch share.
 struct BatchCall {
-  uint64_t seed;
+  // The seed's round keys (cuda::philox_keys), made on the host: the rounds read them from
+  // the parameter bank as operands, where keys made in the kernel are remade per work item.
+  cuda::PhiloxKeys keys;
   cuda::UniformParams uniform;
   cuda::E4m3fnOverflow overflow;
   bool use_hw;
@@ -67,6 +93,10 @@ inline BatchTable build_batch_table(const std::vector<BatchTensor>& tensors, int
           p.steps = static_cast<uint32_t>(grid.steps);
           p.tensor = static_cast<uint32_t>(i);
           p.aligned = reinterpret_cast<uintptr_t>(t.data + start) % 4 == 0;
+          // T is a multiple of 256 and T / 4 * steps < 2^28 (work_items): the divider's range
+          const Divider div = make_divider(static_cast<uint32_t>(grid.threads / kGroup));
+          p.div_m = div.m;
+          p.div_shift = div.shift;
           table.pieces.push_back(p);
           table.tiles += (work_items(grid.threads, grid.steps) + kTile - 1) / kTile;
         });
@@ -105,8 +135,14 @@ FP8_DUMMY_HD bool tile_item(const BatchPiece& p, int64_t tile, uint32_t lane, in
   const uint64_t item = static_cast<uint64_t>(tile - p.tile_begin) * kTile + lane;
   if (item >= static_cast<uint64_t>(groups) * p.steps) return false;
   const auto w = static_cast<uint32_t>(item);
-  *step = w / groups;
-  *idx = static_cast<int64_t>(w - *step * groups) * kGroup;
+  *step = divide(w, p.div_m, p.div_shift);  // w / groups
+  const uint32_t group = w - *step * groups;
+#if defined(__CUDA_ARCH__)
+  // group < 2^28 told to the compiler: the subsequences' high words are 0, their index a
+  // 32-bit shift, not a wide multiply per item.
+  __builtin_assume(group < (1u << 28));
+#endif
+  *idx = static_cast<int64_t>(group) * kGroup;
   return true;
 }
 
@@ -127,7 +163,7 @@ FP8_DUMMY_HD void for_each_batch_item(const BatchPiece* pieces, int64_t n, int64
 // The visit of the batched kernel: the per-tensor kernel's work item on a dense tensor.
 template <cuda::Fp8Format F>
 struct FillDense {
-  BatchCall call;
+  const BatchCall& call;  // the kernel's parameter itself (__grid_constant__), not a copy
   FP8_DUMMY_HD void operator()(const BatchPiece& p, int64_t idx, uint32_t step) const {
     ItemArgs a{};
     a.data = p.data;
@@ -138,7 +174,7 @@ struct FillDense {
     a.overflow = call.overflow;
     a.use_hw = call.use_hw;
     a.aligned = p.aligned;
-    fill_item<F, true>(a, call.seed, p.offset, idx, step);
+    fill_item<F, true>(a, call.keys, p.offset, idx, step);
   }
 };
 

@@ -43,8 +43,8 @@ inline std::optional<cuda::StridedLayout> to_layout(const MemoryOrder& order) {
   cuda::StridedLayout layout{};
   if (order.sizes.empty()) {  // one element
     layout.ndim = 1;
-    layout.sizes[0] = 1;
-    layout.strides[0] = 1;
+    layout.sizes[0] = layout.inner_size = 1;
+    layout.strides[0] = layout.inner_stride = 1;
     return layout;
   }
   if (order.sizes.size() > static_cast<size_t>(cuda::kMaxLayoutDims)) return std::nullopt;
@@ -53,6 +53,8 @@ inline std::optional<cuda::StridedLayout> to_layout(const MemoryOrder& order) {
     layout.sizes[d] = order.sizes[d];
     layout.strides[d] = order.strides[d];
   }
+  layout.inner_size = layout.sizes[layout.ndim - 1];
+  layout.inner_stride = layout.strides[layout.ndim - 1];
   return layout;
 }
 

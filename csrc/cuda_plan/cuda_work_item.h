@@ -98,10 +98,21 @@ FP8_DUMMY_HD void store4(const ItemArgs& a, int64_t m, uint32_t bytes) {
       if (m + q < a.count) p[q] = static_cast<uint8_t>(bytes >> (8 * q));
     }
   } else {
+    // Consecutive elements of the walk: the first one's offset by division, each next one a
+    // stride further while it stays in the innermost dimension (else divided again).
+    int64_t inner = 0;
+    int64_t off = a.layout.offset(pos, &inner);
     FP8_DUMMY_UNROLL
     for (int q = 0; q < kGroup; ++q) {
-      if (m + q < a.count)
-        a.data[a.layout.offset(pos + q)] = static_cast<uint8_t>(bytes >> (8 * q));
+      if (m + q >= a.count) break;
+      if (q > 0) {
+        if (++inner < a.layout.inner_size) {
+          off += a.layout.inner_stride;
+        } else {
+          off = a.layout.offset(pos + q, &inner);
+        }
+      }
+      a.data[off] = static_cast<uint8_t>(bytes >> (8 * q));
     }
   }
 }
@@ -119,11 +130,13 @@ FP8_DUMMY_HD void store_item(const ItemArgs& a, const cuda::Words4 (&words)[kGro
     const uint32_t m0 = static_cast<uint32_t>(idx) + threads * (4u * step);
     if (a.threads <= (int64_t{1} << 28) &&
         m0 + 3u * threads + 3u < static_cast<uint32_t>(a.count)) {
-      uint8_t* const base = a.data + a.start;
-      uint32_t m = m0;
+      // One 64-bit address per item; word ii lies ii * T further, an offset the same in every
+      // thread (the device adds it in the store's address: [R.64 + UR]), not a 64-bit add
+      // per word.
+      uint8_t* const p = a.data + a.start + m0;
       FP8_DUMMY_UNROLL
-      for (int ii = 0; ii < 4; ++ii, m += threads) {
-        store_word(base + m, four_bytes<F>(words, ii, a, use_hw));
+      for (int ii = 0; ii < 4; ++ii) {
+        store_word(p + ii * a.threads, four_bytes<F>(words, ii, a, use_hw));
       }
       return;
     }

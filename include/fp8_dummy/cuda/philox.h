@@ -56,6 +56,11 @@ FP8_DUMMY_HD PhiloxKeys philox_keys(uint32_t k0, uint32_t k1) {
   return keys;
 }
 
+// The round keys of a 64-bit seed (key words: its low and high halves).
+FP8_DUMMY_HD PhiloxKeys philox_keys(uint64_t seed) {
+  return philox_keys(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
 // Philox4x32-10 of `counter` under the round keys `keys`.
 FP8_DUMMY_HD Words4 philox4x32_10(Words4 counter, const PhiloxKeys& keys) {
 #if defined(__CUDA_ARCH__)

@@ -75,6 +75,9 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
   // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
   // then per piece: tensor, start, count, threads, steps, offset, first tile].
   m.def("cuda_batch_table(int[] numels, int sm_count, int max_threads_per_sm) -> int[]");
+  // The batched kernel's division of a work item by its piece's group count, by multiply and
+  // shift (cuda_plan/cuda_batch_table.h): numerators[i] / divisors[i] for each i.
+  m.def("cuda_batch_divide(int[] numerators, int[] divisors) -> int[]");
   // The reference's CUDA launches for n float16 elements: [offset after, then per
   // launch: start, count, threads, steps, offset used]. Allocates nothing, so the
   // split of more than 2^30 elements can be tested anywhere.

@@ -76,7 +76,7 @@ int64_t emulate_cuda_init_many(at::TensorList tensors, double low, double high, 
               "fp8_dummy_test.emulate_cuda_init_many_: bad device properties or grid");
   const BatchPlan plan = plan_batches(tensors, c10::DeviceType::CPU, contiguous_temp);
   BatchCall call{};
-  call.seed = static_cast<uint64_t>(seed);
+  call.keys = cuda::philox_keys(static_cast<uint64_t>(seed));
   call.uniform = cuda::make_uniform_params(low, high);
   call.use_hw = false;  // no hardware conversion on the host
   for (const auto& group : plan.groups) {
@@ -122,10 +122,25 @@ std::vector<int64_t> cuda_batch_table(at::IntArrayRef numels, int64_t sm_count,
   return flat;
 }
 
+std::vector<int64_t> cuda_batch_divide(at::IntArrayRef numerators, at::IntArrayRef divisors) {
+  TORCH_CHECK(numerators.size() == divisors.size(),
+              "fp8_dummy_test.cuda_batch_divide: as many numerators as divisors");
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < numerators.size(); ++i) {
+    const int64_t n = numerators[i], d = divisors[i];
+    TORCH_CHECK(n >= 0 && n < (int64_t{1} << 28) && d >= 64 && d < (int64_t{1} << 28),
+                "fp8_dummy_test.cuda_batch_divide: outside the divider's range");
+    const cuda_kernels::Divider div = cuda_kernels::make_divider(static_cast<uint32_t>(d));
+    out.push_back(cuda_kernels::divide(static_cast<uint32_t>(n), div.m, div.shift));
+  }
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fp8_dummy_test, CompositeImplicitAutograd, m) {
   m.impl("cuda_batch_table", TORCH_FN(cuda_batch_table));
+  m.impl("cuda_batch_divide", TORCH_FN(cuda_batch_divide));
 }
 
 TORCH_LIBRARY_IMPL(fp8_dummy_test, CPU, m) {
