@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kBlock, kLinear ? 3 : 1) init_fp8_kernel(const
   const auto steps = static_cast<uint32_t>(a.steps);
   ItemArgs item = a.item;
   // Linear: element m of the piece is byte start + m, and the host passes data + start with
-  // start 0 (launch_piece): a sum made here, ptxas remakes per work item from the parameters.
+  // start 0 (launch_piece); the sum made in the kernel was remade by ptxas per work item.
   if (kLinear) item.start = 0;
   for (WorkWalk walk(static_cast<uint32_t>(a.item.threads / kGroup),
                      blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);

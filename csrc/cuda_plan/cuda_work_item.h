@@ -130,9 +130,8 @@ FP8_DUMMY_HD void store_item(const ItemArgs& a, const cuda::Words4 (&words)[kGro
     const uint32_t m0 = static_cast<uint32_t>(idx) + threads * (4u * step);
     if (a.threads <= (int64_t{1} << 28) &&
         m0 + 3u * threads + 3u < static_cast<uint32_t>(a.count)) {
-      // One 64-bit address per item; word ii lies ii * T further, an offset the same in every
-      // thread (the device adds it in the store's address: [R.64 + UR]), not a 64-bit add
-      // per word.
+      // One 64-bit address per item, word ii then ii * T further: the data + start + m sum of
+      // each word, which nvcc remade per word, is made once.
       uint8_t* const p = a.data + a.start + m0;
       FP8_DUMMY_UNROLL
       for (int ii = 0; ii < 4; ++ii) {
