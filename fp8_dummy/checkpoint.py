@@ -228,10 +228,12 @@ def logical_model(
     own = _own_tensors(model)
     arch = (derive(model) if not _on_meta(model) else _derive_twin(model)) if arch is None else arch
     entries = []
+    built = _built_dtype(own)
     for name, b in blocks.items():
         dtype = own[b.source].dtype
         if fmt is not None and dtype.is_floating_point:
-            dtype = torch.float32 if _kept_fp32(model, name) else fmt.dtype
+            kept = dtype == torch.float32 and built != torch.float32 or _kept_fp32(model, name)
+            dtype = torch.float32 if kept else fmt.dtype
         stand_in = torch.empty(b.shape, dtype=dtype, device="meta")
         entries.append((_module(model, name, b.source), name, stand_in, b.shape))
     arch = _renamed(arch, blocks)
@@ -295,9 +297,21 @@ def _derive_twin(model: torch.nn.Module) -> Arch:
     return derive(twin)
 
 
+def _built_dtype(own: Mapping[str, torch.Tensor]) -> torch.dtype:
+    """The floating dtype most of the model's elements are in: the dtype it was built in."""
+    sizes: dict[torch.dtype, int] = {}
+    for t in own.values():
+        if t.dtype.is_floating_point:
+            sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
+    return max(sizes, key=sizes.__getitem__) if sizes else torch.float32
+
+
 def _kept_fp32(model: torch.nn.Module, name: str) -> bool:
     """A tensor the model class keeps in float32 whatever the dtype (transformers'
-    ``_keep_in_fp32_modules_strict``: DeepSeek's correction bias), as its checkpoints do."""
+    ``_keep_in_fp32_modules_strict``: DeepSeek's correction bias), as its checkpoints do.
+    A float32 tensor in a model built narrower (a parameter the class makes in float32
+    itself: Hunyuan-MoE's router) is kept too (logical_model): ``save_pretrained`` writes it
+    so, and loading a narrower copy into it would not give the in-memory fill's bytes."""
     keep = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
     return any(re.search(rf"(?:^|\.){re.escape(k)}(?:\.|$)", name) for k in keep)
 

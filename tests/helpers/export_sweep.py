@@ -62,15 +62,30 @@ def one(mt: str) -> str:
         if bad:
             return f"keys: {str(bad)[:160]}"
         ours = ref.state_dict()
-        differ = [
-            n
-            for n in ours
-            if n in theirs
-            and not torch.equal(
-                ours[n].reshape(-1).view(torch.uint8), theirs[n].reshape(-1).view(torch.uint8)
-            )
-        ]
-        return "ok" if not differ else f"bytes differ: {differ[:3]}"
+        files = _files(f"{d}/o")
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.dtype == b.dtype and torch.equal(
+            a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+        )
+
+    # the export's claim (its files hold the in-memory fill's bytes), then transformers' load
+    file_differ = [n for n in files if n in ours and not same(ours[n], files[n])]
+    if file_differ:
+        return f"bytes differ in the files: {file_differ[:3]}"
+    differ = [n for n in ours if n in theirs and not same(ours[n], theirs[n])]
+    if differ:
+        return f"files hold the fill; transformers' load changes: {differ[:3]}"
+    return "ok"
+
+
+def _files(out: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for f in sorted(Path(out).glob("*.safetensors")):
+        tensors.update(load_file(str(f)))
+    return tensors
 
 
 if __name__ == "__main__":
