@@ -2,7 +2,10 @@
 
 CPU (float8_e4m3fn, 64 Mi elements by default): init_stateless_ on 1 and 2 threads
 (torch.set_num_threads) against torch's reference new path (fp8_dummy.reference.new_path:
-empty_like float16, uniform_, copy_) on the default thread count; medians.
+empty_like float16, uniform_, copy_) on the default thread count; medians. Also bfloat16
+(the stateless fill of every bf16 tensor of a realistic model or an export) on 1 and 2
+threads, and on 2 threads with the SIMD level capped at AVX2 (FP8_DUMMY_STATELESS_SIMD=1:
+its table lookups one element at a time), for the AVX-512 word permutes' gain.
 CUDA, when a GPU is present (128 Mi elements): init_stateless_ against a plain fill_ of
 the same tensor (the HBM write bound), CUDA events, same run.
 
@@ -57,6 +60,19 @@ def bench_cpu(numel: int, reps: int) -> dict:
             rows[f"stateless_{threads}t"] = wall(lambda: init_stateless_(t), reps)
         # Wide bounds: many distinct FP8 bytes, the table-gather path instead of run counts.
         rows["stateless_2t_bounds_pm1"] = wall(lambda: init_stateless_(t, -1.0, 1.0), reps)
+        b = torch.empty(numel, dtype=torch.bfloat16)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            rows[f"stateless_bf16_{threads}t"] = wall(lambda: init_stateless_(b), reps)
+        cap = os.environ.get("FP8_DUMMY_STATELESS_SIMD")
+        os.environ["FP8_DUMMY_STATELESS_SIMD"] = "1"  # read at each call
+        try:
+            rows["stateless_bf16_2t_avx2"] = wall(lambda: init_stateless_(b), reps)
+        finally:
+            if cap is None:
+                del os.environ["FP8_DUMMY_STATELESS_SIMD"]
+            else:
+                os.environ["FP8_DUMMY_STATELESS_SIMD"] = cap
         torch.set_num_threads(1)
         rows["reference_new_path_1t"] = wall(lambda: new_path(t), max(3, reps // 2))
         torch.set_num_threads(before)

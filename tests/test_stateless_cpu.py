@@ -54,7 +54,9 @@ def test_oracle_sizes(dtype, n):
     check(t, (n,), dtype, -1.0, 1.0, 7)
 
 
-@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float8_e4m3fn, torch.float16, torch.bfloat16, torch.float64], ids=str
+)
 def test_oracle_large_and_seeds(dtype):
     n = (1 << 20) + 3
     t = torch.empty(n, dtype=dtype)
@@ -120,7 +122,9 @@ def _layouts(dtype):
     yield "reversed_strides_gap", base.t()[::3]
 
 
-@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float8_e4m3fn, torch.float16, torch.bfloat16, torch.float64], ids=str
+)
 @pytest.mark.parametrize("poison", [0x55, 0xAA])
 def test_layouts_value_by_logical_index(dtype, poison):
     # Element at logical index i gets value i whatever the memory layout; bytes outside
@@ -204,7 +208,9 @@ def test_thread_count_independent():
 
 
 @pytest.mark.parametrize("level", ["0", "1", "2", "3"])
-@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float8_e4m3fn, torch.float16, torch.bfloat16, torch.float64], ids=str
+)
 @pytest.mark.parametrize("low,high", [(-1.0, 1.0), (-1e-3, 1e-3), (-0.02, 0.03), (0.25, 0.25)])
 def test_simd_paths(monkeypatch, level, dtype, low, high):
     # Narrow FP8 bounds take the AVX-512 run-count path (few distinct bytes), wide ones

@@ -44,6 +44,9 @@ struct TableOut {  // FP8 (uint8), float16 and bfloat16 (uint16): value = table[
   void put(T* p, const uint32_t* w, int k) const { *p = table[w[k] & ((1u << kBits) - 1)]; }
 };
 using Fp8Out = TableOut<uint8_t, 11>;
+struct Bf16Out : TableOut<uint16_t, 8> {
+  const void* permutes;  // stateless_simd::Table256x16 where the CPU has AVX-512 BW, else null
+};
 
 template <bool kPow2>
 struct ByteOut {  // int8 / uint8: low + word % range
@@ -124,6 +127,15 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
         } else {
           stateless_simd::fp8_avx2(first, key, out.table32, p + j);
         }
+      }
+    }
+  }
+  if constexpr (kLevel >= 2 && std::is_same_v<Out, Bf16Out>) {
+    if (stride == 1 && out.permutes != nullptr) {  // 128 elements, 256 bytes, at a time
+      const auto& table = *static_cast<const stateless_simd::Table256x16*>(out.permutes);
+      constexpr int64_t kElems = 4 * stateless_simd::kFp8Calls512;
+      for (; j + kElems <= len; j += kElems) {
+        stateless_simd::bf16_avx512bw((e0 + static_cast<uint64_t>(j)) / kPer, key, table, p + j);
       }
     }
   }
@@ -255,7 +267,13 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
     case c10::ScalarType::BFloat16: {
       std::array<uint16_t, 256> table;
       for (uint32_t b = 0; b < 256; ++b) table[b] = cuda::stateless_bf16(b, p);
-      return fill(TableOut<uint16_t, 8>{table.data(), nullptr, nullptr, nullptr}, self, g, key);
+      const void* permutes = nullptr;
+#ifdef FP8_DUMMY_X86
+      stateless_simd::Table256x16 words;
+      std::memcpy(words.words, table.data(), sizeof(words.words));
+      if (stateless_simd::cpu_has_avx512bw()) permutes = &words;
+#endif
+      return fill(Bf16Out{{table.data(), nullptr, nullptr, nullptr}, permutes}, self, g, key);
     }
     case c10::ScalarType::Float:
       return fill(FloatOut{p}, self, g, key);
