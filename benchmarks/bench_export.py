@@ -6,11 +6,14 @@ dimensions with 2 layers (hidden 7168, 256 experts of intermediate 2048, vocabul
 the first layer dense: 11.6 B parameters, ~13 GB in fp8-block; ``--deepseek``, skipped by
 default on a machine with under 40 GB of free disk). Per config and format, medians of
 --repeats runs into a fresh directory of the same disk, each after ``os.sync()`` (no dirty
-pages of the run before; what is timed is the write into the page cache, both sides), the
-two sides' runs interleaved (the disk's rate swings between runs) and each run's ratio to
-the baseline run after it printed too. Two times per run: into the page cache (what the
-call takes: on a disk, the bytes are not on it yet) and on disk (the same plus the
-``os.sync()`` after it: the rate a model larger than the page cache gets):
+pages of the run before; what is timed is the write into the page cache, both sides), after
+one untimed run of each side, the two sides' runs interleaved in alternating order (export
+first, then safetensors first: the disk's rate swings between runs, and on a VM the first
+writer after memory was freed can pay seconds of system time for the host backing it again)
+and each pair's ratio printed too, with each run's user and system CPU time in the JSON.
+Two times per run: into the page cache (what the call takes: on a disk, the bytes are not
+on it yet) and on disk (the same plus the ``os.sync()`` after it: the rate a model larger
+than the page cache gets):
   export       fp8_dummy.export.export(...): the logical model made block by block, written
   safetensors  the same tensors (made beforehand, held in memory) written by
                safetensors.torch.save_file into shards of the same size (the disk's own rate)
@@ -26,6 +29,7 @@ import datetime
 import functools
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -77,6 +81,22 @@ def synced(seconds: float) -> float:
     return seconds + time.perf_counter() - t0
 
 
+def timed_call(fn) -> tuple[float, None]:
+    """(seconds, None) of ``fn()``, after ``os.sync()``: :func:`peak_during`'s shape."""
+    os.sync()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0, None
+
+
+def with_cpu(fn):
+    """(``fn()``, (user, system) CPU seconds of the process during it)."""
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    value = fn()
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    return value, (r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime)
+
+
 def peak_during(fn) -> tuple[float, int]:
     """(seconds, peak resident bytes above the start) of ``fn()``."""
     start, peak, done = rss(), [0], threading.Event()
@@ -99,6 +119,40 @@ def peak_during(fn) -> tuple[float, int]:
     return seconds, peak[0]
 
 
+class Runs:
+    """Each side's timed runs: seconds into the page cache, on disk, CPU (user, system)."""
+
+    def __init__(self) -> None:
+        self.ours, self.ours_disk, self.peaks, self.ours_cpu = [], [], [], []
+        self.theirs, self.theirs_disk, self.theirs_cpu = [], [], []
+
+    def export(self, src: Path, fmt: str, out: Path, timed: bool = True) -> None:
+        run = functools.partial(E.export, src, out, format=fmt, progress=False)
+        (s, peak), cpu = with_cpu(lambda: peak_during(run))
+        if timed:
+            self.ours.append(s)
+            self.ours_disk.append(synced(s))
+            self.peaks.append(peak)
+            self.ours_cpu.append(cpu)
+        shutil.rmtree(out)
+
+    def baseline(self, held: list[dict], out: Path, timed: bool = True) -> None:
+        from safetensors.torch import save_file
+
+        out.mkdir()
+
+        def write() -> None:
+            for j, group in enumerate(held):
+                save_file(group, str(out / f"model-{j:05d}.safetensors"))
+
+        (s, _), cpu = with_cpu(lambda: timed_call(write))
+        if timed:
+            self.theirs.append(s)
+            self.theirs_disk.append(synced(s))
+            self.theirs_cpu.append(cpu)
+        shutil.rmtree(out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--layers", type=int, default=16)
@@ -109,8 +163,6 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--memory-gb", type=float, default=6.0, help="the baseline's largest model")
     a = p.parse_args(argv)
-    from safetensors.torch import save_file
-
     root = Path(a.dir or tempfile.mkdtemp(prefix="fp8_dummy_bench_export_"))
     configs = [("llama-1B", llama(a.layers))] + (
         [("deepseek-v3-2L", deepseek())] if a.deepseek else []
@@ -128,36 +180,40 @@ def main(argv=None) -> int:
             fits = total <= a.memory_gb * 1e9
             held = [{t.name: lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype)) for t in g}
                     for g in shards] if fits else []  # fmt: skip
-            ours, peaks, theirs, ours_disk, theirs_disk = [], [], [], [], []
-            for i in range(a.repeats):  # interleaved: both sides see the same disk and load
+            runs = Runs()
+            # One untimed run of each side first, then the timed runs in alternating order
+            # (export first, then safetensors first): on a VM, the first writer after memory
+            # was freed can pay for the host backing it again (seconds of system time, either
+            # side), and a fixed order would always charge the same side.
+            runs.export(src, fmt, root / f"{label}-{fmt}-warm", timed=False)
+            if fits:
+                runs.baseline(held, root / f"{label}-{fmt}-st-warm", timed=False)
+            for i in range(a.repeats):
                 out = root / f"{label}-{fmt}-{i}"
-                s, peak = peak_during(
-                    functools.partial(E.export, src, out, format=fmt, progress=False)
-                )
-                ours.append(s)
-                ours_disk.append(synced(s))
-                peaks.append(peak)
-                shutil.rmtree(out)
-                if not fits:
-                    continue
-                out = root / f"{label}-{fmt}-st-{i}"
-                out.mkdir()
-                os.sync()
-                t0 = time.perf_counter()
-                for j, group in enumerate(held):
-                    save_file(group, str(out / f"model-{j:05d}.safetensors"))
-                theirs.append(time.perf_counter() - t0)
-                theirs_disk.append(synced(theirs[-1]))
-                shutil.rmtree(out)
+                sides = [functools.partial(runs.export, src, fmt, out)]
+                if fits:
+                    sides.append(
+                        functools.partial(runs.baseline, held, out.with_name(out.name + "-st"))
+                    )
+                for side in sides if i % 2 == 0 else sides[::-1]:
+                    side()
+            ours, theirs, ours_disk, theirs_disk = (
+                runs.ours,
+                runs.theirs,
+                runs.ours_disk,
+                runs.theirs_disk,
+            )
             del held
             row = dict(config=label, format=fmt, bytes=total, largest_tensor=largest,
                        export_s=statistics.median(ours),
                        safetensors_s=statistics.median(theirs) if fits else None,
-                       export_peak_rss=max(peaks))  # fmt: skip
+                       export_peak_rss=max(runs.peaks))  # fmt: skip
             row["ratio"] = row["export_s"] / row["safetensors_s"] if fits else None
-            # each run against the baseline run right after it: the disk's swings cancel
+            # each run against the baseline run beside it: the disk's swings cancel
             row["pair_ratios"] = [x / y for x, y in zip(ours, theirs)]
             row["export_runs_s"], row["safetensors_runs_s"] = ours, theirs
+            # (user, system) CPU seconds of each run: where a slow run's time went
+            row["export_runs_cpu_s"], row["safetensors_runs_cpu_s"] = runs.ours_cpu, runs.theirs_cpu
             row["export_GBps"] = total / row["export_s"] / 1e9
             # the same with each run's bytes on disk (its os.sync() timed)
             row["export_on_disk_s"] = statistics.median(ours_disk)
