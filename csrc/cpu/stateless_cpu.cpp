@@ -45,7 +45,7 @@ struct TableOut {  // FP8 (uint8), float16 and bfloat16 (uint16): value = table[
 };
 using Fp8Out = TableOut<uint8_t, 11>;
 struct Bf16Out : TableOut<uint16_t, 8> {
-  const void* permutes;  // stateless_simd::Table256x16 where the CPU has AVX-512 BW, else null
+  bool permutes;  // the CPU has AVX-512 BW: the table (64-byte aligned) by word permutes
 };
 
 template <bool kPow2>
@@ -131,11 +131,11 @@ void fill_run(const Out& out, typename Out::Elem* p, int64_t stride, uint64_t e0
     }
   }
   if constexpr (kLevel >= 2 && std::is_same_v<Out, Bf16Out>) {
-    if (stride == 1 && out.permutes != nullptr) {  // 128 elements, 256 bytes, at a time
-      const auto& table = *static_cast<const stateless_simd::Table256x16*>(out.permutes);
+    if (stride == 1 && out.permutes) {  // 128 elements, 256 bytes, at a time
       constexpr int64_t kElems = 4 * stateless_simd::kFp8Calls512;
       for (; j + kElems <= len; j += kElems) {
-        stateless_simd::bf16_avx512bw((e0 + static_cast<uint64_t>(j)) / kPer, key, table, p + j);
+        stateless_simd::bf16_avx512bw((e0 + static_cast<uint64_t>(j)) / kPer, key, out.table,
+                                      p + j);
       }
     }
   }
@@ -265,13 +265,11 @@ void init_stateless_cpu(at::Tensor& self, double low, double high, int64_t seed,
       return fill(TableOut<uint16_t, 11>{table.data(), nullptr, nullptr, nullptr}, self, g, key);
     }
     case c10::ScalarType::BFloat16: {
-      std::array<uint16_t, 256> table;
+      alignas(64) std::array<uint16_t, 256> table;  // aligned: the permutes load it whole
       for (uint32_t b = 0; b < 256; ++b) table[b] = cuda::stateless_bf16(b, p);
-      const void* permutes = nullptr;
+      bool permutes = false;
 #ifdef FP8_DUMMY_X86
-      stateless_simd::Table256x16 words;
-      std::memcpy(words.words, table.data(), sizeof(words.words));
-      if (stateless_simd::cpu_has_avx512bw()) permutes = &words;
+      permutes = stateless_simd::cpu_has_avx512bw();
 #endif
       return fill(Bf16Out{{table.data(), nullptr, nullptr, nullptr}, permutes}, self, g, key);
     }
