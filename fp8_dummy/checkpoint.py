@@ -232,8 +232,7 @@ def logical_model(
     for name, b in blocks.items():
         dtype = own[b.source].dtype
         if fmt is not None and dtype.is_floating_point:
-            kept = dtype == torch.float32 and built != torch.float32 or _kept_fp32(model, name)
-            dtype = torch.float32 if kept else fmt.dtype
+            dtype = torch.float32 if _kept_fp32(model, name, dtype, built) else fmt.dtype
         stand_in = torch.empty(b.shape, dtype=dtype, device="meta")
         entries.append((_module(model, name, b.source), name, stand_in, b.shape))
     arch = _renamed(arch, blocks)
@@ -306,12 +305,14 @@ def _built_dtype(own: Mapping[str, torch.Tensor]) -> torch.dtype:
     return max(sizes, key=sizes.__getitem__) if sizes else torch.float32
 
 
-def _kept_fp32(model: torch.nn.Module, name: str) -> bool:
-    """A tensor the model class keeps in float32 whatever the dtype (transformers'
-    ``_keep_in_fp32_modules_strict``: DeepSeek's correction bias), as its checkpoints do.
-    A float32 tensor in a model built narrower (a parameter the class makes in float32
-    itself: Hunyuan-MoE's router) is kept too (logical_model): ``save_pretrained`` writes it
-    so, and loading a narrower copy into it would not give the in-memory fill's bytes."""
+def _kept_fp32(model: torch.nn.Module, name: str, dtype: torch.dtype, built: torch.dtype) -> bool:
+    """A tensor (in-memory ``dtype``) the model class keeps in float32 whatever the dtype it
+    is built in (``built``), as ``save_pretrained`` writes it: a float32 tensor in a model
+    built narrower (a parameter the class makes in float32 itself: Hunyuan-MoE's router; a
+    narrower copy loaded into it would not be the in-memory fill's bytes), or one transformers'
+    ``_keep_in_fp32_modules_strict`` names (DeepSeek's correction bias)."""
+    if dtype == torch.float32 and built != torch.float32:
+        return True
     keep = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
     return any(re.search(rf"(?:^|\.){re.escape(k)}(?:\.|$)", name) for k in keep)
 
