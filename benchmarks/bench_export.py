@@ -81,12 +81,12 @@ def synced(seconds: float) -> float:
     return seconds + time.perf_counter() - t0
 
 
-def timed_call(fn) -> tuple[float, None]:
-    """(seconds, None) of ``fn()``, after ``os.sync()``: :func:`peak_during`'s shape."""
+def timed_call(fn) -> float:
+    """Seconds of ``fn()``, after ``os.sync()``."""
     os.sync()
     t0 = time.perf_counter()
     fn()
-    return time.perf_counter() - t0, None
+    return time.perf_counter() - t0
 
 
 def with_cpu(fn):
@@ -145,7 +145,7 @@ class Runs:
             for j, group in enumerate(held):
                 save_file(group, str(out / f"model-{j:05d}.safetensors"))
 
-        (s, _), cpu = with_cpu(lambda: timed_call(write))
+        s, cpu = with_cpu(lambda: timed_call(write))
         if timed:
             self.theirs.append(s)
             self.theirs_disk.append(synced(s))
@@ -197,12 +197,7 @@ def main(argv=None) -> int:
                     )
                 for side in sides if i % 2 == 0 else sides[::-1]:
                     side()
-            ours, theirs, ours_disk, theirs_disk = (
-                runs.ours,
-                runs.theirs,
-                runs.ours_disk,
-                runs.theirs_disk,
-            )
+            ours, theirs = runs.ours, runs.theirs
             del held
             row = dict(config=label, format=fmt, bytes=total, largest_tensor=largest,
                        export_s=statistics.median(ours),
@@ -216,14 +211,14 @@ def main(argv=None) -> int:
             row["export_runs_cpu_s"], row["safetensors_runs_cpu_s"] = runs.ours_cpu, runs.theirs_cpu
             row["export_GBps"] = total / row["export_s"] / 1e9
             # the same with each run's bytes on disk (its os.sync() timed)
-            row["export_on_disk_s"] = statistics.median(ours_disk)
-            row["safetensors_on_disk_s"] = statistics.median(theirs_disk) if fits else None
+            row["export_on_disk_s"] = statistics.median(runs.ours_disk)
+            row["safetensors_on_disk_s"] = statistics.median(runs.theirs_disk) if fits else None
             row["ratio_on_disk"] = (
                 row["export_on_disk_s"] / row["safetensors_on_disk_s"] if fits else None
             )
-            row["pair_ratios_on_disk"] = [x / y for x, y in zip(ours_disk, theirs_disk)]
-            row["export_on_disk_runs_s"] = ours_disk
-            row["safetensors_on_disk_runs_s"] = theirs_disk
+            row["pair_ratios_on_disk"] = [x / y for x, y in zip(runs.ours_disk, runs.theirs_disk)]
+            row["export_on_disk_runs_s"] = runs.ours_disk
+            row["safetensors_on_disk_runs_s"] = runs.theirs_disk
             rows.append(row)
             print(
                 f"{label} {fmt}: {total / 1e9:.2f} GB, export {row['export_s']:.2f} s "
