@@ -7,26 +7,27 @@
 # Steps, in this order (planned seconds on the H200 machine, 16 cores; * = essential):
 #   preflight      5  nvcc (path, version), g++, ninja, setuptools, nproc, the CPU and its
 #                     SIMD flags, Python, torch, the GPU's name and driver
-#   build*       100  setup.py build_ext --inplace for the local GPU's architecture, MAX_JOBS =
-#                     cores (compiler output in build.log); then the test-only extension
-#                     (tests/ext/build.sh), if this checkout has one
-#   check*        45  python -m fp8_dummy check --bench --json: every path on the CPU and the
+#   build*        70  setup.py build_ext --inplace for the local GPU's architecture, MAX_JOBS =
+#                     cores, with the system's compilers (below); then the test-only
+#                     extension (tests/ext/build.sh), if this checkout has one; the compiler
+#                     output stays in build.log only when the build fails
+#   check*        40  python -m fp8_dummy check --bench --json: every path on the CPU and the
 #                     GPU, each in a child process with a timeout; init_ vs the reference
-#   tests*        90  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
+#   tests*        60  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
 #                     refused fast path fails, naming it), -v, --maxfail, per-test timeouts
 #                     (pytest-timeout, where installed)
-#   bench_cuda*   20  benchmarks/bench_cuda.py: init_ vs both reference paths, 128 Mi elements
-#   capture       20  CUDA graph capture and replay, strict mode too
-#   bench_model   30  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
-#   bench_stateless 15, bench_trtllm 10
-#   sass_report   60  benchmarks/sass_report.py: the kernels' SASS counts and PREDICTED times,
+#   bench_cuda*   10  benchmarks/bench_cuda.py: init_ vs both reference paths, 128 Mi elements
+#   capture       15  CUDA graph capture and replay, strict mode too
+#   bench_model   25  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
+#   bench_stateless 10, bench_trtllm 15
+#   sass_report   40  benchmarks/sass_report.py: the kernels' SASS counts and PREDICTED times,
 #                     next to bench_cuda's measured ones (needs cuobjdump; its table in the log)
 # One budget (default 290 s: under 5 minutes) bounds the run: a step starts only if the time
 # it needs is left, and runs at most until the budget ends; what does not fit is reported as
 # "cut", never as a failure. Each step appends to OUTDIR/log.txt and to OUTDIR/summary.json
 # as it finishes, so partial results survive whatever ends the run; OUTDIR gets at most 8
-# files: log.txt, summary.json, build.log, check_<GPU>.json, bench_{cuda,model,stateless,
-# trtllm}.json. Stdout shows each step's verdict and key numbers; the last line is the verdict.
+# files: log.txt, summary.json, check_<GPU>.json, bench_{cuda,model,stateless,trtllm}.json,
+# sass_report.json (and build.log in their place when the build fails). Stdout shows each step's verdict and key numbers; the last line is the verdict.
 #
 # Exit status: 0 every essential step passed; 1 an essential step failed; 2 no GPU; 3 no
 # failure, but the budget cut an essential step. Non-essential steps never change it.
@@ -67,15 +68,15 @@ if ((dry)); then  # the plan only: nothing below runs, nothing is written
     fi
   done <<STEPS
 preflight|0|5|the tools (nvcc, g++, ninja, setuptools), the CPU, $PY, torch, the GPU and driver
-build|30|100|$PY setup.py build_ext --inplace (OUTDIR/build.log), then tests/ext/build.sh
-check|30|45|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GPU>.json
-tests|30|90|FP8_DUMMY_STRICT=1 pytest, the GPU byte tests but capture
-bench_cuda|20|20|benchmarks/bench_cuda.py --json OUTDIR/bench_cuda.json
-capture|15|20|FP8_DUMMY_STRICT=1 pytest -k capture
-bench_model|30|30|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
-bench_stateless|15|15|benchmarks/bench_stateless.py --no-cpu --json OUTDIR/bench_stateless.json
-bench_trtllm|10|10|benchmarks/bench_trtllm.py --devices cuda --json OUTDIR/bench_trtllm.json
-sass_report|60|60|benchmarks/sass_report.py --check (needs cuobjdump)
+build|30|70|$PY setup.py build_ext --inplace with /usr/bin's gcc and g++, then tests/ext/build.sh
+check|30|40|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GPU>.json
+tests|30|60|FP8_DUMMY_STRICT=1 pytest, the GPU byte tests but capture
+bench_cuda|10|10|benchmarks/bench_cuda.py --json OUTDIR/bench_cuda.json
+capture|15|15|FP8_DUMMY_STRICT=1 pytest -k capture
+bench_model|25|25|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
+bench_stateless|10|10|benchmarks/bench_stateless.py --no-cpu --json OUTDIR/bench_stateless.json
+bench_trtllm|15|15|benchmarks/bench_trtllm.py --devices cuda --json OUTDIR/bench_trtllm.json
+sass_report|30|40|benchmarks/sass_report.py --check --json OUTDIR/sass_report.json (needs cuobjdump)
 STEPS
   echo "gpu_check: verdict: DRY RUN: $planned s planned of $budget${cuts[*]:+; the budget would cut ${cuts[*]}}; nothing run"
   exit 0
@@ -154,6 +155,12 @@ fi
 if ((has_gpu)); then
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))')}"
 fi
+# The system's compilers, not an image's CC/CXX: the H200 image sets CXX=/opt/gcc/bin/g++,
+# whose link embedded pieces of libstdc++ (std::locale's facet ids) in the library; every
+# number written to a std::ostringstream there then called the wrong facet and crashed.
+for c in CC:gcc CXX:g++; do
+  [[ -x /usr/bin/${c#*:} ]] && export "${c%%:*}=/usr/bin/${c#*:}"
+done
 # cu13 wheels carry CUDA library headers (cuSPARSE, ...) a bare toolkit may lack.
 site="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [[ -d "$site/nvidia/cu13/include" ]] && export CPATH="$site/nvidia/cu13/include${CPATH:+:$CPATH}"
@@ -171,7 +178,8 @@ cpuinfo = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else "
 flags = (re.findall(r"^flags\s*: (.*)$", cpuinfo, re.M) or [""])[0].split()
 env = {
     "nvcc": f"{nvcc}: " + (run(nvcc, "--version").splitlines() or [""])[-1],
-    "g++": run("g++", "--version").splitlines()[0],
+    "g++": run(os.environ.get("CXX", "g++"), "--version").splitlines()[0],
+    "cxx": os.environ.get("CXX", "g++ (PATH)"),
     "ninja": run("ninja", "--version"),
     "setuptools": run(sys.executable, "-c", "import setuptools; print(setuptools.__version__)"),
     "nproc": os.cpu_count(),
@@ -220,11 +228,12 @@ build() {
   if [[ -f tests/ext/build.sh ]]; then
     bash tests/ext/build.sh "$PY" >> "$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; return 1; }
   fi
+  rm -f "$OUT/build.log"  # kept only when the build fails (OUTDIR's file count)
   echo "built for sm_${TORCH_CUDA_ARCH_LIST/./} with $MAX_JOBS jobs: $("$PY" -c 'import fp8_dummy; print(fp8_dummy.build_info())')"
 }
 export -f build
 export OUT PY
-step build 30 100 300 'built|error' bash -c build
+step build 30 70 300 'built|error' bash -c build
 if [[ ${result[build]} == cut ]]; then
   say "gpu_check: verdict: INCOMPLETE: the budget cut the build; nothing else can run"
   exit 3
@@ -234,20 +243,20 @@ elif [[ ${result[build]} != ok ]]; then
 fi
 
 # ---- the check: every path on every device, each in a child process; init_ vs the reference
-step check 30 45 200 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --bench --timeout 150 --json "$OUT/check_$gpu.json"
+step check 30 40 200 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --bench --timeout 150 --json "$OUT/check_$gpu.json"
 
 # ---- the GPU byte tests, strict: each must prove our kernel, not the reference it falls back to
-step tests 30 90 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"
+step tests 30 60 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"
 
 # ---- benchmarks: bench_cuda first (essential), then capture, then the rest
-step bench_cuda 20 20 120 'x \(target|targets met' "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
-step capture 15 20 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k capture
-step bench_model 30 30 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
-step bench_stateless 15 15 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
-step bench_trtllm 10 10 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
+step bench_cuda 10 10 120 'x \(target|targets met' "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
+step capture 15 15 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k capture
+step bench_model 25 25 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
+step bench_stateless 10 10 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
+step bench_trtllm 15 15 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
 # Last: it needs cuobjdump (pip install nvidia-cuda-cuobjdump), which a bare GPU machine may
 # lack, and it must never cut a measurement.
-step sass_report 60 60 300 'PREDICTED|^init_|^reference|target|BUDGET' "$PY" benchmarks/sass_report.py --check
+step sass_report 30 40 300 'PREDICTED|^init_|^reference|target|BUDGET' "$PY" benchmarks/sass_report.py --check --json "$OUT/sass_report.json"
 
 # ---- the verdict: from the essential steps only; cuts are cuts, not failures
 essential=(build check tests bench_cuda)

@@ -64,15 +64,15 @@ def test_dry_run_prints_the_steps_in_order_and_runs_and_writes_nothing(tmp_path,
     starts = [next(i for i, x in enumerate(lines) if x.startswith(f"== {s}:")) for s in STEPS]
     assert starts == sorted(starts), lines
     assert "fp8_dummy check" in lines[starts[2]] and "FP8_DUMMY_STRICT=1" in lines[starts[3]]
-    # at the planned durations the default budget of 290 s cuts the later benchmarks
-    assert "cut by the budget" in lines[starts[STEPS.index("bench_model")]]
+    # at the planned durations (measured on the H200) the default budget of 290 s runs every step
+    assert all("planned" in lines[i] for i in starts) and "the budget would cut" not in lines[-1]
     assert lines[-1].startswith("gpu_check: verdict: DRY RUN") and "nothing run" in lines[-1]
     assert tree(tmp_path) == before and status() == git_before  # no file, no Python started
     assert not (tmp_path / "home" / "python-started").exists()
 
 
 def test_dry_run_shows_what_a_small_budget_cuts_and_still_exits_0(tmp_path):
-    proc = run(tmp_path, "--budget", "120", str(tmp_path / "out"))
+    proc = run(tmp_path, "--budget", "60", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = {x.split(":")[0][3:]: x for x in proc.stdout.splitlines() if x.startswith("== ")}
     assert "planned" in lines["build"] and "cut by the budget" in lines["check"]

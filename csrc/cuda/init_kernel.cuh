@@ -4,6 +4,7 @@
 
 #include <ATen/cuda/PhiloxUtils.cuh>
 #include <cstdint>
+#include <tuple>  // philox::unpack returns a std::tuple; with libstdc++ 13 no other header brings it
 
 #include "cuda_plan/cuda_work_item.h"
 #include "fp8_dummy/cuda/fp8_convert.h"
