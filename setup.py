@@ -68,6 +68,12 @@ class BuildExt(BuildExtension.with_options(use_ninja=True)):
         elif CUDA_WARNING:
             print(f"\n{CUDA_WARNING}\n", file=sys.stderr)
         super().build_extensions()
+        for ext in self.extensions:  # a library torch's process cannot use is no build
+            path = self.get_ext_fullpath(ext.name)
+            symbols = config.private_stdlib_symbols(path)
+            if symbols:
+                os.remove(path)
+                raise RuntimeError(config.private_stdlib_error(path, symbols, dict(os.environ)))
 
     def _cuda_archs(self) -> str:
         supported, how = config.nvcc_archs(os.path.join(CUDA_HOME or "", "bin", "nvcc"))

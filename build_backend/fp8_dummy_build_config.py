@@ -1,10 +1,12 @@
 """The build's decisions, torch-free so that they can be unit-tested
-(tests/test_packaging_build_config.py): whether to build the CUDA kernels, and for which
-GPU architectures. setup.py applies them."""
+(tests/test_packaging_build_config.py): whether to build the CUDA kernels, for which GPU
+architectures, and whether the library linked is one a torch process can load safely.
+setup.py applies them."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 
 # A default CUDA build: A100 (8.0), L40/RTX 40xx (8.9), H100/H200 (9.0), B200/GB200 (10.0),
@@ -104,3 +106,41 @@ def choose_arch_list(
     if supported is None:
         return ";".join(DEFAULT_ARCHS) + "+PTX", "the defaults (nvcc did not say what it builds)"
     return default_arch_list(supported), "the defaults the installed nvcc can build"
+
+
+# std::ostream, std::locale and std::ios_base are not templates a program instantiates: their
+# members live in libstdc++.so alone. A library that defines one carries a private copy of
+# libstdc++'s stream code (a static libstdc++, or a toolchain that links parts of it), whose
+# std::locale the process never initialises, since torch loaded libstdc++.so first: every
+# number written to a std::ostringstream (each error message) then comes out empty or
+# crashes. Seen: an image whose CXX was /opt/gcc/bin/g++ built a library that crashed so.
+PRIVATE_STDLIB = re.compile(r"^_ZNK?(So|St6locale|St8ios_base)")
+
+
+def private_stdlib_symbols(library: str, nm: str | None = None) -> list[str] | None:
+    """The libstdc++ stream symbols `library` defines itself ([] for a sound library), or
+    None where there is no `nm` to read them with (binutils, installed with every g++)."""
+    nm = nm or shutil.which("nm")
+    if nm is None:
+        return None
+    try:
+        out = subprocess.run([nm, "--defined-only", library], capture_output=True, text=True)
+    except OSError:
+        return None
+    if out.returncode != 0:
+        return None
+    names = (line.split()[-1] for line in out.stdout.splitlines() if line.strip())
+    return sorted({n for n in names if PRIVATE_STDLIB.match(n)})
+
+
+def private_stdlib_error(library: str, symbols: list[str], env: dict[str, str]) -> str:
+    """The build's refusal of a library with a private copy of libstdc++'s stream code."""
+    how = ", ".join(f"{k}={env[k]}" for k in ("CXX", "LDFLAGS") if env.get(k)) or "the default"
+    return (
+        f"fp8_dummy: {library} defines {len(symbols)} of libstdc++'s own stream and locale "
+        f"symbols (e.g. {symbols[0]}): the C++ compiler and link ({how}) made a "
+        "private copy of part of libstdc++, whose std::locale is never set up in a process "
+        "that loaded libstdc++.so before it (torch's), so formatting a number fails or crashes. "
+        "Build with a compiler that links libstdc++.so, e.g. CC=gcc CXX=g++ (the system's); "
+        "the library was removed."
+    )

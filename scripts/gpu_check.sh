@@ -15,7 +15,8 @@
 #                     GPU, each in a child process with a timeout; init_ vs the reference
 #   tests*        60  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
 #                     refused fast path fails, naming it), -v, --maxfail, per-test timeouts
-#                     (pytest-timeout, where installed)
+#                     (pytest-timeout, where installed), 4 workers (pytest-xdist, where
+#                     installed)
 #   bench_cuda*   10  benchmarks/bench_cuda.py: init_ vs both reference paths, 128 Mi elements
 #   capture       15  CUDA graph capture and replay, strict mode too
 #   bench_model   25  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
@@ -70,7 +71,7 @@ if ((dry)); then  # the plan only: nothing below runs, nothing is written
 preflight|0|5|the tools (nvcc, g++, ninja, setuptools), the CPU, $PY, torch, the GPU and driver
 build|30|70|$PY setup.py build_ext --inplace with /usr/bin's gcc and g++, then tests/ext/build.sh
 check|30|40|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GPU>.json
-tests|30|60|FP8_DUMMY_STRICT=1 pytest, the GPU byte tests but capture
+tests|30|60|FP8_DUMMY_STRICT=1 pytest -n 4, the GPU byte tests but capture
 bench_cuda|10|10|benchmarks/bench_cuda.py --json OUTDIR/bench_cuda.json
 capture|15|15|FP8_DUMMY_STRICT=1 pytest -k capture
 bench_model|25|25|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
@@ -217,6 +218,10 @@ record preflight ok $(($(date +%s) - start_all)) "${TORCH_CUDA_ARCH_LIST:-no GPU
 gpu="$("$PY" -c 'import re, torch; print(re.sub(r"[^A-Za-z0-9.]+", "-", torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu")')"
 pytest=("$PY" -m pytest -v -p no:cacheprovider -rfE --tb=short --maxfail=25)
 "$PY" -c 'import pytest_timeout' 2> /dev/null && pytest+=(--timeout=150)
+# The byte tests took over 125 s in one process on the H200 (about 2.5 tests a second, the
+# GPU mostly idle): four workers where pytest-xdist is installed (the image has it).
+parallel=()
+"$PY" -c 'import xdist' 2> /dev/null && parallel=(-n 4)
 gpu_tests=(tests/test_init_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py
   tests/test_random_bytes_cuda.py tests/test_init_cuda_contiguous_temp.py
   tests/test_engines_rules.py tests/test_engines_vllm_plugin.py tests/test_engines_trtllm.py)
@@ -246,7 +251,7 @@ fi
 step check 30 40 200 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --bench --timeout 150 --json "$OUT/check_$gpu.json"
 
 # ---- the GPU byte tests, strict: each must prove our kernel, not the reference it falls back to
-step tests 30 60 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k "not capture"
+step tests 30 60 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${parallel[@]}" "${gpu_tests[@]}" -k "not capture"
 
 # ---- benchmarks: bench_cuda first (essential), then capture, then the rest
 step bench_cuda 10 10 120 'x \(target|targets met' "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"

@@ -201,3 +201,33 @@ def test_import_error_names_both_torches(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     message = proc.stderr.strip().splitlines()[-1]
     assert "is not in" in message and f"torch {torch.__version__}" in message, message
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nm") is None, reason="no g++/nm")
+def test_a_private_copy_of_libstdcxx_streams_is_refused(tmp_path):
+    # The same source linked two ways: against libstdc++.so, and with libstdc++ inside.
+    src = tmp_path / "streams.cpp"
+    src.write_text(
+        "#include <sstream>\n#include <string>\n"
+        'extern "C" int width(long v) { std::ostringstream o; o << v; return o.str().size(); }\n'
+    )
+    libs = {}
+    for name, extra in (("shared", []), ("static", ["-static-libstdc++"])):
+        libs[name] = tmp_path / f"lib{name}.so"
+        cmd = ["g++", "-O2", "-fPIC", "-shared", *extra, str(src), "-o", str(libs[name])]
+        subprocess.run(cmd, check=True, capture_output=True)
+    assert config.private_stdlib_symbols(str(libs["shared"])) == []
+    found = config.private_stdlib_symbols(str(libs["static"]))
+    assert found and all(config.PRIVATE_STDLIB.match(s) for s in found)
+    assert any(s.startswith("_ZNSt6locale") for s in found)  # std::locale's own members
+    # The library this checkout built is sound (setup.py refuses one that is not).
+    assert config.private_stdlib_symbols(fp8_dummy._C.__file__) == []
+    # Without nm there is no verdict, not a false one.
+    assert config.private_stdlib_symbols(str(libs["static"]), nm=str(tmp_path / "no-nm")) is None
+    message = config.private_stdlib_error(
+        str(libs["static"]), found, {"CXX": "/opt/gcc/bin/g++", "PATH": "/usr/bin"}
+    )
+    assert str(libs["static"]) in message and f"{len(found)} of libstdc++" in message
+    assert "CXX=/opt/gcc/bin/g++" in message and "PATH" not in message
+    assert "CC=gcc CXX=g++" in message and "removed" in message
+    assert "(the default)" in config.private_stdlib_error("x.so", found, {})
