@@ -11,9 +11,9 @@
 #                     cores, with the system's compilers (below); then the test-only
 #                     extension (tests/ext/build.sh), if this checkout has one; the compiler
 #                     output stays in build.log only when the build fails
-#   check*        40  python -m fp8_dummy check --bench --json: every path on the CPU and the
+#   check*        35  python -m fp8_dummy check --bench --json: every path on the CPU and the
 #                     GPU, each in a child process with a timeout; init_ vs the reference
-#   tests*        60  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
+#   tests*        50  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
 #                     refused fast path fails, naming it), -v, --maxfail, per-test timeouts
 #                     (pytest-timeout, where installed), 4 workers (pytest-xdist, where
 #                     installed)
@@ -21,14 +21,16 @@
 #   capture       15  CUDA graph capture and replay, strict mode too
 #   bench_model   25  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
 #   bench_stateless 10, bench_trtllm 15
-#   sass_report   40  benchmarks/sass_report.py: the kernels' SASS counts and PREDICTED times,
+#   bench_export  25  benchmarks/bench_export.py into /dev/shm, fp8-block, 3 runs a side: the
+#                     export on this machine's cores against safetensors from memory
+#   sass_report   30  benchmarks/sass_report.py: the kernels' SASS counts and PREDICTED times,
 #                     next to bench_cuda's measured ones (needs cuobjdump; its table in the log)
 # One budget (default 290 s: under 5 minutes) bounds the run: a step starts only if the time
 # it needs is left, and runs at most until the budget ends; what does not fit is reported as
 # "cut", never as a failure. Each step appends to OUTDIR/log.txt and to OUTDIR/summary.json
 # as it finishes, so partial results survive whatever ends the run; OUTDIR gets at most 8
-# files: log.txt, summary.json, check_<GPU>.json, bench_{cuda,model,stateless,trtllm}.json,
-# sass_report.json (and build.log in their place when the build fails). Stdout shows each step's verdict and key numbers; the last line is the verdict.
+# files: log.txt, summary.json, check_<GPU>.json, bench_{cuda,model,stateless,trtllm,export}.json
+# (and build.log in their place when the build fails). Stdout shows each step's verdict and key numbers; the last line is the verdict.
 #
 # Exit status: 0 every essential step passed; 1 an essential step failed; 2 no GPU; 3 no
 # failure, but the budget cut an essential step. Non-essential steps never change it.
@@ -70,14 +72,15 @@ if ((dry)); then  # the plan only: nothing below runs, nothing is written
   done <<STEPS
 preflight|0|5|the tools (nvcc, g++, ninja, setuptools), the CPU, $PY, torch, the GPU and driver
 build|30|70|$PY setup.py build_ext --inplace with /usr/bin's gcc and g++, then tests/ext/build.sh
-check|30|40|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GPU>.json
-tests|30|60|FP8_DUMMY_STRICT=1 pytest -n 4, the GPU byte tests but capture
+check|30|35|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GPU>.json
+tests|30|50|FP8_DUMMY_STRICT=1 pytest -n 4, the GPU byte tests but capture
 bench_cuda|10|10|benchmarks/bench_cuda.py --json OUTDIR/bench_cuda.json
 capture|15|15|FP8_DUMMY_STRICT=1 pytest -k capture
 bench_model|25|25|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
 bench_stateless|10|10|benchmarks/bench_stateless.py --no-cpu --json OUTDIR/bench_stateless.json
 bench_trtllm|15|15|benchmarks/bench_trtllm.py --devices cuda --json OUTDIR/bench_trtllm.json
-sass_report|30|40|benchmarks/sass_report.py --check --json OUTDIR/sass_report.json (needs cuobjdump)
+bench_export|25|25|benchmarks/bench_export.py --formats fp8-block --repeats 3 --dir /dev/shm/... --json OUTDIR/bench_export.json
+sass_report|30|30|benchmarks/sass_report.py --check (needs cuobjdump; its table in log.txt)
 STEPS
   echo "gpu_check: verdict: DRY RUN: $planned s planned of $budget${cuts[*]:+; the budget would cut ${cuts[*]}}; nothing run"
   exit 0
@@ -248,10 +251,10 @@ elif [[ ${result[build]} != ok ]]; then
 fi
 
 # ---- the check: every path on every device, each in a child process; init_ vs the reference
-step check 30 40 200 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --bench --timeout 150 --json "$OUT/check_$gpu.json"
+step check 30 35 200 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --bench --timeout 150 --json "$OUT/check_$gpu.json"
 
 # ---- the GPU byte tests, strict: each must prove our kernel, not the reference it falls back to
-step tests 30 60 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${parallel[@]}" "${gpu_tests[@]}" -k "not capture"
+step tests 30 50 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${parallel[@]}" "${gpu_tests[@]}" -k "not capture"
 
 # ---- benchmarks: bench_cuda first (essential), then capture, then the rest
 step bench_cuda 10 10 120 'x \(target|targets met' "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
@@ -259,9 +262,12 @@ step capture 15 15 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_t
 step bench_model 25 25 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
 step bench_stateless 10 10 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
 step bench_trtllm 15 15 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
+shm="$(mktemp -d /dev/shm/fp8_dummy_bench_export.XXXXXX 2> /dev/null || mktemp -d)"
+step bench_export 25 25 90 'export/safetensors' "$PY" benchmarks/bench_export.py --formats fp8-block --repeats 3 --dir "$shm" --json "$OUT/bench_export.json"
+rm -rf "$shm"
 # Last: it needs cuobjdump (pip install nvidia-cuda-cuobjdump), which a bare GPU machine may
 # lack, and it must never cut a measurement.
-step sass_report 30 40 300 'PREDICTED|^init_|^reference|target|BUDGET' "$PY" benchmarks/sass_report.py --check --json "$OUT/sass_report.json"
+step sass_report 30 30 300 'PREDICTED|^init_|^reference|target|BUDGET' "$PY" benchmarks/sass_report.py --check
 
 # ---- the verdict: from the essential steps only; cuts are cuts, not failures
 essential=(build check tests bench_cuda)
@@ -269,7 +275,7 @@ failed=() cut=() others=()
 for s in "${essential[@]}"; do
   case "${result[$s]}" in ok) ;; cut) cut+=("$s") ;; *) failed+=("$s ${result[$s]}") ;; esac
 done
-for s in capture bench_model bench_stateless bench_trtllm sass_report; do
+for s in capture bench_model bench_stateless bench_trtllm bench_export sass_report; do
   [[ "${result[$s]:-}" == ok ]] || others+=("$s ${result[$s]:-not run}")
 done
 summary="$(for s in "${essential[@]}"; do printf '%s %s, ' "$s" "${result[$s]}"; done)"

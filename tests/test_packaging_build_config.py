@@ -231,3 +231,16 @@ def test_a_private_copy_of_libstdcxx_streams_is_refused(tmp_path):
     assert "CXX=/opt/gcc/bin/g++" in message and "PATH" not in message
     assert "CC=gcc CXX=g++" in message and "removed" in message
     assert "(the default)" in config.private_stdlib_error("x.so", found, {})
+    # CMake's build applies the same rule after linking (cmake/check_private_stdlib.cmake).
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        return
+    script = ROOT / "cmake" / "check_private_stdlib.cmake"
+    for name, sound in (("shared", True), ("static", False)):
+        cmd = [cmake, f"-DLIB={libs[name]}", f"-DNM={shutil.which('nm')}", "-DCXX=c++", "-P"]
+        proc = subprocess.run([*cmd, str(script)], capture_output=True, text=True)
+        assert (proc.returncode == 0) == sound, proc.stderr
+        assert libs[name].exists() == sound  # the unsound one is removed
+        if not sound:
+            assert "of libstdc++'s own stream and locale symbols" in proc.stderr
+            assert str(libs[name]) in " ".join(proc.stderr.split())

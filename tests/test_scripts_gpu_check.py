@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ESSENTIAL = ["build", "check", "tests", "bench_cuda"]
 STEPS = ["preflight", *ESSENTIAL, "capture", "bench_model", "bench_stateless", "bench_trtllm"]
-STEPS += ["sass_report"]
+STEPS += ["bench_export", "sass_report"]
 
 
 def tree(root: Path) -> dict[str, bytes]:
