@@ -9,10 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _RESULT, _HANG = "fp8_dummy-child-result: ", "no answer in"
+# Verdicts a child proving several keys gave (prove_together), taken by verdict(): key -> ""
+# (the reference's bytes) or what differs.
+_together: dict[str, str] = {}
 
 
 def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> tuple[Any, str]:
@@ -39,27 +42,37 @@ def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> 
     return None, f"the child process ended without a result, {how}: {last}"
 
 
-def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120.0) -> str | None:
+def verdict(
+    key: str, target: str, args: Sequence[Any], device: str, timeout=120.0,
+    before_child: Callable[[], None] | None = None,
+) -> str | None:  # fmt: skip
     """A probe for :func:`fp8_dummy._proof.proven` in a child: ``target(*args)`` returns None
     (the reference's bytes) or what differs; a crash or a timeout is a refusal, running out of
     memory none (MemoryError). Cached on disk (:mod:`._verdict_cache`: per key, library build,
     torch build, device and fault state, believed only from a directory and file of this
-    user's), but for a timeout (tried at the next start)."""
+    user's), but for a timeout (tried at the next start). ``before_child``: called when no
+    verdict is at hand, before a child is started (the plan then proves its keys together)."""
     from . import _verdict_cache as cache
 
     env = cache.identity(device)
-    found = cache.load(key, env)
-    if found is not None:
-        why, path = found
-        return (
-            f"{why} (cached at an earlier start in {path}: delete it to prove again)"
-            if why
-            else None
-        )
-    result, why = run_child(target, args, timeout)
-    if result is None and ("out of memory" in why or "allocate memory" in why):
-        raise MemoryError(why) from None  # no verdict: _proof.proven tries again later
-    why = why or ("" if result is None else str(result))
+    if key not in _together:
+        found = cache.load(key, env)
+        if found is not None:
+            why, path = found
+            return (
+                f"{why} (cached at an earlier start in {path}: delete it to prove again)"
+                if why
+                else None
+            )
+        if before_child is not None:
+            before_child()  # may prove this key with others (prove_together)
+    if key in _together:
+        why = _together.pop(key)
+    else:
+        result, why = run_child(target, args, timeout)
+        if result is None and _out_of_memory(why):
+            raise MemoryError(why) from None  # no verdict: _proof.proven tries again later
+        why = why or ("" if result is None else str(result))
     where = "in a child process; not cached: a timeout may be a busy machine's"
     if cache.faulted():
         where = "in a child process; not cached: FP8_DUMMY_FAULT is set"
@@ -67,6 +80,45 @@ def verdict(key: str, target: str, args: Sequence[Any], device: str, timeout=120
         path = cache.store(key, env, why)
         where = "in a child process; " + (f"cached in {path}" if path else "not cached")
     return f"{why} ({where})" if why else None
+
+
+def _out_of_memory(why: str) -> bool:
+    return "out of memory" in why or "allocate memory" in why
+
+
+def prove_together(requests: Sequence[tuple[str, str, Any, str]], timeout=120.0) -> None:
+    """The first proofs of several keys, ``(key, target, args, device)`` as :func:`verdict`
+    takes them, in one child: each answer is kept for the key's :func:`verdict`. Keys already
+    cached are left out. A child that dies or hangs, and every key from one that raised on,
+    decide nothing: those keys are proven in children of their own, which name the one at
+    fault (a fault on a GPU can poison what the same process runs after it)."""
+    from . import _verdict_cache as cache
+
+    todo = [r for r in requests if r[0] not in _together]
+    todo = [r for r in todo if cache.load(r[0], cache.identity(r[3])) is None]
+    if len(todo) < 2:
+        return
+    answers, _ = run_child(f"{__name__}:_each", [[[t, a] for _, t, a, _ in todo]], timeout)
+    if not isinstance(answers, list):
+        return
+    for (key, *_), answer in zip(todo, answers):
+        if not (isinstance(answer, list) and len(answer) == 2 and answer[0] == "done"):
+            break  # this key raised: it and the keys after it, each in its own child
+        _together[key] = "" if answer[1] is None else str(answer[1])
+
+
+def _each(calls: list) -> list:
+    """The child of :func:`prove_together`: ``target(*args)`` of each call in turn, ["done",
+    its answer], until one raises: ["raised", why], and no call after it runs."""
+    out = []
+    for target, args in calls:
+        module, _, function = target.partition(":")
+        try:
+            out.append(["done", getattr(importlib.import_module(module), function)(*args)])
+        except Exception as e:  # noqa: BLE001 (reported; its key is proven alone)
+            out.append(["raised", f"{type(e).__name__}: {e}"])
+            break
+    return out
 
 
 if __name__ == "__main__":  # the child: python -m fp8_dummy._isolated TARGET ARGS_JSON

@@ -97,9 +97,24 @@ def keys() -> list:
     return [e for e in fp8_dummy.self_check_report() if e.path in PATHS]
 
 
+def gathers(monkeypatch) -> list:
+    """One entry per gathering pass of a plan (the tensors it went over)."""
+    passes, real = [], core.planning._prove_together
+
+    def counted(tensors, *args):
+        passes.append(len(tensors))
+        real(tensors, *args)
+
+    monkeypatch.setattr(core.planning, "_prove_together", counted)
+    return passes
+
+
 @pytest.mark.parametrize("engine", ENGINES)
-def test_each_engine_form_is_probed_in_the_child_and_cached(children, tmp_path, engine):
+def test_each_engine_form_is_probed_in_the_child_and_cached(
+    children, tmp_path, monkeypatch, engine
+):
     ours, theirs = ENGINES[engine]
+    gathered = gathers(monkeypatch)
     filled, expected = model(), model()
     theirs(expected)
     with warnings.catch_warnings():
@@ -111,14 +126,53 @@ def test_each_engine_form_is_probed_in_the_child_and_cached(children, tmp_path, 
     # Keys whose float path is ours: FP8 weight, 0-dim and 2-dim float32 scales, bfloat16
     # scales; TensorRT-LLM's also the transposed weight (its temp is row-major) and int8.
     floats = 6 if engine == "trtllm" else 4
-    assert len(children) == floats, [c[3] for c in children]  # one child per key
-    assert any(strided for *_, strided, _, _ in children) == (engine == "trtllm")
+    assert len(children) == 1  # one child for the fill's keys together
+    specs = [spec for _, spec in children[0][0]]
+    assert len(specs) == floats, [spec[3] for spec in specs]
+    assert any(strided for *_, strided, _, _ in specs) == (engine == "trtllm")
     assert len(list((tmp_path / "fp8_dummy/proofs").iterdir())) == floats
     # A later start: this process's verdicts forgotten, the disk's kept: no child.
     torch.ops.fp8_dummy_internal.proof_forget(proven[0].path)
     again = model()
     ours(again)
-    assert len(children) == floats and assert_same_bytes(again, expected)
+    assert len(children) == 1 and assert_same_bytes(again, expected)
+    assert len(gathered) == 1  # the plan's dry pass: once, at the first key that needed a child
+
+
+@pytest.mark.parametrize("fault", ["raises", "dies"])
+def test_keys_a_shared_child_leaves_undecided_are_proven_each_in_its_own(
+    children, monkeypatch, fault
+):
+    # The shared child's second probe raises (its key and the one after it are proven alone),
+    # or the shared child dies (every key alone); the verdicts are the same either way.
+    probes = []
+    real_probe, real_run = core.planning.child_probe, _isolated.run_child
+
+    def probe(*args):
+        probes.append(args[3][0])
+        if fault == "raises" and len(probes) == 2:
+            raise RuntimeError("a stand-in for a fault")
+        return real_probe(*args)
+
+    def run_child(target, args, timeout):
+        if fault == "dies" and target.endswith(":_each"):
+            children.append(args)
+            return None, "the child process ended without a result, killed by signal 11"
+        return real_run(target, args, timeout)
+
+    monkeypatch.setattr(core.planning, "child_probe", probe)
+    monkeypatch.setattr(_isolated, "run_child", run_child)
+    filled, expected = model(), model()
+    oracle.vllm_load_weights(expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing refused
+        vllm_fill(filled)
+    assert assert_same_bytes(filled, expected) == 9
+    assert keys() and all(e.proven for e in keys()), keys()
+    alone = len(children) - 1  # the shared child, then a child per key it left undecided
+    assert alone == (3 if fault == "raises" else 4), children
+    if fault == "raises":
+        assert len(probes) == 2 + 3  # the shared child stopped at the one that raised
 
 
 def test_an_engine_function_a_child_cannot_import_is_left_its_tensors(children, tmp_path):
@@ -141,11 +195,13 @@ def test_cpu_keys_are_proven_in_process_unless_asked(children, monkeypatch, sett
         monkeypatch.delenv("FP8_DUMMY_ISOLATE")
     else:
         monkeypatch.setenv("FP8_DUMMY_ISOLATE", setting)
+    gathered = gathers(monkeypatch)
     filled, expected = model(), model()
     oracle.vllm_load_weights(expected)
     vllm_fill(filled)
     assert assert_same_bytes(filled, expected) == 9
     assert not children and keys() and all(e.proven for e in keys())
+    assert not gathered  # no key needed a child: the plan made once
 
 
 # ---- fresh processes: an engine's starts, its child killed by our kernel ---------------------

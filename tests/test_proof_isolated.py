@@ -139,3 +139,38 @@ def test_run_child_returns_the_result_or_says_why_none_came(monkeypatch):
     result, why = run_child("helpers.isolated_probes:answers_garbage", [])
     assert result is None and "does not parse" in why and "{not json" in why
     assert fp8_dummy.__version__  # the package the children import is this one
+
+
+def test_keys_proven_together_share_one_child_until_one_raises(tmp_path, monkeypatch):
+    from fp8_dummy import _isolated
+
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FP8_DUMMY_FAULT", raising=False)
+    monkeypatch.setattr(_isolated, "_together", {})
+    marker = tmp_path / "children.txt"
+    probes = ["holds", "differs", "raises", "holds"]
+    requests = [(f"vllm: together {i}", f"helpers.isolated_probes:{p}", [str(marker)], "cpu")
+                for i, p in enumerate(probes)]  # fmt: skip
+    _isolated.prove_together(requests)
+    runs = [line.split() for line in marker.read_text().splitlines()]
+    assert [what for what, _ in runs] == probes[:3]  # none after the one that raised
+    assert len({pid for _, pid in runs}) == 1 and int(runs[0][1]) != os.getpid()
+    assert _isolated._together == {"vllm: together 0": "", "vllm: together 1": _differs()}
+    # The keys' verdicts: the shared child's answers, cached; the rest each in its own child.
+    assert _isolated.verdict(*requests[0]) is None
+    assert _isolated.verdict(*requests[1]).startswith(_differs() + " (in a child process; cached")
+    assert "ValueError: the probe could not run" in _isolated.verdict(*requests[2])
+    assert _isolated.verdict(*requests[3]) is None
+    assert len(marker.read_text().splitlines()) == 3 + 2 and not _isolated._together
+    assert len(cached(tmp_path)) == 4
+    # A shared child that dies decides nothing.
+    marker.unlink()
+    crash = [(f"vllm: crash {i}", f"helpers.isolated_probes:{p}", [str(marker)], "cpu")
+             for i, p in enumerate(["crashes", "holds"])]  # fmt: skip
+    _isolated.prove_together(crash)
+    assert marker.read_text().split()[0] == "crashes" and _isolated._together == {}
+
+
+def _differs() -> str:
+    return "first differing byte at element 3 (byte 0): 0x01, the reference 0x00"

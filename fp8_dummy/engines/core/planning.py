@@ -5,6 +5,7 @@ call against the engine's function or the reference on a poisoned probe (docs/en
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 import inspect
@@ -24,6 +25,15 @@ __all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tenso
 
 ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
 _OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
+# Set while plan() gathers the keys its fill will prove in a child (_prove_together): proven()
+# then lists them there instead of proving.
+_gathering: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "fp8_dummy_child_proofs", default=None
+)
+# The plan being made (its arguments), until its first key that needs a child gathers the rest.
+_planning: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "fp8_dummy_plan", default=None
+)
 
 
 def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
@@ -62,23 +72,68 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
     shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if k != "name"]
     key += f" call=({', '.join(['...', *shown])})"
 
-    def probe() -> str | None:
+    def child_spec() -> tuple[list | None, Action, int]:
+        """The child's arguments where this key's probe runs in a child (else None), and our
+        action and seed on the probe."""
         tensors = [(name, probe_tensor(t, strided))]
         ((_, _, action, (_, seed)),) = plan(tensors, sem, call, prove=False, check=False)
         every = os.environ.get(ISOLATE, "").strip().lower() == "all"
         if action.kind is not Kind.UNIFORM or not (every or t.is_cuda and enabled(ISOLATE)):
-            return _probe(sem, engine, call, name, t, strided, action, seed)
+            return None, action, seed
         target = engine and f"{engine.__module__}:{getattr(engine, '__qualname__', '<')}"
         if target is not None and ("<" in target or hasattr(engine, "__self__")):
             raise TypeError(f"a child process cannot import {engine!r} to probe it")
         spec = [target, [sem.path, sem.name, sem.temp, sem.per_tensor], name,
                 [str(t.dtype)[6:], str(t.device), t.dim()], strided, [list(args), kwargs],
                 [action.low, action.high, seed]]  # fmt: skip
+        return spec, action, seed
+
+    def probe() -> str | None:
+        spec, action, seed = child_spec()
+        if spec is None:
+            return _probe(sem, engine, call, name, t, strided, action, seed)
         from ... import _isolated  # here: the child runs it as __main__
 
-        return _isolated.verdict(key, f"{__name__}:child_probe", spec, str(t.device))
+        def together() -> None:  # the plan's first key that needs a child: its others join it
+            if pending := _planning.get():
+                _prove_together(*pending)
+                pending.clear()
 
-    return _proof.proven(key, probe)
+        target = f"{__name__}:child_probe"
+        return _isolated.verdict(key, target, spec, str(t.device), before_child=together)
+
+    gathered = _gathering.get()
+    if gathered is None:
+        return _proof.proven(key, probe)
+    if torch.ops.fp8_dummy_internal.proof_lookup(key) < 0 and all(k != key for k, *_ in gathered):
+        try:
+            spec = child_spec()[0]
+        except Exception:  # noqa: BLE001 (the key's own proof meets it again and decides)
+            spec = None
+        if spec is not None:
+            gathered.append((key, f"{__name__}:child_probe", spec, str(t.device)))
+    return True  # a stand-in: gathering writes nothing and decides nothing
+
+
+def _prove_together(tensors, sem, call, engine, mode, neutral) -> None:
+    """The keys of a fill whose first proof runs in a child, proven in one child together (a
+    child each costs a start of Python, torch and CUDA, seconds on a GPU server): plan's
+    checks and rules on every tensor, no write, then :func:`fp8_dummy._isolated.prove_together`.
+    Run by the plan's first key that needs a child (so never where every key is decided: in
+    this process, or by a verdict cached at an earlier start). A key that one leaves
+    undecided is proven in a child of its own, as without it."""
+    gathered: list = []
+    token = _gathering.set(gathered)
+    try:
+        plan(tensors, sem, call, engine=engine, mode=mode, neutral=neutral, check=False)
+    except Exception:  # noqa: BLE001 (the plan proper raises it, before anything is written)
+        return
+    finally:
+        _gathering.reset(token)
+    if len(gathered) > 1:
+        from ... import _isolated
+
+        _isolated.prove_together(gathered)
 
 
 def _probe(sem, engine, call, name, like, strided, action, seed) -> str | None:
@@ -129,6 +184,17 @@ def plan(
     the local name giving them; ``engine``: proven against, fallen back to; ``neutral(name,
     t)``: set to 1.0. None: a whole-model ``engine`` must fill the model itself."""
     _proof.check_fault_switch()  # a mistyped FP8_DUMMY_FAULT: refused before any write
+    tensors = list(tensors)
+    gather = prove and _gathering.get() is None
+    token = _planning.set([tensors, sem, call, engine, mode, neutral] if gather else None)
+    try:
+        return _plan(tensors, sem, call, engine, prove, mode, neutral, check)
+    finally:
+        _planning.reset(token)
+
+
+def _plan(tensors, sem, call, engine, prove, mode, neutral, check) -> list[Planned] | None:
+    """:func:`plan`'s body."""
     whole = engine is not None and not sem.per_tensor
     out: list[Planned] = []
     for name, t in tensors:
