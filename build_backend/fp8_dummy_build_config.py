@@ -114,6 +114,7 @@ def choose_arch_list(
 # std::locale the process never initialises, since torch loaded libstdc++.so first: every
 # number written to a std::ostringstream (each error message) then comes out empty or
 # crashes. Seen: an image whose CXX was /opt/gcc/bin/g++ built a library that crashed so.
+# The CMake build applies the same pattern (cmake/check_private_stdlib.cmake: no Python there).
 PRIVATE_STDLIB = re.compile(r"^_ZNK?(So|St6locale|St8ios_base)")
 
 

@@ -66,9 +66,8 @@ def verdict(
             )
         if before_child is not None:
             before_child()  # may prove this key with others (prove_together)
-    if key in _together:
-        why = _together.pop(key)
-    else:
+    why = _together.pop(key, None)
+    if why is None:
         result, why = run_child(target, args, timeout)
         if result is None and _out_of_memory(why):
             raise MemoryError(why) from None  # no verdict: _proof.proven tries again later
@@ -94,8 +93,10 @@ def prove_together(requests: Sequence[tuple[str, str, Any, str]], timeout=120.0)
     fault (a fault on a GPU can poison what the same process runs after it)."""
     from . import _verdict_cache as cache
 
-    todo = [r for r in requests if r[0] not in _together]
-    todo = [r for r in todo if cache.load(r[0], cache.identity(r[3])) is None]
+    def open_(key: str, device: str) -> bool:  # neither answered here nor cached on disk
+        return key not in _together and cache.load(key, cache.identity(device)) is None
+
+    todo = [r for r in requests if open_(r[0], r[3])]
     if len(todo) < 2:
         return
     answers, _ = run_child(f"{__name__}:_each", [[[t, a] for _, t, a, _ in todo]], timeout)

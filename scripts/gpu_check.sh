@@ -30,7 +30,8 @@
 # "cut", never as a failure. Each step appends to OUTDIR/log.txt and to OUTDIR/summary.json
 # as it finishes, so partial results survive whatever ends the run; OUTDIR gets at most 8
 # files: log.txt, summary.json, check_<GPU>.json, bench_{cuda,model,stateless,trtllm,export}.json
-# (and build.log in their place when the build fails). Stdout shows each step's verdict and key numbers; the last line is the verdict.
+# (and build.log in their place when the build fails). Stdout shows each step's verdict and
+# key numbers; the last line is the verdict.
 #
 # Exit status: 0 every essential step passed; 1 an essential step failed; 2 no GPU; 3 no
 # failure, but the budget cut an essential step. Non-essential steps never change it.
@@ -160,8 +161,8 @@ if ((has_gpu)); then
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))')}"
 fi
 # The system's compilers, not an image's CC/CXX: the H200 image sets CXX=/opt/gcc/bin/g++,
-# whose link embedded pieces of libstdc++ (std::locale's facet ids) in the library; every
-# number written to a std::ostringstream there then called the wrong facet and crashed.
+# whose link put a private copy of libstdc++'s stream code in the library (every number
+# written to a std::ostringstream there crashed); setup.py refuses such a library.
 for c in CC:gcc CXX:g++; do
   [[ -x /usr/bin/${c#*:} ]] && export "${c%%:*}=/usr/bin/${c#*:}"
 done

@@ -26,8 +26,8 @@ __all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tenso
 ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
 _OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
 # Set while plan() gathers the keys its fill will prove in a child (_prove_together): proven()
-# then lists them there instead of proving.
-_gathering: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+# then records each undecided key there (its child's request, or None) instead of proving.
+_gathering: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
     "fp8_dummy_child_proofs", default=None
 )
 # The plan being made (its arguments), until its first key that needs a child gathers the rest.
@@ -105,13 +105,13 @@ def proven(sem: Semantics, engine: Callable | None, name: str, t: torch.Tensor, 
     gathered = _gathering.get()
     if gathered is None:
         return _proof.proven(key, probe)
-    if torch.ops.fp8_dummy_internal.proof_lookup(key) < 0 and all(k != key for k, *_ in gathered):
-        try:
+    if key not in gathered and torch.ops.fp8_dummy_internal.proof_lookup(key) < 0:
+        try:  # once per key: the probe's plan is not remade for each tensor of the kind
             spec = child_spec()[0]
         except Exception:  # noqa: BLE001 (the key's own proof meets it again and decides)
             spec = None
-        if spec is not None:
-            gathered.append((key, f"{__name__}:child_probe", spec, str(t.device)))
+        request = (key, f"{__name__}:child_probe", spec, str(t.device))
+        gathered[key] = request if spec is not None else None
     return True  # a stand-in: gathering writes nothing and decides nothing
 
 
@@ -122,7 +122,7 @@ def _prove_together(tensors, sem, call, engine, mode, neutral) -> None:
     Run by the plan's first key that needs a child (so never where every key is decided: in
     this process, or by a verdict cached at an earlier start). A key that one leaves
     undecided is proven in a child of its own, as without it."""
-    gathered: list = []
+    gathered: dict = {}
     token = _gathering.set(gathered)
     try:
         plan(tensors, sem, call, engine=engine, mode=mode, neutral=neutral, check=False)
@@ -130,10 +130,11 @@ def _prove_together(tensors, sem, call, engine, mode, neutral) -> None:
         return
     finally:
         _gathering.reset(token)
-    if len(gathered) > 1:
+    requests = [r for r in gathered.values() if r is not None]
+    if len(requests) > 1:
         from ... import _isolated
 
-        _isolated.prove_together(gathered)
+        _isolated.prove_together(requests)
 
 
 def _probe(sem, engine, call, name, like, strided, action, seed) -> str | None:
