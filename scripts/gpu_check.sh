@@ -4,29 +4,31 @@
 #
 # Usage: scripts/gpu_check.sh [--dry-run] [--budget SECONDS] OUTDIR
 #
-# Steps, in this order (planned seconds on the H200 machine, 16 cores; * = essential):
-#   preflight      5  nvcc (path, version), g++, ninja, setuptools, nproc, the CPU and its
+# Steps, in this order (planned seconds: measured on the H200 machine, 16 cores; * = essential):
+#   preflight     15  nvcc (path, version), g++, ninja, setuptools, nproc, the CPU and its
 #                     SIMD flags, Python, torch, the GPU's name and driver
-#   build*        70  setup.py build_ext --inplace for the local GPU's architecture, MAX_JOBS =
+#   build*        90  setup.py build_ext --inplace for the local GPU's architecture, MAX_JOBS =
 #                     cores, with the system's compilers (below); then the test-only
 #                     extension (tests/ext/build.sh), if this checkout has one; the compiler
 #                     output stays in build.log only when the build fails
 #   check*        35  python -m fp8_dummy check --bench --json: every path on the CPU and the
 #                     GPU, each in a child process with a timeout; init_ vs the reference
-#   tests*        50  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
-#                     refused fast path fails, naming it), -v, --maxfail, per-test timeouts
-#                     (pytest-timeout, where installed), 4 workers (pytest-xdist, where
-#                     installed)
 #   bench_cuda*   10  benchmarks/bench_cuda.py: init_ vs both reference paths, 128 Mi elements
-#   capture       15  CUDA graph capture and replay, strict mode too
-#   bench_model   25  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
-#   bench_stateless 10, bench_trtllm 15
+#                     (before the tests: the one measurement the verdict needs)
+#   tests*       120  the GPU byte tests in strict mode (FP8_DUMMY_STRICT=1: a test that hit a
+#                     refused fast path fails, naming it), -v, --maxfail, per-test timeouts
+#                     (pytest-timeout, where installed), 8 workers (pytest-xdist, where
+#                     installed), the slowest tests' durations
+#   capture       10  CUDA graph capture and replay, strict mode too
+#   bench_model   15  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
+#   bench_stateless 5, bench_trtllm 10
 #   bench_export  25  benchmarks/bench_export.py into /dev/shm, fp8-block, 3 runs a side: the
 #                     export on this machine's cores against safetensors from memory
 #   sass_report   30  benchmarks/sass_report.py: the kernels' SASS counts and PREDICTED times,
 #                     next to bench_cuda's measured ones (needs cuobjdump; its table in the log)
 # One budget (default 290 s: under 5 minutes) bounds the run: a step starts only if the time
-# it needs is left, and runs at most until the budget ends; what does not fit is reported as
+# it needs is left (at the planned durations the default runs the essential steps, capture
+# and bench_stateless; every step needs --budget 365), and runs at most until the budget ends; what does not fit is reported as
 # "cut", never as a failure. Each step appends to OUTDIR/log.txt and to OUTDIR/summary.json
 # as it finishes, so partial results survive whatever ends the run; OUTDIR gets at most 8
 # files: log.txt, summary.json, check_<GPU>.json, bench_{cuda,model,stateless,trtllm,export}.json
@@ -71,15 +73,15 @@ if ((dry)); then  # the plan only: nothing below runs, nothing is written
       planned=$((planned + plan))
     fi
   done <<STEPS
-preflight|0|5|the tools (nvcc, g++, ninja, setuptools), the CPU, $PY, torch, the GPU and driver
-build|30|70|$PY setup.py build_ext --inplace with /usr/bin's gcc and g++, then tests/ext/build.sh
+preflight|0|15|the tools (nvcc, g++, ninja, setuptools), the CPU, $PY, torch, the GPU and driver
+build|30|90|$PY setup.py build_ext --inplace with /usr/bin's gcc and g++, then tests/ext/build.sh
 check|30|35|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GPU>.json
-tests|30|50|FP8_DUMMY_STRICT=1 pytest -n 4, the GPU byte tests but capture
 bench_cuda|10|10|benchmarks/bench_cuda.py --json OUTDIR/bench_cuda.json
-capture|15|15|FP8_DUMMY_STRICT=1 pytest -k capture
-bench_model|25|25|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
-bench_stateless|10|10|benchmarks/bench_stateless.py --no-cpu --json OUTDIR/bench_stateless.json
-bench_trtllm|15|15|benchmarks/bench_trtllm.py --devices cuda --json OUTDIR/bench_trtllm.json
+tests|30|120|FP8_DUMMY_STRICT=1 pytest -n 8, the GPU byte tests but capture
+capture|10|10|FP8_DUMMY_STRICT=1 pytest -k capture
+bench_model|15|15|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
+bench_stateless|5|5|benchmarks/bench_stateless.py --no-cpu --json OUTDIR/bench_stateless.json
+bench_trtllm|10|10|benchmarks/bench_trtllm.py --devices cuda --json OUTDIR/bench_trtllm.json
 bench_export|25|25|benchmarks/bench_export.py --formats fp8-block --repeats 3 --dir /dev/shm/... --json OUTDIR/bench_export.json
 sass_report|30|30|benchmarks/sass_report.py --check (needs cuobjdump; its table in log.txt)
 STEPS
@@ -223,9 +225,10 @@ gpu="$("$PY" -c 'import re, torch; print(re.sub(r"[^A-Za-z0-9.]+", "-", torch.cu
 pytest=("$PY" -m pytest -v -p no:cacheprovider -rfE --tb=short --maxfail=25)
 "$PY" -c 'import pytest_timeout' 2> /dev/null && pytest+=(--timeout=150)
 # The byte tests took over 125 s in one process on the H200 (about 2.5 tests a second, the
-# GPU mostly idle): four workers where pytest-xdist is installed (the image has it).
+# GPU mostly idle), and 153 s with four workers once the engines' tests ran to the end: eight
+# workers where pytest-xdist is installed (the image has it), and the slowest tests named.
 parallel=()
-"$PY" -c 'import xdist' 2> /dev/null && parallel=(-n 4)
+"$PY" -c 'import xdist' 2> /dev/null && parallel=(-n 8)
 gpu_tests=(tests/test_init_cuda.py tests/test_init_many_cuda.py tests/test_stateless_cuda.py
   tests/test_random_bytes_cuda.py tests/test_init_cuda_contiguous_temp.py
   tests/test_engines_rules.py tests/test_engines_vllm_plugin.py tests/test_engines_trtllm.py)
@@ -242,7 +245,7 @@ build() {
 }
 export -f build
 export OUT PY
-step build 30 70 300 'built|error' bash -c build
+step build 30 90 300 'built|error' bash -c build
 if [[ ${result[build]} == cut ]]; then
   say "gpu_check: verdict: INCOMPLETE: the budget cut the build; nothing else can run"
   exit 3
@@ -254,15 +257,17 @@ fi
 # ---- the check: every path on every device, each in a child process; init_ vs the reference
 step check 30 35 200 '^(cpu|cuda|engines|verdict|environment)' "$PY" -m fp8_dummy check --bench --timeout 150 --json "$OUT/check_$gpu.json"
 
-# ---- the GPU byte tests, strict: each must prove our kernel, not the reference it falls back to
-step tests 30 50 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${parallel[@]}" "${gpu_tests[@]}" -k "not capture"
-
-# ---- benchmarks: bench_cuda first (essential), then capture, then the rest
+# ---- bench_cuda (essential) before the tests: the tests' length varies, the measurement must not be cut
 step bench_cuda 10 10 120 'x \(target|targets met' "$PY" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json"
-step capture 15 15 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k capture
-step bench_model 25 25 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
-step bench_stateless 10 10 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
-step bench_trtllm 15 15 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
+
+# ---- the GPU byte tests, strict: each must prove our kernel, not the reference it falls back to
+step tests 30 120 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${parallel[@]}" --durations=15 "${gpu_tests[@]}" -k "not capture"
+
+# ---- the other benchmarks
+step capture 10 10 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k capture
+step bench_model 15 15 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
+step bench_stateless 5 5 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
+step bench_trtllm 10 10 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
 shm="$(mktemp -d /dev/shm/fp8_dummy_bench_export.XXXXXX 2> /dev/null || mktemp -d)"
 step bench_export 25 25 90 'export/safetensors' "$PY" benchmarks/bench_export.py --formats fp8-block --repeats 3 --dir "$shm" --json "$OUT/bench_export.json"
 rm -rf "$shm"

@@ -1,6 +1,6 @@
 """scripts/gpu_check.sh without a GPU: its --dry-run prints the steps it would run, in order
-(preflight, build, `fp8_dummy check`, the strict GPU tests, bench_cuda before any other
-benchmark) with the ones its budget would cut at the planned durations, and exits 0 at once:
+(preflight, build, `fp8_dummy check`, bench_cuda, the strict GPU tests, the other
+benchmarks) with the ones its budget would cut at the planned durations, and exits 0 at once:
 it runs nothing (PYTHON is a stand-in that records any start) and writes nothing (its OUTDIR,
 HOME and the checkout compared before and after). Its arguments are checked."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ESSENTIAL = ["build", "check", "tests", "bench_cuda"]
+ESSENTIAL = ["build", "check", "bench_cuda", "tests"]
 STEPS = ["preflight", *ESSENTIAL, "capture", "bench_model", "bench_stateless", "bench_trtllm"]
 STEPS += ["bench_export", "sass_report"]
 
@@ -63,12 +63,21 @@ def test_dry_run_prints_the_steps_in_order_and_runs_and_writes_nothing(tmp_path,
     lines = proc.stdout.splitlines()
     starts = [next(i for i, x in enumerate(lines) if x.startswith(f"== {s}:")) for s in STEPS]
     assert starts == sorted(starts), lines
-    assert "fp8_dummy check" in lines[starts[2]] and "FP8_DUMMY_STRICT=1" in lines[starts[3]]
-    # at the planned durations (measured on the H200) the default budget of 290 s runs every step
-    assert all("planned" in lines[i] for i in starts) and "the budget would cut" not in lines[-1]
+    assert "fp8_dummy check" in lines[starts[2]] and "FP8_DUMMY_STRICT=1" in lines[starts[4]]
+    # at the planned durations (measured on the H200) the default budget of 290 s runs every
+    # essential step and capture
+    assert all("planned" in lines[i] for i in starts[:6]), lines
     assert lines[-1].startswith("gpu_check: verdict: DRY RUN") and "nothing run" in lines[-1]
     assert tree(tmp_path) == before and status() == git_before  # no file, no Python started
     assert not (tmp_path / "home" / "python-started").exists()
+
+
+def test_dry_run_budget_for_every_step(tmp_path):
+    proc = run(tmp_path, "--budget", "365", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("== ")]
+    assert [x.split(":")[0][3:] for x in lines] == STEPS
+    assert all("planned" in x for x in lines) and "the budget would cut" not in proc.stdout
 
 
 def test_dry_run_shows_what_a_small_budget_cuts_and_still_exits_0(tmp_path):
@@ -76,7 +85,7 @@ def test_dry_run_shows_what_a_small_budget_cuts_and_still_exits_0(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = {x.split(":")[0][3:]: x for x in proc.stdout.splitlines() if x.startswith("== ")}
     assert "planned" in lines["build"] and "cut by the budget" in lines["check"]
-    assert "cut check tests bench_cuda" in proc.stdout.splitlines()[-1]
+    assert "cut check bench_cuda tests" in proc.stdout.splitlines()[-1]
     assert not (tmp_path / "out").exists()
 
 

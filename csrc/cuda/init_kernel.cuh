@@ -2,9 +2,14 @@
 // conversion in registers, work items (cuda_plan/cuda_work_item.h) grid-stride (docs/cuda.md).
 #pragma once
 
+// <tuple> before ATen: its philox::unpack (UnpackRaw.cuh) returns a std::tuple without
+// including <tuple>, and with libstdc++ 13 nothing else brings it when this header comes first
+// (benchmarks/sass_kernels.cu). clang-format would sort it below.
+// clang-format off
+#include <tuple>
+// clang-format on
 #include <ATen/cuda/PhiloxUtils.cuh>
 #include <cstdint>
-#include <tuple>  // philox::unpack returns a std::tuple; with libstdc++ 13 no other header brings it
 
 #include "cuda_plan/cuda_work_item.h"
 #include "fp8_dummy/cuda/fp8_convert.h"
