@@ -123,27 +123,58 @@ PRODUCT = [
 ]
 
 # The reference path's kernels, by demangled name (docs/cuda.md): the float16 temp's uniform_
-# (curand_uniform4, the trivial 1-d store lambda) and copy_ to float8_e4m3fn (8-wide vectors,
-# what torch launches for a dense 2-byte -> 1-byte copy on sm_90 and sm_100).
+# (curand_uniform4, the trivial 1-d store lambda) and copy_ to float8_e4m3fn (what torch's
+# launch_vectorized_kernel launches for a dense 2-byte -> 1-byte copy on sm_90 and sm_100).
+# Per kernel: name, a word of its mangled name, its forms (contains, endswith) in order, newest
+# torch first: the first form that any symbol takes is the torch's, and it must pick exactly
+# one kernel (an older form can still name another kernel in a newer torch), bytes per element
+# stored, bytes per element to and from memory.
+_TO_E4M3FN = "at::native::ConvertToFloat8E4M3fnOp<c10::Half>"
+_TO_E4M3FN_LAMBDA = (
+    "at::native::float8_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::Half)#1}"
+)
 REFERENCE = [
     (
         "reference.uniform_",
         r"distribution_elementwise_grid_stride_kernel",
         [
-            "uniform_and_transform<c10::Half, float,",
-            "templates::cuda::uniform_kernel<",
-            "{lambda(curandStatePhilox4_32_10*)#2}",
-            "distribution_nullary_kernel<c10::Half, float, float4,",
+            (
+                [
+                    "uniform_and_transform<c10::Half, float,",
+                    "templates::cuda::uniform_kernel<",
+                    "{lambda(curandStatePhilox4_32_10*)#2}",
+                    "distribution_nullary_kernel<c10::Half, float, float4,",
+                ],
+                "{lambda(int, float)#1})",
+            ),
         ],
-        "{lambda(int, float)#1})",
         2,
         2,
     ),
     (
         "reference.copy_",
         r"vectorized_elementwise_kernel",
-        ["vectorized_elementwise_kernel<8, at::native::ConvertToFloat8E4M3fnOp<c10::Half>,"],
-        "false>(int, at::native::ConvertToFloat8E4M3fnOp<c10::Half>, std::array<char*, 2ul>)",
+        [
+            # torch >= 2.14: the functor, 8-wide (since 2.12 torch caps 1-byte outputs at 4 only
+            # in builds for CUDA < 12.8; the report needs a cu13 one); the last template
+            # argument (use_128b_tws) is true only for sm_107.
+            (
+                [f"vectorized_elementwise_kernel<8, {_TO_E4M3FN},"],
+                f"false>(int, {_TO_E4M3FN}, std::array<char*, 2ul>)",
+            ),
+            # torch 2.12, 2.13: the same kernel, before use_128b_tws.
+            (
+                [f"vectorized_elementwise_kernel<8, {_TO_E4M3FN},"],
+                f"2ul> >(int, {_TO_E4M3FN}, std::array<char*, 2ul>)",
+            ),
+            # torch <= 2.11: no functor but a lambda of float8_copy_kernel_cuda, 4-wide (1-byte
+            # outputs were capped at 4). Its e4m3fn branch comes first, so the float16 lambda is
+            # #1 (in 2.12+ #1 is e5m2's, which the forms above, taken first, keep out).
+            (
+                [f"vectorized_elementwise_kernel<4, {_TO_E4M3FN_LAMBDA},"],
+                f"2ul> >(int, {_TO_E4M3FN_LAMBDA}, std::array<char*, 2ul>)",
+            ),
+        ],
         1,
         3,
     ),
@@ -241,20 +272,46 @@ def demangle(names: list[str]) -> list[str]:
     return out.stdout.splitlines()
 
 
+def pick_reference(
+    name: str,
+    forms: list[tuple[list[str], str]],
+    mangled: list[str],
+    demangled: list[str],
+    lib: Path | str,
+) -> str:
+    """The one kernel of the first form (see REFERENCE) that any symbol takes; else an error
+    that lists the candidates."""
+    # ("_ZN2at6nativeL...": the internal-linkage host stub's name, not the kernel's)
+    named = [(m, d) for m, d in zip(mangled, demangled) if "6nativeL" not in m]
+    for contains, endswith in forms:
+        chosen = [
+            (m, d) for m, d in named if all(c in d for c in contains) and d.endswith(endswith)
+        ]
+        if len(chosen) == 1:
+            return chosen[0][0]
+        if chosen:
+            why = f"{len(chosen)} kernels in {lib} match (want 1)"
+            break
+    else:
+        # Candidates: the kernels closest to a form (most of its parts), how this torch names
+        # what the form meant.
+        def parts(d: str) -> int:
+            return max(sum(c in d for c in cs) + d.endswith(e) for cs, e in forms)
+
+        best = max(map(parts, (d for _, d in named)), default=0)
+        chosen = [(m, d) for m, d in named if best and parts(d) == best]
+        why = f"0 kernels in {lib} match (want 1); the closest ({best} of a form's parts)"
+    listed = sorted(d for _, d in chosen)
+    listed = listed[:20] + [f"... {len(listed) - 20} more"] * (len(listed) > 20)
+    raise RuntimeError(f"{name}: {why}:\n  " + "\n  ".join(listed))
+
+
 def reference_kernels(arch: str) -> list[Kernel]:
     lib = libtorch_cuda()
     kernels = []
-    for name, word, contains, endswith, elem_bytes, hbm_bytes in REFERENCE:
+    for name, word, forms, elem_bytes, hbm_bytes in REFERENCE:
         mangled = symbols_in(lib, word)
-        chosen = [
-            m
-            for m, d in zip(mangled, demangle(mangled))
-            # ("_ZN2at6nativeL...": the internal-linkage host stub's name, not the kernel's)
-            if all(c in d for c in contains) and d.endswith(endswith) and "6nativeL" not in m
-        ]
-        if len(chosen) != 1:
-            raise RuntimeError(f"{name}: {len(chosen)} kernels in {lib} match (want 1)")
-        sym = chosen[0]
+        sym = pick_reference(name, forms, mangled, demangle(mangled), lib)
         text = run([tool("cuobjdump"), "-sass", "-arch", arch, "-fun", sym, str(lib)])
         funcs = parse_functions(text)
         if sym not in funcs:

@@ -125,3 +125,52 @@ def test_a_predicated_store_and_its_else_part_do_not_count_twice():
     )
     n, imad, stored, widest, looped = hp.HotPath(code).count()
     assert (stored, widest, n) == (4, 4, 4), (stored, widest, n)
+
+
+# torch's float16 -> float8_e4m3fn copy kernels as c++filt names them, by torch version.
+FUNCTOR = "at::native::ConvertToFloat8E4M3fnOp<c10::Half>"  # torch >= 2.12
+LAMBDA = "at::native::float8_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::Half)#%d}"
+
+
+def copy_kernel(width: int, func: str, last: str) -> str:
+    """vectorized_elementwise_kernel<width, func, std::array<char*, 2ul>{last}>."""
+    return (
+        f"void at::native::vectorized_elementwise_kernel<{width}, {func}, std::array<char*, 2ul>"
+        f"{last}>(int, {func}, std::array<char*, 2ul>)"
+    )
+
+
+def pick_copy(named: dict[str, str]) -> str:
+    """The mangled name sass_report takes for reference.copy_ out of {mangled: demangled}."""
+    forms = next(forms for name, _, forms, *_ in sr.REFERENCE if name == "reference.copy_")
+    return sr.pick_reference("reference.copy_", forms, list(named), list(named.values()), "lib")
+
+
+def test_reference_copy_is_the_kernel_each_torch_launches():
+    # torch 2.14: the functor, 8-wide, not its sm_107 variant (true) nor the internal-linkage
+    # host stub of the same name; float8_copy_kernel_cuda's lambda #1 is e5m2's there.
+    t214 = {f"F{w}{b}": copy_kernel(w, FUNCTOR, b) for w in (4, 8) for b in (", false", ", true")}
+    t214 |= {f"L{w}": copy_kernel(w, LAMBDA % 1, ", false") for w in (2, 4, 8)}
+    t214["_ZN2at6nativeL_F8"] = t214["F8, false"]
+    assert pick_copy(t214) == "F8, false"
+    # torch 2.12, 2.13: the same, before the kernel's last template argument.
+    t212 = {f"F{w}": copy_kernel(w, FUNCTOR, " ") for w in (2, 4, 8)}
+    t212 |= {f"L{w}": copy_kernel(w, LAMBDA % 1, " ") for w in (2, 4, 8)}
+    assert pick_copy(t212) == "F8"
+    # torch 2.11: no functor; e4m3fn's is lambda #1 (of 5), 4-wide (1-byte outputs capped at 4).
+    t211 = {f"L{w}#{k}": copy_kernel(w, LAMBDA % k, " ") for w in (2, 4, 8) for k in range(1, 6)}
+    assert pick_copy(t211) == "L4#1"
+
+
+def test_reference_copy_fails_listing_the_candidates():
+    t214 = {
+        "F4": copy_kernel(4, FUNCTOR, ", false"),
+        "F8 sm_107": copy_kernel(8, FUNCTOR, ", true"),
+    }
+    with pytest.raises(RuntimeError, match="0 kernels in lib match") as e:
+        pick_copy(t214)
+    assert copy_kernel(8, FUNCTOR, ", true") in str(e.value)
+    t214["F8"] = t214["F8 again"] = copy_kernel(8, FUNCTOR, ", false")
+    with pytest.raises(RuntimeError, match="2 kernels in lib match") as e:
+        pick_copy(t214)
+    assert copy_kernel(8, FUNCTOR, ", false") in str(e.value)
