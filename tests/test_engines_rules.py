@@ -258,3 +258,28 @@ def test_importing_fp8_dummy_imports_no_engine(tmp_path):
     root = Path(fp8_dummy.__file__).resolve().parent.parent
     env = {"PYTHONPATH": f"{root}:{tmp_path}", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.parametrize("verdict", [True, False])
+def test_a_plan_asks_the_proof_once_per_kind_of_tensor_it_proved(monkeypatch, verdict):
+    """Thousands of tensors of a few kinds: a kind (local name, device, dtype, dims, layout)
+    proven once is not asked again in that plan; one refused is asked at each tensor (as a
+    probe to retry would be). The bytes are the loader's either way."""
+    asked, real = [], core.planning.proven
+
+    def counted(sem, engine, name, t, call):
+        asked.append(name)
+        return real(sem, engine, name, t, call) if verdict else False
+
+    monkeypatch.setattr(core.planning, "proven", counted)
+    a, b = (torch.nn.ModuleList(EngineModel("cpu") for _ in range(3)) for _ in "ab")
+    fp8_dummy.initialize_dummy_weights(a, seed=7)
+    oracle.vllm_load_weights(b, 33, seed=7)
+    assert assert_same_bytes(a, b) > 60
+    kinds = {(n.rsplit(".", 1)[-1], t.dtype, min(t.dim(), 2)) for n, t in a.named_parameters()}
+    first = [n for n in asked if n.startswith("0.")]  # the first of the three models
+    assert len(asked) == len(set(asked))
+    if verdict:  # each kind once, at its first tensor
+        assert asked == first and 0 < len(asked) <= len(kinds)
+    else:  # every fusable tensor of the three models
+        assert len(asked) == 3 * len(first) > 0
