@@ -283,3 +283,50 @@ def test_a_plan_asks_the_proof_once_per_kind_of_tensor_it_proved(monkeypatch, ve
         assert asked == first and 0 < len(asked) <= len(kinds)
     else:  # every fusable tensor of the three models
         assert len(asked) == 3 * len(first) > 0
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_fill_pauses_the_cycle_collector_and_leaves_it_as_it_was(monkeypatch, enabled):
+    """Paused while the fill plans and runs, also when it raises, and in a fill nested in
+    another or in other threads; afterwards on or off as before."""
+    import gc
+    import threading
+
+    seen = []
+    real = core.planning._plan
+
+    def spy(*args):
+        seen.append(gc.isenabled())
+        return real(*args)
+
+    monkeypatch.setattr(core.planning, "_plan", spy)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        fp8_dummy.initialize_dummy_weights(EngineModel("cpu"), seed=1)
+        assert gc.isenabled() == enabled and seen and not any(seen)  # probes plan too
+        with pytest.raises(ValueError, match="semantics"):
+            fp8_dummy.initialize_dummy_weights(EngineModel("cpu"), semantics="none")
+        with pytest.raises(ValueError, match="64 bits"):  # refused inside the plan
+            fp8_dummy.initialize_dummy_weights(EngineModel("cpu"), seed=2**64)
+        assert gc.isenabled() == enabled
+        inside = threading.Event()
+        release = threading.Event()
+
+        def slow(*args):
+            inside.set()
+            release.wait(10)
+            return real(*args)
+
+        monkeypatch.setattr(core.planning, "_plan", slow)
+        fill = fp8_dummy.initialize_dummy_weights
+        other = threading.Thread(target=fill, args=(EngineModel("cpu"),))
+        other.start()
+        assert inside.wait(10)
+        monkeypatch.setattr(core.planning, "_plan", spy)
+        fp8_dummy.initialize_dummy_weights(EngineModel("cpu"), seed=3)  # ends first
+        assert not gc.isenabled()  # the other thread's fill is still under way
+        release.set()
+        other.join(10)
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()

@@ -17,7 +17,16 @@ from .checks import (
     unwritable,
 )
 from .execution import PROGRESS_BATCH_BYTES, PROGRESS_THRESHOLD_BYTES, apply, random_bytes_, run
-from .planning import ISOLATE, child_probe, fill, plan, probe_model, probe_tensor, proven
+from .planning import (
+    ISOLATE,
+    child_probe,
+    fill,
+    no_cycle_collection,
+    plan,
+    probe_model,
+    probe_tensor,
+    proven,
+)
 from .plugins import account, enabled, guarded, installed, own_function
 from .semantics import (
     ROWS,
@@ -39,5 +48,6 @@ __all__ = ["FP4", "FUSED_DTYPES", "ISOLATE", "PROGRESS_BATCH_BYTES", "PROGRESS_T
 __all__ += ["ROWS", "SEMANTICS", "SKIP", "Action", "Call", "Kind", "Planned", "Rule", "Semantics"]
 __all__ += ["account", "apply", "bind", "checked", "child_probe", "cuda_kernels", "distinct"]
 __all__ += ["enabled", "error", "fill", "fusable", "guarded", "installed", "is_plain"]
-__all__ += ["is_scale_tensor", "own_function", "plan", "probe_model", "probe_tensor", "proven"]
+__all__ += ["is_scale_tensor", "no_cycle_collection", "own_function", "plan", "probe_model"]
+__all__ += ["probe_tensor", "proven"]
 __all__ += ["random_bytes_", "refusal", "run", "unwritable", "walk"]

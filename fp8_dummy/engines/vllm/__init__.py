@@ -161,13 +161,16 @@ def _loader_class(dl: ModuleType) -> type:
                 for name, t in dl.get_layer_tensors(layer).items():
                     if name not in layer._non_persistent_buffers_set:
                         steps[-1].append((name, t))
-            steps = [
-                s if isinstance(s, tuple) else core.plan(s, sem, call, engine=own) for s in steps
-            ]
+            with core.no_cycle_collection():  # (core.fill's pause: the plan's many objects)
+                steps = [
+                    s if isinstance(s, tuple) else core.plan(s, sem, call, engine=own)
+                    for s in steps
+                ]
             for step in steps:
                 if isinstance(step, tuple):
                     self._process_online_quant_layer(*step)
                 else:
-                    core.run(step)
+                    with core.no_cycle_collection():
+                        core.run(step)
 
     return FP8DummyModelLoader
