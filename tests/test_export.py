@@ -6,6 +6,7 @@ anything is written; an interrupted export leaves no file that looks complete.""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -137,16 +138,39 @@ def test_shards_index_and_names_match_transformers_save(tmp_path, arch):
 
 
 @pytest.mark.parametrize(
-    "chunk",
-    [1000, 100],  # a few rows a window; a row larger than a window (its own buffer)
+    ("arch", "fmt", "chunk"),
+    [
+        ("llama", None, 1000),  # a few rows a window
+        ("llama", None, 100),  # a row larger than a window: runs of its elements
+        ("gpt_oss", "mxfp4", 48),  # [E, N, K/32, 16]: an expert, even one N, over a window
+        ("gpt_oss", "bf16", 5000),  # a stacked expert over a window, its rows not
+    ],
 )
-def test_blocks_written_in_chunks_are_the_whole_tensors_bytes(tmp_path, monkeypatch, chunk):
-    src = config_dir(tmp_path, "llama")
-    E.export(src, tmp_path / "a", seed=3, progress=False)
+def test_blocks_written_in_chunks_are_the_whole_tensors_bytes(
+    tmp_path, monkeypatch, arch, fmt, chunk
+):
+    src = config_dir(tmp_path, arch)
+    E.export(src, tmp_path / "a", seed=3, format=fmt, progress=False)
+    cut = []
+    real = E._blocks
+
+    def blocks(t):
+        for block, shape, at in real(t):
+            size = math.prod(shape) * t.dtype.itemsize
+            cut.append((t.name, at, size))
+            yield block, shape, at
+
     monkeypatch.setattr(E, "CHUNK", chunk)
-    E.export(src, tmp_path / "b", seed=3, progress=False)
+    monkeypatch.setattr(E, "_blocks", blocks)
+    E.export(src, tmp_path / "b", seed=3, format=fmt, progress=False)
     a, b = read_export(tmp_path / "a"), read_export(tmp_path / "b")
-    assert all(torch.equal(raw(a[n]), raw(b[n])) for n in a)
+    assert a.keys() == b.keys() and all(torch.equal(raw(a[n]), raw(b[n])) for n in a)
+    assert all(size <= chunk for _, _, size in cut)  # every block within a window
+    for name in {n for n, _, _ in cut}:  # each tensor's blocks tile it, in order
+        mine = [(at, size) for n, at, size in cut if n == name]
+        assert [at for at, _ in mine] == list(itertools.accumulate([0] + [s for _, s in mine[:-1]]))
+        assert sum(s for _, s in mine) == raw(a[name]).numel()
+    assert any(len([1 for n, _, _ in cut if n == m]) > 1 for m in a)  # some were cut
 
 
 def test_a_tensor_off_its_alignment_gets_the_same_bytes(tmp_path):
