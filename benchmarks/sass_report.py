@@ -125,10 +125,10 @@ PRODUCT = [
 # The reference path's kernels, by demangled name (docs/cuda.md): the float16 temp's uniform_
 # (curand_uniform4, the trivial 1-d store lambda) and copy_ to float8_e4m3fn (what torch's
 # launch_vectorized_kernel launches for a dense 2-byte -> 1-byte copy on sm_90 and sm_100).
-# Per kernel: name, a word of its mangled name, its forms (contains, endswith) in order, newest
-# torch first: the first form that any symbol takes is the torch's, and it must pick exactly
-# one kernel (an older form can still name another kernel in a newer torch), bytes per element
-# stored, bytes per element to and from memory.
+# Per kernel: name, a word of its mangled name, its forms (contains, endswith[, the torch it
+# is only below]) in order, newest torch first: the first form that any symbol takes is the
+# torch's, and it must pick exactly one kernel (an older form can still name another kernel in
+# a newer torch), bytes per element stored, bytes per element to and from memory.
 _TO_E4M3FN = "at::native::ConvertToFloat8E4M3fnOp<c10::Half>"
 _TO_E4M3FN_LAMBDA = (
     "at::native::float8_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(c10::Half)#1}"
@@ -167,12 +167,13 @@ REFERENCE = [
                 [f"vectorized_elementwise_kernel<8, {_TO_E4M3FN},"],
                 f"2ul> >(int, {_TO_E4M3FN}, std::array<char*, 2ul>)",
             ),
-            # torch <= 2.11: no functor but a lambda of float8_copy_kernel_cuda, 4-wide (1-byte
-            # outputs were capped at 4). Its e4m3fn branch comes first, so the float16 lambda is
-            # #1 (in 2.12+ #1 is e5m2's, which the forms above, taken first, keep out).
+            # torch <= 2.11 only: no functor but a lambda of float8_copy_kernel_cuda, 4-wide
+            # (1-byte outputs were capped at 4). Its e4m3fn branch comes first, so the float16
+            # lambda is #1; in 2.12+ #1 is e5m2's, never to be taken.
             (
                 [f"vectorized_elementwise_kernel<4, {_TO_E4M3FN_LAMBDA},"],
                 f"2ul> >(int, {_TO_E4M3FN_LAMBDA}, std::array<char*, 2ul>)",
+                (2, 12),
             ),
         ],
         1,
@@ -274,15 +275,17 @@ def demangle(names: list[str]) -> list[str]:
 
 def pick_reference(
     name: str,
-    forms: list[tuple[list[str], str]],
+    forms: list[tuple],
     mangled: list[str],
     demangled: list[str],
     lib: Path | str,
+    torch_version: tuple[int, int],
 ) -> str:
-    """The one kernel of the first form (see REFERENCE) that any symbol takes; else an error
-    that lists the candidates."""
+    """The one kernel of the first form (see REFERENCE) for ``torch_version`` that any symbol
+    takes; else an error that lists the candidates."""
     # ("_ZN2at6nativeL...": the internal-linkage host stub's name, not the kernel's)
     named = [(m, d) for m, d in zip(mangled, demangled) if "6nativeL" not in m]
+    forms = [f[:2] for f in forms if len(f) < 3 or torch_version < f[2]]
     for contains, endswith in forms:
         chosen = [
             (m, d) for m, d in named if all(c in d for c in contains) and d.endswith(endswith)
@@ -307,11 +310,20 @@ def pick_reference(
 
 
 def reference_kernels(arch: str) -> list[Kernel]:
+    import torch
+
     lib = libtorch_cuda()
+    version = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    cuda = tuple(int(x) for x in re.findall(r"\d+", torch.version.cuda or "0.0")[:2])
+    if version >= (2, 12) and cuda < (12, 8):  # its copy_ launches 4-wide, not the 8-wide form
+        raise RuntimeError(
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}): the reference kernels are "
+            "read from a CUDA 12.8+ build of torch >= 2.12 (or any build of 2.11)"
+        )
     kernels = []
     for name, word, forms, elem_bytes, hbm_bytes in REFERENCE:
         mangled = symbols_in(lib, word)
-        sym = pick_reference(name, forms, mangled, demangle(mangled), lib)
+        sym = pick_reference(name, forms, mangled, demangle(mangled), lib, version)
         text = run([tool("cuobjdump"), "-sass", "-arch", arch, "-fun", sym, str(lib)])
         funcs = parse_functions(text)
         if sym not in funcs:

@@ -28,10 +28,11 @@
 #                     next to bench_cuda's measured ones (needs cuobjdump; its table in the log)
 # One budget (default 290 s: under 5 minutes) bounds the run: a step starts only if the time
 # it needs is left (at the planned durations the default runs the essential steps, capture
-# and bench_stateless; every step needs --budget 365), and runs at most until the budget ends; what does not fit is reported as
-# "cut", never as a failure. Each step appends to OUTDIR/log.txt and to OUTDIR/summary.json
-# as it finishes, so partial results survive whatever ends the run; OUTDIR gets at most 8
-# files: log.txt, summary.json, check_<GPU>.json, bench_{cuda,model,stateless,trtllm,export}.json
+# and bench_stateless; every step needs --budget 365), and runs at most until the budget
+# ends; what does not fit is reported as "cut", never as a failure. Each step appends to
+# OUTDIR/log.txt and to OUTDIR/summary.json as it finishes, so partial results survive
+# whatever ends the run; OUTDIR gets at most 8 files: log.txt, summary.json,
+# check_<GPU>.json, bench_{cuda,model,stateless,trtllm,export}.json
 # (and build.log in their place when the build fails). Stdout shows each step's verdict and
 # key numbers; the last line is the verdict.
 #

@@ -5,6 +5,7 @@ tests/test_engines_vllm.py and tests/test_engines_sglang.py), on the CPU and on 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -260,35 +261,38 @@ def test_importing_fp8_dummy_imports_no_engine(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path, timeout=300)
 
 
-@pytest.mark.parametrize("verdict", [True, False])
-def test_a_plan_asks_the_proof_once_per_kind_of_tensor_it_proved(monkeypatch, verdict):
+def test_a_plan_asks_the_proof_once_per_kind_of_tensor_it_proved(monkeypatch):
     """Thousands of tensors of a few kinds: a kind (local name, device, dtype, dims, layout)
     proven once is not asked again in that plan; one refused is asked at each tensor (as a
     probe to retry would be). The bytes are the loader's either way."""
-    asked, real = [], core.planning.proven
+    asked, real, verdict = [], core.planning.proven, [False]
 
     def counted(sem, engine, name, t, call):
-        asked.append(name)
-        return real(sem, engine, name, t, call) if verdict else False
+        asked.append((name, t))
+        return real(sem, engine, name, t, call) if verdict[0] else False
 
     monkeypatch.setattr(core.planning, "proven", counted)
-    a, b = (torch.nn.ModuleList(EngineModel("cpu") for _ in range(3)) for _ in "ab")
-    fp8_dummy.initialize_dummy_weights(a, seed=7)
-    oracle.vllm_load_weights(b, 33, seed=7)
-    assert assert_same_bytes(a, b) > 60
-    kinds = {(n.rsplit(".", 1)[-1], t.dtype, min(t.dim(), 2)) for n, t in a.named_parameters()}
-    first = [n for n in asked if n.startswith("0.")]  # the first of the three models
-    assert len(asked) == len(set(asked))
-    if verdict:  # each kind once, at its first tensor
-        assert asked == first and 0 < len(asked) <= len(kinds)
-    else:  # every fusable tensor of the three models
-        assert len(asked) == 3 * len(first) > 0
+    for verdict[0] in (False, True):
+        asked.clear()
+        a, b = (torch.nn.ModuleList(EngineModel("cpu") for _ in range(3)) for _ in "ab")
+        fp8_dummy.initialize_dummy_weights(a, seed=7)
+        oracle.vllm_load_weights(b, 33, seed=7)
+        assert assert_same_bytes(a, b) > 60
+        if not verdict[0]:  # refused: asked at every fusable tensor of the three models
+            every = [n for n, _ in asked]
+            first = [n for n in every if n.startswith("0.")]
+            assert len(every) == len(set(every)) == 3 * len(first) > 0
+            kinds = {}  # each kind's first tensor, in the order of the walk
+            for n, t in asked:  # (vLLM's float path's bytes do not depend on the layout)
+                kinds.setdefault((n.rsplit(".", 1)[-1], t.dtype, min(t.dim(), 2)), n)
+    assert [n for n, _ in asked] == list(kinds.values())  # proven: once per kind, at its first
 
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_fill_pauses_the_cycle_collector_and_leaves_it_as_it_was(monkeypatch, enabled):
-    """Paused while the fill plans and runs, also when it raises, and in a fill nested in
-    another or in other threads; afterwards on or off as before."""
+    """Paused while the fill plans and runs (and the plans its probes make), also when it
+    raises, and while fills in other threads run; afterwards on or off as before; a child
+    forked during a fill starts with it as it was before the fill."""
     import gc
     import threading
 
@@ -297,6 +301,11 @@ def test_a_fill_pauses_the_cycle_collector_and_leaves_it_as_it_was(monkeypatch, 
 
     def spy(*args):
         seen.append(gc.isenabled())
+        if len(seen) == 1 and hasattr(os, "fork"):
+            pid = os.fork()
+            if pid == 0:  # the child: the collector as before the fill, nothing paused
+                os._exit(0 if gc.isenabled() == enabled else 1)
+            assert os.waitpid(pid, 0)[1] == 0
         return real(*args)
 
     monkeypatch.setattr(core.planning, "_plan", spy)

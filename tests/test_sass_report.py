@@ -140,10 +140,11 @@ def copy_kernel(width: int, func: str, last: str) -> str:
     )
 
 
-def pick_copy(named: dict[str, str]) -> str:
+def pick_copy(named: dict[str, str], torch_version: tuple[int, int] = (2, 14)) -> str:
     """The mangled name sass_report takes for reference.copy_ out of {mangled: demangled}."""
     forms = next(forms for name, _, forms, *_ in sr.REFERENCE if name == "reference.copy_")
-    return sr.pick_reference("reference.copy_", forms, list(named), list(named.values()), "lib")
+    names = list(named), list(named.values())
+    return sr.pick_reference("reference.copy_", forms, *names, "lib", torch_version)
 
 
 def test_reference_copy_is_the_kernel_each_torch_launches():
@@ -156,10 +157,13 @@ def test_reference_copy_is_the_kernel_each_torch_launches():
     # torch 2.12, 2.13: the same, before the kernel's last template argument.
     t212 = {f"F{w}": copy_kernel(w, FUNCTOR, " ") for w in (2, 4, 8)}
     t212 |= {f"L{w}": copy_kernel(w, LAMBDA % 1, " ") for w in (2, 4, 8)}
-    assert pick_copy(t212) == "F8"
+    assert pick_copy(t212, (2, 12)) == "F8"
+    # a torch 2.12 whose functor kernel is missing: its lambda #1 (e5m2's) is never taken
+    with pytest.raises(RuntimeError, match="0 kernels"):
+        pick_copy({k: v for k, v in t212.items() if k.startswith("L")}, (2, 12))
     # torch 2.11: no functor; e4m3fn's is lambda #1 (of 5), 4-wide (1-byte outputs capped at 4).
     t211 = {f"L{w}#{k}": copy_kernel(w, LAMBDA % k, " ") for w in (2, 4, 8) for k in range(1, 6)}
-    assert pick_copy(t211) == "L4#1"
+    assert pick_copy(t211, (2, 11)) == "L4#1"
 
 
 def test_reference_copy_fails_listing_the_candidates():

@@ -82,10 +82,12 @@ def build(verbose: bool = False) -> Path:
     ops = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith(f"{NAME}::")]
     assert ops, f"{NAME} registered no operators"
     library = out / f"{NAME}.so"
-    # ninja rebuilt what depends on a changed input; an input newer than the library that it
-    # left alone is one this build does not compile (a .cuh in a CPU build): the library is
-    # current, so its time says so (else the loader would refuse it until that file is older).
-    if newer_inputs(library):
+    # In a build without CUDA, a changed .cu or .cuh that no C++ source includes (gcc's
+    # dependency files would have made ninja rebuild one that does) leaves the library as it
+    # is, current; its time says so, else the loader would refuse it until that file is older.
+    # Anything else newer is left for the loader to refuse (nvcc may not track headers).
+    newer = newer_inputs(library)
+    if newer and not cuda and all(p.suffix in (".cu", ".cuh") for p in newer):
         os.utime(library)
     return library
 

@@ -67,6 +67,21 @@ def no_cycle_collection():
                 gc.enable()
 
 
+def _after_fork_in_child() -> None:
+    """A child forked during a fill runs none of it: the collector as it was before the fill,
+    and a lock no thread of the child holds."""
+    global _gc_lock
+    _gc_lock = threading.Lock()
+    if _gc_paused[0]:
+        _gc_paused[0] = 0
+        if _gc_paused[1]:
+            gc.enable()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
     """67 x 129 poisoned elements like ``t`` (dtype, device, 0/1/2+ dims), row-major or not."""
     shape = {0: (), 1: (67 * 129,)}.get(t.dim(), (67, 129) + (1,) * (t.dim() - 2))
@@ -255,14 +270,14 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check) -> list[Plann
                 p, named = bind(sem, args, kwargs)
                 if check and engine is None and "seed" in p:  # refused before any write
                     as_int64(p["seed"], "seed", sem.path)
-                entry = bound[local] = (args, kwargs, p, named, None)
-            except TypeError as e:  # a later release's arguments: its own function decides
-                entry = bound[local] = (args, kwargs, None, False, e)
-        args, kwargs, p, named, wrong = entry
+                entry = bound[local] = (args, kwargs, p, named, False)
+            except TypeError:  # a later release's arguments: its own function decides
+                if engine is None:
+                    raise
+                entry = bound[local] = (args, kwargs, None, False, True)
+        args, kwargs, p, named, theirs_only = entry
         theirs = None if engine is None else functools.partial(engine, t, *args, **kwargs)
-        if wrong is not None:
-            if engine is None:
-                raise wrong
+        if theirs_only:
             if whole:
                 return None
             out.append((name, t, Action(Kind.ENGINE, value=theirs), (sem, 0)))
