@@ -1,7 +1,8 @@
 """The engine-agnostic core (docs/engines.md): it names no engine. An engine's function as
 data (:mod:`.semantics`), which tensors we may write and how (:mod:`.checks`), the plan of a
-fill with its one proof (:mod:`.planning`), carrying it out (:mod:`.execution`), and what the
-plugins share inside the engine (:mod:`.plugins`)."""
+fill with its one proof (:mod:`.planning`), carrying it out (:mod:`.execution`), the cycle
+collector paused meanwhile (:mod:`.collector`), and what the plugins share inside the engine
+(:mod:`.plugins`)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,7 @@ from .checks import (
     unwritable,
 )
 from .execution import PROGRESS_BATCH_BYTES, PROGRESS_THRESHOLD_BYTES, apply, random_bytes_, run
-from .planning import (
-    ISOLATE,
-    child_probe,
-    fill,
-    no_cycle_collection,
-    plan,
-    probe_model,
-    probe_tensor,
-    proven,
-)
+from .planning import ISOLATE, child_probe, fill, plan, probe_model, probe_tensor, proven
 from .plugins import account, enabled, guarded, installed, own_function
 from .semantics import (
     ROWS,
@@ -48,6 +40,5 @@ __all__ = ["FP4", "FUSED_DTYPES", "ISOLATE", "PROGRESS_BATCH_BYTES", "PROGRESS_T
 __all__ += ["ROWS", "SEMANTICS", "SKIP", "Action", "Call", "Kind", "Planned", "Rule", "Semantics"]
 __all__ += ["account", "apply", "bind", "checked", "child_probe", "cuda_kernels", "distinct"]
 __all__ += ["enabled", "error", "fill", "fusable", "guarded", "installed", "is_plain"]
-__all__ += ["is_scale_tensor", "no_cycle_collection", "own_function", "plan", "probe_model"]
-__all__ += ["probe_tensor", "proven"]
+__all__ += ["is_scale_tensor", "own_function", "plan", "probe_model", "probe_tensor", "proven"]
 __all__ += ["random_bytes_", "refusal", "run", "unwritable", "walk"]

@@ -14,6 +14,7 @@ from ..._progress import Progress
 from ...ops import init_, init_many_, random_
 from ...stateless import init_stateless_
 from .checks import distinct, is_plain
+from .collector import no_cycle_collection
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
 __all__ = ["PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES", "apply", "random_bytes_", "run"]
@@ -96,7 +97,7 @@ def run(planned: list[Planned], *, mode: str = "generator", progress: bool | Non
         batches.clear()
 
     try:
-        with torch.no_grad():
+        with torch.no_grad(), no_cycle_collection():
             for (_, t, action, (sem, seed)), in_order in todo:
                 kind, low, high = action.kind, action.low, action.high
                 fused = kind is Kind.UNIFORM and mode == "generator"

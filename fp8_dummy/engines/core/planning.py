@@ -5,14 +5,11 @@ call against the engine's function or the reference on a poisoned probe (docs/en
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
-import gc
 import importlib
 import inspect
 import os
-import threading
 from typing import Any, Callable
 
 import torch
@@ -20,12 +17,12 @@ import torch
 from ... import _proof
 from ...ops import as_int64
 from .checks import checked, fusable, is_plain, refusal
+from .collector import no_cycle_collection
 from .execution import run
 from .plugins import enabled
 from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics, bind, error, walk
 
-__all__ = ["ISOLATE", "child_probe", "fill", "no_cycle_collection", "plan", "probe_model"]
-__all__ += ["probe_tensor", "proven"]
+__all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tensor", "proven"]
 
 ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
 _OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
@@ -38,48 +35,6 @@ _gathering: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
 _planning: contextvars.ContextVar[list | None] = contextvars.ContextVar(
     "fp8_dummy_plan", default=None
 )
-
-
-_gc_lock = threading.Lock()
-_gc_paused = [0, False]  # fills under way, whether the collector was enabled before the first
-
-
-@contextlib.contextmanager
-def no_cycle_collection():
-    """Python's cycle collector paused while a fill plans and runs (and resumed as it was).
-    A fill makes a few small objects per tensor, none in a cycle (refcounting frees them), yet
-    enough of them to set off full collections of the engine's whole heap, each the size of
-    that heap: in one process on the H200 machine, 4,576 tensors took 147 ms (median of 9)
-    with the collector and 75 ms without; on the 2-vCPU VM with 300,000 objects of ballast,
-    the median was the same and the slowest of 11 fills 281 -> 154 ms. Counted, so that
-    fills in several threads resume it once, after the last."""
-    with _gc_lock:
-        if _gc_paused[0] == 0:
-            _gc_paused[1] = gc.isenabled()
-            gc.disable()
-        _gc_paused[0] += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_paused[0] -= 1
-            if _gc_paused[0] == 0 and _gc_paused[1]:
-                gc.enable()
-
-
-def _after_fork_in_child() -> None:
-    """A child forked during a fill runs none of it: the collector as it was before the fill,
-    and a lock no thread of the child holds."""
-    global _gc_lock
-    _gc_lock = threading.Lock()
-    if _gc_paused[0]:
-        _gc_paused[0] = 0
-        if _gc_paused[1]:
-            gc.enable()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def probe_tensor(t: torch.Tensor, strided: bool = False) -> torch.Tensor:
@@ -235,7 +190,8 @@ def plan(
     gather = prove and _gathering.get() is None
     token = _planning.set([tensors, sem, call, engine, mode, neutral] if gather else None)
     try:
-        return _plan(tensors, sem, call, engine, prove, mode, neutral, check)
+        with no_cycle_collection():
+            return _plan(tensors, sem, call, engine, prove, mode, neutral, check)
     finally:
         _planning.reset(token)
 
@@ -312,8 +268,7 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check) -> list[Plann
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
-    with no_cycle_collection():
-        planned = plan(walk(what, sem.order) if model else what, sem, call, engine=engine, **kw)
-        if planned is not None:
-            return run(planned, mode=kw.get("mode", "generator"), progress=progress)
-    return engine(what, *call[0], **call[1])
+    planned = plan(walk(what, sem.order) if model else what, sem, call, engine=engine, **kw)
+    if planned is None:
+        return engine(what, *call[0], **call[1])
+    return run(planned, mode=kw.get("mode", "generator"), progress=progress)

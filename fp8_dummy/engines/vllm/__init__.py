@@ -161,16 +161,13 @@ def _loader_class(dl: ModuleType) -> type:
                 for name, t in dl.get_layer_tensors(layer).items():
                     if name not in layer._non_persistent_buffers_set:
                         steps[-1].append((name, t))
-            with core.no_cycle_collection():  # (core.fill's pause: the plan's many objects)
-                steps = [
-                    s if isinstance(s, tuple) else core.plan(s, sem, call, engine=own)
-                    for s in steps
-                ]
+            steps = [
+                s if isinstance(s, tuple) else core.plan(s, sem, call, engine=own) for s in steps
+            ]
             for step in steps:
                 if isinstance(step, tuple):
                     self._process_online_quant_layer(*step)
                 else:
-                    with core.no_cycle_collection():
-                        core.run(step)
+                    core.run(step)
 
     return FP8DummyModelLoader

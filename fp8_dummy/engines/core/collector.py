@@ -1,0 +1,53 @@
+"""Python's cycle collector paused while a fill plans and runs (:func:`no_cycle_collection`,
+used by ``plan()`` and ``run()``). A fill makes a few small objects per tensor, none in a
+cycle (refcounting frees them), yet enough of them to set off full collections of the
+engine's whole heap, each the size of that heap: in one process on the H200 machine, 4,576
+tensors took 147 ms (median of 9) with the collector and 75 ms without; on the 2-vCPU VM with
+300,000 objects of ballast, the median was the same and the slowest of 11 fills 281 -> 154 ms."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+
+__all__ = ["no_cycle_collection"]
+
+_lock = threading.Lock()
+_depth = 0  # pauses under way, in every thread
+_was_enabled = False  # the collector's state before the first of them
+
+
+@contextlib.contextmanager
+def no_cycle_collection():
+    """The collector paused for the block, resumed as it was after the last block under way
+    (fills in several threads, or nested: a plan's probes plan too)."""
+    global _depth, _was_enabled
+    with _lock:
+        if _depth == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _was_enabled:
+                gc.enable()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked during a fill runs none of it: the collector as it was before the fill,
+    and a lock no thread of the child holds."""
+    global _lock, _depth
+    _lock = threading.Lock()
+    if _depth:
+        _depth = 0
+        if _was_enabled:
+            gc.enable()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
