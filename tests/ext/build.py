@@ -13,7 +13,6 @@ build/test-ext/<torch>-<hash of the library's path>/, which tests/ext/__init__.p
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 import time
 from pathlib import Path
@@ -43,13 +42,17 @@ def library_file() -> Path:
 
 
 def newer_inputs(library: Path) -> list[Path]:
-    """The inputs changed since `library` was linked."""
+    """The inputs changed since `library` was linked. A build without CUDA compiles no .cu
+    and includes no .cuh (its C++ sources include none), so those do not count there."""
+    import fp8_dummy
+
+    cuda_only = () if fp8_dummy.build_info()["cuda"] else (".cu", ".cuh")
     built = library.stat().st_mtime
     return [
         p
         for folder, pattern in INPUTS
         for p in folder.glob(pattern)
-        if p.is_file() and p.stat().st_mtime > built
+        if p.is_file() and p.suffix not in cuda_only and p.stat().st_mtime > built
     ]
 
 
@@ -81,15 +84,7 @@ def build(verbose: bool = False) -> Path:
     )
     ops = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith(f"{NAME}::")]
     assert ops, f"{NAME} registered no operators"
-    library = out / f"{NAME}.so"
-    # In a build without CUDA, a changed .cu or .cuh that no C++ source includes (gcc's
-    # dependency files would have made ninja rebuild one that does) leaves the library as it
-    # is, current; its time says so, else the loader would refuse it until that file is older.
-    # Anything else newer is left for the loader to refuse (nvcc may not track headers).
-    newer = newer_inputs(library)
-    if newer and not cuda and all(p.suffix in (".cu", ".cuh") for p in newer):
-        os.utime(library)
-    return library
+    return out / f"{NAME}.so"
 
 
 if __name__ == "__main__":
