@@ -14,7 +14,8 @@ and each pair's ratio printed too, with each run's user and system CPU time in t
 Two times per run: into the page cache (what the call takes: on a disk, the bytes are not
 on it yet) and on disk (the same plus the ``os.sync()`` after it: the rate a model larger
 than the page cache gets):
-  export       fp8_dummy.export.export(...): the logical model made block by block, written
+  export       fp8_dummy.realistic.export.export(...): the logical model made block by
+               block, written
   safetensors  the same tensors (made beforehand, held in memory) written by
                safetensors.torch.save_file into shards of the same size (the disk's own rate)
 and the export's peak resident memory above its start (sampled every 10 ms) against the
@@ -41,8 +42,9 @@ from pathlib import Path
 import torch
 
 import fp8_dummy
-from fp8_dummy import export as E
-from fp8_dummy.checkpoint import build_model, logical_model
+from fp8_dummy.realistic import build_model, logical_model
+from fp8_dummy.realistic import export as E
+from fp8_dummy.realistic import safetensors_writer as W
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import cpu_model  # noqa: E402
@@ -175,7 +177,7 @@ def main(argv=None) -> int:
             lm = logical_model(build_model(config, dtype=torch.bfloat16), 0, format=fmt)
             total = sum(t.nbytes for t in lm.tensors.values())
             largest = max(t.nbytes for t in lm.tensors.values())
-            shards = E.shards(list(lm.tensors.values()), E.parse_size("5GB"))
+            shards = W.shards(list(lm.tensors.values()), E.parse_size("5GB"))
             # the same bytes from memory, written by safetensors (where they fit in memory)
             fits = total <= a.memory_gb * 1e9
             held = [{t.name: lm.fill(t.name, torch.empty(t.shape, dtype=t.dtype)) for t in g}

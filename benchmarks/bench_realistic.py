@@ -71,7 +71,7 @@ def recorded_load(path: Path, layers: int, experts: int, k: int) -> str:
 
 def cold(routing: str):
     """A fill that solves its routing afresh, as a new process would."""
-    from fp8_dummy.routing import _canonical
+    from fp8_dummy.realistic.routing.profiles import _canonical
 
     def fill(model: torch.nn.Module) -> None:
         _canonical.cache_clear()

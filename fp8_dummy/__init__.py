@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import torch  # must be loaded before the extension
 
@@ -19,10 +18,11 @@ except ImportError as _error:  # say which torch it was built for, and how to re
 
 from . import _after_import, reference, stateless
 from ._build import build_info
+from ._paths import get_cmake_dir, get_include, library_path
 from ._proof import ProofEntry, self_check_report
-from .checkpoint import initialize_realistic_dummy_weights
 from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor, sglang, trtllm, vllm
 from .ops import cpu_fast_path_info, init_, init_many_, random_
+from .realistic import initialize_realistic_dummy_weights
 from .stateless import init_shard_, init_stateless_, shard_slices
 
 __all__ = ["SEMANTICS", "ProofEntry", "__version__", "build_info", "cpu_fast_path_info"]
@@ -30,8 +30,6 @@ __all__ += ["get_cmake_dir", "get_include", "init_", "init_many_", "init_shard_"
 __all__ += ["initialize_dummy_weights", "initialize_realistic_dummy_weights", "is_scale_tensor"]
 __all__ += ["library_path", "random_", "reference", "self_check_report", "shard_slices"]
 __all__ += ["sglang", "stateless", "trtllm", "vllm"]
-
-_PACKAGE = Path(__file__).resolve().parent
 
 
 def _register_dtensor(_module: object = None) -> None:
@@ -44,24 +42,3 @@ def _register_dtensor(_module: object = None) -> None:
 
 if torch.distributed.is_available():
     _after_import.after_import("torch.distributed.tensor", _register_dtensor)
-
-
-def library_path() -> str:
-    """Path of the compiled library, for ``torch.ops.load_library`` in other processes."""
-    return str(Path(_C.__file__).resolve())
-
-
-def get_include() -> str:
-    """The C++/CUDA headers' directory: the package's, or an editable install's ``include/``."""
-    for candidate in (_PACKAGE / "include", _PACKAGE.parent / "include"):
-        if (candidate / "fp8_dummy" / "fp8_dummy.h").is_file():
-            return str(candidate)
-    raise FileNotFoundError(f"fp8_dummy's C++ headers are not installed next to {_PACKAGE}")
-
-
-def get_cmake_dir() -> str:
-    """``fp8_dummyConfig.cmake``'s directory, for ``-Dfp8_dummy_DIR`` (docs/cpp.md)."""
-    for candidate in (_PACKAGE / "share" / "cmake" / "fp8_dummy", _PACKAGE.parent / "cmake"):
-        if (candidate / "fp8_dummyConfig.cmake").is_file():
-            return str(candidate)
-    raise FileNotFoundError(f"fp8_dummy's CMake package is not installed next to {_PACKAGE}")

@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-import fp8_dummy
+from ._paths import get_cmake_dir, get_include, library_path
 
-_PATHS = {"includedir": fp8_dummy.get_include, "cmakedir": fp8_dummy.get_cmake_dir}
-_PATHS["library"] = fp8_dummy.library_path
+_PATHS = {"includedir": get_include, "cmakedir": get_cmake_dir, "library": library_path}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,11 +22,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return check(argv[1:])
     if argv[:1] == ["export"]:
-        from .export import main as export
+        from .realistic.export import main as export
 
         return export(argv[1:])
     if argv[:1] == ["routing"]:
-        from .routing_report import main as routing
+        from .realistic.routing.report import main as routing
 
         return routing(argv[1:])
     usage = "python -m fp8_dummy (check ... | export ... | routing ... | --includedir | "

@@ -26,18 +26,19 @@ from typing import Any
 
 import torch
 
-import fp8_dummy
-
+from ._build import build_info
 from ._isolated import run_child
-from ._proof import ProofEntry, check_fault_switch, first_difference
+from ._proof import ProofEntry, check_fault_switch, first_difference, self_check_report
 from ._verdict_cache import driver_version
+from .ops import init_, init_many_, random_
 from .reference import contiguous_path, new_path
+from .stateless import init_stateless_
+from .tensors import E8M0, FLOAT8
 
-_F8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
 E4M3, I8, U8 = torch.float8_e4m3fn, torch.int8, torch.uint8
 # (dtype, bounds): the hardware conversion's range, subnormals, overflow (e4m3: saturation or
 # NaN), float16's range; int8/uint8 in range, then wrapped or saturated.
-BYTES = [(getattr(torch, n), b) for n in _F8 if hasattr(torch, n)
+BYTES = [(d, b) for d in (*FLOAT8, *(d for d in (E8M0,) if d is not None))
          for b in ((-1.0, 1.0), (-1e-3, 1e-3), (-500.0, 500.0), (0.0, 6e4))]  # fmt: skip
 INTS = [(d, b) for d in (I8, U8) for b in ((-3, 3), (-99, 300))]
 WIDE = [(d, (-1.0, 1.0)) for d in (torch.half, torch.bfloat16, torch.float, torch.double)]
@@ -120,13 +121,13 @@ def _fill(c: Case, device: str, ours: bool) -> list[torch.Tensor]:
         torch.empty(c.skip, device=dev).uniform_(generator=g)
     lo, hi, t = c.low, c.high, out[0]
     if c.op == "random_":
-        fp8_dummy.random_(t, lo, hi, SEED, generator=g) if ours else t.random_(lo, hi, generator=g)
+        random_(t, lo, hi, SEED, generator=g) if ours else t.random_(lo, hi, generator=g)
     elif c.op == "init_stateless_":
-        fp8_dummy.init_stateless_(t, lo, hi, SEED, element_offset=c.skip)
+        init_stateless_(t, lo, hi, SEED, element_offset=c.skip)
     elif c.op == "init_many_" and ours:
-        fp8_dummy.init_many_(out, lo, hi, SEED, contiguous_temp=c.temp)
+        init_many_(out, lo, hi, SEED, contiguous_temp=c.temp)
     elif ours:
-        fp8_dummy.init_(t, lo, hi, SEED, generator=g, contiguous_temp=c.temp)
+        init_(t, lo, hi, SEED, generator=g, contiguous_temp=c.temp)
     else:
         for t in out:
             (contiguous_path if c.temp else new_path)(t, lo, hi, SEED, generator=g)
@@ -149,7 +150,7 @@ def run_group(device: str, group: str) -> dict[str, Any]:
         torch.cuda.synchronize(device) if device != "cpu" else None
     except Exception as e:  # noqa: BLE001 (reported as this path's)
         error = str(e) if str(e).startswith("skipped") else f"{case}: {type(e).__name__}: {e}"
-    keys = [[e.key, e.proven, e.detail] for e in fp8_dummy.self_check_report() if counts(e)]
+    keys = [[e.key, e.proven, e.detail] for e in self_check_report() if counts(e)]
     bad = [f"{key}: {why}" for key, proven, why in keys if not proven]
     why = [error] * bool(error) + [f"{len(bad)} of {len(keys)} keys refused: {x}" for x in bad[:1]]
     why += [f"{len(differ)} of {done} cases differ from the reference: {x}" for x in differ[:1]]
@@ -166,7 +167,7 @@ def run_bench(device: str) -> dict[str, Any]:
     cuda, n = device != "cpu", (128 if device != "cpu" else 16) << 20
     ours, ref = (torch.empty(n, dtype=E4M3, device=device) for _ in TF)
     sync, r = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None), {"numel": n}
-    for name, fn in (("init_", lambda: fp8_dummy.init_(ours, -1.0, 1.0, SEED)),
+    for name, fn in (("init_", lambda: init_(ours, -1.0, 1.0, SEED)),
                      ("reference", lambda: new_path(ref, -1.0, 1.0, SEED))):  # fmt: skip
         times = []
         for _ in range(21 if cuda else 6):  # the first: the proof, the allocator's warm-up
@@ -202,7 +203,7 @@ def _machine(which: str) -> dict[str, Any]:
                                 driver_version(), "SMs": p.multi_processor_count,
                                 "GiB": round(p.total_memory / 2**30, 1)}  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k.startswith("FP8_DUMMY_")}
-    return {"fp8_dummy": fp8_dummy.build_info(), "torch": torch.__version__,
+    return {"fp8_dummy": build_info(), "torch": torch.__version__,
             "torch_cuda": torch.version.cuda, "python": platform.python_version(),
             "platform": platform.platform(), "devices": devices, "environment": env}  # fmt: skip
 

@@ -29,6 +29,7 @@ import fp8_dummy
 from fp8_dummy import _isolated
 from fp8_dummy.engines import core, sglang, trtllm
 from fp8_dummy.engines.vllm import rules
+from fp8_dummy.tensors import walk
 
 TESTS = Path(__file__).resolve().parent
 E4M3 = torch.float8_e4m3fn
@@ -48,7 +49,7 @@ def model() -> nn.Module:
 
 def vllm_fill(m: nn.Module, engine=oracle.vllm_single) -> None:
     """vLLM 0.33's loader through the core: per tensor, by local name."""
-    tensors = core.walk(m, "modules")
+    tensors = walk(m, "modules")
     core.fill(tensors, rules.semantics(33), lambda n: ((), {"name": n}), engine=engine)
 
 

@@ -36,7 +36,7 @@ except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
 from helpers import sglang_models as S  # noqa: E402
 from helpers import workers as W  # noqa: E402
 
-from fp8_dummy.export import export  # noqa: E402
+from fp8_dummy.realistic.export import export  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -252,7 +252,7 @@ def test_realistic_loader_takes_routing_and_refuses_other_extra_config():
     from vllm.model_executor.model_loader import get_model_loader
 
     from fp8_dummy import vllm as vllm_plugin
-    from fp8_dummy.routing import RoutingError
+    from fp8_dummy.realistic import RoutingError
 
     vllm_plugin.register()
 

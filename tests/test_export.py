@@ -21,8 +21,9 @@ safetensors = pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
 
 import fp8_dummy  # noqa: E402
-from fp8_dummy import export as E  # noqa: E402
-from fp8_dummy.checkpoint import checkpoint_state, memory_blocks  # noqa: E402
+from fp8_dummy.realistic import checkpoint_state, memory_blocks  # noqa: E402
+from fp8_dummy.realistic import export as E  # noqa: E402
+from fp8_dummy.realistic import safetensors_writer as W  # noqa: E402
 
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 SMALL.update(num_key_value_heads=2, vocab_size=256)
@@ -152,7 +153,7 @@ def test_blocks_written_in_chunks_are_the_whole_tensors_bytes(
     src = config_dir(tmp_path, arch)
     E.export(src, tmp_path / "a", seed=3, format=fmt, progress=False)
     cut = []
-    real = E._blocks
+    real = W.tensor_blocks
 
     def blocks(t):
         for block, shape, at in real(t):
@@ -160,8 +161,8 @@ def test_blocks_written_in_chunks_are_the_whole_tensors_bytes(
             cut.append((t.name, at, size))
             yield block, shape, at
 
-    monkeypatch.setattr(E, "CHUNK", chunk)
-    monkeypatch.setattr(E, "_blocks", blocks)
+    monkeypatch.setattr(W, "CHUNK", chunk)
+    monkeypatch.setattr(W, "tensor_blocks", blocks)
     E.export(src, tmp_path / "b", seed=3, format=fmt, progress=False)
     a, b = read_export(tmp_path / "a"), read_export(tmp_path / "b")
     assert a.keys() == b.keys() and all(torch.equal(raw(a[n]), raw(b[n])) for n in a)
@@ -178,7 +179,7 @@ def test_a_tensor_off_its_alignment_gets_the_same_bytes(tmp_path):
     its alignment in the file; its bytes are still the logical model's."""
     import dataclasses
 
-    from fp8_dummy.checkpoint import build_model, logical_model
+    from fp8_dummy.realistic import build_model, logical_model
 
     cfg = transformers.AutoConfig.for_model("llama", **SMALL)
     lm = logical_model(build_model(cfg, dtype=torch.bfloat16), 4, format="fp8")
@@ -190,7 +191,7 @@ def test_a_tensor_off_its_alignment_gets_the_same_bytes(tmp_path):
     path = tmp_path / "f"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     os.ftruncate(fd, 8 + sum(t.nbytes for t in group))
-    E._write_tensors(fd, lm, group, 8, lambda t: None)
+    W.write_tensors(fd, lm, group, 8, lambda t: None)
     os.close(fd)
     data = path.read_bytes()
     want = b"\0" * 8 + b"".join(
@@ -443,8 +444,8 @@ def test_an_interrupted_export_leaves_no_complete_looking_file(tmp_path, monkeyp
             raise KeyboardInterrupt
         return real(t)
 
-    real = E._blocks
-    monkeypatch.setattr(E, "_blocks", failing)
+    real = W.tensor_blocks
+    monkeypatch.setattr(W, "tensor_blocks", failing)
     with pytest.raises(KeyboardInterrupt):
         E.export(src, tmp_path / "out", shard_size="100KB", progress=False)
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -468,7 +469,7 @@ def test_a_failed_write_is_raised_and_leaves_no_complete_looking_file(tmp_path, 
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd, data, offset)
 
-    monkeypatch.setattr(E, "CHUNK", 4096)
+    monkeypatch.setattr(W, "CHUNK", 4096)
     monkeypatch.setattr(os, "pwrite", full)
     with pytest.raises(OSError, match="No space left"):
         E.export(src, tmp_path / "out", progress=False)

@@ -163,3 +163,65 @@ def test_engines_live_in_the_engines_package_and_the_core_names_none():
     for module in (m for m in graph if m.startswith("fp8_dummy.engines.core")):
         inner = (t for t in graph[module] if not t.startswith("fp8_dummy.engines.core"))
         assert not any(t.startswith("fp8_dummy.engines.") for t in inner), module
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_no_import_runs_upward():
+    """No module imports a package it lies in (the package's face, ``__init__``, or an
+    ancestor's): a face imports its files, never the reverse. The compiled library, loaded by
+    ``from . import _C``, is a module of its own and not the face."""
+    graph, _ = _graph()
+    modules = _modules()
+    packages = {m for m, p in modules.items() if p.name == "__init__.py"}
+    upward = [
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if t in packages and _inside(m, t) and m != t
+    ]
+    assert upward == []
+
+
+def test_realistic_and_engines_meet_only_through_the_shared_facts_and_the_face():
+    """The realistic wing (fp8_dummy/realistic/) imports nothing of the engines; the engines
+    import the realistic wing only through its face (``fp8_dummy.realistic``), never one of its
+    files; what both need of tensors is in fp8_dummy/tensors.py."""
+    graph, _ = _graph()
+    realistic, engines = "fp8_dummy.realistic", "fp8_dummy.engines"
+    assert realistic in graph and engines in graph and "fp8_dummy.tensors" in graph
+    crossing = [
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        for t in targets
+        if (_inside(m, realistic) and _inside(t, engines))
+        or (_inside(m, engines) and _inside(t, realistic) and t != realistic)
+    ]
+    assert crossing == []
+    users = {m for m, targets in graph.items() if "fp8_dummy.tensors" in targets}
+    assert any(_inside(m, realistic) for m in users) and any(_inside(m, engines) for m in users)
+
+
+def test_the_layers_of_the_package_import_one_way():
+    """Collapsed to its layers (each top-level module, and each subpackage whole), the
+    package's imports form no circle, call-time imports included: no layer reaches back into
+    one that imports it."""
+    graph, _ = _graph()
+
+    def layer(m: str) -> str:
+        parts = m.split(".")
+        return ".".join(parts[:2])
+
+    layers: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        if m == "fp8_dummy":
+            continue  # the package's face imports every layer
+        layers.setdefault(layer(m), set()).update(
+            layer(t) for t in targets if t != "fp8_dummy" and layer(t) != layer(m)
+        )
+    for node in list(layers.values()):
+        for t in node:
+            layers.setdefault(t, set())
+    assert _circles(layers) == []

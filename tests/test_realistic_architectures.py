@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import fp8_dummy
-import fp8_dummy.checkpoint as checkpoint
 import fp8_dummy.realistic as realistic
-from fp8_dummy.realistic_arch import DEFAULT, derive
+import fp8_dummy.realistic.logical as logical
+import fp8_dummy.realistic.specs as specs
+from fp8_dummy.realistic import DEFAULT, derive
 
 pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
 from helpers import realistic_sweep as sweep  # noqa: E402
@@ -97,8 +98,8 @@ def test_plain_pre_norm_models_keep_their_bytes(mt: str):
 def test_the_plain_rule_breaks_post_norm(monkeypatch):
     """Negative control: without the probe, OLMo 2's residual grows past the bound (~√(2L+1):
     5.7 at 16 layers)."""
-    monkeypatch.setattr(realistic, "derive", lambda model: DEFAULT)
-    monkeypatch.setattr(checkpoint, "derive", lambda model: DEFAULT)
+    monkeypatch.setattr(specs, "derive", lambda model: DEFAULT)
+    monkeypatch.setattr(logical, "derive", lambda model: DEFAULT)
     model, why = sweep.build("olmo2", 16)
     assert model is not None, why
     fp8_dummy.initialize_realistic_dummy_weights(model, seed=0)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fp8_dummy
-from fp8_dummy.checkpoint import checkpoint_state
+from fp8_dummy.realistic import checkpoint_state
 
 tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
 

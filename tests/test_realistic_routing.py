@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import fp8_dummy
-from fp8_dummy import routing as R
 from fp8_dummy.realistic import fill_, model_specs, model_tensors
+from fp8_dummy.realistic import routing as R
 from fp8_dummy.stateless import tensor_seed
 
 tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
@@ -316,7 +316,7 @@ def test_routing_on_a_model_without_a_router_is_refused():
 def test_balanced_is_todays_bytes(arch):
     """'balanced' (and no argument) writes exactly each checkpoint tensor's spec by its own
     key: the fill without any routing machinery, rebuilt here tensor by tensor."""
-    from fp8_dummy.checkpoint import checkpoint_state, logical_model
+    from fp8_dummy.realistic import checkpoint_state, logical_model
 
     model = build(arch)
     specs = logical_model(model, 0).specs
@@ -382,7 +382,7 @@ def test_every_block_of_a_tensor_holds_the_whole_tensors_values(arch):
 
 
 def test_routing_report_cli(tmp_path, capsys):
-    from fp8_dummy.routing_report import main
+    from fp8_dummy.realistic.routing.report import main
 
     config = configs()["deepseek_v3"]
     config.save_pretrained(tmp_path)

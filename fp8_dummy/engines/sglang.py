@@ -12,8 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..checkpoint import config_checkpoint
-from ..routing import chosen_routing
+from ..realistic import chosen_routing, config_checkpoint
 from . import core
 
 __all__ = ["SEMANTICS", "initialize_dummy_weights", "register"]
@@ -84,7 +83,7 @@ def _realistic() -> bool:
 
 
 def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
-    """The logical checkpoint of the model's config (seed 0; fp8_dummy/checkpoint.py) loaded
+    """The logical checkpoint of the model's config (seed 0; fp8_dummy/realistic/logical.py) loaded
     by the model's own ``load_weights``, as SGLang loads a checkpoint from disk: its name
     mapping, fusing and sharding, each rank writing its shard of each stand-in. SGLang's
     dummy loader runs ``process_weights_after_loading`` afterwards, as after a real load."""

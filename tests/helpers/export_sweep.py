@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import realistic_sweep as sweep  # noqa: E402
 
 import fp8_dummy  # noqa: E402
-from fp8_dummy import export as E  # noqa: E402
+from fp8_dummy.realistic import export as E  # noqa: E402
 
 LIMIT = 50_000_000
 
@@ -32,7 +32,7 @@ def one(mt: str) -> str:
         cls = transformers.AutoModelForCausalLM._model_mapping[type(config)]
     except Exception as e:  # noqa: BLE001 - the sweep's own skips
         return f"skipped (config: {type(e).__name__})"
-    from fp8_dummy.checkpoint import build_model
+    from fp8_dummy.realistic import build_model
 
     try:
         size = sum(t.numel() for t in build_model(config).state_dict().values())

@@ -49,7 +49,7 @@ def _case(S, ckpt: Path, world: int, rank: int) -> dict:
         for model, byte in ((ours, 0x55), (theirs, 0xAA)):
             for p in model.parameters():
                 p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)
-        from fp8_dummy._lazy_tensor import materialized
+        from fp8_dummy.realistic.lazy_tensor import materialized
 
         materialized.clear()
         with torch.no_grad():

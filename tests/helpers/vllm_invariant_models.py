@@ -283,7 +283,7 @@ def logical(model: torch.nn.Module, seed: int = 1234) -> dict[str, torch.Tensor]
 def export(model: str, quant: str, folder: Path, routing: str = "balanced") -> Path:
     """``python -m fp8_dummy export`` of the model's config (its own format: the quantization's
     blocks) with seed 0, written to ``folder``/checkpoint: what fp8_dummy_realistic loads."""
-    from fp8_dummy.export import export as write
+    from fp8_dummy.realistic.export import export as write
 
     out = folder / "checkpoint"
     write(write_config(model, quant, folder / "source"), out, routing=routing, progress=False)

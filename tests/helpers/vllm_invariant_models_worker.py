@@ -170,7 +170,7 @@ def _realistic_case(M, fmt, f, out: Path, tp: int, rank: int, model: str, quant:
         params = dict(ours.named_parameters())
         r["tp"] = get_tensor_model_parallel_world_size()
         r["classes"] = sorted({type(p).__name__ for p in params.values()})
-        from fp8_dummy._lazy_tensor import materialized
+        from fp8_dummy.realistic.lazy_tensor import materialized
 
         materialized.clear()
         with set_current_vllm_config(vllm_config), torch.no_grad():

@@ -6,17 +6,7 @@ collector paused meanwhile (:mod:`.collector`), and what the plugins share insid
 
 from __future__ import annotations
 
-from .checks import (
-    FP4,
-    FUSED_DTYPES,
-    checked,
-    cuda_kernels,
-    distinct,
-    fusable,
-    is_plain,
-    refusal,
-    unwritable,
-)
+from .checks import FUSED_DTYPES, checked, cuda_kernels, distinct, fusable
 from .execution import PROGRESS_BATCH_BYTES, PROGRESS_THRESHOLD_BYTES, apply, random_bytes_, run
 from .planning import ISOLATE, child_probe, fill, plan, probe_model, probe_tensor, proven
 from .plugins import account, enabled, guarded, installed, own_function
@@ -33,12 +23,11 @@ from .semantics import (
     bind,
     error,
     is_scale_tensor,
-    walk,
 )
 
-__all__ = ["FP4", "FUSED_DTYPES", "ISOLATE", "PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES"]
+__all__ = ["FUSED_DTYPES", "ISOLATE", "PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES"]
 __all__ += ["ROWS", "SEMANTICS", "SKIP", "Action", "Call", "Kind", "Planned", "Rule", "Semantics"]
 __all__ += ["account", "apply", "bind", "checked", "child_probe", "cuda_kernels", "distinct"]
-__all__ += ["enabled", "error", "fill", "fusable", "guarded", "installed", "is_plain"]
+__all__ += ["enabled", "error", "fill", "fusable", "guarded", "installed"]
 __all__ += ["is_scale_tensor", "own_function", "plan", "probe_model", "probe_tensor", "proven"]
-__all__ += ["random_bytes_", "refusal", "run", "unwritable", "walk"]
+__all__ += ["random_bytes_", "run"]

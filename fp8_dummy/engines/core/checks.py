@@ -5,25 +5,18 @@ fused kernels take (dtype, device, a plain strided tensor, distinct elements).""
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
 
 import torch
 
 from ..._build import build_info
+from ...tensors import E8M0, FLOAT8, FP4, is_plain, refusal, unwritable
 from .semantics import Action, Kind, error
 
-__all__ = ["FP4", "FUSED_DTYPES", "checked", "cuda_kernels", "distinct", "fusable", "is_plain"]
-__all__ += ["refusal", "unwritable"]
+__all__ = ["FUSED_DTYPES", "checked", "cuda_kernels", "distinct", "fusable"]
 
-FP4 = getattr(torch, "float4_e2m1fn_x2", None)
-_FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
 _WIDE = (torch.int8, torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64)
-FUSED_DTYPES = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)} | set(_WIDE)
+FUSED_DTYPES = {*FLOAT8, *(d for d in (E8M0,) if d is not None), *_WIDE}
 _CHECK = torch.ops.fp8_dummy_internal.check_init_args
-
-
-def is_plain(t: torch.Tensor) -> bool:
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided
 
 
 def fusable(t: torch.Tensor) -> bool:
@@ -37,15 +30,6 @@ def fusable(t: torch.Tensor) -> bool:
 def distinct(t: torch.Tensor) -> bool:
     """Dense, or shown distinct by our ops' rule (torch writes "too hard" overlaps too)."""
     return torch._debug_has_internal_overlap(t) == 0 or refusal(_CHECK, t, 0.0, 0.0) is None
-
-
-def refusal(check: Callable, *args: Any) -> str | None:
-    """The message of the RuntimeError ``check(*args)`` raises, else None."""
-    try:
-        check(*args)
-    except RuntimeError as e:
-        return str(e)
-    return None
 
 
 @functools.cache
@@ -78,31 +62,3 @@ def checked(t: torch.Tensor, action: Action) -> Action:
     if kind is not Kind.FILL and is_plain(t) and torch._debug_has_internal_overlap(t) == 1:
         refused = "more than one element refers to a single memory location"
     return action if refused is None else error(RuntimeError, refused)
-
-
-def unwritable(t: torch.Tensor, independent: bool = True) -> str | None:
-    """Why no in-place write of ``t`` can work here, with what to do, or None: an inference
-    tensor outside inference mode (torch refuses the write), or, for ``independent`` values
-    (not one constant), elements sharing memory (an expanded or broadcast tensor, an
-    overlapping ``as_strided``; too hard for torch's quick test: ``init_stateless_``'s checks
-    decide)."""
-    if t.is_meta:
-        return None
-    if t.is_inference() and not torch.is_inference_mode_enabled():
-        return (
-            "an inference tensor (made under torch.inference_mode()) cannot be written "
-            "outside inference mode: fill the model inside torch.inference_mode(), or create "
-            "it outside"
-        )
-    if not independent or not is_plain(t):
-        return None
-    overlap = torch._debug_has_internal_overlap(t)
-    stateless = torch.ops.fp8_dummy_internal.check_stateless_args
-    if overlap == 1 or overlap == 2 and refusal(stateless, t, 0.0, 1.0, 0, None) is not None:
-        return (
-            f"several of its elements share one memory location (shape {tuple(t.shape)}, "
-            f"strides {t.stride()}: an expanded or broadcast tensor, or an overlapping "
-            "as_strided view), so it cannot hold independent values: give it storage of its "
-            "own (.clone() or .contiguous()) before filling"
-        )
-    return None

@@ -1,9 +1,8 @@
 """Python's cycle collector paused while a fill plans and runs (:func:`no_cycle_collection`,
 used by ``plan()`` and ``run()``). A fill makes a few small objects per tensor, none in a
 cycle (refcounting frees them), yet enough of them to set off full collections of the
-engine's whole heap, each the size of that heap: in one process on the H200 machine, 4,576
-tensors took 147 ms (median of 9) with the collector and 75 ms without; on the 2-vCPU VM with
-300,000 objects of ballast, the median was the same and the slowest of 11 fills 281 -> 154 ms."""
+engine's whole heap, each the size of that heap (docs/engines.md, The core, has the
+measurements)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from ... import _proof, reference
 from ..._progress import Progress
 from ...ops import init_, init_many_, random_
 from ...stateless import init_stateless_
-from .checks import distinct, is_plain
+from ...tensors import is_plain
+from .checks import distinct
 from .collector import no_cycle_collection
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 

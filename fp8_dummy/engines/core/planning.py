@@ -16,11 +16,12 @@ import torch
 
 from ... import _proof
 from ...ops import as_int64
-from .checks import checked, fusable, is_plain, refusal
+from ...tensors import is_plain, refusal, walk
+from .checks import checked, fusable
 from .collector import no_cycle_collection
 from .execution import run
 from .plugins import enabled
-from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics, bind, error, walk
+from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics, bind, error
 
 __all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tensor", "proven"]
 
@@ -214,7 +215,7 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check) -> list[Plann
         if kind in kinds_proven:
             return True
         ok = proven(sem, engine, name, t, (args, kwargs))
-        if ok:  # a refusal, or a probe to retry, is asked again (as before)
+        if ok:  # a refusal, or a probe to retry, is asked again
             kinds_proven.add(kind)
         return ok
 

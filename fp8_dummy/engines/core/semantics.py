@@ -1,6 +1,6 @@
 """An engine's dummy-weight function as data (docs/engines.md, "The core"): what it does to
 each tensor (:class:`Kind`, :class:`Action`, a :data:`Rule`), its parameters and order
-(:class:`Semantics`), the registry by name, and the walk over a model in that order."""
+(:class:`Semantics`) and the registry by name."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 
 __all__ = ["ROWS", "SEMANTICS", "SKIP", "Action", "Call", "Kind", "Planned", "Rule", "Semantics"]
-__all__ += ["bind", "error", "is_scale_tensor", "walk"]
+__all__ += ["bind", "error", "is_scale_tensor"]
 
 ROWS = "contiguous_path"  # a row-major temp: the bytes depend on the layout
 
@@ -68,18 +68,6 @@ def bind(sem: Semantics, args: tuple, kwargs: dict) -> tuple[dict, bool]:
         raise TypeError(f"not {sem.name}'s signature")
     given = dict(zip(names, args), **kwargs)
     return {**dict(sem.params), **given}, "name" in given
-
-
-def walk(model: torch.nn.Module, order: str) -> list[tuple[str, torch.Tensor]]:
-    """(dotted name, tensor) in an engine's order (:class:`Semantics`' ``order``)."""
-    if order == "state_dict":
-        return list(model.state_dict().items())
-    return [
-        (f"{prefix}.{local}" if prefix else local, t)
-        for prefix, layer in model.named_modules()
-        for local, t in {**layer._parameters, **layer._buffers}.items()
-        if t is not None and local not in layer._non_persistent_buffers_set
-    ]
 
 
 def is_scale_tensor(name: str, tensor: torch.Tensor) -> bool:

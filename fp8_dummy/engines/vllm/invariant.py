@@ -12,9 +12,10 @@ from typing import Any, Callable
 import torch
 
 from ...ops import as_int64
-from ...routing import chosen_routing, parse_routing
+from ...realistic import chosen_routing, parse_routing
 from ...stateless import init_stateless_, row_major_strides, tensor_seed
-from ..core import FP4, Action, Kind, apply, checked, error
+from ...tensors import FP4
+from ..core import Action, Kind, apply, checked, error
 from . import realistic
 from .placement import Placement, UncoveredParameterError, placement
 from .rules import platform, rule

@@ -1,7 +1,7 @@
 """``--load-format fp8_dummy_realistic``: vLLM loads the logical checkpoint of its model's
-config (:func:`fp8_dummy.checkpoint.config_checkpoint`; docs/export.md) as it would load
+config (:func:`fp8_dummy.realistic.config_checkpoint`; docs/export.md) as it would load
 that checkpoint from disk: the model's own ``load_weights`` fed the checkpoint's names, each
-tensor a :class:`~fp8_dummy._lazy_tensor.LazyTensor` stand-in. vLLM's name mapping, fusing,
+tensor a :class:`~fp8_dummy.realistic.LazyTensor` stand-in. vLLM's name mapping, fusing,
 stacking, sharding and expert placement run unchanged, and each ``param.copy_(stand_in)`` they
 end in writes just that block of the checkpoint tensor into the parameter: no checkpoint
 tensor is materialized, and a rank writes only its shard. vLLM's
@@ -16,9 +16,8 @@ from typing import Any
 
 import torch
 
-from ...checkpoint import config_checkpoint
 from ...ops import as_int64
-from ...routing import parse_routing
+from ...realistic import config_checkpoint, parse_routing
 
 __all__ = ["LOAD_FORMAT", "load_checkpoint", "loader_class"]
 

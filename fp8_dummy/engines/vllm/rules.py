@@ -10,11 +10,11 @@ import sys
 
 import torch
 
-from ..core import FP4, SKIP, Action, Kind, Rule, Semantics, installed
+from ...tensors import E8M0, FP4
+from ..core import SKIP, Action, Kind, Rule, Semantics, installed
 
 __all__ = ["generation", "major_minor", "platform", "rule", "semantics", "version"]
 
-E8M0 = getattr(torch, "float8_e8m0fnu", None)
 # The per-tensor function's parameters (0.33 added ``name`` and per-dtype default bounds).
 PARAMS = {33: (("low", None), ("high", None), ("seed", 1234), ("name", ""))}
 PARAMS[30] = PARAMS[28] = (("low", -1e-3), ("high", 1e-3), ("seed", 1234))

@@ -4,7 +4,7 @@ which norms sit on a residual branch's output (post-norm, sandwich), which norms
 ``(c + w) * x / rms(x)`` (Gemma's c = 1), and by what the model's code multiplies the
 embedding lookup (Gemma's √hidden). Only transformers models are probed (a forward of 8
 tokens, nothing written); any other model, or a probe that fails, gets :data:`DEFAULT`,
-today's plain pre-norm rule (vLLM's load format has no model forward to probe)."""
+the plain pre-norm rule (vLLM's load format has no model forward to probe)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["DEFAULT", "Arch", "derive"]
+from .hf_model import is_transformers_model, own_tensors
+
+__all__ = ["DEFAULT", "TWIN_BUDGET_BYTES", "Arch", "derive", "derive_twin"]
 
 _TOKENS = 8
 
@@ -38,6 +40,29 @@ class Arch(NamedTuple):
 
 
 DEFAULT = Arch()
+
+
+TWIN_BUDGET_BYTES = 1 << 30  # the largest model built for real to probe its architecture's facts
+
+
+def derive_twin(model: torch.nn.Module) -> Arch:
+    """The facts of a model on the meta device: probed on a twin built on the CPU from the same
+    config, in the model's dtype, where it takes at most :data:`TWIN_BUDGET_BYTES` in float32 (small
+    and test models, so that their export is their in-memory fill), else the plain rule
+    (docs/export.md)."""
+    if not is_transformers_model(model):
+        return DEFAULT
+    size = sum(t.numel() for t in own_tensors(model).values()) * 4
+    if size > TWIN_BUDGET_BYTES:
+        return DEFAULT
+    floats = [t.dtype for t in own_tensors(model).values() if t.dtype.is_floating_point]
+    dtype = max(set(floats), key=floats.count) if floats else torch.float32
+    try:
+        with torch.device("cpu"):  # in the model's own dtype: the probes are run in it
+            twin = type(model)._from_config(model.config, dtype=dtype)
+    except Exception:  # a class that cannot be built here: the plain rule, as for vLLM's
+        return DEFAULT
+    return derive(twin)
 
 
 class _Stop(Exception):

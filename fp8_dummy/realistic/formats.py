@@ -5,14 +5,13 @@ itself describes (:func:`config_format`), which is what an engine given that con
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from .realistic import Spec, module_kind
+from .rules import LAYER_INDEX, Spec, module_kind
 
 __all__ = ["BLOCK", "FORMATS", "Format", "UnsupportedFormatError", "config_format", "quantize"]
 
@@ -20,7 +19,6 @@ BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
 NVFP4_GROUP = 16  # NVFP4: one e4m3 scale per 16 weights along K
 MXFP4_GROUP = 32  # MXFP4: one E8M0 scale per 32 weights along K
 E4M3 = torch.float8_e4m3fn
-_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 
 
 class UnsupportedFormatError(ValueError):
@@ -68,7 +66,9 @@ def _patterns(modules: list[str]) -> list[str]:
     """Module names with each layer index a ``*`` (GPT-OSS's ``model.layers.*.self_attn``
     style), once each, in order."""
     return list(
-        dict.fromkeys(_LAYER.sub(lambda m: m.group(0).replace(m.group(1), "*"), n) for n in modules)
+        dict.fromkeys(
+            LAYER_INDEX.sub(lambda m: m.group(0).replace(m.group(1), "*"), n) for n in modules
+        )
     )
 
 
@@ -194,7 +194,7 @@ def quantized(name: str, shape: tuple, spec: Spec) -> bool:
         name.endswith(".weight")
         and len(shape) == 2
         and spec.role in ("linear", "residual_out")
-        and _LAYER.search(name) is not None
+        and LAYER_INDEX.search(name) is not None
     )
 
 
@@ -205,7 +205,7 @@ def expert_weight(name: str, shape: tuple, spec: Spec) -> bool:
         len(shape) == 3
         and ".experts." in f".{name}"
         and spec.role in ("linear", "residual_out")
-        and _LAYER.search(name) is not None
+        and LAYER_INDEX.search(name) is not None
     )
 
 

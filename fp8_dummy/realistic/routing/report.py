@@ -1,7 +1,7 @@
 """``python -m fp8_dummy routing CONFIG --routing PROFILE [--tokens N] [--ep N] [--seed S]
 [--json OUT]``: per MoE layer of a transformers config, the load the realistic fill's routing
 gives: the target, the load predicted by the router model (its own selection on N(0, 1)
-logits: :func:`fp8_dummy.routing.simulate`) and, where the model fits in memory, the load
+logits: :func:`.solve.simulate`) and, where the model fits in memory, the load
 measured through the real model on random token ids. With ``--ep N``: each of N ranks' share
 under the engines' contiguous expert placement. The model is built on the meta device (no
 memory) for the plan; only the measurement materializes it."""
@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import routing as R
+from ..inplace import initialize_realistic_dummy_weights
+from ..specs import model_specs, model_tensors
+from . import offsets, profiles, solve
 
 MEASURE_LIMIT = 2 << 30  # bytes of float32 weights up to which the model is also run
 
@@ -58,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None and not args.json.parent.is_dir():
         parser.error(f"--json {args.json}: directory {args.json.parent} does not exist")
     try:
-        profile = R.parse_routing(args.routing)
-    except (R.RoutingError, TypeError) as e:
+        profile = profiles.parse_routing(args.routing)
+    except (profiles.RoutingError, TypeError) as e:
         parser.error(str(e))
     try:
         import transformers
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     config = transformers.AutoConfig.for_model(**raw)
     try:
         report = build_report(config, profile, args.seed, args.tokens, args.ep, args.measure)
-    except R.RoutingError as e:
+    except profiles.RoutingError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(render(report))
@@ -88,20 +90,18 @@ def _model(config: Any, device: str) -> torch.nn.Module:
         return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
-def _plan(model: torch.nn.Module, profile: R.Profile, seed: int, progress: Any = None):
-    from .realistic import model_specs, model_tensors
-
+def _plan(model: torch.nn.Module, profile: profiles.Profile, seed: int, progress: Any = None):
     tensors = model_tensors(model)
     specs = model_specs(model, tensors)
     shapes = {n: tuple(s) for _, n, _, s in tensors}
     config = getattr(model, "config", None)
     if profile.kind == "balanced":  # the plan is empty: the routers with their uniform target
         roles = {n: s.role for n, s in specs.items()}
-        routers = R.find_routers(roles, shapes, config)
-        for r, (pi, b) in zip(routers, R.layer_targets(profile, routers, seed)):
+        routers = offsets.find_routers(roles, shapes, config)
+        for r, (pi, b) in zip(routers, profiles.layer_targets(profile, routers, seed)):
             r.target, r.offsets = pi, b
         return routers, tensors
-    return R.plan_routing(profile, seed, config, specs, shapes, progress)[0], tensors
+    return offsets.plan_routing(profile, seed, config, specs, shapes, progress)[0], tensors
 
 
 def _stats(load: np.ndarray, target: np.ndarray, ep: int | None, by_rank: bool) -> dict:
@@ -139,24 +139,24 @@ class _Bar:
 
 
 def build_report(
-    config: Any, profile: R.Profile, seed: int, tokens: int, ep: int | None, measure: str
+    config: Any, profile: profiles.Profile, seed: int, tokens: int, ep: int | None, measure: str
 ) -> dict:
     meta = _model(config, "meta")
     solving = _Bar(None, "solving the offsets, MoE layers")
     routers, tensors = _plan(meta, profile, seed, solving.step)
     solving.close()
     if not routers:
-        raise R.RoutingError("the model has no MoE router the realistic fill recognises")
+        raise profiles.RoutingError("the model has no MoE router the realistic fill recognises")
     sizes = sum(math.prod(s) * 4 for _, _, _, s in tensors)
     run = measure == "yes" or (measure == "auto" and sizes <= MEASURE_LIMIT)
     zipf = profile.kind == "zipf"
     layers = []
     bar = _Bar(len(routers), "predicting")
     for i, r in enumerate(routers):
-        predicted = R.simulate(r, r.offsets, tokens, key=seed + 1) * tokens
+        predicted = solve.simulate(r, r.offsets, tokens, key=seed + 1) * tokens
         layers.append({
             "layer": r.layer, "router": r.weight, "experts": r.experts, "top_k": r.top_k,
-            "kind": R.describe(r), "target": _stats(r.target, r.target, ep, zipf),
+            "kind": solve.describe(r), "target": _stats(r.target, r.target, ep, zipf),
             "predicted": _stats(predicted, r.target, ep, zipf),
         })  # fmt: skip
         bar.step(i + 1)
@@ -171,8 +171,6 @@ def build_report(
 
 def measured_loads(config, profile, seed, tokens, routers) -> list[np.ndarray]:
     """Each router's own choice through the whole model, on ``tokens`` random token ids."""
-    from .checkpoint import initialize_realistic_dummy_weights
-
     model = _model(config, "cpu").float()
     initialize_realistic_dummy_weights(model, seed, routing=profile)
     modules = dict(model.named_modules())

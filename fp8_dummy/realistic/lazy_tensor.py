@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from .stateless import row_major_strides
+from ..stateless import row_major_strides
 
 __all__ = ["Block", "LazyTensor", "NotAffineError", "materialized", "view_map"]
 

@@ -1,62 +1,32 @@
-"""``python -m fp8_dummy export CONFIG OUT``: the logical dummy model (fp8_dummy/checkpoint.py)
-written as a Hugging Face checkpoint (safetensors shards, their index, config.json), made a
-window of the file at a time in one of three buffers while a thread writes another: memory
-stays at three windows (:data:`CHUNK` each) whatever the model's size.
-Everything is checked before the first byte is written; each file is written under a
-temporary name in OUT and renamed when complete, the index last of all (docs/export.md)."""
+"""``python -m fp8_dummy export CONFIG OUT``: the logical dummy model (:mod:`.logical`)
+written as a Hugging Face checkpoint (safetensors shards, their index, config.json): the
+arguments and the model checked before the first byte is written, then each shard written a
+window at a time (:mod:`.safetensors_writer`) under a temporary name in OUT and renamed when
+complete, the index last of all (docs/export.md)."""
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
 import os
-import queue
 import re
 import shutil
 import sys
-import threading
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 
-from ._lazy_tensor import Block
-from ._progress import Progress
-from .checkpoint import CheckpointTensor, LogicalModel, build_model, config_of, logical_model
+from .._progress import Progress
 from .formats import FORMATS, UnsupportedFormatError, config_format
-from .stateless import row_major_strides
+from .hf_model import build_model, config_of
+from .logical import CheckpointTensor, LogicalModel, logical_model
+from .safetensors_writer import SAFETENSORS_DTYPES, header, make_buffers, shards, write_tensors
 
 __all__ = ["export", "main"]
 
-# Bytes of the file made (in one of BUFFERS buffers) at a time: small enough that the buffers
-# stay in the CPU's last-level cache, so the kernel's copy into the page cache reads what the
-# op has just written from cache, not from memory. Against two of 64 MiB on the 2-vCPU EPYC VM
-# (32 MiB of L3), into ext4, medians of 10 alternating runs: system time 0.60 -> 0.47 s
-# (fp8-channel, 1.5 GB), 0.62 -> 0.29 s (nvfp4, 1.07 GB), the baseline's own 0.43 and 0.31 s.
-# A third buffer lets the making run a window ahead of a write that lost its core: 8-10 %
-# less time than two (fp8-block, fp8-channel, nvfp4; medians of 8-10 runs).
-CHUNK = 8 << 20
-BUFFERS = 3
-_ALIGN = 64  # a window sits in its buffer at its file offset modulo this: dtypes stay aligned
 INDEX = "model.safetensors.index.json"
-_NAMES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e5m2: "F8_E5M2",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
 _WEIGHTS = re.compile(r".*\.(safetensors|bin|pt|pth|gguf)$|.*\.index\.json$|^config\.json$")
 _FLOATS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -81,163 +51,9 @@ def parse_size(text: str | int) -> int:
     return size
 
 
-def shards(tensors: Sequence[CheckpointTensor], limit: int) -> list[list[CheckpointTensor]]:
-    """Tensors in order, a new shard when the next would pass ``limit`` bytes (a tensor larger
-    than the limit gets a shard of its own, as transformers does)."""
-    out: list[list[CheckpointTensor]] = [[]]
-    size = 0
-    for t in tensors:
-        if out[-1] and size + t.nbytes > limit:
-            out.append([])
-            size = 0
-        out[-1].append(t)
-        size += t.nbytes
-    return [s for s in out if s]
-
-
-def _header(tensors: Sequence[CheckpointTensor]) -> bytes:
-    """A safetensors header: the JSON table of dtype, shape and byte range, padded to 8."""
-    table: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for t in tensors:
-        table[t.name] = {
-            "dtype": _NAMES[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + t.nbytes],
-        }
-        offset += t.nbytes
-    text = json.dumps(table, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text
-
-
-def _blocks(t: CheckpointTensor):
-    """(block, its shape, its first byte in the tensor): the tensor cut, in its own order, into
-    blocks of at most :data:`CHUNK` bytes (one element at least): runs of whole rows, or where
-    a row is larger (an expert of a stacked tensor), runs of the outermost dimension whose
-    slices fit, one index of the dimensions before it at a time."""
-    strides = row_major_strides(t.shape)
-    if not t.shape or t.nbytes <= CHUNK:
-        yield Block.whole(t.name, t.shape), t.shape, 0
-        return
-    item = t.dtype.itemsize
-    d = 0  # the dimension the blocks step along: its slices fit a window
-    while d < len(t.shape) - 1 and strides[d] * item > CHUNK:
-        d += 1
-    step = max(1, CHUNK // (strides[d] * item))
-    for outer in itertools.product(*map(range, t.shape[:d])):
-        base = sum(i * s for i, s in zip(outer, strides))
-        for start in range(0, t.shape[d], step):
-            shape = (1,) * d + (min(step, t.shape[d] - start), *t.shape[d + 1 :])
-            first = base + start * strides[d]
-            yield Block(t.name, t.shape, shape, first, tuple(strides)), shape, first * item
-
-
-def _windows(tensors: Sequence[CheckpointTensor], start: int):
-    """Consecutive blocks grouped into windows of the file of at most :data:`CHUNK` bytes:
-    (first byte, end, [(tensor, block, shape, byte in file), ...], tensors finished in it)."""
-    pieces, done, first, end = [], [], start, start
-    at = start
-    for t in tensors:
-        for block, shape, offset in _blocks(t):
-            size = math.prod(shape) * t.dtype.itemsize
-            if pieces and end + size - first > CHUNK:
-                yield first, end, pieces, done
-                pieces, done, first = [], [], at + offset
-            pieces.append((t, block, shape, at + offset))
-            end = at + offset + size
-        done.append(t)
-        at += t.nbytes
-    if pieces or done:
-        yield first, end, pieces, done
-
-
-def _buffers() -> list[torch.Tensor]:
-    """The window buffers an export makes and writes its shards through (kept from shard to
-    shard). (Advising 64 MiB ones to transparent huge pages, 32 faults instead of 16,384,
-    changed nothing measurable: bench_export's system time was the same.)"""
-    return [torch.empty(CHUNK + _ALIGN, dtype=torch.uint8) for _ in range(BUFFERS)]
-
-
-def _write_tensors(
-    fd: int,
-    lm: LogicalModel,
-    tensors: Sequence[CheckpointTensor],
-    start: int,
-    done,
-    buffers: Sequence[torch.Tensor] | None = None,
-) -> None:
-    """The tensors' bytes written to ``fd`` from byte ``start``, a window at a time: each window
-    made in one of the ``buffers`` (:func:`_buffers`; kept from shard to shard) while a thread
-    writes those made before with ``pwrite`` (the op and the write both release the GIL, so
-    making and writing overlap). Not through a mapping of the file: a page first touched
-    through a mapping faults and is zeroed before it is filled, where ``write`` fills the page
-    cache directly (1.3x the time on tmpfs, measured)."""
-    pool = list(buffers) if buffers is not None else _buffers()
-    size = min(b.numel() for b in pool)
-    free: queue.Queue = queue.Queue()
-    work: queue.Queue = queue.Queue()
-    for buf in pool:
-        free.put(buf)
-    failed: list[BaseException] = []
-
-    def writer() -> None:
-        while (item := work.get()) is not None:
-            buf, lo, hi, offset, finished = item
-            try:
-                if not failed:
-                    view = memoryview(buf.numpy())[lo:hi]
-                    while view:
-                        n = os.pwrite(fd, view, offset)
-                        view, offset = view[n:], offset + n
-                    for t in finished:
-                        done(t)
-            except BaseException as e:  # raised again in the caller's thread
-                failed.append(e)
-            free.put(buf)
-
-    thread = threading.Thread(target=writer, name="fp8_dummy-export-writer", daemon=True)
-    thread.start()
-    try:
-        for first, end, pieces, finished in _windows(tensors, start):
-            buf = free.get()
-            if failed:
-                break
-            lo = first % _ALIGN
-            if lo + end - first > size:  # _blocks keeps each within CHUNK: never, unless changed
-                raise RuntimeError(
-                    f"fp8_dummy export: a window of {end - first} bytes, buffers of {size}"
-                )
-            for t, block, shape, at in pieces:
-                _fill(lm, t, block, shape, buf, at - first + lo)
-            work.put((buf, lo, lo + end - first, first, finished))
-    finally:
-        work.put(None)
-        thread.join()
-    if failed:
-        raise failed[0]
-
-
-def _fill(
-    lm: LogicalModel, t: CheckpointTensor, block: Block, shape: tuple, buf: torch.Tensor, at: int
-) -> None:
-    """One block made at byte ``at`` of the buffer (through an aligned temporary where the
-    file puts it off its dtype's alignment: safetensors packs tensors back to back)."""
-    count = math.prod(shape)
-    if count == 0:
-        return
-    nbytes = count * t.dtype.itemsize
-    if at % t.dtype.itemsize == 0:
-        lm.write(buf[at : at + nbytes].view(t.dtype).view(shape), block)
-    else:
-        tmp = torch.empty(shape, dtype=t.dtype)
-        lm.write(tmp, block)
-        buf[at : at + nbytes].copy_(tmp.reshape(-1).view(torch.uint8))
-
-
 class _Raw:
     """Writes straight to the file descriptor (a buffered file object copies large writes
-    through its buffer: ten times slower here)."""
+    through its buffer)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -332,7 +148,7 @@ def export(
             f"fp8_dummy export: {type(model).__name__}: no role covers {listed} (their values "
             "would be a guess: σ = 1/√(last dimension)); --allow-unknown to export anyway"
         )
-    missing = [n for n, t in lm.tensors.items() if t.dtype not in _NAMES]
+    missing = [n for n, t in lm.tensors.items() if t.dtype not in SAFETENSORS_DTYPES]
     if missing:
         raise ExportError(
             f"fp8_dummy export: format {fmt.name}: dtypes safetensors cannot hold: "
@@ -363,15 +179,15 @@ def export(
             bar.update(torch.empty(t.shape, dtype=t.dtype, device="meta"))
 
     weight_map = {}
-    buffers = _buffers()
+    pool = make_buffers()
     for i, group in enumerate(groups):
         name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
 
         def write(f, group=group):
-            header = _header(group)
-            f.write(header)
-            os.ftruncate(f.fd, len(header) + sum(t.nbytes for t in group))
-            _write_tensors(f.fd, lm, group, len(header), tick, buffers)
+            head = header(group)
+            f.write(head)
+            os.ftruncate(f.fd, len(head) + sum(t.nbytes for t in group))
+            write_tensors(f.fd, lm, group, len(head), tick, pool)
 
         _atomic(os.path.join(out, name), write)
         weight_map.update({t.name: name for t in group})

@@ -1,6 +1,8 @@
-"""Realistic dummy weights: each tensor filled by its role, so that a dummy model routes,
-normalizes and quantizes like a checkpoint (docs/realistic.md). Two layers a sharded loader
-reuses: :func:`tensor_spec` (name, logical shape, dtype -> :class:`Spec`) and :func:`fill_`."""
+"""The realistic rule per tensor (docs/realistic.md): from a tensor's name, logical shape,
+dtype and module, the :class:`Spec` it gets, so that a dummy model routes, normalizes and
+quantizes like a checkpoint: its role (embedding, linear, a residual branch's output, router,
+norm, bias, scale) and that role's distribution, codes or constant. Pure: no tensor is read or
+written here (:mod:`.values` writes a spec's bytes)."""
 
 from __future__ import annotations
 
@@ -11,31 +13,23 @@ from typing import NamedTuple
 
 import torch
 
-from .realistic_arch import Arch, derive
-from .routing import apply_overrides
-from .stateless import init_stateless_
+from ..tensors import BYTE_VIEWED, E8M0, FLOAT8, PACKED_FP4
 
-__all__ = ["Spec", "fill_", "model_specs", "module_kind"]
-__all__ += ["BYTE_DTYPES", "model_tensors", "tensor_spec"]
-
-_FP4 = getattr(torch, "float4_e2m1fn_x2", None)
-_E8M0 = getattr(torch, "float8_e8m0fnu", None)
-BYTE_DTYPES = {d for d in (torch.uint8, _FP4, _E8M0) if d is not None}  # written through uint8
-_PACKED = {d for d in (torch.uint8, _FP4) if d is not None}  # two e2m1 codes per byte
-_FP8 = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
-_FP8 = {getattr(torch, n) for n in _FP8 if hasattr(torch, n)}
+__all__ = ["LAYER_INDEX", "Spec", "module_kind", "tensor_spec"]
 
 # NVFP4's activation scale: amax 6 (unit RMS, 6 sigma) / (e2m1's top 6 x e4m3's top 448)
 NVFP4_INPUT_SCALE = 6.0 / (6.0 * 448.0)
 FP4_MOMENT = 8.5625  # E[c^2] over the 16 e2m1 codes: (0+.25+1+2.25+4+9+16+36)/8
 INT8_MOMENT = 127 * 128 / 3  # E[c^2] over the integers -127..127
 
+
 RESIDUAL = {"o_proj", "down_proj", "out_proj", "w2", "wo", "fc2", "dense_4h_to_h", "c_proj"}
 EMBEDDING = {"embed_tokens", "wte", "wpe", "word_embeddings", "tok_embeddings", "embeddings"}
 ROUTER = {"gate", "router"}
 SINK = {"sinks"}  # GPT-OSS's per-head attention sink logits
 _SCALE = re.compile(r"(?:^|_)scale(?:_inv|_2)?$")
-_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+# A decoder layer's tensors: ``model.layers.<i>.``, GPT-2's ``h.<i>.``, ``blocks.<i>.``
+LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 
 
 class Spec(NamedTuple):
@@ -73,7 +67,7 @@ def _fp8_bound(dtype: torch.dtype) -> float:
 
 def _moment(dtype: torch.dtype) -> float:
     """E[c^2] of the codes a scaled weight of ``dtype`` gets."""
-    if dtype in _PACKED:
+    if dtype in PACKED_FP4:
         return FP4_MOMENT
     return INT8_MOMENT if dtype == torch.int8 else _fp8_bound(dtype) ** 2 / 3
 
@@ -109,7 +103,7 @@ def _role(
 def _is_mxfp4_blocks(local: str, shape: Sequence[int], dtype: torch.dtype) -> bool:
     """GPT-OSS's MXFP4 weight ``<w>_blocks``: bytes ``[..., N, K/32, 16]``, two e2m1 codes
     each, one block of 32 codes per row of 16 bytes (its scales ``<w>_scales`` [..., N, K/32])."""
-    return local.endswith("_blocks") and dtype in _PACKED and len(shape) >= 3 and shape[-1] == 16
+    return local.endswith("_blocks") and dtype in PACKED_FP4 and len(shape) >= 3 and shape[-1] == 16
 
 
 def _fan_in(shape: Sequence[int], dtype: torch.dtype, kind: str) -> int:
@@ -118,7 +112,7 @@ def _fan_in(shape: Sequence[int], dtype: torch.dtype, kind: str) -> int:
     (in, out) (``Conv1D``, transformers' transposed experts ``[E, in, out]``), a
     convolution's all but the first; 1 for a 0-d tensor."""
     dims = [int(d) for d in shape] or [1]
-    dims[-1] *= 2 if dtype in _PACKED else 1
+    dims[-1] *= 2 if dtype in PACKED_FP4 else 1
     if kind == "transposed" and len(dims) >= 2:
         return max(dims[-2], 1)
     if kind == "conv" and len(dims) >= 2:
@@ -144,13 +138,13 @@ def tensor_spec(
     prefix = name[: len(name) - len(local)]
     if value is not None:
         return Spec("dummy_weight_value", "const", value)
-    if not (dtype.is_floating_point or dtype in BYTE_DTYPES or dtype == torch.int8):
+    if not (dtype.is_floating_point or dtype in BYTE_VIEWED or dtype == torch.int8):
         return Spec("untouched", "skip")  # as vLLM: other integers are not weights
     if local.endswith("_scales") and f"{local[:-7]}_blocks" in siblings:  # GPT-OSS's MXFP4
         blocks = siblings[f"{local[:-7]}_blocks"]
         _, std = _role(f"{prefix}{local[:-7]}_blocks", blocks[0], blocks[1], module, layers)
         return _fp4_e8m0(std, blocks[1])
-    if _SCALE.search(local) or dtype == _E8M0:
+    if _SCALE.search(local) or dtype == E8M0:
         return _scale_spec(local, prefix, dtype, layers, module, siblings)
     if local == "bias" or local.endswith("_bias"):
         return Spec("bias", "const", 0.0)
@@ -162,16 +156,16 @@ def tensor_spec(
     if local in SINK and len(shape) <= 1:  # a logit each head's softmax also sums over:
         return Spec("sink", "const", 0.0)  # 0, a typical key's score at unit-variance q, k
     role, std = _role(name, shape, dtype, module, layers, embed_scale, residual)
-    if dtype in BYTE_DTYPES:
+    if dtype in BYTE_VIEWED:
         return Spec(role, "codes", 0, 256)
     scale = siblings.get(f"{local}_scale") or siblings.get(f"{local}_scale_inv")
     if dtype == torch.int8:
         k = _int8_reach(std, scale[1]) if scale is not None else 127
         return Spec(role, "codes", -k, k + 1)
     bound = std * math.sqrt(3)
-    if scale is not None and dtype in _FP8:  # codes over the range, the scale brings the std
+    if scale is not None and dtype in FLOAT8:  # codes over the range, the scale brings the std
         top = _fp8_bound(dtype)
-        if scale[1] in BYTE_DTYPES or _pow2(local, siblings):
+        if scale[1] in BYTE_VIEWED or _pow2(local, siblings):
             bound = bound / 2.0 ** _pow2_exponent(bound, top, scale[1])
         else:
             bound = min(top, bound / _float_scale(bound / top, scale[1]))
@@ -182,7 +176,7 @@ def _pow2(weight: str, siblings: Siblings) -> bool:
     """An FP8 weight's block scales (``<w>_scale_inv``, float) are powers of two, as DeepSeek's
     checkpoints' are: recipes that round block scales to UE8M0 (DeepGEMM's) keep them exactly."""
     inv = siblings.get(f"{weight}_scale_inv")
-    return inv is not None and inv[1].is_floating_point and inv[1] != _E8M0
+    return inv is not None and inv[1].is_floating_point and inv[1] != E8M0
 
 
 def _tiny(dtype: torch.dtype) -> float:
@@ -219,9 +213,9 @@ def _exponent(bound: float, top: float) -> int:
 
 def _pow2_exponent(bound: float, top: float, dtype: torch.dtype) -> int:
     """:func:`_exponent`, but no power of two below a float scale dtype's smallest normal
-    value: there the codes' range shrinks instead (E8M0 reaches 2^-127, as before)."""
+    value: there the codes' range shrinks instead (E8M0 reaches 2^-127)."""
     e = _exponent(bound, top)
-    return max(e, math.frexp(_tiny(dtype))[1] - 1) if dtype not in BYTE_DTYPES else e
+    return max(e, math.frexp(_tiny(dtype))[1] - 1) if dtype not in BYTE_VIEWED else e
 
 
 def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
@@ -232,12 +226,12 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
         # NVFP4's static activation scale, amax / (6 * 448) as ModelOpt calibrates it, for the
         # unit-RMS activations this mode keeps (amax taken at 6 sigma)
         return Spec("scale", "const", NVFP4_INPUT_SCALE)
-    if weight is None or weight[1] not in BYTE_DTYPES | _FP8 | {torch.int8}:
-        return Spec("scale", "const", 127 if dtype in BYTE_DTYPES else 1.0)
+    if weight is None or weight[1] not in {*BYTE_VIEWED, *FLOAT8, torch.int8}:
+        return Spec("scale", "const", 127 if dtype in BYTE_VIEWED else 1.0)
     _, std = _role(prefix + base, weight[0], weight[1], module, layers)
     if f"{base}_scale_2" in siblings:  # NVFP4: block scales at e4m3's top, the rest in scale_2
         first = siblings.get(f"{base}_scale", (None, torch.float32))[1]
-        top = torch.finfo(first).max if first in _FP8 else 1.0
+        top = torch.finfo(first).max if first in FLOAT8 else 1.0
         total = std / math.sqrt(FP4_MOMENT)
         # scale_2 where it underflows its dtype: its smallest normal, the block scales smaller
         second = _float_scale(total / top, siblings[f"{base}_scale_2"][1])
@@ -245,11 +239,11 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
             return Spec("weight_scale_2", "const", second)
         # at most the top: total / (total / top) can round a hair above it, which e4m3 refuses
         return Spec("weight_scale", "const", min(_float_scale(total / second, first), top))
-    if level == "_inv" and dtype not in BYTE_DTYPES and weight[1] in _FP8:  # block scales: 2^e
+    if level == "_inv" and dtype not in BYTE_VIEWED and weight[1] in FLOAT8:  # block scales: 2^e
         e = _pow2_exponent(std * math.sqrt(3), _fp8_bound(weight[1]), dtype)
         return Spec("weight_scale", "const", 2.0**e)
-    if dtype not in BYTE_DTYPES:
-        if weight[1] in _FP8:  # the codes' range shrinks where the scale would underflow
+    if dtype not in BYTE_VIEWED:
+        if weight[1] in FLOAT8:  # the codes' range shrinks where the scale would underflow
             top = _fp8_bound(weight[1])
             return Spec("weight_scale", "const", _float_scale(std * math.sqrt(3) / top, dtype))
         # int8 codes narrow down to -1..1; FP4 codes are fixed: below that, the scale is
@@ -257,7 +251,7 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
         k = _int8_reach(std, dtype) if weight[1] == torch.int8 else 0
         moment = k * (k + 1) / 3 if k else _moment(weight[1])
         return Spec("weight_scale", "const", _positive(std / math.sqrt(moment), dtype))
-    if weight[1] in _FP8:  # E8M0 scales of FP8 codes: one power of two, the codes' range tuned
+    if weight[1] in FLOAT8:  # E8M0 scales of FP8 codes: one power of two, the codes' range tuned
         e = _exponent(std * math.sqrt(3), _fp8_bound(weight[1]))
         return Spec("weight_scale", "const", min(max(e + 127, 0), 254))
     return _fp4_e8m0(std, weight[1])
@@ -272,79 +266,3 @@ def _fp4_e8m0(std: float, codes: torch.dtype) -> Spec:
     if not 0 < cut < 256:
         return Spec("weight_scale", "const", low if cut >= 256 else low + 1)
     return Spec("weight_scale", "e8m0", low, cut)
-
-
-@torch.no_grad()
-def fill_(
-    t: torch.Tensor, spec: Spec, key: int, *, element_offset: int = 0,
-    element_strides: Sequence[int] | None = None, overrides: Sequence | None = None,
-    logical_shape: Sequence[int] | None = None,
-) -> torch.Tensor:  # fmt: skip
-    """``spec`` written into ``t`` with the stateless key ``key``: the logical tensor, or its
-    block at ``element_offset``/``element_strides`` (as :func:`init_stateless_` takes them);
-    then the routing's ``overrides`` of the logical tensor (of ``logical_shape``, default
-    ``t``'s) where the block holds them (:mod:`fp8_dummy.routing`)."""
-    raw = t.data.view(torch.uint8) if t.dtype in BYTE_DTYPES else t.data
-    if spec.kind == "const":
-        raw.fill_(spec.low)
-    elif spec.kind != "skip":
-        low, high = (0, 256) if spec.kind == "e8m0" else (spec.low, spec.high)
-        if spec.kind != "uniform":
-            low, high = int(low), int(high)
-        where = dict(element_offset=element_offset, element_strides=element_strides)
-        init_stateless_(raw, low, high, key, **where)
-        if spec.kind == "e8m0":
-            raw.copy_(raw >= int(spec.high)).add_(int(spec.low))
-    if overrides:
-        shape = t.shape if logical_shape is None else logical_shape
-        apply_overrides(t.data, shape, overrides, element_offset, element_strides)
-    return t
-
-
-def _layers(model: torch.nn.Module, names: list[str]) -> int:
-    """The number of decoder layers: the config's, else the highest ``layers.<i>`` + 1."""
-    config = getattr(model, "config", None)
-    for c in (config, getattr(config, "text_config", None)):
-        n = getattr(c, "num_hidden_layers", None)
-        if isinstance(n, int) and n > 0:
-            return n
-    found = [int(m.group(1)) for m in map(_LAYER.search, names) if m]
-    return max(found, default=0) + 1
-
-
-def model_specs(
-    model: torch.nn.Module,
-    tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
-    num_layers: int | None = None,
-    arch: Arch | None = None,
-) -> dict[str, Spec]:
-    """Full name -> :func:`tensor_spec` for each ``(module, full name, tensor, logical shape)``
-    (a sharded loader passes the TP=1 shapes: every layout gets the same specs); ``arch``:
-    the architecture's facts, by default :func:`realistic_arch.derive` of ``model``."""
-    if num_layers is None:
-        num_layers = _layers(model, [name for _, name, _, _ in tensors])
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
-    arch = derive(model) if arch is None else arch
-    siblings: dict[str, dict] = {}
-    for _, name, t, shape in tensors:
-        prefix, _, local = name.rpartition(".")
-        siblings.setdefault(prefix, {})[local] = (tuple(shape), t.dtype)
-    specs = {}
-    for module, name, t, shape in tensors:
-        near, value = siblings[name.rpartition(".")[0]], getattr(t, "dummy_weight_value", None)
-        kw = dict(layers=num_layers, module=module_kind(module), siblings=near, value=value)
-        owner = name.rpartition(".")[0]
-        kw.update(norm=arch.norm_value(owner, num_layers), residual=owner in arch.residual)
-        kw.update(gain=name in arch.gains)
-        specs[name] = tensor_spec(name, shape, t.dtype, embed_scale=arch.embed_scale, **kw)
-    return specs
-
-
-def model_tensors(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor, tuple]]:
-    """(module, full name, tensor, shape) of each tensor vLLM's dummy loader fills, in its
-    order: what :func:`model_specs` takes for a whole (unsharded) model."""
-    from .engines.core import walk  # at call time: the engines' vLLM format imports this module
-
-    modules = dict(model.named_modules(remove_duplicate=False))
-    return [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]

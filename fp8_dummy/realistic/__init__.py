@@ -1,0 +1,58 @@
+"""Realistic dummy weights (docs/realistic.md, docs/export.md): each tensor filled by its role,
+so that a dummy model routes, normalizes and quantizes like a checkpoint; one logical model
+per (config, seed, routing, format) over the checkpoint's tensor names, the same in memory,
+in every engine's own loader and in an exported checkpoint.
+
+This package's face: the names below are its public API. Its files, from the rule to the
+bytes on disk:
+
+- ``rules.py``: the rule per tensor: name, shape, dtype and module to a :class:`Spec` (role,
+  distribution, codes, scales); pure, nothing read or written;
+- ``specs.py``: the rule over a whole model (every tensor's spec, the layer count, the
+  architecture's facts applied); which tensors vLLM's dummy loader fills;
+- ``arch.py``: the architecture facts found by probing the model (post-norms, norm offsets,
+  the embedding's multiplier), for a meta model on a CPU twin;
+- ``values.py``: the one byte writer: a spec and a key written into a tensor or a block of
+  it (``init_stateless_``), then the routing's overrides;
+- ``routing/``: MoE routing profiles realized by the weights (its own face and file map);
+- ``formats.py``: the checkpoint formats (bf16 ... nvfp4, mxfp4): which tensors a quantized
+  checkpoint holds, its ``quantization_config``, the format a config describes;
+- ``hf_model.py``: the transformers side: the model class a config names, the checkpoint's
+  names and where each lies in the in-memory tensors;
+- ``lazy_tensor.py``: stand-ins for checkpoint tensors that an engine's loader narrows and
+  copies, written only at the copy; the views a conversion takes, recorded;
+- ``logical.py``: the logical model: each checkpoint tensor's spec, key and overrides, and
+  its writer (every holder of the model takes its bytes from here);
+- ``inplace.py``: :func:`initialize_realistic_dummy_weights`, the fill of a model in place;
+- ``safetensors_writer.py``: a safetensors file made a window at a time while a thread writes;
+- ``export.py``: ``python -m fp8_dummy export``: the checks, the checkpoint's files, the CLI.
+
+An export's bytes: ``export.py`` -> ``safetensors_writer.py`` -> ``logical.py``
+(``LogicalModel.write``) -> ``values.py`` (``fill_``) -> ``fp8_dummy.init_stateless_``."""
+
+from __future__ import annotations
+
+from .arch import DEFAULT, Arch, derive
+from .formats import FORMATS, Format, UnsupportedFormatError, config_format
+from .hf_model import (
+    UnplacedTensorError,
+    build_model,
+    checkpoint_names,
+    checkpoint_state,
+    config_of,
+    memory_blocks,
+)
+from .inplace import initialize_realistic_dummy_weights
+from .lazy_tensor import Block, LazyTensor
+from .logical import CheckpointTensor, LogicalModel, config_checkpoint, logical_model
+from .routing import Profile, RoutingError, chosen_routing, parse_routing
+from .rules import Spec, module_kind, tensor_spec
+from .specs import model_specs, model_tensors
+from .values import fill_
+
+__all__ = ["DEFAULT", "FORMATS", "Arch", "Block", "CheckpointTensor", "Format", "LazyTensor"]
+__all__ += ["LogicalModel", "Profile", "RoutingError", "Spec", "UnplacedTensorError"]
+__all__ += ["UnsupportedFormatError", "build_model", "checkpoint_names", "checkpoint_state"]
+__all__ += ["chosen_routing", "config_checkpoint", "config_format", "config_of", "derive"]
+__all__ += ["fill_", "initialize_realistic_dummy_weights", "logical_model", "memory_blocks"]
+__all__ += ["model_specs", "model_tensors", "module_kind", "parse_routing", "tensor_spec"]

@@ -1,0 +1,143 @@
+"""The transformers side of the logical model: the model class a config names (built on the
+meta device), its tensors, and where each checkpoint tensor lies in them: the checkpoint's
+names are what ``save_pretrained`` writes, transformers' own ``revert_weight_conversion`` run
+on stand-ins that record the views it takes (:func:`.lazy_tensor.view_map`)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .lazy_tensor import Block, NotAffineError, view_map
+
+__all__ = ["UnplacedTensorError", "build_model", "built_dtype", "checkpoint_names"]
+__all__ += ["checkpoint_state", "config_of", "is_transformers_model", "kept_fp32"]
+__all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views"]
+
+
+class UnplacedTensorError(ValueError):
+    """A model whose in-memory tensors no checkpoint conversion places by views alone."""
+
+
+def is_transformers_model(model: torch.nn.Module) -> bool:
+    return any(c.__module__.startswith("transformers.") for c in type(model).__mro__) and hasattr(
+        model, "config"
+    )
+
+
+def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """The transformers model class ``config`` names, on the meta device (no memory); the
+    class itself, not the quantized stand-ins a ``quantization_config`` would swap in."""
+    import transformers
+
+    if getattr(config, "quantization_config", None) is not None:
+        config = copy.copy(config)
+        del config.quantization_config
+
+    kw = {"dtype": dtype} if dtype is not None else {}
+    errors = []
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
+        try:
+            with torch.device("meta"):
+                return auto.from_config(config, **kw)
+        except (ValueError, KeyError) as e:
+            errors.append(f"{auto.__name__}: {e}")
+    raise ValueError(f"fp8_dummy: no transformers model class for this config: {'; '.join(errors)}")
+
+
+def own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state_dict tensors, each tied tensor once (under its first name)."""
+    seen: set[int] = set()
+    out = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) not in seen:
+            seen.add(id(t))
+            out[name] = t
+    return out
+
+
+def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
+    """Checkpoint name -> where its elements lie in the in-memory tensor (``block.source``):
+    transformers' save conversion run on stand-ins; identity for other models."""
+    own = own_tensors(model)
+    if not is_transformers_model(model):
+        return {n: Block.whole(n, tuple(t.shape)) for n, t in own.items()}
+    from transformers.core_model_loading import revert_weight_conversion
+
+    try:
+        return view_map(lambda d: revert_weight_conversion(model, d), own)
+    except NotAffineError as e:
+        raise UnplacedTensorError(
+            f"fp8_dummy: {type(model).__name__}: transformers' checkpoint conversion of this "
+            f"model is not views of its tensors ({e}), so its checkpoint names cannot be placed"
+        ) from None
+
+
+def checkpoint_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Checkpoint name -> a view of the in-memory tensor that holds it (tied names too):
+    what ``save_pretrained`` would write, without a copy."""
+    own = own_tensors(model)
+    out = dict(placed_views(own, memory_blocks(model)))
+    first = {id(t): n for n, t in own.items()}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if name not in own and first.get(id(t)) in out:
+            out[name] = out[first[id(t)]]
+    return out
+
+
+def placed_views(own: Mapping[str, torch.Tensor], blocks: Mapping[str, Block]):
+    """(checkpoint name, the view of its in-memory tensor that holds it), meta ones too."""
+    for name, b in blocks.items():
+        src = own[b.source].detach()
+        if not src.is_meta and not src.is_contiguous():
+            raise UnplacedTensorError(f"fp8_dummy: {b.source}: not contiguous in memory")
+        yield name, src.as_strided(b.shape, b.strides, src.storage_offset() + b.offset)
+
+
+def checkpoint_names(model: torch.nn.Module) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Checkpoint name -> (shape, dtype) of an unquantized checkpoint of ``model``."""
+    own = own_tensors(model)
+    return {n: (b.shape, own[b.source].dtype) for n, b in memory_blocks(model).items()}
+
+
+def built_dtype(own: Mapping[str, torch.Tensor]) -> torch.dtype:
+    """The floating dtype most of the model's elements are in: the dtype it was built in."""
+    sizes: dict[torch.dtype, int] = {}
+    for t in own.values():
+        if t.dtype.is_floating_point:
+            sizes[t.dtype] = sizes.get(t.dtype, 0) + t.numel()
+    return max(sizes, key=sizes.__getitem__) if sizes else torch.float32
+
+
+def kept_fp32(model: torch.nn.Module, name: str, dtype: torch.dtype, built: torch.dtype) -> bool:
+    """A tensor (in-memory ``dtype``) the model class keeps in float32 whatever the dtype it
+    is built in (``built``), as ``save_pretrained`` writes it: a float32 tensor in a model
+    built narrower (a parameter the class makes in float32 itself: Hunyuan-MoE's router; a
+    narrower copy loaded into it would not be the in-memory fill's bytes), or one transformers'
+    ``_keep_in_fp32_modules_strict`` names (DeepSeek's correction bias)."""
+    if dtype == torch.float32 and built != torch.float32:
+        return True
+    keep = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
+    return any(re.search(rf"(?:^|\.){re.escape(k)}(?:\.|$)", name) for k in keep)
+
+
+def on_meta(model: torch.nn.Module) -> bool:
+    return any(t.is_meta for t in own_tensors(model).values())
+
+
+def config_of(path: str | os.PathLike) -> Any:
+    """A transformers config from a config.json or a directory holding one."""
+    import transformers
+
+    p = os.fspath(path)
+    d = os.path.dirname(p) if os.path.isfile(p) else p
+    if not os.path.isfile(os.path.join(d, "config.json")):
+        raise FileNotFoundError(f"fp8_dummy: no config.json at {p}")
+    if os.path.isfile(p) and os.path.basename(p) != "config.json":
+        return transformers.AutoConfig.from_pretrained(p)
+    return transformers.AutoConfig.from_pretrained(d)

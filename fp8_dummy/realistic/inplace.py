@@ -1,0 +1,108 @@
+"""The realistic fill of a model in place (:func:`initialize_realistic_dummy_weights`): a
+transformers model gets its logical checkpoint's values (:mod:`.logical`) written where
+transformers' own conversion puts each checkpoint tensor in memory; any other model is filled
+tensor by tensor under its in-memory names. Every tensor is checked before any is written."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+
+import torch
+
+from ..ops import as_int64
+from ..stateless import tensor_seed
+from ..tensors import BYTE_VIEWED, unwritable
+from .hf_model import (
+    UnplacedTensorError,
+    is_transformers_model,
+    memory_blocks,
+    own_tensors,
+    placed_views,
+)
+from .lazy_tensor import Block
+from .logical import LogicalModel, logical_model
+from .routing import parse_routing, plan_routing
+from .rules import Spec
+from .specs import model_specs, model_tensors
+from .values import fill_
+
+__all__ = ["fill_model", "initialize_realistic_dummy_weights"]
+
+
+def initialize_realistic_dummy_weights(
+    model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None,
+    routing: str | os.PathLike = "balanced",
+) -> dict[str, Spec]:  # fmt: skip
+    """Fill what vLLM's dummy loader fills in ``model`` by role, keyed by ``(seed, full name)``,
+    all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md).
+    ``routing``: ``"balanced"``, ``"zipf:A"`` or a recorded load's JSON file (docs/realistic.md,
+    Routing)."""
+    # one seed domain (tensor_seed's): an int in [-2^63, 2^64), read modulo 2^64 as torch does
+    seed = as_int64(seed, "seed", "initialize_realistic_dummy_weights") % (1 << 64)
+    profile = parse_routing(routing)
+    if is_transformers_model(model):  # keyed by the checkpoint's names
+        try:
+            blocks = memory_blocks(model)
+        except UnplacedTensorError as e:  # keyed by the in-memory names instead
+            warnings.warn(f"{e}; its tensors are keyed by their in-memory names", stacklevel=2)
+        else:
+            return _fill_logical(model, seed, num_layers, profile, blocks)
+
+    tensors = model_tensors(model)
+    specs = model_specs(model, tensors, num_layers)
+    for _, name, t, _ in tensors:
+        if t.device.type not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
+        if t.device.type == "meta":
+            specs[name] = Spec("deferred", "skip")
+    for _, name, t, _ in tensors:  # every tensor checked before any is written
+        spec = specs[name]
+        raw = t.data.view(torch.uint8) if t.dtype in BYTE_VIEWED else t.data
+        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
+        if why is not None:
+            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {name}: {why}")
+    shapes = {name: tuple(shape) for _, name, _, shape in tensors}
+    config = getattr(model, "config", None)
+    dtypes = {name: t.dtype for _, name, t, _ in tensors}
+    _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    done: set[int] = set()
+    for _, name, t, _ in tensors:
+        if id(t) not in done:
+            done.add(id(t))
+            fill_(t, specs[name], tensor_seed(seed, name), overrides=overrides.get(name))
+    return specs
+
+
+def _fill_logical(model, seed, num_layers, profile, blocks) -> dict[str, Spec]:
+    """A transformers model: each checkpoint tensor of the logical model (:mod:`.logical`)
+    written where transformers' own conversion puts it in memory, all checked first."""
+    lm = logical_model(model, seed, routing=profile, num_layers=num_layers, blocks=blocks)
+    own = own_tensors(model)
+    specs = lm.specs
+    for name, b in blocks.items():
+        t = own[b.source]
+        if t.device.type not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"fp8_dummy: {b.source}: device {t.device} (CPU, CUDA or meta)")
+        if t.device.type == "meta":
+            specs[name] = Spec("deferred", "skip")
+    for name, b in blocks.items():  # every tensor checked before any is written
+        t, spec = own[b.source], specs[name]
+        raw = t.data.view(torch.uint8) if t.dtype in BYTE_VIEWED else t.data
+        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
+        if why is not None:
+            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {b.source}: {why}")
+    fill_model(model, lm, blocks)
+    first = {id(t): n for n, t in own.items()}
+    for name, t in model.state_dict(keep_vars=True).items():  # tied names: their tensor's spec
+        if name not in own and first.get(id(t)) in specs:
+            specs[name] = specs[first[id(t)]]
+    return specs
+
+
+def fill_model(model: torch.nn.Module, lm: LogicalModel, blocks: Mapping[str, Block]) -> None:
+    """Write each checkpoint tensor of ``lm`` where ``blocks`` puts it in ``model``."""
+    for name, view in placed_views(own_tensors(model), blocks):
+        if not view.is_meta:
+            lm.write(view, Block.whole(name, lm.tensors[name].shape))

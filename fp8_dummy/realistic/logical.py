@@ -1,0 +1,183 @@
+"""One dummy model per (config, seed, routing, format), defined over the checkpoint's tensor
+names (docs/export.md): the value of each checkpoint tensor (its name and shape in the model's
+published safetensors, ``model.layers.3.mlp.experts.17.down_proj.weight``) is the realistic
+rule's fill (docs/realistic.md) keyed by ``tensor_seed(seed, checkpoint name)``. Every holder
+of the model takes its bytes from here: transformers' in-memory tensors through the views its
+own checkpoint conversion takes of them (:mod:`.inplace`), an engine through its own weight
+loader fed :class:`~.lazy_tensor.LazyTensor` stand-ins (:meth:`LogicalModel.lazy`), and
+``python -m fp8_dummy export`` by writing each tensor in windows (:mod:`.export`).
+
+The checkpoint's names are transformers' own (:mod:`.hf_model`); the quantized formats add
+their tensors beside each quantized linear weight (:mod:`.formats`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..ops import as_int64
+from ..stateless import tensor_seed
+from .arch import Arch, derive, derive_twin
+from .formats import FORMATS, Format, config_format, quantize
+from .hf_model import build_model, built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
+from .lazy_tensor import Block, LazyTensor
+from .routing import parse_routing, plan_routing
+from .rules import Spec
+from .specs import model_specs
+from .values import fill_
+
+__all__ = ["CheckpointTensor", "LogicalModel", "config_checkpoint", "logical_model"]
+
+
+def config_checkpoint(config: Any, seed: int = 0, *, routing: Any = "balanced") -> LogicalModel:
+    """The logical checkpoint of ``config`` in its own format (:func:`config_format`): the
+    checkpoint an engine would load for it, all checked before anything is made."""
+    fmt = config_format(config)
+    model = build_model(config, dtype=fmt.dtype)
+    return logical_model(model, seed, routing=routing, format=fmt)
+
+
+@dataclass
+class CheckpointTensor:
+    """One tensor of the logical checkpoint: what it gets and where its values come from."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    spec: Spec
+    key: int
+    overrides: list | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass
+class LogicalModel:
+    """The logical checkpoint of one (config, seed, routing, format)."""
+
+    tensors: dict[str, CheckpointTensor]
+    config: Any
+    seed: int
+    format: Format | None
+    skipped: list[str] = field(default_factory=list)
+
+    def write(self, dst: torch.Tensor, block: Block) -> None:
+        """Fill ``dst`` with the elements ``block`` names of its checkpoint tensor."""
+        t = self.tensors[block.source]
+        where = dict(element_offset=block.offset, element_strides=list(block.strides))
+        fill_(dst, t.spec, t.key, **where, overrides=t.overrides, logical_shape=t.shape)
+
+    def fill(self, name: str, dst: torch.Tensor) -> torch.Tensor:
+        """The checkpoint tensor ``name`` whole, written into ``dst`` (its shape)."""
+        t = self.tensors[name]
+        if tuple(dst.shape) != t.shape:
+            raise ValueError(
+                f"fp8_dummy: {name}: shape {tuple(dst.shape)}, the checkpoint's {t.shape}"
+            )
+        self.write(dst, Block.whole(name, t.shape))
+        return dst
+
+    def lazy(self, name: str, device: torch.device | str = "cpu") -> LazyTensor:
+        """A stand-in for the checkpoint tensor ``name`` that an engine's loader can narrow,
+        transpose and copy into its parameters; the values are written at the copy."""
+        t = self.tensors[name]
+        return LazyTensor.of(name, t.shape, t.dtype, self.write, device=device)
+
+    def items(self) -> Iterator[tuple[str, LazyTensor]]:
+        """(checkpoint name, stand-in) in the checkpoint's order: a weights iterator."""
+        for name in self.tensors:
+            yield name, self.lazy(name)
+
+    def quantization_config(self) -> dict | None:
+        return self.format.quantization_config(self.skipped) if self.format else None
+
+    @property
+    def specs(self) -> dict[str, Spec]:
+        return {n: t.spec for n, t in self.tensors.items()}
+
+
+def _module(model: torch.nn.Module, name: str, fallback: str) -> torch.nn.Module:
+    owner = name.rpartition(".")[0]
+    for path in (owner, fallback.rpartition(".")[0]):
+        try:
+            return model.get_submodule(path) if path else model
+        except AttributeError:
+            continue
+    return torch.nn.Module()
+
+
+def logical_model(
+    model: torch.nn.Module,
+    seed: int = 0,
+    *,
+    routing: Any = "balanced",
+    num_layers: int | None = None,
+    format: str | Format | None = None,
+    arch: Arch | None = None,
+    blocks: Mapping[str, Block] | None = None,
+) -> LogicalModel:
+    """The logical checkpoint of ``model`` (a transformers model, on meta or real; its
+    in-memory dtypes, or ``format``'s: :data:`FORMATS`), all checked before anything is
+    written; ``arch``: default :func:`.arch.derive` (the plain rule on meta)."""
+    seed = as_int64(seed, "seed", "fp8_dummy") % (1 << 64)
+    profile = parse_routing(routing)
+    fmt = format if isinstance(format, Format) else None
+    if isinstance(format, str):
+        if format not in FORMATS:
+            raise ValueError(
+                f"fp8_dummy: unknown format {format!r}; the formats: {', '.join(FORMATS)}"
+            )
+        fmt = FORMATS[format]
+    blocks = memory_blocks(model) if blocks is None else blocks
+    own = own_tensors(model)
+    arch = (derive(model) if not on_meta(model) else derive_twin(model)) if arch is None else arch
+    entries = []
+    built = built_dtype(own)
+    for name, b in blocks.items():
+        dtype = own[b.source].dtype
+        if fmt is not None and dtype.is_floating_point:
+            dtype = torch.float32 if kept_fp32(model, name, dtype, built) else fmt.dtype
+        stand_in = torch.empty(b.shape, dtype=dtype, device="meta")
+        entries.append((_module(model, name, b.source), name, stand_in, b.shape))
+    arch = _renamed(arch, blocks)
+    specs = model_specs(model, entries, num_layers, arch)
+    skipped: list[str] = []
+    if fmt is not None and fmt.quant is not None:
+        entries, skipped = quantize(entries, specs, fmt)
+        specs = model_specs(model, entries, num_layers, arch)
+    shapes = {n: tuple(s) for _, n, _, s in entries}
+    dtypes = {n: t.dtype for _, n, t, _ in entries}
+    config = getattr(model, "config", None)
+    _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    tensors = {
+        n: CheckpointTensor(
+            n, shapes[n], dtypes[n], specs[n], tensor_seed(seed, n), overrides.get(n)
+        )
+        for _, n, _, _ in entries
+    }
+    return LogicalModel(tensors, config, seed, fmt, skipped)
+
+
+def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
+    """The facts (found on in-memory module and tensor names) under the checkpoint's names:
+    each checkpoint tensor's owner gets its in-memory tensor's owner's facts."""
+    post, residual, gains, offset = set(arch.post), set(arch.residual), set(arch.gains), {}
+    offset.update(arch.offset)
+    for name, b in blocks.items():
+        owner, source = name.rpartition(".")[0], b.source.rpartition(".")[0]
+        if name == b.source:
+            continue
+        post.update([owner] if source in arch.post else [])
+        residual.update([owner] if source in arch.residual else [])
+        gains.update([name] if b.source in arch.gains else [])
+        if source in arch.offset:
+            offset[owner] = arch.offset[source]
+    return arch._replace(
+        post=frozenset(post), residual=frozenset(residual), gains=frozenset(gains), offset=offset
+    )

@@ -1,0 +1,172 @@
+"""Where the routing's offsets are written: the routers among a model's tensors (a 2-D
+``gate``/``router`` weight in ``layers.<i>``, its top-k, scoring and grouping from the config)
+and the overrides of the fill that realize each router's offsets: into the router's bias where
+it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
+selection adds one to the sigmoid scores (DeepSeek-V3/R1, GLM-4.5), grouped top-k included;
+for routers without a bias (Mixtral, Qwen2/3-MoE, OLMoE), through the residual stream: the last
+hidden dimension ``j`` carries a constant (the embeddings' column ``j`` is 1, no residual
+branch writes row ``j``, no other projection reads column ``j``), so after the norm ``h_j`` is
+the same for every token and the router's column ``j``, set to ``b``, adds ``b`` to the logits.
+
+Everything is a pure function of (seed, layer index, profile, router shape, config), so every
+layout and every engine that names its layers ``layers.<i>`` gets the same routing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...stateless import row_major_strides
+from ..rules import LAYER_INDEX
+from .profiles import Profile, RoutingError, layer_targets
+from .solve import Router
+
+__all__ = ["CARRIER", "Override", "apply_overrides", "find_routers", "plan_routing"]
+
+_TOPK = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k", "moe_k")
+
+
+CARRIER = 1.0  # the constant the residual stream's last dimension carries
+
+
+def _config_value(config: Any, names: Sequence[str]) -> Any:
+    for c in (config, getattr(config, "text_config", None)):
+        for n in names:
+            v = getattr(c, n, None) if c is not None else None
+            if v is not None:
+                return v
+    return None
+
+
+def find_routers(
+    roles: Mapping[str, str], shapes: Mapping[str, Sequence[int]], config: Any
+) -> list[Router]:
+    """The routers among the tensors (full name -> role, logical shape), in layer order."""
+    k = _config_value(config, _TOPK)
+    score = _config_value(config, ("scoring_func",))
+    groups = int(_config_value(config, ("n_group",)) or 1)
+    topk_group = int(_config_value(config, ("topk_group",)) or groups)
+    method = _config_value(config, ("topk_method",))
+    routers = []
+    for name, role in roles.items():
+        shape = shapes[name]
+        if role != "router" or len(shape) != 2 or not name.endswith(".weight"):
+            continue
+        found = LAYER_INDEX.search(name)
+        if found is None:
+            continue
+        owner = name[: -len(".weight")]
+        if not isinstance(k, int) or not 1 <= k <= shape[0]:
+            raise RoutingError(
+                f"fp8_dummy: {name}: the config gives no number of experts per token "
+                f"({'/'.join(_TOPK)}) in [1, {shape[0]}]"
+            )
+        r = Router(int(found.group(1)), name, int(shape[0]), int(shape[1]), k)
+        if f"{owner}.e_score_correction_bias" in roles:
+            r.realize, r.bias = "correction", f"{owner}.e_score_correction_bias"
+            r.score = "sigmoid" if score in (None, "sigmoid") else "softmax"
+        elif f"{owner}.bias" in roles:
+            r.realize, r.bias = "bias", f"{owner}.bias"
+        if groups > 1 and topk_group < groups and r.experts % groups == 0:
+            r.groups, r.topk_group = groups, topk_group
+            r.group_score = "max" if method == "group_limited_greedy" else "top2"
+        routers.append(r)
+    return sorted(routers, key=lambda r: (r.layer, r.weight))
+
+
+# An override: (dimension, index along it, value): a float, or a vector along the other
+# dimension of a 2-D tensor (a 1-D tensor: along its only dimension, index None).
+Override = tuple[int, Any, Any]
+
+
+def plan_routing(
+    profile: Profile,
+    seed: int,
+    config: Any,
+    specs: Mapping[str, Any],
+    shapes: Mapping[str, Sequence[int]],
+    progress: Any = None,
+    dtypes: Mapping[str, torch.dtype] | None = None,
+) -> tuple[list[Router], dict[str, list[Override]]]:
+    """The routers, each with its offsets, and the overrides of the fill that realize them
+    (full name -> overrides of the logical tensor), all checked before anything is written;
+    ``progress(layers solved)``, if given, as the offsets are solved; ``dtypes``: each
+    tensor's, to refuse a router whose offsets would have to go into 1-byte codes."""
+    if profile.kind == "balanced":
+        return [], {}
+    roles = {n: s.role for n, s in specs.items()}
+    routers = find_routers(roles, shapes, config)
+    if not routers:
+        raise RoutingError(
+            f"fp8_dummy: routing {profile.source!r}: the model has no router the realistic fill "
+            "recognises (a 2-D weight of a module named gate or router in layers.<i>)"
+        )
+    for r in routers:
+        dtype = (dtypes or {}).get(r.weight)
+        if r.realize == "residual" and dtype is not None and dtype.itemsize == 1:
+            raise RoutingError(
+                f"fp8_dummy: {r.weight}: a {dtype} router (quantized) cannot carry the routing's "
+                "offsets in its codes: keep the router unquantized, as checkpoints do (for vLLM's "
+                "fp8 quantization: the router in its ignored layers)"
+            )
+    for r, (pi, b) in zip(routers, layer_targets(profile, routers, seed, progress)):
+        r.target, r.offsets = pi, b
+    overrides: dict[str, list[Override]] = {}
+    residual = [r for r in routers if r.realize == "residual"]
+    for r in routers:
+        if r.realize != "residual":
+            overrides.setdefault(r.bias, []).append((0, None, r.offsets))
+    if residual:
+        hidden = residual[0].hidden
+        j = hidden - 1
+        for name, spec in specs.items():
+            shape = list(shapes[name])
+            if spec.kind != "uniform" or len(shape) < 2:
+                continue  # constants, codes of packed formats: left as the role says
+            if spec.role == "embedding" and shape[-1] == hidden:
+                overrides.setdefault(name, []).append((len(shape) - 1, j, CARRIER))
+            elif spec.role == "residual_out" and shape[-2] == hidden:
+                overrides.setdefault(name, []).append((len(shape) - 2, j, 0.0))
+            elif spec.role in ("linear", "router", "unknown") and shape[-1] == hidden:
+                overrides.setdefault(name, []).append((len(shape) - 1, j, 0.0))
+        for r in residual:
+            if r.hidden != hidden:
+                raise RoutingError(f"fp8_dummy: {r.weight}: hidden size {r.hidden} != {hidden}")
+            overrides.setdefault(r.weight, []).append((1, j, r.offsets / CARRIER))
+    return routers, overrides
+
+
+def apply_overrides(
+    view: torch.Tensor,
+    shape: Sequence[int],
+    overrides: Sequence[Override],
+    element_offset: int = 0,
+    element_strides: Sequence[int] | None = None,
+) -> None:
+    """Write ``overrides`` (of the logical tensor of ``shape``) into ``view``, the block at
+    ``element_offset``/``element_strides`` (row-major strides of ``shape`` times a step)."""
+    logical = row_major_strides(shape)
+    strides = list(element_strides) if element_strides is not None else logical
+    origin, rest = [], element_offset
+    for s in logical:
+        origin.append(rest // s)
+        rest %= s
+    step = [st // ls for st, ls in zip(strides, logical)]
+    for dim, index, value in overrides:
+        if index is None:  # a 1-D vector over the whole tensor
+            sel = torch.arange(view.shape[0]) * step[0] + origin[0]
+            view.copy_(torch.as_tensor(np.asarray(value)[sel.numpy()], dtype=view.dtype))
+            continue
+        pos, mod = divmod(index - origin[dim], step[dim])
+        if mod or not 0 <= pos < view.shape[dim]:
+            continue  # this block does not hold that index
+        target = view.select(dim, pos)
+        if np.ndim(value) == 0:
+            target.fill_(float(value))
+            continue
+        other = 0 if dim == 1 else 1
+        sel = torch.arange(view.shape[other]) * step[other] + origin[other]
+        target.copy_(torch.as_tensor(np.asarray(value)[sel.numpy()], dtype=view.dtype))

@@ -1,0 +1,62 @@
+"""The realistic rule over a whole model: each tensor's :class:`~.rules.Spec` from its name,
+logical shape, dtype, module, its module's other tensors and the architecture's facts
+(:mod:`.arch`); and which tensors vLLM's dummy loader fills, in its order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..tensors import walk
+from .arch import Arch, derive
+from .rules import LAYER_INDEX, Spec, module_kind, tensor_spec
+
+__all__ = ["model_specs", "model_tensors"]
+
+
+def _layers(model: torch.nn.Module, names: list[str]) -> int:
+    """The number of decoder layers: the config's, else the highest ``layers.<i>`` + 1."""
+    config = getattr(model, "config", None)
+    for c in (config, getattr(config, "text_config", None)):
+        n = getattr(c, "num_hidden_layers", None)
+        if isinstance(n, int) and n > 0:
+            return n
+    found = [int(m.group(1)) for m in map(LAYER_INDEX.search, names) if m]
+    return max(found, default=0) + 1
+
+
+def model_specs(
+    model: torch.nn.Module,
+    tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
+    num_layers: int | None = None,
+    arch: Arch | None = None,
+) -> dict[str, Spec]:
+    """Full name -> :func:`tensor_spec` for each ``(module, full name, tensor, logical shape)``
+    (a sharded loader passes the TP=1 shapes: every layout gets the same specs); ``arch``:
+    the architecture's facts, by default :func:`.arch.derive` of ``model``."""
+    if num_layers is None:
+        num_layers = _layers(model, [name for _, name, _, _ in tensors])
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    arch = derive(model) if arch is None else arch
+    siblings: dict[str, dict] = {}
+    for _, name, t, shape in tensors:
+        prefix, _, local = name.rpartition(".")
+        siblings.setdefault(prefix, {})[local] = (tuple(shape), t.dtype)
+    specs = {}
+    for module, name, t, shape in tensors:
+        near, value = siblings[name.rpartition(".")[0]], getattr(t, "dummy_weight_value", None)
+        kw = dict(layers=num_layers, module=module_kind(module), siblings=near, value=value)
+        owner = name.rpartition(".")[0]
+        kw.update(norm=arch.norm_value(owner, num_layers), residual=owner in arch.residual)
+        kw.update(gain=name in arch.gains)
+        specs[name] = tensor_spec(name, shape, t.dtype, embed_scale=arch.embed_scale, **kw)
+    return specs
+
+
+def model_tensors(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor, tuple]]:
+    """(module, full name, tensor, shape) of each tensor vLLM's dummy loader fills, in its
+    order: what :func:`model_specs` takes for a whole (unsharded) model."""
+    modules = dict(model.named_modules(remove_duplicate=False))
+    return [(modules[n.rpartition(".")[0]], n, t, t.shape) for n, t in walk(model, "modules")]
