@@ -4,12 +4,14 @@ ran on this GPU may fault or hang, which no in-process proof survives (docs/engi
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 _RESULT, _HANG = "fp8_dummy-child-result: ", "no answer in"
@@ -18,16 +20,43 @@ _RESULT, _HANG = "fp8_dummy-child-result: ", "no answer in"
 _together: dict[str, str] = {}
 
 
+# The child's start: isolated (``-I``: neither the working directory nor PYTHON* variables nor
+# the user's site directory on its path), then the import path it is given, then this module.
+_START = (
+    "import sys, json; sys.path[:0] = json.loads(sys.argv.pop(1)); import runpy; "
+    f"runpy.run_module({__name__!r}, run_name='__main__', alter_sys=True)"
+)
+
+
+def import_path(target: str) -> list[str]:
+    """Where the child imports from: this library's own directory, the target module's, and the
+    absolute entries of this process's import path (where the library, torch and an engine's
+    code were found); never a relative entry (the working directory, which the caller may have
+    changed to a place others write) nor the current environment's PYTHONPATH."""
+    module = target.partition(":")[0].split(".")[0]
+    roots = [str(Path(__file__).resolve().parents[1])]
+    spec = importlib.util.find_spec(module) if module else None
+    for where in (getattr(spec, "submodule_search_locations", None) or [])[:1]:
+        roots.append(str(Path(where).resolve().parent))
+    if spec is not None and spec.origin and not spec.submodule_search_locations:
+        roots.append(str(Path(spec.origin).resolve().parent))
+    roots += [p for p in sys.path if p and os.path.isabs(p)]
+    return list(dict.fromkeys(roots))
+
+
 def run_child(target: str, args: Sequence[Any] = (), timeout: float = 120.0) -> tuple[Any, str]:
     """``target`` ("package.module:function") called with the JSON ``args`` in a fresh Python:
     (its result, "") or (None, why none came: a signal, an exit status or the timeout)."""
-    cmd = [sys.executable, "-m", __name__, target, json.dumps(list(args))]
-    # The child imports what this process can (its sys.path), proves in-process (no
-    # grandchildren), and without the start-up hook, which would patch the engine it probes.
-    path = os.pathsep.join([*filter(None, sys.path), os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, PYTHONPATH=path, FP8_DUMMY_ISOLATE="0", FP8_DUMMY_TRTLLM="0")
+    path = json.dumps(import_path(target))
+    cmd = [sys.executable, "-I", "-c", _START, path, target, json.dumps(list(args))]
+    # The child proves in-process (no grandchildren), and without the start-up hook, which
+    # would patch the engine it probes; it runs in this library's directory, not the caller's.
+    env = dict(os.environ, FP8_DUMMY_ISOLATE="0", FP8_DUMMY_TRTLLM="0")
+    cwd = str(Path(__file__).resolve().parent)
     try:  # killed on a timeout or an interrupt: no orphan left
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd
+        )
     except subprocess.TimeoutExpired:
         return None, f"{_HANG} {timeout:g} s (a hang? the child was killed)"
     out, err, rc = proc.stdout, proc.stderr, proc.returncode
@@ -122,7 +151,7 @@ def _each(calls: list) -> list:
     return out
 
 
-if __name__ == "__main__":  # the child: python -m fp8_dummy._isolated TARGET ARGS_JSON
+if __name__ == "__main__":  # the child: python -I -c _START PATH_JSON TARGET ARGS_JSON
     module, _, function = sys.argv[1].partition(":")
     answer = getattr(importlib.import_module(module), function)(*json.loads(sys.argv[2]))
     print(_RESULT + json.dumps(answer), flush=True)

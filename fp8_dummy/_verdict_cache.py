@@ -8,8 +8,9 @@ the open descriptors, never through a symlink); anything else is ignored with on
 and the path proved again. A verdict names everything its bytes depend on (:func:`identity`:
 the library's build, torch's, the device, the fault switch); a file whose key or identity
 differs from the current ones, that does not parse, or whose fields have other types is
-ignored and replaced. A write goes through a fresh temporary file of an unpredictable name,
-created O_EXCL|O_NOFOLLOW in the same directory, then an atomic rename. A cache that cannot
+ignored and replaced. A write goes through the package's one atomic writer
+(:mod:`._atomic_file`: a fresh temporary file of an unpredictable name, created
+O_EXCL|O_NOFOLLOW in the same directory, then a rename). A cache that cannot
 be read or written costs a warning, never a verdict. A run with ``FP8_DUMMY_FAULT`` set
 neither reads nor writes verdicts (its own are a fault's)."""
 
@@ -20,12 +21,13 @@ import hashlib
 import json
 import os
 import platform
-import secrets
 import stat
 import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
+
+from ._atomic_file import write_file
 
 __all__ = ["identity", "load", "store"]
 
@@ -180,32 +182,16 @@ def store(key: str, env: list[Any], detail: str) -> str | None:
     fd = _open_directory(create=True)
     if fd is None:
         return None
-    name, tmp = file_name(key, env), f".{secrets.token_hex(16)}.tmp"
+    name = file_name(key, env)
     data = json.dumps({"key": key, "environment": env, "detail": detail}).encode()
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    created = False
-    try:
-        f = os.open(tmp, flags, 0o600, dir_fd=fd)
-        created = True
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(f, view) :]
-        finally:
-            os.close(f)
-        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # renames the name, not a target
-        created = False
+    try:  # in the trusted directory's descriptor: never through a path swapped meanwhile
+        write_file(name, data, mode=0o600, dir_fd=fd)
         return str(directory() / name)
     except OSError as e:
         where = directory()
         _warn_once(str(where), f"{where} is not writable ({e.strerror}): not cached")
         return None
     finally:
-        if created:
-            try:
-                os.unlink(tmp, dir_fd=fd)
-            except OSError:
-                pass
         os.close(fd)
 
 

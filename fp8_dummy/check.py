@@ -14,7 +14,6 @@ import os
 import platform
 import re
 import statistics
-import tempfile
 import time
 import warnings
 from collections import namedtuple
@@ -26,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ._atomic_file import target_problem, write_file
 from ._build import build_info
 from ._isolated import run_child
 from ._proof import ProofEntry, check_fault_switch, first_difference, self_check_report
@@ -220,29 +220,18 @@ def _seconds(text: str) -> float:
 
 
 def _json_target(parser: argparse.ArgumentParser, name: str) -> Path:
-    """--json's file: its directory must exist and be writable, and it no directory, before
-    any check runs (a check takes minutes; its verdict must not be lost at the end)."""
-    path = Path(name)
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        parser.error(f"argument --json: {name} is a directory; name a file")
-    if not parent.is_dir():
-        parser.error(f"argument --json: the directory {parent} does not exist; create it first")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        parser.error(f"argument --json: the directory {parent} is not writable")
-    return path
+    """--json's file: writable (its directory exists and is writable, it is no directory),
+    checked before any check runs (a check takes minutes; its verdict must not be lost at the
+    end)."""
+    why = target_problem(name)
+    if why is not None:
+        parser.error(f"argument --json: {why}")
+    return Path(name)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """The whole file or none: a temporary file of a fresh name in its directory, renamed."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """The whole file or none (:func:`fp8_dummy._atomic_file.write_file`)."""
+    write_file(path, (json.dumps(data, indent=1) + "\n").encode())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,14 +8,15 @@ the plain pre-norm rule (vLLM's load format has no model forward to probe)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
+import warnings
 from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
 
 from .hf_model import is_transformers_model, own_tensors
+from .rules import RESIDUAL
 
 __all__ = ["DEFAULT", "TWIN_BUDGET_BYTES", "Arch", "derive", "derive_twin"]
 
@@ -83,16 +84,20 @@ def derive(model: torch.nn.Module) -> Arch:
         return DEFAULT
     modes = {m: m.training for m in model.modules()}
     model.eval()
+    failed: list[str] = []
     try:
         with torch.no_grad():
-            post, residual = _dataflow(model, layers)
-            if post and _shrinks_residual(model, layers[0], post):
+            post, residual = _dataflow(model, layers, failed)
+            if post and _shrinks_residual(model, layers[0], post, failed):
                 post = frozenset()  # the code keeps the variance itself (Beam): gain 1
             gains = _layer_gains(layers)
-            return Arch(_embed_scale(model, layers[0]), post, _offsets(model), residual, gains)
+            embed = _embed_scale(model, layers[0], failed)
+            return Arch(embed, post, _offsets(model), residual, gains)
     finally:
         for m, mode in modes.items():
             m.training = mode
+        for why in failed:
+            warnings.warn(f"fp8_dummy: {type(model).__name__}: {why}", RuntimeWarning, stacklevel=3)
 
 
 def _is_norm(name: str, module: torch.nn.Module) -> bool:
@@ -117,23 +122,28 @@ def _decoder_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]
     return best
 
 
-def _forward(model: torch.nn.Module, params: Mapping[str, torch.Tensor] | None = None) -> None:
-    """The model on 8 token ids, with ``params`` substituted (nothing written); a hook's
-    :class:`_Stop` or any failure ends it (what the hooks saw until then is the probe's)."""
+def _forward(model: torch.nn.Module, params: Mapping[str, torch.Tensor] | None = None) -> str:
+    """The model on 8 token ids, with ``params`` substituted (nothing written), until a hook's
+    :class:`_Stop` or the end: "", or why it failed (the probe then gets the plain rule's
+    fact: what its hooks saw before the failure is not the model's dataflow)."""
     device = next(model.parameters()).device
     ids = torch.arange(_TOKENS, device=device)[None]
     call = (lambda **kw: torch.func.functional_call(model, dict(params), (), kw)) if params else (
         lambda **kw: model(**kw)
     )  # fmt: skip
+    why = ""
     for kw in ({"input_ids": ids, "use_cache": False}, {"input_ids": ids}):
-        with contextlib.suppress(_Stop):
-            try:
-                call(**kw)
-            except TypeError:
-                continue  # use_cache not taken
-            except Exception:  # a probe never raises: what it saw stands  # noqa: BLE001
-                pass
-        return
+        try:
+            call(**kw)
+        except _Stop:
+            return ""
+        except TypeError as e:  # use_cache not taken: without it
+            why = f"TypeError: {e}"
+            continue
+        except Exception as e:  # noqa: BLE001 (a probe never raises: the plain rule instead)
+            return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+        return ""
+    return why.splitlines()[0][:300]
 
 
 def _input_of(args: tuple, kwargs: dict):
@@ -141,7 +151,7 @@ def _input_of(args: tuple, kwargs: dict):
     return x if isinstance(x, torch.Tensor) else None
 
 
-def _embed_scale(model: torch.nn.Module, first: tuple[str, torch.nn.Module]) -> float:
+def _embed_scale(model: torch.nn.Module, first: tuple[str, torch.nn.Module], failed: list) -> float:
     """c where the first layer's input is c x the embedding lookup plus what does not depend
     on it (positions): the lookup with every row P and then 2P (P = ±1, exact in any float
     dtype), the difference of the first layer's inputs against P. 1 where it is no multiple."""
@@ -163,7 +173,13 @@ def _embed_scale(model: torch.nn.Module, first: tuple[str, torch.nn.Module]) -> 
     hook = first[1].register_forward_pre_hook(grab, with_kwargs=True)
     try:
         for k in (1, 2):
-            _forward(model, {names[0]: (row * k).expand(weight.shape)})  # tied: one name
+            why = _forward(model, {names[0]: (row * k).expand(weight.shape)})  # tied: one name
+            if why:
+                failed.append(
+                    f"the probe of the embedding's multiplier failed ({why}): {names[0]} gets "
+                    "the plain rule (multiplier 1)"
+                )
+                return 1.0
     finally:
         hook.remove()
     if len(seen) != 2 or seen[0].shape != seen[1].shape or seen[0].shape[-1] != row.numel():
@@ -175,7 +191,7 @@ def _embed_scale(model: torch.nn.Module, first: tuple[str, torch.nn.Module]) -> 
     return 1.0 if abs(c - 1) < 1e-3 else c
 
 
-def _dataflow(model: torch.nn.Module, layers: list) -> tuple[frozenset, frozenset]:
+def _dataflow(model: torch.nn.Module, layers: list, failed: list) -> tuple[frozenset, frozenset]:
     """(post-norms, branch outputs) of the decoder layers, by tensor identity in one forward.
     A post-norm is a layer's direct child norm that takes a non-norm child's output itself
     (OLMo 2's ``post_attention_layernorm(self_attn(x))``; a pre-norm takes the residual
@@ -251,14 +267,31 @@ def _dataflow(model: torch.nn.Module, layers: list) -> tuple[frozenset, frozense
                     elif isinstance(w, torch.Tensor) and w.dim() == 2:
                         hooks.append(m.register_forward_hook(linear_hook(prefix, branch, sub)))
         hooks.append(layers[-1][1].register_forward_hook(stop))
-        _forward(model)
+        why = _forward(model)
     finally:
         for h in hooks:
             h.remove()
+    if why:
+        seen = sorted(post) + sorted(set(last.values()) - _by_name(model, layers))
+        failed.append(
+            f"the probe of the decoder layers' dataflow failed ({why}): their norms and "
+            "branch outputs get the plain rule"
+            + (f", not what it saw before failing: {', '.join(seen[:8])}" if seen else "")
+        )
+        return frozenset(), frozenset()
     return frozenset(post), frozenset(last.values())
 
 
-def _shrinks_residual(model: torch.nn.Module, first: tuple, post: frozenset) -> bool:
+def _by_name(model: torch.nn.Module, layers: list) -> set:
+    """The modules whose weights the plain rule already makes branch outputs (by name)."""
+    prefixes = tuple(f"{p}." for p, _ in layers)
+    return {
+        n for n, _ in model.named_modules()
+        if n.startswith(prefixes) and n.rsplit(".", 1)[-1] in RESIDUAL
+    }  # fmt: skip
+
+
+def _shrinks_residual(model: torch.nn.Module, first: tuple, post: frozenset, failed: list) -> bool:
     """Whether the first layer's code multiplies its residual stream by less than 1 (Beam's
     depth-scaled residual add, √((k-1)/k)): its output with every post-norm's output zeroed,
     against its input."""
@@ -281,10 +314,16 @@ def _shrinks_residual(model: torch.nn.Module, first: tuple, post: frozenset) -> 
     hooks = zero + [first[1].register_forward_pre_hook(grab_in, with_kwargs=True),
                     first[1].register_forward_hook(grab_out)]  # fmt: skip
     try:
-        _forward(model)
+        why = _forward(model)
     finally:
         for h in hooks:
             h.remove()
+    if why:
+        failed.append(
+            f"the probe of the first layer's residual failed ({why}): the post-norms "
+            f"{', '.join(sorted(post)[:8])} get the plain rule"
+        )
+        return True  # no post-norm gain: the plain rule
     if len(seen) != 2 or seen[0].shape != seen[1].shape:
         return False
     ratio = (seen[1].norm() / seen[0].norm()).item()

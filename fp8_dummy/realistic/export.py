@@ -1,8 +1,9 @@
 """``python -m fp8_dummy export CONFIG OUT``: the logical dummy model (:mod:`.logical`)
-written as a Hugging Face checkpoint (safetensors shards, their index, config.json): the
-arguments and the model checked before the first byte is written, then each shard written a
-window at a time (:mod:`.safetensors_writer`) under a temporary name in OUT and renamed when
-complete, the index last of all (docs/export.md)."""
+written as a Hugging Face checkpoint (safetensors shards, their index, config.json, the
+files a checkpoint holds beside them: :mod:`.checkpoint_files`): the arguments, OUT and the
+model checked before the first byte is written, then every file made in a private staging
+directory, each shard a window at a time (:mod:`.safetensors_writer`), and the whole published
+as OUT with one rename (:mod:`.publish`; docs/export.md)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,30 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 import time
+import warnings
 from dataclasses import replace
 from typing import Any
 
 import torch
 
+from .._atomic_file import write_file
 from .._progress import Progress
+from .checkpoint_files import UnreadableError, gather
+from .config_file import ConfigError, read_config
+from .exported_config import config_json
 from .formats import FORMATS, UnsupportedFormatError, config_format
-from .hf_model import build_model, config_of
-from .logical import CheckpointTensor, LogicalModel, logical_model
+from .hf_model import build_model
+from .logical import CheckpointTensor, logical_model
+from .publish import OutError, PublishError, check_out, staged
 from .safetensors_writer import SAFETENSORS_DTYPES, header, make_buffers, shards, write_tensors
 
 __all__ = ["export", "main"]
 
 INDEX = "model.safetensors.index.json"
-_WEIGHTS = re.compile(r".*\.(safetensors|bin|pt|pth|gguf)$|.*\.index\.json$|^config\.json$")
 _FLOATS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -51,44 +59,6 @@ def parse_size(text: str | int) -> int:
     return size
 
 
-class _Raw:
-    """Writes straight to the file descriptor (a buffered file object copies large writes
-    through its buffer)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def write(self, data: Any) -> None:
-        view = memoryview(data).cast("B")
-        while view:
-            view = view[os.write(self.fd, view) :]
-
-
-def _atomic(path: str, write: Any) -> None:
-    """``write(file)`` into a temporary name beside ``path`` (never through a link), then the
-    rename: a file under its final name is complete."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        try:
-            write(_Raw(fd))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _check_out(out: str) -> None:
-    if os.path.lexists(out):
-        if not os.path.isdir(out) or os.path.islink(out):
-            raise ExportError(f"fp8_dummy export: {out} exists and is not a directory")
-        if os.listdir(out):
-            raise ExportError(f"fp8_dummy export: {out} exists and is not empty (nothing changed)")
-
-
 def _free(out: str) -> int:
     p = os.path.abspath(out)
     while not os.path.exists(p):
@@ -109,10 +79,15 @@ def export(
     progress: bool = True,
 ) -> dict:
     """Write the logical model of ``config`` (a config.json, a directory holding one, or a
-    transformers config) to the directory ``out``; a summary (tensors, bytes, seconds).
-    ``format``: one of :data:`FORMATS`; None: the config's own (:func:`config_format`)."""
+    transformers config) to the directory ``out``, published whole or not at all; a summary
+    (tensors, bytes, shards, seconds, the files left out). ``format``: one of
+    :data:`FORMATS`; None: the config's own (:func:`config_format`). Bad input raises
+    :class:`ExportError` before anything is written; a failed write raises OSError."""
     out = os.fspath(out)
-    _check_out(out)
+    try:
+        check_out(out)
+    except OutError as e:
+        raise ExportError(str(e)) from None
     if format is not None and format not in FORMATS:
         raise ExportError(
             f"fp8_dummy export: unknown format {format!r}; the formats: {', '.join(FORMATS)}"
@@ -120,10 +95,13 @@ def export(
     if dtype is not None and dtype not in _FLOATS:
         raise ExportError(f"fp8_dummy export: --dtype {dtype!r}: one of {', '.join(_FLOATS)}")
     limit = parse_size(shard_size)
-    source = None
+    raw, copies, left = None, [], []
     if isinstance(config, (str, os.PathLike)):
-        source = os.fspath(config)
-        config = config_of(source)
+        try:
+            config, raw, folder = read_config(config)
+            copies, left = gather(folder)
+        except (ConfigError, UnreadableError) as e:
+            raise ExportError(str(e)) from None
     try:
         fmt = FORMATS[format] if format is not None else config_format(config)
     except UnsupportedFormatError as e:
@@ -134,26 +112,17 @@ def export(
             f"fp8_dummy export: --format {fmt.name} is {fmt.dtype}; --dtype {dtype} "
             "contradicts it (--dtype sets the unquantized tensors of fp8 formats)"
         )
-    model = build_model(config, dtype=floats)
+    try:
+        model = build_model(config, dtype=floats)
+    except Exception as e:  # noqa: BLE001 (the model class's own refusal of the config)
+        raise ExportError(
+            f"fp8_dummy export: the config makes no model: {type(e).__name__}: {e}"
+        ) from None
     try:  # the unquantized tensors in --dtype: the format's own float dtype replaced
         lm = logical_model(model, seed, routing=routing, format=replace(fmt, dtype=floats))
     except UnsupportedFormatError as e:  # the architecture cannot take the format
         raise ExportError(str(e)) from None
-    unknown = [n for n, t in lm.tensors.items() if t.spec.role == "unknown"]
-    if unknown and not allow_unknown:
-        listed = ", ".join(unknown[:8]) + (
-            f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
-        )
-        raise ExportError(
-            f"fp8_dummy export: {type(model).__name__}: no role covers {listed} (their values "
-            "would be a guess: σ = 1/√(last dimension)); --allow-unknown to export anyway"
-        )
-    missing = [n for n, t in lm.tensors.items() if t.dtype not in SAFETENSORS_DTYPES]
-    if missing:
-        raise ExportError(
-            f"fp8_dummy export: format {fmt.name}: dtypes safetensors cannot hold: "
-            f"{', '.join(missing[:8])}"
-        )
+    _check_tensors(lm, type(model).__name__, fmt.name, allow_unknown)
     tensors = list(lm.tensors.values())
     total = sum(t.nbytes for t in tensors)
     free = _free(out)
@@ -161,16 +130,9 @@ def export(
         raise ExportError(
             f"fp8_dummy export: {total / 1e9:.2f} GB to write, {free / 1e9:.2f} GB free at {out}"
         )
-    # -- written from here on
+    settings = config_json(config, lm, floats, raw, type(model).__name__)
+    # -- written from here on, into the staging directory; published whole at the end
     start = time.perf_counter()
-    os.makedirs(out, exist_ok=True)
-    if source is not None:
-        folder = os.path.dirname(source) if os.path.isfile(source) else source
-        for name in sorted(os.listdir(folder)):
-            path = os.path.join(folder, name)
-            if os.path.isfile(path) and not _WEIGHTS.match(name):
-                _atomic(os.path.join(out, name), lambda f, p=path: f.write(open(p, "rb").read()))
-    _atomic(os.path.join(out, "config.json"), lambda f: f.write(_config_json(config, lm, floats)))
     groups = shards(tensors, limit)
     bar = Progress(len(tensors), total) if progress else None
 
@@ -180,34 +142,61 @@ def export(
 
     weight_map = {}
     pool = make_buffers()
-    for i, group in enumerate(groups):
-        name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+    with staged(out) as stage:
+        for copy in copies:
+            write_file(os.path.join(stage, copy.name), copy.data, mode=copy.mode)
+        for i, group in enumerate(groups):
+            name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
 
-        def write(f, group=group):
-            head = header(group)
-            f.write(head)
-            os.ftruncate(f.fd, len(head) + sum(t.nbytes for t in group))
-            write_tensors(f.fd, lm, group, len(head), tick, pool)
+            def write(fd: int, group=group) -> None:
+                head = header(group)
+                view = memoryview(head)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.ftruncate(fd, len(head) + sum(t.nbytes for t in group))
+                write_tensors(fd, lm, group, len(head), tick, pool)
 
-        _atomic(os.path.join(out, name), write)
-        weight_map.update({t.name: name for t in group})
-    if bar is not None:
-        bar.close()
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    _atomic(os.path.join(out, INDEX), lambda f: f.write(json.dumps(index, indent=2).encode()))
+            write_file(os.path.join(stage, name), write)
+            weight_map.update({t.name: name for t in group})
+        if bar is not None:
+            bar.close()
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        write_file(os.path.join(stage, INDEX), json.dumps(index, indent=2).encode())
+        # the config last: a staging directory left by a killed export is no model to anyone
+        write_file(os.path.join(stage, "config.json"), settings)
     seconds = time.perf_counter() - start
-    return {"tensors": len(tensors), "bytes": total, "shards": len(groups), "seconds": seconds}
+    return {"tensors": len(tensors), "bytes": total, "shards": len(groups), "seconds": seconds,
+            "left_out": left}  # fmt: skip
 
 
-def _config_json(config: Any, lm: LogicalModel, floats: torch.dtype) -> bytes:
-    data = json.loads(config.to_json_string(use_diff=True))
-    data["dtype"] = str(floats).removeprefix("torch.")
-    data.pop("torch_dtype", None)
-    data.pop("quantization_config", None)
-    quant = lm.quantization_config()
-    if quant is not None:
-        data["quantization_config"] = quant
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+def _check_tensors(lm: Any, model: str, fmt: str, allow_unknown: bool) -> None:
+    """What no engine can use, refused: tensors no role covers (unless allowed), dtypes
+    safetensors cannot hold, tensors with no elements (a size of 0 in the config)."""
+    unknown = [n for n, t in lm.tensors.items() if t.spec.role == "unknown"]
+    if unknown and not allow_unknown:
+        raise ExportError(
+            f"fp8_dummy export: {model}: no role covers {_listed(unknown)} (their values "
+            "would be a guess: σ = 1/√(last dimension)); --allow-unknown to export anyway"
+        )
+    missing = [n for n, t in lm.tensors.items() if t.dtype not in SAFETENSORS_DTYPES]
+    if missing:
+        raise ExportError(
+            f"fp8_dummy export: format {fmt}: dtypes safetensors cannot hold: {_listed(missing)}"
+        )
+    empty = [f"{n} {list(t.shape)}" for n, t in lm.tensors.items() if 0 in t.shape]
+    if empty:
+        raise ExportError(
+            f"fp8_dummy export: {model}: tensors with no elements (a size of 0 in the config): "
+            f"{_listed(empty)}"
+        )
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that the staging directory is removed."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,21 +213,49 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-unknown", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main_thread else None
+
+    def terminated(*_: Any) -> None:
+        raise _Terminated
+
+    if main_thread:
+        signal.signal(signal.SIGTERM, terminated)
     try:
-        s = export(
-            a.config,
-            a.out,
-            seed=a.seed,
-            format=a.format,
-            routing=a.routing,
-            dtype=a.dtype,
-            shard_size=a.shard_size,
-            allow_unknown=a.allow_unknown,
-            progress=not a.quiet,
-        )
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            s = export(
+                a.config,
+                a.out,
+                seed=a.seed,
+                format=a.format,
+                routing=a.routing,
+                dtype=a.dtype,
+                shard_size=a.shard_size,
+                allow_unknown=a.allow_unknown,
+                progress=not a.quiet,
+            )
     except (ExportError, FileNotFoundError, ValueError, TypeError) as e:
         print(str(e), file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, _Terminated):
+        print(f"fp8_dummy export: interrupted: nothing published at {a.out}", file=sys.stderr)
+        return 130
+    except PublishError as e:
+        print(e.strerror, file=sys.stderr)
+        return 1
+    except OSError as e:  # a full disk, a file too large, an I/O error
+        why = f"{e.strerror} ({e.filename})" if e.strerror and e.filename else e.strerror or e
+        print(f"fp8_dummy export: writing failed: {why}; nothing published at {a.out}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, before)
+    for w in dict.fromkeys(str(w.message) for w in seen):
+        print(f"fp8_dummy export: warning: {w}", file=sys.stderr)
+    for name in s["left_out"]:
+        print(f"fp8_dummy export: not copied: {name}", file=sys.stderr)
     rate = s["bytes"] / max(s["seconds"], 1e-9) / 1e9
     print(
         f"fp8_dummy export: {s['tensors']} tensors, {s['bytes'] / 1e9:.3f} GB in "

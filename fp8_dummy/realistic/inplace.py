@@ -102,7 +102,8 @@ def _fill_logical(model, seed, num_layers, profile, blocks) -> dict[str, Spec]:
 
 
 def fill_model(model: torch.nn.Module, lm: LogicalModel, blocks: Mapping[str, Block]) -> None:
-    """Write each checkpoint tensor of ``lm`` where ``blocks`` puts it in ``model``."""
-    for name, view in placed_views(own_tensors(model), blocks):
+    """Write each checkpoint tensor of ``lm`` where ``blocks`` puts it in ``model``: every view
+    placed before the first is written (a tensor that cannot be placed is refused first)."""
+    for name, view in list(placed_views(own_tensors(model), blocks)):
         if not view.is_meta:
             lm.write(view, Block.whole(name, lm.tensors[name].shape))

@@ -114,6 +114,7 @@ def plan_routing(
             )
     for r, (pi, b) in zip(routers, layer_targets(profile, routers, seed, progress)):
         r.target, r.offsets = pi, b
+        _check_finite(r, (dtypes or {}).get(r.weight if r.realize == "residual" else r.bias))
     overrides: dict[str, list[Override]] = {}
     residual = [r for r in routers if r.realize == "residual"]
     for r in routers:
@@ -137,6 +138,20 @@ def plan_routing(
                 raise RoutingError(f"fp8_dummy: {r.weight}: hidden size {r.hidden} != {hidden}")
             overrides.setdefault(r.weight, []).append((1, j, r.offsets / CARRIER))
     return routers, overrides
+
+
+def _check_finite(r: Router, dtype: torch.dtype | None) -> None:
+    """A router's offsets finite, and in the dtype of the tensor they are written into."""
+    b = np.asarray(r.offsets, dtype=np.float64) / (CARRIER if r.realize == "residual" else 1.0)
+    written = torch.as_tensor(b)
+    if dtype is not None and dtype.is_floating_point:
+        written = written.to(dtype)
+    if not (np.isfinite(b).all() and torch.isfinite(written).all()):
+        raise RoutingError(
+            f"fp8_dummy: {r.weight}: the routing's offsets are not all finite in "
+            f"{dtype or 'float64'} (largest {np.abs(b).max():.3g}): this profile's target "
+            "is out of the router's reach"
+        )
 
 
 def apply_overrides(

@@ -23,6 +23,7 @@ __all__ += ["permutation", "zipf_target"]
 
 
 ENV = "FP8_DUMMY_ROUTING"
+_SMALLEST = 280 * math.log(10)  # -ln of the smallest popularity zipf's target computes with
 
 
 class RoutingError(ValueError):
@@ -73,6 +74,8 @@ def parse_routing(routing: Any) -> Profile:
             data = json.load(f)
     except (OSError, ValueError) as e:
         raise RoutingError(f"fp8_dummy: routing file {text}: not readable JSON ({e})") from None
+    except RecursionError:
+        raise RoutingError(f"fp8_dummy: routing file {text}: nested too deeply") from None
     loads = data.get("expert_load") if isinstance(data, dict) else None
     if not isinstance(loads, list) or not all(isinstance(r, list) for r in loads) or not loads:
         raise RoutingError(
@@ -81,19 +84,30 @@ def parse_routing(routing: Any) -> Profile:
         )
     rows = []
     for i, row in enumerate(loads):
-        values = []
-        for e, v in enumerate(row):
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-            if not ok or not math.isfinite(v) or v < 0:
-                raise RoutingError(
-                    f"fp8_dummy: routing file {text}: MoE layer {i}, expert {e}: {v!r} is not a "
-                    "finite non-negative number"
-                )
-            values.append(float(v))
-        if not sum(values) > 0:
+        values = [_load(text, i, e, v) for e, v in enumerate(row)]
+        top = max(values, default=0.0)
+        if not top > 0:
             raise RoutingError(f"fp8_dummy: routing file {text}: MoE layer {i} has no load")
+        if not math.isfinite(sum(values)):  # relative to the largest, where the sum overflows
+            values = [v / top for v in values]
         rows.append(tuple(values))
     return Profile("file", loads=tuple(rows), source=text)
+
+
+def _load(text: str, layer: int, expert: int, v: Any) -> float:
+    """One expert's recorded load: a finite non-negative number (an integer too large for a
+    float is not one)."""
+    try:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+    except OverflowError:
+        ok = False
+    if not ok or v < 0:
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+        raise RoutingError(
+            f"fp8_dummy: routing file {text}: MoE layer {layer}, expert {expert}: {shown} is "
+            "not a finite non-negative number"
+        )
+    return float(v)
 
 
 def _splitmix(state: int) -> tuple[int, int]:
@@ -119,6 +133,12 @@ def zipf_target(experts: int, k: int, alpha: float) -> np.ndarray:
     """Inclusion probabilities (sum k) of k draws without replacement from popularity
     proportional to rank^-alpha, by popularity rank: exponential clocks of rates p, the
     first k to ring, integrated over time."""
+    if alpha * math.log(experts) > _SMALLEST:  # the last rank's popularity would underflow
+        raise RoutingError(
+            f"fp8_dummy: routing zipf:{alpha:g}: with {experts} experts, rank {experts}'s "
+            f"popularity {experts}^-A underflows; A must be at most "
+            f"{math.floor(_SMALLEST / math.log(experts))} here"
+        )
     p = np.arange(1, experts + 1, dtype=np.float64) ** -alpha
     p /= p.sum()
     if k == 1:
@@ -131,7 +151,10 @@ def zipf_target(experts: int, k: int, alpha: float) -> np.ndarray:
     mass = cdf[1:] - cdf[:-1]
     mid = -np.expm1(-((t[1:] + t[:-1]) / 2)[:, None] * p[None])
     pi = (mass * leave_one_out(mid, k)).sum(0)
-    return pi * (k / pi.sum())
+    pi *= k / pi.sum()
+    if not np.isfinite(pi).all():
+        raise RoutingError(f"fp8_dummy: routing zipf:{alpha:g}: no finite target ({experts})")
+    return pi
 
 
 def layer_targets(

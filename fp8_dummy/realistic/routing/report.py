@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..._atomic_file import target_problem, write_file
+from ...ops import as_int64
+from ..config_file import ConfigError, read_config
+from ..hf_model import UnplacedTensorError
 from ..inplace import initialize_realistic_dummy_weights
 from ..specs import model_specs, model_tensors
 from . import offsets, profiles, solve
@@ -53,33 +56,33 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    path = Path(args.config)
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file():
-        parser.error(f"{args.config}: no config.json there")
-    if args.json is not None and not args.json.parent.is_dir():
-        parser.error(f"--json {args.json}: directory {args.json.parent} does not exist")
+    # Every argument checked before the model is built (exit status 2, one line each).
+    if args.json is not None and (why := target_problem(args.json)) is not None:
+        parser.error(f"--json: {why}")
+    try:
+        seed = as_int64(args.seed, "--seed", "routing") % (1 << 64)  # the fill's
+    except (TypeError, ValueError) as e:
+        parser.error(str(e))
     try:
         profile = profiles.parse_routing(args.routing)
     except (profiles.RoutingError, TypeError) as e:
         parser.error(str(e))
     try:
-        import transformers
+        import transformers  # noqa: F401
     except ImportError:
         parser.error("the report builds the model with transformers: pip install transformers")
-    with open(path, encoding="utf-8") as f:
-        raw = json.load(f)
-    config = transformers.AutoConfig.for_model(**raw)
     try:
-        report = build_report(config, profile, args.seed, args.tokens, args.ep, args.measure)
-    except profiles.RoutingError as e:
+        config = read_config(args.config)[0]
+    except ConfigError as e:
+        parser.error(str(e))
+    try:
+        report = build_report(config, profile, seed, args.tokens, args.ep, args.measure)
+    except (profiles.RoutingError, UnplacedTensorError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(render(report))
     if args.json is not None:
-        tmp = args.json.with_name(f".{args.json.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        os.replace(tmp, args.json)
+        write_file(args.json, json.dumps(report, indent=1).encode())
     return 0
 
 
@@ -153,7 +156,7 @@ def build_report(
     layers = []
     bar = _Bar(len(routers), "predicting")
     for i, r in enumerate(routers):
-        predicted = solve.simulate(r, r.offsets, tokens, key=seed + 1) * tokens
+        predicted = solve.simulate(r, r.offsets, tokens, key=(seed + 1) % (1 << 64)) * tokens
         layers.append({
             "layer": r.layer, "router": r.weight, "experts": r.experts, "top_k": r.top_k,
             "kind": solve.describe(r), "target": _stats(r.target, r.target, ep, zipf),
