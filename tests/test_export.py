@@ -44,6 +44,7 @@ CONFIGS = {
         qk_nope_head_dim=8,
         v_head_dim=8,
         head_dim=8,  # transformers' rotary dimension: the rope part (else its forward fails)
+        num_key_value_heads=4,  # MLA: as many as heads
     ),
     # experts stored [E, in, out] (transposed), biases, attention sinks
     "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16),
@@ -226,10 +227,11 @@ def decode_e2m1_pairs(packed: np.ndarray) -> np.ndarray:
 
 def _quantization_config(fmt: str, q: dict) -> list[str]:
     """The method's config as its loaders read it; the modules it leaves unquantized."""
-    if fmt == "fp8-channel":
+    if fmt in ("fp8-channel", "fp8"):  # per tensor: how transformers and vLLM both read it
         assert q["quant_method"] == "compressed-tensors" and q["format"] == "float-quantized"
         (group,) = q["config_groups"].values()
-        assert group["weights"]["strategy"] == "channel" and group["weights"]["num_bits"] == 8
+        strategy = "channel" if fmt == "fp8-channel" else "tensor"
+        assert group["weights"]["strategy"] == strategy and group["weights"]["num_bits"] == 8
         assert group["input_activations"]["dynamic"] is True
         return q["ignore"]
     if fmt == "nvfp4":
@@ -237,7 +239,7 @@ def _quantization_config(fmt: str, q: dict) -> list[str]:
         assert q["group_size"] == 16
         return q["exclude_modules"]
     assert q["quant_method"] == "fp8" and q["activation_scheme"] == "dynamic"
-    assert ("weight_block_size" in q) == (fmt == "fp8-block")
+    assert q["weight_block_size"] == [128, 128]
     assert q["modules_to_not_convert"] == q["ignored_layers"]
     return q["modules_to_not_convert"]
 

@@ -5,7 +5,9 @@ itself describes (:func:`config_format`), which is what an engine given that con
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,16 +37,21 @@ class Format:
     quant: str | None = None  # "per-tensor" | "block" | "channel" | "nvfp4" | "mxfp4"
     description: str = ""
     block: tuple[int, int] = (BLOCK, BLOCK)  # "block": the scale's [rows, columns] of weight
+    keep: tuple[str, ...] = ()  # the config's modules_to_not_convert, as written: unquantized
 
     def quantization_config(self, skipped: list[str]) -> dict | None:
         """The config.json entry the engines' loaders read for this method; ``skipped``: the
-        linear modules left unquantized (routers, lm_head)."""
+        linear modules left unquantized (routers, lm_head, the config's own list), each named
+        in full after the config's own entries (vLLM matches names exactly, transformers by
+        prefix)."""
         if self.quant is None:
             return None
-        if self.quant == "channel":
-            return _compressed_tensors(skipped)
+        skipped = list(dict.fromkeys([*self.keep, *skipped]))
+        if self.quant in ("channel", "per-tensor"):  # one reading in transformers and vLLM
+            return _compressed_tensors(skipped, "channel" if self.quant == "channel" else "tensor")
         if self.quant == "mxfp4":  # GPT-OSS's: only the experts; the rest as module patterns
-            return {"quant_method": "mxfp4", "modules_to_not_convert": _patterns(skipped)}
+            patterns = _patterns([s for s in skipped if s not in self.keep])
+            return {"quant_method": "mxfp4", "modules_to_not_convert": [*self.keep, *patterns]}
         if self.quant == "nvfp4":  # ModelOpt's hf_quant_config, flattened as vLLM reads it
             return {
                 "quant_method": "modelopt",
@@ -72,10 +79,12 @@ def _patterns(modules: list[str]) -> list[str]:
     )
 
 
-def _compressed_tensors(skipped: list[str]) -> dict:
+def _compressed_tensors(skipped: list[str], strategy: str) -> dict:
     """compressed-tensors' "float-quantized" scheme of FP8-dynamic checkpoints: e4m3 weights
-    with one scale per output channel, activations quantized per token at run time."""
-    weights = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}
+    with one scale per output channel (or per tensor), activations quantized per token at run
+    time. Per tensor too: transformers reads ``"quant_method": "fp8"`` as 128x128 blocks
+    (``weight_scale_inv``) where vLLM reads it per tensor (``weight_scale``); both read this."""
+    weights = {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True}
     weights.update({"dynamic": False, "group_size": None, "observer": "minmax"})
     acts = {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True}
     acts.update({"dynamic": True, "observer": None})
@@ -96,7 +105,12 @@ FORMATS: dict[str, Format] = {
     for f in (
         Format("bf16", torch.bfloat16, None, "every tensor bfloat16"),
         Format("fp16", torch.float16, None, "every tensor float16"),
-        Format("fp8", torch.bfloat16, "per-tensor", "e4m3 linear weights, float32 weight_scale"),
+        Format(
+            "fp8",
+            torch.bfloat16,
+            "per-tensor",
+            "e4m3 linear weights, float32 weight_scale per tensor (compressed-tensors)",
+        ),
         Format(
             "fp8-block",
             torch.bfloat16,
@@ -145,16 +159,23 @@ def config_format(config: Any) -> Format:
     q = getattr(config, "quantization_config", None)
     if q is None:
         return FORMATS[_FLOATS[floats]]
-    q = q if isinstance(q, dict) else q.to_dict()
+    q = q if isinstance(q, dict) else q.to_dict() if hasattr(q, "to_dict") else q
+    if not isinstance(q, dict):
+        raise UnsupportedFormatError(
+            f"fp8_dummy: quantization_config is a {type(q).__name__}, not an object"
+        )
     method = q.get("quant_method")
-    if method == "compressed-tensors" and _is_fp8_channel(q):
-        return replace(FORMATS["fp8-channel"], dtype=floats)
+    keep = _kept_modules(q)
+    strategy = _fp8_dynamic(q) if method == "compressed-tensors" else None
+    if strategy is not None:
+        name = "fp8-channel" if strategy == "channel" else "fp8"
+        return replace(FORMATS[name], dtype=floats, keep=keep)
     if method == "mxfp4":
-        return replace(FORMATS["mxfp4"], dtype=floats)
+        return replace(FORMATS["mxfp4"], dtype=floats, keep=keep)
     if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
         if q.get("group_size", NVFP4_GROUP) != NVFP4_GROUP:
             raise UnsupportedFormatError(f"fp8_dummy: NVFP4 group_size {q['group_size']}: 16")
-        return replace(FORMATS["nvfp4"], dtype=floats)
+        return replace(FORMATS["nvfp4"], dtype=floats, keep=keep)
     if method != "fp8" or q.get("fmt", "e4m3") != "e4m3":
         kind = q.get("fmt") or q.get("quant_algo") or ""
         raise UnsupportedFormatError(
@@ -168,24 +189,60 @@ def config_format(config: Any) -> Format:
         )
     block = q.get("weight_block_size")
     if block is None:
-        return replace(FORMATS["fp8"], dtype=floats)
-    if len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
+        return replace(FORMATS["fp8"], dtype=floats, keep=keep)
+    if (
+        not isinstance(block, list)
+        or len(block) != 2
+        or not all(isinstance(b, int) and b > 0 for b in block)
+    ):
         raise UnsupportedFormatError(f"fp8_dummy: weight_block_size {block!r}: two positive ints")
     what = f"e4m3 linear weights, float32 weight_scale_inv per {block[0]}x{block[1]} block"
-    return replace(FORMATS["fp8-block"], dtype=floats, description=what, block=tuple(block))
+    return replace(
+        FORMATS["fp8-block"], dtype=floats, description=what, block=tuple(block), keep=keep
+    )
 
 
-def _is_fp8_channel(q: Mapping) -> bool:
-    """A compressed-tensors config whose every group is FP8 weights per channel with dynamic
-    per-token activations (what fp8-channel writes)."""
+def _kept_modules(q: Mapping) -> tuple[str, ...]:
+    """The modules a quantization_config leaves unquantized, as written (its method's key)."""
+    for key in ("modules_to_not_convert", "ignored_layers", "ignore", "exclude_modules"):
+        found = q.get(key)
+        if isinstance(found, list) and all(isinstance(m, str) for m in found):
+            return tuple(found)
+    return ()
+
+
+def _fp8_dynamic(q: Mapping) -> str | None:
+    """ "channel" or "tensor" for a compressed-tensors config whose every group is FP8 weights
+    of that one strategy with dynamic per-token activations (what fp8-channel and fp8 write),
+    else None."""
     groups = list((q.get("config_groups") or {}).values())
+    strategies = set()
     for g in groups:
         w, a = g.get("weights") or {}, g.get("input_activations") or {}
-        if (w.get("type"), w.get("num_bits"), w.get("strategy")) != ("float", 8, "channel"):
-            return False
+        if (w.get("type"), w.get("num_bits")) != ("float", 8):
+            return None
         if a and (a.get("type"), a.get("num_bits"), a.get("dynamic")) != ("float", 8, True):
-            return False
-    return bool(groups)
+            return None
+        strategies.add(w.get("strategy"))
+    return (
+        strategies.pop() if len(strategies) == 1 and strategies <= {"channel", "tensor"} else None
+    )
+
+
+def kept(module: str, patterns: Sequence[str]) -> bool:
+    """Whether a config's list leaves ``module`` unquantized, read as its readers read it: a
+    name, a prefix of dotted components, a suffix of them, a glob (``*``) or a ``re:``
+    pattern."""
+    for p in patterns:
+        if p.startswith("re:"):
+            if re.fullmatch(p[3:], module):
+                return True
+        elif "*" in p:
+            if fnmatch.fnmatchcase(module, p):
+                return True
+        elif module == p or module.startswith(p + ".") or module.endswith("." + p):
+            return True
+    return False
 
 
 def quantized(name: str, shape: tuple, spec: Spec) -> bool:
@@ -215,30 +272,46 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
     it quantizes the fused experts only). ``entries``: (module, name, meta stand-in, shape)
     of the unquantized checkpoint."""
     if fmt.quant == "mxfp4":
-        return _quantize_mxfp4(entries, specs)
-    out, skipped = [], []
+        return _quantize_mxfp4(entries, specs, fmt.keep)
+    out, skipped, done = [], [], 0
     for module, name, t, shape in entries:
         spec = specs[name]
-        if not quantized(name, shape, spec):
+        owner = name[: -len(".weight")]
+        # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
+        # its scales and packing along those axes.
+        plain = kept(owner, fmt.keep) or module_kind(module) == "transposed"
+        if not quantized(name, shape, spec) or plain:
             out.append((module, name, t, shape))
-            if name.endswith(".weight") and len(shape) == 2 and spec.role in ("router", "lm_head"):
-                skipped.append(name[: -len(".weight")])
+            if (
+                name.endswith(".weight")
+                and len(shape) == 2
+                and (spec.role in ("router", "lm_head") or quantized(name, shape, spec))
+            ):
+                skipped.append(owner)
             continue
+        done += 1
         out += [
             (module, n, torch.empty(s, dtype=d, device="meta"), s)
             for n, s, d in _tensors(fmt, name, shape)
         ]
+    if not done and any(quantized(n, s, specs[n]) for _, n, _, s in entries):
+        raise UnsupportedFormatError(
+            f"fp8_dummy: {fmt.name}: no linear weight of this model is left to quantize (each "
+            "is stored [in, out], as transformers' Conv1D, or kept unquantized by the config)"
+        )
     return out, skipped
 
 
-def _quantize_mxfp4(entries: list, specs: Mapping[str, Spec]) -> tuple[list, list[str]]:
+def _quantize_mxfp4(
+    entries: list, specs: Mapping[str, Spec], keep: Sequence[str] = ()
+) -> tuple[list, list[str]]:
     """GPT-OSS's layout: each fused experts tensor ``<w>`` becomes ``<w>_blocks``
     ``[E, N, K/32, 16]`` uint8 and ``<w>_scales`` ``[E, N, K/32]`` uint8 (N outputs, K
     inputs, whichever way the model stores them); every other tensor stays as it is."""
     out, skipped, found = [], [], False
     for module, name, t, shape in entries:
         spec = specs[name]
-        if not expert_weight(name, shape, spec):
+        if not expert_weight(name, shape, spec) or kept(name.rpartition(".")[0], keep):
             out.append((module, name, t, shape))
             if name.endswith(".weight") and len(shape) == 2:
                 skipped.append(name[: -len(".weight")])
