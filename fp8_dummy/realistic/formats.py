@@ -143,7 +143,8 @@ _FLOATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def _dtype_of(config: Any) -> torch.dtype:
-    floats = getattr(config, "torch_dtype", None) or getattr(config, "dtype", None)
+    own = getattr(config, "__dict__", {})  # not transformers' deprecated torch_dtype property
+    floats = own.get("dtype") or own.get("torch_dtype")
     if isinstance(floats, str):
         floats = getattr(torch, floats, None)
     return floats if floats in _FLOATS else torch.bfloat16
