@@ -80,3 +80,21 @@ def test_inside_inference_mode_an_inference_model_is_filled():
         fp8_dummy.initialize_realistic_dummy_weights(model, seed=3)
         fp8_dummy.initialize_dummy_weights(model)
     assert torch.isfinite(model.layers[1].down_proj.weight).all()
+
+
+def test_a_late_tensor_the_checkpoint_cannot_place_is_refused_before_any_write():
+    """A transformers model whose last decoder layer holds one non-contiguous parameter: its
+    checkpoint tensors cannot be placed as views, refused before any tensor is written (the
+    placement was checked tensor by tensor as they were written)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(
+        "llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    last = model.model.layers[1].mlp.down_proj
+    last.weight.data = last.weight.data.t().contiguous().t()  # the same shape, column-major
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="layers.1.mlp.down_proj.weight: not contiguous"):
+        fp8_dummy.initialize_realistic_dummy_weights(model, seed=3)
+    assert snapshot(model) == before
