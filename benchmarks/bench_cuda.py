@@ -12,7 +12,6 @@ PYTHONPATH=. (or fp8_dummy installed); scripts/gpu_check.sh does.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -25,6 +24,8 @@ from fp8_dummy.reference import new_path, old_path
 
 # The roofline kernel is test machinery: the test extension (tests/ext/build.sh builds it).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import json_out  # noqa: E402
 from ext import test_ops  # noqa: E402
 
 LOW, HIGH, SEED = -1e-3, 1e-3, 1234
@@ -147,6 +148,7 @@ def main() -> int:
     parser.add_argument("--dtypes", default="float8_e4m3fn,float8_e5m2")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
+    json_out.check(parser, args.json)
     if not torch.cuda.is_available():
         print("bench_cuda: no CUDA GPU", file=sys.stderr)
         return 2
@@ -167,8 +169,7 @@ def main() -> int:
     }
     print(table(results))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=2)
+        json_out.write(args.json, {"meta": meta, "results": results}, indent=2)
     return 0
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import json
 import os
 import resource
 import shutil
@@ -47,6 +46,7 @@ from fp8_dummy.realistic import export as E
 from fp8_dummy.realistic import safetensors_writer as W
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import json_out  # noqa: E402
 from measure import cpu_model  # noqa: E402
 
 
@@ -165,7 +165,16 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--memory-gb", type=float, default=6.0, help="the baseline's largest model")
     a = p.parse_args(argv)
+    json_out.check(p, a.json)
     root = Path(a.dir or tempfile.mkdtemp(prefix="fp8_dummy_bench_export_"))
+    try:  # the temporary exports (gigabytes) go whatever happens
+        return _run(a, root)
+    finally:
+        if not a.dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(a: argparse.Namespace, root: Path) -> int:
     configs = [("llama-1B", llama(a.layers))] + (
         [("deepseek-v3-2L", deepseek())] if a.deepseek else []
     )
@@ -242,9 +251,7 @@ def main(argv=None) -> int:
         meta = dict(date=datetime.date.today().isoformat(), machine=cpu_model(),
                     cpus=torch.get_num_threads(), torch=torch.__version__, out_dir=str(root),
                     fp8_dummy=fp8_dummy.__version__, command=" ".join(sys.argv))  # fmt: skip
-        Path(a.json).write_text(json.dumps(dict(meta=meta, rows=rows), indent=2) + "\n")
-    if not a.dir:
-        shutil.rmtree(root, ignore_errors=True)
+        json_out.write(a.json, dict(meta=meta, rows=rows), indent=2)
     return 0
 
 

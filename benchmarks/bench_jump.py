@@ -37,6 +37,8 @@ import torch
 import fp8_dummy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import json_out  # noqa: E402
 from ext import test_ops  # noqa: E402  (the test extension, tests/ext/)
 
 JUMP_K = {
@@ -73,6 +75,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    json_out.check(parser, args.json)
     torch.set_num_threads(1)
     jump = test_ops.cpu_mt19937_jump
     words = test_ops.cpu_mt19937_words
@@ -143,8 +146,7 @@ def main() -> int:
             f"{p['speedup']:6.1f}x  ({p['efficiency'] * 100:.0f}% of ideal)"
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        json_out.write(args.json, out)
     return 0
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import json_out  # noqa: E402
 from measure import peak_scratch, summarize, time_calls  # noqa: E402
 
 import fp8_dummy  # noqa: E402
@@ -145,6 +145,7 @@ def main() -> int:
     parser.add_argument("--no-check", action="store_true", help="skip the byte comparison")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
+    json_out.check(parser, args.json)
     if args.devices is None:
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     else:
@@ -163,7 +164,7 @@ def main() -> int:
             "layers": args.layers,
             "scale": args.scale,
         }
-        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        json_out.write(args.json, {"meta": meta, "results": results})
     ok = all(r.get("identical", True) for r in results)
     return 0 if ok else 1
 

@@ -34,6 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent / "tests"))
+import json_out  # noqa: E402
 from measure import peak_scratch, summarize, time_calls  # noqa: E402
 from oracles.engines import vllm_load_weights  # noqa: E402
 
@@ -168,6 +169,7 @@ def main() -> int:
     parser.add_argument("--variants", default="bf16,fp8,moe", help="bf16, fp8, moe")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
+    json_out.check(parser, args.json)
     variants = args.variants.split(",")
     results = [bench(v, args.layers, args.repeats) for v in variants]
     print_table(results)
@@ -180,7 +182,7 @@ def main() -> int:
             "cpu_fast_path": fp8_dummy.cpu_fast_path_info(),
             "layers": args.layers,
         }
-        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        json_out.write(args.json, {"meta": meta, "results": results})
     return 0
 
 

@@ -16,7 +16,6 @@ Usage: python benchmarks/bench_stateless.py [--cpu-numel N] [--cuda-numel N] [--
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -30,6 +29,7 @@ from fp8_dummy.reference import new_path
 from fp8_dummy.stateless import init_stateless_
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import json_out  # noqa: E402
 from measure import cpu_model  # noqa: E402
 
 DTYPE = torch.float8_e4m3fn
@@ -144,6 +144,7 @@ def main() -> None:
     ap.add_argument("--no-cpu", action="store_true")
     ap.add_argument("--no-cuda", action="store_true")
     args = ap.parse_args()
+    json_out.check(ap, args.json)
     result = {
         "torch": torch.__version__,
         "cpu": cpu_model(),
@@ -172,8 +173,7 @@ def main() -> None:
         result["cuda_bench"] = "pending: no GPU in this run"
         print("CUDA: no GPU, skipped (pending)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        json_out.write(args.json, result, indent=2)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import json_out  # noqa: E402
 from measure import peak_scratch, summarize, time_calls  # noqa: E402
 
 import fp8_dummy  # noqa: E402
@@ -117,6 +117,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
+    json_out.check(parser, args.json)
     results = [bench_device(torch.device(d), args) for d in args.devices.split(",")]
     print_table(results)
     if args.json:
@@ -129,7 +130,7 @@ def main() -> int:
             "elements": args.elements,
             "tensors": args.tensors,
         }
-        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        json_out.write(args.json, {"meta": meta, "results": results})
     return 0 if all(r["identical"] for r in results) else 1
 
 

@@ -14,11 +14,11 @@ the answer per torch version and what fp8_dummy does with it.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
 
+import json_out
 from sass_hotpath import parse_functions
 from sass_report import demangle, libtorch_cuda, missing_tools, run, symbols_in, tool
 
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the rows as JSON here")
     args = ap.parse_args(argv)
+    json_out.check(ap, args.json)
     why = missing_tools()
     if why:
         print(f"sass_conversions: cannot run: {why}", file=sys.stderr)
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         what = r["conversion"] + (f" ({', '.join(r['instructions'])})" if r["instructions"] else "")
         print(f"{r['dtype']:14} {r['arch']:7} {what}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"torch": torch.__version__, "rows": rows}, indent=1))
+        json_out.write(args.json, {"torch": torch.__version__, "rows": rows})
     return 0
 
 

@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import json_out
 from sass_hotpath import HotPath, Instr, parse_functions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -433,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the rows as JSON here")
     ap.add_argument("--check", action="store_true", help="exit 1 on a spill or a ceiling exceeded")
     args = ap.parse_args(argv)
+    json_out.check(ap, args.json)
     why = missing_tools()
     if why:
         print(f"sass_report: cannot run: {why}", file=sys.stderr)
@@ -506,9 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in failures:
         print(f"BUDGET EXCEEDED: {line}")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"kernels": rows, "calibration": cal, "model": model_constants()}, indent=1)
-        )
+        json_out.write(args.json, {"kernels": rows, "calibration": cal, "model": model_constants()})
     return 1 if (args.check and failures) else 0
 
 

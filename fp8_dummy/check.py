@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import statistics
+import sys
 import time
 import warnings
 from collections import namedtuple
@@ -289,7 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         args.device == "all" and "cuda:0" not in m["devices"])  # fmt: skip
     verdict = f"FAILED: {', '.join(failed)}" if failed else held
     m.update(checks=rows, ok=not failed, verdict=verdict, date=time.strftime("%Y-%m-%d %H:%M"))
+    unwritten = ""
     if json_path is not None:
-        _write_json(json_path, m)
+        try:  # checked writable at the start; a full disk now still loses only the file
+            _write_json(json_path, m)
+        except OSError as e:
+            unwritten = f"--json {json_path} not written: {e.strerror or e}"
     say(f"verdict: {verdict}")
-    return 1 if failed else 0
+    if unwritten:
+        print(f"python -m fp8_dummy check: {unwritten}", file=sys.stderr)
+    return 1 if failed or unwritten else 0

@@ -20,12 +20,13 @@ SCRIPT = ROOT / "benchmarks" / "sass_report.py"
 def load(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # sass_report imports sass_hotpath by name
+    sys.modules[name] = mod  # sass_report imports sass_hotpath and json_out by name
     spec.loader.exec_module(mod)
     return mod
 
 
 hp = load("sass_hotpath")
+load("json_out")  # sass_report's --json
 sr = load("sass_report")
 
 

@@ -139,7 +139,13 @@ def _initializer(base: type) -> Callable[[Any, Any], None]:
     (and checked) here, before ``base.__init__``."""
 
     def __init__(self: Any, load_config: Any) -> None:
-        extra = dict(getattr(load_config, "model_loader_extra_config", None) or {})
+        given = getattr(load_config, "model_loader_extra_config", None) or {}
+        if not isinstance(given, dict):
+            raise ValueError(
+                f"fp8_dummy: {type(self).__name__}: model_loader_extra_config is a "
+                f'{type(given).__name__}, not a JSON object (e.g. \'{{"routing": "zipf:1.2"}}\')'
+            )
+        extra = dict(given)
         self.routing = parse_routing(chosen_routing(extra.pop("routing", None)))
         if extra:
             raise ValueError(
