@@ -25,6 +25,11 @@ bytes on disk:
   its writer (every holder of the model takes its bytes from here);
 - ``inplace.py``: :func:`initialize_realistic_dummy_weights`, the fill of a model in place;
 - ``safetensors_writer.py``: a safetensors file made a window at a time while a thread writes;
+- ``config_file.py``: a caller's config.json read for the commands, every problem one line;
+- ``checkpoint_files.py``: the allow-list of files an export copies from the config's folder;
+- ``exported_config.py``: the exported config.json: the caller's keys as written, the
+  architecture facts the model assumed written out;
+- ``publish.py``: OUT published whole or not at all (a private staging directory, one rename);
 - ``export.py``: ``python -m fp8_dummy export``: the checks, the checkpoint's files, the CLI.
 
 An export's bytes: ``export.py`` -> ``safetensors_writer.py`` -> ``logical.py``
