@@ -1,0 +1,142 @@
+"""The worker of tests/test_engines_vllm_exports.py: fp8_dummy's exports of configs as
+callers write them, each built by vLLM 0.33 from the exported config.json alone and loaded by
+its own safetensors loader (helpers/vllm_invariant_models.py: how vLLM's classes are built on
+this CPU), one process, TP=1. Each case's findings (what vLLM reads otherwise than the export
+means; empty: none) go to OUT/result.json as {case: [finding, ...]}."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+KV_SCALES = ("k_scale", "v_scale", "q_scale", "prob_scale")  # no checkpoint holds them
+
+
+def main(port: int, out: str, root: str) -> None:
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [root, os.path.join(root, "tests")] + [
+        p for p in sys.path if os.path.abspath(p or ".") != here
+    ]
+    result: dict = {}
+    try:
+        result = _run(port, Path(out))
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        result["error"] = traceback.format_exc()
+    (Path(out) / "result.json").write_text(json.dumps(result))
+
+
+def _configs() -> dict[str, tuple[dict, str | None, dict]]:
+    """case -> (the caller's config.json, the export's --format, {vLLM parameter: the dtype
+    vLLM must make it})."""
+    import transformers
+
+    from helpers import vllm_invariant_models as M
+
+    def model(name: str, **more) -> dict:
+        return {**M.COMMON, **M.MODELS[name], **more}
+
+    # DeepSeek-V3 as transformers' DeepseekV3Config writes it: no topk_method/scoring_func
+    ds = model("deepseek_v3")
+    for key in ("topk_method", "scoring_func", "architectures", "model_type"):
+        ds.pop(key)
+    ds = json.loads(transformers.DeepseekV3Config(**ds).to_json_string(use_diff=True))
+    keep = ["model.layers.0.self_attn", "model.layers.0.mlp"]
+    block = dict(M.QUANTS["blk"], modules_to_not_convert=keep)
+    qkv = "model.layers.{}.self_attn.qkv_proj.weight"
+    fp8, bf16 = "torch.float8_e4m3fn", "torch.bfloat16"
+    return {
+        "deepseek_v3 from transformers' DeepseekV3Config, bf16": (ds, None, {}),
+        "qwen3_moe with num_experts and rope_theta, bf16": (
+            model("qwen3_moe", rope_theta=54321.0),
+            None,
+            {},
+        ),
+        "llama, fp8 per tensor": (model("llama"), "fp8", {qkv.format(0): fp8}),
+        "llama, FP8 block with modules_to_not_convert": (
+            model("llama", quantization_config=block),
+            None,
+            {qkv.format(0): bf16, qkv.format(1): fp8},
+        ),  # fmt: skip
+    }
+
+
+def _run(port: int, out: Path) -> dict:
+    from helpers import vllm_invariant_models as M
+
+    M.prepare(str(out))
+    import vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_w8a8_fp8 as ct  # noqa: E501
+    import vllm.model_executor.layers.quantization.fp8 as fp8
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    ct.init_fp8_linear_kernel = fp8.init_fp8_linear_kernel  # prepare()'s: None on this CPU
+    base = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    with set_current_vllm_config(base):
+        init_distributed_environment(1, 0, f"tcp://127.0.0.1:{port}", 0, backend="gloo")
+        initialize_model_parallel(tensor_model_parallel_size=1)
+    findings = {}
+    for i, (case, (raw, fmt, expect)) in enumerate(_configs().items()):
+        try:
+            findings[case] = _case(M, raw, fmt, expect, out / f"case{i}")
+        except Exception:  # noqa: BLE001 (vLLM refused the export: that is the finding)
+            findings[case] = [traceback.format_exc()[-3000:]]
+    return findings
+
+
+def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str]:
+    import torch
+    from safetensors.torch import load_file
+
+    from fp8_dummy.realistic.export import export
+
+    source = folder / "source"
+    source.mkdir(parents=True)
+    (source / "config.json").write_text(json.dumps(raw))
+    ckpt = folder / "checkpoint"
+    export(source, ckpt, format=fmt, progress=False)
+    model, _, model_config = M.build_from(ckpt, 1)
+    M.poison(model)
+    loaded = M.load_safetensors(model, model_config)
+    found = []
+    params = dict(model.named_parameters())
+    missing = sorted(n for n in params if n not in loaded and not n.endswith(KV_SCALES))
+    if missing:
+        found.append(f"parameters the export did not reach: {missing[:8]}")
+    files: dict[str, torch.Tensor] = {}
+    for f in ckpt.glob("*.safetensors"):
+        files.update(load_file(f))
+    # Tensors vLLM keeps under the checkpoint's own name: their values must be the file's
+    # (a per-tensor scale: a 0-d tensor in the file, one entry per shard in vLLM).
+    for name, t in files.items():
+        p = params.get(name)
+        if p is None or p.dtype != t.dtype or p.numel() != t.numel():
+            continue
+        if not torch.equal(M.as_bytes(p).reshape(-1), M.as_bytes(t).reshape(-1)):
+            found.append(f"{name}: not the file's bytes")
+    for name, dtype in expect.items():
+        if str(params[name].dtype) != dtype:
+            found.append(f"{name}: vLLM made it {params[name].dtype}, the export wrote {dtype}")
+    bias = [n for n in files if n.endswith("e_score_correction_bias")]
+    for name in bias:
+        if name not in params:
+            found.append(f"{name}: vLLM built no such parameter")
+    exported = json.loads((ckpt / "config.json").read_text())
+    for key, value in raw.items():
+        if key not in ("torch_dtype", "quantization_config") and exported.get(key) != value:
+            found.append(f"config.json: {key} {exported.get(key)!r}, the caller's {value!r}")
+    hf = model_config.hf_config
+    for key in ("num_experts", "n_routed_experts"):
+        if key in raw and getattr(hf, key, None) != raw[key]:
+            found.append(f"vLLM reads {key} {getattr(hf, key, None)!r}, the caller's {raw[key]!r}")
+    rope = (getattr(hf, "rope_parameters", None) or {}).get("rope_theta")
+    if "rope_theta" in raw and rope != raw["rope_theta"]:
+        found.append(f"vLLM reads rope_theta {rope!r}, the caller's {raw['rope_theta']!r}")
+    return found
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2], sys.argv[3])
