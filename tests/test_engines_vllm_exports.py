@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from helpers import workers as W
+from helpers.engine_required import require
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_exports_worker.py"
@@ -30,19 +31,7 @@ CASES = [
     "llama, FP8 block with modules_to_not_convert",
 ]
 
-try:
-    import vllm
-
-    _VERSION = vllm.__version__
-except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
-    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
-        raise
-    pytest.skip(
-        f"vLLM is not importable here ({type(e).__name__}: {e}); scripts/ci_engines.sh installs it",
-        allow_module_level=True,
-    )
-if not _VERSION.startswith("0.33."):
-    pytest.skip(f"the loaders are vLLM 0.33's; this is vLLM {_VERSION}", allow_module_level=True)
+require("vllm", "0.33.")
 
 
 @pytest.fixture(scope="module")
