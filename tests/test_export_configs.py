@@ -178,3 +178,32 @@ def test_a_failed_architecture_probe_gets_the_plain_rule_with_a_warning(tmp_path
     q = tensors(tmp_path)["model.layers.0.self_attn.q_b_proj.weight"].float().numpy()
     assert abs(q.std() / 16**-0.5 - 1) < 0.1, q.std()  # fan_in q_lora_rank 16: plain linear
     assert np.isfinite(q).all()
+
+
+def test_mlx_lm_builds_the_exports_from_their_config(tmp_path):
+    """One more reader of the raw config.json (mlx-lm, on the CPU where it is installed: it
+    is not in CI's environments): the Qwen3-MoE export builds (it needs num_experts and
+    rope_theta as written) and the GPT-OSS MXFP4 export keeps its YaRN rope_scaling (mlx-lm
+    ran it with default RoPE before); each forward finite."""
+    mx = pytest.importorskip("mlx.core")
+    utils = pytest.importorskip("mlx_lm.utils")
+    qwen = dict(model_type="qwen3_moe", **SMALL, head_dim=16, num_experts=4,
+                num_experts_per_tok=2, moe_intermediate_size=32, rope_theta=54321.0,
+                rms_norm_eps=1e-6, max_position_embeddings=256, norm_topk_prob=True,
+                decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False)  # fmt: skip
+    yarn = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "original_max_position_embeddings": 4096, "truncate": False}  # fmt: skip
+    gpt = dict(model_type="gpt_oss", **SMALL | dict(intermediate_size=64), head_dim=16,
+               num_local_experts=4, num_experts_per_tok=2, rope_theta=150000.0,
+               rope_scaling=yarn, sliding_window=128, tie_word_embeddings=False,
+               layer_types=["sliding_attention", "full_attention"])  # fmt: skip
+    for name, raw, fmt in (("qwen", qwen, None), ("gpt", gpt, "mxfp4")):
+        E.export(write_config(tmp_path, raw, name), tmp_path / f"{name}-out", format=fmt,
+                 progress=False)  # fmt: skip
+        model, _ = utils.load_model(tmp_path / f"{name}-out")
+        model.set_dtype(mx.float32)  # mlx's CPU GatherMM: float32 only
+        assert bool(mx.all(mx.isfinite(model(mx.array([[1, 2, 3, 4]])))).item())
+        if name == "qwen":
+            assert (model.args.num_experts, model.args.rope_theta) == (4, 54321.0)
+        else:
+            assert model.args.rope_scaling == yarn
