@@ -16,7 +16,8 @@ bytes on disk:
   it (``init_stateless_``), then the routing's overrides;
 - ``routing/``: MoE routing profiles realized by the weights (its own face and file map);
 - ``formats.py``: the checkpoint formats (bf16 ... nvfp4, mxfp4): which tensors a quantized
-  checkpoint holds, its ``quantization_config``, the format a config describes;
+  checkpoint holds, its ``quantization_config``;
+- ``config_formats.py``: the format a config describes (what an engine given it loads);
 - ``hf_model.py``: the transformers side: the model class a config names, the checkpoint's
   names and where each lies in the in-memory tensors;
 - ``lazy_tensor.py``: stand-ins for checkpoint tensors that an engine's loader narrows and
@@ -38,7 +39,8 @@ An export's bytes: ``export.py`` -> ``safetensors_writer.py`` -> ``logical.py``
 from __future__ import annotations
 
 from .arch import DEFAULT, Arch, derive
-from .formats import FORMATS, Format, UnsupportedFormatError, config_format
+from .config_formats import config_format
+from .formats import FORMATS, Format, UnsupportedFormatError
 from .hf_model import (
     UnplacedTensorError,
     build_model,

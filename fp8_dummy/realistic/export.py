@@ -26,8 +26,9 @@ from .._atomic_file import write_file
 from .._progress import Progress
 from .checkpoint_files import UnreadableError, gather
 from .config_file import ConfigError, read_config
+from .config_formats import config_format
 from .exported_config import config_json
-from .formats import FORMATS, UnsupportedFormatError, config_format
+from .formats import FORMATS, UnsupportedFormatError
 from .hf_model import build_model
 from .logical import CheckpointTensor, logical_model
 from .publish import OutError, PublishError, check_out, staged

@@ -22,7 +22,8 @@ import torch
 from ..ops import as_int64
 from ..stateless import tensor_seed
 from .arch import Arch, derive, derive_twin
-from .formats import FORMATS, Format, config_format, quantize
+from .config_formats import config_format
+from .formats import FORMATS, Format, quantize
 from .hf_model import build_model, built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
 from .lazy_tensor import Block, LazyTensor
 from .routing import parse_routing, plan_routing

@@ -90,6 +90,7 @@ def _run(port: int, out: Path) -> dict:
 def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str]:
     import torch
     from safetensors.torch import load_file
+    from vllm.config import set_current_vllm_config
 
     from fp8_dummy.realistic.export import export
 
@@ -98,9 +99,10 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
     (source / "config.json").write_text(json.dumps(raw))
     ckpt = folder / "checkpoint"
     export(source, ckpt, format=fmt, progress=False)
-    model, _, model_config = M.build_from(ckpt, 1)
+    model, vllm_config, model_config = M.build_from(ckpt, 1)
     M.poison(model)
-    loaded = M.load_safetensors(model, model_config)
+    with set_current_vllm_config(vllm_config):
+        loaded = M.load_safetensors(model, model_config)
     found = []
     params = dict(model.named_parameters())
     missing = sorted(n for n in params if n not in loaded and not n.endswith(KV_SCALES))
