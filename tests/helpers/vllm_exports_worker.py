@@ -12,7 +12,9 @@ import sys
 import traceback
 from pathlib import Path
 
-KV_SCALES = ("k_scale", "v_scale", "q_scale", "prob_scale")  # no checkpoint holds them
+# KV-cache quantization parameters vLLM's attention makes: no checkpoint holds them
+KV_SCALES = ("k_scale", "v_scale", "q_scale", "prob_scale", "k_zero_point", "v_zero_point")
+KV_SCALES += ("q_zero_point",)
 
 
 def main(port: int, out: str, root: str) -> None:
