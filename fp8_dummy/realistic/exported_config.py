@@ -6,9 +6,8 @@ model assumed written out, so that no reader falls back to a default of its own:
 - the keys the transformers class reads with their values there (its defaults included:
   DeepSeek-V3's ``n_group``, ``topk_group``), but not under a second name where the caller
   wrote the first (``num_experts`` stays; no ``num_local_experts`` beside it), nor
-  transformers' ``rope_parameters`` where the caller wrote ``rope_theta``/``rope_scaling``;
-  where the caller wrote neither, the RoPE as ``rope_theta`` (and ``rope_scaling``), the keys
-  every reader knows;
+  transformers' ``rope_parameters`` where the caller wrote ``rope_theta``/``rope_scaling``:
+  the RoPE as those keys, every reader's, where the caller left them out;
 - ``architectures``: the class the model was built as;
 - for routers that add a correction bias to sigmoid scores (DeepSeek-V3's class always does),
   ``scoring_func`` and ``topk_method`` ("noaux_tc"): a reader defaulting to softmax or greedy
@@ -26,7 +25,6 @@ from .routing import find_routers
 
 __all__ = ["config_json"]
 
-_ROPE = ("rope_theta", "rope_scaling", "rope_parameters", "rope_type")
 _NOT_COPIED = {"transformers_version", "dtype", "torch_dtype", "quantization_config"}
 
 
@@ -55,9 +53,10 @@ def config_json(
     for key, value in theirs.items():
         if key in written or key in named or key in _NOT_COPIED:
             continue
-        if key == "rope_parameters":
-            if not written & set(_ROPE):
-                data.update(_rope(value))
+        if key == "rope_parameters":  # as the keys every reader knows, the caller's kept
+            if "rope_parameters" not in written:
+                for name, v in _rope(value).items():
+                    data.setdefault(name, v)
             continue
         data[key] = value
     if not data.get("architectures"):
