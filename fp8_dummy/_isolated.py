@@ -31,8 +31,8 @@ _START = (
 def import_path(target: str) -> list[str]:
     """Where the child imports from: this library's own directory, the target module's, and the
     absolute entries of this process's import path (where the library, torch and an engine's
-    code were found); never a relative entry (the working directory, which the caller may have
-    changed to a place others write) nor the current environment's PYTHONPATH."""
+    code were found); never the working directory (the caller may have moved to a place others
+    write; as a relative entry or an absolute one) nor the current environment's PYTHONPATH."""
     module = target.partition(":")[0].split(".")[0]
     roots = [str(Path(__file__).resolve().parents[1])]
     spec = importlib.util.find_spec(module) if module else None
@@ -40,7 +40,8 @@ def import_path(target: str) -> list[str]:
         roots.append(str(Path(where).resolve().parent))
     if spec is not None and spec.origin and not spec.submodule_search_locations:
         roots.append(str(Path(spec.origin).resolve().parent))
-    roots += [p for p in sys.path if p and os.path.isabs(p)]
+    here = os.path.realpath(os.getcwd())
+    roots += [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != here]
     return list(dict.fromkeys(roots))
 
 

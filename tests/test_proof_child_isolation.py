@@ -43,6 +43,7 @@ def test_the_childs_path_is_absolute_and_holds_the_library(tmp_path, monkeypatch
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend("")
+    monkeypatch.syspath_prepend(str(tmp_path))  # `python -m` puts the directory there so
     path = import_path("fp8_dummy.check:run_group")
     assert all(os.path.isabs(p) for p in path)
     assert str(ROOT) in path and str(tmp_path) not in path
