@@ -8,18 +8,13 @@ from pathlib import Path
 
 import torch  # must be loaded before the extension
 
-from ._version import __version__
-
-try:
-    from . import _C  # noqa: F401  (loads the library: torch.ops.fp8_dummy and fp8_dummy_internal)
-except ImportError as _error:  # say which torch it was built for, and how to rebuild
-    from ._build import import_error
-
-    raise import_error(_error) from _error
-
-from . import _after_import, reference, stateless
+# _library loads the library (torch.ops.fp8_dummy and fp8_dummy_internal) before the modules
+# after it: the source build's, or a release wheel's for this torch; where it cannot, an
+# ImportError that says why.
+from . import _after_import, _library, reference, stateless
 from ._build import build_info
 from ._proof import ProofEntry, self_check_report
+from ._version import __version__
 from .checkpoint import initialize_realistic_dummy_weights
 from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor, sglang, trtllm, vllm
 from .ops import cpu_fast_path_info, init_, init_many_, random_
@@ -32,6 +27,7 @@ __all__ += ["library_path", "random_", "reference", "self_check_report", "shard_
 __all__ += ["sglang", "stateless", "trtllm", "vllm"]
 
 _PACKAGE = Path(__file__).resolve().parent
+_C = _library.C
 
 
 def _register_dtensor(_module: object = None) -> None:
