@@ -21,7 +21,7 @@ set -euo pipefail
 shopt -s inherit_errexit  # a failed install inside $(venv_for ...) stops the script
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${FP8_DUMMY_CACHE:-$HOME/.cache/fp8_dummy}"
+source "$ROOT/scripts/torch_venv.sh"  # venv_for
 bench=0
 if [[ "${1:-}" == --bench ]]; then bench=1; shift; fi
 versions=("$@")
@@ -32,22 +32,7 @@ TESTS=(tests/test_init_cpu.py tests/test_init_cpu_fast_path.py tests/test_init_a
   tests/test_stateless_api.py tests/test_headers_philox.py tests/test_init_cuda_emulator.py
   tests/test_inplace_semantics.py tests/test_stateless_dtensor.py
   tests/test_init_cpu_contiguous_temp.py tests/test_engines_trtllm.py)
-mkdir -p "$CACHE"
 summary=()
-
-venv_for() {  # version -> path of a ready venv (made if missing)
-  local version="$1" venv="$CACHE/venv-torch-$1"
-  if [[ ! -f "$venv/.ready" ]]; then
-    rm -rf "$venv"
-    python3.11 -m venv "$venv" >&2
-    # The pip configuration here caps torch below 2.15; an empty constraint file lifts it.
-    # setuptools: what torch accepts (2.11/2.12: < 82; 2.13+: >= 77.0.3).
-    PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --disable-pip-version-check \
-      "torch==$version" numpy pytest ninja "setuptools>=77.0.3,<82" wheel >&2
-    touch "$venv/.ready"
-  fi
-  echo "$venv"
-}
 
 next=""  # the background install of the next version's venv, stopped if this script stops
 trap 'if [[ -n "$next" ]]; then pkill -P "$next" 2> /dev/null; kill "$next" 2> /dev/null; fi' EXIT
