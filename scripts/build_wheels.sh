@@ -47,9 +47,14 @@ trap 'rm -rf "$work"' EXIT
 # A clean copy of the sources: no build/ leftovers or local libraries can reach the wheel.
 src="$work/src" stage="$work/libs"
 mkdir -p "$src" "$stage"
-(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
-  while IFS= read -r -d '' f; do if [[ -f "$f" ]]; then printf '%s\0' "$f"; fi; done |
-  xargs -0 cp --parents -t "$src")
+if [[ "$(git -C "$ROOT" rev-parse --show-toplevel 2> /dev/null)" == "$ROOT" ]]; then
+  (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' f; do if [[ -f "$f" ]]; then printf '%s\0' "$f"; fi; done |
+    xargs -0 cp --parents -t "$src")
+else  # a copy of the sources that is no checkout of its own (CI's lanes): less build outputs
+  (cd "$ROOT" && find . \( -name build -o -name dist -o -name '.venv*' -o -name __pycache__ \) \
+    -prune -o -type f ! -name '*.so' -print0 | xargs -0 cp --parents -t "$src")
+fi
 source "$ROOT/scripts/ccache_env.sh" >&2
 export CCACHE_BASEDIR="$src"  # paths in the copy hash as relative ones: a later copy hits
 
@@ -79,6 +84,8 @@ for version in $versions; do
   )
   mkdir -p "$stage/torch-$mm"
   cp "$lib"/fp8_dummy/_C*.so "$stage/torch-$mm/"
+  # Python's -g in every compile: 23 of a host library's 24 MB are its debug information.
+  strip --strip-debug "$stage/torch-$mm"/_C*.so
   built="$("$py" -c 'import torch; print(torch.__version__)')"
   cuda_file=null
   ((cpu_only)) || cuda_file="\"torch-$mm/_C_cuda.abi3.so\""
