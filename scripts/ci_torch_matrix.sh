@@ -30,12 +30,13 @@ if [[ "${1:-}" == --bench ]]; then bench=1; shift; fi
 versions=("$@")
 [[ ${#versions[@]} -gt 0 ]] || versions=(2.11.0 2.12.0 2.15.0)
 # scripts/test_wheel.sh's tests (no compiler needed), then those of the test extension.
-TESTS=(tests/test_init_cpu.py tests/test_init_cpu_fast_path_split.py tests/test_random_bytes_cpu.py
+TESTS=(tests/test_init_cpu.py tests/test_random_bytes_cpu.py
   tests/test_init_many_cpu.py tests/test_stateless_cpu.py tests/test_stateless_api.py
   tests/test_inplace_semantics.py tests/test_stateless_dtensor.py
   tests/test_init_cpu_contiguous_temp.py tests/test_engines_trtllm.py)
-EXT_TESTS=(tests/test_init_cpu_fast_path.py tests/test_init_api.py tests/test_init_cpu_mt19937_jump.py
-  tests/test_headers_philox.py tests/test_init_cuda_emulator.py)
+EXT_TESTS=(tests/test_init_cpu_fast_path.py tests/test_init_cpu_fast_path_split.py
+  tests/test_init_api.py tests/test_init_cpu_mt19937_jump.py tests/test_headers_philox.py
+  tests/test_init_cuda_emulator.py)
 summary=()
 
 next=""  # the background install of the next version's venv, stopped if this script stops

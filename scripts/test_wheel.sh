@@ -25,7 +25,7 @@ versions=("$@")
 [[ ${#versions[@]} -gt 0 ]] || versions=(2.11.0 2.12.0 2.13.0+cpu 2.14.1 2.15.0)
 # The CPU byte tests that need no compiler (the test extension's tests need one).
 # (scripts/ci_torch_matrix.sh's TESTS.)
-TESTS=(test_init_cpu.py test_init_cpu_fast_path_split.py test_random_bytes_cpu.py
+TESTS=(test_init_cpu.py test_random_bytes_cpu.py
   test_init_many_cpu.py test_stateless_cpu.py test_stateless_api.py test_inplace_semantics.py
   test_stateless_dtensor.py test_init_cpu_contiguous_temp.py test_engines_trtllm.py)
 
