@@ -6,10 +6,10 @@ FP8_DUMMY_DEBUG=1 (-O0 -g); for the release wheel (scripts/build_wheels.sh, docs
 FP8_DUMMY_SPLIT_CUDA=1 (the CUDA kernels as a library of their own, fp8_dummy._C_cuda, linked
 against the host library fp8_dummy._C, which then has no CUDA code), FP8_DUMMY_PREBUILT=DIR
 (a wheel of the libraries built before, one folder per torch: nothing is compiled). pip runs
-this through build_backend/fp8_dummy_backend.py. Wheels
-and regular installs also get include/fp8_dummy/** and cmake/ (fp8_dummy/include/,
-fp8_dummy/share/cmake/fp8_dummy/; an editable install reads the source tree's) and the
-TensorRT-LLM start-up hook startup/ (top of site-packages; not in an editable install).
+this through build_backend/fp8_dummy_backend.py. Wheels and regular installs also get
+include/fp8_dummy/** and cmake/ (fp8_dummy/include/, fp8_dummy/share/cmake/fp8_dummy/; an
+editable install reads the source tree's) and the TensorRT-LLM start-up hook startup/ (top of
+site-packages; not in an editable install).
 """
 
 from __future__ import annotations
@@ -38,12 +38,14 @@ USE_CUDA, CUDA_WARNING = config.cuda_decision(
 )
 
 
-PREBUILT = os.environ.get("FP8_DUMMY_PREBUILT")  # its manifest.json: scripts/build_wheels.sh
-MANIFEST = json.load(open(os.path.join(PREBUILT, "manifest.json"))) if PREBUILT else {}
+PREBUILT = os.environ.get("FP8_DUMMY_PREBUILT")  # scripts/build_wheels.sh's libraries
+# numpy: the package imports it (the realistic model's MoE routing).
 if PREBUILT:
+    with open(os.path.join(PREBUILT, "manifest.json")) as f:
+        built_for = json.load(f)["torch"]  # {"2.11": {...}, ...}
     # From the oldest torch built for, without a cap: on a newer torch the import names the
     # supported ones (fp8_dummy/_library.py) where a cap would make pip replace that torch.
-    oldest = min(MANIFEST["torch"], key=lambda v: tuple(map(int, v.split("."))))
+    oldest = min(built_for, key=lambda v: tuple(map(int, v.split("."))))
     REQUIRES = [f"torch>={oldest}", "numpy"]
 else:  # The torch major.minor built against (any patch or local build): torch's C++ ABI.
     REQUIRES = ["torch=={}.{}.*".format(*TORCH_MAJOR_MINOR), "numpy"]
