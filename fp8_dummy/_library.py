@@ -32,6 +32,11 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in text.split("."))
 
 
+def major_minor(version: str) -> str:
+    """The torch a library set is built for: "2.13" for "2.13.0+cpu"."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
 def manifest() -> dict | None:
     """The release wheel's manifest.json (None: a source build)."""
     path = LIBS / "manifest.json"
@@ -48,7 +53,7 @@ def problem(info: dict, torch_version: str, torch_cuda: str | None, torch_hip: s
     """Why the wheel described by `info` cannot run with this torch, or "" (pure: tested)."""
     found = f"this Python has torch {torch_version}"
     wheel = f"fp8_dummy's wheel has libraries for {_supported(info)}"
-    if ".".join(torch_version.split("+")[0].split(".")[:2]) not in info["torch"]:
+    if major_minor(torch_version) not in info["torch"]:
         return f"{wheel}; {found}. Install one of those, {SOURCE_BUILD}."
     if torch_hip:
         return f"{wheel}; {found}, a ROCm build (HIP {torch_hip}): {SOURCE_BUILD}."
@@ -58,7 +63,7 @@ def problem(info: dict, torch_version: str, torch_cuda: str | None, torch_hip: s
         if theirs[0] != ours[0] or theirs < ours:
             return (
                 f"{wheel}: its CUDA kernels are built with CUDA {wheel_cuda} and need a torch "
-                f"built for CUDA {ours[0]}.x at least {wheel_cuda}; {found}, built for CUDA "
+                f"built for CUDA {ours[0]} ({wheel_cuda} or later); {found}, built for CUDA "
                 f"{torch_cuda}. Install a CUDA {ours[0]} build of torch, {SOURCE_BUILD} with "
                 f"an nvcc of CUDA {torch_cuda}."
             )
@@ -94,7 +99,7 @@ def load() -> ModuleType:
     why = problem(info, torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None))
     if why:
         raise ImportError(f"fp8_dummy: {why}")
-    entry = info["torch"][".".join(torch.__version__.split("+")[0].split(".")[:2])]
+    entry = info["torch"][major_minor(torch.__version__)]
     host = LIBS / entry["host"]
     try:
         module = _import_host(host)
