@@ -114,9 +114,13 @@ if [[ ! -x "$aw/bin/auditwheel" ]]; then
   "$aw/bin/pip" install -q --disable-pip-version-check auditwheel==6.8.2 >&2
 fi
 "$aw/bin/auditwheel" show "$wheel" > "$work/auditwheel.txt" 2>&1 || true
-platform="$(sed -n 's/.*constrains the platform tag to "\(manylinux_[0-9_]*x86_64\)".*/\1/p' "$work/auditwheel.txt" | head -n 1)"
+# (Its report is wrapped at any space: read as one line.) torch's libraries are external, so
+# it names the tag the versioned symbols allow as a constraint; else the consistent tag.
+report="$(tr -s '\n ' ' ' < "$work/auditwheel.txt")"
+tag='"\(manylinux_[0-9]*_[0-9]*_x86_64\)"'
+platform="$(sed -n "s/.*constrains the platform tag to $tag.*/\\1/p" <<< "$report")"
 [[ -n "$platform" ]] ||
-  platform="$(grep -o 'manylinux_[0-9]*_[0-9]*_x86_64' "$work/auditwheel.txt" | head -n 1)"
+  platform="$(sed -n "s/.*consistent with the following platform tag: $tag.*/\\1/p" <<< "$report")"
 [[ -n "$platform" ]] || { cat "$work/auditwheel.txt"; echo "no manylinux tag fits the libraries" >&2; exit 1; }
 "$py" -m wheel tags --remove --platform-tag "$platform" "$wheel" > /dev/null
 wheel="$(ls "$work"/dist/fp8_dummy-*"$platform".whl)"
