@@ -11,7 +11,8 @@
 # torch alone (`pip install torch==2.13.0 WHEEL`: the wheel's own dependencies must make
 # `import fp8_dummy` work), and the op runs before pytest is installed. The other versions'
 # torch comes from their cached venvs (scripts/torch_venv.sh) through a .pth line, each venv
-# new but without copying gigabytes of CUDA libraries; pip sees that torch as installed.
+# new but without copying gigabytes of CUDA libraries, the wheel installed without resolving
+# its dependencies there (pip --no-index would try torch's own again).
 #
 # Usage: scripts/test_wheel.sh WHEEL [VERSION ...]   (default: 2.11.0 2.12.0 2.13.0+cpu 2.14.1 2.15.0)
 set -euo pipefail
@@ -60,7 +61,9 @@ for version in "${versions[@]}"; do
     base="$(venv_for "$version")"
     site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     "$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/_torch.pth"
-    "${pip[@]}" --no-index "$wheel"  # torch and numpy: the base venv's, seen through the .pth
+    # torch and numpy: the base venv's, seen through the .pth (their own dependencies are not
+    # resolved again; the +cpu install above resolves the wheel's).
+    "${pip[@]}" --no-index --no-deps "$wheel"
   fi
   run() { (cd "$work" && "${no_compiler[@]}" PATH="$venv/bin:$tools" "$@"); }
   for tool in gcc g++ cc c++ nvcc; do
