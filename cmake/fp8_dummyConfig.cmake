@@ -3,7 +3,8 @@
 # consumer has found it), fp8_dummy::cuda_headers (torch-free device API), fp8_dummy::fp8_dummy
 # (CMake install only); fp8_dummy_INCLUDE_DIR, fp8_dummy_LIBRARY (the library to load).
 # Layouts: a wheel's fp8_dummy/share/cmake/fp8_dummy/ (headers in fp8_dummy/include/, the
-# library fp8_dummy/_C*.so), a CMake install's <prefix>/share/cmake/fp8_dummy/, the source
+# library fp8_dummy/_C*.so, or a release wheel's fp8_dummy/_libs/torch-X.Y/_C.abi3.so per
+# torch), a CMake install's <prefix>/share/cmake/fp8_dummy/, the source
 # tree's cmake/ beside include/.
 get_filename_component(_fp8_dummy_prefix "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 if(NOT EXISTS "${_fp8_dummy_prefix}/include/fp8_dummy/fp8_dummy.h")
@@ -38,6 +39,12 @@ if(EXISTS "${CMAKE_CURRENT_LIST_DIR}/fp8_dummyTargets.cmake")
 else()
   file(GLOB _fp8_dummy_libs "${_fp8_dummy_prefix}/_C*.so" "${_fp8_dummy_prefix}/_C*.pyd"
        "${_fp8_dummy_prefix}/fp8_dummy/_C*.so" "${_fp8_dummy_prefix}/fp8_dummy/_C*.pyd")
+  # A release wheel: a library per torch major.minor, the found Torch's (find_package it first).
+  if(NOT _fp8_dummy_libs AND DEFINED Torch_VERSION)
+    string(REGEX MATCH "^[0-9]+\\.[0-9]+" _fp8_dummy_torch "${Torch_VERSION}")
+    file(GLOB _fp8_dummy_libs "${_fp8_dummy_prefix}/_libs/torch-${_fp8_dummy_torch}/_C.*so")
+    unset(_fp8_dummy_torch)
+  endif()
   set(fp8_dummy_LIBRARY "fp8_dummy_LIBRARY-NOTFOUND")
   if(_fp8_dummy_libs)
     list(GET _fp8_dummy_libs 0 fp8_dummy_LIBRARY)

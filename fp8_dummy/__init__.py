@@ -7,19 +7,14 @@ import warnings
 
 import torch  # must be loaded before the extension
 
-from ._version import __version__
-
-try:
-    from . import _C  # noqa: F401  (loads the library: torch.ops.fp8_dummy and fp8_dummy_internal)
-except ImportError as _error:  # say which torch it was built for, and how to rebuild
-    from ._build import import_error
-
-    raise import_error(_error) from _error
-
-from . import _after_import, reference, stateless
+# _library loads the library (torch.ops.fp8_dummy and fp8_dummy_internal) before the modules
+# after it: the source build's, or a release wheel's for this torch; where it cannot, an
+# ImportError that says why.
+from . import _after_import, _library, reference, stateless  # noqa: F401  (_library: first)
 from ._build import build_info
 from ._paths import get_cmake_dir, get_include, library_path
 from ._proof import ProofEntry, self_check_report
+from ._version import __version__
 from .engines import SEMANTICS, initialize_dummy_weights, is_scale_tensor, sglang, trtllm, vllm
 from .ops import cpu_fast_path_info, init_, init_many_, random_
 from .realistic import initialize_realistic_dummy_weights

@@ -1,5 +1,6 @@
 """What the compiled library was built with, and the error when it does not load: its line
-"fp8_dummy-build-info: torch=2.13.0 cuda=no" (csrc/build_info.cpp) read from the file then,
+"fp8_dummy-build-info: torch=2.13.0 cuda=no" (csrc/build_info.cpp; a release wheel's host
+library says cuda=separate: its CUDA kernels are a library of their own) read from the file then,
 to name the torch it needs (most often it was built against another)."""
 
 from __future__ import annotations
@@ -52,4 +53,7 @@ def build_info() -> dict[str, object]:
     from ._version import __version__
 
     info = dict(i.split("=", 1) for i in torch.ops.fp8_dummy_internal.build_info().split())
-    return {"version": __version__, "torch": info["torch"], "cuda": info["cuda"] == "yes"}
+    cuda = info["cuda"] == "yes"
+    if info["cuda"] == "separate":  # a release wheel's: the CUDA kernels loaded beside it
+        cuda = torch._C._dispatch_has_kernel_for_dispatch_key("fp8_dummy::init_", "CUDA")
+    return {"version": __version__, "torch": info["torch"], "cuda": cuda}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import _C
+from ._library import C
 
 __all__ = ["get_cmake_dir", "get_include", "library_path"]
 
@@ -15,7 +15,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 def library_path() -> str:
     """Path of the compiled library, for ``torch.ops.load_library`` in other processes."""
-    return str(Path(_C.__file__).resolve())
+    return str(Path(C.__file__).resolve())
 
 
 def get_include() -> str:

@@ -13,7 +13,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from . import _C
+from ._library import C as _C
 
 __all__ = ["ProofEntry", "first_difference", "proven", "self_check_report"]
 

@@ -54,14 +54,16 @@ def faulted() -> str:
 
 @functools.cache
 def _library_hash() -> str:
-    """SHA-256 of the loaded extension's file: a rebuild is another library."""
-    from . import _C
+    """SHA-256 of the loaded library's files (a release wheel's CUDA kernels too): a rebuild
+    is another library."""
+    from . import _library
 
     digest = hashlib.sha256()
     try:
-        with open(_C.__file__, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
+        for path in _library.files():
+            with open(path, "rb") as f:
+                for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                    digest.update(chunk)
     except (OSError, AttributeError, TypeError):
         return "unknown"
     return digest.hexdigest()

@@ -326,3 +326,34 @@ def test_wheel_cmake_package(venv_python, tmp_path: Path) -> None:
     if (Path(cmake_dir).parents[2] / "include" / "fp8_dummy" / "cuda" / "philox.h").is_file():
         run([which("cmake"), "--build", build, "-j", "2"])
         assert "philox_kat: ok" in run([build / "philox_kat"]).stdout
+
+
+def test_wheel_beside_torch_alone(wheel: Path, tmp_path: Path) -> None:
+    """The wheel installed into a fresh venv that has torch and torch's own dependencies
+    only (no numpy): pip installs what the wheel declares, then `import fp8_dummy`, the op and
+    `python -m fp8_dummy check --device cpu` work. torch: this test's, through a .pth line
+    naming a directory of links to its site-packages less numpy and fp8_dummy."""
+    site = Path(torch.__file__).resolve().parents[1]
+    alone = tmp_path / "torch-alone"
+    alone.mkdir()
+    for entry in site.iterdir():
+        if not entry.name.lower().startswith(("numpy", "fp8_dummy", "_fp8_dummy", "__editable__")):
+            (alone / entry.name).symlink_to(entry)
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", venv])
+    python = venv / "bin" / "python"
+    purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    (Path(purelib.stdout.strip()) / "_torch_alone.pth").write_text(f"{alone}\n")
+    no_numpy = "import importlib.util as u; print(u.find_spec('numpy'))"
+    assert run([python, "-c", no_numpy]).stdout.strip() == "None"  # torch alone
+    _pip(python, "install", "-q", wheel)
+    code = (
+        "import torch, fp8_dummy\n"
+        "t = torch.empty(64, 3, dtype=torch.float8_e4m3fn); fp8_dummy.init_(t, -1.0, 1.0, seed=7)\n"
+        "g = torch.Generator().manual_seed(7)\n"
+        "r = torch.empty(64, 3, dtype=torch.float16).uniform_(-1.0, 1.0, generator=g).to(t.dtype)\n"
+        "assert torch.equal(t.view(torch.uint8), r.view(torch.uint8)); print('op ok')\n"
+    )
+    assert "op ok" in run([python, "-I", "-c", code], cwd=tmp_path).stdout
+    check = run([python, "-I", "-m", "fp8_dummy", "check", "--device", "cpu"], cwd=tmp_path)
+    assert check.returncode == 0, check.stdout
