@@ -53,6 +53,18 @@ BODIES = {
                                               -1.0, 1.0, **cpu_formula())
             checks += [same(t, ref), same(t.view(torch.uint8), torch.from_numpy(want))]
     """,
+    "cpu.first_values": """
+        checks = []
+        for seed in (13, 14):
+            ts = [poison(torch.empty(n, dtype=torch.float8_e4m3fn)) for n in (1, 700, 4096)]
+            fp8_dummy.init_many_(ts, -1.0, 1.0, seed)
+            for t in ts:
+                ref = poison(torch.empty_like(t))
+                fp8_dummy.reference.new_path(ref, -1.0, 1.0, seed)
+                want = cpu_oracle.reference_bytes(t.shape, t.stride(), "float8_e4m3fn", seed,
+                                                  -1.0, 1.0, **cpu_formula())
+                checks += [same(t, ref), same(t.view(torch.uint8), torch.from_numpy(want))]
+    """,
     "cpu.random_": """
         checks = []
         for seed in (3, 4):

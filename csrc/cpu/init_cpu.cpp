@@ -18,6 +18,7 @@
 #include "common/proof.h"
 #include "common/reference.h"
 #include "cpu/fast_path.h"
+#include "cpu/first_values.h"
 
 namespace fp8_dummy {
 namespace {
@@ -263,6 +264,7 @@ void fill(const at::Tensor& self, double low, double high, const at::Generator& 
 void init_seed_cpu(at::Tensor& self, double low, double high, int64_t seed, bool contiguous_temp) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
+  if (cpu::FirstValues(low, high, seed, contiguous_temp).fill(self)) return;
   // torch.Generator().manual_seed(seed): mt19937 seeded with the seed's low 32 bits.
   fill(self, low, high, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)), false, seed,
        contiguous_temp);
@@ -275,12 +277,14 @@ void init_generator_cpu(at::Tensor& self, double low, double high, std::optional
   if (self.numel() > 0) fill(self, low, high, g, true, 0, contiguous_temp);
 }
 
-// A loop over init_ (no launches to save), every tensor checked first.
+// A loop over init_ (no launches to save), every tensor checked first; the small ones from
+// the call's first values, looked up once per dtype.
 void init_many_cpu(at::TensorList tensors, double low, double high, int64_t seed,
                    bool contiguous_temp) {
   check_init_many_args(tensors, low, high);
+  cpu::FirstValues first(low, high, seed, contiguous_temp);
   for (const auto& t : tensors) {
-    if (t.numel() > 0) init_one(t, low, high, seed, contiguous_temp);
+    if (t.numel() > 0 && !first.fill(t)) init_one(t, low, high, seed, contiguous_temp);
   }
 }
 
