@@ -5,7 +5,7 @@ torch.Generator().manual_seed(seed), the reference path) and, for 1-byte dtypes,
 model of mt19937 and torch's transform gives. Random sizes up to the limit and just past it,
 layouts in memory order (row-major, transposed, permuted, 0-dim) and not (gaps, a transposed
 view under the contiguous temp: the usual path), every dtype, several seeds and bounds; the
-proof's keys; FP8_DUMMY_CPU_PATH=exact leaves the path alone."""
+proof's keys; a path chosen with FP8_DUMMY_CPU_PATH runs instead (a mistyped one refused)."""
 
 from __future__ import annotations
 
@@ -99,16 +99,17 @@ def test_the_path_proves_itself_per_dtype_and_temp():
     assert keys.get("cpu.first_values: Float temp=none") is True, keys
 
 
-def test_exact_path_asked_leaves_it(monkeypatch):
-    # FP8_DUMMY_CPU_PATH=exact: torch's own uniform_ for every tensor, no key made.
+def test_a_path_asked_for_runs_instead(monkeypatch):
+    # FP8_DUMMY_CPU_PATH=exact: torch's own uniform_ for every tensor, no first values' key;
+    # a mistyped value is refused by init_ as for a large tensor.
     monkeypatch.setenv("FP8_DUMMY_CPU_PATH", "exact")
     torch.ops.fp8_dummy_internal.proof_forget("cpu.first_values: Float8_e4m3fnuz")
-    t, ref = (
-        torch.empty(100, dtype=torch.float8_e4m3fnuz),
-        torch.empty(100, dtype=torch.float8_e4m3fnuz),
-    )
+    t, ref = (torch.empty(100, dtype=torch.float8_e4m3fnuz) for _ in "ab")
     fp8_dummy.init_many_([t], -1.0, 1.0, seed=8)
     reference.new_path(ref, -1.0, 1.0, 8)
     assert torch.equal(t.view(torch.uint8), ref.view(torch.uint8))
     keys = [e.key for e in fp8_dummy.self_check_report() if "Float8_e4m3fnuz" in e.key]
     assert not [k for k in keys if k.startswith("cpu.first_values")], keys
+    monkeypatch.setenv("FP8_DUMMY_CPU_PATH", "fastest")
+    with pytest.raises(RuntimeError, match="FP8_DUMMY_CPU_PATH must be one of"):
+        fp8_dummy.init_(torch.empty(3, dtype=torch.float8_e4m3fn))

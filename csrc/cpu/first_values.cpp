@@ -107,8 +107,10 @@ proof::Verdict probe(c10::ScalarType dtype, const Bytes& bytes, double low, doub
 
 FirstValues::FirstValues(double low, double high, int64_t seed, bool contiguous_temp)
     : low_(low), high_(high), seed_(seed), contiguous_temp_(contiguous_temp) {
-  const char* path = std::getenv("FP8_DUMMY_CPU_PATH");  // exact: torch's uniform_ every time
-  enabled_ = path == nullptr || std::strcmp(path, "exact") != 0;
+  // A path chosen by FP8_DUMMY_CPU_PATH (exact, fast, a SIMD level, or a mistyped one that
+  // init_ refuses) is the path that runs: the first values only where it says auto.
+  const char* path = std::getenv("FP8_DUMMY_CPU_PATH");
+  enabled_ = path == nullptr || *path == '\0' || std::strcmp(path, "auto") == 0;
   fault_ = proof::fault(kPath);
 }
 

@@ -26,7 +26,7 @@ class FirstValues {
 
   // Fills `self` (CPU, checked, numel() > 0) with the reference's bytes and returns true, or
   // writes nothing and returns false (too large, an order that is not memory order, not
-  // proven, FP8_DUMMY_CPU_PATH=exact): the caller's usual path then.
+  // proven, FP8_DUMMY_CPU_PATH other than auto): the caller's usual path then.
   bool fill(const at::Tensor& self);
 
  private:

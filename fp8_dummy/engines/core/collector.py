@@ -20,7 +20,7 @@ _was_enabled = False  # the collector's state before the first of them
 class no_cycle_collection:  # noqa: N801 (a context manager, named as one is used)
     """The collector paused for the block, resumed as it was after the last block under way
     (fills in several threads, or nested: a plan's probes plan too). A class, not a
-    generator: a fill of one tensor (vLLM's per-tensor function) enters it twice."""
+    generator: a fill of one tensor (an engine's per-tensor function) enters it twice."""
 
     def __enter__(self) -> None:
         global _depth, _was_enabled

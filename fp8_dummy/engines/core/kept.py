@@ -98,7 +98,7 @@ def keep(context: tuple, names: list[str], tensors: list[torch.Tensor], reads, k
     return entry
 
 
-# ---- one tensor at a time (vLLM's per-tensor function, called by its loader per tensor): the
+# ---- one tensor at a time (an engine's per-tensor function, called by its loader per tensor): the
 # decision is kept per kind of tensor, its facts read in Python (a C++ call costs more here).
 _ONES = 4096  # decisions kept at most (then all forgotten)
 _ones: dict[tuple, tuple[int, tuple]] = {}

@@ -42,7 +42,7 @@ def tensor_facts(tensors: list[torch.Tensor]) -> torch.Tensor | None:
 
 def reads_only() -> contextlib.AbstractContextManager:
     """Where our C++ reads of many tensors' facts run: outside the classes' own
-    ``__torch_function__`` (vLLM's parameters) and any ``TorchDispatchMode`` (reads of
+    ``__torch_function__`` (an engine's parameter classes) and any ``TorchDispatchMode`` (reads of
     metadata are no operation of the user's)."""
     if torch._C._len_torch_dispatch_stack() == 0:
         return torch._C.DisableTorchFunctionSubclass()
