@@ -48,10 +48,12 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.def("proof_forget(str prefix) -> int");
   m.def("proof_generation() -> int");
   // The engines' whole-model plan (common/model_facts.cpp): each tensor's kind, numbered,
-  // then the facts a kept plan is checked against; the entries a fill runs ([index,
+  // then the facts a kept plan is checked against (and whether they still hold); the
+  // entries a fill runs ([index,
   // in_order, ...]) given each entry's action and flag (1: a storage of its own, 2: filled
   // as often as listed).
   m.def("tensor_kinds(Tensor[] tensors) -> Tensor");
+  m.def("facts_match(Tensor[] tensors, Tensor kinds) -> bool");
   m.def("fill_order(Tensor[] tensors, int[] actions, int[] flags) -> int[]");
   // The build (build_info.cpp): "torch=2.13.0 cuda=no", the torch it was compiled against.
   m.def("build_info() -> str");

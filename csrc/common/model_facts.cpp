@@ -2,8 +2,9 @@
 // answered for the whole list at once, without a Python object per tensor:
 // - tensor_kinds: each tensor's kind (everything of the tensor the plan's answers read:
 //   dtype, device, dimensions, meta, inference, contiguity, overlap), numbered in order of
-//   first appearance, then the facts a kept plan is checked against (the kind and where the
-//   bytes are: storage, data pointer, offset, sizes, strides);
+//   first appearance, then the facts a kept plan is checked against (dtype, device,
+//   dimensions, meta, inference and where the bytes are: storage, data pointer, offset,
+//   sizes, strides); facts_match: whether a list's facts are still those;
 // - fill_order: which entries a fill runs and which strictly in order: an alias with the same
 //   action filled once, a storage touched in other ways in list order.
 #include <ATen/MemoryOverlap.h>
@@ -58,10 +59,33 @@ int64_t kind_code(const at::Tensor& t) {
   return static_cast<int64_t>(code);
 }
 
+// What a kept plan is checked against, appended to `out`: where the bytes are and how they
+// are laid out (the kind is a function of these: dtype, device, dimensions, meta, inference,
+// storage, data pointer, offset, sizes, strides); a tensor without strides: -1 and its place.
+void append_facts(const at::Tensor& t, int64_t index, std::vector<int64_t>& out) {
+  if (!strided_with_storage(t)) {
+    out.push_back(-1);
+    out.push_back(index);
+    return;
+  }
+  uint64_t code = static_cast<uint64_t>(t.scalar_type()) & 0xff;
+  code = code << 8 | (static_cast<uint64_t>(t.device().type()) & 0xff);
+  code = code << 16 | (static_cast<uint64_t>(t.device().index() + 1) & 0xffff);
+  code = code << 8 | (static_cast<uint64_t>(t.dim()) & 0xff);
+  code = code << 1 | static_cast<uint64_t>(t.is_meta());
+  code = code << 1 | static_cast<uint64_t>(t.is_inference());
+  out.push_back(static_cast<int64_t>(code));
+  out.push_back(reinterpret_cast<int64_t>(t.storage().unsafeGetStorageImpl()));
+  out.push_back(reinterpret_cast<int64_t>(t.storage().data()));
+  out.push_back(t.storage_offset());
+  for (const int64_t s : t.sizes()) out.push_back(s);
+  for (const int64_t s : t.strides()) out.push_back(s);
+}
+
 at::Tensor tensor_kinds_op(at::TensorList tensors) {
   const auto n = static_cast<int64_t>(tensors.size());
   std::vector<int64_t> out(static_cast<size_t>(n), 0);
-  out.reserve(static_cast<size_t>(n) * 9);
+  out.reserve(static_cast<size_t>(n) * 8);
   std::map<int64_t, int64_t> ids;
   int64_t next = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -70,18 +94,28 @@ at::Tensor tensor_kinds_op(at::TensorList tensors) {
     const int64_t id = code < 0 ? next++ : ids.try_emplace(code, next).first->second;
     if (id == next) ++next;
     out[static_cast<size_t>(i)] = id;
-    out.push_back(code);
-    if (code < 0) {
-      out.push_back(i);  // compared by position: a kind of its own is planned afresh anyway
-      continue;
-    }
-    out.push_back(reinterpret_cast<int64_t>(t.storage().unsafeGetStorageImpl()));
-    out.push_back(reinterpret_cast<int64_t>(t.storage().data()));
-    out.push_back(t.storage_offset());
-    for (const int64_t s : t.sizes()) out.push_back(s);
-    for (const int64_t s : t.strides()) out.push_back(s);
+    append_facts(t, i, out);
   }
   return at::tensor(out, at::TensorOptions().dtype(at::kLong));
+}
+
+// Whether every tensor's facts are those of `kinds` (a tensor_kinds answer for as many
+// tensors), compared as they are read: no list made.
+bool facts_match_op(at::TensorList tensors, const at::Tensor& kinds) {
+  const auto n = static_cast<int64_t>(tensors.size());
+  if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n) return false;
+  const auto* want = kinds.const_data_ptr<int64_t>();
+  const int64_t end = kinds.numel();
+  int64_t at = n;
+  std::vector<int64_t> facts;
+  for (int64_t i = 0; i < n; ++i) {
+    facts.clear();
+    append_facts(tensors[i], i, facts);
+    const auto size = static_cast<int64_t>(facts.size());
+    if (at + size > end || !std::equal(facts.begin(), facts.end(), want + at)) return false;
+    at += size;
+  }
+  return at == end;
 }
 
 // Numbers equal keys (sizes and strides of any length) in order of first appearance.
@@ -156,6 +190,7 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
 
 TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
   m.impl("tensor_kinds", TORCH_FN(tensor_kinds_op));
+  m.impl("facts_match", TORCH_FN(facts_match_op));
   m.impl("fill_order", TORCH_FN(fill_order_op));
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import torch
@@ -18,6 +18,7 @@ from ...stateless import init_stateless_
 from ...tensors import is_plain
 from .checks import distinct
 from .collector import no_cycle_collection
+from .kept import KeptFill
 from .kinds import dispatching, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
@@ -129,19 +130,27 @@ def program(planned: list[Planned], mode: str) -> Program:
     return Program(others, list(batches.items()))
 
 
-def run(planned: list[Planned], *, mode: str = "generator", progress: bool | None = False) -> None:
+def run(
+    planned: list[Planned] | KeptFill, *, mode: str = "generator", progress: bool | None = False
+) -> None:
     """Carry out a plan: an alias with the same action filled once, a storage touched in other
     ways strictly in order, the rest batched (one ``init_many_`` per bounds, seed and temp)."""
     kept = getattr(planned, "kept", None)
-    if kept is not None and len(planned) == len(kept.kind_of):
+    if isinstance(planned, KeptFill):  # a kept plan found as it is: entries made on demand
+        entry, tensor = planned.entry, planned.tensors.__getitem__
         if (prog := kept.programs.get(mode)) is None:
-            prog = kept.programs[mode] = program(planned, mode)
+            prog = kept.programs[mode] = program(list(map(entry, range(len(planned)))), mode)
     else:
-        prog = program(planned, mode)
+        entry, tensor = planned.__getitem__, lambda i: planned[i][1]
+        if kept is not None and len(planned) == len(kept.kind_of):
+            if (prog := kept.programs.get(mode)) is None:
+                prog = kept.programs[mode] = program(planned, mode)
+        else:
+            prog = program(planned, mode)
     if progress is None:
-        progress = sys.stderr.isatty() and _bytes(planned, prog) >= PROGRESS_THRESHOLD_BYTES
+        progress = sys.stderr.isatty() and _bytes(tensor, prog) >= PROGRESS_THRESHOLD_BYTES
     count = len(prog.others) + sum(len(idx) for _, idx in prog.batches)
-    bar = Progress(count, _bytes(planned, prog)) if progress else None
+    bar = Progress(count, _bytes(tensor, prog)) if progress else None
     fault = functools.cache(_proof.fault)
 
     def done(x: torch.Tensor, sem: Semantics, ours: bool = True) -> None:
@@ -153,7 +162,7 @@ def run(planned: list[Planned], *, mode: str = "generator", progress: bool | Non
     try:
         with torch.no_grad(), no_cycle_collection():
             for i, _ in prog.others:
-                _, t, action, (sem, seed) = planned[i]
+                _, t, action, (sem, seed) = entry(i)
                 kind, low, high = action.kind, action.low, action.high
                 fused = kind is Kind.UNIFORM and mode == "generator"
                 if kind is Kind.UNIFORM and not fused:
@@ -170,7 +179,7 @@ def run(planned: list[Planned], *, mode: str = "generator", progress: bool | Non
             with torch._C.DisableTorchFunctionSubclass():
                 for (low, high, seed, sem), idx in prog.batches:
                     rows = sem.temp == ROWS
-                    for batch in _pieces([planned[i][1] for i in idx], bar is not None):
+                    for batch in _pieces(list(map(tensor, idx)), bar is not None):
                         init_many_(batch, low, high, seed, contiguous_temp=rows)
                         if fault(sem.path) or bar is not None:
                             for x in batch:
@@ -196,6 +205,6 @@ def _pieces(tensors: list[torch.Tensor], progress: bool) -> Iterator[list[torch.
         yield piece
 
 
-def _bytes(planned: list[Planned], prog: Program) -> int:
+def _bytes(tensor: Callable[[int], torch.Tensor], prog: Program) -> int:
     every = [i for i, _ in prog.others] + [i for _, idx in prog.batches for i in idx]
-    return sum(planned[i][1].numel() * planned[i][1].element_size() for i in every)
+    return sum(tensor(i).numel() * tensor(i).element_size() for i in every)

@@ -3,7 +3,7 @@ again, a benchmark's repeats). It is used only where nothing that decides it cha
 call (semantics, arguments, engine, mode, the scales' rule, inference mode), the same tensor
 objects under the same names, the same values of the attributes the engine's rule reads, the
 same facts of every tensor (kind, storage, data pointer, offset, sizes, strides: one C++ call,
-:func:`.kinds.tensor_facts`) and no verdict of the proof registry added or forgotten since.
+:func:`.kinds.facts_match`) and no verdict of the proof registry added or forgotten since.
 A plan whose proofs did not all pass is not kept (a probe to retry is retried). Tensors are
 held weakly: a kept plan keeps no model alive."""
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from .kinds import Kinds, dispatching, tensor_facts
+from .kinds import Kinds, dispatching, facts_match
 
-__all__ = ["Kept", "KeptPlan", "find", "find_one", "forget", "keep", "keep_one", "one_key"]
+__all__ = ["Kept", "KeptFill", "KeptPlan", "find", "find_one", "forget", "keep", "keep_one"]
+__all__ += ["one_key"]
 
 _MOST = 4  # plans kept (the newest): a process fills one model, or a few
 _lock = threading.Lock()
@@ -47,6 +48,23 @@ class KeptPlan(list):
     it came from, where :func:`.execution.run` keeps its fill order."""
 
     kept: Kept | None = None
+
+
+class KeptFill(NamedTuple):
+    """A kept plan found for a fill whose every kind's decision is all there is to it (no
+    engine function bound per tensor, no check per tensor): run as it is, without making its
+    entries (:func:`.execution.run`)."""
+
+    kept: Kept
+    names: list[str]
+    tensors: list[torch.Tensor]
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def entry(self, i: int) -> tuple:
+        action, meta = self.kept.decided[self.kept.kind_of[i]][:2]
+        return self.names[i], self.tensors[i], action, meta
 
 
 def _attrs(tensors: list[torch.Tensor], reads: tuple) -> list | None:
@@ -80,8 +98,7 @@ def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads) -
             generation = _generation()
         if k.generation != generation or not _same(_attrs(tensors, reads), k.attrs):
             continue
-        facts = tensor_facts(tensors)
-        if facts is not None and torch.equal(facts, k.facts):
+        if facts_match(tensors, k.facts):
             return k
     return None
 

@@ -12,9 +12,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["Kinds", "dispatching", "kinds_of", "reads_only", "tensor_facts"]
+__all__ = ["Kinds", "dispatching", "facts_match", "kinds_of", "reads_only", "tensor_facts"]
 
 _KINDS = torch.ops.fp8_dummy_internal.tensor_kinds
+_MATCH = torch.ops.fp8_dummy_internal.facts_match
 _own_dispatch: dict[type, bool] = {}
 
 
@@ -38,6 +39,15 @@ def tensor_facts(tensors: list[torch.Tensor]) -> torch.Tensor | None:
     # No autograd: its fallback would look at every tensor of the list for gradients.
     with torch.no_grad(), reads_only():
         return _KINDS(tensors)
+
+
+def facts_match(tensors: list[torch.Tensor], facts: torch.Tensor) -> bool:
+    """Whether the tensors' facts are still ``facts`` (a :func:`tensor_facts` answer), compared
+    in C++ as they are read."""
+    if not tensors or any([dispatching(t) for t in set(map(type, tensors))]):
+        return False
+    with torch.no_grad(), reads_only():
+        return _MATCH(tensors, facts)
 
 
 def reads_only() -> contextlib.AbstractContextManager:

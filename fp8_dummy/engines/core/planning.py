@@ -10,13 +10,13 @@ import functools
 import importlib
 import inspect
 import os
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
 from ... import _proof
 from ...ops import as_int64
-from ...tensors import is_plain, refusal, walk
+from ...tensors import is_plain, refusal, walk_lists
 from . import kept
 from .checks import checked, fusable
 from .collector import no_cycle_collection
@@ -189,29 +189,47 @@ def plan(
     written (``check``). ``call``: the arguments after the tensor or model, or a function of
     the local name giving them; ``engine``: proven against, fallen back to; ``neutral(name,
     t)``: set to 1.0. None: a whole-model ``engine`` must fill the model itself."""
+    return _planned(tensors, sem, call, engine, prove, mode, neutral, check, False)
+
+
+class Walked(NamedTuple):
+    """A model's walk as two lists (:func:`fp8_dummy.tensors.walk_lists`): what a fill plans."""
+
+    names: list[str]
+    tensors: list[torch.Tensor]
+
+
+def _planned(tensors, sem, call, engine, prove, mode, neutral, check, lazy):
+    """:func:`plan` (``tensors``: (name, tensor)s or :class:`Walked`), and for :func:`fill`
+    (``lazy``) a kept plan found as it is (:class:`.kept.KeptFill`: no entries made)."""
     _proof.check_fault_switch()  # a mistyped FP8_DUMMY_FAULT: refused before any write
-    tensors = list(tensors)
+    tensors = tensors if isinstance(tensors, Walked) else list(tensors)
     gather = prove and _gathering.get() is None
     token = _planning.set([tensors, sem, call, engine, mode, neutral] if gather else None)
     try:
         with no_cycle_collection():
-            return _plan(tensors, sem, call, engine, prove, mode, neutral, check)
+            return _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy)
     finally:
         _planning.reset(token)
 
 
-def _plan(tensors, sem, call, engine, prove, mode, neutral, check) -> list[Planned] | None:
+def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     """:func:`plan`'s body: each kind of tensor (:mod:`.kinds`) decided at its first tensor,
     in the walk's order (so the first refusal raised is the first tensor's); a plan of these
     very tensors kept from an earlier call (:mod:`.kept`) where nothing that decides it
     changed."""
-    names, ts = [n for n, _ in tensors], [t for _, t in tensors]
+    if isinstance(tensors, Walked):
+        names, ts = tensors
+    else:
+        names, ts = [n for n, _ in tensors], [t for _, t in tensors]
     keep = prove and check and _gathering.get() is None and neutral in (None, default_scales)
     context = (sem, call, engine, mode, neutral, torch.is_inference_mode_enabled())
     one = kept.one_key(context, names[0], ts[0], sem.reads) if keep and len(ts) == 1 else None
     if one is not None and (decision := kept.find_one(one)) is not None:
         return _entries(names, ts, [0], [decision], lambda *_: None, mode, check)
     found = kept.find(context, names, ts, sem.reads) if keep and one is None else None
+    if found is not None and lazy and all(d[5] for d in found.decided):
+        return kept.KeptFill(found, names, ts)
     if found is not None:
         out = _entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
         return _kept_plan(out, found)
@@ -345,7 +363,12 @@ def _decider(sem, call, engine, prove, mode, neutral, check):
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
-    planned = plan(walk(what, sem.order) if model else what, sem, call, engine=engine, **kw)
+    tensors = Walked(*walk_lists(what, sem.order)) if model else what
+    opts = {"prove": True, "mode": "generator", "neutral": None, "check": True}
+    if unknown := set(kw) - set(opts):
+        raise TypeError(f"fill() got unexpected keyword arguments {sorted(unknown)}")
+    opts.update(kw)
+    planned = _planned(tensors, sem, call, engine, *opts.values(), True)
     if planned is None:
         return engine(what, *call[0], **call[1])
-    return run(planned, mode=kw.get("mode", "generator"), progress=progress)
+    return run(planned, mode=opts["mode"], progress=progress)
