@@ -3,7 +3,8 @@ of the same model asks none of the plan's questions again and gives vLLM's loade
 anything that decides the plan, changed, makes a new one with the loader's bytes: a parameter
 replaced, its data swapped (dtype, storage shared with another's), resized in place, a module
 renamed, an attribute the rule reads set, other arguments, inference mode, a verdict recorded
-or forgotten. A plan whose proof did not pass is not kept; a kept plan holds no tensor."""
+or forgotten. A state_dict()-order fill (new tensor objects each call) finds its plan again.
+A plan whose proof did not pass is not kept; a kept plan holds no tensor."""
 
 from __future__ import annotations
 
@@ -26,13 +27,13 @@ def plans(monkeypatch):
     which prove nothing)."""
     core.kept.forget()
     made = []
-    real = core.planning._decider
+    real = core.planning.decider
 
     def counted(sem, call, engine, prove, *rest):
         made.extend([1] * prove)
         return real(sem, call, engine, prove, *rest)
 
-    monkeypatch.setattr(core.planning, "_decider", counted)
+    monkeypatch.setattr(core.planning, "decider", counted)
     return made
 
 
@@ -157,3 +158,18 @@ def test_the_kept_fill_writes_what_the_first_wrote_and_only_that():
     refill(a, seed=6)
     for n, t in all_tensors(a).items():
         assert torch.equal(storage_bytes(t), first[n]), n
+
+
+def test_a_state_dict_fill_finds_its_plan_with_new_tensor_objects(plans):
+    # SGLang's order: state_dict() gives new (detached) tensor objects at every call; the
+    # plan is a function of their facts, not of the objects.
+    a, b = twin()
+    for seed in (8, 8, 8):
+        for t in all_tensors(a).values():
+            poison(t)
+        fp8_dummy.initialize_dummy_weights(a, seed=seed, semantics="sglang-0.5")
+        for t in all_tensors(b).values():
+            poison(t)
+        oracle.sglang_initialize_dummy_weights(b, seed=seed)
+        assert_same_bytes(a, b)
+    assert len(plans) == 1

@@ -97,6 +97,11 @@ def test_the_path_proves_itself_per_dtype_and_temp():
     assert keys.get("cpu.first_values: Float8_e5m2 temp=empty_like") is True, keys
     assert keys.get("cpu.first_values: Float8_e5m2 temp=contiguous") is True, keys
     assert keys.get("cpu.first_values: Float temp=none") is True, keys
+    # a forgotten verdict is proven again at the next call (no proof remembered past it)
+    assert torch.ops.fp8_dummy_internal.proof_forget("cpu.first_values: Float8_e5m2 ") == 2
+    fp8_dummy.init_(torch.empty(5, dtype=torch.float8_e5m2), seed=7)
+    keys = [e.key for e in fp8_dummy.self_check_report() if e.path == "cpu.first_values"]
+    assert "cpu.first_values: Float8_e5m2 temp=empty_like" in keys, keys
 
 
 def test_a_path_asked_for_runs_instead(monkeypatch):

@@ -84,6 +84,7 @@ def _fill_order(live: list[Planned], mode: str) -> list[int]:
 
 
 _OPAQUE = torch.empty(0)
+fault = functools.lru_cache(maxsize=16)(_proof.fault)  # FP8_DUMMY_FAULT is read once
 
 
 def init_many_(tensors: list[torch.Tensor], low: float, high: float, seed: int, *,
@@ -112,7 +113,7 @@ def program(planned: list[Planned], mode: str) -> Program:
     if len(live) == 1 and not dispatching(planned[live[0]][1]):  # one tensor: nothing to order
         order = [0, 0]
     else:
-        with reads_only():
+        with torch.no_grad(), reads_only():  # no autograd fallback looking at each tensor
             order = _fill_order([planned[i] for i in live], mode)
     others: list[tuple[int, bool]] = []
     batches: dict[tuple, list[int]] = {}
@@ -151,7 +152,6 @@ def run(
         progress = sys.stderr.isatty() and _bytes(tensor, prog) >= PROGRESS_THRESHOLD_BYTES
     count = len(prog.others) + sum(len(idx) for _, idx in prog.batches)
     bar = Progress(count, _bytes(tensor, prog)) if progress else None
-    fault = functools.cache(_proof.fault)
 
     def done(x: torch.Tensor, sem: Semantics, ours: bool = True) -> None:
         if ours and fault(sem.path):

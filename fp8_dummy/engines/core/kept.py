@@ -1,16 +1,17 @@
 """A whole-model plan kept for the next fill of the same tensors (a server filling its weights
 again, a benchmark's repeats). It is used only where nothing that decides it changed: the same
-call (semantics, arguments, engine, mode, the scales' rule, inference mode), the same tensor
-objects under the same names, the same values of the attributes the engine's rule reads, the
-same facts of every tensor (kind, storage, data pointer, offset, sizes, strides: one C++ call,
-:func:`.kinds.facts_match`) and no verdict of the proof registry added or forgotten since.
-A plan whose proofs did not all pass is not kept (a probe to retry is retried). Tensors are
-held weakly: a kept plan keeps no model alive."""
+call (semantics, arguments, engine, mode, the scales' rule, inference mode), the same names,
+the same class of each tensor, the same values of the attributes the engine's rule reads, the
+same facts of every tensor (dtype, device, dimensions, inference, storage, data pointer,
+offset, sizes, strides: one C++ call, :func:`.kinds.facts_match`) and no verdict of the proof
+registry recorded or forgotten since: the plan is a function of these alone, so the tensor
+objects need not be the same ones (``state_dict()`` makes new ones each time). A plan whose
+proofs did not all pass is not kept (a probe to retry is retried). It holds no tensor: a kept
+plan keeps no model alive."""
 
 from __future__ import annotations
 
 import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -34,7 +35,7 @@ def _generation() -> int:
 class Kept:
     context: tuple  # the call: (semantics, call, engine, mode, scales' rule, inference mode)
     names: list[str]
-    refs: list[weakref.ref]
+    types: list[type]  # each tensor's class
     attrs: list | None  # the rule's attributes, per tensor
     facts: torch.Tensor
     generation: int  # the proof registry's, when kept
@@ -92,7 +93,7 @@ def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads) -
     for k in candidates:
         if len(k.names) != len(names) or not _same(k.context, context) or k.names != names:
             continue
-        if not all([r() is t for r, t in zip(k.refs, tensors)]):
+        if list(map(type, tensors)) != k.types:
             continue
         if generation is None:
             generation = _generation()
@@ -106,8 +107,8 @@ def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads) -
 def keep(context: tuple, names: list[str], tensors: list[torch.Tensor], reads, kinds: Kinds,
          decided: list[tuple]) -> Kept:  # fmt: skip
     """Keeps a plan just made (every kind decided, every proof passed)."""
-    refs = [weakref.ref(t) for t in tensors]
-    entry = Kept(context, list(names), refs, _attrs(tensors, reads), kinds.facts, _generation(),
+    types = list(map(type, tensors))
+    entry = Kept(context, list(names), types, _attrs(tensors, reads), kinds.facts, _generation(),
                  kinds.kind_of, list(decided))  # fmt: skip
     with _lock:
         _plans.append(entry)

@@ -15,21 +15,19 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from ... import _proof
-from ...ops import as_int64
-from ...tensors import is_plain, refusal, walk_lists
-from . import kept
-from .checks import checked, fusable
+from ...tensors import walk_lists
+from . import execution, kept
 from .collector import no_cycle_collection
+from .deciding import decider, entries
 from .execution import run
 from .kinds import kinds_of
 from .plugins import enabled
-from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics, bind, error
+from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics
 from .semantics import is_scale_tensor as default_scales
 
 __all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tensor", "proven"]
 
 ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
-_OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
 # Set while plan() gathers the keys its fill will prove in a child (_prove_together): proven()
 # then records each undecided key there (its child's request, or None) instead of proving.
 _gathering: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
@@ -226,17 +224,17 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     context = (sem, call, engine, mode, neutral, torch.is_inference_mode_enabled())
     one = kept.one_key(context, names[0], ts[0], sem.reads) if keep and len(ts) == 1 else None
     if one is not None and (decision := kept.find_one(one)) is not None:
-        return _entries(names, ts, [0], [decision], lambda *_: None, mode, check)
+        return entries(names, ts, [0], [decision], lambda *_: None, mode, check)
     found = kept.find(context, names, ts, sem.reads) if keep and one is None else None
     if found is not None and lazy and all(d[5] for d in found.decided):
         return kept.KeptFill(found, names, ts)
     if found is not None:
-        out = _entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
+        out = entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
         return _kept_plan(out, found)
     kinds = kinds_of(names, ts, sem.reads if neutral in (None, default_scales) else None)
-    decide, memo = _decider(sem, call, engine, prove, mode, neutral, check)
+    decide, memo = decider(sem, call, engine, prove, mode, neutral, check, proven)
     decided: list = [None] * len(kinds.firsts)
-    out = _entries(names, ts, kinds.kind_of, decided, decide, mode, check)
+    out = entries(names, ts, kinds.kind_of, decided, decide, mode, check)
     if keep and out is not None and memo["keep"] and one is not None:
         kept.keep_one(one, decided[0])
     elif keep and out is not None and memo["keep"] and kinds.facts is not None:
@@ -252,122 +250,38 @@ def _kept_plan(out: list[Planned] | None, entry: kept.Kept) -> list[Planned] | N
     return planned
 
 
-def _entries(names, ts, kind_of, decided, decide, mode, check) -> list[Planned] | None:
-    """The plan's entries: each kind's decision (made at its first tensor by ``decide``,
-    remembered in ``decided`` unless a proof did not pass), then what is the tensor's own:
-    the engine's function bound to it, the stateless mode's checks, a refusal raised."""
-    if all(d is not None and d[5] for d in decided):  # a kept plan of kinds alone
-        acts, metas = [d[0] for d in decided], [d[1] for d in decided]
-        return [(n, t, acts[k], metas[k]) for n, t, k in zip(names, ts, kind_of)]
-    out: list[Planned] = []
-    for name, t, k in zip(names, ts, kind_of):
-        d = decided[k]
-        if d is None:
-            d = decide(name, t)
-            if d is None:
-                return None  # a whole-model engine fills the model itself
-            if d[4]:
-                decided[k] = d
-        if d[5]:  # nothing of its own
-            out.append((name, t, d[0], d[1]))
-            continue
-        action, meta, bind_engine, stateless = d[:4]
-        if bind_engine is not None:  # a per-tensor engine keeps its branches
-            engine, args, kwargs = bind_engine
-            action = Action(Kind.ENGINE, value=functools.partial(engine, t, *args, **kwargs))
-        if stateless and check and is_plain(t):
-            # no engine path to leave a refused layout to: the op's checks, up front
-            check_stateless = torch.ops.fp8_dummy_internal.check_stateless_args
-            if (why := refusal(check_stateless, t, action.low, action.high, 0, None)) is not None:
-                action = error(RuntimeError, why)
-        if check and action.kind is Kind.ERROR:
-            kind, message = action.value
-            raise kind(f"fp8_dummy: {name}: {message}" if name else f"fp8_dummy: {message}")
-        if check and action.kind is Kind.ENGINE and action.value is None:
-            raise RuntimeError(f"fp8_dummy: {name}: only the engine's own function fills it")
-        out.append((name, t, action, meta))
-    return out
+_FILL = {"prove": True, "mode": "generator", "neutral": None, "check": True}  # fill()'s defaults
 
 
-def _decider(sem, call, engine, prove, mode, neutral, check):
-    """``decide(name, t)``: what the plan does to tensors of ``t``'s kind, as (action, (sem,
-    seed), the engine's function to bind to each tensor or None, whether the stateless
-    mode's checks run per tensor, whether the decision holds for the whole kind); None: a
-    whole-model engine fills the model itself. And a memo whose "keep" says whether every
-    proof asked passed (a plan with a refusal, or a probe to retry, is not kept)."""
-    whole = engine is not None and not sem.per_tensor
-    # What depends only on the local name (the call's arguments, their binding, the seed's
-    # check) is worked out once per name; a kind of tensor whose proof's key is proven is
-    # not looked up again (its key is not even made: the proof's keys are a function of these).
-    bound: dict[str, tuple] = {}
-    kinds_proven: set[tuple] = set()
-    memo = {"keep": True}
-
-    def is_proven(name: str, local: str, t: torch.Tensor, args: tuple, kwargs: dict) -> bool:
-        strided = sem.temp == ROWS and t.dim() > 0 and not t.is_contiguous()
-        kind = (local, t.device, t.dtype, min(t.dim(), 2), strided)
-        if kind in kinds_proven:
-            return True
-        ok = proven(sem, engine, name, t, (args, kwargs))
-        if ok:  # a refusal, or a probe to retry, is asked again
-            kinds_proven.add(kind)
-        else:
-            memo["keep"] = False
-        return ok
-
-    def decide(name: str, t: torch.Tensor) -> tuple | None:
-        asked: list[bool] = []
-
-        def proves() -> bool:
-            asked.append(is_proven(name, local, t, args, kwargs))
-            return asked[-1]
-
-        local = name.rsplit(".", 1)[-1]
-        if (entry := bound.get(local)) is None:
-            args, kwargs = call(local) if callable(call) else call
-            try:
-                p, named = bind(sem, args, kwargs)
-                if check and engine is None and "seed" in p:  # refused before any write
-                    as_int64(p["seed"], "seed", sem.path)
-                entry = bound[local] = (args, kwargs, p, named, False)
-            except TypeError:  # a later release's arguments: its own function decides
-                if engine is None:
-                    raise
-                entry = bound[local] = (args, kwargs, None, False, True)
-        args, kwargs, p, named, theirs_only = entry
-        theirs = None if engine is None else (engine, args, kwargs)
-        if theirs_only:
-            return None if whole else (Action(Kind.ENGINE), (sem, 0), theirs, False, True, False)
-        action = checked(t, sem.rule(t, p.get("low"), p.get("high"), p["name"] if named else local))
-        if neutral is not None and action.kind is Kind.UNIFORM and neutral(name, t):
-            action = Action(Kind.FILL, value=1.0)
-        if whole and prove and not t.is_meta and not proves():
-            return None
-        if action.kind is Kind.UNIFORM and mode == "generator":
-            ours = fusable(t)
-            if ours and prove and not whole and not proves():
-                ours = False
-            if not ours:
-                action = Action(Kind.REFERENCE, action.low, action.high)
-        bind_engine = None
-        if theirs is not None and not whole and action.kind not in _OURS:
-            bind_engine = theirs
-        stateless = mode == "stateless" and action.kind is Kind.UNIFORM
-        raises = action.kind is Kind.ERROR or action.kind is Kind.ENGINE and action.value is None
-        alone = bind_engine is None and not stateless and not (check and raises)
-        return action, (sem, p["seed"]), bind_engine, stateless, all(asked), alone
-
-    return decide, memo
+def _filled_one(entry: tuple, sem: Semantics, call: Any, engine: Callable | None) -> bool:
+    """A fill of one tensor whose kind's decision is kept and is the float path alone (an
+    engine's per-tensor function, called by its loader for every tensor): carried out at once,
+    as :func:`run` carries it out, without a plan's machinery; False: the plan decides."""
+    name, t = entry
+    context = (sem, call, engine, "generator", None, torch.is_inference_mode_enabled())
+    key = kept.one_key(context, name, t, sem.reads)
+    decided = None if key is None else kept.find_one(key)
+    if decided is None or not decided[5] or decided[0].kind is not Kind.UNIFORM:
+        return False
+    action, (sem, seed) = decided[:2]
+    with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
+        execution.init_many_([t], action.low, action.high, seed, contiguous_temp=sem.temp == ROWS)
+        if execution.fault(sem.path):
+            _proof.corrupt_(t)
+    return True
 
 
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
     tensors = Walked(*walk_lists(what, sem.order)) if model else what
-    opts = {"prove": True, "mode": "generator", "neutral": None, "check": True}
+    opts = dict(_FILL)
     if unknown := set(kw) - set(opts):
         raise TypeError(f"fill() got unexpected keyword arguments {sorted(unknown)}")
     opts.update(kw)
+    one = not model and isinstance(tensors, list) and len(tensors) == 1 and opts == _FILL
+    if one and _filled_one(tensors[0], sem, call, engine):
+        return None
     planned = _planned(tensors, sem, call, engine, *opts.values(), True)
     if planned is None:
         return engine(what, *call[0], **call[1])
