@@ -37,8 +37,8 @@ std::atomic<int64_t> changes{0};  // generation()
 
 // The paths FP8_DUMMY_FAULT may name (docs/development.md); ":oom" only for the C++ ones,
 // whose probes go through verdict().
-constexpr const char* kCppPaths[] = {"cpu.init_",       "cpu.first_values",    "cpu.random_",
-                                     "cuda.init_",      "cuda.init_many_",     "cuda.init_stateless_"};
+constexpr const char* kCppPaths[] = {"cpu.init_", "cpu.random_", "cuda.init_", "cuda.init_many_",
+                                     "cuda.init_stateless_"};
 constexpr const char* kPythonPaths[] = {"vllm", "sglang", "trtllm"};
 
 bool known_fault(const std::string& item) {

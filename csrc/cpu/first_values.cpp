@@ -43,7 +43,7 @@ void reference_fill(const at::Tensor& self, double low, double high, int64_t see
 }
 
 // The first kFirstValues elements' bytes of (seed, dtype, bounds, temp), made once per
-// process by the reference on a one-dimensional tensor (at most 256 of them kept).
+// process by the reference on a one-dimensional tensor (at most 64 MiB of them kept).
 std::shared_ptr<const Bytes> first_bytes(int64_t seed, c10::ScalarType dtype, double low,
                                          double high, bool contiguous_temp) {
   using Key = std::tuple<int64_t, int, uint64_t, uint64_t, bool>;
@@ -61,14 +61,20 @@ std::shared_ptr<const Bytes> first_bytes(int64_t seed, c10::ScalarType dtype, do
   reference_fill(t, low, high, seed, contiguous_temp);
   const auto* data = static_cast<const uint8_t*>(t.const_data_ptr());
   auto bytes = std::make_shared<const Bytes>(data, data + t.numel() * t.element_size());
+  static size_t kept = 0;  // bytes, under `mutex`
   const std::lock_guard<std::mutex> lock(mutex);
-  if (made.size() >= 256) made.clear();
+  if (kept + bytes->size() > (size_t{64} << 20)) {
+    made.clear();
+    kept = 0;
+  }
+  kept += bytes->size();
   return made.emplace(key, std::move(bytes)).first->second;
 }
 
-constexpr const char* kPath = "cpu.first_values";
+// init_'s path on the CPU (keys "cpu.init_: first values ...", FP8_DUMMY_FAULT=cpu.init_).
+constexpr const char* kPath = "cpu.init_";
 
-// The path itself: the first numel() values, then FP8_DUMMY_FAULT=cpu.first_values.
+// The path itself: the first numel() values, then the fault.
 void write_first(const at::Tensor& self, const Bytes& bytes, bool fault) {
   std::memcpy(self.mutable_data_ptr(), bytes.data(),
               static_cast<size_t>(self.numel() * static_cast<int64_t>(self.element_size())));
@@ -141,7 +147,8 @@ const FirstValues::Slot& FirstValues::slot(c10::ScalarType dtype) {
     bool proven = known.load() == generation + 1;
     if (!proven) {
       const char* names[] = {"temp=none", "temp=contiguous", "temp=empty_like"};
-      const std::string key = proof::key(kPath, {c10::toString(dtype), names[temp]});
+      const std::string key =
+          proof::key(kPath, {"first values", c10::toString(dtype), names[temp]});
       proven = proof::proven(
           key, [&] { return probe(dtype, *bytes, low_, high_, seed_, contiguous_temp_); });
       if (proven) known.store(generation + 1);
