@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -137,13 +139,27 @@ class Numbering {
   int64_t next_ = 0;
 };
 
+struct StorageKey {
+  int64_t type, index;
+  uintptr_t base;
+  bool operator==(const StorageKey& o) const {
+    return type == o.type && index == o.index && base == o.base;
+  }
+};
+struct StorageHash {
+  size_t operator()(const StorageKey& k) const {
+    return std::hash<uintptr_t>()(k.base) ^ static_cast<size_t>(k.type * 31 + k.index);
+  }
+};
+
 std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actions,
                                    at::IntArrayRef flags) {
   const size_t n = tensors.size();
   TORCH_CHECK(actions.size() == n && flags.size() == n,
               "fp8_dummy: fill_order needs an action and a flag per tensor");
-  Numbering storages, views;
-  std::vector<int64_t> storage(n), view(n);
+  std::unordered_map<StorageKey, int64_t, StorageHash> storage_ids;
+  storage_ids.reserve(n);
+  std::vector<int64_t> storage(n), view(n, -1), count;
   int64_t own = -1;  // opaque tensors: a storage and a view of their own (negative ids)
   for (size_t i = 0; i < n; ++i) {
     const at::Tensor& t = tensors[i];
@@ -151,9 +167,24 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
       storage[i] = view[i] = own--;
       continue;
     }
-    const int64_t type = static_cast<int64_t>(t.device().type()), index = t.device().index();
-    storage[i] = storages({type, index, reinterpret_cast<int64_t>(t.storage().data())});
-    std::vector<int64_t> key{type, index, reinterpret_cast<int64_t>(t.const_data_ptr()),
+    const StorageKey key{static_cast<int64_t>(t.device().type()), t.device().index(),
+                         reinterpret_cast<uintptr_t>(t.storage().data())};
+    const auto [it, added] = storage_ids.try_emplace(key, static_cast<int64_t>(count.size()));
+    if (added) count.push_back(0);
+    storage[i] = it->second;
+    ++count[static_cast<size_t>(it->second)];
+  }
+  // Views are told apart only within a storage that several entries touch (most storages
+  // hold one tensor of the model: nothing to number there).
+  Numbering views;
+  for (size_t i = 0; i < n; ++i) {
+    if (storage[i] < 0) continue;
+    if (count[static_cast<size_t>(storage[i])] == 1) {
+      view[i] = -1 - static_cast<int64_t>(n) - static_cast<int64_t>(i);  // its own
+      continue;
+    }
+    const at::Tensor& t = tensors[i];
+    std::vector<int64_t> key{storage[i], reinterpret_cast<int64_t>(t.const_data_ptr()),
                              static_cast<int64_t>(t.scalar_type()), t.dim()};
     key.insert(key.end(), t.sizes().begin(), t.sizes().end());
     key.insert(key.end(), t.strides().begin(), t.strides().end());
@@ -162,23 +193,26 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
   // A storage is touched in order when its entries differ in view or action (or an entry is
   // flagged 2: a DTensor drawing from the default generator, filled as often as listed).
   std::vector<std::array<int64_t, 3>> uses;
-  uses.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    uses.push_back({storage[i], view[i], actions[i]});
-    if (flags[i] == 2) uses.push_back({storage[i], -1, -1});
+    const bool shared = storage[i] >= 0 && count[static_cast<size_t>(storage[i])] > 1;
+    if (shared || flags[i] == 2) {
+      uses.push_back({storage[i], view[i], actions[i]});
+      if (flags[i] == 2) uses.push_back({storage[i], -1, std::numeric_limits<int64_t>::min()});
+    }
   }
   std::sort(uses.begin(), uses.end());
   uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
-  std::unordered_map<int64_t, bool> ordered;
+  std::unordered_set<int64_t> ordered;
   for (size_t j = 1; j < uses.size(); ++j) {
-    if (uses[j][0] == uses[j - 1][0]) ordered[uses[j][0]] = true;
+    if (uses[j][0] == uses[j - 1][0]) ordered.insert(uses[j][0]);
   }
   std::vector<int64_t> out;
   out.reserve(2 * n);
   std::unordered_set<int64_t> seen;
   for (size_t i = 0; i < n; ++i) {
     const bool in_order = ordered.count(storage[i]) > 0;
-    if (seen.insert(view[i]).second || in_order) {
+    if (in_order || seen.insert(view[i]).second) {
+      if (in_order) seen.insert(view[i]);
       out.push_back(static_cast<int64_t>(i));
       out.push_back(in_order ? 1 : 0);
     }

@@ -58,29 +58,29 @@ def _fill_order(live: list[Planned], mode: str) -> list[int]:
     with the same action filled once, a storage touched in other ways strictly in order. A
     DTensor goes in as its local shard; a tensor whose class dispatches itself without one
     is a storage of its own."""
-    tensors, actions, flags = [], [], []
-    ids: dict[int, int] = {}  # action objects (shared by a kind's entries) by value
+    if not live:
+        return []
+    ids: dict[int, int] = {}  # action objects (a kind's entries share one), numbered by value
     values: dict[Action, int] = {}
-    for _, t, action, _ in live:
-        if (a := ids.get(id(action))) is None:
-            try:
-                a = values.setdefault(action, len(values))
-            except TypeError:  # an action that does not hash: its own
-                a = len(values) + len(ids)
-            ids[id(action)] = a
-        actions.append(a)
-        flag = 0
-        if dispatching(t):
-            if hasattr(t, "to_local"):  # a DTensor writes its local shard
-                t = t.to_local()
-                # Generator mode on a DTensor draws from the default generator
-                # (docs/modes.md): a tied one is filled as often as the engine's loop fills it.
-                flag = 2 if mode == "generator" else 0
+    for key, action in {id(e[2]): e[2] for e in live}.items():
+        try:
+            ids[key] = values.setdefault(action, len(values))
+        except TypeError:  # an action that does not hash: its own
+            ids[key] = -1 - len(ids)
+    actions = [ids[id(e[2])] for e in live]
+    tensors = [e[1] for e in live]
+    flags = [0] * len(live)
+    if any([dispatching(kind) for kind in set(map(type, tensors))]):
+        for i, t in enumerate(tensors):
             if dispatching(t):
-                t, flag = _OPAQUE, 1
-        tensors.append(t)
-        flags.append(flag)
-    return torch.ops.fp8_dummy_internal.fill_order(tensors, actions, flags) if tensors else []
+                if hasattr(t, "to_local"):  # a DTensor writes its local shard
+                    t = tensors[i] = t.to_local()
+                    # Generator mode on a DTensor draws from the default generator
+                    # (docs/modes.md): a tied one is filled as often as the engine's loop.
+                    flags[i] = 2 if mode == "generator" else 0
+                if dispatching(t):
+                    tensors[i], flags[i] = _OPAQUE, 1
+    return torch.ops.fp8_dummy_internal.fill_order(tensors, actions, flags)
 
 
 _OPAQUE = torch.empty(0)
