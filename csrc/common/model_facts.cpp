@@ -46,9 +46,9 @@ bool strided_with_storage(const at::Tensor& t) {
 int64_t kind_code(const at::Tensor& t) {
   if (!strided_with_storage(t)) return -1;
   const auto overlap = at::has_internal_overlap(t);
-  const bool distinct = overlap == at::MemOverlap::No ||
-                        (overlap == at::MemOverlap::TooHard &&
-                         first_overlap(t.sizes(), t.strides()).first < 0);
+  const bool distinct =
+      overlap == at::MemOverlap::No ||
+      (overlap == at::MemOverlap::TooHard && first_overlap(t.sizes(), t.strides()).first < 0);
   uint64_t code = static_cast<uint64_t>(t.scalar_type()) & 0xff;
   code = code << 8 | (static_cast<uint64_t>(t.device().type()) & 0xff);
   code = code << 16 | (static_cast<uint64_t>(t.device().index() + 1) & 0xffff);
