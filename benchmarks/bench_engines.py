@@ -32,27 +32,19 @@ import json
 import os
 import platform
 import socket
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import cpu_model  # noqa: E402
+from measure import cpu_model, summarize, time_calls  # noqa: E402
 
 
 def timed(fn, repeats: int) -> dict:
-    """Median and min seconds of ``repeats`` calls after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
+    """Median (and spread) of ``repeats`` calls after one warm-up."""
+    return summarize(time_calls(lambda _i: fn(), torch.device("cpu"), repeats))
 
 
 def same(a: dict, b: dict) -> bool:
@@ -135,8 +127,6 @@ def vllm_realistic(args, tmp: Path, quant: str) -> dict:
     model, vllm_config, model_config = M.build_from(ckpt, 1)
     twin = M.build_from(ckpt, 1)[0]
     realistic = get_model_loader(LoadConfig(load_format="fp8_dummy_realistic"))
-    count = len(_checkpoint_names(ckpt))
-    _read_all(ckpt)  # into the page cache
 
     def fill():
         with set_current_vllm_config(vllm_config), torch.no_grad():
@@ -146,18 +136,12 @@ def vllm_realistic(args, tmp: Path, quant: str) -> dict:
         with set_current_vllm_config(vllm_config):
             M.load_safetensors(twin, model_config)
 
-    fill()
-    from_disk()
-    what = f"qwen3_moe {quant}, {args.layers} layers, {args.experts} experts"
-    result = {"case": f"vllm realistic {quant}", "checkpoint_tensors": count, "model": what}
-    result["identical"] = same(M.tensors(model), M.tensors(twin))
-    rows = {"the export from the page cache": timed(from_disk, args.repeats),
-            "realistic, in the engine": timed(fill, args.repeats)}  # fmt: skip
-    result["rows"] = rows_per_tensor(rows, count, "the export from the page cache")
-    return result
+    checked = lambda: same(M.tensors(model), M.tensors(twin))  # noqa: E731
+    return realistic_rows(f"vllm realistic {quant}", args, ckpt, fill, from_disk, checked)
 
 
-def run_vllm(args, tmp: Path) -> list[dict]:
+def start_vllm(tmp: Path) -> tuple:
+    """vLLM's process groups (one rank, gloo); its two benchmarks."""
     os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     from helpers import vllm_invariant_models as M
 
@@ -168,12 +152,7 @@ def run_vllm(args, tmp: Path) -> list[dict]:
     with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
         init_distributed_environment(1, 0, f"tcp://127.0.0.1:{free_port()}", 0, backend="gloo")
         initialize_model_parallel(tensor_model_parallel_size=1)
-    out = []
-    if "dummy" in args.cases:
-        out.append(vllm_dummy(args, tmp))
-    for quant in ("bf16", "blk") if "realistic" in args.cases else ():
-        out.append(vllm_realistic(args, tmp, quant))
-    return out
+    return vllm_dummy, vllm_realistic
 
 
 # ---- SGLang --------------------------------------------------------------------------------
@@ -227,28 +206,18 @@ def sglang_realistic(args, tmp: Path, quant: str) -> dict:
     ckpt = tmp / f"sglang-moe-{quant}-ckpt"
     export(source, ckpt, progress=False)
     model, twin = S.build(ckpt, 1, 0), S.build(ckpt, 1, 0)
-    count = len(_checkpoint_names(ckpt))
-    _read_all(ckpt)
 
     def fill():
         with torch.no_grad():
             plugin._fill_realistic(model)
 
-    def from_disk():
-        S.load_safetensors(twin, ckpt)
-
-    fill()
-    from_disk()
-    what = f"qwen3_moe {quant}, {args.layers} layers, {args.experts} experts"
-    result = {"case": f"sglang realistic {quant}", "checkpoint_tensors": count, "model": what}
-    result["identical"] = same(V.tensors(model), V.tensors(twin))
-    rows = {"the export from the page cache": timed(from_disk, args.repeats),
-            "realistic, in the engine": timed(fill, args.repeats)}  # fmt: skip
-    result["rows"] = rows_per_tensor(rows, count, "the export from the page cache")
-    return result
+    checked = lambda: same(V.tensors(model), V.tensors(twin))  # noqa: E731
+    fields = (f"sglang realistic {quant}", args, ckpt, fill, lambda: S.load_safetensors(twin, ckpt))
+    return realistic_rows(*fields, checked)
 
 
-def run_sglang(args, tmp: Path) -> list[dict]:
+def start_sglang(tmp: Path) -> tuple:
+    """SGLang's runtime context and process groups (one rank, gloo); its two benchmarks."""
     from helpers import sglang_models as S
     from helpers import vllm_invariant_models as V
 
@@ -257,15 +226,25 @@ def run_sglang(args, tmp: Path) -> list[dict]:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(dict(V.COMMON, **V.MODELS["llama"])))
     S.start(folder, 1, 0, free_port())
-    out = []
-    if "dummy" in args.cases:
-        out.append(sglang_dummy(args, tmp))
-    for quant in ("bf16", "blk") if "realistic" in args.cases else ():
-        out.append(sglang_realistic(args, tmp, quant))
-    return out
+    return sglang_dummy, sglang_realistic
 
 
 # ---- the checkpoint ------------------------------------------------------------------------
+
+
+def realistic_rows(case: str, args, ckpt: Path, fill, from_disk, checked) -> dict:
+    """The realistic load and the export's, per checkpoint tensor: the export read once into
+    the page cache, each load once untimed, the bytes compared (``checked``), then timed."""
+    count = len(_checkpoint_names(ckpt))
+    _read_all(ckpt)
+    fill()
+    from_disk()
+    what = f"qwen3_moe {case.split()[-1]}, {args.layers} layers, {args.experts} experts"
+    result = {"case": case, "checkpoint_tensors": count, "model": what, "identical": checked()}
+    rows = {"the export from the page cache": timed(from_disk, args.repeats),
+            "realistic, in the engine": timed(fill, args.repeats)}  # fmt: skip
+    result["rows"] = rows_per_tensor(rows, count, "the export from the page cache")
+    return result
 
 
 def _checkpoint_names(folder: Path) -> list[str]:
@@ -297,8 +276,10 @@ def main() -> int:
     args.cases = args.cases.split(",")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="fp8_dummy_bench_engines.") as tmp:
-        run = run_vllm if args.engine == "vllm" else run_sglang
-        results = run(args, Path(tmp))
+        dummy, realistic = (start_vllm if args.engine == "vllm" else start_sglang)(Path(tmp))
+        results = [dummy(args, Path(tmp))] if "dummy" in args.cases else []
+        quants = ("bf16", "blk") if "realistic" in args.cases else ()
+        results += [realistic(args, Path(tmp), quant) for quant in quants]
     for r in results:
         count = r.get("tensors") or r.get("checkpoint_tensors")
         print(f"\n{r['case']}: {r['model']}: {count} tensors, identical: {r['identical']}")
