@@ -5,7 +5,9 @@ torch.Generator().manual_seed(seed), the reference path) and, for 1-byte dtypes,
 model of mt19937 and torch's transform gives. Random sizes up to the limit and just past it,
 layouts in memory order (row-major, transposed, permuted, 0-dim) and not (gaps, a transposed
 view under the contiguous temp: the usual path), every dtype, several seeds and bounds; the
-proof's keys; a path chosen with FP8_DUMMY_CPU_PATH runs instead (a mistyped one refused)."""
+proof's keys; a path chosen with FP8_DUMMY_CPU_PATH runs instead (a mistyped one refused).
+Above the limit, the seeded generator's first state and the FP8 byte runs, made once and
+reused, give every tensor its own generator's bytes too."""
 
 from __future__ import annotations
 
@@ -121,3 +123,25 @@ def test_a_path_asked_for_runs_instead(monkeypatch):
     monkeypatch.setenv("FP8_DUMMY_CPU_PATH", "fastest")
     with pytest.raises(RuntimeError, match="FP8_DUMMY_CPU_PATH must be one of"):
         fp8_dummy.init_(torch.empty(3, dtype=torch.float8_e4m3fn))
+
+
+def test_larger_tensors_reuse_the_seeded_state_and_byte_runs_exactly():
+    # Above the first values: the seeded generator's first state made once per seed and
+    # copied, the FP8 byte runs found once per (dtype, bounds); seeds and bounds interleaved
+    # (each cache replaced and found again), every tensor its own generator's bytes.
+    rng = random.Random(5)
+    calls = [(s, b) for s in (3, 2**40 + 3, 3) for b in ((-1e-3, 1e-3), (-1.0, 1.0), (-1e-3, 1e-3))]
+    for seed, (low, high) in calls:
+        n = rng.randint(LIMIT + 1, 6 * LIMIT)
+        for dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16):
+            ours, ref = (poison(torch.empty(n, dtype=dtype)) for _ in "ab")
+            fp8_dummy.init_(ours, low, high, seed=seed)
+            reference.new_path(ref, low, high, seed)
+            assert torch.equal(storage_bytes(ours), storage_bytes(ref)), (seed, low, dtype, n)
+    # a generator of the caller's: advanced as the reference advances it, cache or not
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    ours, ref = (torch.empty(3 * LIMIT, dtype=torch.float8_e4m3fn) for _ in "ab")
+    fp8_dummy.init_(ours, -1e-3, 1e-3, generator=g1)
+    reference.new_path(ref, -1e-3, 1e-3, generator=g2)
+    assert torch.equal(ours.view(torch.uint8), ref.view(torch.uint8))
+    assert torch.equal(g1.get_state(), g2.get_state())
