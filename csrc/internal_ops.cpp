@@ -38,12 +38,23 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   // The proof (common/proof.cpp): the report ([key, "proven" | "refused" | "unproven",
   // detail, ...]); a key's verdict (-1 none yet, 0 refused, 1 proven); a verdict reached in
   // Python (retry: no verdict, lack of memory), returning whether the key is proven; whether
-  // FP8_DUMMY_FAULT names a path; tests only: forget keys by prefix (probed again).
+  // FP8_DUMMY_FAULT names a path; tests only: forget keys by prefix (probed again); a number
+  // that changes with every verdict recorded from Python or forgotten (a kept plan of the
+  // engines is made again).
   m.def("proof_report() -> str[]");
   m.def("proof_lookup(str key) -> int");
   m.def("proof_record(str key, bool passed, str detail, bool retry=False) -> bool");
   m.def("proof_fault(str path) -> bool");
   m.def("proof_forget(str prefix) -> int");
+  m.def("proof_generation() -> int");
+  // The engines' whole-model plan (common/model_facts.cpp): each tensor's kind, numbered,
+  // then the facts a kept plan is checked against (and whether they still hold); the
+  // entries a fill runs ([index,
+  // in_order, ...]) given each entry's action and flag (1: a storage of its own, 2: filled
+  // as often as listed).
+  m.def("tensor_kinds(Tensor[] tensors) -> Tensor");
+  m.def("facts_match(Tensor[] tensors, Tensor kinds) -> bool");
+  m.def("fill_order(Tensor[] tensors, int[] actions, int[] flags) -> int[]");
   // The build (build_info.cpp): "torch=2.13.0 cuda=no", the torch it was compiled against.
   m.def("build_info() -> str");
 

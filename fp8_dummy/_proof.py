@@ -104,10 +104,15 @@ def fault(path: str) -> bool:
     return torch.ops.fp8_dummy_internal.proof_fault(path)
 
 
+_switch_read: list[bool] = []  # the switch is read once per process: once valid, valid
+
+
 def check_fault_switch() -> None:
     """RuntimeError, naming the valid faults, if FP8_DUMMY_FAULT names an unknown one: called
     before anything is written, so that a mistyped switch never tests nothing silently."""
-    fault("")
+    if not _switch_read:
+        fault("")
+        _switch_read.append(True)
 
 
 def corrupt_(t: torch.Tensor) -> None:

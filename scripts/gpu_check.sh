@@ -20,7 +20,10 @@
 #                     (pytest-timeout, where installed), 8 workers (pytest-xdist, where
 #                     installed), the slowest tests' durations
 #   capture       10  CUDA graph capture and replay, strict mode too
-#   bench_model   15  benchmarks/bench_model.py, bench_stateless.py, bench_trtllm.py on CUDA
+#   bench_model   45  benchmarks/bench_model.py on CUDA: the 4,576-tensor model (Llama-70B
+#                     shapes / 16), the host-cost mode (the same tensors at 16 and 1
+#                     elements) and the real Llama-3-70B FP8 shapes (about 72 GB; refused,
+#                     exit 2, on a GPU without the room); PREDICTED from the CPU: 15 + 5 + 25
 #   bench_stateless 5, bench_trtllm 10
 #   bench_export  25  benchmarks/bench_export.py into /dev/shm, fp8-block, 3 runs a side: the
 #                     export on this machine's cores against safetensors from memory
@@ -28,7 +31,7 @@
 #                     next to bench_cuda's measured ones (needs cuobjdump; its table in the log)
 # One budget (default 290 s: under 5 minutes) bounds the run: a step starts only if the time
 # it needs is left (at the planned durations the default runs the essential steps, capture
-# and bench_stateless; every step needs --budget 365), and runs at most until the budget
+# and bench_stateless; every step needs --budget 395), and runs at most until the budget
 # ends; what does not fit is reported as "cut", never as a failure. Each step appends to
 # OUTDIR/log.txt and to OUTDIR/summary.json as it finishes, so partial results survive
 # whatever ends the run; OUTDIR gets at most 8 files: log.txt, summary.json,
@@ -80,7 +83,7 @@ check|30|35|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GP
 bench_cuda|10|10|benchmarks/bench_cuda.py --json OUTDIR/bench_cuda.json
 tests|30|120|FP8_DUMMY_STRICT=1 pytest -n 8, the GPU byte tests but capture
 capture|10|10|FP8_DUMMY_STRICT=1 pytest -k capture
-bench_model|15|15|benchmarks/bench_model.py --devices cuda --json OUTDIR/bench_model.json
+bench_model|15|45|benchmarks/bench_model.py --devices cuda --model scaled,tiny,llama-3-70b --json OUTDIR/bench_model.json
 bench_stateless|5|5|benchmarks/bench_stateless.py --no-cpu --json OUTDIR/bench_stateless.json
 bench_trtllm|10|10|benchmarks/bench_trtllm.py --devices cuda --json OUTDIR/bench_trtllm.json
 bench_export|25|25|benchmarks/bench_export.py --formats fp8-block --repeats 3 --dir /dev/shm/... --json OUTDIR/bench_export.json
@@ -266,7 +269,7 @@ step tests 30 120 200 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${paral
 
 # ---- the other benchmarks
 step capture 10 10 90 "$failures" env FP8_DUMMY_STRICT=1 "${pytest[@]}" "${gpu_tests[@]}" -k capture
-step bench_model 15 15 120 '' "$PY" benchmarks/bench_model.py --devices cuda --json "$OUT/bench_model.json"
+step bench_model 15 45 180 '' "$PY" benchmarks/bench_model.py --devices cuda --model scaled,tiny,llama-3-70b --json "$OUT/bench_model.json"
 step bench_stateless 5 5 90 '' "$PY" benchmarks/bench_stateless.py --no-cpu --json "$OUT/bench_stateless.json"
 step bench_trtllm 10 10 90 '' "$PY" benchmarks/bench_trtllm.py --devices cuda --json "$OUT/bench_trtllm.json"
 shm="$(mktemp -d /dev/shm/fp8_dummy_bench_export.XXXXXX 2> /dev/null || mktemp -d)"

@@ -209,24 +209,26 @@ def test_cpu_keys_are_proven_in_process_unless_asked(children, monkeypatch, sett
 
 # Appended to the stand-in vLLM's weight_utils.py, so that it runs in every process that
 # imports the engine (its start, and the child that imports its function): records the
-# process, and puts our CPU kernel (core.execution.init_, what the child's probe runs) behind a
-# stand-in for a fault, STANDIN_KILL=1: the process dies by SIGSEGV, as on an illegal address.
+# process, and puts our CPU kernels (core.execution.init_ and init_many_, what the child's
+# probe runs; one record per tensor) behind a stand-in for a fault, STANDIN_KILL=1: the
+# process dies by SIGSEGV, as on an illegal address.
 HOOK = """
 import os, signal
 import fp8_dummy.engines.core.execution as _core
 
-_init = _core.init_
+
+def _ours(kernel):
+    def run(t, *args, **kwargs):
+        with open(os.environ["STANDIN_MARKER"], "a") as f:
+            f.write(f"ours {os.getpid()}\\n" * (len(t) if isinstance(t, list) else 1))
+        if os.environ.get("STANDIN_KILL") == "1":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return kernel(t, *args, **kwargs)
+
+    return run
 
 
-def _ours(*args, **kwargs):
-    with open(os.environ["STANDIN_MARKER"], "a") as f:
-        f.write(f"ours {os.getpid()}\\n")
-    if os.environ.get("STANDIN_KILL") == "1":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    return _init(*args, **kwargs)
-
-
-_core.init_ = _ours
+_core.init_, _core.init_many_ = _ours(_core.init_), _ours(_core.init_many_)
 with open(os.environ["STANDIN_MARKER"], "a") as f:
     f.write(f"engine {os.getpid()}\\n")
 """

@@ -259,6 +259,23 @@ SCENARIOS = {
             checks += [same(t, ref), same(q, qref)]
         refusals = 2
     """,
+    # Small tensors take init_'s first values (under its path's name): both its key and the
+    # usual path's are refused, and the bytes are the reference's (and the numpy model's).
+    "cpu.init_": """
+        checks = []
+        for seed in (13, 14):
+            ts = [poison(torch.empty(n, dtype=torch.float8_e4m3fn)) for n in (1, 700, 4096)]
+            fp8_dummy.init_many_(ts, -1.0, 1.0, seed)
+            for t in ts:
+                ref = poison(torch.empty_like(t))
+                fp8_dummy.reference.new_path(ref, -1.0, 1.0, seed)
+                want = cpu_oracle.reference_bytes(t.shape, t.stride(), "float8_e4m3fn", seed,
+                                                  -1.0, 1.0, **cpu_formula())
+                checks += [same(t, ref), same(t.view(torch.uint8), torch.from_numpy(want))]
+        keys = [e for e in fp8_dummy.self_check_report() if "first values" in e.key]
+        checks += [len(keys) == 1, not keys[0].proven]
+        refusals = 2
+    """,
     # The split's key (a call over 2^30 elements) is refused on its two-piece probe.
     "cuda.init_": """
         checks = []

@@ -73,7 +73,7 @@ def test_dry_run_prints_the_steps_in_order_and_runs_and_writes_nothing(tmp_path,
 
 
 def test_dry_run_budget_for_every_step(tmp_path):
-    proc = run(tmp_path, "--budget", "365", str(tmp_path / "out"))
+    proc = run(tmp_path, "--budget", "395", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [x for x in proc.stdout.splitlines() if x.startswith("== ")]
     assert [x.split(":")[0][3:] for x in lines] == STEPS

@@ -33,6 +33,7 @@ Registry& registry() {
 }
 
 std::atomic<void (*)(const std::string&)> warning_sink{nullptr};
+std::atomic<int64_t> changes{0};  // generation()
 
 // The paths FP8_DUMMY_FAULT may name (docs/development.md); ":oom" only for the C++ ones,
 // whose probes go through verdict().
@@ -163,6 +164,7 @@ State verdict(const std::string& key, const std::function<Verdict()>& probe, War
 
 State record(const std::string& key, State state, const std::string& detail, Warn warn) {
   const auto [entry, fresh] = store(key, state, detail);
+  if (fresh) changes.fetch_add(1);
   warn_if_refused(entry, fresh, warn);
   return entry.state;
 }
@@ -184,8 +186,11 @@ int64_t forget(const std::string& prefix) {
   r.entries = std::move(kept);
   r.index.clear();
   for (size_t i = 0; i < r.entries.size(); ++i) r.index.emplace(r.entries[i].key, i);
+  changes.fetch_add(1);
   return forgotten;
 }
+
+int64_t generation() { return changes.load(); }
 
 void set_warning_sink(void (*sink)(const std::string&)) { warning_sink.store(sink); }
 
@@ -280,6 +285,8 @@ bool proof_fault_op(c10::string_view path) { return proof::fault(std::string(pat
 
 int64_t proof_forget_op(c10::string_view prefix) { return proof::forget(std::string(prefix)); }
 
+int64_t proof_generation_op() { return proof::generation(); }
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
@@ -288,6 +295,7 @@ TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
   m.impl("proof_record", TORCH_FN(proof_record_op));
   m.impl("proof_fault", TORCH_FN(proof_fault_op));
   m.impl("proof_forget", TORCH_FN(proof_forget_op));
+  m.impl("proof_generation", TORCH_FN(proof_generation_op));
 }
 
 }  // namespace fp8_dummy

@@ -54,6 +54,11 @@ std::vector<Entry> report();  // in the order first needed
 // Tests: forgets the keys starting with `prefix`; returns how many.
 int64_t forget(const std::string& prefix);
 
+// Changes whenever record() adds or decides a key (the verdicts reached in Python: the
+// engines') or keys are forgotten: the engines' whole-model plan, made from those verdicts
+// and kept for the next fill, is made again. (The operators' own keys decide nothing there.)
+int64_t generation();
+
 // Where refusal warnings go instead of TORCH_WARN, which torch.ops calls do not forward to
 // Python (ops.cpp installs Python's).
 void set_warning_sink(void (*sink)(const std::string& message));

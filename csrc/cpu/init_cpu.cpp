@@ -9,15 +9,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/init_many_plan.h"
 #include "common/proof.h"
 #include "common/reference.h"
 #include "cpu/fast_path.h"
+#include "cpu/first_values.h"
 
 namespace fp8_dummy {
 namespace {
@@ -89,12 +92,26 @@ std::optional<cpu::Fp8Runs> runs_for(c10::ScalarType dtype, int64_t n, double lo
                         : dtype == c10::ScalarType::Byte
                             ? low >= 0.0 && high <= 255.0
                             : bits.supported && bound <= 0.99 * bits.max_finite;
-  cpu::Fp8Runs runs;
-  if (n < 2048 || !monotone || !cpu::fast_config().ok[0] ||
-      !cpu::make_fp8_runs(params, table, &runs)) {
-    return std::nullopt;
+  if (n < 2048 || !monotone || !cpu::fast_config().ok[0]) return std::nullopt;
+  // Found once per (dtype, bounds): a model's tensors share a few (its params follow from the
+  // bounds and the process's one transform).
+  using Key = std::tuple<int, uint64_t, uint64_t>;
+  static std::mutex mutex;
+  static std::map<Key, std::optional<cpu::Fp8Runs>> found;
+  uint64_t lo, hi;
+  std::memcpy(&lo, &low, sizeof lo);
+  std::memcpy(&hi, &high, sizeof hi);
+  const Key key{static_cast<int>(dtype), lo, hi};
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = found.find(key); it != found.end()) return it->second;
   }
-  return runs;
+  cpu::Fp8Runs runs;
+  std::optional<cpu::Fp8Runs> made;
+  if (cpu::make_fp8_runs(params, table, &runs)) made = runs;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (found.size() >= 1024) found.clear();
+  return found.emplace(key, made).first->second;
 }
 
 // Rows per band (>= 16 contiguous bytes per column; ~1 MiB a band, ~8 MiB all), or 0: scatter.
@@ -260,12 +277,26 @@ void fill(const at::Tensor& self, double low, double high, const at::Generator& 
   fill_exact(self, low, high, gen, contiguous_temp);
 }
 
+// torch.Generator().manual_seed(seed), its first state made once per seed and copied (the
+// engines seed every tensor alike; seeding mt19937 walks its 624 words).
+at::Generator seeded(int64_t seed) {
+  static std::mutex mutex;
+  static int64_t last_seed = 0;
+  static std::optional<at::Generator> last;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!last || last_seed != seed) {
+    last = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+    last_seed = seed;
+  }
+  return last->clone();
+}
+
 void init_seed_cpu(at::Tensor& self, double low, double high, int64_t seed, bool contiguous_temp) {
   check_init_args(self, low, high);
   if (self.numel() == 0) return;  // the reference draws nothing either
+  if (cpu::FirstValues(low, high, seed, contiguous_temp).fill(self)) return;
   // torch.Generator().manual_seed(seed): mt19937 seeded with the seed's low 32 bits.
-  fill(self, low, high, at::detail::createCPUGenerator(static_cast<uint64_t>(seed)), false, seed,
-       contiguous_temp);
+  fill(self, low, high, seeded(seed), false, seed, contiguous_temp);
 }
 
 void init_generator_cpu(at::Tensor& self, double low, double high, std::optional<at::Generator> gen,
@@ -275,12 +306,14 @@ void init_generator_cpu(at::Tensor& self, double low, double high, std::optional
   if (self.numel() > 0) fill(self, low, high, g, true, 0, contiguous_temp);
 }
 
-// A loop over init_ (no launches to save), every tensor checked first.
+// A loop over init_ (no launches to save), every tensor checked first; the small ones from
+// the call's first values, looked up once per dtype.
 void init_many_cpu(at::TensorList tensors, double low, double high, int64_t seed,
                    bool contiguous_temp) {
   check_init_many_args(tensors, low, high);
+  cpu::FirstValues first(low, high, seed, contiguous_temp);
   for (const auto& t : tensors) {
-    if (t.numel() > 0) init_one(t, low, high, seed, contiguous_temp);
+    if (t.numel() > 0 && !first.fill(t)) init_one(t, low, high, seed, contiguous_temp);
   }
 }
 

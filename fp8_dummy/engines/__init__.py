@@ -7,7 +7,6 @@ from typing import Callable, Literal
 
 import torch
 
-from ..tensors import walk
 from . import core, sglang, trtllm, vllm
 from .core import SEMANTICS, Semantics, is_scale_tensor
 
@@ -37,4 +36,4 @@ def initialize_dummy_weights(
     given = {"low": low, "high": high, "seed": seed}
     call = ((), {k: v for k, v in given.items() if v is not None})
     neutral = is_scale if scales == "neutral" else None
-    core.fill(walk(model, sem.order), sem, call, mode=mode, progress=progress, neutral=neutral)
+    core.fill(model, sem, call, mode=mode, progress=progress, neutral=neutral)

@@ -34,7 +34,9 @@ def rule(t: torch.Tensor, low: float, high: float, name: str) -> core.Action:
 
 
 PARAMS = (("low", -1e-3), ("high", 1e-3), ("seed", 1234))
-SEMANTICS = core.Semantics("sglang", "SGLang 0.5.23 semantics", rule, PARAMS, temp="old_path")
+SEMANTICS = core.Semantics(
+    "sglang", "SGLang 0.5.23 semantics", rule, PARAMS, temp="old_path", reads=()
+)
 core.SEMANTICS["sglang-0.5"] = SEMANTICS
 
 

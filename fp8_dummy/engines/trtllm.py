@@ -38,7 +38,9 @@ def rule(t: torch.Tensor, low: float, high: float, name: str) -> core.Action:
 
 
 PARAMS = (("low", -1e-3), ("high", 1e-3), ("seed", 0))
-SEMANTICS = core.Semantics("trtllm", "TensorRT-LLM 1.2 semantics", rule, PARAMS, temp=core.ROWS)
+SEMANTICS = core.Semantics(
+    "trtllm", "TensorRT-LLM 1.2 semantics", rule, PARAMS, temp=core.ROWS, reads=()
+)
 core.SEMANTICS["trtllm-1.2"] = SEMANTICS
 
 

@@ -56,11 +56,47 @@ class Block:
         return cls(source, shape, shape, 0, tuple(row_major_strides(shape)))
 
 
+_views: dict[Any, bool] = {}  # by operator: its every return a view of an argument
+
+
 def _is_view(func: Any) -> bool:
-    returns = func._schema.returns
-    return bool(returns) and all(
-        r.alias_info is not None and not r.alias_info.is_write for r in returns
-    )
+    found = _views.get(func)
+    if found is None:
+        returns = func._schema.returns
+        found = _views[func] = bool(returns) and all(
+            r.alias_info is not None and not r.alias_info.is_write for r in returns
+        )
+    return found
+
+
+# A loader's view ops take tensors, numbers and lists of numbers: walked by hand, not by pytree
+# (whose generic walk was most of a stand-in's cost per view; an engine loads tens of
+# thousands of checkpoint tensors through a few views each).
+def _scan(items: Any, lazies: list) -> bool:
+    """Appends the LazyTensors among ``items`` (arguments; lists and tuples of them, walked)
+    to ``lazies``; whether a real tensor is among them too (no block of one source)."""
+    mixed = False
+    for a in items:
+        if isinstance(a, torch.Tensor):
+            if type(a) is LazyTensor:
+                lazies.append(a)
+            else:
+                mixed = True
+        elif type(a) in (list, tuple) and a and not isinstance(a[0], int):
+            mixed = _scan(a, lazies) or mixed
+    return mixed
+
+
+def _proxies(items: Any) -> list:
+    """``items`` with each LazyTensor replaced by its proxy (lists and tuples rebuilt)."""
+    out = []
+    for a in items:
+        if type(a) is LazyTensor:
+            a = a._proxy
+        elif type(a) in (list, tuple) and a and not isinstance(a[0], int):
+            a = type(a)(_proxies(a))
+        out.append(a)
+    return out
 
 
 class LazyTensor(torch.Tensor):
@@ -140,12 +176,12 @@ class LazyTensor(torch.Tensor):
             dtype = kwargs.get("dtype") or src.dtype
             # a copy keeps the values: the same block, in its own (contiguous) layout
             return src._like(src._proxy, dtype=dtype, device=kwargs.get("device"))
-        if _is_view(func) and not _mixed(args, kwargs):
-            found = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))]
-            lazies = [a for a in found if isinstance(a, LazyTensor)]
-            if len(lazies) == 1:
+        if _is_view(func):
+            lazies: list[LazyTensor] = []
+            values = kwargs.values()
+            if not _scan(args, lazies) and not _scan(values, lazies) and len(lazies) == 1:
                 first = lazies[0]
-                out = func(*tree_map(_proxy_of, args), **tree_map(_proxy_of, kwargs))
+                out = func(*_proxies(args), **dict(zip(kwargs, _proxies(values))))
                 root = first._proxy  # inside dispatch views carry no _base: their storage tells
                 views = out if isinstance(out, (list, tuple)) else [out]
                 if all(
@@ -178,16 +214,6 @@ class LazyTensor(torch.Tensor):
         tmp = torch.empty(dst.shape, dtype=self._source_dtype, device=dst.device)
         self._writer(tmp, blk)
         dst.copy_(tmp.to(self.dtype))
-
-
-def _proxy_of(a: Any) -> Any:
-    return a._proxy if isinstance(a, LazyTensor) else a
-
-
-def _mixed(args: Any, kwargs: Any) -> bool:
-    """A view op with a real tensor among its arguments (not one block of one source)."""
-    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
-    return any(isinstance(a, torch.Tensor) and not isinstance(a, LazyTensor) for a in leaves)
 
 
 def view_map(

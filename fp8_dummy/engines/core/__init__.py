@@ -1,8 +1,9 @@
 """The engine-agnostic core (docs/engines.md): it names no engine. An engine's function as
-data (:mod:`.semantics`), which tensors we may write and how (:mod:`.checks`), the plan of a
-fill with its one proof (:mod:`.planning`), carrying it out (:mod:`.execution`), the cycle
-collector paused meanwhile (:mod:`.collector`), and what the plugins share inside the engine
-(:mod:`.plugins`)."""
+data (:mod:`.semantics`), which tensors we may write and how (:mod:`.checks`), the kinds of a
+model's tensors (:mod:`.kinds`), the plan of a fill with its one proof (:mod:`.planning`),
+each kind's decision (:mod:`.deciding`), kept for the next fill (:mod:`.kept`), carrying it
+out (:mod:`.execution`), the cycle collector paused meanwhile (:mod:`.collector`), and what
+the plugins share inside the engine (:mod:`.plugins`)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ measurements)."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import threading
@@ -18,19 +17,21 @@ _depth = 0  # pauses under way, in every thread
 _was_enabled = False  # the collector's state before the first of them
 
 
-@contextlib.contextmanager
-def no_cycle_collection():
+class no_cycle_collection:  # noqa: N801 (a context manager, named as one is used)
     """The collector paused for the block, resumed as it was after the last block under way
-    (fills in several threads, or nested: a plan's probes plan too)."""
-    global _depth, _was_enabled
-    with _lock:
-        if _depth == 0:
-            _was_enabled = gc.isenabled()
-            gc.disable()
-        _depth += 1
-    try:
-        yield
-    finally:
+    (fills in several threads, or nested: a plan's probes plan too). A class, not a
+    generator: a fill of one tensor (an engine's per-tensor function) enters it twice."""
+
+    def __enter__(self) -> None:
+        global _depth, _was_enabled
+        with _lock:
+            if _depth == 0:
+                _was_enabled = gc.isenabled()
+                gc.disable()
+            _depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _depth
         with _lock:
             _depth -= 1
             if _depth == 0 and _was_enabled:

@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import torch
 
 from ... import _proof, reference
 from ..._progress import Progress
-from ...ops import init_, init_many_, random_
+from ...ops import as_int64, init_, random_
 from ...stateless import init_stateless_
 from ...tensors import is_plain
 from .checks import distinct
 from .collector import no_cycle_collection
+from .kept import KeptFill
+from .kinds import dispatching, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
-__all__ = ["PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES", "apply", "random_bytes_", "run"]
+__all__ = ["PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES", "Program", "apply", "program"]
+__all__ += ["random_bytes_", "run"]
 
 # Progress by default for models of at least 1 GiB on a terminal; CUDA batches of ~1 GiB then.
 PROGRESS_THRESHOLD_BYTES = PROGRESS_BATCH_BYTES = 1 << 30
@@ -48,41 +53,105 @@ def random_bytes_(t: torch.Tensor, low: int, high: int, seed: int) -> torch.Tens
     return t.random_(low, high, generator=torch.Generator(device=t.device).manual_seed(seed))
 
 
-def _identity(t: torch.Tensor) -> tuple[tuple, tuple]:
-    """(storage, view) keys; a tensor without accessible storage is its own."""
-    local = t.to_local() if hasattr(t, "to_local") else t  # a DTensor writes its local shard
-    try:
-        storage = (t.device, local.untyped_storage().data_ptr())
-        return storage, (t.device, local.data_ptr(), t.dtype, tuple(t.shape), t.stride())
-    except (RuntimeError, NotImplementedError, TypeError):
-        return ("opaque", id(t)), ("opaque", id(t))
+def _fill_order(live: list[Planned], mode: str) -> list[int]:
+    """[index, in_order, ...] of the ``live`` entries a fill runs (C++: fill_order): an alias
+    with the same action filled once, a storage touched in other ways strictly in order. A
+    DTensor goes in as its local shard; a tensor whose class dispatches itself without one
+    is a storage of its own."""
+    if not live:
+        return []
+    ids: dict[int, int] = {}  # action objects (a kind's entries share one), numbered by value
+    values: dict[Action, int] = {}
+    for key, action in {id(e[2]): e[2] for e in live}.items():
+        try:
+            ids[key] = values.setdefault(action, len(values))
+        except TypeError:  # an action that does not hash: its own
+            ids[key] = -1 - len(ids)
+    actions = [ids[id(e[2])] for e in live]
+    tensors = [e[1] for e in live]
+    flags = [0] * len(live)
+    if any([dispatching(kind) for kind in set(map(type, tensors))]):
+        for i, t in enumerate(tensors):
+            if dispatching(t):
+                if hasattr(t, "to_local"):  # a DTensor writes its local shard
+                    t = tensors[i] = t.to_local()
+                    # Generator mode on a DTensor draws from the default generator
+                    # (docs/modes.md): a tied one is filled as often as the engine's loop.
+                    flags[i] = 2 if mode == "generator" else 0
+                if dispatching(t):
+                    tensors[i], flags[i] = _OPAQUE, 1
+    return torch.ops.fp8_dummy_internal.fill_order(tensors, actions, flags)
 
 
-def run(planned: list[Planned], *, mode: str = "generator", progress: bool | None = False) -> None:
+_OPAQUE = torch.empty(0)
+fault = functools.lru_cache(maxsize=16)(_proof.fault)  # FP8_DUMMY_FAULT is read once
+
+
+def init_many_(tensors: list[torch.Tensor], low: float, high: float, seed: int, *,
+               contiguous_temp: bool = False) -> None:  # fmt: skip
+    """:func:`fp8_dummy.init_many_` on a plan's batch, without its Python checks per tensor:
+    the plan made them (a plain strided tensor of ours, not meta; the bounds), and the
+    operator makes every check again before its first write."""
+    seed = as_int64(seed, "seed", "init_many_")
+    torch.ops.fp8_dummy.init_many_.default(
+        tensors, low, high, seed, contiguous_temp=contiguous_temp
+    )
+
+
+class Program(NamedTuple):
+    """How a plan runs: ``others`` (index into the plan, in order), each in its turn, and
+    ``batches``: ((low, high, seed, semantics), indices), each one call of ``init_many_``
+    (tensors of a storage of their own, or aliases filled once: any order holds)."""
+
+    others: list[tuple[int, bool]]
+    batches: list[tuple[tuple, list[int]]]
+
+
+def program(planned: list[Planned], mode: str) -> Program:
+    """The plan's :class:`Program` (kept with a kept plan: made once for its fills)."""
+    live = [i for i, e in enumerate(planned) if e[2].kind is not Kind.SKIP]
+    if len(live) == 1 and not dispatching(planned[live[0]][1]):  # one tensor: nothing to order
+        order = [0, 0]
+    else:
+        with torch.no_grad(), reads_only():  # no autograd fallback looking at each tensor
+            order = _fill_order([planned[i] for i in live], mode)
+    others: list[tuple[int, bool]] = []
+    batches: dict[tuple, list[int]] = {}
+    batch_of: dict[tuple[int, int], list[int]] = {}  # by (action, meta) objects
+    for j in range(0, len(order), 2):
+        i, in_order = live[order[j]], bool(order[j + 1])
+        _, _, action, meta = planned[i]
+        if action.kind is Kind.UNIFORM and mode == "generator" and not in_order:
+            if (batch := batch_of.get((id(action), id(meta)))) is None:
+                key = (action.low, action.high, meta[1], meta[0])
+                batch = batch_of[(id(action), id(meta))] = batches.setdefault(key, [])
+            batch.append(i)
+        else:
+            others.append((i, in_order))
+    return Program(others, list(batches.items()))
+
+
+def run(
+    planned: list[Planned] | KeptFill, *, mode: str = "generator", progress: bool | None = False
+) -> None:
     """Carry out a plan: an alias with the same action filled once, a storage touched in other
-    ways strictly in order, the rest batched (CUDA: one ``init_many_`` per bounds and seed)."""
-    live = [e for e in planned if e[2].kind is not Kind.SKIP]
-    ids = [_identity(t) for _, t, _, _ in live]
-    uses: dict[tuple, set] = {}
-    for (_, t, action, _), (storage, key) in zip(live, ids):
-        uses.setdefault(storage, set()).add((key, action))
-        # Generator mode on a DTensor draws from the default generator (docs/modes.md): a tied
-        # one is filled as often as the engine's loop fills it.
-        if mode == "generator" and hasattr(t, "to_local"):
-            uses[storage].add(None)
-    ordered = {storage for storage, u in uses.items() if len(u) > 1}
-    todo, seen = [], set()
-    for entry, (storage, key) in zip(live, ids):
-        if storage in ordered or key not in seen:
-            seen.add(key)
-            todo.append((entry, storage in ordered))
-    total = sum(e[1].numel() * e[1].element_size() for e, _ in todo)
+    ways strictly in order, the rest batched (one ``init_many_`` per bounds, seed and temp)."""
+    kept = getattr(planned, "kept", None)
+    if isinstance(planned, KeptFill):  # a kept plan found as it is: entries made on demand
+        entry, tensor = planned.entry, planned.tensors.__getitem__
+        if (prog := kept.programs.get(mode)) is None:
+            prog = kept.programs[mode] = program(list(map(entry, range(len(planned)))), mode)
+    else:
+        entry, tensor = planned.__getitem__, lambda i: planned[i][1]
+        if kept is not None and len(planned) == len(kept.kind_of):
+            if (prog := kept.programs.get(mode)) is None:
+                prog = kept.programs[mode] = program(planned, mode)
+        else:
+            prog = program(planned, mode)
     if progress is None:
-        progress = total >= PROGRESS_THRESHOLD_BYTES and sys.stderr.isatty()
-    bar = Progress(len(todo), total) if progress else None
-    batches: dict[tuple, list[torch.Tensor]] = {}
-    queued = 0
-    fault = functools.cache(_proof.fault)
+        progress = sys.stderr.isatty() and _bytes(tensor, prog) >= PROGRESS_THRESHOLD_BYTES
+    count = len(prog.others) + sum(len(idx) for _, idx in prog.batches)
+    bar = Progress(count, _bytes(tensor, prog)) if progress else None
 
     def done(x: torch.Tensor, sem: Semantics, ours: bool = True) -> None:
         if ours and fault(sem.path):
@@ -90,25 +159,12 @@ def run(planned: list[Planned], *, mode: str = "generator", progress: bool | Non
         if bar is not None:
             bar.update(x)
 
-    def flush() -> None:
-        for (low, high, seed, sem), batch in batches.items():
-            init_many_(batch, low, high, seed, contiguous_temp=sem.temp == ROWS)
-            for x in batch:
-                done(x, sem)
-        batches.clear()
-
     try:
         with torch.no_grad(), no_cycle_collection():
-            for (_, t, action, (sem, seed)), in_order in todo:
+            for i, _ in prog.others:
+                _, t, action, (sem, seed) = entry(i)
                 kind, low, high = action.kind, action.low, action.high
                 fused = kind is Kind.UNIFORM and mode == "generator"
-                if fused and t.is_cuda and not in_order:
-                    batches.setdefault((low, high, seed, sem), []).append(t.data)
-                    queued += t.numel() * t.element_size()
-                    if bar is not None and queued >= PROGRESS_BATCH_BYTES:
-                        flush()
-                        queued = 0
-                    continue
                 if kind is Kind.UNIFORM and not fused:
                     init_stateless_(t.data, low, high, seed)
                 elif fused:
@@ -118,7 +174,37 @@ def run(planned: list[Planned], *, mode: str = "generator", progress: bool | Non
                 else:
                     apply(t, action, seed)
                 done(t.data, sem, ours=fused)
-            flush()
+            # The operator itself: the plan checked every tensor (plain, strided, not meta)
+            # and its bounds, and the operator checks them all again before its first write.
+            with torch._C.DisableTorchFunctionSubclass():
+                for (low, high, seed, sem), idx in prog.batches:
+                    rows = sem.temp == ROWS
+                    for batch in _pieces(list(map(tensor, idx)), bar is not None):
+                        init_many_(batch, low, high, seed, contiguous_temp=rows)
+                        if fault(sem.path) or bar is not None:
+                            for x in batch:
+                                done(x, sem)
     finally:
         if bar is not None:
             bar.close()
+
+
+def _pieces(tensors: list[torch.Tensor], progress: bool) -> Iterator[list[torch.Tensor]]:
+    """The batch, or with progress shown pieces of about PROGRESS_BATCH_BYTES."""
+    if not progress:
+        yield tensors
+        return
+    piece, queued = [], 0
+    for t in tensors:
+        piece.append(t)
+        queued += t.numel() * t.element_size()
+        if queued >= PROGRESS_BATCH_BYTES:
+            yield piece
+            piece, queued = [], 0
+    if piece:
+        yield piece
+
+
+def _bytes(tensor: Callable[[int], torch.Tensor], prog: Program) -> int:
+    every = [i for i, _ in prog.others] + [i for _, idx in prog.batches for i in idx]
+    return sum(tensor(i).numel() * tensor(i).element_size() for i in every)

@@ -10,23 +10,24 @@ import functools
 import importlib
 import inspect
 import os
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
 from ... import _proof
-from ...ops import as_int64
-from ...tensors import is_plain, refusal, walk
-from .checks import checked, fusable
+from ...tensors import walk_lists
+from . import execution, kept
 from .collector import no_cycle_collection
+from .deciding import decider, entries
 from .execution import run
+from .kinds import kinds_of
 from .plugins import enabled
-from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics, bind, error
+from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics
+from .semantics import is_scale_tensor as default_scales
 
 __all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tensor", "proven"]
 
 ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
-_OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
 # Set while plan() gathers the keys its fill will prove in a child (_prove_together): proven()
 # then records each undecided key there (its child's request, or None) instead of proving.
 _gathering: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
@@ -186,90 +187,102 @@ def plan(
     written (``check``). ``call``: the arguments after the tensor or model, or a function of
     the local name giving them; ``engine``: proven against, fallen back to; ``neutral(name,
     t)``: set to 1.0. None: a whole-model ``engine`` must fill the model itself."""
+    return _planned(tensors, sem, call, engine, prove, mode, neutral, check, False)
+
+
+class Walked(NamedTuple):
+    """A model's walk as two lists (:func:`fp8_dummy.tensors.walk_lists`): what a fill plans."""
+
+    names: list[str]
+    tensors: list[torch.Tensor]
+
+
+def _planned(tensors, sem, call, engine, prove, mode, neutral, check, lazy):
+    """:func:`plan` (``tensors``: (name, tensor)s or :class:`Walked`), and for :func:`fill`
+    (``lazy``) a kept plan found as it is (:class:`.kept.KeptFill`: no entries made)."""
     _proof.check_fault_switch()  # a mistyped FP8_DUMMY_FAULT: refused before any write
-    tensors = list(tensors)
+    tensors = tensors if isinstance(tensors, Walked) else list(tensors)
     gather = prove and _gathering.get() is None
     token = _planning.set([tensors, sem, call, engine, mode, neutral] if gather else None)
     try:
         with no_cycle_collection():
-            return _plan(tensors, sem, call, engine, prove, mode, neutral, check)
+            return _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy)
     finally:
         _planning.reset(token)
 
 
-def _plan(tensors, sem, call, engine, prove, mode, neutral, check) -> list[Planned] | None:
-    """:func:`plan`'s body."""
-    whole = engine is not None and not sem.per_tensor
-    out: list[Planned] = []
-    # A model holds thousands of tensors of a few kinds: what depends only on the local name
-    # (the call's arguments, their binding, the seed's check) is worked out once per name, and
-    # a kind of tensor whose proof's key is proven is not looked up again (its key is not even
-    # made: the proof's keys are a function of these). Half the plan's time on a model of
-    # 4,576 small tensors went to making and looking up the same few keys.
-    bound: dict[str, tuple] = {}
-    kinds_proven: set[tuple] = set()
-
-    def is_proven(name: str, local: str, t: torch.Tensor, args: tuple, kwargs: dict) -> bool:
-        strided = sem.temp == ROWS and t.dim() > 0 and not t.is_contiguous()
-        kind = (local, t.device, t.dtype, min(t.dim(), 2), strided)
-        if kind in kinds_proven:
-            return True
-        ok = proven(sem, engine, name, t, (args, kwargs))
-        if ok:  # a refusal, or a probe to retry, is asked again
-            kinds_proven.add(kind)
-        return ok
-
-    for name, t in tensors:
-        local = name.rsplit(".", 1)[-1]
-        if (entry := bound.get(local)) is None:
-            args, kwargs = call(local) if callable(call) else call
-            try:
-                p, named = bind(sem, args, kwargs)
-                if check and engine is None and "seed" in p:  # refused before any write
-                    as_int64(p["seed"], "seed", sem.path)
-                entry = bound[local] = (args, kwargs, p, named, False)
-            except TypeError:  # a later release's arguments: its own function decides
-                if engine is None:
-                    raise
-                entry = bound[local] = (args, kwargs, None, False, True)
-        args, kwargs, p, named, theirs_only = entry
-        theirs = None if engine is None else functools.partial(engine, t, *args, **kwargs)
-        if theirs_only:
-            if whole:
-                return None
-            out.append((name, t, Action(Kind.ENGINE, value=theirs), (sem, 0)))
-            continue
-        action = checked(t, sem.rule(t, p.get("low"), p.get("high"), p["name"] if named else local))
-        if neutral is not None and action.kind is Kind.UNIFORM and neutral(name, t):
-            action = Action(Kind.FILL, value=1.0)
-        if whole and prove and not t.is_meta and not is_proven(name, local, t, args, kwargs):
-            return None
-        if action.kind is Kind.UNIFORM and mode == "generator":
-            ours = fusable(t)
-            if ours and prove and not whole and not is_proven(name, local, t, args, kwargs):
-                ours = False
-            if not ours:
-                action = Action(Kind.REFERENCE, action.low, action.high)
-        if theirs is not None and not whole and action.kind not in _OURS:
-            action = Action(Kind.ENGINE, value=theirs)  # a per-tensor engine keeps its branches
-        if check and mode == "stateless" and action.kind is Kind.UNIFORM and is_plain(t):
-            # no engine path to leave a refused layout to: the op's checks, up front
-            stateless = torch.ops.fp8_dummy_internal.check_stateless_args
-            if (why := refusal(stateless, t, action.low, action.high, 0, None)) is not None:
-                action = error(RuntimeError, why)
-        if check and action.kind is Kind.ERROR:
-            kind, message = action.value
-            raise kind(f"fp8_dummy: {name}: {message}" if name else f"fp8_dummy: {message}")
-        if check and action.kind is Kind.ENGINE and action.value is None:
-            raise RuntimeError(f"fp8_dummy: {name}: only the engine's own function fills it")
-        out.append((name, t, action, (sem, p["seed"])))
+def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
+    """:func:`plan`'s body: each kind of tensor (:mod:`.kinds`) decided at its first tensor,
+    in the walk's order (so the first refusal raised is the first tensor's); a plan of these
+    very tensors kept from an earlier call (:mod:`.kept`) where nothing that decides it
+    changed."""
+    if isinstance(tensors, Walked):
+        names, ts = tensors
+    else:
+        names, ts = [n for n, _ in tensors], [t for _, t in tensors]
+    keep = prove and check and _gathering.get() is None and neutral in (None, default_scales)
+    context = (sem, call, engine, mode, neutral, torch.is_inference_mode_enabled())
+    one = kept.one_key(context, names[0], ts[0], sem.reads) if keep and len(ts) == 1 else None
+    if one is not None and (decision := kept.find_one(one)) is not None:
+        return entries(names, ts, [0], [decision], lambda *_: None, mode, check)
+    found = kept.find(context, names, ts, sem.reads) if keep and one is None else None
+    if found is not None and lazy and all(d[5] for d in found.decided):
+        return kept.KeptFill(found, names, ts)
+    if found is not None:
+        out = entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
+        return _kept_plan(out, found)
+    kinds = kinds_of(names, ts, sem.reads if neutral in (None, default_scales) else None)
+    decide, memo = decider(sem, call, engine, prove, mode, neutral, check, proven)
+    decided: list = [None] * len(kinds.firsts)
+    out = entries(names, ts, kinds.kind_of, decided, decide, mode, check)
+    if keep and out is not None and memo["keep"] and one is not None:
+        kept.keep_one(one, decided[0])
+    elif keep and out is not None and memo["keep"] and kinds.facts is not None:
+        return _kept_plan(out, kept.keep(context, names, ts, sem.reads, kinds, decided))
     return out
+
+
+def _kept_plan(out: list[Planned] | None, entry: kept.Kept) -> list[Planned] | None:
+    if out is None:
+        return None
+    planned = kept.KeptPlan(out)
+    planned.kept = entry
+    return planned
+
+
+_FILL = {"prove": True, "mode": "generator", "neutral": None, "check": True}  # fill()'s defaults
+
+
+def _filled_one(entry: tuple, sem: Semantics, call: Any, engine: Callable | None) -> bool:
+    """A fill of one tensor whose kind's decision is kept and is the float path alone (an
+    engine's per-tensor function, called by its loader for every tensor): carried out at once,
+    as :func:`run` carries it out, without a plan's machinery; False: the plan decides."""
+    name, t = entry
+    context = (sem, call, engine, "generator", None, torch.is_inference_mode_enabled())
+    key = kept.one_key(context, name, t, sem.reads)
+    decided = None if key is None else kept.find_one(key)
+    if decided is None or not decided[5] or decided[0].kind is not Kind.UNIFORM:
+        return False
+    action, (sem, seed) = decided[:2]
+    with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
+        execution.init_many_([t], action.low, action.high, seed, contiguous_temp=sem.temp == ROWS)
+        if execution.fault(sem.path):
+            _proof.corrupt_(t)
+    return True
 
 
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
-    planned = plan(walk(what, sem.order) if model else what, sem, call, engine=engine, **kw)
+    tensors = Walked(*walk_lists(what, sem.order)) if model else what
+    opts = dict(_FILL)
+    if unknown := set(kw) - set(opts):
+        raise TypeError(f"fill() got unexpected keyword arguments {sorted(unknown)}")
+    opts.update(kw)
+    one = not model and isinstance(tensors, list) and len(tensors) == 1 and opts == _FILL
+    if one and _filled_one(tensors[0], sem, call, engine):
+        return None
+    planned = _planned(tensors, sem, call, engine, *opts.values(), True)
     if planned is None:
         return engine(what, *call[0], **call[1])
-    return run(planned, mode=kw.get("mode", "generator"), progress=progress)
+    return run(planned, mode=opts["mode"], progress=progress)

@@ -56,6 +56,10 @@ class Semantics:
     order: str = "state_dict"  # or "modules": each module's parameters, persistent buffers
     temp: str = "new_path"  # its float path: a function of fp8_dummy.reference
     per_tensor: bool = False  # its function takes a tensor (else a model)
+    # The tensor's attributes its rule reads beyond its class, dtype, device, dimensions and
+    # layout (getattr, None if absent): the plan then asks it once per kind of tensor (local
+    # name, class, those facts and values). None: asked for every tensor.
+    reads: tuple[str, ...] | None = None
 
 
 SEMANTICS: dict[str, Semantics] = {}  # by name, for fp8_dummy.initialize_dummy_weights

@@ -145,13 +145,19 @@ def _register_load_format(package: ModuleType) -> None:
         package.register_model_loader(LOAD_FORMAT)(_loader_class(dl))
 
 
+def _named(name: str) -> tuple[tuple, dict]:
+    """The loader's call of the per-tensor function on a tensor of this local name (one
+    function for every load: a plan kept from the last load is found again)."""
+    return (), {"name": name}
+
+
 def _loader_class(dl: ModuleType) -> type:
     class FP8DummyModelLoader(dl.DummyModelLoader):
         """``--load-format fp8_dummy``: ``dummy``'s bytes, all checked first, CUDA batched."""
 
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
             sem, own = semantics(), original_single()
-            call = (lambda n: ((), {"name": n})) if generation() >= 33 else ((), {})
+            call = _named if generation() >= 33 else ((), {})
             steps: list = [[]]  # tensors between online-quantized layers, in the loader's order
             for layer in model.modules():
                 info = dl.get_layerwise_info(layer)

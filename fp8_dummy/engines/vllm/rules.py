@@ -76,9 +76,15 @@ def rule(gen: int, tpu: bool = False, rocm: bool = False) -> Rule:
 
 def semantics(gen: int | None = None, order: str = "modules") -> Semantics:
     """The installed vLLM's semantics on its platform; ``gen``: that generation's, no vLLM."""
+    return _semantics(gen, order, version() if gen is None else None)
+
+
+@functools.lru_cache(maxsize=32)  # vLLM's per-tensor function asks it for every tensor
+def _semantics(gen: int | None, order: str, v: str | None) -> Semantics:
     if gen is not None:
         act, name = rule(gen, False, torch.version.hip is not None), f"vLLM 0.{gen} semantics"
     else:
-        v, gen = version(), generation()
+        gen = generation(v)
         act, name = rule(gen, *platform()), f"vLLM {v}" if v else "vLLM 0.33 semantics"
-    return Semantics("vllm", name, act, PARAMS[gen], order, per_tensor=True)
+    reads = ("dummy_weight_value",)
+    return Semantics("vllm", name, act, PARAMS[gen], order, per_tensor=True, reads=reads)

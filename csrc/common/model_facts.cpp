@@ -1,0 +1,231 @@
+// What the engines' whole-model plan (fp8_dummy/engines/core/) asks of thousands of tensors,
+// answered for the whole list at once, without a Python object per tensor:
+// - tensor_kinds: each tensor's kind (everything of the tensor the plan's answers read:
+//   dtype, device, dimensions, meta, inference, contiguity, overlap), numbered in order of
+//   first appearance, then the facts a kept plan is checked against (dtype, device,
+//   dimensions, meta, inference and where the bytes are: storage, data pointer, offset,
+//   sizes, strides); facts_match: whether a list's facts are still those;
+// - fill_order: which entries a fill runs and which strictly in order: an alias with the same
+//   action filled once, a storage touched in other ways in list order.
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "common/reference.h"
+
+namespace fp8_dummy {
+namespace {
+
+// A tensor whose strides and bytes can be read (a functional or fake tensor's storage
+// refuses its data pointer).
+bool strided_with_storage(const at::Tensor& t) {
+  if (!t.defined() || t.layout() != c10::kStrided || !t.has_storage()) return false;
+  try {
+    static_cast<void>(t.storage().data());
+    static_cast<void>(t.const_data_ptr());
+  } catch (const c10::Error&) {
+    return false;
+  }
+  return true;
+}
+
+// The kind's facts in one number; -1: a kind of its own (no strides to read).
+int64_t kind_code(const at::Tensor& t) {
+  if (!strided_with_storage(t)) return -1;
+  const auto overlap = at::has_internal_overlap(t);
+  const bool distinct =
+      overlap == at::MemOverlap::No ||
+      (overlap == at::MemOverlap::TooHard && first_overlap(t.sizes(), t.strides()).first < 0);
+  uint64_t code = static_cast<uint64_t>(t.scalar_type()) & 0xff;
+  code = code << 8 | (static_cast<uint64_t>(t.device().type()) & 0xff);
+  code = code << 16 | (static_cast<uint64_t>(t.device().index() + 1) & 0xffff);
+  code = code << 8 | (static_cast<uint64_t>(t.dim()) & 0xff);
+  code = code << 2 | static_cast<uint64_t>(overlap);
+  code = code << 1 | static_cast<uint64_t>(distinct);
+  code = code << 1 | static_cast<uint64_t>(t.is_meta());
+  code = code << 1 | static_cast<uint64_t>(t.is_inference());
+  code = code << 1 | static_cast<uint64_t>(t.is_contiguous());
+  return static_cast<int64_t>(code);
+}
+
+// What a kept plan is checked against, appended to `out`: where the bytes are and how they
+// are laid out (the kind is a function of these: dtype, device, dimensions, meta, inference,
+// storage, data pointer, offset, sizes, strides); a tensor without strides: -1 and its place.
+void append_facts(const at::Tensor& t, int64_t index, std::vector<int64_t>& out) {
+  if (!strided_with_storage(t)) {
+    out.push_back(-1);
+    out.push_back(index);
+    return;
+  }
+  uint64_t code = static_cast<uint64_t>(t.scalar_type()) & 0xff;
+  code = code << 8 | (static_cast<uint64_t>(t.device().type()) & 0xff);
+  code = code << 16 | (static_cast<uint64_t>(t.device().index() + 1) & 0xffff);
+  code = code << 8 | (static_cast<uint64_t>(t.dim()) & 0xff);
+  code = code << 1 | static_cast<uint64_t>(t.is_meta());
+  code = code << 1 | static_cast<uint64_t>(t.is_inference());
+  out.push_back(static_cast<int64_t>(code));
+  out.push_back(reinterpret_cast<int64_t>(t.storage().unsafeGetStorageImpl()));
+  out.push_back(reinterpret_cast<int64_t>(t.storage().data()));
+  out.push_back(t.storage_offset());
+  for (const int64_t s : t.sizes()) out.push_back(s);
+  for (const int64_t s : t.strides()) out.push_back(s);
+}
+
+at::Tensor tensor_kinds_op(at::TensorList tensors) {
+  const auto n = static_cast<int64_t>(tensors.size());
+  std::vector<int64_t> out(static_cast<size_t>(n), 0);
+  out.reserve(static_cast<size_t>(n) * 8);
+  std::map<int64_t, int64_t> ids;
+  int64_t next = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const at::Tensor& t = tensors[i];
+    const int64_t code = kind_code(t);
+    const int64_t id = code < 0 ? next++ : ids.try_emplace(code, next).first->second;
+    if (id == next) ++next;
+    out[static_cast<size_t>(i)] = id;
+    append_facts(t, i, out);
+  }
+  return at::tensor(out, at::TensorOptions().dtype(at::kLong));
+}
+
+// Whether every tensor's facts are those of `kinds` (a tensor_kinds answer for as many
+// tensors), compared as they are read: no list made.
+bool facts_match_op(at::TensorList tensors, const at::Tensor& kinds) {
+  const auto n = static_cast<int64_t>(tensors.size());
+  if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n) return false;
+  const auto* want = kinds.const_data_ptr<int64_t>();
+  const int64_t end = kinds.numel();
+  int64_t at = n;
+  std::vector<int64_t> facts;
+  for (int64_t i = 0; i < n; ++i) {
+    facts.clear();
+    append_facts(tensors[i], i, facts);
+    const auto size = static_cast<int64_t>(facts.size());
+    if (at + size > end || !std::equal(facts.begin(), facts.end(), want + at)) return false;
+    at += size;
+  }
+  return at == end;
+}
+
+// Numbers equal keys (sizes and strides of any length) in order of first appearance.
+class Numbering {
+ public:
+  int64_t operator()(std::vector<int64_t>&& key) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (const int64_t w : key) h = (h ^ static_cast<uint64_t>(w)) * 1099511628211ull;
+    auto& bucket = ids_[h];
+    for (const auto& [k, id] : bucket) {
+      if (k == key) return id;
+    }
+    bucket.emplace_back(std::move(key), next_);
+    return next_++;
+  }
+
+ private:
+  std::unordered_map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int64_t>>> ids_;
+  int64_t next_ = 0;
+};
+
+struct StorageKey {
+  int64_t type, index;
+  uintptr_t base;
+  bool operator==(const StorageKey& o) const {
+    return type == o.type && index == o.index && base == o.base;
+  }
+};
+struct StorageHash {
+  size_t operator()(const StorageKey& k) const {
+    return std::hash<uintptr_t>()(k.base) ^ static_cast<size_t>(k.type * 31 + k.index);
+  }
+};
+
+std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actions,
+                                   at::IntArrayRef flags) {
+  const size_t n = tensors.size();
+  TORCH_CHECK(actions.size() == n && flags.size() == n,
+              "fp8_dummy: fill_order needs an action and a flag per tensor");
+  std::unordered_map<StorageKey, int64_t, StorageHash> storage_ids;
+  storage_ids.reserve(n);
+  std::vector<int64_t> storage(n), view(n, -1), count;
+  int64_t own = -1;  // opaque tensors: a storage and a view of their own (negative ids)
+  for (size_t i = 0; i < n; ++i) {
+    const at::Tensor& t = tensors[i];
+    if (flags[i] == 1 || !strided_with_storage(t)) {
+      storage[i] = view[i] = own--;
+      continue;
+    }
+    const StorageKey key{static_cast<int64_t>(t.device().type()), t.device().index(),
+                         reinterpret_cast<uintptr_t>(t.storage().data())};
+    const auto [it, added] = storage_ids.try_emplace(key, static_cast<int64_t>(count.size()));
+    if (added) count.push_back(0);
+    storage[i] = it->second;
+    ++count[static_cast<size_t>(it->second)];
+  }
+  // Views are told apart only within a storage that several entries touch (most storages
+  // hold one tensor of the model: nothing to number there).
+  Numbering views;
+  for (size_t i = 0; i < n; ++i) {
+    if (storage[i] < 0) continue;
+    if (count[static_cast<size_t>(storage[i])] == 1) {
+      view[i] = -1 - static_cast<int64_t>(n) - static_cast<int64_t>(i);  // its own
+      continue;
+    }
+    const at::Tensor& t = tensors[i];
+    std::vector<int64_t> key{storage[i], reinterpret_cast<int64_t>(t.const_data_ptr()),
+                             static_cast<int64_t>(t.scalar_type()), t.dim()};
+    key.insert(key.end(), t.sizes().begin(), t.sizes().end());
+    key.insert(key.end(), t.strides().begin(), t.strides().end());
+    view[i] = views(std::move(key));
+  }
+  // A storage is touched in order when its entries differ in view or action (or an entry is
+  // flagged 2: a DTensor drawing from the default generator, filled as often as listed).
+  std::vector<std::array<int64_t, 3>> uses;
+  for (size_t i = 0; i < n; ++i) {
+    const bool shared = storage[i] >= 0 && count[static_cast<size_t>(storage[i])] > 1;
+    if (shared || flags[i] == 2) {
+      uses.push_back({storage[i], view[i], actions[i]});
+      if (flags[i] == 2) uses.push_back({storage[i], -1, std::numeric_limits<int64_t>::min()});
+    }
+  }
+  std::sort(uses.begin(), uses.end());
+  uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
+  std::unordered_set<int64_t> ordered;
+  for (size_t j = 1; j < uses.size(); ++j) {
+    if (uses[j][0] == uses[j - 1][0]) ordered.insert(uses[j][0]);
+  }
+  std::vector<int64_t> out;
+  out.reserve(2 * n);
+  std::unordered_set<int64_t> seen;
+  for (size_t i = 0; i < n; ++i) {
+    const bool in_order = ordered.count(storage[i]) > 0;
+    if (in_order || seen.insert(view[i]).second) {
+      if (in_order) seen.insert(view[i]);
+      out.push_back(static_cast<int64_t>(i));
+      out.push_back(in_order ? 1 : 0);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
+  m.impl("tensor_kinds", TORCH_FN(tensor_kinds_op));
+  m.impl("facts_match", TORCH_FN(facts_match_op));
+  m.impl("fill_order", TORCH_FN(fill_order_op));
+}
+
+}  // namespace fp8_dummy

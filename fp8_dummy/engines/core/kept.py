@@ -1,0 +1,162 @@
+"""A whole-model plan kept for the next fill of the same tensors (a server filling its weights
+again, a benchmark's repeats). It is used only where nothing that decides it changed: the same
+call (semantics, arguments, engine, mode, the scales' rule, inference mode), the same names,
+the same class of each tensor, the same values of the attributes the engine's rule reads, the
+same facts of every tensor (dtype, device, dimensions, inference, storage, data pointer,
+offset, sizes, strides: one C++ call, :func:`.kinds.facts_match`) and no verdict of the proof
+registry recorded or forgotten since: the plan is a function of these alone, so the tensor
+objects need not be the same ones (``state_dict()`` makes new ones each time). A plan whose
+proofs did not all pass is not kept (a probe to retry is retried). It holds no tensor: a kept
+plan keeps no model alive."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+
+from .kinds import Kinds, dispatching, facts_match
+
+__all__ = ["Kept", "KeptFill", "KeptPlan", "find", "find_one", "forget", "keep", "keep_one"]
+__all__ += ["one_key"]
+
+_MOST = 4  # plans kept (the newest): a process fills one model, or a few
+_lock = threading.Lock()
+_plans: list[Kept] = []
+
+
+def _generation() -> int:
+    return torch.ops.fp8_dummy_internal.proof_generation()
+
+
+@dataclass(eq=False)
+class Kept:
+    context: tuple  # the call: (semantics, call, engine, mode, scales' rule, inference mode)
+    names: list[str]
+    types: list[type]  # each tensor's class
+    attrs: list | None  # the rule's attributes, per tensor
+    facts: torch.Tensor
+    generation: int  # the proof registry's, when kept
+    kind_of: list[int]
+    decided: list[tuple]  # per kind: the plan's decision
+    programs: dict[str, Any] = field(default_factory=dict)  # run()'s Program, by mode
+
+
+class KeptPlan(list):
+    """A plan's entries (a list, as :func:`.planning.plan` returns) that knows the kept plan
+    it came from, where :func:`.execution.run` keeps its fill order."""
+
+    kept: Kept | None = None
+
+
+class KeptFill(NamedTuple):
+    """A kept plan found for a fill whose every kind's decision is all there is to it (no
+    engine function bound per tensor, no check per tensor): run as it is, without making its
+    entries (:func:`.execution.run`)."""
+
+    kept: Kept
+    names: list[str]
+    tensors: list[torch.Tensor]
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def entry(self, i: int) -> tuple:
+        action, meta = self.kept.decided[self.kept.kind_of[i]][:2]
+        return self.names[i], self.tensors[i], action, meta
+
+
+def _attrs(tensors: list[torch.Tensor], reads: tuple) -> list | None:
+    if not reads:
+        return None
+    if len(reads) == 1:
+        return [getattr(t, reads[0], None) for t in tensors]
+    return [tuple(getattr(t, a, None) for a in reads) for t in tensors]
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 (values that do not compare, e.g. tensors: not the same)
+        return False
+
+
+def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads) -> Kept | None:
+    """The kept plan of exactly this call on exactly these tensors, or None."""
+    if reads is None:
+        return None
+    with _lock:
+        candidates = _plans[::-1]
+    generation = None
+    for k in candidates:
+        if len(k.names) != len(names) or not _same(k.context, context) or k.names != names:
+            continue
+        if list(map(type, tensors)) != k.types:
+            continue
+        if generation is None:
+            generation = _generation()
+        if k.generation != generation or not _same(_attrs(tensors, reads), k.attrs):
+            continue
+        if facts_match(tensors, k.facts):
+            return k
+    return None
+
+
+def keep(context: tuple, names: list[str], tensors: list[torch.Tensor], reads, kinds: Kinds,
+         decided: list[tuple]) -> Kept:  # fmt: skip
+    """Keeps a plan just made (every kind decided, every proof passed)."""
+    types = list(map(type, tensors))
+    entry = Kept(context, list(names), types, _attrs(tensors, reads), kinds.facts, _generation(),
+                 kinds.kind_of, list(decided))  # fmt: skip
+    with _lock:
+        _plans.append(entry)
+        del _plans[:-_MOST]
+    return entry
+
+
+# ---- one tensor at a time (an engine's per-tensor function, called by its loader per tensor): the
+# decision is kept per kind of tensor, its facts read in Python (a C++ call costs more here).
+_ONES = 4096  # decisions kept at most (then all forgotten)
+_ones: dict[tuple, tuple[int, tuple]] = {}
+
+
+def one_key(context: tuple, name: str, t: torch.Tensor, reads) -> tuple | None:
+    """The kind of a plan of the one tensor ``t``: the call and every fact of ``t`` the plan
+    reads; None where it is not kept (a rule that reads anything, a class that dispatches
+    itself, elements that may share memory, arguments that do not hash)."""
+    if reads is None or dispatching(t):
+        return None
+    sem, call, *rest = context
+    call = (call,) if callable(call) else (call[0], tuple(call[1].items()))
+    with torch._C.DisableTorchFunctionSubclass():
+        if t.layout != torch.strided or torch._debug_has_internal_overlap(t) != 0:
+            return None
+        facts = (type(t), t.dtype, t.device, t.dim(), t.is_inference(), t.is_contiguous())
+    key = (sem, *call, *rest, name.rpartition(".")[2], facts)
+    key += tuple(_attrs([t], reads) or ())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def find_one(key: tuple) -> tuple | None:
+    """The kept decision of a one-tensor plan of this kind, or None."""
+    found = _ones.get(key)
+    return found[1] if found is not None and found[0] == _generation() else None
+
+
+def keep_one(key: tuple, decided: tuple) -> None:
+    if len(_ones) >= _ONES:
+        _ones.clear()
+    _ones[key] = (_generation(), decided)
+
+
+def forget() -> None:
+    """Tests: no plan kept."""
+    with _lock:
+        _plans.clear()
+        _ones.clear()

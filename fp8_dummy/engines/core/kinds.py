@@ -1,0 +1,99 @@
+"""The kinds of a model's tensors: a model of thousands of tensors holds a few dozen kinds (a
+local name, a class, the facts of the tensor every answer of the plan reads, the attributes
+the engine's rule reads), and the plan asks its questions once per kind. The tensors' facts
+come from one C++ call for the whole list (``fp8_dummy_internal.tensor_kinds``: dtype, device,
+dimensions, meta, inference, contiguity, overlap; and where the bytes are, which a kept plan
+is checked against), not from Python objects per tensor."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = ["Kinds", "dispatching", "facts_match", "kinds_of", "reads_only", "tensor_facts"]
+
+_KINDS = torch.ops.fp8_dummy_internal.tensor_kinds
+_MATCH = torch.ops.fp8_dummy_internal.facts_match
+_own_dispatch: dict[type, bool] = {}
+
+
+def dispatching(t: torch.Tensor | type) -> bool:
+    """A tensor (or class) whose class dispatches torch's operators itself (DTensor, fake
+    tensors): it never goes into our facts' C++ call (its class would run that operator)."""
+    kind = t if isinstance(t, type) else type(t)
+    known = _own_dispatch.get(kind)
+    if known is None:
+        known = _own_dispatch[kind] = (
+            getattr(kind, "__torch_dispatch__", None) is not torch.Tensor.__torch_dispatch__
+        )
+    return known
+
+
+def tensor_facts(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """Each tensor's kind number, then the facts a kept plan is checked against, as one int64
+    tensor (see common/model_facts.cpp); None where a tensor dispatches itself."""
+    if not tensors or any([dispatching(t) for t in set(map(type, tensors))]):
+        return None
+    # No autograd: its fallback would look at every tensor of the list for gradients.
+    with torch.no_grad(), reads_only():
+        return _KINDS(tensors)
+
+
+def facts_match(tensors: list[torch.Tensor], facts: torch.Tensor) -> bool:
+    """Whether the tensors' facts are still ``facts`` (a :func:`tensor_facts` answer), compared
+    in C++ as they are read."""
+    if not tensors or any([dispatching(t) for t in set(map(type, tensors))]):
+        return False
+    with torch.no_grad(), reads_only():
+        return _MATCH(tensors, facts)
+
+
+def reads_only() -> contextlib.AbstractContextManager:
+    """Where our C++ reads of many tensors' facts run: outside the classes' own
+    ``__torch_function__`` (an engine's parameter classes) and any ``TorchDispatchMode`` (reads of
+    metadata are no operation of the user's)."""
+    if torch._C._len_torch_dispatch_stack() == 0:
+        return torch._C.DisableTorchFunctionSubclass()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.utils._python_dispatch._disable_current_modes())
+    stack.enter_context(torch._C.DisableTorchFunctionSubclass())
+    return stack
+
+
+class Kinds(NamedTuple):
+    kind_of: list[int]  # per tensor: its kind
+    firsts: list[int]  # per kind: its first tensor (the plan asks it)
+    facts: torch.Tensor | None  # None: the plan is not kept
+
+
+def kinds_of(names: list[str], tensors: list[torch.Tensor], reads: Any) -> Kinds:
+    """The tensors' kinds, numbered in order of first appearance. ``reads``: the attributes
+    the rule reads (a tuple), or None: every tensor a kind of its own (the rule is asked for
+    each)."""
+    n = len(tensors)
+    facts = tensor_facts(tensors) if reads is not None else None
+    if facts is None:
+        return Kinds(list(range(n)), list(range(n)), None)
+    fact_kinds = facts[:n].tolist()
+    locals_ = [name.rpartition(".")[2] for name in names]
+    if not reads:
+        keys = list(zip(locals_, map(type, tensors), fact_kinds))
+    elif len(reads) == 1:
+        attrs = [getattr(t, reads[0], None) for t in tensors]
+        keys = list(zip(locals_, map(type, tensors), fact_kinds, attrs))
+    else:
+        attrs = [tuple(getattr(t, a, None) for a in reads) for t in tensors]
+        keys = list(zip(locals_, map(type, tensors), fact_kinds, attrs))
+    index: dict = {}
+    kind_of, firsts = [], []
+    for i, key in enumerate(keys):
+        try:
+            k = index.setdefault(key, len(firsts))
+        except TypeError:  # an attribute that does not hash: a kind of its own
+            k = len(firsts)
+        if k == len(firsts):
+            firsts.append(i)
+        kind_of.append(k)
+    return Kinds(kind_of, firsts, facts)

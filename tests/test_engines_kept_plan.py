@@ -1,0 +1,175 @@
+"""A whole-model plan kept for the next fill (fp8_dummy/engines/core/kept.py): the second fill
+of the same model asks none of the plan's questions again and gives vLLM's loader's bytes;
+anything that decides the plan, changed, makes a new one with the loader's bytes: a parameter
+replaced, its data swapped (dtype, storage shared with another's), resized in place, a module
+renamed, an attribute the rule reads set, other arguments, inference mode, a verdict recorded
+or forgotten. A state_dict()-order fill (new tensor objects each call) finds its plan again.
+A plan whose proof did not pass is not kept; a kept plan holds no tensor."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+from conftest import poison, storage_bytes
+from helpers.engine_models import EngineModel, all_tensors, assert_same_bytes
+from oracles import engines as oracle
+
+import fp8_dummy
+from fp8_dummy.engines import core
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """How many fills' plans were made afresh, counted from here (not the plans of probes,
+    which prove nothing)."""
+    core.kept.forget()
+    made = []
+    real = core.planning.decider
+
+    def counted(sem, call, engine, prove, *rest):
+        made.extend([1] * prove)
+        return real(sem, call, engine, prove, *rest)
+
+    monkeypatch.setattr(core.planning, "decider", counted)
+    return made
+
+
+def refill(model: torch.nn.Module, **kw) -> None:
+    for t in all_tensors(model).values():
+        if t.device.type != "meta":
+            poison(t)
+    fp8_dummy.initialize_dummy_weights(model, **kw)
+
+
+def loader(model: torch.nn.Module, seed: int = 1234) -> torch.nn.Module:
+    """vLLM 0.33's loader on the same model poisoned (a copy of its tensors' layout)."""
+    for t in all_tensors(model).values():
+        poison(t)
+    oracle.vllm_load_weights(model, 33, seed=seed)
+    return model
+
+
+def twin(change=None) -> tuple[torch.nn.Module, torch.nn.Module]:
+    a, b = EngineModel("cpu"), EngineModel("cpu")
+    if change is not None:
+        change(a)
+        change(b)
+    return a, b
+
+
+def test_the_second_fill_reuses_the_plan(plans):
+    a, b = twin()
+    for i in range(3):
+        refill(a, seed=5)
+        assert assert_same_bytes(a, loader(b, seed=5)) > 40
+        assert len(plans) == 1, i  # made once, kept for the next fills
+
+
+def share_head_with_weight(m: torch.nn.Module) -> None:
+    # The head becomes a view of the weight with its own value: the loader's order decides.
+    block = m.layers[0].q_proj
+    block.head = torch.nn.Parameter(torch.empty(2, 48, dtype=block.weight.dtype), False)
+    block.head.dummy_weight_value = 0.5
+
+
+CHANGES = {
+    "a parameter replaced": lambda m: setattr(
+        m.layers[1], "k_scale", torch.nn.Parameter(torch.empty(3, dtype=torch.bfloat16), False)
+    ),
+    "its data swapped for another dtype": lambda m: setattr(
+        m.layers[0].q_proj.weight, "data", torch.empty(40, 48, dtype=torch.float8_e5m2)
+    ),
+    "its storage shared with another's, other value": lambda m: setattr(
+        m.layers[0].q_proj.head, "data", m.layers[0].q_proj.weight.data[:2]
+    ),
+    "resized in place": lambda m: m.layers[1].rope.resize_(3, 7),
+    "a module renamed": lambda m: m.add_module("extra2", m._modules.pop("extra")),
+    "an attribute the rule reads": lambda m: setattr(m.wide, "dummy_weight_value", 0.25),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_change_makes_a_new_plan(plans, change):
+    a, b = twin(share_head_with_weight)
+    refill(a, seed=3)
+    assert_same_bytes(a, loader(b, seed=3))
+    CHANGES[change](a)
+    CHANGES[change](b)
+    refill(a, seed=3)
+    assert_same_bytes(a, loader(b, seed=3))
+    assert len(plans) == 2
+    refill(a, seed=3)  # and that one is kept
+    assert len(plans) == 2
+
+
+def test_other_arguments_or_inference_mode_make_a_new_plan(plans):
+    a, b = twin()
+    refill(a, seed=3)
+    refill(a, seed=4)
+    assert_same_bytes(a, loader(b, seed=4))
+    assert len(plans) == 2
+    refill(a, seed=4, semantics="vllm-0.30")
+    assert len(plans) == 3
+    with torch.inference_mode():
+        refill(a, seed=4)
+    assert len(plans) == 4
+    assert_same_bytes(a, loader(b, seed=4))
+
+
+def test_a_verdict_recorded_or_forgotten_makes_a_new_plan(plans):
+    a, b = twin()
+    refill(a, seed=2)
+    torch.ops.fp8_dummy_internal.proof_forget("vllm:")  # the plan's proofs, made again
+    refill(a, seed=2)
+    assert len(plans) == 2
+    core.planning._proof.proven("test: another verdict", lambda: None)
+    refill(a, seed=2)
+    assert len(plans) == 3
+    assert_same_bytes(a, loader(b, seed=2))
+
+
+@pytest.mark.refusals  # exempt from FP8_DUMMY_STRICT=1
+def test_a_plan_whose_proof_did_not_pass_is_not_kept(plans, monkeypatch):
+    monkeypatch.setattr(core.planning, "proven", lambda *a: False)  # the reference, asked again
+    a, b = twin()
+    refill(a, seed=9)
+    refill(a, seed=9)
+    assert len(plans) == 2
+    assert_same_bytes(a, loader(b, seed=9))
+
+
+def test_a_kept_plan_holds_no_tensor(plans):
+    a = EngineModel("cpu")
+    refill(a, seed=1)
+    dead = weakref.ref(a.layers[0].q_proj.weight)
+    del a
+    gc.collect()
+    assert dead() is None
+
+
+def test_the_kept_fill_writes_what_the_first_wrote_and_only_that():
+    core.kept.forget()
+    a = EngineModel("cpu")
+    refill(a, seed=6)
+    first = {n: storage_bytes(t).clone() for n, t in all_tensors(a).items()}
+    refill(a, seed=6)
+    for n, t in all_tensors(a).items():
+        assert torch.equal(storage_bytes(t), first[n]), n
+
+
+def test_a_state_dict_fill_finds_its_plan_with_new_tensor_objects(plans):
+    # SGLang's order: state_dict() gives new (detached) tensor objects at every call; the
+    # plan is a function of their facts, not of the objects.
+    a, b = twin()
+    for seed in (8, 8, 8):
+        for t in all_tensors(a).values():
+            poison(t)
+        fp8_dummy.initialize_dummy_weights(a, seed=seed, semantics="sglang-0.5")
+        for t in all_tensors(b).values():
+            poison(t)
+        oracle.sglang_initialize_dummy_weights(b, seed=seed)
+        assert_same_bytes(a, b)
+    assert len(plans) == 1

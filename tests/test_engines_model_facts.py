@@ -1,0 +1,164 @@
+"""What the whole-model plan reads in bulk (csrc/common/model_facts.cpp, fp8_dummy/tensors.py):
+the walk in vLLM's module order (named_modules, each module once) on random module trees;
+each tensor's kind (equal kinds: equal dtype, device, dimensions, meta, inference, contiguity
+and overlap, by a Python transcription); the fill order (aliases with the same action once, a
+storage touched otherwise in list order) against a Python model of that rule on random
+views of a few storages."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from fp8_dummy.engines import core
+from fp8_dummy.engines.core import Action, Kind
+from fp8_dummy.tensors import walk
+
+# ---- the walk ------------------------------------------------------------------------------
+
+
+def named_modules_walk(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [
+        (f"{prefix}.{k}" if prefix else k, t)
+        for prefix, m in model.named_modules()
+        for k, t in {**m._parameters, **m._buffers}.items()
+        if t is not None and k not in m._non_persistent_buffers_set
+    ]
+
+
+def random_tree(rng: random.Random, depth: int = 0, pool: list | None = None) -> torch.nn.Module:
+    pool = [] if pool is None else pool
+    m = torch.nn.Module()
+    for i in range(rng.randint(0, 3)):
+        kind = rng.choice(["param", "none", "buffer", "transient", "child", "shared", "nochild"])
+        name = f"{kind}{i}"
+        if kind == "param":
+            m.register_parameter(name, torch.nn.Parameter(torch.empty(2)))
+        elif kind == "none":
+            m.register_parameter(name, None)
+        elif kind in ("buffer", "transient"):
+            m.register_buffer(name, torch.empty(3), persistent=kind == "buffer")
+        elif kind == "child" and depth < 4:
+            m.add_module(name, random_tree(rng, depth + 1, pool))
+        elif kind == "shared" and pool:
+            m.add_module(name, rng.choice(pool))  # the same module under a second name
+        elif kind == "nochild":
+            m.add_module(name, None)
+    pool.append(m)
+    return m
+
+
+class OwnOrder(torch.nn.Module):
+    """A module whose named_modules lists its children backwards: the walk follows it."""
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        yield prefix, self
+        for name, child in reversed(list(self._modules.items())):
+            yield from child.named_modules(memo, f"{prefix}.{name}" if prefix else name)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_walk_is_named_modules_order(seed):
+    rng = random.Random(seed)
+    model = random_tree(rng)
+    if seed % 5 == 0:
+        inner = OwnOrder()
+        inner.a, inner.b = random_tree(rng), random_tree(rng)
+        model.add_module("own", inner)
+    ours, theirs = walk(model, "modules"), named_modules_walk(model)
+    assert [n for n, _ in ours] == [n for n, _ in theirs]
+    assert all(a is b for (_, a), (_, b) in zip(ours, theirs))
+
+
+# ---- kinds ---------------------------------------------------------------------------------
+
+
+def python_facts(t: torch.Tensor) -> tuple:
+    """The facts a kind stands for; distinct: torch says no overlap, or it cannot tell and the
+    sorted-strides rule (csrc/common/reference.cpp, first_overlap) shows none."""
+    overlap = torch._debug_has_internal_overlap(t)
+    free, reach = True, 0
+    for stride, size in sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1):
+        free, reach = free and stride > reach, reach + stride * (size - 1)
+    free = free or 0 in t.shape
+    return (t.dtype, t.device, t.dim(), t.is_meta, t.is_inference(), t.is_contiguous(),
+            overlap, overlap == 0 or overlap == 2 and free)  # fmt: skip
+
+
+def random_tensors(rng: random.Random, n: int) -> list[torch.Tensor]:
+    out = []
+    for _ in range(n):
+        dtype = rng.choice([torch.float8_e4m3fn, torch.float32, torch.bfloat16, torch.int8])
+        shape = [rng.randint(1, 4) for _ in range(rng.randint(0, 3))]
+        t = torch.empty(shape, dtype=dtype, device=rng.choice(["cpu", "cpu", "meta"]))
+        pick = rng.randint(0, 4)
+        if pick == 1 and t.dim() >= 2:
+            t = t.transpose(0, 1)
+        elif pick == 2 and t.dim() >= 1:
+            t = t.unsqueeze(0).expand(2, *t.shape)  # elements sharing memory
+        elif pick == 3 and t.dim() >= 1 and t.shape[-1] > 1:
+            t = t[..., ::2]
+        elif pick == 4:
+            t = torch.empty(12, dtype=dtype).as_strided((3, 3), (3, 2))  # too hard for torch
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_equal_kinds_are_equal_facts(seed):
+    tensors = random_tensors(random.Random(seed), 60)
+    with torch.inference_mode():
+        tensors += random_tensors(random.Random(seed + 100), 10)
+    kinds = core.kinds.tensor_facts(tensors)[: len(tensors)].tolist()
+    first: dict = {}
+    for t, k in zip(tensors, kinds):
+        facts = python_facts(t)
+        assert first.setdefault(k, facts) == facts, (k, facts)
+    assert len(set(first.values())) == len(first)  # and different facts, different kinds
+
+
+# ---- the fill order ------------------------------------------------------------------------
+
+
+def python_order(entries: list[tuple[torch.Tensor, Action]]) -> list[tuple[int, bool]]:
+    """The rule: per storage the set of (view, action) uses; a storage with more than one is
+    touched in order, every entry; otherwise each view once."""
+
+    def ids(t):
+        storage = (t.device, t.untyped_storage().data_ptr())
+        return storage, (storage[0], t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+
+    keys = [ids(t) for t, _ in entries]
+    uses: dict = {}
+    for (storage, view), (_, action) in zip(keys, entries):
+        uses.setdefault(storage, set()).add((view, action))
+    out, seen = [], set()
+    for i, (storage, view) in enumerate(keys):
+        ordered = len(uses[storage]) > 1
+        if ordered or view not in seen:
+            seen.add(view)
+            out.append((i, ordered))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_fill_order_is_the_rules(seed):
+    rng = random.Random(seed)
+    bases = [torch.empty(rng.randint(8, 40), dtype=torch.float8_e4m3fn) for _ in range(3)]
+    actions = [Action(Kind.UNIFORM, -1.0, 1.0), Action(Kind.UNIFORM, -2.0, 2.0),
+               Action(Kind.FILL, value=0.5)]  # fmt: skip
+    entries = []
+    for _ in range(rng.randint(1, 12)):
+        base = rng.choice(bases)
+        a, b = sorted(rng.sample(range(base.numel() + 1), 2))
+        view = rng.choice([base, base[a:b], base[a:b], base.view(torch.uint8)])
+        entries.append((view, rng.choice(actions)))
+    sem = core.SEMANTICS["vllm-0.33"]
+    planned = [(f"t{i}", t, action, (sem, 7)) for i, (t, action) in enumerate(entries)]
+    prog = core.execution.program(planned, "generator")
+    want = python_order(entries)
+    assert prog.others == [(i, o) for i, o in want if o or entries[i][1].kind is not Kind.UNIFORM]
+    batched = sorted(i for _, idx in prog.batches for i in idx)
+    assert batched == [i for i, o in want if not o and entries[i][1].kind is Kind.UNIFORM]
