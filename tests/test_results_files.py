@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(
     p.stem for p in (ROOT / "benchmarks").glob("*.py") if 'add_argument("--json"' in p.read_text()
 )
+REQUIRED = {"bench_engines": ["vllm"]}  # a script's required arguments besides --json
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -31,7 +32,8 @@ def test_a_benchmarks_json_that_cannot_be_written_is_refused_before_it_runs(tmp_
     target = tmp_path / "missing" / "out.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--json", str(target)],
+        [sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), *REQUIRED.get(script, [])]
+        + ["--json", str(target)],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240,
     )  # fmt: skip
     assert p.returncode == 2, p.stderr[-2000:]
