@@ -107,10 +107,13 @@ def export(
     shard_size: str | int = "5GB",
     allow_unknown: bool = False,
     progress: bool = True,
+    acceptance: Any = None,
 ) -> dict:
     """Write the logical model of ``config`` (a config.json, a directory holding one, or a
     transformers config) to the directory ``out``; a summary (tensors, bytes, seconds).
-    ``format``: one of :data:`FORMATS`; None: the config's own (:func:`config_format`)."""
+    ``format``: one of :data:`FORMATS`; None: the config's own (:func:`config_format`);
+    ``acceptance``: the designed speculative stream (docs/realistic.md#speculative-decoding).
+    The MTP layers the config's checkpoint carries are written too."""
     out = os.fspath(out)
     _check_out(out)
     if format is not None and format not in FORMATS:
@@ -136,7 +139,10 @@ def export(
         )
     model = build_model(config, dtype=floats)
     try:  # the unquantized tensors in --dtype: the format's own float dtype replaced
-        lm = logical_model(model, seed, routing=routing, format=replace(fmt, dtype=floats))
+        lm = logical_model(
+            model, seed, routing=routing, format=replace(fmt, dtype=floats),
+            acceptance=acceptance, mtp=True,
+        )  # fmt: skip
     except UnsupportedFormatError as e:  # the architecture cannot take the format
         raise ExportError(str(e)) from None
     unknown = [n for n, t in lm.tensors.items() if t.spec.role == "unknown"]
@@ -222,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default=None, help="the unquantized tensors' dtype: bf16, fp16, fp32")
     p.add_argument("--shard-size", default="5GB")
     p.add_argument("--allow-unknown", action="store_true")
+    p.add_argument(
+        "--acceptance", default=None,
+        help="the draft's acceptance: A in [0, 1], a per-position list A1,A2,.. or 'default'",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
     try:
@@ -235,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             shard_size=a.shard_size,
             allow_unknown=a.allow_unknown,
             progress=not a.quiet,
+            acceptance=a.acceptance,
         )
     except (ExportError, FileNotFoundError, ValueError, TypeError) as e:
         print(str(e), file=sys.stderr)
