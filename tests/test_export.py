@@ -43,6 +43,7 @@ CONFIGS = {
         qk_rope_head_dim=8,
         qk_nope_head_dim=8,
         v_head_dim=8,
+        num_nextn_predict_layers=0,  # its MTP layer: tests/test_realistic_speculative.py
     ),
     # experts stored [E, in, out] (transposed), biases, attention sinks
     "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16),

@@ -12,7 +12,9 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +25,7 @@ from .formats import FORMATS, UnsupportedFormatError, config_format
 from .hf_model import build_model, config_of
 from .logical import CheckpointTensor, LogicalModel, logical_model
 from .safetensors_writer import SAFETENSORS_DTYPES, header, make_buffers, shards, write_tensors
+from .speculative import WEIGHT_SUFFIXES, draft_config, parse_acceptance
 
 __all__ = ["export", "main"]
 
@@ -216,6 +219,49 @@ def _config_json(config: Any, lm: LogicalModel, floats: torch.dtype) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
+def prepare_draft(
+    source: str, out: str, *, seed: int, acceptance: Any, layers: int = 2,
+    hidden: int | None = None, shard_size: str | int = "5GB", progress: bool = True,
+) -> Callable[..., dict]:  # fmt: skip
+    """``--draft``: the draft model of the target config at ``source`` (a config.json or its
+    directory; :func:`.speculative.draft_config`) for the directory ``out``, all checked before
+    anything is written; the function that then writes it (its config, the target's tokenizer
+    files, its weights), or with ``discard=True`` drops it."""
+    if parse_acceptance(acceptance) is None:
+        raise ExportError("fp8_dummy export: --draft needs --acceptance (the draft's rate)")
+    _check_out(out)
+    folder = source if os.path.isdir(source) else os.path.dirname(source) or "."
+    cfg = draft_config(config_of(source), layers, hidden)
+    stage = tempfile.mkdtemp(prefix="fp8_dummy_draft_")
+    try:
+        for name in sorted(os.listdir(folder)):  # the target's tokenizer and generation files
+            path = os.path.join(folder, name)
+            if (
+                os.path.isfile(path)
+                and name != "config.json"
+                and not name.endswith(WEIGHT_SUFFIXES)
+            ):
+                shutil.copyfile(path, os.path.join(stage, name))
+        cfg.save_pretrained(stage)
+        logical_model(build_model(config_of(stage)), seed, acceptance=acceptance)  # the checks
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+    def write(discard: bool = False) -> dict:
+        try:
+            if discard:
+                return {}
+            return export(
+                stage, out, seed=seed, acceptance=acceptance, shard_size=shard_size,
+                progress=progress,
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+    return write
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8_dummy export", description=__doc__)
     p.add_argument("config", help="a config.json, or a directory holding one")
@@ -232,9 +278,18 @@ def main(argv: list[str] | None = None) -> int:
         "--acceptance", default=None,
         help="the draft's acceptance: A in [0, 1], a per-position list A1,A2,.. or 'default'",
     )  # fmt: skip
+    p.add_argument("--draft", default=None, help="also a draft model into this directory")
+    p.add_argument("--draft-layers", type=int, default=2, help="the draft's layers (default 2)")
+    p.add_argument("--draft-hidden", type=int, default=None, help="the draft's hidden size")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
     try:
+        draft = None
+        if a.draft is not None:
+            draft = prepare_draft(
+                a.config, a.draft, seed=a.seed, acceptance=a.acceptance, layers=a.draft_layers,
+                hidden=a.draft_hidden, shard_size=a.shard_size, progress=not a.quiet,
+            )  # fmt: skip
         s = export(
             a.config,
             a.out,
@@ -247,9 +302,15 @@ def main(argv: list[str] | None = None) -> int:
             progress=not a.quiet,
             acceptance=a.acceptance,
         )
+        if draft is not None:
+            d, draft = draft(), None
+            print(f"fp8_dummy export: draft {d['tensors']} tensors -> {a.draft}")
     except (ExportError, FileNotFoundError, ValueError, TypeError) as e:
         print(str(e), file=sys.stderr)
         return 2
+    finally:
+        if draft is not None:
+            draft(discard=True)
     rate = s["bytes"] / max(s["seconds"], 1e-9) / 1e9
     print(
         f"fp8_dummy export: {s['tensors']} tensors, {s['bytes'] / 1e9:.3f} GB in "

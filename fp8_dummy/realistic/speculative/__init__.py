@@ -12,8 +12,8 @@ package's face; its files:
   and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
 - ``mtp.py``: the MTP layers of DeepSeek-V3/V3.2, GLM-4.5 and Qwen3-Next checkpoints under
   their own names;
-- ``draft.py``: ``export --draft``: a plain causal LM of the target's vocabulary whose greedy
-  proposals the target accepts at the chosen rate;
+- ``draft.py``: the config of ``export --draft``'s draft model: a plain causal LM of the
+  target's vocabulary whose greedy proposals the target accepts at the chosen rate;
 - ``report.py``: ``python -m fp8_dummy acceptance``: the acceptance per position a config and
   an engine's number of draft tokens give, and the next-token entropy."""
 
@@ -34,20 +34,22 @@ from .acceptance import (
     parse_acceptance,
 )
 from .design import DesignError, carrier_rows, layout, plan_design, vocab_hidden
+from .draft import DRAFT_KEY, WEIGHT_SUFFIXES, draft_config, is_draft
 from .mtp import MtpPart, mtp_layers, mtp_part
 from .stream import Stream, allowed_tokens, design_stream, predict
 
-__all__ = ["DEFAULT", "ENV", "Acceptance", "AcceptanceError", "DesignError", "MtpPart"]
-__all__ += ["Stream", "allowed_tokens", "carrier_rows", "chosen_acceptance", "design_stream"]
-__all__ += ["is_draft", "layout", "mtp_layers", "mtp_part", "parse_acceptance", "plan_acceptance"]
-__all__ += ["predict"]
-
-DRAFT_KEY = "fp8_dummy_draft"  # config.json of an exported draft model: true
-
-
-def is_draft(config: Any) -> bool:
-    """A draft model's config (``export --draft`` marks it)."""
-    return getattr(config, DRAFT_KEY, False) is True
+__all__ = [
+    "DEFAULT",
+    "DRAFT_KEY",
+    "ENV",
+    "WEIGHT_SUFFIXES",
+    "Acceptance",
+    "AcceptanceError",
+    "DesignError",
+]
+__all__ += ["MtpPart", "Stream", "allowed_tokens", "carrier_rows", "chosen_acceptance"]
+__all__ += ["design_stream", "draft_config", "is_draft", "layout", "mtp_layers", "mtp_part"]
+__all__ += ["parse_acceptance", "plan_acceptance", "predict"]
 
 
 def plan_acceptance(

@@ -175,6 +175,8 @@ def plan_design(
         if dim is not None:
             overrides.setdefault(name, []).extend((dim, row, 0.0) for row in lay.s)
     for name in projections:
+        if tuple(shapes[name]) != (hidden, 2 * hidden):
+            continue
         for i, row in enumerate(lay.s):
             unit = np.zeros(2 * hidden, dtype=np.float32)
             unit[lay.s2[i]] = 1.0  # S of the output: S2 of the normalized embedding
