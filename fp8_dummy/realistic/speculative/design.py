@@ -34,7 +34,7 @@ from ..values import fill_
 from .stream import Stream
 
 __all__ = ["DesignError", "Layout", "RHO", "carrier_rows", "code_block", "layout", "logit_scale"]
-__all__ += ["plan_design", "vocab_hidden"]
+__all__ += ["plan_design", "predicted_entropy", "vocab_hidden"]
 
 RHO = 1.2  # the final residual's typical RMS in realistic models (docs/realistic.md's sweep)
 ENTROPY_LOW = 1.05  # nats: the band the scale is centred in (the issue's 1 nat, a margin)
@@ -93,16 +93,30 @@ def _entropy(z: np.ndarray, s: float, zeros: int) -> np.ndarray:
     return np.log(total) - mean / total
 
 
+def _overlaps(codes: np.ndarray, stream: Stream) -> np.ndarray:
+    """The logits at unit scale and ρ = 1 of :data:`_CONTEXTS` stream tokens spread over the
+    cycle, over the stream tokens (the others' logits are 0)."""
+    order = stream.order
+    pick = order[np.linspace(0, order.size - 1, min(_CONTEXTS, order.size)).astype(np.int64)]
+    return codes[pick] @ codes[stream.predecessor].T
+
+
+def predicted_entropy(codes: np.ndarray, stream: Stream, scale: float, rho: float):
+    """(entropy in nats, top-1 probability) of the sampled contexts' next-token distributions at
+    temperature 1 for a final residual of RMS ``rho``."""
+    z = _overlaps(codes, stream) * (scale / rho)
+    zeros = stream.vocab - stream.order.size
+    top = z.max(1)
+    return _entropy(z, 1.0, zeros), 1.0 / (np.exp(z - top[:, None]).sum(1) + zeros * np.exp(-top))
+
+
 def logit_scale(codes: np.ndarray, stream: Stream, rho: float = RHO) -> float:
     """The lm_head's scale: the middle (geometric) of the range over which the entropy of every
     sampled context's next-token distribution lies in [ENTROPY_LOW, ENTROPY_HIGH · ln V], for
     a final residual of RMS ``rho``; the range is in the scale/ρ, so a model whose ρ differs from
     ``rho`` by the range's half-width in either direction stays inside it. Rounded to 1e-4."""
-    order, pred = stream.order, stream.predecessor
-    unit = codes[pred]
-    pick = order[np.linspace(0, order.size - 1, min(_CONTEXTS, order.size)).astype(np.int64)]
-    z = codes[pick] @ unit.T
-    zeros, high = stream.vocab - order.size, ENTROPY_HIGH * math.log(stream.vocab)
+    z = _overlaps(codes, stream)
+    zeros, high = stream.vocab - stream.order.size, ENTROPY_HIGH * math.log(stream.vocab)
 
     def bisect(ok, lo: float, hi: float) -> float:  # ok(lo) is False, ok(hi) is True
         for _ in range(60):
