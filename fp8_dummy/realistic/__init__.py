@@ -15,6 +15,9 @@ bytes on disk:
 - ``values.py``: the one byte writer: a spec and a key written into a tensor or a block of
   it (``init_stateless_``), then the routing's overrides;
 - ``routing/``: MoE routing profiles realized by the weights (its own face and file map);
+- ``speculative/``: speculative decoding realized by the weights: the MTP layers of the
+  checkpoints that carry them, a designed greedy stream the draft predicts at a chosen
+  acceptance, the draft model of ``export --draft`` (its own face and file map);
 - ``formats.py``: the checkpoint formats (bf16 ... nvfp4, mxfp4): which tensors a quantized
   checkpoint holds, its ``quantization_config``, the format a config describes;
 - ``hf_model.py``: the transformers side: the model class a config names, the checkpoint's
@@ -48,9 +51,11 @@ from .logical import CheckpointTensor, LogicalModel, config_checkpoint, logical_
 from .routing import Profile, RoutingError, chosen_routing, parse_routing
 from .rules import Spec, module_kind, tensor_spec
 from .specs import model_specs, model_tensors
+from .speculative import Acceptance, AcceptanceError, chosen_acceptance, parse_acceptance
 from .values import fill_
 
-__all__ = ["DEFAULT", "FORMATS", "Arch", "Block", "CheckpointTensor", "Format", "LazyTensor"]
+__all__ = ["DEFAULT", "FORMATS", "Acceptance", "AcceptanceError", "Arch", "Block"]
+__all__ += ["CheckpointTensor", "Format", "LazyTensor", "chosen_acceptance", "parse_acceptance"]
 __all__ += ["LogicalModel", "Profile", "RoutingError", "Spec", "UnplacedTensorError"]
 __all__ += ["UnsupportedFormatError", "build_model", "checkpoint_names", "checkpoint_state"]
 __all__ += ["chosen_routing", "config_checkpoint", "config_format", "config_of", "derive"]
