@@ -34,6 +34,9 @@ __all__ = ["Stream", "allowed_tokens", "design_stream", "predict", "run_lengths"
 
 PHI = (math.sqrt(5.0) - 1.0) / 2.0  # the golden ratio's fractional part: the lowest discrepancy
 _SPECIALS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+# A tokenizer's vocabulary files: a directory without one has no tokenizer (transformers can
+# make an empty one from a config alone)
+_VOCABULARY = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,9 @@ def _load_tokenizer(config: Any, tokenizer: Any) -> tuple[Any, str]:
     where = tokenizer if tokenizer is not None else getattr(config, "_name_or_path", None)
     if not where or not os.path.isdir(os.fspath(where)):
         return None, "no tokenizer"
+    files = os.listdir(os.fspath(where))
+    if not any(f in _VOCABULARY or f.endswith(".tiktoken") for f in files):
+        return None, f"no tokenizer (no vocabulary file in {os.fspath(where)})"
     try:
         import transformers
 
