@@ -43,6 +43,7 @@ def _poisoned(model: torch.nn.Module) -> dict:
 
 
 BAD = [1.5, -0.1, float("nan"), "nan", "inf", "x", [], [0.5] * 65, [0.9, 2.0], "0.9,,0.5", True]
+BAD += [[0.5, 0.6]]  # increasing: not a share of steps that accept every position up to it
 
 
 @pytest.mark.parametrize("bad", BAD, ids=[repr(b) for b in BAD])
@@ -66,8 +67,9 @@ def test_acceptance_forms():
     assert parse_acceptance("default").rates == (S.DEFAULT,) and S.DEFAULT == 0.85
     one = parse_acceptance(0.7)
     assert one.memoryless and one.reach(3) == pytest.approx(0.343)
-    listed = parse_acceptance("0.9,0.5")
-    assert not listed.memoryless and listed.positions == 2 and listed.reach(3) == 0
+    listed = parse_acceptance("0.9,0.5")  # vLLM's synthetic_acceptance_rates: unconditional
+    assert not listed.memoryless and listed.positions == 2
+    assert (listed.reach(1), listed.reach(2), listed.reach(3)) == (0.9, 0.5, 0)
     assert parse_acceptance([0.9, 0.5], positions=2) == listed
     with pytest.raises(AcceptanceError, match="engine drafts 3"):
         parse_acceptance([0.9, 0.5], positions=3)
@@ -280,10 +282,10 @@ def test_the_report(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert main([str(tmp_path), "--acceptance", "0.9,0.5", "--k", "2", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "MTP layers: 2 (deepseek" in text and " 2 0.899 0.501 " in " ".join(text.split())
+    assert "MTP layers: 2 (deepseek" in text and " 0.899 0.500 " in " ".join(text.split())
     report = json.loads(out.read_text())
     (two,) = report["predicted"]
-    assert two["k"] == 2 and np.allclose(two["conditional"], [0.9, 0.5], atol=0.01)
+    assert two["k"] == 2 and np.allclose(two["per_step"], [0.9, 0.5], atol=0.01)
     assert report["mtp"]["tensors"] and all(
         t.startswith("model.layers.") for t in report["mtp"]["tensors"]
     )

@@ -3,11 +3,12 @@ greedy proposal is the target's greedy token, parsed and checked once for every 
 (the in-memory fill, ``export --acceptance``, vLLM's extra config, SGLang's environment).
 
 A number A in [0, 1] is memoryless: each draft token is right with probability A given that
-those before it were, for any number of draft tokens. A list ``[a1, ..., ak]`` is for an engine
-that drafts k tokens: position i is right with probability ``ai`` given positions 1..i-1 were,
-and a (k+1)-th position, if an engine drafts one, is never right. ``"default"`` is
-:data:`DEFAULT` (DeepSeek-V3's reported second-token acceptance); None: no designed process
-(today's bytes)."""
+those before it were, for any number of draft tokens (positions 1..i all right: A^i). A list
+``[r1, ..., rk]`` is for an engine that drafts k tokens and reads as vLLM's
+``synthetic_acceptance_rates``: ``ri`` is the probability that positions 1..i are all right
+(unconditional, so non-increasing), and a (k+1)-th position, if an engine drafts one, is never
+right. ``"default"`` is :data:`DEFAULT` (DeepSeek-V3's reported second-token acceptance);
+None: no designed process (today's bytes)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ class AcceptanceError(ValueError):
 
 @dataclass(frozen=True)
 class Acceptance:
-    """A parsed ``acceptance``: ``rates`` (one number: memoryless; k numbers: for k draft
-    tokens), each the probability that a position's draft token is right given the earlier
-    ones were."""
+    """A parsed ``acceptance``: ``rates``, one number (memoryless: each position right with
+    that probability given the earlier ones were) or k (for k draft tokens: positions 1..i
+    all right with probability ``rates[i-1]``)."""
 
     rates: tuple[float, ...]
     memoryless: bool = True
@@ -50,7 +51,7 @@ class Acceptance:
         """P(positions 1..i all right), i >= 0."""
         if self.memoryless:
             return self.rates[0] ** i
-        return math.prod(self.rates[:i]) if i <= len(self.rates) else 0.0
+        return (1.0, *self.rates)[i] if i <= len(self.rates) else 0.0
 
 
 def _number(v: Any, what: str) -> float:
@@ -98,6 +99,13 @@ def _listed(parts: Sequence[Any], source: str) -> Acceptance:
             f"draft position (got {len(parts)})"
         )
     rates = tuple(_number(v, f"position {i + 1}") for i, v in enumerate(parts))
+    for i in range(1, len(rates)):
+        if rates[i] > rates[i - 1]:
+            raise AcceptanceError(
+                f"fp8_dummy: acceptance {source}: position {i + 1}'s {rates[i]:g} is above "
+                f"position {i}'s {rates[i - 1]:g}: each is the share of steps that accept every "
+                "position up to it (vLLM's synthetic_acceptance_rates), so none increases"
+            )
     return Acceptance(rates, False, "[" + ", ".join(f"{r:g}" for r in rates) + "]")
 
 
