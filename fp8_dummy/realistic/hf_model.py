@@ -32,12 +32,16 @@ def is_transformers_model(model: torch.nn.Module) -> bool:
 
 def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Module:
     """The transformers model class ``config`` names, on the meta device (no memory); the
-    class itself, not the quantized stand-ins a ``quantization_config`` would swap in."""
+    class itself, not the quantized stand-ins a ``quantization_config`` would swap in, under
+    its own model type (which transformers' checkpoint conversion is keyed by)."""
     import transformers
 
     if getattr(config, "quantization_config", None) is not None:
         config = copy.copy(config)
         del config.quantization_config
+    if "model_type" in vars(config):  # an engine's renaming (vLLM's MTP drafts): the class's own
+        config = copy.copy(config)
+        del config.model_type
 
     kw = {"dtype": dtype} if dtype is not None else {}
     errors = []

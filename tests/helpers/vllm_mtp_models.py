@@ -1,0 +1,121 @@
+"""vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``) built on
+this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo
+workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``,
+a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
+``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``), a ``VllmConfig`` holding both,
+then the model loader's ``create_model`` with the draft's model config, the way its proposer's
+``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
+apply; the oracle is the same: the export of the config, read by vLLM's own safetensors loader
+into a twin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from helpers import vllm_invariant_models as M
+
+# Two decoder layers (Qwen3-Next: four, three of them linear attention) and the MTP layers.
+MODELS = {
+    "deepseek_v3": dict(M.MODELS["deepseek_v3"]),
+    "glm4_moe": dict(
+        architectures=["Glm4MoeForCausalLM"],
+        model_type="glm4_moe",
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        num_key_value_heads=2,
+        first_k_dense_replace=1,
+        n_group=1,
+        topk_group=1,
+        partial_rotary_factor=0.5,
+    ),  # fmt: skip
+    "qwen3_next": dict(
+        architectures=["Qwen3NextForCausalLM"],
+        model_type="qwen3_next",
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_key_value_heads=2,
+        shared_expert_intermediate_size=32,
+        linear_num_value_heads=4,
+        linear_num_key_heads=2,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+    ),  # fmt: skip
+}
+# (model, quantization, MTP layers, draft tokens, acceptance): the designed stream at one and
+# two MTP layers (two draft tokens: a per-position list), FP8 block, and the plain MTP layers.
+CASES = [
+    ("deepseek_v3", "bf16", 1, 1, 0.6),
+    ("deepseek_v3", "blk", 2, 2, "0.8,0.5"),
+    ("deepseek_v3", "bf16", 1, 3, None),
+    ("glm4_moe", "bf16", 1, 1, 0.6),
+    ("qwen3_next", "bf16", 1, 1, 0.6),
+]
+
+
+def key(case: tuple) -> str:
+    model, quant, layers, k, acceptance = case
+    return f"{model}-{quant}-{layers}mtp-k{k}-{acceptance}"
+
+
+def write_config(case: tuple, folder: Path) -> Path:
+    model, quant, layers, _, _ = case
+    folder.mkdir(parents=True, exist_ok=True)
+    config = dict(M.COMMON, **MODELS[model], num_nextn_predict_layers=layers)
+    if M.QUANTS[quant]:
+        config["quantization_config"] = M.QUANTS[quant]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def export(case: tuple, folder: Path) -> Path:
+    """fp8_dummy's export of the case's config with its acceptance, seed 0 (Qwen3-Next's
+    ``A_log``, which no role covers, with its assumed values)."""
+    from fp8_dummy.realistic.export import export as write
+
+    out = folder / "checkpoint"
+    source = write_config(case, folder / "source")
+    write(source, out, acceptance=case[4], progress=False, allow_unknown=True)
+    return out
+
+
+def build(folder: Path, world: int, k: int):
+    """(draft model, vllm_config, draft model_config): the MTP draft of the target config in
+    ``folder`` at TP=``world`` with ``k`` speculative tokens, as vLLM creates it."""
+    from vllm.config import (
+        DeviceConfig,
+        ModelConfig,
+        ParallelConfig,
+        SpeculativeConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16")
+    parallel = ParallelConfig(tensor_parallel_size=world)
+    spec = SpeculativeConfig(
+        method="mtp", num_speculative_tokens=k, target_model_config=target,
+        target_parallel_config=parallel,
+    )  # fmt: skip
+    vllm_config = VllmConfig(
+        model_config=target, device_config=DeviceConfig(device="cpu"),
+        parallel_config=parallel, speculative_config=spec,
+    )  # fmt: skip
+    loader = get_model_loader(LoadConfig(load_format="dummy"))
+    draft = spec.draft_model_config
+    with set_current_vllm_config(vllm_config):
+        with set_default_torch_dtype(draft.dtype), torch.device("cpu"):
+            model = loader.create_model(vllm_config=vllm_config, model_config=draft)
+    return model, vllm_config, draft

@@ -1,0 +1,88 @@
+"""The MTP layers in vLLM 0.33's own draft classes: ``DeepSeekMTP`` (DeepSeek-V3, one and two
+MTP layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5) and ``Qwen3NextMTP`` (Qwen3-Next),
+built on the CPU as vLLM's proposer builds its draft (helpers/vllm_mtp_models.py), loaded by
+``--load-format fp8_dummy_realistic`` with an acceptance in ``model_loader_extra_config``, at
+TP=1 and TP=2 (two gloo processes). The oracle: the export of the same config and acceptance
+read by vLLM's own safetensors loader into a twin; every parameter reached by both, every
+tensor byte for byte equal. A per-position acceptance of another length than vLLM's
+``num_speculative_tokens`` is refused before anything is written. Without vLLM 0.33: skipped,
+with why."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import workers as W
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "helpers" / "vllm_mtp_worker.py"
+
+try:  # importable here, not only installed (the workers import it the same way)
+    import vllm
+
+    _VERSION = vllm.__version__
+except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
+    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
+        raise
+    pytest.skip(
+        f"vLLM is not importable here ({type(e).__name__}: {e}); scripts/ci_engines.sh installs it",
+        allow_module_level=True,
+    )
+if not _VERSION.startswith("0.33."):
+    pytest.skip(f"the draft classes are vLLM 0.33's; this is {_VERSION}", allow_module_level=True)
+
+from helpers import vllm_mtp_models as T  # noqa: E402
+
+CLASSES = {"deepseek_v3": "DeepSeekMTP", "glm4_moe": "Glm4MoeMTP", "qwen3_next": "Qwen3NextMTP"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("mtp")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    port = W.free_port()
+    commands = [
+        [sys.executable, str(WORKER), str(r), str(port), str(tmp), str(ROOT)] for r in range(2)
+    ]
+    logs = W.run_together(commands, env, timeout=900)
+    results = []
+    for r in range(2):
+        path = tmp / f"{r}.json"
+        assert path.exists(), f"rank {r} wrote nothing:\n{logs[r][-3000:]}"
+        result = json.loads(path.read_text())
+        assert "error" not in result, f"rank {r}:\n{result['error']}"
+        results.append(result)
+    tp1 = {case: r for result in results for case, r in result["1"].items()}
+    return {1: tp1, 2: [result["2"] for result in results]}
+
+
+@pytest.mark.parametrize("case", T.CASES, ids=T.key)
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_draft_holds_the_export(runs, case, tp):
+    for cases in [runs[1]] if tp == 1 else runs[2]:
+        r = cases[T.key(case)]
+        assert "error" not in r, r["error"]
+        assert r["class"] == CLASSES[case[0]]
+        assert r["not_loaded"] == [] and r["mismatch"] == [], r
+        assert r["poisoned"] == [], "a tensor the in-engine load never wrote"
+        assert r["checked"] >= 15
+        mtp = [n for n in r["shapes"] if ".layers." in n]
+        assert mtp, "the MTP layers' own tensors"
+
+
+def test_two_ranks_hold_their_halves(runs):
+    """TP=2 shards the vocabulary-parallel head and embedding and the MoE experts."""
+    for case in T.CASES:
+        one = runs[1][T.key(case)]["shapes"]
+        two = runs[2][0][T.key(case)]["shapes"]
+        assert any(two[n] != s for n, s in one.items()), case
+
+
+def test_a_list_of_the_wrong_length_is_refused(runs):
+    r = runs[1]["wrong-length"]
+    assert r["raised"] and "engine drafts 1" in r["raised"], r
+    assert r["untouched"]
