@@ -85,16 +85,18 @@ def prepare() -> None:
     ps.init_model_parallel_group = init_model_parallel_group
 
 
-def server_args(folder: Path, world: int):
+def server_args(folder: Path, world: int, **more):
+    """``more``: other ServerArgs (Qwen3-Next's MTP test: no radix cache, whose hybrid-model
+    variant needs a platform's Mamba cache snapshots; it has no say in the parameters)."""
     from sglang.srt.server_args import ServerArgs
 
     return ServerArgs(
         model_path=str(folder), tp_size=world, device="cpu", dtype="bfloat16",
-        skip_tokenizer_init=True, load_format="auto",
+        skip_tokenizer_init=True, load_format="auto", **more,
     )  # fmt: skip
 
 
-def start(folder: Path, world: int, rank: int, port: int) -> None:
+def start(folder: Path, world: int, rank: int, port: int, **more) -> None:
     """SGLang's runtime context and process groups for rank ``rank`` of ``world``."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.distributed.parallel_state import (
@@ -105,7 +107,7 @@ def start(folder: Path, world: int, rank: int, port: int) -> None:
     from sglang.srt.layers.moe import initialize_moe_config
     from sglang.srt.runtime_context import SpawnRanks, publish
 
-    args = server_args(folder, world)
+    args = server_args(folder, world, **more)
     publish(args, role="test", ranks=SpawnRanks(world_rank=rank, gpu_id=rank))
     initialize_moe_config()
     model_config = ModelConfig.from_server_args(args)
@@ -118,14 +120,16 @@ def start(folder: Path, world: int, rank: int, port: int) -> None:
     init_dp_gathered_buffer(model_config)
 
 
-def build(folder: Path, world: int, rank: int) -> torch.nn.Module:
-    """SGLang's model of the config.json in ``folder``, its tensors as SGLang creates them."""
+def build(folder: Path, world: int, rank: int, draft: bool = False, **more) -> torch.nn.Module:
+    """SGLang's model of the config.json in ``folder``, its tensors as SGLang creates them;
+    ``draft``: its speculative draft (the NextN/MTP class SGLang's draft config names)."""
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
     from sglang.srt.model_loader.utils import set_default_torch_dtype
 
-    model_config = ModelConfig.from_server_args(server_args(folder, world))
+    args = server_args(folder, world, **more)
+    model_config = ModelConfig.from_server_args(args, is_draft_model=draft)
     load_config = LoadConfig(load_format="auto", tp_rank=rank)
     quant_config = _get_quantization_config(model_config, load_config)
     with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
