@@ -183,28 +183,32 @@ def mtp_acceptance(out: Path, layers: int, monkeypatch, prompts: int = 4, tokens
 def assisted_acceptance(out: Path, draft: Path, k: int, monkeypatch, prompts: int = 4,
                         tokens: int = 150, vocab: int = 1024) -> np.ndarray:  # fmt: skip
     """transformers' own assisted generation with the exported draft model, greedy, k draft
-    tokens a step (constant, no confidence cut): the tokens accepted per step."""
+    tokens a step (constant, no confidence cut): the tokens accepted per step. Not counted:
+    each generation's first step (drafted from the prompt's own last token) and its steps near
+    the length limit (fewer than k drafted, or the accepted ones cut to the limit)."""
     from transformers.generation import candidate_generator as cg
 
     model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assistant = tf.AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32)
-    counts: list[int] = []
+    drafting = assistant.generation_config  # what the candidate generator reads
+    drafting.num_assistant_tokens, drafting.num_assistant_tokens_schedule = k, "constant"
+    drafting.assistant_confidence_threshold = 0.0
+    steps: list[tuple[int, int]] = []  # (draft tokens, accepted)
     own = cg.AssistedCandidateGenerator.update_candidate_strategy
 
     def record(self, input_ids, scores, num_matches):
-        counts.append(int(num_matches))
+        steps.append((scores.shape[1] - 1, int(num_matches)))
         return own(self, input_ids, scores, num_matches)
 
     monkeypatch.setattr(cg.AssistedCandidateGenerator, "update_candidate_strategy", record)
     gen = torch.Generator().manual_seed(0)
+    counts: list[int] = []
     for _ in range(prompts):
         ids = torch.randint(2, vocab, (1, 8), generator=gen)
-        before = len(counts)
+        steps.clear()
         model.generate(ids, assistant_model=assistant, do_sample=False, max_new_tokens=tokens,
-                       min_new_tokens=tokens, num_assistant_tokens=k,
-                       num_assistant_tokens_schedule="constant",
-                       assistant_confidence_threshold=0.0)  # fmt: skip
-        del counts[before : before + 1]  # the first step drafts from the prompt's own last token
+                       min_new_tokens=tokens)  # fmt: skip
+        counts += [m for drafted, m in steps[1:-1] if drafted == k]
     return np.asarray(counts)
 
 
@@ -216,3 +220,61 @@ def entropies(model: torch.nn.Module, vocab: int, prompts: int = 16) -> np.ndarr
         logits = model(ids).logits[:, -1].double()
     p = logits.softmax(-1)
     return (-(p * p.clamp_min(1e-300).log()).sum(-1)).numpy()
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + w.float())
+
+
+def qwen3_next_mtp_acceptance(out: Path, k: int, work: Path, prompts: int = 3,
+                              tokens: int = 80, vocab: int = 1024) -> np.ndarray:  # fmt: skip
+    """Qwen3-Next's MTP layer run independently of fp8_dummy and of any engine, as vLLM's
+    ``Qwen3NextMTP`` computes it (transformers cannot run Qwen3-Next's MTP): ``mtp.fc`` of the
+    (1 + w)-normalized embedding and the target's last hidden state, the MTP decoder layer
+    (transformers' own Qwen3-Next layer, full attention, loaded from the export's ``mtp.*``
+    tensors), ``mtp.norm`` and the lm_head; reused for k draft tokens, each on the sequence
+    with the drafts so far, and verified against the target's greedy tokens."""
+    t = read(out)
+    one = work / "mtp-as-model"  # the MTP block as a one-layer model: transformers' loader
+    one.mkdir(parents=True, exist_ok=True)
+    small = tf.AutoConfig.from_pretrained(out)
+    small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
+    small.save_pretrained(one)
+    from safetensors.torch import save_file
+
+    ours = {"model.embed_tokens.weight": t["model.embed_tokens.weight"]}
+    ours.update({"model.norm.weight": t["mtp.norm.weight"], "lm_head.weight": t["lm_head.weight"]})
+    ours.update({"model." + n[4:]: v for n, v in t.items() if n.startswith("mtp.layers.")})
+    save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
+              str(one / "model.safetensors"))  # fmt: skip
+    block = tf.AutoModelForCausalLM.from_pretrained(one, dtype=torch.float32).eval()
+    target = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    fc = torch.from_numpy(t["mtp.fc.weight"]).float()
+    ne, nh = (torch.from_numpy(t[f"mtp.pre_fc_norm_{w}.weight"]) for w in ("embedding", "hidden"))
+    embed = target.get_input_embeddings()
+    gen = torch.Generator().manual_seed(0)
+    counts = []
+    with torch.no_grad():
+        for _ in range(prompts):
+            ids = torch.randint(2, vocab, (1, 8), generator=gen)
+            seq = target.generate(ids, do_sample=False, max_new_tokens=tokens + k + 1)[0]
+            hidden = target(seq[None], output_hidden_states=True).hidden_states[-1][0]
+            n = ids.shape[1]  # the target has made seq[n]: the drafts start after it
+            while n < ids.shape[1] + tokens:
+                x = torch.cat([_rms(embed(seq[1 : n + 1]), ne, 1.0),
+                               _rms(hidden[:n], nh, 1.0)], -1) @ fc.T  # fmt: skip
+                drafts = []
+                for _ in range(k):
+                    logits = block(inputs_embeds=x[None]).logits[0, -1]
+                    drafts.append(int(logits.argmax()))
+                    step = _rms(embed(torch.tensor([drafts[-1]])), ne, 1.0)
+                    last = block(inputs_embeds=x[None], output_hidden_states=True)
+                    h = last.hidden_states[-1][0, -1:]
+                    x = torch.cat([x, torch.cat([step, _rms(h, nh, 1.0)], -1) @ fc.T])
+                m = 0
+                while m < k and drafts[m] == int(seq[n + 1 + m]):
+                    m += 1
+                counts.append(m)
+                n += m + 1
+    return np.asarray(counts)
