@@ -119,7 +119,7 @@ def logit_scale(codes: np.ndarray, stream: Stream, rho: float = RHO) -> float:
     zeros, high = stream.vocab - stream.order.size, ENTROPY_HIGH * math.log(stream.vocab)
 
     def bisect(ok, lo: float, hi: float) -> float:  # ok(lo) is False, ok(hi) is True
-        for _ in range(60):
+        for _ in range(40):
             mid = math.sqrt(lo * hi)
             lo, hi = (lo, mid) if ok(mid) else (mid, hi)
         return hi
@@ -187,7 +187,7 @@ def plan_design(
     for name, spec in specs.items():
         dim = _out_dim(shapes[name], hidden) if spec.role == "residual_out" else None
         if dim is not None:
-            overrides.setdefault(name, []).extend((dim, row, 0.0) for row in lay.s)
+            overrides.setdefault(name, []).append((dim, lay.s, 0.0))
     for name in projections:
         if tuple(shapes[name]) != (hidden, 2 * hidden):
             continue
