@@ -13,29 +13,18 @@ MTP layer. Without SGLang: skipped, with why."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.engine_import import require
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "sglang_mtp_worker.py"
 
-try:
-    import sglang.srt.model_loader.weight_utils  # noqa: F401
-except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
-    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
-        raise
-    pytest.skip(
-        f"SGLang is not importable here ({type(e).__name__}: {e}); scripts/ci_engines.sh "
-        "installs it",
-        allow_module_level=True,
-    )
+require("sglang.srt.model_loader.weight_utils")
 
 from helpers import sglang_models as S  # noqa: E402
 from helpers import vllm_mtp_models as T  # noqa: E402
-from helpers import workers as W  # noqa: E402
 
 from fp8_dummy.realistic.export import export  # noqa: E402
 
@@ -55,8 +44,7 @@ CLASSES = {
 
 
 def _config(model: str, quant: str) -> dict:
-    config = dict(S.MODELS.get(model) or dict(S.V.COMMON, **T.MODELS[model]))
-    config["num_nextn_predict_layers"] = 1
+    config = dict(S.MODELS.get(model) or T.fields(model), num_nextn_predict_layers=1)
     if S.QUANTS[quant]:
         config["quantization_config"] = S.QUANTS[quant]
     return config
@@ -72,27 +60,9 @@ def runs(tmp_path_factory) -> dict:
         export(source, root / case / "checkpoint", acceptance=acceptance, progress=False,
                allow_unknown=True)  # fmt: skip
     (root / "cases.json").write_text(json.dumps({c: v[2] for c, v in CASES.items()}))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("FP8_DUMMY_ROUTING", None)
-    ranks = [(1, 0), (2, 0), (2, 1)]
-    ports = {1: W.free_port(), 2: W.free_port()}
-    command = [sys.executable, str(WORKER)]
-    logs = W.run_together(
-        [
-            command + [str(w), str(r), str(ports[w]), str(root), str(root), str(ROOT)]
-            for w, r in ranks
-        ],
-        env,
-        timeout=900,
-    )
-    out = {}
-    for (w, r), log in zip(ranks, logs):
-        path = root / f"{w}-{r}.json"
-        assert path.exists(), f"TP={w} rank {r} wrote nothing:\n{log[-3000:]}"
-        found = json.loads(path.read_text())
-        assert "error" not in found, f"TP={w} rank {r}:\n{found['error']}"
+    out = S.run_ranks(WORKER, root, ROOT)
+    for found in out.values():
         assert sorted(found) == sorted(CASES)
-        out[(w, r)] = found
     return out
 
 
@@ -104,15 +74,15 @@ def _shared_or_kv(name: str) -> bool:
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_draft_holds_the_export(runs, case):
-    one = runs[(1, 0)][case]
-    for (w, r), found in runs.items():
-        got = found[case]
-        where = (case, w, r)
-        assert "error" not in got, (where, got["error"])
-        assert got["class"] == CLASSES[CASES[case][0]]
-        assert got["mismatch"] == [] and got["checked"] > 10, (where, got)
+    found = {where: f[case] for where, f in runs.items()}  # (world, rank) -> findings
+    failed = {where: got["error"] for where, got in found.items() if "error" in got}
+    assert not failed, failed
+    for where, got in found.items():
+        assert got["cls"] == CLASSES[CASES[case][0]], where
+        assert not got["mismatch"] and got["checked"] > 10, (where, got)
         assert got["unreached"] == got["unread"], (where, got)  # none written by one side only
         assert all(_shared_or_kv(n) for n in got["unreached"]), (where, got["unreached"])
-        if w == 2:
-            sharded = sum(got["shapes"][n] != s for n, s in one["shapes"].items())
-            assert sharded >= 2, (where, sharded)
+    one = found[(1, 0)]["shapes"]
+    for rank in (0, 1):
+        two = found[(2, rank)]["shapes"]
+        assert sum(two[n] != s for n, s in one.items()) >= 2, rank

@@ -10,30 +10,16 @@ with why."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 from helpers import workers as W
+from helpers.engine_import import require
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_mtp_worker.py"
 
-try:  # importable here, not only installed (the workers import it the same way)
-    import vllm
-
-    _VERSION = vllm.__version__
-except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
-    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
-        raise
-    pytest.skip(
-        f"vLLM is not importable here ({type(e).__name__}: {e}); scripts/ci_engines.sh installs it",
-        allow_module_level=True,
-    )
-if not _VERSION.startswith("0.33."):
-    pytest.skip(f"the draft classes are vLLM 0.33's; this is {_VERSION}", allow_module_level=True)
+require("vllm", "0.33.", "the draft classes")
 
 from helpers import vllm_mtp_models as T  # noqa: E402
 
@@ -43,19 +29,7 @@ CLASSES = {"deepseek_v3": "DeepSeekMTP", "glm4_moe": "Glm4MoeMTP", "qwen3_next":
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("mtp")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    port = W.free_port()
-    commands = [
-        [sys.executable, str(WORKER), str(r), str(port), str(tmp), str(ROOT)] for r in range(2)
-    ]
-    logs = W.run_together(commands, env, timeout=900)
-    results = []
-    for r in range(2):
-        path = tmp / f"{r}.json"
-        assert path.exists(), f"rank {r} wrote nothing:\n{logs[r][-3000:]}"
-        result = json.loads(path.read_text())
-        assert "error" not in result, f"rank {r}:\n{result['error']}"
-        results.append(result)
+    results = W.pair(WORKER, tmp, ROOT)
     tp1 = {case: r for result in results for case, r in result["1"].items()}
     return {1: tp1, 2: [result["2"] for result in results]}
 

@@ -28,7 +28,9 @@ bytes on disk:
   its writer (every holder of the model takes its bytes from here);
 - ``inplace.py``: :func:`initialize_realistic_dummy_weights`, the fill of a model in place;
 - ``safetensors_writer.py``: a safetensors file made a window at a time while a thread writes;
-- ``export.py``: ``python -m fp8_dummy export``: the checks, the checkpoint's files, the CLI.
+- ``export.py``: ``python -m fp8_dummy export``: the checks, the checkpoint's files, the CLI;
+- ``reports.py``: what the report commands (``routing``, ``acceptance``) share: arguments,
+  checks, their JSON written atomically.
 
 An export's bytes: ``export.py`` -> ``safetensors_writer.py`` -> ``logical.py``
 (``LogicalModel.write``) -> ``values.py`` (``fill_``) -> ``fp8_dummy.init_stateless_``."""

@@ -148,3 +148,45 @@ def load_safetensors(model: torch.nn.Module, folder: Path) -> None:
 
 def tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return V.tensors(model)
+
+
+def compare(ours: torch.nn.Module, theirs: torch.nn.Module) -> dict:
+    """The in-engine fill (its parameters poisoned 0x55 first) against the twin read from the
+    export (0xAA): what each left unwritten ("unreached", "unread"), and, what neither wrote
+    ("neither") left out, the tensors whose bytes differ."""
+    mine, other = tensors(ours), tensors(theirs)
+
+    def still(t: torch.Tensor, byte: int) -> bool:
+        return bool((V.as_bytes(t) == byte).all())
+
+    unreached = sorted(n for n in mine if still(mine[n], 0x55))
+    unread = sorted(n for n in other if still(other[n], 0xAA))
+    neither = sorted(set(unreached) & set(unread))
+    for n in neither:
+        del mine[n], other[n]
+    return {"unreached": unreached, "unread": unread, "neither": neither,
+            "checked": len(mine), "mismatch": V.differing(mine, other)}  # fmt: skip
+
+
+RANKS = [(1, 0), (2, 0), (2, 1)]  # TP=1, and TP=2's two ranks
+
+
+def run_ranks(worker: Path, root: Path, repo: Path) -> dict:
+    """``worker`` in three processes, TP=1 and TP=2's two ranks (one gloo group per TP), each
+    given ``root``; {(world, rank): findings}. The engines' choices from the environment
+    (routing, acceptance) are the test's own, not the caller's."""
+    import sys
+
+    from helpers import workers as W
+
+    env = W.environment()
+    for name in ("FP8_DUMMY_ROUTING", "FP8_DUMMY_ACCEPTANCE"):
+        env.pop(name, None)
+    ports = {1: W.free_port(), 2: W.free_port()}
+    commands = [
+        [sys.executable, str(worker), str(w), str(r), str(ports[w]), str(root), str(root),
+         str(repo)]
+        for w, r in RANKS
+    ]  # fmt: skip
+    found = W.gather(commands, [root / f"{w}-{r}.json" for w, r in RANKS], env)
+    return dict(zip(RANKS, found))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -26,12 +25,9 @@ def main(world: int, rank: int, port: int, root: str, out: str, repo: str) -> No
     sys.path[:] = [repo, os.path.join(repo, "tests")] + [
         p for p in sys.path if os.path.abspath(p or ".") != here
     ]
-    result: dict = {}
-    try:
-        result = _run(world, rank, port, Path(root))
-    except Exception:  # noqa: BLE001 (reported to the parent test)
-        result = {"error": traceback.format_exc()}
-    (Path(out) / f"{world}-{rank}.json").write_text(json.dumps(result))
+    from helpers.workers import report
+
+    report(Path(out) / f"{world}-{rank}.json", _run, world, rank, port, Path(root))
 
 
 def _run(world: int, rank: int, port: int, root: Path) -> dict:
@@ -44,48 +40,29 @@ def _run(world: int, rank: int, port: int, root: Path) -> dict:
 
 
 def _case(S, ckpt: Path, acceptance, world: int, rank: int) -> dict:
+    try:
+        return _compare(S, ckpt, acceptance, world, rank)
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        return {"error": traceback.format_exc()}
+
+
+def _compare(S, ckpt: Path, acceptance, world: int, rank: int) -> dict:
     import torch
 
     from fp8_dummy.engines import sglang as fsglang
 
-    t0 = time.perf_counter()
-    r: dict = {}
-    try:
-        ours = S.build(ckpt, world, rank, draft=True, **MORE)
-        theirs = S.build(ckpt, world, rank, draft=True, **MORE)
-        r["class"] = type(ours).__name__
-        for model, byte in ((ours, 0x55), (theirs, 0xAA)):
-            for p in model.parameters():
-                p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)
-        os.environ["FP8_DUMMY_ACCEPTANCE"] = "" if acceptance is None else str(acceptance)
-        with torch.no_grad():
-            fsglang._fill_realistic(ours)
-        S.load_safetensors(theirs, ckpt)
-        mine, other = S.tensors(ours), S.tensors(theirs)
-
-        def still(t, byte):
-            return bool((t.data.reshape(t.shape or (1,)).view(torch.uint8) == byte).all())
-
-        r["unreached"] = sorted(n for n in mine if still(mine[n], 0x55))
-        r["unread"] = sorted(n for n in other if still(other[n], 0xAA))
-        for n in set(r["unreached"]) & set(r["unread"]):  # neither writes it: the test says
-            del mine[n], other[n]
-        r["checked"] = len(mine)
-        r["mismatch"] = [
-            n
-            for n in sorted(mine)
-            if mine[n].shape != other[n].shape
-            or not torch.equal(
-                mine[n].data.reshape(-1).view(torch.uint8),
-                other[n].data.reshape(-1).view(torch.uint8),
-            )
-        ]
-        r["shapes"] = {n: list(p.shape) for n, p in ours.named_parameters()}
-    except Exception:  # noqa: BLE001 (reported to the parent test)
-        r["error"] = traceback.format_exc()
-    r["seconds"] = round(time.perf_counter() - t0, 2)
-    return r
+    ours = S.build(ckpt, world, rank, draft=True, **MORE)
+    theirs = S.build(ckpt, world, rank, draft=True, **MORE)
+    for model, byte in ((ours, 0x55), (theirs, 0xAA)):
+        for p in model.parameters():
+            p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)
+    os.environ["FP8_DUMMY_ACCEPTANCE"] = "" if acceptance is None else str(acceptance)
+    with torch.no_grad():
+        fsglang._fill_realistic(ours)
+    S.load_safetensors(theirs, ckpt)
+    shapes = {n: list(p.shape) for n, p in ours.named_parameters()}
+    return dict(S.compare(ours, theirs), shapes=shapes, cls=type(ours).__name__)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:7])
+    main(*map(int, sys.argv[1:4]), *sys.argv[4:7])

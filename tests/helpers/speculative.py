@@ -20,47 +20,34 @@ import torch
 import transformers as tf
 from safetensors import safe_open
 
-# Experts of 8, top 2; DeepSeek's MLA small; the first layer dense where the class has one.
-MOE = dict(num_experts_per_tok=2, moe_intermediate_size=64)
-ARCH = {
-    "llama": {},
-    "qwen3_moe": dict(num_experts=8, decoder_sparse_step=1, mlp_only_layers=[], head_dim=32, **MOE),
-    "deepseek_v3": dict(
-        n_routed_experts=8,
-        n_group=2,
-        topk_group=1,
-        q_lora_rank=32,
-        kv_lora_rank=32,
-        qk_rope_head_dim=8,
-        qk_nope_head_dim=16,
-        v_head_dim=16,
-        first_k_dense_replace=1,
-        **MOE,
-    ),  # fmt: skip
-    "glm4_moe": dict(n_routed_experts=8, first_k_dense_replace=1, head_dim=32, **MOE),
-    "qwen3_next": dict(
-        num_experts=8,
-        shared_expert_intermediate_size=64,
-        head_dim=32,
-        linear_num_value_heads=4,
-        linear_num_key_heads=2,
-        linear_key_head_dim=32,
-        linear_value_head_dim=32,
-        **MOE,
-    ),  # fmt: skip
-}
+# Qwen3-Next: 8 experts top-2 and a shared expert; three linear-attention layers and a full one
+QWEN3_NEXT = dict(
+    num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
+    shared_expert_intermediate_size=64, head_dim=32, linear_num_value_heads=4,
+    linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32,
+)  # fmt: skip
+ROUTED = ("qwen3_moe", "deepseek_v3", "glm4_moe")  # the routing tests' configs, 16 experts top-2
 WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj)\.(weight|bias)$")
 
 
 def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, **more):
-    """A tiny config of ``arch`` (4 heads, 2 KV heads; MLA models 4 of each)."""
-    kv = 4 if arch == "deepseek_v3" else 2
-    if arch == "qwen3_next":
-        layers = max(layers, 4)  # three linear-attention layers, then a full-attention one
+    """A tiny untied config of ``arch`` with bos 0 and eos 1: Llama; Qwen3-MoE, DeepSeek-V3
+    and GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next
+    (at least four layers: three linear-attention ones, then a full one); then ``more``."""
     common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=kv, vocab_size=vocab,
-                  bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)  # fmt: skip
-    return tf.AutoConfig.for_model(arch, **{**common, **ARCH[arch], **more})
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab)  # fmt: skip
+    if arch in ROUTED:
+        from test_realistic_routing import configs
+
+        cfg = configs(h=hidden, experts=16, k=2, layers=layers)[arch]
+    elif arch == "qwen3_next":
+        cfg = tf.Qwen3NextConfig(**{**common, "num_hidden_layers": max(layers, 4)}, **QWEN3_NEXT)
+    else:
+        cfg = tf.AutoConfig.for_model(arch, **common)
+    settings = dict(vocab_size=vocab, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
+    for name, value in {**settings, **more}.items():
+        setattr(cfg, name, value)
+    return cfg
 
 
 def export(cfg, folder: Path, acceptance, *, routing: str = "balanced", tokenizer=None) -> Path:

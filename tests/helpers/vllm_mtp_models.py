@@ -17,40 +17,21 @@ import torch
 
 from helpers import vllm_invariant_models as M
 
-# Two decoder layers (Qwen3-Next: four, three of them linear attention) and the MTP layers.
-MODELS = {
-    "deepseek_v3": dict(M.MODELS["deepseek_v3"]),
-    "glm4_moe": dict(
-        architectures=["Glm4MoeForCausalLM"],
-        model_type="glm4_moe",
-        intermediate_size=128,
-        moe_intermediate_size=32,
-        n_routed_experts=4,
-        n_shared_experts=1,
-        num_experts_per_tok=2,
-        num_key_value_heads=2,
-        first_k_dense_replace=1,
-        n_group=1,
-        topk_group=1,
-        partial_rotary_factor=0.5,
-    ),  # fmt: skip
-    "qwen3_next": dict(
-        architectures=["Qwen3NextForCausalLM"],
-        model_type="qwen3_next",
-        intermediate_size=128,
-        moe_intermediate_size=32,
-        num_experts=4,
-        num_experts_per_tok=2,
-        num_key_value_heads=2,
-        shared_expert_intermediate_size=32,
-        linear_num_value_heads=4,
-        linear_num_key_heads=2,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        num_hidden_layers=4,
-        layer_types=["linear_attention"] * 3 + ["full_attention"],
-    ),  # fmt: skip
-}
+ARCHITECTURES = {"glm4_moe": "Glm4MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
+
+
+def fields(model: str) -> dict:
+    """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
+    COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next four): DeepSeek-V3 as
+    there, GLM-4.5 and Qwen3-Next as tests/helpers/speculative.py makes them."""
+    if model == "deepseek_v3":
+        return dict(M.COMMON, **M.MODELS[model])
+    from helpers import speculative as H
+
+    cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256)
+    return dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
+
+
 # (model, quantization, MTP layers, draft tokens, acceptance): the designed stream at one and
 # two MTP layers (two draft tokens: a per-position list), FP8 block, and the plain MTP layers.
 CASES = [
@@ -70,7 +51,7 @@ def key(case: tuple) -> str:
 def write_config(case: tuple, folder: Path) -> Path:
     model, quant, layers, _, _ = case
     folder.mkdir(parents=True, exist_ok=True)
-    config = dict(M.COMMON, **MODELS[model], num_nextn_predict_layers=layers)
+    config = dict(fields(model), num_nextn_predict_layers=layers)
     if M.QUANTS[quant]:
         config["quantization_config"] = M.QUANTS[quant]
     (folder / "config.json").write_text(json.dumps(config))

@@ -11,54 +11,36 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..inplace import initialize_realistic_dummy_weights
+from ..reports import common_arguments, config_file, positive, write_json
 from ..specs import model_specs, model_tensors
 from . import offsets, profiles, solve
 
 MEASURE_LIMIT = 2 << 30  # bytes of float32 weights up to which the model is also run
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fp8_dummy routing", description=__doc__)
-    p.add_argument("config", help="a transformers config.json, or a directory holding one")
+    common_arguments(p)
     p.add_argument("--routing", required=True, help="balanced | zipf:A | a JSON load file")
-    p.add_argument("--tokens", type=_positive, default=4096, help="tokens (default 4096)")
-    p.add_argument("--ep", type=_positive, default=None, help="expert-parallel ranks")
-    p.add_argument("--seed", type=int, default=0, help="the realistic fill's seed (default 0)")
+    p.add_argument("--tokens", type=positive, default=4096, help="tokens (default 4096)")
+    p.add_argument("--ep", type=positive, default=None, help="expert-parallel ranks")
     p.add_argument("--measure", choices=("auto", "yes", "no"), default="auto",
                    help="run the model too (auto: its float32 weights fit in 2 GiB)")  # fmt: skip
-    p.add_argument("--json", type=Path, default=None, help="also write the report here")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    path = Path(args.config)
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file():
-        parser.error(f"{args.config}: no config.json there")
-    if args.json is not None and not args.json.parent.is_dir():
-        parser.error(f"--json {args.json}: directory {args.json.parent} does not exist")
+    path = config_file(parser, args)
     try:
         profile = profiles.parse_routing(args.routing)
     except (profiles.RoutingError, TypeError) as e:
@@ -77,9 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(render(report))
     if args.json is not None:
-        tmp = args.json.with_name(f".{args.json.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        os.replace(tmp, args.json)
+        write_json(args.json, report)
     return 0
 
 

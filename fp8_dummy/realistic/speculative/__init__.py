@@ -53,17 +53,10 @@ __all__ += ["parse_acceptance", "plan_acceptance", "predict"]
 
 
 def plan_acceptance(
-    acceptance: Acceptance,
-    seed: int,
-    config: Any,
-    specs: Mapping[str, Spec],
-    shapes: Mapping[str, Sequence[int]],
-    dtypes: Mapping[str, torch.dtype],
-    keys: Mapping[str, int],
-    *,
-    projections: Sequence[str] = (),
-    tokenizer: Any = None,
-) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:
+    acceptance: Acceptance, seed: int, config: Any, specs: Mapping[str, Spec],
+    shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, torch.dtype],
+    keys: Mapping[str, int], *, projections: Sequence[str] = (), tokenizer: Any = None,
+) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:  # fmt: skip
     """The spec replacements, overrides and facts that write the designed stream of
     ``acceptance`` into a model's logical tensors (full name -> spec, shape, dtype, key);
     all checked before anything is written."""

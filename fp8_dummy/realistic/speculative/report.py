@@ -9,13 +9,11 @@ length, and the next-token distribution's entropy at temperature 1 for final res
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
+from ..reports import common_arguments, config_file, positive, write_json
 from .acceptance import AcceptanceError, parse_acceptance
 from .design import DesignError, code_block, predicted_entropy
 from .mtp import mtp_layers
@@ -24,43 +22,33 @@ from .stream import predict
 RHOS = (1.0, 1.2, 1.4)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fp8_dummy acceptance", description=__doc__)
-    p.add_argument("config", help="a transformers config.json, or a directory holding one")
-    p.add_argument("--acceptance", default="default", help="A, A1,A2,... or default (0.85)")
+    common_arguments(p)
+    p.add_argument("--acceptance", type=_acceptance, default="default",
+                   help="A, A1,A2,... or default (0.85)")  # fmt: skip
     p.add_argument(
-        "--k", type=_positive, action="append", default=None,
+        "--k", type=positive, action="append", default=None,
         help="draft tokens per step (repeatable; default: 1 to 3 and the list's length)",
     )  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="the realistic fill's seed (default 0)")
-    p.add_argument("--json", type=Path, default=None, help="also write the report here")
     return p
+
+
+def _acceptance(text: str):
+    try:
+        acceptance = parse_acceptance(text)
+    except AcceptanceError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if acceptance is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: there is no designed stream to report")
+    return acceptance
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    path = Path(args.config)
-    if not (path / "config.json" if path.is_dir() else path).is_file():
-        parser.error(f"{args.config}: no config.json there")
-    if args.json is not None and not args.json.parent.is_dir():
-        parser.error(f"--json {args.json}: directory {args.json.parent} does not exist")
-    try:
-        acceptance = parse_acceptance(args.acceptance)
-    except AcceptanceError as e:
-        parser.error(str(e))
-    if acceptance is None:
-        parser.error("--acceptance none: there is no designed stream to report")
+    path = config_file(parser, args)
+    acceptance = args.acceptance
     from ..hf_model import config_of
     from ..logical import config_checkpoint
 
@@ -74,9 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     report = build_report(lm, config, ks)
     print(render(report))
     if args.json is not None:
-        tmp = args.json.with_name(f".{args.json.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(report, indent=1))
-        os.replace(tmp, args.json)
+        write_json(args.json, report)
     return 0
 
 
