@@ -312,3 +312,56 @@ def test_draft_export_refusals(tmp_path):
         from fp8_dummy.realistic.export import prepare_draft
 
         prepare_draft(str(tmp_path / "c"), str(tmp_path / "d"), seed=0, acceptance=None)
+
+
+@pytest.mark.parametrize("fmt", ["fp8-block", "nvfp4"])
+def test_quantized_formats_hold_with_acceptance(fmt, tmp_path):
+    """An FP8-block and an NVFP4 export with acceptance: the code rows of every residual
+    branch's weight are zero codes, every other row's codes and every scale the bytes of the
+    export without acceptance (decoded here with the formats test's e4m3 decoder)."""
+    from safetensors import safe_open
+    from test_realistic_formats import DECODE
+
+    from fp8_dummy.realistic.export import export
+
+    cfg = H.config("deepseek_v3", hidden=256)
+    cfg.save_pretrained(tmp_path / "c")
+    files = {}
+    for name, acceptance in (("plain", None), ("designed", 0.6)):
+        export(tmp_path / "c", tmp_path / name, format=fmt, acceptance=acceptance, progress=False)
+        files[name] = {}
+        for f in sorted((tmp_path / name).glob("*.safetensors")):
+            with safe_open(str(f), framework="pt") as h:
+                files[name].update({n: h.get_tensor(n) for n in h.keys()})
+    plain, designed = files["plain"], files["designed"]
+    s = S.layout(256).s
+    codes = [n for n in designed if n.endswith(("o_proj.weight", "down_proj.weight"))]
+    assert len(codes) > 20
+    for name in codes:
+        w, p = designed[name].view(torch.uint8), plain[name].view(torch.uint8)
+        assert not w[s.start : s.stop].any(), name  # zero codes: e4m3 0x00, e2m1 0x0
+        rest = [r for r in range(w.shape[0]) if r not in s]
+        assert torch.equal(w[rest], p[rest]), name
+    scales = [n for n in designed if "scale" in n]
+    assert scales and all(torch.equal(designed[n], plain[n]) for n in scales)
+    if fmt == "fp8-block":  # the decoded weights: zero rows, the rest as before
+        w = DECODE[torch.float8_e4m3fn](designed[codes[0]].view(torch.uint8).numpy())
+        assert not w[s.start : s.stop].any() and np.abs(w).sum() > 0
+
+
+def test_routing_carrier_through_the_mtp_projection(tmp_path):
+    """Qwen3-Next's MTP MoE router (softmax, no bias) takes its routing offsets from the
+    residual's carrier dimension: its input projection carries it (row j reads the normalized
+    embedding's column j alone, no other row reads either half's column j), the router's
+    column j holds the offsets, and the code rows read the embedding's view columns."""
+    cfg = H.config("qwen3_next")
+    out = H.export(cfg, tmp_path, 0.6, routing="zipf:1.2")
+    t = H.read(out)
+    h, j = cfg.hidden_size, cfg.hidden_size - 1
+    fc = t["mtp.fc.weight"]
+    assert fc[j, j] == 1 and np.count_nonzero(fc[j]) == 1
+    assert not np.delete(fc[:, j], j).any() and not fc[:, h + j].any()
+    assert np.abs(t["mtp.layers.0.mlp.gate.weight"][:, j]).sum() > 0
+    s, s2 = S.layout(h).s, S.layout(h).s2
+    for i, row in enumerate(s):
+        assert fc[row, s2[i]] == 1 and np.count_nonzero(fc[row]) == 1

@@ -43,7 +43,14 @@ CASES = [
 ]
 
 
+# A draft model (``export --draft``) of a Llama target: vLLM's Llama class from the draft's
+# config, its "fp8_dummy_draft" mark read through vLLM's own config loading.
+DRAFT = ("llama", "bf16", 0, 4, 0.7)
+
+
 def key(case: tuple) -> str:
+    if case == DRAFT:
+        return "draft-model"
     model, quant, layers, k, acceptance = case
     return f"{model}-{quant}-{layers}mtp-k{k}-{acceptance}"
 
@@ -60,10 +67,19 @@ def write_config(case: tuple, folder: Path) -> Path:
 
 def export(case: tuple, folder: Path) -> Path:
     """fp8_dummy's export of the case's config with its acceptance, seed 0 (Qwen3-Next's
-    ``A_log``, which no role covers, with its assumed values)."""
+    ``A_log``, which no role covers, with its assumed values); for :data:`DRAFT`, the draft
+    model's checkpoint that ``export --draft`` writes beside the target's."""
     from fp8_dummy.realistic.export import export as write
+    from fp8_dummy.realistic.export import main
 
     out = folder / "checkpoint"
+    if case == DRAFT:
+        source = folder / "source"
+        source.mkdir(parents=True, exist_ok=True)
+        (source / "config.json").write_text(json.dumps(dict(M.COMMON, **M.MODELS["llama"])))
+        args = [str(source), str(folder / "target"), "--acceptance", str(case[4]), "--quiet"]
+        assert main(args + ["--draft", str(out), "--draft-hidden", "64"]) == 0
+        return out
     source = write_config(case, folder / "source")
     write(source, out, acceptance=case[4], progress=False, allow_unknown=True)
     return out
@@ -71,7 +87,10 @@ def export(case: tuple, folder: Path) -> Path:
 
 def build(folder: Path, world: int, k: int):
     """(draft model, vllm_config, draft model_config): the MTP draft of the target config in
-    ``folder`` at TP=``world`` with ``k`` speculative tokens, as vLLM creates it."""
+    ``folder`` at TP=``world`` with ``k`` speculative tokens, as vLLM creates it; a draft
+    model's folder (``export --draft``'s): its own model, as vLLM builds any."""
+    if json.loads((folder / "config.json").read_text()).get("fp8_dummy_draft"):
+        return M.build_from(folder, world)
     from vllm.config import (
         DeviceConfig,
         ModelConfig,

@@ -40,10 +40,12 @@ def _run(rank: int, port: int, out: Path) -> dict:
         found["1"][T.key(case)] = _case(M, T, out, 1, rank, case)
     if rank == 0:
         found["1"]["wrong-length"] = _wrong_length(M, T, out)
+    else:
+        found["1"]["draft-model"] = _case(M, T, out, 1, rank, T.DRAFT)
     destroy_model_parallel()
     with set_current_vllm_config(base):
         initialize_model_parallel(tensor_model_parallel_size=2)
-    for case in T.CASES:
+    for case in [*T.CASES, T.DRAFT]:
         found["2"][T.key(case)] = _case(M, T, out, 2, rank, case)
     return found
 
