@@ -365,3 +365,46 @@ def test_routing_carrier_through_the_mtp_projection(tmp_path):
     s, s2 = S.layout(h).s, S.layout(h).s2
     for i, row in enumerate(s):
         assert fc[row, s2[i]] == 1 and np.count_nonzero(fc[row]) == 1
+
+
+DSA = dict(q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16,
+           v_head_dim=16, index_head_dim=16, index_n_heads=2, index_topk=8)  # fmt: skip
+MTP_CONFIGS = {
+    "deepseek_v3": {},
+    "glm4_moe": {},
+    "deepseek_v32": dict(n_routed_experts=8, n_group=2, topk_group=1, **DSA),
+    "glm_moe_dsa": dict(n_routed_experts=8, **DSA),
+    "qwen3_next": {},
+}
+
+
+@pytest.mark.parametrize("arch", MTP_CONFIGS)
+def test_the_mtp_layers_are_moe_layers_under_the_checkpoints_names(arch):
+    """Every architecture's MTP block is a MoE decoder layer (whatever marks the main model's
+    dense layers: first_k_dense_replace, mlp_layer_types, mlp_only_layers), beside the MTP
+    layer's own tensors, under the names the engines' loaders read."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    if arch in ("deepseek_v32", "glm_moe_dsa"):
+        common = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, vocab_size=1024,
+                      num_experts_per_tok=2, moe_intermediate_size=64,
+                      first_k_dense_replace=1)  # fmt: skip
+        cfg = tf.AutoConfig.for_model(arch, **common, **MTP_CONFIGS[arch])
+        cfg.num_nextn_predict_layers = 1
+    else:
+        cfg = H.config(arch, num_nextn_predict_layers=1)
+    names = list(config_checkpoint(cfg, 0, acceptance=0.5).tensors)
+    if arch == "qwen3_next":
+        prefix, block = "mtp.", "mtp.layers.0."
+        own = [f"mtp.{n}.weight" for n in ("fc", "norm", "pre_fc_norm_hidden")]
+        own.append("mtp.pre_fc_norm_embedding.weight")
+    else:
+        prefix = block = f"model.layers.{cfg.num_hidden_layers}."
+        own = [prefix + n for n in ("eh_proj.weight", "enorm.weight", "hnorm.weight",
+                                    "shared_head.norm.weight", "shared_head.head.weight",
+                                    "embed_tokens.weight")]  # fmt: skip
+    assert set(own) <= set(names)
+    assert any(n.startswith(block + "mlp.experts.") for n in names), "a MoE block"
+    assert any(n.startswith(block + "self_attn.") for n in names)
+    assert all(not n.startswith(prefix) or n in own or n.startswith(block) for n in names)

@@ -45,7 +45,10 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
         del config.model_type
     if not type(config).__module__.startswith("transformers."):  # an engine's own config class
         fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
-        config = transformers.AutoConfig.for_model(type(config).model_type, **fields)
+        try:
+            config = transformers.AutoConfig.for_model(type(config).model_type, **fields)
+        except (ValueError, KeyError, TypeError):  # no transformers config of that type
+            pass
 
     kw = {"dtype": dtype} if dtype is not None else {}
     errors = []

@@ -77,6 +77,8 @@ def _mtp_config(text: Any, n: int) -> Any:
     if getattr(cfg, "layer_types", None) is not None:
         types = getattr(text, "mtp_layer_types", None) or ["full_attention"] * n
         cfg.layer_types = list(types)[:n]
+    if getattr(cfg, "mlp_layer_types", None) is not None:  # DeepSeek-V3.2, GLM-5: by name
+        cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
     return cfg
