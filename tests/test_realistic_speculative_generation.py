@@ -22,19 +22,12 @@ import torch
 tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
 
 from helpers import speculative as H  # noqa: E402
+from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
 
 from fp8_dummy.realistic import parse_acceptance  # noqa: E402
 from fp8_dummy.realistic.export import main as export_main  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _wanted(acceptance) -> list[float]:

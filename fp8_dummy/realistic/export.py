@@ -12,9 +12,7 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -25,7 +23,7 @@ from .formats import FORMATS, UnsupportedFormatError, config_format
 from .hf_model import build_model, config_of
 from .logical import CheckpointTensor, LogicalModel, logical_model
 from .safetensors_writer import SAFETENSORS_DTYPES, header, make_buffers, shards, write_tensors
-from .speculative import WEIGHT_SUFFIXES, draft_config, parse_acceptance
+from .speculative import parse_acceptance, stage_draft
 
 __all__ = ["export", "main"]
 
@@ -219,47 +217,20 @@ def _config_json(config: Any, lm: LogicalModel, floats: torch.dtype) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
-def prepare_draft(
-    source: str, out: str, *, seed: int, acceptance: Any, layers: int = 2,
-    hidden: int | None = None, shard_size: str | int = "5GB", progress: bool = True,
-) -> Callable[..., dict]:  # fmt: skip
-    """``--draft``: the draft model of the target config at ``source`` (a config.json or its
-    directory; :func:`.speculative.draft_config`) for the directory ``out``, all checked before
-    anything is written; the function that then writes it (its config, the target's tokenizer
-    files, its weights), or with ``discard=True`` drops it."""
+def prepare_draft(source: str, out: str, seed: int, acceptance: Any, **shape: Any) -> str:
+    """``--draft``: the draft model of the target config at ``source`` staged in a private
+    directory (:func:`.speculative.stage_draft`) for ``out``, all checked before anything is
+    written; the staged directory, which ``export`` then writes to ``out``."""
     if parse_acceptance(acceptance) is None:
         raise ExportError("fp8_dummy export: --draft needs --acceptance (the draft's rate)")
     _check_out(out)
-    folder = source if os.path.isdir(source) else os.path.dirname(source) or "."
-    cfg = draft_config(config_of(source), layers, hidden)
-    stage = tempfile.mkdtemp(prefix="fp8_dummy_draft_")
+    stage = stage_draft(source, **shape)
     try:
-        for name in sorted(os.listdir(folder)):  # the target's tokenizer and generation files
-            path = os.path.join(folder, name)
-            if (
-                os.path.isfile(path)
-                and name != "config.json"
-                and not name.endswith(WEIGHT_SUFFIXES)
-            ):
-                shutil.copyfile(path, os.path.join(stage, name))
-        cfg.save_pretrained(stage)
         logical_model(build_model(config_of(stage)), seed, acceptance=acceptance)  # the checks
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-
-    def write(discard: bool = False) -> dict:
-        try:
-            if discard:
-                return {}
-            return export(
-                stage, out, seed=seed, acceptance=acceptance, shard_size=shard_size,
-                progress=progress,
-            )  # fmt: skip
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
-
-    return write
+    return stage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,13 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft-hidden", type=int, default=None, help="the draft's hidden size")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
+    stage = None
     try:
-        draft = None
         if a.draft is not None:
-            draft = prepare_draft(
-                a.config, a.draft, seed=a.seed, acceptance=a.acceptance, layers=a.draft_layers,
-                hidden=a.draft_hidden, shard_size=a.shard_size, progress=not a.quiet,
-            )  # fmt: skip
+            stage = prepare_draft(a.config, a.draft, a.seed, a.acceptance, layers=a.draft_layers,
+                                  hidden=a.draft_hidden)  # fmt: skip
         s = export(
             a.config,
             a.out,
@@ -302,15 +271,16 @@ def main(argv: list[str] | None = None) -> int:
             progress=not a.quiet,
             acceptance=a.acceptance,
         )
-        if draft is not None:
-            d, draft = draft(), None
+        if stage is not None:
+            d = export(stage, a.draft, seed=a.seed, acceptance=a.acceptance,
+                       shard_size=a.shard_size, progress=not a.quiet)  # fmt: skip
             print(f"fp8_dummy export: draft {d['tensors']} tensors -> {a.draft}")
     except (ExportError, FileNotFoundError, ValueError, TypeError) as e:
         print(str(e), file=sys.stderr)
         return 2
     finally:
-        if draft is not None:
-            draft(discard=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
     rate = s["bytes"] / max(s["seconds"], 1e-9) / 1e9
     print(
         f"fp8_dummy export: {s['tensors']} tensors, {s['bytes'] / 1e9:.3f} GB in "

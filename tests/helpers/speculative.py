@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import transformers as tf
 from safetensors import safe_open
@@ -27,6 +28,17 @@ QWEN3_NEXT = dict(
     linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32,
 )  # fmt: skip
 ROUTED = ("qwen3_moe", "deepseek_v3", "glm4_moe")  # the routing tests' configs, 16 experts top-2
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on one thread: a second one only contends (imported by the test modules)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj)\.(weight|bias)$")
 
 

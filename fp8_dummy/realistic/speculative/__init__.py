@@ -12,8 +12,9 @@ package's face; its files:
   and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
 - ``mtp.py``: the MTP layers of DeepSeek-V3/V3.2, GLM-4.5 and Qwen3-Next checkpoints under
   their own names;
-- ``draft.py``: the config of ``export --draft``'s draft model: a plain causal LM of the
-  target's vocabulary whose greedy proposals the target accepts at the chosen rate;
+- ``draft.py``: ``export --draft``'s draft model: its config (a plain causal LM of the
+  target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
+  with the target's tokenizer files;
 - ``report.py``: ``python -m fp8_dummy acceptance``: the acceptance per position a config and
   an engine's number of draft tokens give, and the next-token entropy."""
 
@@ -34,7 +35,7 @@ from .acceptance import (
     parse_acceptance,
 )
 from .design import DesignError, carrier_rows, layout, plan_design, vocab_hidden
-from .draft import DRAFT_KEY, WEIGHT_SUFFIXES, draft_config, is_draft
+from .draft import DRAFT_KEY, draft_config, is_draft, stage_draft
 from .mtp import MtpPart, mtp_layers, mtp_part
 from .stream import Stream, allowed_tokens, design_stream, predict
 
@@ -49,7 +50,7 @@ __all__ = [
 ]
 __all__ += ["MtpPart", "Stream", "allowed_tokens", "carrier_rows", "chosen_acceptance"]
 __all__ += ["design_stream", "draft_config", "is_draft", "layout", "mtp_layers", "mtp_part"]
-__all__ += ["parse_acceptance", "plan_acceptance", "predict"]
+__all__ += ["parse_acceptance", "plan_acceptance", "predict", "stage_draft"]
 
 
 def plan_acceptance(

@@ -9,13 +9,18 @@ SGLang's realistic loads) knows to write the draft's view of the stream."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from typing import Any
 
-__all__ = ["DRAFT_KEY", "WEIGHT_SUFFIXES", "draft_config", "is_draft"]
+from ..hf_model import config_of
+
+__all__ = ["DRAFT_KEY", "draft_config", "is_draft", "stage_draft"]
 
 DRAFT_KEY = "fp8_dummy_draft"
 _TEXT = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings")
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json")
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json")
 
 
 def _text(config: Any) -> Any:
@@ -53,3 +58,22 @@ def draft_config(target: Any, layers: int = 2, hidden: int | None = None) -> Any
 def is_draft(config: Any) -> bool:
     """A draft model's config (``export --draft`` marks it)."""
     return getattr(config, DRAFT_KEY, False) is True
+
+
+def stage_draft(source: str, layers: int = 2, hidden: int | None = None) -> str:
+    """A private directory holding the draft's config.json (:func:`draft_config` of the target
+    config at ``source``) and the target's other files (tokenizer, generation config; no
+    weights): what ``export`` makes the draft's checkpoint from. The caller removes it."""
+    folder = source if os.path.isdir(source) else os.path.dirname(source) or "."
+    cfg = draft_config(config_of(source), layers, hidden)
+    stage = tempfile.mkdtemp(prefix="fp8_dummy_draft_")
+    try:
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and name != "config.json" and not name.endswith(_WEIGHTS):
+                shutil.copyfile(path, os.path.join(stage, name))
+        cfg.save_pretrained(stage)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return stage
