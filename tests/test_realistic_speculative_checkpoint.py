@@ -200,3 +200,16 @@ def test_the_mtp_layers_are_moe_layers_under_the_checkpoints_names(arch):
     assert any(n.startswith(block + "mlp.experts.") for n in names), "a MoE block"
     assert any(n.startswith(block + "self_attn.") for n in names)
     assert all(not n.startswith(prefix) or n in own or n.startswith(block) for n in names)
+
+
+def test_a_recorded_load_of_the_main_layers_routes_the_mtp_layer_too(tmp_path):
+    """An engine records the main model's MoE layers: exported with the MTP layer, that file
+    is taken, the MTP layer's router getting the last MoE layer's load (its offsets equal)."""
+    cfg = H.config("deepseek_v3", layers=3)
+    rows = [[float(e + 1) for e in range(16)], [float(16 - e) for e in range(16)]]
+    (tmp_path / "load.json").write_text(json.dumps({"expert_load": rows}))
+    out = H.export(cfg, tmp_path, None, routing=str(tmp_path / "load.json"))
+    t = H.read(out)
+    bias = "mlp.gate.e_score_correction_bias"
+    assert np.array_equal(t[f"model.layers.3.{bias}"], t[f"model.layers.2.{bias}"])
+    assert not np.array_equal(t[f"model.layers.1.{bias}"], t[f"model.layers.2.{bias}"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ from .arch import Arch, derive, derive_twin
 from .formats import FORMATS, Format, config_format, quantize
 from .hf_model import build_model, built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
 from .lazy_tensor import Block, LazyTensor
-from .routing import parse_routing, plan_routing
+from .routing import Profile, find_routers, parse_routing, plan_routing
 from .rules import Spec, tensor_spec
 from .specs import model_specs
 from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
@@ -175,6 +175,8 @@ def logical_model(
     shapes = {n: tuple(s) for _, n, _, s in entries}
     dtypes = {n: t.dtype for _, n, t, _ in entries}
     keys = {n: tensor_seed(seed, n) for n in shapes}
+    if part is not None:
+        profile = _mtp_rows(profile, part, specs, shapes, config)
     routers, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
     if part is not None and any(r.realize == "residual" for r in routers):
         _extend(overrides, carrier_rows(part.projections, routers[0].hidden))
@@ -193,6 +195,19 @@ def logical_model(
     if part is not None:
         _add_copies(part, tensors, specs)
     return LogicalModel(tensors, config, seed, fmt, skipped, facts)
+
+
+def _mtp_rows(profile: Profile, part, specs: Mapping[str, Spec], shapes, config) -> Profile:
+    """A recorded load of the main model's MoE layers (what an engine records) for a
+    checkpoint with MTP layers: each MTP layer's router gets the last MoE layer's load."""
+    if profile.kind != "file":
+        return profile
+    routers = find_routers({n: s.role for n, s in specs.items()}, shapes, config)
+    block = {name for _, name, _, _ in part.block}
+    mtp = sum(r.weight in block for r in routers)
+    if mtp and len(profile.loads) == len(routers) - mtp:
+        return replace(profile, loads=profile.loads + (profile.loads[-1],) * mtp)
+    return profile
 
 
 def _extend(overrides: dict, more: Mapping[str, list]) -> None:
