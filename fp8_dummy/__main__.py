@@ -1,6 +1,8 @@
 """``python -m fp8_dummy check [--device cpu|cuda|all] [--bench] [--json FILE]``: does every path
 hold here, and how fast (``check --help``). ``python -m fp8_dummy routing CONFIG --routing P``:
-the MoE load a routing profile gives (``routing --help``). ``python -m fp8_dummy export CONFIG
+the MoE load a routing profile gives (``routing --help``). ``python -m fp8_dummy acceptance
+CONFIG --acceptance A``: the speculative acceptance a designed stream gives (``acceptance
+--help``). ``python -m fp8_dummy export CONFIG
 OUT``: the dummy model as a checkpoint (``export --help``). ``python -m fp8_dummy --includedir
 | --cmakedir | --library``: paths for build scripts
 (``-Dfp8_dummy_DIR=$(python -m fp8_dummy --cmakedir)``)."""
@@ -29,7 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         from .realistic.routing.report import main as routing
 
         return routing(argv[1:])
-    usage = "python -m fp8_dummy (check ... | export ... | routing ... | --includedir | "
+    if argv[:1] == ["acceptance"]:
+        from .realistic.speculative.report import main as acceptance
+
+        return acceptance(argv[1:])
+    usage = "python -m fp8_dummy (check ... | export ... | routing ... | acceptance ... | "
+    usage += "--includedir | "
     usage += "--cmakedir | --library)"
     parser = argparse.ArgumentParser(prog="python -m fp8_dummy", usage=usage, description=__doc__)
     group = parser.add_mutually_exclusive_group(required=True)

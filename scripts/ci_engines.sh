@@ -89,11 +89,13 @@ status=0
 for i in "${!engines[@]}"; do
   engine="${engines[$i]}" t0=$(date +%s)
   tests=(tests/test_engines_vllm.py)
-  # vLLM 0.33's parallel layers in 1, 2 and 4 gloo processes, its model classes in 1 and 2
-  # (fp8_dummy_invariant, ~4 min).
+  # vLLM 0.33's parallel layers in 1, 2 and 4 gloo processes, its model classes and MTP draft
+  # classes in 1 and 2 (fp8_dummy_invariant, fp8_dummy_realistic; ~6 min).
   [[ "$engine" == vllm-0.33.* ]] &&
-    tests+=(tests/test_engines_vllm_invariant.py tests/test_engines_vllm_invariant_models.py)
-  [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py tests/test_engines_sglang_realistic.py)
+    tests+=(tests/test_engines_vllm_invariant.py tests/test_engines_vllm_invariant_models.py
+      tests/test_engines_vllm_mtp.py)
+  [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py
+    tests/test_engines_sglang_realistic.py tests/test_engines_sglang_mtp.py)
   echo "== $engine"
   env -u FP8_DUMMY_VLLM -u FP8_DUMMY_SGLANG -u VLLM_PLUGINS -u SGLANG_PLUGINS \
     PYTHONPATH="$PKG:${paths[$i]}" FP8_DUMMY_REQUIRE_ENGINES=1 \

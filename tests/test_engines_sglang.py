@@ -6,31 +6,23 @@ scripts/ci_engines.sh installs SGLang; without it this skips."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import types
 
 import pytest
 import torch
+from helpers.engine_import import require
 
-try:
-    from sglang.srt.model_loader import loader as sglang_loader
-    from sglang.srt.model_loader import weight_utils
-except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
-    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
-        raise
-    pytest.skip(
-        f"SGLang is not importable here ({type(e).__name__}: {e}); "
-        "scripts/ci_engines.sh installs it",
-        allow_module_level=True,
-    )
+require("sglang.srt.model_loader.loader")
 
-from helpers import entry_points
-from helpers.engine_models import EngineModel, assert_same_bytes, changed, spy_fused
-from oracles import engines as oracle
+from helpers import entry_points  # noqa: E402
+from helpers.engine_models import EngineModel, assert_same_bytes, changed, spy_fused  # noqa: E402
+from oracles import engines as oracle  # noqa: E402
+from sglang.srt.model_loader import loader as sglang_loader  # noqa: E402
+from sglang.srt.model_loader import weight_utils  # noqa: E402
 
-import fp8_dummy
-from fp8_dummy.engines import sglang as fsglang
+import fp8_dummy  # noqa: E402
+from fp8_dummy.engines import sglang as fsglang  # noqa: E402
 
 # Not a module-level name for the function itself: SGLang's hooks rebind every module
 # attribute that holds the original (tests' globals included).

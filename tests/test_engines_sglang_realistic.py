@@ -12,29 +12,17 @@ no checkpoint reaches in SGLang (named below). Without SGLang: skipped, with why
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.engine_import import require
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "sglang_models_worker.py"
 
-try:
-    import sglang.srt.model_loader.weight_utils  # noqa: F401
-except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
-    if os.environ.get("FP8_DUMMY_REQUIRE_ENGINES") == "1":  # CI: missing is a failure
-        raise
-    pytest.skip(
-        f"SGLang is not importable here ({type(e).__name__}: {e}); scripts/ci_engines.sh "
-        "installs it",
-        allow_module_level=True,
-    )
+require("sglang.srt.model_loader.weight_utils")
 
 from helpers import sglang_models as S  # noqa: E402
-from helpers import workers as W  # noqa: E402
 
 from fp8_dummy.realistic.export import export  # noqa: E402
 
@@ -47,27 +35,9 @@ def runs(tmp_path_factory) -> dict:
         export(
             S.write_config(case, root / case / "source"), root / case / "checkpoint", progress=False
         )
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("FP8_DUMMY_ROUTING", None)
-    ranks = [(1, 0), (2, 0), (2, 1)]
-    ports = {1: W.free_port(), 2: W.free_port()}
-    command = [sys.executable, str(WORKER)]
-    logs = W.run_together(
-        [
-            command + [str(w), str(r), str(ports[w]), str(root), str(root), str(ROOT)]
-            for w, r in ranks
-        ],
-        env,
-        timeout=900,
-    )
-    out = {}
-    for (w, r), log in zip(ranks, logs):
-        path = root / f"{w}-{r}.json"
-        assert path.exists(), f"TP={w} rank {r} wrote nothing:\n{log[-3000:]}"
-        found = json.loads(path.read_text())
-        assert "error" not in found, f"TP={w} rank {r}:\n{found['error']}"
+    out = S.run_ranks(WORKER, root, ROOT)
+    for found in out.values():
         assert sorted(found) == sorted(S.CASES)
-        out[(w, r)] = found
     return out
 
 

@@ -20,9 +20,7 @@ EP. Without vLLM 0.33: skipped, with why.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -67,19 +65,7 @@ def runs(tmp_path_factory) -> dict:
     """Two worker processes (one gloo group): TP=1, each its half of the models, then TP=2.
     {1: {case: findings}, 2: [{case: findings} of each rank]}."""
     tmp = tmp_path_factory.mktemp("models")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    port = W.free_port()
-    commands = [
-        [sys.executable, str(WORKER), str(r), str(port), str(tmp), str(ROOT)] for r in range(2)
-    ]
-    logs = W.run_together(commands, env, timeout=900)
-    results = []
-    for r in range(2):
-        path = tmp / f"{r}.json"
-        assert path.exists(), f"rank {r} wrote nothing:\n{logs[r][-3000:]}"
-        result = json.loads(path.read_text())
-        assert "error" not in result, f"rank {r}:\n{result['error']}"
-        results.append(result)
+    results = W.pair(WORKER, tmp, ROOT)
     tp1 = {case: r for result in results for case, r in result["1"].items()}
     want = [f"{m}-{q}" for m in MODELS for q in QUANTS] + REALISTIC + ROUTED
     assert sorted(tp1) == sorted(want)

@@ -45,6 +45,7 @@ CONFIGS = {
         v_head_dim=8,
         head_dim=8,  # transformers' rotary dimension: the rope part (else its forward fails)
         num_key_value_heads=4,  # MLA: as many as heads
+        num_nextn_predict_layers=0,  # its MTP layer: tests/test_realistic_speculative.py
     ),
     # experts stored [E, in, out] (transposed), biases, attention sinks
     "gpt_oss": dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16),

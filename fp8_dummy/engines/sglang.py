@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..realistic import chosen_routing, config_checkpoint
+from ..realistic import chosen_acceptance, chosen_routing, config_checkpoint
 from . import core
 
 __all__ = ["SEMANTICS", "initialize_dummy_weights", "register"]
@@ -85,14 +85,18 @@ def _realistic() -> bool:
 
 
 def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
-    """The logical checkpoint of the model's config (seed 0; fp8_dummy/realistic/logical.py) loaded
-    by the model's own ``load_weights``, as SGLang loads a checkpoint from disk: its name
-    mapping, fusing and sharding, each rank writing its shard of each stand-in. SGLang's
-    dummy loader runs ``process_weights_after_loading`` afterwards, as after a real load."""
+    """The logical checkpoint of the model's config (seed 0; fp8_dummy/realistic/logical.py;
+    ``$FP8_DUMMY_ROUTING``, ``$FP8_DUMMY_ACCEPTANCE``) loaded by the model's own
+    ``load_weights``, as SGLang loads a checkpoint from disk: its name mapping, fusing and
+    sharding, each rank writing its shard of each stand-in. SGLang's dummy loader runs
+    ``process_weights_after_loading`` afterwards, as after a real load."""
     config, load = getattr(model, "config", None), getattr(model, "load_weights", None)
     if config is None or load is None:
         raise NotImplementedError(
             f"the realistic mode loads through the model's config and load_weights; "
             f"{type(model).__name__} lacks them (docs/realistic.md)"
         )
-    load(config_checkpoint(config, 0, routing=chosen_routing()).items())
+    checkpoint = config_checkpoint(
+        config, 0, routing=chosen_routing(), acceptance=chosen_acceptance()
+    )
+    load(checkpoint.items())

@@ -16,6 +16,9 @@ bytes on disk:
 - ``values.py``: the one byte writer: a spec and a key written into a tensor or a block of
   it (``init_stateless_``), then the routing's overrides;
 - ``routing/``: MoE routing profiles realized by the weights (its own face and file map);
+- ``speculative/``: speculative decoding realized by the weights: the MTP layers of the
+  checkpoints that carry them, a designed greedy stream the draft predicts at a chosen
+  acceptance, the draft model of ``export --draft`` (its own face and file map);
 - ``formats.py``: the checkpoint formats (bf16 ... nvfp4, mxfp4): which tensors a quantized
   checkpoint holds, its ``quantization_config``;
 - ``config_formats.py``: the format a config describes (what an engine given it loads);
@@ -32,7 +35,9 @@ bytes on disk:
 - ``exported_config.py``: the exported config.json: the caller's keys as written, the
   architecture facts the model assumed written out;
 - ``publish.py``: OUT published whole or not at all (a private staging directory, one rename);
-- ``export.py``: ``python -m fp8_dummy export``: the checks, the checkpoint's files, the CLI.
+- ``export.py``: ``python -m fp8_dummy export``: the checks, the checkpoint's files, the CLI;
+- ``reports.py``: what the report commands (``routing``, ``acceptance``) share: arguments,
+  their checks before any work, their JSON written atomically.
 
 An export's bytes: ``export.py`` -> ``safetensors_writer.py`` -> ``logical.py``
 (``LogicalModel.write``) -> ``values.py`` (``fill_``) -> ``fp8_dummy.init_stateless_``."""
@@ -56,9 +61,11 @@ from .logical import CheckpointTensor, LogicalModel, config_checkpoint, logical_
 from .routing import Profile, RoutingError, chosen_routing, parse_routing
 from .rules import Spec, module_kind, tensor_spec
 from .specs import model_specs, model_tensors
+from .speculative import Acceptance, AcceptanceError, chosen_acceptance, parse_acceptance
 from .values import fill_
 
-__all__ = ["DEFAULT", "FORMATS", "Arch", "Block", "CheckpointTensor", "Format", "LazyTensor"]
+__all__ = ["DEFAULT", "FORMATS", "Acceptance", "AcceptanceError", "Arch", "Block"]
+__all__ += ["CheckpointTensor", "Format", "LazyTensor", "chosen_acceptance", "parse_acceptance"]
 __all__ += ["LogicalModel", "Profile", "RoutingError", "Spec", "UnplacedTensorError"]
 __all__ += ["UnsupportedFormatError", "build_model", "checkpoint_names", "checkpoint_state"]
 __all__ += ["chosen_routing", "config_checkpoint", "config_format", "config_of", "derive"]

@@ -33,6 +33,7 @@ from .hf_model import build_model
 from .logical import CheckpointTensor, logical_model
 from .publish import OutError, PublishError, check_out, staged
 from .safetensors_writer import SAFETENSORS_DTYPES, header, make_buffers, shards, write_tensors
+from .speculative import parse_acceptance, stage_draft
 
 __all__ = ["export", "main"]
 
@@ -78,12 +79,15 @@ def export(
     shard_size: str | int = "5GB",
     allow_unknown: bool = False,
     progress: bool = True,
+    acceptance: Any = None,
 ) -> dict:
     """Write the logical model of ``config`` (a config.json, a directory holding one, or a
     transformers config) to the directory ``out``, published whole or not at all; a summary
     (tensors, bytes, shards, seconds, the files left out). ``format``: one of
-    :data:`FORMATS`; None: the config's own (:func:`config_format`). Bad input raises
-    :class:`ExportError` before anything is written; a failed write raises OSError."""
+    :data:`FORMATS`; None: the config's own (:func:`config_format`); ``acceptance``: the
+    designed speculative stream (docs/realistic.md#speculative-decoding). The MTP layers the
+    config's checkpoint carries are written too. Bad input raises :class:`ExportError` before
+    anything is written; a failed write raises OSError."""
     out = os.fspath(out)
     try:
         check_out(out)
@@ -120,7 +124,10 @@ def export(
             f"fp8_dummy export: the config makes no model: {type(e).__name__}: {e}"
         ) from None
     try:  # the unquantized tensors in --dtype: the format's own float dtype replaced
-        lm = logical_model(model, seed, routing=routing, format=replace(fmt, dtype=floats))
+        lm = logical_model(
+            model, seed, routing=routing, format=replace(fmt, dtype=floats),
+            acceptance=acceptance, mtp=True,
+        )  # fmt: skip
     except UnsupportedFormatError as e:  # the architecture cannot take the format
         raise ExportError(str(e)) from None
     _check_tensors(lm, type(model).__name__, fmt.name, allow_unknown)
@@ -196,6 +203,26 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
 
 
+def prepare_draft(source: str, out: str, seed: int, acceptance: Any, **shape: Any) -> str:
+    """``--draft``: the draft model of the target config at ``source`` staged in a private
+    directory (:func:`.speculative.stage_draft`) for ``out``, all checked before anything is
+    written; the staged directory, which ``export`` then writes to ``out``."""
+    if parse_acceptance(acceptance) is None:
+        raise ExportError("fp8_dummy export: --draft needs --acceptance (the draft's rate)")
+    try:
+        check_out(out)
+        stage = stage_draft(source, **shape)
+    except (OutError, ConfigError, UnreadableError) as e:
+        raise ExportError(str(e)) from None
+    try:
+        config, _, _ = read_config(stage)
+        logical_model(build_model(config), seed, acceptance=acceptance)  # the checks
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return stage
+
+
 class _Terminated(BaseException):
     """SIGTERM, raised in the main thread so that the staging directory is removed."""
 
@@ -212,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default=None, help="the unquantized tensors' dtype: bf16, fp16, fp32")
     p.add_argument("--shard-size", default="5GB")
     p.add_argument("--allow-unknown", action="store_true")
+    p.add_argument(
+        "--acceptance", default=None,
+        help="the draft's acceptance: A in [0, 1], a per-position list A1,A2,.. or 'default'",
+    )  # fmt: skip
+    p.add_argument("--draft", default=None, help="also a draft model into this directory")
+    p.add_argument("--draft-layers", type=int, default=2, help="the draft's layers (default 2)")
+    p.add_argument("--draft-hidden", type=int, default=None, help="the draft's hidden size")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
@@ -222,9 +256,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if main_thread:
         signal.signal(signal.SIGTERM, terminated)
+    stage = None
     try:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
+            if a.draft is not None:
+                stage = prepare_draft(a.config, a.draft, a.seed, a.acceptance,
+                                      layers=a.draft_layers, hidden=a.draft_hidden)  # fmt: skip
             s = export(
                 a.config,
                 a.out,
@@ -235,7 +273,12 @@ def main(argv: list[str] | None = None) -> int:
                 shard_size=a.shard_size,
                 allow_unknown=a.allow_unknown,
                 progress=not a.quiet,
+                acceptance=a.acceptance,
             )
+            if stage is not None:
+                d = export(stage, a.draft, seed=a.seed, acceptance=a.acceptance,
+                           shard_size=a.shard_size, progress=not a.quiet)  # fmt: skip
+                print(f"fp8_dummy export: draft {d['tensors']} tensors -> {a.draft}")
     except (ExportError, FileNotFoundError, ValueError, TypeError) as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -251,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 1
     finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
         if main_thread:
             signal.signal(signal.SIGTERM, before)
     for w in dict.fromkeys(str(w.message) for w in seen):

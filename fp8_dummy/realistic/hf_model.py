@@ -32,12 +32,23 @@ def is_transformers_model(model: torch.nn.Module) -> bool:
 
 def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Module:
     """The transformers model class ``config`` names, on the meta device (no memory); the
-    class itself, not the quantized stand-ins a ``quantization_config`` would swap in."""
+    class itself, not the quantized stand-ins a ``quantization_config`` would swap in, under
+    its own model type (which transformers' checkpoint conversion is keyed by); an engine's
+    own config class (SGLang's Qwen3-Next) as transformers' config of that model type."""
     import transformers
 
     if getattr(config, "quantization_config", None) is not None:
         config = copy.copy(config)
         del config.quantization_config
+    if "model_type" in vars(config):  # an engine's renaming (vLLM's MTP drafts): the class's own
+        config = copy.copy(config)
+        del config.model_type
+    if not type(config).__module__.startswith("transformers."):  # an engine's own config class
+        fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
+        try:
+            config = transformers.AutoConfig.for_model(type(config).model_type, **fields)
+        except (ValueError, KeyError, TypeError):  # no transformers config of that type
+            pass
 
     kw = {"dtype": dtype} if dtype is not None else {}
     errors = []

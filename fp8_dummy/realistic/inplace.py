@@ -6,8 +6,10 @@ tensor by tensor under its in-memory names. Every tensor is checked before any i
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -26,29 +28,36 @@ from .logical import LogicalModel, logical_model
 from .routing import parse_routing, plan_routing
 from .rules import Spec
 from .specs import model_specs, model_tensors
+from .speculative import parse_acceptance, plan_acceptance
 from .values import fill_
 
 __all__ = ["fill_model", "initialize_realistic_dummy_weights"]
 
+# An MTP layer's input projection [hidden, 2·hidden] among a model's own names (vLLM's classes)
+_PROJECTION = re.compile(r"(?:^|\.)(?:eh_proj|fc)\.weight$")
+
 
 def initialize_realistic_dummy_weights(
     model: torch.nn.Module, seed: int = 0, *, num_layers: int | None = None,
-    routing: str | os.PathLike = "balanced",
+    routing: str | os.PathLike = "balanced", acceptance: Any = None, tokenizer: Any = None,
 ) -> dict[str, Spec]:  # fmt: skip
     """Fill what vLLM's dummy loader fills in ``model`` by role, keyed by ``(seed, full name)``,
     all checked first; full name -> :class:`Spec` (role "unknown": assumed; docs/realistic.md).
     ``routing``: ``"balanced"``, ``"zipf:A"`` or a recorded load's JSON file (docs/realistic.md,
-    Routing)."""
+    Routing). ``acceptance``: None, ``"default"``, A in [0, 1] or a per-position list: the
+    designed speculative stream (docs/realistic.md, Speculative decoding); ``tokenizer``: its
+    tokens' source (a tokenizer or a directory; default: the config's directory's)."""
     # one seed domain (tensor_seed's): an int in [-2^63, 2^64), read modulo 2^64 as torch does
     seed = as_int64(seed, "seed", "initialize_realistic_dummy_weights") % (1 << 64)
     profile = parse_routing(routing)
+    accept = parse_acceptance(acceptance)
     if is_transformers_model(model):  # keyed by the checkpoint's names
         try:
             blocks = memory_blocks(model)
         except UnplacedTensorError as e:  # keyed by the in-memory names instead
             warnings.warn(f"{e}; its tensors are keyed by their in-memory names", stacklevel=2)
         else:
-            return _fill_logical(model, seed, num_layers, profile, blocks)
+            return _fill_logical(model, seed, num_layers, profile, blocks, accept, tokenizer)
 
     tensors = model_tensors(model)
     specs = model_specs(model, tensors, num_layers)
@@ -67,6 +76,16 @@ def initialize_realistic_dummy_weights(
     config = getattr(model, "config", None)
     dtypes = {name: t.dtype for _, name, t, _ in tensors}
     _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    if accept is not None:
+        keys = {name: tensor_seed(seed, name) for name in shapes}
+        wide = [n for n in shapes if _PROJECTION.search(n) and len(shapes[n]) == 2]
+        replaced, more, _ = plan_acceptance(
+            accept, seed, config, specs, shapes, dtypes, keys, projections=wide,
+            tokenizer=tokenizer,
+        )  # fmt: skip
+        specs.update(replaced)
+        for name, items in more.items():
+            overrides.setdefault(name, []).extend(items)
     done: set[int] = set()
     for _, name, t, _ in tensors:
         if id(t) not in done:
@@ -75,10 +94,13 @@ def initialize_realistic_dummy_weights(
     return specs
 
 
-def _fill_logical(model, seed, num_layers, profile, blocks) -> dict[str, Spec]:
+def _fill_logical(model, seed, num_layers, profile, blocks, accept, tokenizer) -> dict[str, Spec]:
     """A transformers model: each checkpoint tensor of the logical model (:mod:`.logical`)
     written where transformers' own conversion puts it in memory, all checked first."""
-    lm = logical_model(model, seed, routing=profile, num_layers=num_layers, blocks=blocks)
+    lm = logical_model(
+        model, seed, routing=profile, num_layers=num_layers, blocks=blocks, acceptance=accept,
+        tokenizer=tokenizer,
+    )  # fmt: skip
     own = own_tensors(model)
     specs = lm.specs
     for name, b in blocks.items():

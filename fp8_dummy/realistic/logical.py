@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -26,20 +26,24 @@ from .config_formats import config_format
 from .formats import FORMATS, Format, quantize
 from .hf_model import build_model, built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
 from .lazy_tensor import Block, LazyTensor
-from .routing import parse_routing, plan_routing
-from .rules import Spec
+from .routing import Profile, find_routers, parse_routing, plan_routing
+from .rules import Spec, tensor_spec
 from .specs import model_specs
+from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
 from .values import fill_
 
 __all__ = ["CheckpointTensor", "LogicalModel", "config_checkpoint", "logical_model"]
 
 
-def config_checkpoint(config: Any, seed: int = 0, *, routing: Any = "balanced") -> LogicalModel:
-    """The logical checkpoint of ``config`` in its own format (:func:`config_format`): the
-    checkpoint an engine would load for it, all checked before anything is made."""
+def config_checkpoint(
+    config: Any, seed: int = 0, *, routing: Any = "balanced", acceptance: Any = None
+) -> LogicalModel:
+    """The logical checkpoint of ``config`` in its own format (:func:`config_format`), MTP
+    layers included: the checkpoint an engine would load for it, all checked before anything
+    is made."""
     fmt = config_format(config)
     model = build_model(config, dtype=fmt.dtype)
-    return logical_model(model, seed, routing=routing, format=fmt)
+    return logical_model(model, seed, routing=routing, format=fmt, acceptance=acceptance, mtp=True)
 
 
 @dataclass
@@ -67,6 +71,7 @@ class LogicalModel:
     seed: int
     format: Format | None
     skipped: list[str] = field(default_factory=list)
+    speculative: dict | None = None  # the designed stream's facts, where acceptance is set
 
     def write(self, dst: torch.Tensor, block: Block) -> None:
         """Fill ``dst`` with the elements ``block`` names of its checkpoint tensor."""
@@ -122,12 +127,19 @@ def logical_model(
     format: str | Format | None = None,
     arch: Arch | None = None,
     blocks: Mapping[str, Block] | None = None,
+    acceptance: Any = None,
+    mtp: bool = False,
+    tokenizer: Any = None,
 ) -> LogicalModel:
     """The logical checkpoint of ``model`` (a transformers model, on meta or real; its
     in-memory dtypes, or ``format``'s: :data:`FORMATS`), all checked before anything is
-    written; ``arch``: default :func:`.arch.derive` (the plain rule on meta)."""
+    written; ``arch``: default :func:`.arch.derive` (the plain rule on meta); ``mtp``: with
+    the MTP layers the config's checkpoint carries; ``acceptance``: the designed speculative
+    stream (:mod:`.speculative`; ``tokenizer``: its tokens' source, default the config's
+    directory's)."""
     seed = as_int64(seed, "seed", "fp8_dummy") % (1 << 64)
     profile = parse_routing(routing)
+    accept = parse_acceptance(acceptance)
     fmt = format if isinstance(format, Format) else None
     if isinstance(format, str):
         if format not in FORMATS:
@@ -147,22 +159,96 @@ def logical_model(
         stand_in = torch.empty(b.shape, dtype=dtype, device="meta")
         entries.append((_module(model, name, b.source), name, stand_in, b.shape))
     arch = _renamed(arch, blocks)
+    config = getattr(model, "config", None)
+    part = None
+    if mtp and config is not None:
+        part = mtp_part(config, fmt.dtype if fmt is not None else built)
+    if part is not None:
+        entries += part.block
+        arch = _merged(arch, part.arch)
     specs = model_specs(model, entries, num_layers, arch)
     skipped: list[str] = []
     if fmt is not None and fmt.quant is not None:
         entries, skipped = quantize(entries, specs, fmt)
         specs = model_specs(model, entries, num_layers, arch)
+    if part is not None:
+        _add_mtp_own(part, entries, specs, skipped, fmt)
     shapes = {n: tuple(s) for _, n, _, s in entries}
     dtypes = {n: t.dtype for _, n, t, _ in entries}
-    config = getattr(model, "config", None)
-    _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    keys = {n: tensor_seed(seed, n) for n in shapes}
+    if part is not None:
+        profile = _mtp_rows(profile, part, specs, shapes, config)
+    routers, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    if part is not None and any(r.realize == "residual" for r in routers):
+        _extend(overrides, carrier_rows(part.projections, routers[0].hidden))
+    facts = None
+    if accept is not None:
+        replaced, more, facts = plan_acceptance(
+            accept, seed, config, specs, shapes, dtypes, keys,
+            projections=part.projections if part is not None else (), tokenizer=tokenizer,
+        )  # fmt: skip
+        specs.update(replaced)
+        _extend(overrides, more)
     tensors = {
-        n: CheckpointTensor(
-            n, shapes[n], dtypes[n], specs[n], tensor_seed(seed, n), overrides.get(n)
-        )
+        n: CheckpointTensor(n, shapes[n], dtypes[n], specs[n], keys[n], overrides.get(n))
         for _, n, _, _ in entries
     }
-    return LogicalModel(tensors, config, seed, fmt, skipped)
+    if part is not None:
+        _add_copies(part, tensors, specs)
+    return LogicalModel(tensors, config, seed, fmt, skipped, facts)
+
+
+def _mtp_rows(profile: Profile, part, specs: Mapping[str, Spec], shapes, config) -> Profile:
+    """A recorded load of the main model's MoE layers (what an engine records) for a
+    checkpoint with MTP layers: each MTP layer's router gets the last MoE layer's load."""
+    if profile.kind != "file":
+        return profile
+    routers = find_routers({n: s.role for n, s in specs.items()}, shapes, config)
+    block = {name for _, name, _, _ in part.block}
+    mtp = sum(r.weight in block for r in routers)
+    if mtp and len(profile.loads) == len(routers) - mtp:
+        return replace(profile, loads=profile.loads + (profile.loads[-1],) * mtp)
+    return profile
+
+
+def _extend(overrides: dict, more: Mapping[str, list]) -> None:
+    for name, items in more.items():
+        overrides.setdefault(name, []).extend(items)
+
+
+def _merged(arch: Arch, more: Arch) -> Arch:
+    return arch._replace(
+        post=arch.post | more.post, residual=arch.residual | more.residual,
+        offset={**arch.offset, **more.offset}, gains=arch.gains | more.gains,
+    )  # fmt: skip
+
+
+def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> None:
+    """The MTP layers' norms (the final norm's value) and input projections (linear, never
+    quantized: listed with the modules a quantized checkpoint leaves alone)."""
+    final = next((s for n, s in specs.items() if n.endswith("model.norm.weight")), None)
+    for module, name, t, shape in part.own:
+        if name in part.norms:
+            specs[name] = final or Spec("norm", "const", 1.0)
+        else:
+            specs[name] = tensor_spec(name, shape, t.dtype)  # linear: 1/√(2·hidden)
+            if fmt is not None and fmt.quant is not None:
+                skipped.append(name[: -len(".weight")])
+        entries.append((module, name, t, shape))
+
+
+def _add_copies(part, tensors: dict, specs: Mapping[str, Spec]) -> None:
+    """The MTP layers' copies of the embedding and the lm_head: the same values (spec, key,
+    overrides) under their own names."""
+    for name, role in part.copies.items():
+        source = next(
+            (t for t in tensors.values() if t.spec.role == role and len(t.shape) == 2), None
+        )
+        if source is None:  # tied: the lm_head is the embedding
+            source = next(t for t in tensors.values() if t.spec.role == "embedding")
+        tensors[name] = CheckpointTensor(
+            name, source.shape, source.dtype, source.spec, source.key, source.overrides
+        )
 
 
 def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:

@@ -85,16 +85,18 @@ def prepare() -> None:
     ps.init_model_parallel_group = init_model_parallel_group
 
 
-def server_args(folder: Path, world: int):
+def server_args(folder: Path, world: int, **more):
+    """``more``: other ServerArgs (Qwen3-Next's MTP test: no radix cache, whose hybrid-model
+    variant needs a platform's Mamba cache snapshots; it has no say in the parameters)."""
     from sglang.srt.server_args import ServerArgs
 
     return ServerArgs(
         model_path=str(folder), tp_size=world, device="cpu", dtype="bfloat16",
-        skip_tokenizer_init=True, load_format="auto",
+        skip_tokenizer_init=True, load_format="auto", **more,
     )  # fmt: skip
 
 
-def start(folder: Path, world: int, rank: int, port: int) -> None:
+def start(folder: Path, world: int, rank: int, port: int, **more) -> None:
     """SGLang's runtime context and process groups for rank ``rank`` of ``world``."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.distributed.parallel_state import (
@@ -105,7 +107,7 @@ def start(folder: Path, world: int, rank: int, port: int) -> None:
     from sglang.srt.layers.moe import initialize_moe_config
     from sglang.srt.runtime_context import SpawnRanks, publish
 
-    args = server_args(folder, world)
+    args = server_args(folder, world, **more)
     publish(args, role="test", ranks=SpawnRanks(world_rank=rank, gpu_id=rank))
     initialize_moe_config()
     model_config = ModelConfig.from_server_args(args)
@@ -118,14 +120,16 @@ def start(folder: Path, world: int, rank: int, port: int) -> None:
     init_dp_gathered_buffer(model_config)
 
 
-def build(folder: Path, world: int, rank: int) -> torch.nn.Module:
-    """SGLang's model of the config.json in ``folder``, its tensors as SGLang creates them."""
+def build(folder: Path, world: int, rank: int, draft: bool = False, **more) -> torch.nn.Module:
+    """SGLang's model of the config.json in ``folder``, its tensors as SGLang creates them;
+    ``draft``: its speculative draft (the NextN/MTP class SGLang's draft config names)."""
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
     from sglang.srt.model_loader.utils import set_default_torch_dtype
 
-    model_config = ModelConfig.from_server_args(server_args(folder, world))
+    args = server_args(folder, world, **more)
+    model_config = ModelConfig.from_server_args(args, is_draft_model=draft)
     load_config = LoadConfig(load_format="auto", tp_rank=rank)
     quant_config = _get_quantization_config(model_config, load_config)
     with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
@@ -144,3 +148,45 @@ def load_safetensors(model: torch.nn.Module, folder: Path) -> None:
 
 def tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return V.tensors(model)
+
+
+def compare(ours: torch.nn.Module, theirs: torch.nn.Module) -> dict:
+    """The in-engine fill (its parameters poisoned 0x55 first) against the twin read from the
+    export (0xAA): what each left unwritten ("unreached", "unread"), and, what neither wrote
+    ("neither") left out, the tensors whose bytes differ."""
+    mine, other = tensors(ours), tensors(theirs)
+
+    def still(t: torch.Tensor, byte: int) -> bool:
+        return bool((V.as_bytes(t) == byte).all())
+
+    unreached = sorted(n for n in mine if still(mine[n], 0x55))
+    unread = sorted(n for n in other if still(other[n], 0xAA))
+    neither = sorted(set(unreached) & set(unread))
+    for n in neither:
+        del mine[n], other[n]
+    return {"unreached": unreached, "unread": unread, "neither": neither,
+            "checked": len(mine), "mismatch": V.differing(mine, other)}  # fmt: skip
+
+
+RANKS = [(1, 0), (2, 0), (2, 1)]  # TP=1, and TP=2's two ranks
+
+
+def run_ranks(worker: Path, root: Path, repo: Path) -> dict:
+    """``worker`` in three processes, TP=1 and TP=2's two ranks (one gloo group per TP), each
+    given ``root``; {(world, rank): findings}. The engines' choices from the environment
+    (routing, acceptance) are the test's own, not the caller's."""
+    import sys
+
+    from helpers import workers as W
+
+    env = W.environment()
+    for name in ("FP8_DUMMY_ROUTING", "FP8_DUMMY_ACCEPTANCE"):
+        env.pop(name, None)
+    ports = {1: W.free_port(), 2: W.free_port()}
+    commands = [
+        [sys.executable, str(worker), str(w), str(r), str(ports[w]), str(root), str(root),
+         str(repo)]
+        for w, r in RANKS
+    ]  # fmt: skip
+    found = W.gather(commands, [root / f"{w}-{r}.json" for w, r in RANKS], env)
+    return dict(zip(RANKS, found))

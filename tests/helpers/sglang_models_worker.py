@@ -7,7 +7,6 @@ OUT/<world>-<rank>.json as {case: {...}}."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -21,12 +20,9 @@ def main(world: int, rank: int, port: int, root: str, out: str, repo: str) -> No
     sys.path[:] = [repo, os.path.join(repo, "tests")] + [
         p for p in sys.path if os.path.abspath(p or ".") != here
     ]
-    result: dict = {}
-    try:
-        result = _run(world, rank, port, Path(root))
-    except Exception:  # noqa: BLE001 (reported to the parent test)
-        result = {"error": traceback.format_exc()}
-    (Path(out) / f"{world}-{rank}.json").write_text(json.dumps(result))
+    from helpers.workers import report
+
+    report(Path(out) / f"{world}-{rank}.json", _run, world, rank, port, Path(root))
 
 
 def _run(world: int, rank: int, port: int, root: Path) -> dict:
@@ -56,25 +52,9 @@ def _case(S, ckpt: Path, world: int, rank: int) -> dict:
             fsglang._fill_realistic(ours)
         r["materialized"] = sorted(materialized)  # stand-ins SGLang needed whole values of
         S.load_safetensors(theirs, ckpt)
-        mine, other = S.tensors(ours), S.tensors(theirs)
-
-        def still(t, byte):
-            return bool((t.data.reshape(t.shape or (1,)).view(torch.uint8) == byte).all())
-
+        found = S.compare(ours, theirs)
         # what neither loader writes: kept apart, the test says which may be
-        r["unreached"] = sorted(n for n in mine if still(mine[n], 0x55) and still(other[n], 0xAA))
-        for n in r["unreached"]:
-            del mine[n], other[n]
-        r["checked"] = len(mine)
-        r["mismatch"] = [
-            n
-            for n in sorted(mine)
-            if mine[n].shape != other[n].shape
-            or not torch.equal(
-                mine[n].data.reshape(-1).view(torch.uint8),
-                other[n].data.reshape(-1).view(torch.uint8),
-            )
-        ]
+        r.update(unreached=found["neither"], checked=found["checked"], mismatch=found["mismatch"])
         r["shapes"] = {n: list(p.shape) for n, p in ours.named_parameters()}
         fp8 = [p for p in ours.parameters() if p.dtype == torch.float8_e4m3fn]
         big = max(fp8, key=lambda p: p.numel()) if fp8 else None

@@ -169,6 +169,23 @@ def prepare(tmp: str) -> None:
     fp8.init_fp8_linear_kernel = kernel_or_none
 
 
+def start(rank: int, port: int, tmp: str):
+    """A worker's set-up: :func:`prepare`, rank ``rank`` of a two-process gloo group at TP=1,
+    fp8_dummy's plugin registered; the base config to rebuild the model-parallel groups in."""
+    prepare(tmp)
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    from fp8_dummy import vllm as vllm_plugin
+
+    base = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    with set_current_vllm_config(base):
+        init_distributed_environment(2, rank, f"tcp://127.0.0.1:{port}", rank, backend="gloo")
+        initialize_model_parallel(tensor_model_parallel_size=1)
+    vllm_plugin.register()
+    return base
+
+
 def build(model: str, quant: str, folder: Path, world: int, ep: bool = False):
     """(model, vllm_config, model_config): ``model`` with ``quant`` at TP=``world`` (with
     expert parallelism: ``ep``), its tensors as vLLM creates them (uninitialized)."""

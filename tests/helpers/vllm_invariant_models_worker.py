@@ -16,7 +16,6 @@ OUT/<rank>.json as {"1": {case: ...}, "2": {case: ...}}.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -30,32 +29,22 @@ def main(rank: int, port: int, out: str, root: str) -> None:
     sys.path[:] = [root, os.path.join(root, "tests")] + [
         p for p in sys.path if os.path.abspath(p or ".") != here
     ]
-    result: dict = {"rank": rank}
-    try:
-        result.update(_run(rank, port, Path(out)))
-    except Exception:  # noqa: BLE001 (reported to the parent test)
-        result["error"] = traceback.format_exc()
-    (Path(out) / f"{rank}.json").write_text(json.dumps(result))
+    from helpers.workers import report
+
+    report(Path(out) / f"{rank}.json", _run, rank, port, Path(out), rank=rank)
 
 
 def _run(rank: int, port: int, out: Path) -> dict:
     from helpers import vllm_invariant_models as M
 
-    M.prepare(str(out))
+    base = M.start(rank, port, str(out))
     import torch
-    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.config import set_current_vllm_config
     from vllm.config.load import LoadConfig
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed import initialize_model_parallel
     from vllm.distributed.parallel_state import destroy_model_parallel
     from vllm.model_executor.model_loader import get_model_loader
 
-    from fp8_dummy import vllm as vllm_plugin
-
-    base = VllmConfig(device_config=DeviceConfig(device="cpu"))
-    with set_current_vllm_config(base):
-        init_distributed_environment(2, rank, f"tcp://127.0.0.1:{port}", rank, backend="gloo")
-        initialize_model_parallel(tensor_model_parallel_size=1)
-    vllm_plugin.register()
     fmt = {
         f: get_model_loader(LoadConfig(load_format=name, model_loader_extra_config=extra))
         for f, (name, extra) in M.LOADS.items()

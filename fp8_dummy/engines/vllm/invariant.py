@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 
 from ...ops import as_int64
-from ...realistic import chosen_routing, parse_routing
+from ...realistic import chosen_acceptance, chosen_routing, parse_acceptance, parse_routing
 from ...stateless import init_stateless_, row_major_strides, tensor_seed
 from ...tensors import FP4
 from ..core import Action, Kind, apply, checked, error
@@ -134,9 +134,9 @@ def register_load_format(package: Any) -> bool:
 
 
 def _initializer(base: type) -> Callable[[Any, Any], None]:
-    """The loaders' ``__init__`` on vLLM's dummy loader ``base``: the routing profile travels
-    in vLLM's model_loader_extra_config, which the dummy loader refuses, so it is taken out
-    (and checked) here, before ``base.__init__``."""
+    """The loaders' ``__init__`` on vLLM's dummy loader ``base``: the routing profile and the
+    acceptance travel in vLLM's model_loader_extra_config, which the dummy loader refuses, so
+    they are taken out (and checked) here, before ``base.__init__``."""
 
     def __init__(self: Any, load_config: Any) -> None:
         given = getattr(load_config, "model_loader_extra_config", None) or {}
@@ -147,10 +147,11 @@ def _initializer(base: type) -> Callable[[Any, Any], None]:
             )
         extra = dict(given)
         self.routing = parse_routing(chosen_routing(extra.pop("routing", None)))
+        self.acceptance = parse_acceptance(chosen_acceptance(extra.pop("acceptance", None)))
         if extra:
             raise ValueError(
                 f"fp8_dummy: {type(self).__name__}: model_loader_extra_config keys "
-                f"{sorted(extra)} are not understood (it takes 'routing')"
+                f"{sorted(extra)} are not understood (it takes 'routing' and 'acceptance')"
             )
         if getattr(load_config, "model_loader_extra_config", None):
             load_config = copy.copy(load_config)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ...ops import as_int64
-from ...realistic import config_checkpoint, parse_routing
+from ...realistic import config_checkpoint, parse_acceptance, parse_routing
 
 __all__ = ["LOAD_FORMAT", "load_checkpoint", "loader_class"]
 
@@ -25,21 +25,38 @@ LOAD_FORMAT = "fp8_dummy_realistic"
 DEFAULT_LOADER = "vllm.model_executor.model_loader.default_loader"
 
 
-def load_checkpoint(model: torch.nn.Module, model_config: Any, routing: Any = "balanced") -> set:
+def load_checkpoint(
+    model: torch.nn.Module, model_config: Any, routing: Any = "balanced", acceptance: Any = None
+) -> set:
     """Load the logical checkpoint of ``model_config.hf_config`` (seed: vLLM's ``--seed``,
     None: 0) into ``model`` through its own ``load_weights``; the names it loaded. The format
-    and every tensor's role are settled before anything is written."""
+    and every tensor's role are settled before anything is written. A per-position
+    ``acceptance`` must have one number per draft token of vLLM's speculative config."""
     seed = getattr(model_config, "seed", None)
     seed = as_int64(0 if seed is None else seed, "seed (vLLM's --seed)", LOAD_FORMAT) % (1 << 64)
     config = getattr(model_config, "hf_config", None)
     if config is None:
         raise ValueError(f"fp8_dummy: {LOAD_FORMAT}: the model config has no hf_config")
-    checkpoint = config_checkpoint(config, seed, routing=parse_routing(routing))
+    acceptance = parse_acceptance(acceptance, positions=_draft_tokens())
+    checkpoint = config_checkpoint(
+        config, seed, routing=parse_routing(routing), acceptance=acceptance
+    )
     loaded = model.load_weights(checkpoint.items())
     if loaded is not None:  # a parameter the checkpoint misses would hold garbage
         quantized = getattr(model_config, "quantization", None) is not None
         _all_loaded(model, set(loaded), quantized)
     return set(loaded or ())
+
+
+def _draft_tokens() -> int | None:
+    """vLLM's ``num_speculative_tokens`` where a speculative config is being loaded, else None."""
+    try:
+        from vllm.config import get_current_vllm_config
+
+        spec = get_current_vllm_config().speculative_config
+    except Exception:  # no current config (a model built outside vLLM's engine)
+        return None
+    return getattr(spec, "num_speculative_tokens", None) if spec is not None else None
 
 
 def _all_loaded(model: torch.nn.Module, loaded: set, quantized: bool) -> None:
@@ -68,6 +85,6 @@ def loader_class(base: type, init: Any) -> type:
         __init__ = init
 
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
-            load_checkpoint(model, model_config, self.routing)
+            load_checkpoint(model, model_config, self.routing, self.acceptance)
 
     return FP8DummyRealisticModelLoader

@@ -78,7 +78,8 @@ def find_routers(
 
 
 # An override: (dimension, index along it, value): a float, or a vector along the other
-# dimension of a 2-D tensor (a 1-D tensor: along its only dimension, index None).
+# dimension of a 2-D tensor (a 1-D tensor: along its only dimension, index None); a float
+# over a range of indices (a ``range`` of step 1).
 Override = tuple[int, Any, Any]
 
 
@@ -174,6 +175,12 @@ def apply_overrides(
         if index is None:  # a 1-D vector over the whole tensor
             sel = torch.arange(view.shape[0]) * step[0] + origin[0]
             view.copy_(torch.as_tensor(np.asarray(value)[sel.numpy()], dtype=view.dtype))
+            continue
+        if isinstance(index, range):  # a float over indices [start, stop): the block's share
+            first = max(0, -(-(index.start - origin[dim]) // step[dim]))
+            last = min(view.shape[dim], -(-(index.stop - origin[dim]) // step[dim]))
+            if last > first:
+                view.narrow(dim, first, last - first).fill_(float(value))
             continue
         pos, mod = divmod(index - origin[dim], step[dim])
         if mod or not 0 <= pos < view.shape[dim]:

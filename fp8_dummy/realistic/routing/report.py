@@ -9,47 +9,31 @@ memory) for the plan; only the measurement materializes it."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..._atomic_file import target_problem, write_file
-from ...ops import as_int64
-from ..config_file import ConfigError, read_config
 from ..hf_model import UnplacedTensorError
 from ..inplace import initialize_realistic_dummy_weights
+from ..reports import common_arguments, common_seed, positive, report_config, write_json
 from ..specs import model_specs, model_tensors
 from . import offsets, profiles, solve
 
 MEASURE_LIMIT = 2 << 30  # bytes of float32 weights up to which the model is also run
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fp8_dummy routing", description=__doc__)
-    p.add_argument("config", help="a transformers config.json, or a directory holding one")
+    common_arguments(p)
     p.add_argument("--routing", required=True, help="balanced | zipf:A | a JSON load file")
-    p.add_argument("--tokens", type=_positive, default=4096, help="tokens (default 4096)")
-    p.add_argument("--ep", type=_positive, default=None, help="expert-parallel ranks")
-    p.add_argument("--seed", type=int, default=0, help="the realistic fill's seed (default 0)")
+    p.add_argument("--tokens", type=positive, default=4096, help="tokens (default 4096)")
+    p.add_argument("--ep", type=positive, default=None, help="expert-parallel ranks")
     p.add_argument("--measure", choices=("auto", "yes", "no"), default="auto",
                    help="run the model too (auto: its float32 weights fit in 2 GiB)")  # fmt: skip
-    p.add_argument("--json", type=Path, default=None, help="also write the report here")
     return p
 
 
@@ -57,24 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     # Every argument checked before the model is built (exit status 2, one line each).
-    if args.json is not None and (why := target_problem(args.json)) is not None:
-        parser.error(f"--json: {why}")
-    try:
-        seed = as_int64(args.seed, "--seed", "routing") % (1 << 64)  # the fill's
-    except (TypeError, ValueError) as e:
-        parser.error(str(e))
+    seed = common_seed(parser, args)
     try:
         profile = profiles.parse_routing(args.routing)
     except (profiles.RoutingError, TypeError) as e:
         parser.error(str(e))
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        parser.error("the report builds the model with transformers: pip install transformers")
-    try:
-        config = read_config(args.config)[0]
-    except ConfigError as e:
-        parser.error(str(e))
+    config = report_config(parser, args)
     try:
         report = build_report(config, profile, seed, args.tokens, args.ep, args.measure)
     except (profiles.RoutingError, UnplacedTensorError) as e:
@@ -82,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(render(report))
     if args.json is not None:
-        write_file(args.json, json.dumps(report, indent=1).encode())
+        write_json(args.json, report)
     return 0
 
 

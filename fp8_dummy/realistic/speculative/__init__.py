@@ -1,0 +1,65 @@
+"""Speculative decoding a benchmark can choose, made by the weights alone
+(docs/realistic.md#speculative-decoding): the MTP layers of the checkpoints that carry them,
+and a designed greedy stream whose draft (the MTP layers, or an exported draft model) is right
+at the chosen acceptance, so that the engine's own verification accepts at that rate. This
+package's face; its files:
+
+- ``acceptance.py``: the ``acceptance`` argument parsed and checked (a rate, a per-position
+  list, ``"default"``), the engines' choice (their configuration, ``$FP8_DUMMY_ACCEPTANCE``);
+- ``stream.py``: the designed process: the stream's tokens (a tokenizer's, or the fallback),
+  their cycle, where the draft is right, the acceptance an engine drafting k tokens measures;
+- ``design.py``: the weights that realize it: the reserved code subspace, the lm_head's rows
+  and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
+- ``mtp.py``: the MTP layers of DeepSeek-V3/V3.2, GLM-4.5 and Qwen3-Next checkpoints under
+  their own names;
+- ``draft.py``: ``export --draft``'s draft model: its config (a plain causal LM of the
+  target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
+  with the target's tokenizer files;
+- ``report.py``: ``python -m fp8_dummy acceptance``: the acceptance per position a config and
+  an engine's number of draft tokens give, and the next-token entropy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..rules import Spec
+from .acceptance import (
+    DEFAULT,
+    ENV,
+    Acceptance,
+    AcceptanceError,
+    chosen_acceptance,
+    parse_acceptance,
+)
+from .design import DesignError, carrier_rows, layout, plan_design, vocab_hidden
+from .draft import DRAFT_KEY, draft_config, is_draft, stage_draft
+from .mtp import MtpPart, mtp_layers, mtp_part
+from .stream import Stream, allowed_tokens, design_stream, predict
+
+__all__ = ["DEFAULT", "DRAFT_KEY", "ENV", "Acceptance", "AcceptanceError", "DesignError"]
+__all__ += ["MtpPart", "Stream", "allowed_tokens", "carrier_rows", "chosen_acceptance"]
+__all__ += ["design_stream", "draft_config", "is_draft", "layout", "mtp_layers", "mtp_part"]
+__all__ += ["parse_acceptance", "plan_acceptance", "predict", "stage_draft"]
+
+
+def plan_acceptance(
+    acceptance: Acceptance, seed: int, config: Any, specs: Mapping[str, Spec],
+    shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, torch.dtype],
+    keys: Mapping[str, int], *, projections: Sequence[str] = (), tokenizer: Any = None,
+) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:  # fmt: skip
+    """The spec replacements, overrides and facts that write the designed stream of
+    ``acceptance`` into a model's logical tensors (full name -> spec, shape, dtype, key);
+    all checked before anything is written."""
+    vocab, hidden = vocab_hidden(config, specs, shapes)
+    layout(hidden)  # refuses a model too narrow before the tokenizer is read
+    allowed, where = allowed_tokens(vocab, config, tokenizer)
+    stream = design_stream(acceptance, seed, vocab, allowed, where)
+    replaced, overrides, facts = plan_design(
+        stream, specs, shapes, dtypes, keys, hidden, draft=is_draft(config),
+        projections=projections,
+    )  # fmt: skip
+    facts.update(stream=stream, acceptance=acceptance)
+    return replaced, overrides, facts

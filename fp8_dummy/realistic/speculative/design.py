@@ -1,0 +1,223 @@
+"""The weights that realize a designed stream (:mod:`.stream`; docs/realistic.md#speculative-
+decoding), as changes of the realistic fill: spec replacements and overrides of the logical
+tensors (:mod:`..routing`'s kind), so that every holder of the model writes them.
+
+Where: a reserved code subspace S of the residual stream, the ``d`` hidden dimensions before the
+last one (the routing's carrier). The embedding's S columns are its own realistic values (each
+token's *code*, a non-stream token's copied from its stream token); no residual branch writes S
+(every branch's output rows on S are 0; branches still read it), so after the last layer S holds
+the current token's code exactly, whatever the layers added elsewhere. The codes all have length
+√d. The lm_head reads S only: stream token u's row is ``scale`` times its predecessor's code, so
+u's logit is ``scale · d / ρ`` after the predecessor (ρ the final residual's RMS) and the other
+tokens' logits the codes' overlaps, near N(0, scale² d / ρ²) and always below: the greedy token
+is the successor whatever ρ is, and the entropy at temperature 1 is set by ``scale``
+(:func:`logit_scale`).
+
+The draft's view: for the MTP layers, the embedding's next ``d`` columns (S2) hold the code of
+the token the draft sees (:attr:`.stream.Stream.view`), and each MTP layer's input projection
+(``eh_proj``, Qwen3-Next's ``fc``) copies S2 of the normalized embedding into S of its output,
+which its block does not write either; its head (the same lm_head) then proposes the view's
+successor. A draft model's own embedding holds the view's code in its S directly."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..rules import Spec
+from ..values import fill_
+from .stream import Stream
+
+__all__ = ["DesignError", "Layout", "RHO", "carrier_rows", "code_block", "layout", "logit_scale"]
+__all__ += ["plan_design", "predicted_entropy", "vocab_hidden"]
+
+RHO = 1.2  # the final residual's typical RMS in realistic models (docs/realistic.md's sweep)
+ENTROPY_LOW = 1.05  # nats: the band the scale is centred in (the issue's 1 nat, a margin)
+ENTROPY_HIGH = 0.78  # of ln(vocabulary) (0.8, a margin)
+_CONTEXTS = 32
+
+
+class DesignError(ValueError):
+    """A model the designed stream cannot be written into; raised before anything is written."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The reserved columns: S (the code) and S2 (the draft's view) of a hidden size."""
+
+    hidden: int
+    d: int
+
+    @property
+    def s(self) -> range:
+        return range(self.hidden - 1 - self.d, self.hidden - 1)
+
+    @property
+    def s2(self) -> range:
+        return range(self.hidden - 1 - 2 * self.d, self.hidden - 1 - self.d)
+
+
+def layout(hidden: int) -> Layout:
+    """``d`` = hidden/8 within [16, 64]: enough overlap-free room for the codes of a large
+    vocabulary (the entropy band needs d >= 32 from ~32k tokens) at a small cost in width."""
+    if hidden < 64:
+        raise DesignError(f"fp8_dummy: acceptance: hidden size {hidden}: at least 64 is needed")
+    return Layout(hidden, min(64, max(16, hidden // 8)))
+
+
+def code_block(spec: Spec, key: int, shape: Sequence[int], dtype: torch.dtype, cols: range):
+    """The codes: the realistic values of columns ``cols`` of a [V, H] tensor (its spec and
+    key), each row scaled to length √d (so that a code's overlap with its own direction is
+    the largest of all: the greedy successor is exact), as the tensor's dtype holds them, in
+    float64 [V, d]."""
+    v, h = shape
+    block = torch.empty(v, len(cols), dtype=torch.float64)
+    fill_(block, spec, key, element_offset=cols.start, element_strides=[h, 1])
+    block *= math.sqrt(len(cols)) / block.norm(dim=1, keepdim=True).clamp_min(1e-30)
+    return block.to(dtype).double().numpy()
+
+
+def _entropy(z: np.ndarray, s: float, zeros: int) -> np.ndarray:
+    """Entropy (nats) of softmax(s · [z, 0 x zeros]) per row."""
+    x = s * z
+    top = np.maximum(x.max(1, keepdims=True), 0.0)
+    e = np.exp(x - top)
+    e0 = zeros * np.exp(-top[:, 0])
+    total = e.sum(1) + e0
+    mean = ((x - top) * e).sum(1) + e0 * (-top[:, 0])
+    return np.log(total) - mean / total
+
+
+def _overlaps(codes: np.ndarray, stream: Stream) -> np.ndarray:
+    """The logits at unit scale and ρ = 1 of :data:`_CONTEXTS` stream tokens spread over the
+    cycle, over the stream tokens (the others' logits are 0)."""
+    order = stream.order
+    pick = order[np.linspace(0, order.size - 1, min(_CONTEXTS, order.size)).astype(np.int64)]
+    return codes[pick] @ codes[stream.predecessor].T
+
+
+def predicted_entropy(codes: np.ndarray, stream: Stream, scale: float, rho: float):
+    """(entropy in nats, top-1 probability) of the sampled contexts' next-token distributions at
+    temperature 1 for a final residual of RMS ``rho``."""
+    z = _overlaps(codes, stream) * (scale / rho)
+    zeros = stream.vocab - stream.order.size
+    top = z.max(1)
+    return _entropy(z, 1.0, zeros), 1.0 / (np.exp(z - top[:, None]).sum(1) + zeros * np.exp(-top))
+
+
+def logit_scale(codes: np.ndarray, stream: Stream, rho: float = RHO) -> float:
+    """The lm_head's scale: the middle (geometric) of the range over which the entropy of every
+    sampled context's next-token distribution lies in [ENTROPY_LOW, ENTROPY_HIGH · ln V], for
+    a final residual of RMS ``rho``; the range is in the scale/ρ, so a model whose ρ differs from
+    ``rho`` by the range's half-width in either direction stays inside it. Rounded to 1e-4."""
+    z = _overlaps(codes, stream)
+    zeros, high = stream.vocab - stream.order.size, ENTROPY_HIGH * math.log(stream.vocab)
+
+    def bisect(ok, lo: float, hi: float) -> float:  # ok(lo) is False, ok(hi) is True
+        for _ in range(40):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+        return hi
+
+    sharp = bisect(lambda s: _entropy(z, s, zeros).max() <= high, 1e-4, 1e3)  # lowest scale
+    flat = 1.0 / bisect(lambda r: _entropy(z, 1.0 / r, zeros).min() >= ENTROPY_LOW, 1e-3, 1e4)
+    return round(math.sqrt(sharp * flat) * rho, 4)
+
+
+def _out_dim(shape: Sequence[int], hidden: int) -> int | None:
+    """The dimension of a residual branch's output weight that indexes the hidden size."""
+    if len(shape) >= 2 and shape[-2] == hidden:
+        return len(shape) - 2
+    if len(shape) >= 2 and shape[-1] == hidden:
+        return len(shape) - 1
+    if len(shape) >= 4 and shape[-3] == hidden:  # GPT-OSS's MXFP4 blocks [E, N, K/32, 16]
+        return len(shape) - 3
+    return None
+
+
+def _find(specs: Mapping[str, Spec], shapes, role: str, shape: tuple) -> str | None:
+    found = [n for n, s in specs.items() if s.role == role and tuple(shapes[n]) == shape]
+    found = [n for n in found if "position" not in n and ".wpe." not in f".{n}"]
+    return found[0] if found else None
+
+
+def plan_design(
+    stream: Stream,
+    specs: Mapping[str, Spec],
+    shapes: Mapping[str, Sequence[int]],
+    dtypes: Mapping[str, torch.dtype],
+    keys: Mapping[str, int],
+    hidden: int,
+    *,
+    draft: bool = False,
+    projections: Sequence[str] = (),
+) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:
+    """(spec replacements, overrides, facts) that write ``stream`` into the logical tensors;
+    ``draft``: a draft model (its embedding holds the view's code); ``projections``: the MTP
+    layers' input projections [hidden, 2·hidden] (embedding half first)."""
+    lay = layout(hidden)
+    v = stream.vocab
+    embed = _find(specs, shapes, "embedding", (v, hidden))
+    head = _find(specs, shapes, "lm_head", (v, hidden))
+    if embed is None or head is None:
+        what = "an embedding" if embed is None else "an untied lm_head (tie_word_embeddings off)"
+        raise DesignError(
+            f"fp8_dummy: acceptance: the model has no {what} of [{v}, {hidden}]: the designed "
+            "stream is written into the embedding's and the lm_head's own rows"
+        )
+    codes = code_block(specs[embed], keys[embed], (v, hidden), dtypes[embed], lay.s)
+    held = stream.view if draft else stream.source
+    scale = logit_scale(codes, stream)
+    pred = stream.predecessor
+    rows = codes[pred] * scale
+    head_cols = np.zeros((v, lay.d))
+    head_cols[stream.order] = rows
+    overrides: dict[str, list] = {embed: [], head: []}
+    for i, col in enumerate(lay.s):
+        overrides[embed].append((1, col, codes[held, i].astype(np.float32)))
+        overrides[head].append((1, col, head_cols[:, i].astype(np.float32)))
+    if not draft:
+        for i, col in enumerate(lay.s2):
+            overrides[embed].append((1, col, codes[stream.view, i].astype(np.float32)))
+    for name, spec in specs.items():
+        dim = _out_dim(shapes[name], hidden) if spec.role == "residual_out" else None
+        if dim is not None:
+            overrides.setdefault(name, []).append((dim, lay.s, 0.0))
+    for name in projections:
+        if tuple(shapes[name]) != (hidden, 2 * hidden):
+            continue
+        for i, row in enumerate(lay.s):
+            unit = np.zeros(2 * hidden, dtype=np.float32)
+            unit[lay.s2[i]] = 1.0  # S of the output: S2 of the normalized embedding
+            overrides.setdefault(name, []).append((0, row, unit))
+    replaced = {head: Spec("lm_head", "const", 0.0)}
+    facts = {"d": lay.d, "scale": scale, "embedding": embed, "lm_head": head, "codes": lay.s}
+    return replaced, overrides, facts
+
+
+def vocab_hidden(config: Any, specs: Mapping[str, Spec], shapes) -> tuple[int, int]:
+    """(vocabulary, hidden size): the config's, else the embedding's shape."""
+    get = getattr(config, "get_text_config", None)
+    text = get() if callable(get) else config
+    v, h = getattr(text, "vocab_size", None), getattr(text, "hidden_size", None)
+    if isinstance(v, int) and isinstance(h, int):
+        return v, h
+    for name, spec in specs.items():
+        if spec.role == "embedding" and len(shapes[name]) == 2:
+            return tuple(int(x) for x in shapes[name])  # type: ignore[return-value]
+    raise DesignError("fp8_dummy: acceptance: the model has no embedding")
+
+
+def carrier_rows(projections: Sequence[str], hidden: int) -> dict[str, list]:
+    """The routing's carrier (the residual's last dimension, a constant) through the MTP
+    layers' input projections: output j is input j of the normalized embedding, and no other
+    output reads either half's column j."""
+    j = hidden - 1
+    unit = np.zeros(2 * hidden, dtype=np.float32)
+    unit[j] = 1.0
+    return {n: [(1, j, 0.0), (1, hidden + j, 0.0), (0, j, unit)] for n in projections}

@@ -1,0 +1,68 @@
+"""One process of tests/test_engines_sglang_mtp.py: rank RANK of a WORLD-rank gloo group. For
+each case, two copies of SGLang's own speculative draft class (``DeepseekV3ForCausalLMNextN``,
+``Glm4MoeForCausalLMNextN``, ``Qwen3NextForCausalLMMTP``: what SGLang's draft config names)
+built from the export's config.json: one filled by ``FP8_DUMMY_SGLANG=realistic``'s fill with
+the case's ``$FP8_DUMMY_ACCEPTANCE`` (poisoned 0x55 first), the other (0xAA) loaded from the
+export's files by SGLang's own safetensors reader and the class's ``load_weights``. Findings go
+to OUT/<world>-<rank>.json as {case: {...}}."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+# Qwen3-Next is a hybrid model: no radix cache, whose variant for it needs a platform's Mamba
+# cache snapshots (ServerArgs checks); it has no say in the parameters
+MORE = {"disable_radix_cache": True}
+
+
+def main(world: int, rank: int, port: int, root: str, out: str, repo: str) -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [repo, os.path.join(repo, "tests")] + [
+        p for p in sys.path if os.path.abspath(p or ".") != here
+    ]
+    from helpers.workers import report
+
+    report(Path(out) / f"{world}-{rank}.json", _run, world, rank, port, Path(root))
+
+
+def _run(world: int, rank: int, port: int, root: Path) -> dict:
+    from helpers import sglang_models as S
+
+    cases = json.loads((root / "cases.json").read_text())
+    S.prepare()
+    S.start(root / next(iter(cases)) / "checkpoint", world, rank, port, **MORE)
+    return {c: _case(S, root / c / "checkpoint", acc, world, rank) for c, acc in cases.items()}
+
+
+def _case(S, ckpt: Path, acceptance, world: int, rank: int) -> dict:
+    try:
+        return _compare(S, ckpt, acceptance, world, rank)
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        return {"error": traceback.format_exc()}
+
+
+def _compare(S, ckpt: Path, acceptance, world: int, rank: int) -> dict:
+    import torch
+
+    from fp8_dummy.engines import sglang as fsglang
+
+    ours = S.build(ckpt, world, rank, draft=True, **MORE)
+    theirs = S.build(ckpt, world, rank, draft=True, **MORE)
+    for model, byte in ((ours, 0x55), (theirs, 0xAA)):
+        for p in model.parameters():
+            p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)
+    os.environ["FP8_DUMMY_ACCEPTANCE"] = "" if acceptance is None else str(acceptance)
+    with torch.no_grad():
+        fsglang._fill_realistic(ours)
+    S.load_safetensors(theirs, ckpt)
+    shapes = {n: list(p.shape) for n, p in ours.named_parameters()}
+    return dict(S.compare(ours, theirs), shapes=shapes, cls=type(ours).__name__)
+
+
+if __name__ == "__main__":
+    main(*map(int, sys.argv[1:4]), *sys.argv[4:7])

@@ -1,0 +1,279 @@
+"""Shared by tests/test_realistic_speculative*.py: tiny configs of the architectures with MTP
+layers (and plain targets), an export, the acceptance transformers' own generation measures,
+and an oracle of the designed process that reads only the exported weights.
+
+The oracle (:func:`weight_maps`, :func:`simulate`) knows nothing of the fill: from the
+safetensors files it finds the code subspace as the columns the lm_head reads, checks that no
+residual branch writes them and that each MTP input projection reads its embedding half only,
+then takes each token's greedy successor (the target) and proposal (the draft) as argmaxes of
+those weights, and replays an engine's greedy verification with k draft tokens in numpy."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+from safetensors import safe_open
+
+# Qwen3-Next: 8 experts top-2 and a shared expert; three linear-attention layers and a full one
+QWEN3_NEXT = dict(
+    num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
+    shared_expert_intermediate_size=64, head_dim=32, linear_num_value_heads=4,
+    linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32,
+)  # fmt: skip
+ROUTED = ("qwen3_moe", "deepseek_v3", "glm4_moe")  # the routing tests' configs, 16 experts top-2
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on one thread: a second one only contends (imported by the test modules)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj)\.(weight|bias)$")
+
+
+def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, **more):
+    """A tiny untied config of ``arch`` with bos 0 and eos 1: Llama; Qwen3-MoE, DeepSeek-V3
+    and GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next
+    (at least four layers: three linear-attention ones, then a full one); then ``more``."""
+    common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab)  # fmt: skip
+    if arch in ROUTED:
+        from test_realistic_routing import configs
+
+        cfg = configs(h=hidden, experts=16, k=2, layers=layers)[arch]
+    elif arch == "qwen3_next":
+        cfg = tf.Qwen3NextConfig(**{**common, "num_hidden_layers": max(layers, 4)}, **QWEN3_NEXT)
+    else:
+        cfg = tf.AutoConfig.for_model(arch, **common)
+    settings = dict(vocab_size=vocab, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
+    for name, value in {**settings, **more}.items():
+        setattr(cfg, name, value)
+    return cfg
+
+
+def export(cfg, folder: Path, acceptance, *, routing: str = "balanced", tokenizer=None) -> Path:
+    """``cfg`` saved in ``folder``/config (with ``tokenizer``'s files), exported to
+    ``folder``/out by fp8_dummy's export with ``acceptance`` (Qwen3-Next's ``A_log``, which no
+    role covers, with its assumed values)."""
+    from fp8_dummy.realistic.export import export as write
+
+    src, out = folder / "config", folder / "out"
+    shutil.rmtree(src, ignore_errors=True)
+    cfg.save_pretrained(src)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(src)
+    write(src, out, acceptance=acceptance, routing=routing, progress=False, allow_unknown=True)
+    return out
+
+
+def read(out: Path) -> dict[str, np.ndarray]:
+    """Every tensor of an export, float64, through the safetensors library."""
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    tensors = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        with safe_open(str(out / shard), framework="pt") as f:
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name).double().numpy()
+    return tensors
+
+
+def _argmax_rows(head: np.ndarray, h: np.ndarray) -> np.ndarray:
+    return (h @ head.T).argmax(1)
+
+
+def weight_maps(t: dict[str, np.ndarray], hidden: int, prefix: str = "model.") -> dict:
+    """From an export's tensors alone: the code columns S (those the lm_head reads), that no
+    residual writer touches them, the target's greedy successor of every token and, per MTP
+    input projection, the draft's proposal after every token."""
+    head, embed = t["lm_head.weight"], t[prefix + "embed_tokens.weight"]
+    s = np.flatnonzero(np.abs(head).sum(0))
+    assert 0 < s.size < hidden // 2, s
+    for name, w in t.items():
+        if WRITERS.search(name):
+            rows = w[s] if w.shape[0] == hidden else w[..., s]  # [out, in], a bias [out]
+            assert not np.any(rows), f"{name} writes the code columns"
+    succ = _argmax_rows(head[:, s], embed[:, s])
+    proposals = {}
+    for name, w in t.items():
+        if name.endswith(("eh_proj.weight", "mtp.fc.weight")) and w.shape == (hidden, 2 * hidden):
+            assert not np.any(w[s][:, hidden:]), f"{name}: the code reads the hidden half"
+            e = embed / np.sqrt((embed**2).mean(1, keepdims=True))  # enorm, weight 1 or 1+0
+            proposals[name] = _argmax_rows(head[:, s], e @ w[s][:, :hidden].T)
+    return {"codes": s, "successor": succ, "proposals": proposals}
+
+
+def draft_proposal(t: dict[str, np.ndarray]) -> np.ndarray:
+    """A draft model's greedy proposal after every token, from its export alone."""
+    head, embed = t["lm_head.weight"], t["model.embed_tokens.weight"]
+    s = np.flatnonzero(np.abs(head).sum(0))
+    return _argmax_rows(head[:, s], embed[:, s])
+
+
+def simulate(succ: np.ndarray, proposal: np.ndarray, k: int, starts, tokens: int) -> np.ndarray:
+    """Greedy speculative decoding replayed: from each start token, the target's first token,
+    then steps of k proposals (each from the one before) verified against the target's
+    successors; the number accepted per step, all starts together."""
+    accepted = []
+    for start in starts:
+        last, made = int(succ[start]), 1
+        while made < tokens:
+            draft, truth, m = [], [], 0
+            x, y = last, last
+            for _ in range(k):
+                x, y = int(proposal[x]), int(succ[y])
+                draft.append(x), truth.append(y)
+            while m < k and draft[m] == truth[m]:
+                m += 1
+            accepted.append(m)
+            last = truth[m] if m < k else int(succ[truth[-1]])
+            made += m + 1
+    return np.asarray(accepted)
+
+
+def conditional(m: np.ndarray, k: int) -> list[float]:
+    """Per position: the share of steps that accepted it among those that accepted the one
+    before."""
+    return [float((m >= i).sum() / max((m >= i - 1).sum(), 1)) for i in range(1, k + 1)]
+
+
+def mtp_acceptance(out: Path, layers: int, monkeypatch, prompts: int = 4, tokens: int = 150,
+                   vocab: int = 1024, sample: bool = False) -> np.ndarray:  # fmt: skip
+    """transformers' own MTP speculative decoding (``generate(use_mtp=True)``) of the export,
+    greedy (or sampled at temperature 1): the tokens accepted per step, recorded from the
+    candidate generator's own count."""
+    from transformers.generation import candidate_generator as cg
+
+    model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    text = model.config.get_text_config()
+    first = text.num_hidden_layers  # where this checkpoint keeps its MTP layers
+    model._keys_to_ignore_on_load_unexpected = [
+        rf"model\.layers\.{first + i}\..*" for i in range(layers)
+    ]
+    counts: list[int] = []
+    own = cg.MTPCandidateGenerator.get_candidates
+
+    def record(self, input_ids, model_kwargs, model_outputs, is_first_iteration, n_last_matches,
+               **kw):  # fmt: skip
+        if not is_first_iteration and not self.is_main_model_prefill:
+            counts.append(int(n_last_matches))
+        return own(self, input_ids, model_kwargs, model_outputs, is_first_iteration,
+                   n_last_matches, **kw)  # fmt: skip
+
+    monkeypatch.setattr(cg.MTPCandidateGenerator, "get_candidates", record)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(prompts):
+        ids = torch.randint(2, vocab, (1, 8), generator=gen)
+        model.generate(ids, use_mtp=True, do_sample=sample, max_new_tokens=tokens,
+                       min_new_tokens=tokens, temperature=1.0 if sample else None)  # fmt: skip
+    return np.asarray(counts)
+
+
+def assisted_acceptance(out: Path, draft: Path, k: int, monkeypatch, prompts: int = 4,
+                        tokens: int = 150, vocab: int = 1024) -> np.ndarray:  # fmt: skip
+    """transformers' own assisted generation with the exported draft model, greedy, k draft
+    tokens a step (constant, no confidence cut): the tokens accepted per step. Not counted:
+    each generation's first step (drafted from the prompt's own last token) and its steps near
+    the length limit (fewer than k drafted, or the accepted ones cut to the limit)."""
+    from transformers.generation import candidate_generator as cg
+
+    model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    assistant = tf.AutoModelForCausalLM.from_pretrained(draft, dtype=torch.float32)
+    drafting = assistant.generation_config  # what the candidate generator reads
+    drafting.num_assistant_tokens, drafting.num_assistant_tokens_schedule = k, "constant"
+    drafting.assistant_confidence_threshold = 0.0
+    steps: list[tuple[int, int]] = []  # (draft tokens, accepted)
+    own = cg.AssistedCandidateGenerator.update_candidate_strategy
+
+    def record(self, input_ids, scores, num_matches):
+        steps.append((scores.shape[1] - 1, int(num_matches)))
+        return own(self, input_ids, scores, num_matches)
+
+    monkeypatch.setattr(cg.AssistedCandidateGenerator, "update_candidate_strategy", record)
+    gen = torch.Generator().manual_seed(0)
+    counts: list[int] = []
+    for _ in range(prompts):
+        ids = torch.randint(2, vocab, (1, 8), generator=gen)
+        steps.clear()
+        model.generate(ids, assistant_model=assistant, do_sample=False, max_new_tokens=tokens,
+                       min_new_tokens=tokens)  # fmt: skip
+        counts += [m for drafted, m in steps[1:-1] if drafted == k]
+    return np.asarray(counts)
+
+
+def entropies(model: torch.nn.Module, vocab: int, prompts: int = 16) -> np.ndarray:
+    """The next-token distribution's entropy (nats, temperature 1) after random prompts."""
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, vocab, (prompts, 12), generator=gen)
+    with torch.no_grad():
+        logits = model(ids).logits[:, -1].double()
+    p = logits.softmax(-1)
+    return (-(p * p.clamp_min(1e-300).log()).sum(-1)).numpy()
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + w.float())
+
+
+def qwen3_next_mtp_acceptance(out: Path, k: int, work: Path, prompts: int = 3,
+                              tokens: int = 80, vocab: int = 1024) -> np.ndarray:  # fmt: skip
+    """Qwen3-Next's MTP layer run independently of fp8_dummy and of any engine, as vLLM's
+    ``Qwen3NextMTP`` computes it (transformers cannot run Qwen3-Next's MTP): ``mtp.fc`` of the
+    (1 + w)-normalized embedding and the target's last hidden state, the MTP decoder layer
+    (transformers' own Qwen3-Next layer, full attention, loaded from the export's ``mtp.*``
+    tensors), ``mtp.norm`` and the lm_head; reused for k draft tokens, each on the sequence
+    with the drafts so far, and verified against the target's greedy tokens."""
+    t = read(out)
+    one = work / "mtp-as-model"  # the MTP block as a one-layer model: transformers' loader
+    one.mkdir(parents=True, exist_ok=True)
+    small = tf.AutoConfig.from_pretrained(out)
+    small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
+    small.save_pretrained(one)
+    from safetensors.torch import save_file
+
+    ours = {"model.embed_tokens.weight": t["model.embed_tokens.weight"]}
+    ours.update({"model.norm.weight": t["mtp.norm.weight"], "lm_head.weight": t["lm_head.weight"]})
+    ours.update({"model." + n[4:]: v for n, v in t.items() if n.startswith("mtp.layers.")})
+    save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
+              str(one / "model.safetensors"))  # fmt: skip
+    block = tf.AutoModelForCausalLM.from_pretrained(one, dtype=torch.float32).eval()
+    target = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    fc = torch.from_numpy(t["mtp.fc.weight"]).float()
+    ne, nh = (torch.from_numpy(t[f"mtp.pre_fc_norm_{w}.weight"]) for w in ("embedding", "hidden"))
+    embed = target.get_input_embeddings()
+    gen = torch.Generator().manual_seed(0)
+    counts = []
+    with torch.no_grad():
+        for _ in range(prompts):
+            ids = torch.randint(2, vocab, (1, 8), generator=gen)
+            seq = target.generate(ids, do_sample=False, max_new_tokens=tokens + k + 1)[0]
+            hidden = target(seq[None], output_hidden_states=True).hidden_states[-1][0]
+            n = ids.shape[1]  # the target has made seq[n]: the drafts start after it
+            while n < ids.shape[1] + tokens:
+                x = torch.cat([_rms(embed(seq[1 : n + 1]), ne, 1.0),
+                               _rms(hidden[:n], nh, 1.0)], -1) @ fc.T  # fmt: skip
+                drafts = []
+                for _ in range(k):
+                    logits = block(inputs_embeds=x[None]).logits[0, -1]
+                    drafts.append(int(logits.argmax()))
+                    step = _rms(embed(torch.tensor([drafts[-1]])), ne, 1.0)
+                    last = block(inputs_embeds=x[None], output_hidden_states=True)
+                    h = last.hidden_states[-1][0, -1:]
+                    x = torch.cat([x, torch.cat([step, _rms(h, nh, 1.0)], -1) @ fc.T])
+                m = 0
+                while m < k and drafts[m] == int(seq[n + 1 + m]):
+                    m += 1
+                counts.append(m)
+                n += m + 1
+    return np.asarray(counts)

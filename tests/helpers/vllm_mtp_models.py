@@ -1,0 +1,121 @@
+"""vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``) built on
+this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo
+workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``,
+a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
+``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``), a ``VllmConfig`` holding both,
+then the model loader's ``create_model`` with the draft's model config, the way its proposer's
+``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
+apply; the oracle is the same: the export of the config, read by vLLM's own safetensors loader
+into a twin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from helpers import vllm_invariant_models as M
+
+ARCHITECTURES = {"glm4_moe": "Glm4MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
+
+
+def fields(model: str) -> dict:
+    """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
+    COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next four): DeepSeek-V3 as
+    there, GLM-4.5 and Qwen3-Next as tests/helpers/speculative.py makes them."""
+    if model == "deepseek_v3":
+        return dict(M.COMMON, **M.MODELS[model])
+    from helpers import speculative as H
+
+    cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256)
+    return dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
+
+
+# (model, quantization, MTP layers, draft tokens, acceptance): the designed stream at one and
+# two MTP layers (two draft tokens: a per-position list), FP8 block, and the plain MTP layers.
+CASES = [
+    ("deepseek_v3", "bf16", 1, 1, 0.6),
+    ("deepseek_v3", "blk", 2, 2, "0.8,0.5"),
+    ("deepseek_v3", "bf16", 1, 3, None),
+    ("glm4_moe", "bf16", 1, 1, 0.6),
+    ("qwen3_next", "bf16", 1, 1, 0.6),
+]
+
+
+# A draft model (``export --draft``) of a Llama target: vLLM's Llama class from the draft's
+# config, its "fp8_dummy_draft" mark read through vLLM's own config loading.
+DRAFT = ("llama", "bf16", 0, 4, 0.7)
+
+
+def key(case: tuple) -> str:
+    if case == DRAFT:
+        return "draft-model"
+    model, quant, layers, k, acceptance = case
+    return f"{model}-{quant}-{layers}mtp-k{k}-{acceptance}"
+
+
+def write_config(case: tuple, folder: Path) -> Path:
+    model, quant, layers, _, _ = case
+    folder.mkdir(parents=True, exist_ok=True)
+    config = dict(fields(model), num_nextn_predict_layers=layers)
+    if M.QUANTS[quant]:
+        config["quantization_config"] = M.QUANTS[quant]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def export(case: tuple, folder: Path) -> Path:
+    """fp8_dummy's export of the case's config with its acceptance, seed 0 (Qwen3-Next's
+    ``A_log``, which no role covers, with its assumed values); for :data:`DRAFT`, the draft
+    model's checkpoint that ``export --draft`` writes beside the target's."""
+    from fp8_dummy.realistic.export import export as write
+    from fp8_dummy.realistic.export import main
+
+    out = folder / "checkpoint"
+    if case == DRAFT:
+        source = folder / "source"
+        source.mkdir(parents=True, exist_ok=True)
+        (source / "config.json").write_text(json.dumps(dict(M.COMMON, **M.MODELS["llama"])))
+        args = [str(source), str(folder / "target"), "--acceptance", str(case[4]), "--quiet"]
+        assert main(args + ["--draft", str(out), "--draft-hidden", "64"]) == 0
+        return out
+    source = write_config(case, folder / "source")
+    write(source, out, acceptance=case[4], progress=False, allow_unknown=True)
+    return out
+
+
+def build(folder: Path, world: int, k: int):
+    """(draft model, vllm_config, draft model_config): the MTP draft of the target config in
+    ``folder`` at TP=``world`` with ``k`` speculative tokens, as vLLM creates it; a draft
+    model's folder (``export --draft``'s): its own model, as vLLM builds any."""
+    if json.loads((folder / "config.json").read_text()).get("fp8_dummy_draft"):
+        return M.build_from(folder, world)
+    from vllm.config import (
+        DeviceConfig,
+        ModelConfig,
+        ParallelConfig,
+        SpeculativeConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16")
+    parallel = ParallelConfig(tensor_parallel_size=world)
+    spec = SpeculativeConfig(
+        method="mtp", num_speculative_tokens=k, target_model_config=target,
+        target_parallel_config=parallel,
+    )  # fmt: skip
+    vllm_config = VllmConfig(
+        model_config=target, device_config=DeviceConfig(device="cpu"),
+        parallel_config=parallel, speculative_config=spec,
+    )  # fmt: skip
+    loader = get_model_loader(LoadConfig(load_format="dummy"))
+    draft = spec.draft_model_config
+    with set_current_vllm_config(vllm_config):
+        with set_default_torch_dtype(draft.dtype), torch.device("cpu"):
+            model = loader.create_model(vllm_config=vllm_config, model_config=draft)
+    return model, vllm_config, draft

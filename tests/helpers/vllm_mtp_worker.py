@@ -1,0 +1,119 @@
+"""One of the two gloo processes of tests/test_engines_vllm_mtp.py: vLLM 0.33's MTP draft
+classes (helpers/vllm_mtp_models.py) filled by ``--load-format fp8_dummy_realistic`` with the
+case's acceptance in the extra config, against a twin loaded from the export of the same config
+by vLLM's own safetensors loader (the two poisoned apart first), at TP=1 (each process its half
+of the cases) and TP=2. Also at TP=1: a per-position acceptance whose length is not vLLM's
+``num_speculative_tokens`` is refused before anything is written. Findings go to
+OUT/<rank>.json as {"1": {case: ...}, "2": {case: ...}}."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def main(rank: int, port: int, out: str, root: str) -> None:
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [root, os.path.join(root, "tests")] + [
+        p for p in sys.path if os.path.abspath(p or ".") != here
+    ]
+    from helpers.workers import report
+
+    report(Path(out) / f"{rank}.json", _run, rank, port, Path(out), rank=rank)
+
+
+def _run(rank: int, port: int, out: Path) -> dict:
+    from helpers import vllm_invariant_models as M
+    from helpers import vllm_mtp_models as T
+
+    base = M.start(rank, port, str(out))
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import initialize_model_parallel
+    from vllm.distributed.parallel_state import destroy_model_parallel
+
+    found: dict = {"1": {}, "2": {}}
+    for case in T.CASES[rank::2]:
+        found["1"][T.key(case)] = _case(M, T, out, 1, rank, case)
+    if rank == 0:
+        found["1"]["wrong-length"] = _wrong_length(M, T, out)
+    else:
+        found["1"]["draft-model"] = _case(M, T, out, 1, rank, T.DRAFT)
+    destroy_model_parallel()
+    with set_current_vllm_config(base):
+        initialize_model_parallel(tensor_model_parallel_size=2)
+    for case in [*T.CASES, T.DRAFT]:
+        found["2"][T.key(case)] = _case(M, T, out, 2, rank, case)
+    return found
+
+
+def _loader(acceptance):
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+
+    extra = {} if acceptance is None else {"acceptance": acceptance}
+    return get_model_loader(
+        LoadConfig(load_format="fp8_dummy_realistic", model_loader_extra_config=extra)
+    )
+
+
+def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
+    """The draft at TP=``tp`` filled in-engine (poisoned 0x55 first) against its twin (0xAA)
+    loaded from the export's files: every tensor either writes must agree byte for byte."""
+    import torch
+    from vllm.config import set_current_vllm_config
+
+    t0 = time.perf_counter()
+    r: dict = {}
+    try:
+        ckpt = T.export(case, out / f"export-{tp}-{rank}" / T.key(case))
+        ours, vllm_config, draft_config = T.build(ckpt, tp, case[3])
+        theirs = T.build(ckpt, tp, case[3])[0]
+        for model_, byte in ((ours, 0x55), (theirs, 0xAA)):
+            for p in model_.parameters():
+                M.as_bytes(p).fill_(byte)
+        params = dict(ours.named_parameters())
+        r["class"] = type(ours).__name__
+        with set_current_vllm_config(vllm_config), torch.no_grad():
+            try:
+                _loader(case[4]).load_weights(ours, draft_config)
+            except Exception as e:  # noqa: BLE001 (the test names it)
+                r["error"] = f"{type(e).__name__}: {e}"
+                return r
+            loaded = M.load_safetensors(theirs, draft_config)
+        r["not_loaded"] = sorted(set(params) - loaded)
+        mine, other = M.tensors(ours), M.tensors(theirs)
+        r["checked"] = len(mine)
+        r["mismatch"] = M.differing(mine, other)
+        r["poisoned"] = sorted(n for n, t in mine.items() if bool((M.as_bytes(t) == 0x55).all()))
+        r["shapes"] = {n: list(p.shape) for n, p in params.items()}
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        r["error"] = traceback.format_exc()
+    r["seconds"] = round(time.perf_counter() - t0, 2)
+    return r
+
+
+def _wrong_length(M, T, out: Path) -> dict:
+    """A list of two rates where vLLM drafts one token: refused, the draft untouched."""
+    from vllm.config import set_current_vllm_config
+
+    case = ("deepseek_v3", "bf16", 1, 1, None)
+    ckpt = T.export(case, out / "wrong-length")
+    model, vllm_config, draft_config = T.build(ckpt, 1, 1)
+    for p in model.parameters():
+        M.as_bytes(p).fill_(0x55)
+    try:
+        with set_current_vllm_config(vllm_config):
+            _loader([0.8, 0.5]).load_weights(model, draft_config)
+        raised = None
+    except Exception as e:  # noqa: BLE001 (the test checks the message)
+        raised = f"{type(e).__name__}: {e}"
+    untouched = all(bool((M.as_bytes(p) == 0x55).all()) for p in model.parameters())
+    return {"raised": raised, "untouched": untouched}
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])

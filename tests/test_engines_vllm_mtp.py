@@ -1,0 +1,63 @@
+"""The MTP layers in vLLM 0.33's own draft classes: ``DeepSeekMTP`` (DeepSeek-V3, one and two
+MTP layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5) and ``Qwen3NextMTP`` (Qwen3-Next),
+built on the CPU as vLLM's proposer builds its draft (helpers/vllm_mtp_models.py), and a draft
+model ``export --draft`` made (vLLM's Llama from its config), loaded by
+``--load-format fp8_dummy_realistic`` with an acceptance in ``model_loader_extra_config``, at
+TP=1 and TP=2 (two gloo processes). The oracle: the export of the same config and acceptance
+read by vLLM's own safetensors loader into a twin; every parameter reached by both, every
+tensor byte for byte equal. A per-position acceptance of another length than vLLM's
+``num_speculative_tokens`` is refused before anything is written. Without vLLM 0.33: skipped,
+with why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import workers as W
+from helpers.engine_import import require
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "helpers" / "vllm_mtp_worker.py"
+
+require("vllm", "0.33.", "the draft classes")
+
+from helpers import vllm_mtp_models as T  # noqa: E402
+
+CLASSES = {"deepseek_v3": "DeepSeekMTP", "glm4_moe": "Glm4MoeMTP", "qwen3_next": "Qwen3NextMTP"}
+CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("mtp")
+    results = W.pair(WORKER, tmp, ROOT)
+    tp1 = {case: r for result in results for case, r in result["1"].items()}
+    return {1: tp1, 2: [result["2"] for result in results]}
+
+
+@pytest.mark.parametrize("case", [*T.CASES, T.DRAFT], ids=T.key)
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_draft_holds_the_export(runs, case, tp):
+    for cases in [runs[1]] if tp == 1 else runs[2]:
+        r = cases[T.key(case)]
+        assert "error" not in r, r["error"]
+        assert r["class"] == CLASSES[case[0]]
+        assert r["not_loaded"] == [] and r["mismatch"] == [], r
+        assert r["poisoned"] == [], "a tensor the in-engine load never wrote"
+        assert r["checked"] >= 15
+        assert [n for n in r["shapes"] if ".layers." in n], "the decoder layers' tensors"
+
+
+def test_two_ranks_hold_their_halves(runs):
+    """TP=2 shards the vocabulary-parallel head and embedding and the MoE experts."""
+    for case in T.CASES:
+        one = runs[1][T.key(case)]["shapes"]
+        two = runs[2][0][T.key(case)]["shapes"]
+        assert any(two[n] != s for n, s in one.items()), case
+
+
+def test_a_list_of_the_wrong_length_is_refused(runs):
+    r = runs[1]["wrong-length"]
+    assert r["raised"] and "engine drafts 1" in r["raised"], r
+    assert r["untouched"]

@@ -1,0 +1,215 @@
+"""Speculative decoding by the weights (docs/realistic.md#speculative-decoding), the fast tier,
+the checkpoint's side: the MTP layers of every architecture that carries them, under the names
+transformers' own ``MtpModel`` and the engines' loaders read, MoE blocks; the in-memory fill
+and the export with acceptance the same bytes; quantized formats with acceptance (zero code
+rows, every scale unchanged); the routing's carrier through an MTP projection; the report;
+``--draft``'s refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+
+from helpers import speculative as H  # noqa: E402
+from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
+
+import fp8_dummy  # noqa: E402
+from fp8_dummy.realistic import speculative as S  # noqa: E402
+from fp8_dummy.realistic.export import ExportError  # noqa: E402
+from fp8_dummy.realistic.export import main as export_main  # noqa: E402
+
+
+@pytest.mark.parametrize("arch", ["deepseek_v3", "glm4_moe"])
+def test_transformers_mtp_model_loads_the_mtp_layers(arch, tmp_path):
+    """transformers' own MtpModel finds every MTP tensor under the checkpoint's names (it
+    raises on a missing one) and holds the export's values; its embedding and head are the
+    main model's, as the checkpoint's copies are."""
+    from transformers.modeling_layers import MtpModel
+
+    cfg = H.config(arch, num_nextn_predict_layers=2)
+    out = H.export(cfg, tmp_path, "0.9,0.5")
+    t = H.read(out)
+    for i in (2, 3):
+        p = f"model.layers.{i}."
+        assert np.array_equal(t[p + "embed_tokens.weight"], t["model.embed_tokens.weight"])
+        assert np.array_equal(t[p + "shared_head.head.weight"], t["lm_head.weight"])
+    model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    model._keys_to_ignore_on_load_unexpected = [r"model\.layers\.2\..*", r"model\.layers\.3\..*"]
+    mtp = MtpModel.from_pretrained(model, device_map={"": "cpu"})
+    ours = {n: p.detach() for n, p in mtp.named_parameters()}
+    for i in (0, 1):
+        p, q = f"layers.{i}.", f"model.layers.{2 + i}."
+        for local in ("enorm.weight", "hnorm.weight", "eh_proj.weight"):
+            assert np.array_equal(ours[p + local].double().numpy(), t[q + local])
+        assert np.array_equal(ours[p + "post_norm.weight"].double().numpy(),
+                              t[q + "shared_head.norm.weight"])  # fmt: skip
+        w = ours[p + "mtp_block.self_attn.o_proj.weight"].double().numpy()
+        assert np.array_equal(w, t[q + "self_attn.o_proj.weight"])
+
+
+def test_in_memory_and_export_hold_the_same_model(tmp_path):
+    """The in-memory fill with acceptance and the export of the same config and seed: the same
+    bytes, every tensor (the export adds the MTP layer)."""
+    cfg = H.config("deepseek_v3")
+    out = H.export(cfg, tmp_path, "0.8,0.6")
+    loaded = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+    model = tf.AutoModelForCausalLM.from_config(loaded.config, dtype=torch.bfloat16)
+    for name, t in model.state_dict(keep_vars=True).items():
+        t.data = t.data.to(loaded.state_dict()[name].dtype)
+    fp8_dummy.initialize_realistic_dummy_weights(model, 0, acceptance="0.8,0.6")
+    theirs = loaded.state_dict()
+    bad = [n for n, t in model.state_dict().items() if not torch.equal(t, theirs[n])]
+    assert not bad, bad
+
+
+def test_the_report(tmp_path, capsys):
+    from fp8_dummy.realistic.speculative.report import main
+
+    H.config("deepseek_v3", num_nextn_predict_layers=2).save_pretrained(tmp_path)
+    out = tmp_path / "r.json"
+    assert main([str(tmp_path), "--acceptance", "0.9,0.5", "--k", "2", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "MTP layers: 2 (deepseek" in text and " 0.899 0.500 " in " ".join(text.split())
+    report = json.loads(out.read_text())
+    (two,) = report["predicted"]
+    assert two["k"] == 2 and np.allclose(two["per_step"], [0.9, 0.5], atol=0.01)
+    assert report["mtp"]["tensors"] and all(
+        t.startswith("model.layers.") for t in report["mtp"]["tensors"]
+    )
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--acceptance", "2"])
+
+
+def test_draft_export_refusals(tmp_path):
+    """--draft needs --acceptance, an empty directory, a width of at least 64: each refused
+    before anything is written."""
+    H.config("llama").save_pretrained(tmp_path / "c")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    cases = [
+        ["--draft", str(tmp_path / "d")],
+        ["--acceptance", "0.5", "--draft", str(tmp_path / "full")],
+        ["--acceptance", "0.5", "--draft", str(tmp_path / "d"), "--draft-hidden", "48"],
+        ["--acceptance", "0.5", "--draft", str(tmp_path / "d"), "--draft-layers", "0"],
+    ]
+    for extra in cases:
+        assert export_main([str(tmp_path / "c"), str(tmp_path / "o"), *extra]) == 2, extra
+        assert not (tmp_path / "o").exists() and not (tmp_path / "d").exists()
+    with pytest.raises(ExportError, match="needs --acceptance"):
+        from fp8_dummy.realistic.export import prepare_draft
+
+        prepare_draft(str(tmp_path / "c"), str(tmp_path / "d"), 0, None)
+
+
+@pytest.mark.parametrize("fmt", ["fp8-block", "nvfp4"])
+def test_quantized_formats_hold_with_acceptance(fmt, tmp_path):
+    """An FP8-block and an NVFP4 export with acceptance: the code rows of every residual
+    branch's weight are zero codes, every other row's codes and every scale the bytes of the
+    export without acceptance (decoded here with the formats test's e4m3 decoder)."""
+    from safetensors import safe_open
+    from test_realistic_formats import DECODE
+
+    from fp8_dummy.realistic.export import export
+
+    cfg = H.config("deepseek_v3", hidden=256)
+    cfg.save_pretrained(tmp_path / "c")
+    files = {}
+    for name, acceptance in (("plain", None), ("designed", 0.6)):
+        export(tmp_path / "c", tmp_path / name, format=fmt, acceptance=acceptance, progress=False)
+        files[name] = {}
+        for f in sorted((tmp_path / name).glob("*.safetensors")):
+            with safe_open(str(f), framework="pt") as h:
+                files[name].update({n: h.get_tensor(n) for n in h.keys()})
+    plain, designed = files["plain"], files["designed"]
+    s = S.layout(256).s
+    codes = [n for n in designed if n.endswith(("o_proj.weight", "down_proj.weight"))]
+    assert len(codes) > 20
+    for name in codes:
+        w, p = designed[name].view(torch.uint8), plain[name].view(torch.uint8)
+        assert not w[s.start : s.stop].any(), name  # zero codes: e4m3 0x00, e2m1 0x0
+        rest = [r for r in range(w.shape[0]) if r not in s]
+        assert torch.equal(w[rest], p[rest]), name
+    scales = [n for n in designed if "scale" in n]
+    assert scales and all(torch.equal(designed[n], plain[n]) for n in scales)
+    if fmt == "fp8-block":  # the decoded weights: zero rows, the rest as before
+        w = DECODE[torch.float8_e4m3fn](designed[codes[0]].view(torch.uint8).numpy())
+        assert not w[s.start : s.stop].any() and np.abs(w).sum() > 0
+
+
+def test_routing_carrier_through_the_mtp_projection(tmp_path):
+    """Qwen3-Next's MTP MoE router (softmax, no bias) takes its routing offsets from the
+    residual's carrier dimension: its input projection carries it (row j reads the normalized
+    embedding's column j alone, no other row reads either half's column j), the router's
+    column j holds the offsets, and the code rows read the embedding's view columns."""
+    cfg = H.config("qwen3_next")
+    out = H.export(cfg, tmp_path, 0.6, routing="zipf:1.2")
+    t = H.read(out)
+    h, j = cfg.hidden_size, cfg.hidden_size - 1
+    fc = t["mtp.fc.weight"]
+    assert fc[j, j] == 1 and np.count_nonzero(fc[j]) == 1
+    assert not np.delete(fc[:, j], j).any() and not fc[:, h + j].any()
+    assert np.abs(t["mtp.layers.0.mlp.gate.weight"][:, j]).sum() > 0
+    s, s2 = S.layout(h).s, S.layout(h).s2
+    for i, row in enumerate(s):
+        assert fc[row, s2[i]] == 1 and np.count_nonzero(fc[row]) == 1
+
+
+DSA = dict(q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16,
+           v_head_dim=16, index_head_dim=16, index_n_heads=2, index_topk=8)  # fmt: skip
+MTP_CONFIGS = {
+    "deepseek_v3": {},
+    "glm4_moe": {},
+    "deepseek_v32": dict(n_routed_experts=8, n_group=2, topk_group=1, **DSA),
+    "glm_moe_dsa": dict(n_routed_experts=8, **DSA),
+    "qwen3_next": {},
+}
+
+
+@pytest.mark.parametrize("arch", MTP_CONFIGS)
+def test_the_mtp_layers_are_moe_layers_under_the_checkpoints_names(arch):
+    """Every architecture's MTP block is a MoE decoder layer (whatever marks the main model's
+    dense layers: first_k_dense_replace, mlp_layer_types, mlp_only_layers), beside the MTP
+    layer's own tensors, under the names the engines' loaders read."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    if arch in ("deepseek_v32", "glm_moe_dsa"):
+        common = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, vocab_size=1024,
+                      num_experts_per_tok=2, moe_intermediate_size=64,
+                      first_k_dense_replace=1)  # fmt: skip
+        cfg = tf.AutoConfig.for_model(arch, **common, **MTP_CONFIGS[arch])
+        cfg.num_nextn_predict_layers = 1
+    else:
+        cfg = H.config(arch, num_nextn_predict_layers=1)
+    names = list(config_checkpoint(cfg, 0, acceptance=0.5).tensors)
+    if arch == "qwen3_next":
+        prefix, block = "mtp.", "mtp.layers.0."
+        own = [f"mtp.{n}.weight" for n in ("fc", "norm", "pre_fc_norm_hidden")]
+        own.append("mtp.pre_fc_norm_embedding.weight")
+    else:
+        prefix = block = f"model.layers.{cfg.num_hidden_layers}."
+        own = [prefix + n for n in ("eh_proj.weight", "enorm.weight", "hnorm.weight",
+                                    "shared_head.norm.weight", "shared_head.head.weight",
+                                    "embed_tokens.weight")]  # fmt: skip
+    assert set(own) <= set(names)
+    assert any(n.startswith(block + "mlp.experts.") for n in names), "a MoE block"
+    assert any(n.startswith(block + "self_attn.") for n in names)
+    assert all(not n.startswith(prefix) or n in own or n.startswith(block) for n in names)
+
+
+def test_a_recorded_load_of_the_main_layers_routes_the_mtp_layer_too(tmp_path):
+    """An engine records the main model's MoE layers: exported with the MTP layer, that file
+    is taken, the MTP layer's router getting the last MoE layer's load (its offsets equal)."""
+    cfg = H.config("deepseek_v3", layers=3)
+    rows = [[float(e + 1) for e in range(16)], [float(16 - e) for e in range(16)]]
+    (tmp_path / "load.json").write_text(json.dumps({"expert_load": rows}))
+    out = H.export(cfg, tmp_path, None, routing=str(tmp_path / "load.json"))
+    t = H.read(out)
+    bias = "mlp.gate.e_score_correction_bias"
+    assert np.array_equal(t[f"model.layers.3.{bias}"], t[f"model.layers.2.{bias}"])
+    assert not np.array_equal(t[f"model.layers.1.{bias}"], t[f"model.layers.2.{bias}"])
