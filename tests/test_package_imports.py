@@ -225,3 +225,17 @@ def test_the_layers_of_the_package_import_one_way():
         for t in node:
             layers.setdefault(t, set())
     assert _circles(layers) == []
+
+
+def test_every_exported_name_exists():
+    """Each module's ``__all__`` names only what the module has (a name left behind by a
+    move is an AttributeError at ``from module import *``)."""
+    import importlib
+
+    missing = []
+    for name in _modules():
+        if name.endswith("__main__"):
+            continue
+        module = importlib.import_module(name)
+        missing += [f"{name}.{n}" for n in getattr(module, "__all__", ()) if not hasattr(module, n)]
+    assert missing == []
