@@ -53,6 +53,11 @@ def test_the_iterator_is_the_stand_ins_bytes_in_the_checkpoints_order(cfg, limit
     for name, t in got:
         oracle = _copied(lm.lazy(name), 0xAA)
         assert torch.equal(_bytes(_copied(t, 0x55)), _bytes(oracle)), name
+    kept.forget()  # a kept checkpoint, used for loads, still writes what a fresh one does
+    fresh = config_checkpoint(cfg, 7, routing="zipf:1.2")
+    assert fresh is not lm
+    for (name, t), (again, u) in zip(lm.items(eager_bytes=limit), fresh.items(eager_bytes=0)):
+        assert name == again and torch.equal(_bytes(_copied(t, 0x55)), _bytes(_copied(u, 0xAA)))
 
 
 def test_a_checkpoint_is_made_once_per_config_seed_and_routing(cfg):

@@ -4,7 +4,8 @@ published safetensors, ``model.layers.3.mlp.experts.17.down_proj.weight``) is th
 rule's fill (docs/realistic.md) keyed by ``tensor_seed(seed, checkpoint name)``. Every holder
 of the model takes its bytes from here: transformers' in-memory tensors through the views its
 own checkpoint conversion takes of them (:mod:`.inplace`), an engine through its own weight
-loader fed :class:`~.lazy_tensor.LazyTensor` stand-ins (:meth:`LogicalModel.lazy`), and
+loader fed :meth:`LogicalModel.items` (small tensors whole, larger ones
+:class:`~.lazy_tensor.LazyTensor` stand-ins), and
 ``python -m fp8_dummy export`` by writing each tensor in windows (:mod:`.export`).
 
 The checkpoint's names are transformers' own (:mod:`.hf_model`); the quantized formats add
@@ -91,11 +92,14 @@ class LogicalModel:
         return LazyTensor.of(name, t.shape, t.dtype, self.write, device=device)
 
     def made(self, names: Sequence[str]) -> list[torch.Tensor]:
-        """The checkpoint tensors ``names``, each whole in a tensor of its own."""
+        """The checkpoint tensors ``names``, each whole in a tensor of its own (the writer's
+        default element order is the whole tensor's: no block to describe)."""
         out = []
         for name in names:
             t = self.tensors[name]
-            out.append(self.fill(name, torch.empty(t.shape, dtype=t.dtype)))
+            out.append(
+                fill_(torch.empty(t.shape, dtype=t.dtype), t.spec, t.key, overrides=t.overrides)
+            )
         return out
 
     def items(self, eager_bytes: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
