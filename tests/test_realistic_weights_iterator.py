@@ -6,6 +6,7 @@ makes through an engine-style copy (poisoned destinations), in the checkpoint's 
 from __future__ import annotations
 
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,17 @@ def test_the_kept_checkpoints_are_bounded(cfg):
     made = [config_checkpoint(cfg, s) for s in range(kept.KEPT + 1)]
     assert config_checkpoint(cfg, kept.KEPT) is made[-1]
     assert config_checkpoint(cfg, 0) is not made[0]  # the oldest was dropped
+
+
+def test_the_iterator_holds_one_batch_at_most(cfg, monkeypatch):
+    """The whole tensors are made a batch at a time: a loader that drops each tensor after its
+    copy never has more than EAGER_BATCH of them alive (no model-sized scratch)."""
+    monkeypatch.setattr(logical, "EAGER_BATCH", 4)
+    lm = config_checkpoint(cfg, 3)
+    alive, most, seen = [], 0, 0
+    for _, t in lm.items(eager_bytes=1 << 30):
+        alive.append(weakref.ref(t))
+        del t
+        most = max(most, sum(r() is not None for r in alive))
+        seen += 1
+    assert seen == len(lm.tensors) > 8 and 1 <= most <= 4
