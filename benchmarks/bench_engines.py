@@ -14,7 +14,8 @@ host's work per tensor).
                    in-engine load (the logical checkpoint through the model's own
                    load_weights) against the same engine loading the export of that config
                    (``python -m fp8_dummy export``) from the page cache (read once, untimed,
-                   before); per checkpoint tensor
+                   before); per checkpoint tensor; the realistic load twice: its logical
+                   checkpoint kept from an earlier load, and made first (a first load)
 Each fill is checked first: the plugin's bytes are the engine's own; the realistic load's are
 the export's as the engine loads it.
 
@@ -235,7 +236,11 @@ def start_sglang(tmp: Path) -> tuple:
 
 def realistic_rows(case: str, args, ckpt: Path, fill, from_disk, checked) -> dict:
     """The realistic load and the export's, per checkpoint tensor: the export read once into
-    the page cache, each load once untimed, the bytes compared (``checked``), then timed."""
+    the page cache, each load once untimed, the bytes compared (``checked``), then timed; the
+    realistic load with its logical checkpoint kept (an engine's later loads of the model) and
+    with it made first (a process's first load)."""
+    from fp8_dummy.realistic.kept import forget
+
     count = len(_checkpoint_names(ckpt))
     _read_all(ckpt)
     fill()
@@ -243,7 +248,9 @@ def realistic_rows(case: str, args, ckpt: Path, fill, from_disk, checked) -> dic
     what = f"qwen3_moe {case.split()[-1]}, {args.layers} layers, {args.experts} experts"
     result = {"case": case, "checkpoint_tensors": count, "model": what, "identical": checked()}
     rows = {"the export from the page cache": timed(from_disk, args.repeats),
-            "realistic, in the engine": timed(fill, args.repeats)}  # fmt: skip
+            "realistic, in the engine": timed(fill, args.repeats),
+            "realistic, the checkpoint made first": timed(lambda: (forget(), fill()),
+                                                          args.repeats)}  # fmt: skip
     result["rows"] = rows_per_tensor(rows, count, "the export from the page cache")
     return result
 

@@ -27,7 +27,10 @@ bytes on disk:
 - ``lazy_tensor.py``: stand-ins for checkpoint tensors that an engine's loader narrows and
   copies, written only at the copy; the views a conversion takes, recorded;
 - ``logical.py``: the logical model: each checkpoint tensor's spec, key and overrides, and
-  its writer (every holder of the model takes its bytes from here);
+  its writer (every holder of the model takes its bytes from here); the weights iterator an
+  engine's loader is fed (small tensors whole, a batch at a time; large ones stand-ins);
+- ``kept.py``: a config's logical checkpoint, made once per (config, seed, routing,
+  acceptance) in a process (what the engines load);
 - ``inplace.py``: :func:`initialize_realistic_dummy_weights`, the fill of a model in place;
 - ``safetensors_writer.py``: a safetensors file made a window at a time while a thread writes;
 - ``config_file.py``: a caller's config.json read for the commands, every problem one line;
@@ -56,8 +59,9 @@ from .hf_model import (
     memory_blocks,
 )
 from .inplace import initialize_realistic_dummy_weights
+from .kept import config_checkpoint
 from .lazy_tensor import Block, LazyTensor
-from .logical import CheckpointTensor, LogicalModel, config_checkpoint, logical_model
+from .logical import CheckpointTensor, LogicalModel, logical_model
 from .routing import Profile, RoutingError, chosen_routing, parse_routing
 from .rules import Spec, module_kind, tensor_spec
 from .specs import model_specs, model_tensors

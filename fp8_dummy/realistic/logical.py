@@ -4,7 +4,8 @@ published safetensors, ``model.layers.3.mlp.experts.17.down_proj.weight``) is th
 rule's fill (docs/realistic.md) keyed by ``tensor_seed(seed, checkpoint name)``. Every holder
 of the model takes its bytes from here: transformers' in-memory tensors through the views its
 own checkpoint conversion takes of them (:mod:`.inplace`), an engine through its own weight
-loader fed :class:`~.lazy_tensor.LazyTensor` stand-ins (:meth:`LogicalModel.lazy`), and
+loader fed :meth:`LogicalModel.items` (small tensors whole, larger ones
+:class:`~.lazy_tensor.LazyTensor` stand-ins), and
 ``python -m fp8_dummy export`` by writing each tensor in windows (:mod:`.export`).
 
 The checkpoint's names are transformers' own (:mod:`.hf_model`); the quantized formats add
@@ -13,7 +14,7 @@ their tensors beside each quantized linear weight (:mod:`.formats`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,9 +23,8 @@ import torch
 from ..ops import as_int64
 from ..stateless import tensor_seed
 from .arch import Arch, derive, derive_twin
-from .config_formats import config_format
 from .formats import FORMATS, Format, quantize
-from .hf_model import build_model, built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
+from .hf_model import built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
 from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, parse_routing, plan_routing
 from .rules import Spec, tensor_spec
@@ -32,18 +32,14 @@ from .specs import model_specs
 from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
 from .values import fill_
 
-__all__ = ["CheckpointTensor", "LogicalModel", "config_checkpoint", "logical_model"]
+__all__ = ["EAGER_BYTES", "CheckpointTensor", "LogicalModel", "logical_model"]
 
-
-def config_checkpoint(
-    config: Any, seed: int = 0, *, routing: Any = "balanced", acceptance: Any = None
-) -> LogicalModel:
-    """The logical checkpoint of ``config`` in its own format (:func:`config_format`), MTP
-    layers included: the checkpoint an engine would load for it, all checked before anything
-    is made."""
-    fmt = config_format(config)
-    model = build_model(config, dtype=fmt.dtype)
-    return logical_model(model, seed, routing=routing, format=fmt, acceptance=acceptance, mtp=True)
+# An engine's loader takes a few views of each checkpoint tensor; through a stand-in each costs
+# Python dispatch (tens of µs), more than writing a small tensor whole. Tensors of at most
+# EAGER_BYTES are handed over as plain tensors, made EAGER_BATCH at a time (at most
+# EAGER_BATCH * EAGER_BYTES held at once); larger ones stay stand-ins, written block by block.
+EAGER_BYTES = 64 << 10
+EAGER_BATCH = 256
 
 
 @dataclass
@@ -95,10 +91,33 @@ class LogicalModel:
         t = self.tensors[name]
         return LazyTensor.of(name, t.shape, t.dtype, self.write, device=device)
 
-    def items(self) -> Iterator[tuple[str, LazyTensor]]:
-        """(checkpoint name, stand-in) in the checkpoint's order: a weights iterator."""
-        for name in self.tensors:
-            yield name, self.lazy(name)
+    def made(self, names: Sequence[str]) -> list[torch.Tensor]:
+        """The checkpoint tensors ``names``, each whole in a tensor of its own (the writer's
+        default element order is the whole tensor's: no block to describe)."""
+        out = []
+        for name in names:
+            t = self.tensors[name]
+            out.append(
+                fill_(torch.empty(t.shape, dtype=t.dtype), t.spec, t.key, overrides=t.overrides)
+            )
+        return out
+
+    def items(self, eager_bytes: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """(checkpoint name, tensor) in the checkpoint's order, a weights iterator: tensors of
+        at most ``eager_bytes`` (default :data:`EAGER_BYTES`) whole, made a batch at a time,
+        larger ones stand-ins (:meth:`lazy`)."""
+        limit = EAGER_BYTES if eager_bytes is None else eager_bytes
+        batch: list[str] = []
+        for name, t in self.tensors.items():
+            if t.nbytes <= limit:
+                batch.append(name)
+                if len(batch) < EAGER_BATCH:
+                    continue
+            yield from zip(batch, self.made(batch))
+            batch = []
+            if t.nbytes > limit:
+                yield name, self.lazy(name)
+        yield from zip(batch, self.made(batch))
 
     def quantization_config(self) -> dict | None:
         return self.format.quantization_config(self.skipped) if self.format else None
@@ -108,13 +127,12 @@ class LogicalModel:
         return {n: t.spec for n, t in self.tensors.items()}
 
 
-def _module(model: torch.nn.Module, name: str, fallback: str) -> torch.nn.Module:
-    owner = name.rpartition(".")[0]
-    for path in (owner, fallback.rpartition(".")[0]):
-        try:
-            return model.get_submodule(path) if path else model
-        except AttributeError:
-            continue
+def _module(modules: Mapping[str, torch.nn.Module], name: str, fallback: str) -> torch.nn.Module:
+    """The module owning the checkpoint tensor ``name``, else its in-memory tensor's
+    (``fallback``: a fused expert tensor's), else a plain one; ``modules``: by name."""
+    for path in (name.rpartition(".")[0], fallback.rpartition(".")[0]):
+        if path in modules:
+            return modules[path]
     return torch.nn.Module()
 
 
@@ -152,12 +170,13 @@ def logical_model(
     arch = (derive(model) if not on_meta(model) else derive_twin(model)) if arch is None else arch
     entries = []
     built = built_dtype(own)
+    modules = dict(model.named_modules(remove_duplicate=False))
     for name, b in blocks.items():
         dtype = own[b.source].dtype
         if fmt is not None and dtype.is_floating_point:
             dtype = torch.float32 if kept_fp32(model, name, dtype, built) else fmt.dtype
         stand_in = torch.empty(b.shape, dtype=dtype, device="meta")
-        entries.append((_module(model, name, b.source), name, stand_in, b.shape))
+        entries.append((_module(modules, name, b.source), name, stand_in, b.shape))
     arch = _renamed(arch, blocks)
     config = getattr(model, "config", None)
     part = None

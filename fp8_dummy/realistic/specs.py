@@ -44,14 +44,28 @@ def model_specs(
     for _, name, t, shape in tensors:
         prefix, _, local = name.rpartition(".")
         siblings.setdefault(prefix, {})[local] = (tuple(shape), t.dtype)
+    # tensor_spec reads a name's last two parts only (the tensor's and its owner's): a model's
+    # experts and layers are a few kinds of tensor, each spec made once
+    kinds: dict[int, str] = {}  # id(module) -> module_kind
+    frozen = {prefix: tuple(sorted(near.items())) for prefix, near in siblings.items()}
+    made: dict[tuple, Spec] = {}
     specs = {}
     for module, name, t, shape in tensors:
-        near, value = siblings[name.rpartition(".")[0]], getattr(t, "dummy_weight_value", None)
-        kw = dict(layers=num_layers, module=module_kind(module), siblings=near, value=value)
         owner = name.rpartition(".")[0]
-        kw.update(norm=arch.norm_value(owner, num_layers), residual=owner in arch.residual)
-        kw.update(gain=name in arch.gains)
-        specs[name] = tensor_spec(name, shape, t.dtype, embed_scale=arch.embed_scale, **kw)
+        kind = kinds.get(id(module))
+        if kind is None:
+            kind = kinds[id(module)] = module_kind(module)
+        value = getattr(t, "dummy_weight_value", None)
+        kw = dict(layers=num_layers, module=kind, value=value, residual=owner in arch.residual)
+        kw.update(norm=arch.norm_value(owner, num_layers), gain=name in arch.gains)
+        key = (".".join(name.rsplit(".", 2)[-2:]), tuple(shape), t.dtype, frozen[owner])
+        key += tuple(kw.values())
+        spec = made.get(key)
+        if spec is None:
+            spec = made[key] = tensor_spec(
+                name, shape, t.dtype, embed_scale=arch.embed_scale, siblings=siblings[owner], **kw
+            )
+        specs[name] = spec
     return specs
 
 

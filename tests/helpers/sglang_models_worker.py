@@ -45,9 +45,12 @@ def _case(S, ckpt: Path, world: int, rank: int) -> dict:
         for model, byte in ((ours, 0x55), (theirs, 0xAA)):
             for p in model.parameters():
                 p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)
+        from fp8_dummy.realistic import logical
         from fp8_dummy.realistic.lazy_tensor import materialized
 
         materialized.clear()
+        # at TP=2 these tiny models' weights as stand-ins too (at TP=1 each tensor whole)
+        logical.EAGER_BYTES = 1024 if world == 2 else logical.EAGER_BYTES
         with torch.no_grad():
             fsglang._fill_realistic(ours)
         r["materialized"] = sorted(materialized)  # stand-ins SGLang needed whole values of

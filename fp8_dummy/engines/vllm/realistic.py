@@ -1,10 +1,11 @@
 """``--load-format fp8_dummy_realistic``: vLLM loads the logical checkpoint of its model's
 config (:func:`fp8_dummy.realistic.config_checkpoint`; docs/export.md) as it would load
 that checkpoint from disk: the model's own ``load_weights`` fed the checkpoint's names, each
-tensor a :class:`~fp8_dummy.realistic.LazyTensor` stand-in. vLLM's name mapping, fusing,
-stacking, sharding and expert placement run unchanged, and each ``param.copy_(stand_in)`` they
-end in writes just that block of the checkpoint tensor into the parameter: no checkpoint
-tensor is materialized, and a rank writes only its shard. vLLM's
+tensor above 64 KiB a :class:`~fp8_dummy.realistic.LazyTensor` stand-in, smaller ones whole
+(``LogicalModel.items``). vLLM's name mapping, fusing, stacking, sharding and expert
+placement run unchanged, and each ``param.copy_(stand_in)`` they end in writes just that
+block of the checkpoint tensor into the parameter: no large checkpoint tensor is
+materialized, and a rank writes only its shard of it. vLLM's
 ``process_weights_after_loading`` then turns codes and scales into its kernels' layouts, as
 after a real load. So every engine holds one model per (config, seed, routing): the one
 ``python -m fp8_dummy export`` writes."""

@@ -13,7 +13,7 @@ import math
 import sys
 from typing import Any
 
-from ..logical import config_checkpoint
+from ..kept import config_checkpoint
 from ..reports import common_arguments, common_seed, positive, report_config, write_json
 from .acceptance import AcceptanceError, parse_acceptance
 from .design import DesignError, code_block, predicted_entropy
