@@ -29,10 +29,8 @@ tests/helpers/vllm_invariant_models.py and sglang_models.py).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import socket
 import sys
 import tempfile
@@ -42,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import json_out  # noqa: E402
-from measure import cpu_model, summarize, time_calls  # noqa: E402
+from measure import run_meta, summarize, time_calls  # noqa: E402
 
 
 def timed(fn, repeats: int) -> dict:
@@ -297,10 +295,7 @@ def main() -> int:
             print(f"  {name:<42} {s['median_s'] * 1e3:9.1f} ms {s['us_per_tensor']:8.1f} us/tensor"
                   f" {s['x_own']:6.3f}x")  # fmt: skip
     if args.json:
-        meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "torch": torch.__version__, "platform": platform.platform(), "cpu": cpu_model(),
-                "argv": sys.argv[1:]}  # fmt: skip
-        json_out.write(args.json, {"meta": meta, "results": results})
+        json_out.write(args.json, {"meta": run_meta(), "results": results})
     return 0 if all(r["identical"] for r in results) else 1
 
 

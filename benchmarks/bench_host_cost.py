@@ -25,8 +25,6 @@ Example: python benchmarks/bench_host_cost.py --sizes 4576,20000,50000,100000 --
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
 import statistics
 import sys
 import time
@@ -38,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_model  # noqa: E402
 import json_out  # noqa: E402
-from measure import cpu_model  # noqa: E402
+from measure import run_meta, time_calls  # noqa: E402
 
 import fp8_dummy  # noqa: E402
 from fp8_dummy import reference  # noqa: E402
@@ -47,16 +45,6 @@ from fp8_dummy.tensors import walk_lists  # noqa: E402
 
 LOW, HIGH, SEED = bench_model.LOW, bench_model.HIGH, bench_model.SEED
 NO_FACTS = torch.empty(0, 0, dtype=torch.long)  # facts_match returns at once on it
-
-
-def cpu_times(fn, repeats: int) -> list[float]:
-    fn()
-    out = []
-    for _ in range(repeats):
-        start = time.process_time()
-        fn()
-        out.append(time.process_time() - start)
-    return out
 
 
 def modules_only(model: torch.nn.Module) -> None:
@@ -104,7 +92,7 @@ def measure(size: int, repeats: int) -> dict:
     identical = bench_model.same_bytes("tiny", model, cpu, args)
     rows = {}
     for name, fn in steps(model).items():
-        times = cpu_times(fn, repeats)
+        times = time_calls(lambda _i, fn=fn: fn(), cpu, repeats, clock=time.process_time)
         rows[name] = {"median_cpu_s": statistics.median(times), "min_cpu_s": min(times)}
         rows[name]["us_per_tensor"] = rows[name]["median_cpu_s"] / count * 1e6
         print(f"  {count} tensors: {name} {rows[name]['us_per_tensor']:.3f} us", file=sys.stderr)
@@ -136,10 +124,7 @@ def main() -> int:
         print(f"{name:<18}" + "".join(f"{c:>9.3f} {c / first:>5.2f}x" for c in cells))
     print("identical: " + ", ".join(str(r["identical"]) for r in results))
     if args.json:
-        meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "torch": torch.__version__, "platform": platform.platform(), "cpu": cpu_model(),
-                "argv": sys.argv[1:]}  # fmt: skip
-        json_out.write(args.json, {"meta": meta, "results": results})
+        json_out.write(args.json, {"meta": run_meta(), "results": results})
     return 0 if all(r["identical"] for r in results) else 1
 
 
