@@ -4,9 +4,11 @@ load measured in the same run (medians of --repeats after a warm-up; one CPU thr
 host's work per tensor).
 
   vllm dummy       a Llama of --layers layers (hidden 64), FP8 with static scales: vLLM's
-                   DummyModelLoader.load_weights with its own per-tensor function, the same
-                   with the plugin's (``--load-format dummy`` where fp8_dummy is installed),
-                   and ``--load-format fp8_dummy`` (the plugin's whole-model fill)
+                   DummyModelLoader.load_weights with its own per-tensor function; with the
+                   plugin (``--load-format dummy`` where fp8_dummy is installed: the whole
+                   model as one plan); vLLM's own loop calling the plugin's per-tensor
+                   function (where a layer is quantized online, or the loop's walk is not
+                   proven); and ``--load-format fp8_dummy``
   sglang dummy     the same Llama: SGLang's initialize_dummy_weights, and fp8_dummy's (the
                    plugin's hook)
   vllm realistic   a Qwen3-MoE of --layers layers and --experts experts (per-expert tensors
@@ -28,10 +30,8 @@ tests/helpers/vllm_invariant_models.py and sglang_models.py).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import socket
 import sys
 import tempfile
@@ -41,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import json_out  # noqa: E402
-from measure import cpu_model, summarize, time_calls  # noqa: E402
+from measure import run_meta, summarize, time_calls  # noqa: E402
 
 
 def timed(fn, repeats: int) -> dict:
@@ -81,27 +81,32 @@ def vllm_dummy(args, tmp: Path) -> dict:
 
     M.MODELS["bench"] = dict(M.MODELS["llama"], num_hidden_layers=args.layers)
     model, vllm_config, model_config = M.build("bench", "fp8", tmp / "llama", 1)
-    own = dummy_loader.initialize_single_dummy_weight
+    cls = dummy_loader.DummyModelLoader
+    own = (dummy_loader.initialize_single_dummy_weight, cls.load_weights)
     plugin.register()  # patches the dummy loader (already imported) and adds the formats
-    ours = dummy_loader.initialize_single_dummy_weight
+    ours = (dummy_loader.initialize_single_dummy_weight, cls.load_weights)
     loaders = {f: get_model_loader(LoadConfig(load_format=f)) for f in ("dummy", "fp8_dummy")}
 
-    def load(fmt: str, single=None):
+    def load(fmt: str, single=ours[0], method=ours[1]):
         def fn():
-            dummy_loader.initialize_single_dummy_weight = single or ours
-            with set_current_vllm_config(vllm_config), torch.no_grad():
-                loaders[fmt].load_weights(model, model_config)
-            dummy_loader.initialize_single_dummy_weight = ours
+            dummy_loader.initialize_single_dummy_weight, cls.load_weights = single, method
+            try:
+                with set_current_vllm_config(vllm_config), torch.no_grad():
+                    loaders[fmt].load_weights(model, model_config)
+            finally:
+                dummy_loader.initialize_single_dummy_weight, cls.load_weights = ours
 
         return fn
 
     fills = {
-        "vLLM's own (dummy)": load("dummy", own),
-        "dummy, the plugin's per-tensor function": load("dummy"),
+        "vLLM's own (dummy)": load("dummy", *own),
+        "dummy with the plugin (one plan)": load("dummy"),
+        "dummy, vLLM's loop, the plugin's function": load("dummy", method=own[1]),
         "--load-format fp8_dummy": load("fp8_dummy"),
     }
     count = len(M.tensors(model))
     result = {"case": "vllm dummy", "model": f"llama fp8, {args.layers} layers", "tensors": count}
+    result["one_plan"] = ours[1] is not own[1]  # the plugin replaced the loader's method
     snapshots = {}
     for name, fn in fills.items():
         M.poison(model)
@@ -291,15 +296,13 @@ def main() -> int:
         results += [realistic(args, Path(tmp), quant) for quant in quants]
     for r in results:
         count = r.get("tensors") or r.get("checkpoint_tensors")
-        print(f"\n{r['case']}: {r['model']}: {count} tensors, identical: {r['identical']}")
+        plan = f", the plugin's dummy as one plan: {r['one_plan']}" if "one_plan" in r else ""
+        print(f"\n{r['case']}: {r['model']}: {count} tensors, identical: {r['identical']}{plan}")
         for name, s in r["rows"].items():
             print(f"  {name:<42} {s['median_s'] * 1e3:9.1f} ms {s['us_per_tensor']:8.1f} us/tensor"
                   f" {s['x_own']:6.3f}x")  # fmt: skip
     if args.json:
-        meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "torch": torch.__version__, "platform": platform.platform(), "cpu": cpu_model(),
-                "argv": sys.argv[1:]}  # fmt: skip
-        json_out.write(args.json, {"meta": meta, "results": results})
+        json_out.write(args.json, {"meta": run_meta(), "results": results})
     return 0 if all(r["identical"] for r in results) else 1
 
 

@@ -8,9 +8,9 @@ Models (--model, a comma list runs several):
                each, two bfloat16 norms: 4,576 tensors, 918 MiB.
   tiny         the host-cost mode: the same tensors at 16 elements (FP8 weights 4 x 4) and 1
                (scales, norms), --tensors of them (default 4,576; 100,000 for a checkpoint
-               with per-expert tensors); on the CPU one thread. The bytes cost nothing here:
-               what is left is each path's work per tensor on the host (Python, dispatch,
-               generators, launches on a GPU).
+               with per-expert tensors; a list runs each size); on the CPU one thread. The
+               bytes cost nothing here: what is left is each path's work per tensor on the
+               host (Python, dispatch, generators, launches on a GPU).
   llama-3-70b  the real Llama-3-70B FP8 checkpoint's shapes (scale 1): 80 layers of FP8
                linears with float32 per-channel scales, bfloat16 norms, the bfloat16
                embedding and head: 1,283 tensors, about 72 GB. A GPU with room for it only:
@@ -29,7 +29,7 @@ Checks first that initialize gives the reference loop's bytes (llama-3-70b: tens
 against one scratch tensor). CPU by default, CUDA too when present.
 
 Examples: python benchmarks/bench_model.py --devices cpu --json out.json
-          python benchmarks/bench_model.py --model tiny --tensors 100000 --devices cpu
+          python benchmarks/bench_model.py --model tiny --tensors 4576,100000 --devices cpu
 """
 
 from __future__ import annotations
@@ -244,7 +244,9 @@ def main() -> int:
     parser.add_argument("--model", default="scaled", help="scaled, tiny, llama-3-70b (a list)")
     parser.add_argument("--layers", type=int, default=286, help="scaled: 7 FP8 linears a layer")
     parser.add_argument("--scale", type=int, default=16, help="scaled: divides Llama-70B's shapes")
-    parser.add_argument("--tensors", type=int, default=286 * PER_LAYER, help="tiny: how many")
+    parser.add_argument(
+        "--tensors", default=str(286 * PER_LAYER), help="tiny: how many (a list: each size)"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-check", action="store_true", help="skip the byte comparison")
     parser.add_argument("--json", default=None, help="write the results here")
@@ -257,7 +259,13 @@ def main() -> int:
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     else:
         devices = args.devices.split(",")
-    results = [bench(k, torch.device(d), args) for d in devices for k in kinds]
+    sizes = [int(n) for n in str(args.tensors).split(",")]
+    runs = [(k, n) for k in kinds for n in (sizes if k == "tiny" else sizes[:1])]
+    results = [
+        bench(k, torch.device(d), argparse.Namespace(**{**vars(args), "tensors": n}))
+        for d in devices
+        for k, n in runs
+    ]
     print_table(results)
     if args.json:
         meta = {

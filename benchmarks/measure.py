@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import platform
 import re
 import statistics
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,10 +74,11 @@ def sync(device: torch.device) -> None:
 
 
 def time_calls(
-    fn: Callable[[int], object], device: torch.device, repeats: int, warmup: int = 1
-) -> list[float]:
+    fn: Callable[[int], object], device: torch.device, repeats: int, warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:  # fmt: skip
     """Seconds per call of fn(i) (i = repeat index, e.g. to rotate buffers).
-    CUDA: events around each call; CPU: perf_counter."""
+    CUDA: events around each call; CPU: ``clock`` (wall time; time.process_time: CPU time)."""
     for i in range(warmup):
         fn(i)
     sync(device)
@@ -89,10 +92,21 @@ def time_calls(
             end.synchronize()
             times.append(start.elapsed_time(end) / 1e3)
         else:
-            t0 = time.perf_counter()
+            t0 = clock()
             fn(i)
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
     return times
+
+
+def run_meta() -> dict:
+    """What a result file records of its run: the date (UTC), torch, platform, CPU, argv."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "argv": sys.argv[1:],
+    }
 
 
 def summarize(times: list[float]) -> dict[str, float]:

@@ -104,17 +104,19 @@ def init_many_(
     written.
     """
     tensors = list(tensors)
-    # One pass of plain attribute reads (a model holds thousands of tensors); the messages
-    # of _check_tensor for the first that fails.
+    # One pass of plain attribute reads (a model holds thousands of tensors, each a trip to
+    # memory once they outgrow the caches); the messages of _check_tensor for the first that
+    # fails; meta tensors looked for only where that pass met one.
     strided = torch.strided
-    if not all([isinstance(t, torch.Tensor) and not t.is_quantized and not t.is_nested
-                and t.layout is strided for t in tensors]):  # fmt: skip
+    usual = all([isinstance(t, torch.Tensor) and not t.is_quantized and not t.is_nested
+                 and t.layout is strided and not t.is_meta for t in tensors])  # fmt: skip
+    if not usual:
         for i, t in enumerate(tensors):
             _check_tensor(t, "init_many_", f"tensors[{i}]")
     low, high = as_float(low, "low", "init_many_"), as_float(high, "high", "init_many_")
     seed = as_int64(seed, "seed", "init_many_")
     contiguous_temp = _as_bool(contiguous_temp, "contiguous_temp", "init_many_")
-    meta = any([t.is_meta for t in tensors])
+    meta = not usual and any([t.is_meta for t in tensors])
     fill = [t for t in tensors if not t.is_meta] if meta else tensors
     if len(fill) < len(tensors):  # meta tensors hold no data: checked here, not filled
         for i, t in enumerate(tensors):

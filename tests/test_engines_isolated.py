@@ -258,10 +258,13 @@ for m in model:
     own = torch.empty_like(m.weight)
     fvllm.originals["single"](own, name="weight")
     same = same and torch.equal(own.view(torch.uint8), m.weight.view(torch.uint8))
-report = [list(e) for e in fp8_dummy.self_check_report() if e.path == "vllm"]
+# the loader's walk (proven in-process: it records calls, runs no kernel), each kind's key
+walk = [e.proven for e in fp8_dummy.self_check_report() if "load_weights: the walk" in e.key]
+report = [list(e) for e in fp8_dummy.self_check_report()
+          if e.path == "vllm" and "load_weights: the walk" not in e.key]
 warned = [str(w.message) for w in caught if "fp8_dummy" in str(w.message)]
 print("RESULT", json.dumps({"pid": os.getpid(), "same": same, "report": report,
-                            "warnings": warned}))
+                            "walk": walk, "warnings": warned}))
 """
 
 
@@ -296,7 +299,7 @@ def test_a_child_that_dies_or_differs_leaves_the_engine_on_its_own_weights(tmp_p
     env = {"STANDIN_KILL": "1"} if fault == "kill" else {"FP8_DUMMY_FAULT": "vllm"}
     why = "killed by signal 11" if fault == "kill" else "first differing byte"
     first = start(tmp_path, **env)
-    assert first["same"], first  # vLLM's own bytes
+    assert first["same"] and first["walk"] == [True], first  # vLLM's own bytes
     assert len(first["children"]) == 1 and first["ours"] == [False]  # ours ran in the child only
     assert len(first["warnings"]) == 1, first["warnings"]
     # a faulted run's verdicts are its own: never cached (nor read)
@@ -318,6 +321,7 @@ def test_a_child_that_dies_or_differs_leaves_the_engine_on_its_own_weights(tmp_p
 def test_a_proven_verdict_is_cached_and_the_next_start_runs_no_child(tmp_path):
     first = start(tmp_path)
     assert first["same"] and not first["warnings"] and len(first["children"]) == 1
+    assert first["walk"] == [True]
     assert first["ours"] == [False, True, True]  # the child's probe, then both weights here
     assert [e[2] for e in first["report"]] == [True]
     second = start(tmp_path)

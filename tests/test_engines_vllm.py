@@ -27,7 +27,7 @@ except Exception as e:  # noqa: BLE001 (not installed, or not for this torch)
 
 from conftest import FP8_DTYPES, WIDE_DTYPES, poison, storage_bytes
 from helpers import entry_points, fake_vllm
-from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
+from helpers.engine_models import EngineModel, all_tensors, assert_same_bytes, spy_calls, spy_fused
 from oracles import engines as oracle
 
 import fp8_dummy
@@ -170,6 +170,30 @@ def test_plugin_routes_dummy_loader_through_fp8_dummy_same_bytes(plugin, monkeyp
     dummy_loader.DummyModelLoader(LoadConfig(load_format="dummy")).load_weights(with_plugin, None)
     assert torch.float8_e4m3fn in fused and torch.bfloat16 in fused  # we filled those
     assert assert_same_bytes(with_plugin, without) > 60
+
+
+def test_plugin_fills_the_dummy_loaders_model_as_one_plan(plugin, monkeypatch):
+    """vLLM's own ``load_weights`` replaced by one plan of its walk (proven against its loop
+    on a probe), not its per-tensor calls; the bytes of vLLM without the plugin, at the first
+    load and at one with the plan kept from it."""
+    plugins, records, _ = plugin
+    without, with_plugin = _models(2, dummy_values=GEN >= 30)
+    dummy_loader.DummyModelLoader(LoadConfig(load_format="dummy")).load_weights(without, None)
+    plugins.load_general_plugins()
+    assert dummy_loader.DummyModelLoader.load_weights is fvllm._load_weights
+    assert any("--load-format dummy fills the whole model as one plan" in r for r in records)
+    per_tensor, batches = spy_calls(monkeypatch)
+    for _ in range(2):
+        for t in all_tensors(with_plugin).values():
+            if t.device.type != "meta":
+                poison(t)
+        get_model_loader(LoadConfig(load_format="dummy")).load_weights(with_plugin, None)
+        assert assert_same_bytes(with_plugin, without) > 60
+    assert not per_tensor and max(batches) > 1
+    walk = [e for e in fp8_dummy.self_check_report() if "load_weights: the walk" in e.key]
+    assert [(e.key, e.proven) for e in walk] == [
+        (f"vllm: vLLM {vllm.__version__} DummyModelLoader.load_weights: the walk of one plan", True)
+    ]
 
 
 def test_load_format_fp8_dummy_same_bytes_as_dummy(plugin):

@@ -1,8 +1,8 @@
 """vLLM releases we have not matched, as stand-ins (tests/helpers/fake_vllm.py): the plugin
 never breaks vLLM's import or load, whatever the layout of its loader, and a release whose
 semantics changed gets exactly its own bytes (the proof probes vLLM's own function as its
-loader calls it: docs/engines.md). Also: every plugin callback is guarded, and the log line
-says what happens."""
+loader calls it, and the loader's walk as one plan against its own loop: docs/engines.md).
+Also: every plugin callback is guarded, and the log line says what happens."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ import warnings
 
 import pytest
 import torch
+from conftest import storage_bytes
 from helpers import fake_vllm
-from helpers.engine_models import assert_same_bytes, spy_fused
-from test_engines_vllm_plugin import _loader, _model
+from helpers.engine_models import assert_same_bytes, spy_calls, spy_fused
+from test_engines_vllm_plugin import _loader, _model, _plain_model
 
 from fp8_dummy.engines import core
 from fp8_dummy.engines import vllm as fvllm
 
 
-def _load(version, *, plugin: bool, fmt="dummy"):
+def _load(version, *, plugin: bool, fmt="dummy", make=_model):
     from vllm import plugins
 
-    m = _model("cpu", version)
+    m = make("cpu", version)
     if plugin:
         plugins.load_general_plugins()
     _loader(fmt).load_weights(m, None)
@@ -78,6 +79,78 @@ def test_changed_default_bounds_give_vllms_own_bytes(tmp_path, monkeypatch):
     assert len(refusals) == len(set(refusals))
     assert assert_same_bytes(with_plugin, without) > 60
     assert_same_bytes(batched, without)
+
+
+def test_a_loop_that_fills_other_tensors_is_refused_by_the_walks_probe(tmp_path, monkeypatch):
+    """A release whose loop also fills non-persistent buffers: the names of its method are
+    those we read, its probe shows the difference, and its own loop fills the model."""
+    later = dict(loop="every buffer")
+    with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.34.0", **later):
+        without = _load("0.34.0", plugin=False, make=_plain_model)
+    with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.34.0", **later):
+        per_tensor, _ = spy_calls(monkeypatch)
+        with pytest.warns(RuntimeWarning) as caught:
+            with_plugin = _load("0.34.0", plugin=True, make=_plain_model)
+    refusals = [str(w.message) for w in caught if "self-check refused" in str(w.message)]
+    assert len(refusals) == 1 and "vLLM 0.34.0 DummyModelLoader.load_weights" in refusals[0]
+    assert "call 2: vLLM's loop made (<torch.float32 (3,)>, name='cache')" in refusals[0]
+    assert per_tensor  # its loop, our per-tensor function
+    assert assert_same_bytes(with_plugin, without) > 60
+
+
+def test_a_loop_with_a_new_step_is_left_to_vllm(tmp_path, monkeypatch):
+    later = dict(loop="a new step")
+    with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.34.0", **later):
+        without = _load("0.34.0", plugin=False, make=_plain_model)
+    with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.34.0", **later):
+        per_tensor, _ = spy_calls(monkeypatch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with_plugin = _load("0.34.0", plugin=True, make=_plain_model)
+        import vllm.model_executor.model_loader.dummy_loader as dl
+
+        assert dl.DummyModelLoader.load_weights is not fvllm._load_weights
+        assert per_tensor
+    assert assert_same_bytes(with_plugin, without) > 60
+
+
+def test_a_model_the_plan_refuses_gets_vllms_error_after_vllms_writes(tmp_path, monkeypatch):
+    """vLLM 0.30 raises on packed FP4 after filling the tensors before it; the plan refuses
+    before writing anything, and vLLM's own loop then does as it does."""
+
+    def fp4_model(device, version):
+        m = _plain_model(device, version)
+        fp4 = torch.empty(16, 16, dtype=torch.float4_e2m1fn_x2)
+        storage_bytes(fp4).fill_(0x55)
+        m.layers[0].mx_e8m0.weight = torch.nn.Parameter(fp4, requires_grad=False)
+        return m
+
+    models = []
+    for where, plugin in (("a", False), ("b", True)):
+        with fake_vllm.installed(tmp_path / where, monkeypatch, "0.30.0"):
+            from vllm import plugins
+
+            monkeypatch.setattr(core.plugins, "_warned", set())
+            models.append(fp4_model("cpu", "0.30.0"))
+            if plugin:
+                plugins.load_general_plugins()
+            with pytest.raises(NotImplementedError, match="not implemented for 'Float4"):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    _loader().load_weights(models[-1], None)
+    assert [str(w.message) for w in caught if "whole-model dummy load failed" in str(w.message)]
+    assert assert_same_bytes(*models) > 60
+
+
+def test_a_failing_whole_model_fill_falls_back_to_vllm(tmp_path, monkeypatch):
+    with fake_vllm.installed(tmp_path / "a", monkeypatch, "0.33.0"):
+        without = _load("0.33.0", plugin=False, make=_plain_model)
+    with fake_vllm.installed(tmp_path / "b", monkeypatch, "0.33.0"):
+        monkeypatch.setattr(core.plugins, "_warned", set())
+        monkeypatch.setattr(fvllm.loader, "fill", lambda *a, **k: 1 / 0)
+        with pytest.warns(RuntimeWarning, match="whole-model dummy load failed .*ZeroDivision"):
+            with_plugin = _load("0.33.0", plugin=True, make=_plain_model)
+    assert assert_same_bytes(with_plugin, without) > 60
 
 
 def test_a_failing_callback_leaves_vllm_alone(tmp_path, monkeypatch):

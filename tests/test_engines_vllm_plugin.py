@@ -1,8 +1,9 @@
 """The vLLM plugin's mechanics without vLLM (tests/helpers/fake_vllm.py stands in for it,
 its per-tensor function being the oracle of vLLM's): entry-point loading, the patch when
 vLLM imports its loader (before or after the plugin runs), the same bytes through
-``--load-format dummy`` and ``fp8_dummy``, the switch, the self-check. On the CPU and on
-CUDA (scripts/gpu_check.sh runs it on a GPU, where no vLLM is installed)."""
+``--load-format dummy`` (the whole model as one plan, or vLLM's loop where a layer is
+quantized online) and ``fp8_dummy``, the switch, the self-check. On the CPU and on CUDA
+(scripts/gpu_check.sh runs it on a GPU, where no vLLM is installed)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ import pytest
 import torch
 from conftest import storage_bytes
 from helpers import fake_vllm
-from helpers.engine_models import EngineModel, assert_same_bytes, spy_fused
+from helpers.engine_models import (
+    EngineModel,
+    all_tensors,
+    assert_same_bytes,
+    spy_calls,
+    spy_fused,
+)
 
+import fp8_dummy
 from fp8_dummy.engines import vllm as fvllm
 
 DEVICES = [
@@ -51,19 +59,43 @@ def _model(device, version):
     return m
 
 
+def _plain_model(device, version):
+    """:func:`_model` with no layer quantized online: vLLM's loop is all there is."""
+    m = _model(device, version)
+    m.layers[1].q_proj.online_quant = False
+    return m
+
+
+@pytest.mark.parametrize("online", [True, False], ids=["quantized online", "one plan"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_dummy_loader_through_the_plugin_same_bytes(fake, device, monkeypatch):
+def test_dummy_loader_through_the_plugin_same_bytes(fake, device, online, monkeypatch):
+    """With a layer quantized online, vLLM's own loop (its processing reads the values, in
+    the loop's order) calling our per-tensor function; without, the whole model as one plan
+    (from 0.30: 0.28's loop calls its whole-model function per layer). At a first load and
+    at one with the plan kept from it."""
     from vllm import plugins
     from vllm.model_executor.model_loader import dummy_loader
 
-    without, with_plugin = _model(device, fake), _model(device, fake)
+    make = _model if online else _plain_model
+    without, with_plugin = make(device, fake), make(device, fake)
     _loader().load_weights(without, None)
     plugins.load_general_plugins()
     assert dummy_loader.initialize_single_dummy_weight is fvllm._single
+    whole = fvllm.generation() >= 30
+    assert (dummy_loader.DummyModelLoader.load_weights is fvllm._load_weights) is whole
     fused = spy_fused(monkeypatch)
-    _loader().load_weights(with_plugin, None)
+    per_tensor, batches = spy_calls(monkeypatch)
+    for _ in range(2):
+        for t in all_tensors(with_plugin).values():
+            if t.device.type != "meta":
+                storage_bytes(t).fill_(0x55)
+        _loader().load_weights(with_plugin, None)
+        assert assert_same_bytes(with_plugin, without) > 60
     assert fused, "nothing went through fp8_dummy"
-    assert assert_same_bytes(with_plugin, without) > 60
+    if whole:  # (a proof's probe fills one tensor)
+        assert bool(per_tensor) is online and (max(batches) > 1) is not online
+        walk = [e for e in fp8_dummy.self_check_report() if "load_weights: the walk" in e.key]
+        assert [e.proven for e in walk] == [True], walk
 
 
 @pytest.mark.parametrize("device", DEVICES)

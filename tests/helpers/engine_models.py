@@ -137,3 +137,25 @@ def spy_fused(monkeypatch) -> list:
     for name in ("init_", "init_many_"):
         monkeypatch.setattr(core.execution, name, wrap(getattr(core.execution, name)))
     return seen
+
+
+def spy_calls(monkeypatch) -> tuple[list, list]:
+    """(the tensors the vLLM plugin's per-tensor fill gets, the length of each list
+    fp8_dummy's batch gets through the engine integrations)."""
+    from fp8_dummy.engines import core
+    from fp8_dummy.engines import vllm as fvllm
+
+    per_tensor, batches = [], []
+    fill_single, init_many_ = fvllm.fill_single, core.execution.init_many_
+
+    def one(t, *args, **kwargs):
+        per_tensor.append(t)
+        return fill_single(t, *args, **kwargs)
+
+    def batch(tensors, *args, **kwargs):
+        batches.append(len(tensors))
+        return init_many_(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(fvllm, "fill_single", one)
+    monkeypatch.setattr(core.execution, "init_many_", batch)
+    return per_tensor, batches

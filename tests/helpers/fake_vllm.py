@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,12 +137,8 @@ class DummyModelLoader(BaseModelLoader):
             info = get_layerwise_info(layer)
             if info.can_load():
                 self._process_online_quant_layer(layer, info)
-            elif GENERATION < 30:
-                initialize_dummy_weights(layer, model_config)
             else:
-                for name, t in get_layer_tensors(layer).items():
-                    if name not in layer._non_persistent_buffers_set:  # 0.30-0.32: no name
-                        {single}(t, name=name) if GENERATION >= 33 else {single}(t)
+{loop}
 
     def _process_online_quant_layer(self, layer, info):
         # every tensor, non-persistent buffers too, then a post-processing step that
@@ -155,6 +152,25 @@ class DummyModelLoader(BaseModelLoader):
 """,
 }
 
+
+# The loop's body for a layer that is not quantized online, by generation (0.28: the
+# whole-model function on the layer), and as later releases might change it.
+LOOPS = {
+    28: "initialize_dummy_weights(layer, model_config)",
+    30: """for name, t in get_layer_tensors(layer).items():
+    if name not in layer._non_persistent_buffers_set:
+        {single}(t)""",
+    33: """for name, t in get_layer_tensors(layer).items():
+    if name not in layer._non_persistent_buffers_set:
+        {single}(t, name=name)""",
+    "every buffer": """for name, t in get_layer_tensors(layer).items():
+    {single}(t, name=name)""",
+    "a new step": """if isinstance(layer, torch.nn.LayerNorm):
+    torch.nn.init.ones_(layer.weight)
+for name, t in get_layer_tensors(layer).items():
+    if name not in layer._non_persistent_buffers_set:
+        {single}(t, name=name)""",
+}
 
 # A loader package that imports its modules on first use (PEP 562), as a later vLLM might:
 # importing the package does not import dummy_loader.
@@ -192,16 +208,20 @@ def write(
     lazy: bool = False,
     single: str = "initialize_single_dummy_weight",
     fp8_range: float = 1.0,
+    loop: str | None = None,
 ) -> Path:
     """Writes the package under ``root``; returns ``root`` (to put on sys.path).
 
     Stand-ins for releases we have not matched: ``lazy`` (the loader package imports its
     modules on first use), ``single`` (another name for the per-tensor function),
-    ``fp8_range`` (other default bounds for 8-bit floats)."""
+    ``fp8_range`` (other default bounds for 8-bit floats), ``loop`` (a key of :data:`LOOPS`:
+    the dummy loader's loop changed)."""
     release = major_minor(version)
     generation = 33 if release >= (0, 33) else 30 if release >= (0, 30) else 28
     new = generation >= 33
+    body = LOOPS[generation if loop is None else loop].replace("{single}", single)
     fields = {
+        "loop": textwrap.indent(body, " " * 16),
         "version": version,
         "generation": generation,
         "default_low": "None" if new else "-1e-3",
@@ -220,8 +240,8 @@ def write(
 
 
 def unpatch() -> None:
-    """Give vLLM's dummy loader its own functions back and drop the plugin's pending hooks
-    (the load formats stay registered)."""
+    """Give vLLM's dummy loader its own functions and method back and drop the plugin's
+    pending hooks (the load formats stay registered)."""
     from fp8_dummy.engines import vllm as fvllm
 
     module = sys.modules.get("vllm.model_executor.model_loader.dummy_loader")
@@ -229,6 +249,8 @@ def unpatch() -> None:
         module.initialize_single_dummy_weight = fvllm.originals["single"]
         if "model" in fvllm.originals:
             module.initialize_dummy_weights = fvllm.originals["model"]
+        if "load_weights" in fvllm.originals:
+            module.DummyModelLoader.load_weights = fvllm.originals["load_weights"]
         module._fp8_dummy_patched = False
     sys.meta_path[:] = [
         f

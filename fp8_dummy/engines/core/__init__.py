@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from .checks import FUSED_DTYPES, checked, cuda_kernels, distinct, fusable
 from .execution import PROGRESS_BATCH_BYTES, PROGRESS_THRESHOLD_BYTES, apply, random_bytes_, run
-from .planning import ISOLATE, child_probe, fill, plan, probe_model, probe_tensor, proven
+from .planning import (
+    ISOLATE,
+    Walked,
+    child_probe,
+    fill,
+    plan,
+    probe_model,
+    probe_tensor,
+    proven,
+)
 from .plugins import account, enabled, guarded, installed, own_function
 from .semantics import (
     ROWS,
@@ -28,6 +37,7 @@ from .semantics import (
 
 __all__ = ["FUSED_DTYPES", "ISOLATE", "PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES"]
 __all__ += ["ROWS", "SEMANTICS", "SKIP", "Action", "Call", "Kind", "Planned", "Rule", "Semantics"]
+__all__ += ["Walked"]
 __all__ += ["account", "apply", "bind", "checked", "child_probe", "cuda_kernels", "distinct"]
 __all__ += ["enabled", "error", "fill", "fusable", "guarded", "installed"]
 __all__ += ["is_scale_tensor", "own_function", "plan", "probe_model", "probe_tensor", "proven"]

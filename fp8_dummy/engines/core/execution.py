@@ -101,10 +101,12 @@ def init_many_(tensors: list[torch.Tensor], low: float, high: float, seed: int, 
 class Program(NamedTuple):
     """How a plan runs: ``others`` (index into the plan, in order), each in its turn, and
     ``batches``: ((low, high, seed, semantics), indices), each one call of ``init_many_``
-    (tensors of a storage of their own, or aliases filled once: any order holds)."""
+    (tensors of a storage of their own, or aliases filled once: any order holds); ``size``:
+    the bytes it writes once counted (a kept plan's tensors keep their sizes and dtypes)."""
 
     others: list[tuple[int, bool]]
     batches: list[tuple[tuple, list[int]]]
+    size: list[int]
 
 
 def program(planned: list[Planned], mode: str) -> Program:
@@ -128,7 +130,7 @@ def program(planned: list[Planned], mode: str) -> Program:
             batch.append(i)
         else:
             others.append((i, in_order))
-    return Program(others, list(batches.items()))
+    return Program(others, list(batches.items()), [])
 
 
 def run(
@@ -206,5 +208,8 @@ def _pieces(tensors: list[torch.Tensor], progress: bool) -> Iterator[list[torch.
 
 
 def _bytes(tensor: Callable[[int], torch.Tensor], prog: Program) -> int:
-    every = [i for i, _ in prog.others] + [i for _, idx in prog.batches for i in idx]
-    return sum(tensor(i).numel() * tensor(i).element_size() for i in every)
+    """The bytes the program writes, counted at its first run (a pass over every tensor)."""
+    if not prog.size:
+        every = [i for i, _ in prog.others] + [i for _, idx in prog.batches for i in idx]
+        prog.size.append(sum(tensor(i).numel() * tensor(i).element_size() for i in every))
+    return prog.size[0]

@@ -25,7 +25,8 @@ from .plugins import enabled
 from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics
 from .semantics import is_scale_tensor as default_scales
 
-__all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tensor", "proven"]
+__all__ = ["ISOLATE", "Walked", "child_probe", "fill", "plan", "probe_model", "probe_tensor"]
+__all__ += ["proven"]
 
 ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
 # Set while plan() gathers the keys its fill will prove in a child (_prove_together): proven()
@@ -178,15 +179,16 @@ def child_probe(engine, sem, name, like, strided, call, action) -> str | None:
 
 
 def plan(
-    tensors: list[tuple[str, torch.Tensor]], sem: Semantics,
+    tensors: list[tuple[str, torch.Tensor]] | Walked, sem: Semantics,
     call: Call | Callable[[str], Call] = ((), {}), *, engine: Callable | None = None,
     prove: bool = True, mode: str = "generator",
     neutral: Callable[[str, torch.Tensor], bool] | None = None, check: bool = True,
 ) -> list[Planned] | None:  # fmt: skip
-    """What the fill does to each ``(name, tensor)``, every refusal raised before anything is
-    written (``check``). ``call``: the arguments after the tensor or model, or a function of
-    the local name giving them; ``engine``: proven against, fallen back to; ``neutral(name,
-    t)``: set to 1.0. None: a whole-model ``engine`` must fill the model itself."""
+    """What the fill does to each ``(name, tensor)`` (or :class:`Walked` lists), every refusal
+    raised before anything is written (``check``). ``call``: the arguments after the tensor or
+    model, or a function of the local name giving them; ``engine``: proven against, fallen
+    back to; ``neutral(name, t)``: set to 1.0. None: a whole-model ``engine`` must fill the
+    model itself."""
     return _planned(tensors, sem, call, engine, prove, mode, neutral, check, False)
 
 

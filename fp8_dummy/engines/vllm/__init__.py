@@ -1,12 +1,14 @@
 """vLLM (docs/engines.md): drop-ins for its dummy-weight functions, byte for byte with the
-installed vLLM's, and its plugin (``vllm.general_plugins``): its dummy loader calls these, and
-the load formats ``fp8_dummy`` and :mod:`.invariant`'s are registered (off: FP8_DUMMY_VLLM=0)."""
+installed vLLM's, and its plugin (``vllm.general_plugins``): its dummy loader fills the whole
+model as one plan where proven (:mod:`.loader`), else calls these per tensor, and the load
+formats ``fp8_dummy`` and :mod:`.invariant`'s are registered (off: FP8_DUMMY_VLLM=0)."""
 
 from __future__ import annotations
 
 import importlib
 import logging
 import os
+import sys
 from types import ModuleType
 from typing import Any, Callable
 
@@ -15,7 +17,7 @@ import torch
 from ... import _after_import
 from ...stateless import tensor_seed
 from .. import core
-from . import invariant
+from . import invariant, loader
 from .invariant import UncoveredParameterError, initialize_invariant_dummy_weights
 from .rules import generation, major_minor, semantics, version
 
@@ -24,7 +26,7 @@ __all__ += ["initialize_invariant_dummy_weights", "initialize_single_dummy_weigh
 __all__ += ["register", "tensor_seed", "version"]
 
 WEIGHT_UTILS = "vllm.model_executor.model_loader.weight_utils"
-originals: dict[str, Callable[..., Any]] = {}  # vLLM's own, kept by the plugin's patch
+originals: dict[str, Callable[..., Any]] = {}  # vLLM's own, kept by the plugin's patches
 core.SEMANTICS.update({f"vllm-0.{g}": semantics(g) for g in (33, 30)})
 
 
@@ -100,7 +102,10 @@ def what_happens() -> str:
     """The log line's account of what goes through fp8_dummy in this process."""
     v = version()
     newer = v is not None and major_minor(v) >= (0, 34)
-    return core.account("vLLM", f"where vLLM {v}, newer than 0.33, passes " if newer else "")
+    text = core.account("vLLM", f"where vLLM {v}, newer than 0.33, passes " if newer else "")
+    if "load_weights" in originals:
+        text += "; --load-format dummy fills the whole model as one plan once its walk is proven"
+    return text
 
 
 def _patch(module: ModuleType) -> None:
@@ -114,13 +119,42 @@ def _patch(module: ModuleType) -> None:
     if generation() < 30 and hasattr(module, "initialize_dummy_weights"):  # its loader's call
         originals.setdefault("model", module.initialize_dummy_weights)
         module.initialize_dummy_weights = _model
+    cls = getattr(module, "DummyModelLoader", None)
+    method = getattr(cls, "load_weights", None)
+    if cls is not None and loader.recognized(method):  # else its loop calls ours per tensor
+        originals.setdefault("load_weights", method)
+        cls.load_weights = _load_weights
     module._fp8_dummy_patched = True
     logger.info("fp8_dummy: vLLM %s: %s", version(), what_happens())
 
 
 def _single(param: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-    """The loader's per-tensor function: ours where proven; whatever fails in ours, vLLM's."""
+    """The loader's per-tensor function: ours where proven; whatever fails in ours, vLLM's
+    (while the loader's walk is probed: the call recorded, nothing filled)."""
+    if (calls := loader.recording.get()) is not None:
+        calls.append((param, args, kwargs))
+        return
     guarded("per-tensor fill", fill_single, param, *args, theirs=originals["single"], **kwargs)
+
+
+def _load_weights(self: Any, model: torch.nn.Module, model_config: Any) -> None:
+    """``DummyModelLoader.load_weights`` under the plugin: the whole model as one plan (as
+    ``--load-format fp8_dummy``) once its walk is proven; a model with online-quantized
+    layers, an unproven walk, and whatever fails in ours: vLLM's own method (whose loop calls
+    the per-tensor function above)."""
+    if guarded("whole-model dummy load", _load_as_one_plan, self, model, model_config) is not True:
+        originals["load_weights"](self, model, model_config)
+
+
+def _load_as_one_plan(self: Any, model: torch.nn.Module, model_config: Any) -> bool:
+    dl = sys.modules[DUMMY_LOADER]
+    if not loader.walk_proven(self, dl, originals["load_weights"], model_config):
+        return False
+    steps = loader.walk(model, dl, online=False)  # online layers: in vLLM's order, by vLLM
+    if steps is None:
+        return False
+    loader.fill(self, steps, original_single())
+    return True
 
 
 def _model(*args: Any, **kw: Any) -> None:
@@ -145,35 +179,11 @@ def _register_load_format(package: ModuleType) -> None:
         package.register_model_loader(LOAD_FORMAT)(_loader_class(dl))
 
 
-def _named(name: str) -> tuple[tuple, dict]:
-    """The loader's call of the per-tensor function on a tensor of this local name (one
-    function for every load: a plan kept from the last load is found again)."""
-    return (), {"name": name}
-
-
 def _loader_class(dl: ModuleType) -> type:
     class FP8DummyModelLoader(dl.DummyModelLoader):
         """``--load-format fp8_dummy``: ``dummy``'s bytes, all checked first, CUDA batched."""
 
         def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
-            sem, own = semantics(), original_single()
-            call = _named if generation() >= 33 else ((), {})
-            steps: list = [[]]  # tensors between online-quantized layers, in the loader's order
-            for layer in model.modules():
-                info = dl.get_layerwise_info(layer)
-                if info.can_load():
-                    steps += [(layer, info), []]
-                    continue
-                for name, t in dl.get_layer_tensors(layer).items():
-                    if name not in layer._non_persistent_buffers_set:
-                        steps[-1].append((name, t))
-            steps = [
-                s if isinstance(s, tuple) else core.plan(s, sem, call, engine=own) for s in steps
-            ]
-            for step in steps:
-                if isinstance(step, tuple):
-                    self._process_online_quant_layer(*step)
-                else:
-                    core.run(step)
+            loader.fill(self, loader.walk(model, dl), original_single())
 
     return FP8DummyModelLoader

@@ -1,0 +1,132 @@
+"""Where a whole-model fill's host cost per tensor goes, and how it grows with the number of
+tensors: bench_model.py's host-cost model (``--model tiny``: FP8 weights of 16 elements,
+float32 scales and bfloat16 norms of one, in modules of Llama's layout) at each of --sizes,
+the CPU time per tensor (one thread, medians of --repeats after a warm-up) of
+
+  reference          vLLM's loop over the collected tensors (bench_model.py's row)
+  initialize         fp8_dummy.initialize_dummy_weights, its plan kept from the last fill;
+                     its steps:
+    walk             the walk of the model in vLLM's order (fp8_dummy.tensors.walk_lists)
+    facts            the kept plan's check of every tensor's facts (one C++ call)
+    init_many_       the fill: the batch through the operator (one C++ call)
+and beside them what a fill of a model held as torch modules cannot avoid:
+  modules            a loop over the module tree reading each module's dictionaries (no
+                     tensor touched): the least a walk does
+  list into an op    torch turning the list of tensors into an operator's arguments (an
+                     operator that returns at once): facts and init_many_ each pay it
+
+CPU time (time.process_time), not wall time: the growth shown is the work's, not the waits
+of a machine shared with other processes. Each size checks first that initialize gives the
+reference loop's bytes.
+
+Example: python benchmarks/bench_host_cost.py --sizes 4576,20000,50000,100000 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_model  # noqa: E402
+import json_out  # noqa: E402
+from measure import run_meta, time_calls  # noqa: E402
+
+import fp8_dummy  # noqa: E402
+from fp8_dummy import reference  # noqa: E402
+from fp8_dummy.engines.core import execution, kinds  # noqa: E402
+from fp8_dummy.tensors import walk_lists  # noqa: E402
+
+LOW, HIGH, SEED = bench_model.LOW, bench_model.HIGH, bench_model.SEED
+NO_FACTS = torch.empty(0, 0, dtype=torch.long)  # facts_match returns at once on it
+
+
+def modules_only(model: torch.nn.Module) -> None:
+    """Each module once, depth first, its dictionaries read: what any walk does (the walk's
+    loop without its tensors and names)."""
+    stack, seen = [model], set()
+    push = stack.append
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        d = m.__dict__
+        if d["_parameters"] is None:
+            continue
+        for child in d["_modules"].values():
+            if child is not None:
+                push(child)
+
+
+def steps(model: torch.nn.Module) -> dict:
+    names, tensors = walk_lists(model, "modules")
+    facts = kinds.tensor_facts(tensors)
+
+    def fill() -> None:
+        with torch.no_grad():
+            execution.init_many_(tensors, LOW, HIGH, SEED)
+
+    return {
+        "reference": lambda: [reference.new_path(t, LOW, HIGH, SEED) for t in tensors],
+        "initialize": lambda: fp8_dummy.initialize_dummy_weights(model, LOW, HIGH, SEED),
+        "walk": lambda: walk_lists(model, "modules"),
+        "facts": lambda: kinds.facts_match(tensors, facts),
+        "init_many_": fill,
+        "modules": lambda: modules_only(model),
+        "list into an op": lambda: kinds.facts_match(tensors, NO_FACTS),
+    }
+
+
+def measure(size: int, repeats: int) -> dict:
+    args = SimpleNamespace(tensors=size)
+    cpu = torch.device("cpu")
+    model = bench_model.make("tiny", cpu, args)
+    count = len(walk_lists(model, "modules")[1])
+    identical = bench_model.same_bytes("tiny", model, cpu, args)
+    rows = {}
+    for name, fn in steps(model).items():
+        times = time_calls(lambda _i, fn=fn: fn(), cpu, repeats, clock=time.process_time)
+        rows[name] = {"median_cpu_s": statistics.median(times), "min_cpu_s": min(times)}
+        rows[name]["us_per_tensor"] = rows[name]["median_cpu_s"] / count * 1e6
+        print(f"  {count} tensors: {name} {rows[name]['us_per_tensor']:.3f} us", file=sys.stderr)
+    return {"tensors": count, "identical": identical, "rows": rows}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="4576,20000,50000,100000", help="tensors, a list")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    json_out.check(parser, args.json)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the host's work per tensor, on one thread
+    try:
+        results = [measure(n, args.repeats) for n in sizes]
+    finally:
+        torch.set_num_threads(threads)
+    names = list(results[0]["rows"])
+    print("\nCPU time per tensor (us), one thread; x: over the first size's")
+    print(f"{'step':<18}" + "".join(f"{r['tensors']:>16,}" for r in results))
+    for name in names:
+        first = results[0]["rows"][name]["us_per_tensor"]
+        cells = [r["rows"][name]["us_per_tensor"] for r in results]
+        print(f"{name:<18}" + "".join(f"{c:>9.3f} {c / first:>5.2f}x" for c in cells))
+    print("identical: " + ", ".join(str(r["identical"]) for r in results))
+    if args.json:
+        json_out.write(args.json, {"meta": run_meta(), "results": results})
+    return 0 if all(r["identical"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
