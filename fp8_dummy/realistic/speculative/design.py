@@ -7,17 +7,19 @@ last one (the routing's carrier). The embedding's S columns are its own realisti
 token's *code*, a non-stream token's copied from its stream token); no residual branch writes S
 (every branch's output rows on S are 0; branches still read it), so after the last layer S holds
 the current token's code exactly, whatever the layers added elsewhere. The codes all have length
-√d. The lm_head reads S only: stream token u's row is ``scale`` times its predecessor's code, so
-u's logit is ``scale · d / ρ`` after the predecessor (ρ the final residual's RMS) and the other
+√d. The lm_head reads S only: stream token u's row is ``scale`` times its predecessor's code
+(divided by what the model's class multiplies the logits by: :func:`logit_multiplier`), so u's
+logit is ``scale · d / ρ`` after the predecessor (ρ the final residual's RMS) and the other
 tokens' logits the codes' overlaps, near N(0, scale² d / ρ²) and always below: the greedy token
 is the successor whatever ρ is, and the entropy at temperature 1 is set by ``scale``
 (:func:`logit_scale`).
 
 The draft's view: for the MTP layers, the embedding's next ``d`` columns (S2) hold the code of
 the token the draft sees (:attr:`.stream.Stream.view`), and each MTP layer's input projection
-(``eh_proj``, Qwen3-Next's ``fc``) copies S2 of the normalized embedding into S of its output,
-which its block does not write either; its head (the same lm_head) then proposes the view's
-successor. A draft model's own embedding holds the view's code in its S directly."""
+(``eh_proj``, ``fc``, ``input_proj``) copies S2 of the normalized embedding (the input's first
+half, or its second where the hidden state comes first) into S of its output, which its block
+does not write either; its head (the same lm_head) then proposes the view's successor. A draft
+model's own embedding holds the view's code in its S directly."""
 
 from __future__ import annotations
 
