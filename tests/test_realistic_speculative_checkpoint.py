@@ -28,8 +28,9 @@ from fp8_dummy.realistic.export import main as export_main  # noqa: E402
 def _loaded(arch: str, i: int, main: int) -> dict[str, str]:
     if arch == "mellum":
         p = "mtp."
-        names = {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding", "hnorm": "pre_fc_norm_hidden"}
-        names.update({"post_norm": "norm", "mtp_block.self_attn.o_proj": "layers.0.self_attn.o_proj"})
+        names = {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding", "post_norm": "norm"}
+        names.update(hnorm="pre_fc_norm_hidden")
+        names["mtp_block.self_attn.o_proj"] = "layers.0.self_attn.o_proj"
     elif arch == "inkling_text":
         p = f"model.mtp.layers.{i}."
         names = {"eh_proj": "input_proj", "enorm": "embed_norm", "hnorm": "hidden_norm"}
@@ -37,7 +38,8 @@ def _loaded(arch: str, i: int, main: int) -> dict[str, str]:
     else:
         p = f"model.layers.{main + i}."
         names = {n: n for n in ("enorm", "hnorm", "eh_proj")}
-        names.update({"post_norm": "shared_head.norm", "mtp_block.self_attn.o_proj": "self_attn.o_proj"})
+        names.update(post_norm="shared_head.norm")
+        names["mtp_block.self_attn.o_proj"] = "self_attn.o_proj"
     return {f"layers.{i}.{ours}.weight": f"{p}{theirs}.weight" for ours, theirs in names.items()}
 
 
@@ -65,7 +67,7 @@ def test_transformers_mtp_model_loads_the_mtp_layers(arch, tmp_path):
         assert np.array_equal(t[p + "shared_head.head.weight"], t["lm_head.weight"])
     model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     if arch in ("deepseek_v3", "glm4_moe"):  # the class names the real models' MTP index
-        model._keys_to_ignore_on_load_unexpected = [r"model\.layers\.2\..*", r"model\.layers\.3\..*"]
+        model._keys_to_ignore_on_load_unexpected = [rf"model\.layers\.{2 + i}\..*" for i in (0, 1)]
     mtp = MtpModel.from_pretrained(model, device_map={"": "cpu"})
     ours = {n: p.detach() for n, p in mtp.named_parameters()}
     pairs = {k: v for i in range(n) for k, v in _loaded(arch, i, 2).items()}

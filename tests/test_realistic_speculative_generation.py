@@ -23,8 +23,8 @@ import torch
 tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
 
 from helpers import speculative as H  # noqa: E402
-from helpers.speculative_forward import independent_mtp_acceptance  # noqa: E402
 from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
+from helpers.speculative_forward import independent_mtp_acceptance  # noqa: E402
 
 from fp8_dummy.realistic import parse_acceptance  # noqa: E402
 from fp8_dummy.realistic.export import main as export_main  # noqa: E402
