@@ -89,14 +89,27 @@ def test_assisted_generation_with_an_exported_draft(target, acceptance, tmp_path
     _report(f"{target} + draft, k=3, A={acceptance}", H.conditional(m, 3), [acceptance] * 3, len(m))
 
 
-FORWARD = [("qwen3_next", 0.6, 1), ("qwen3_next", 0.6, 2), ("bailing_hybrid", 0.3, 1)]
-FORWARD += [("bailing_hybrid", 0.6, 1), ("bailing_hybrid", 0.9, 1), ("bailing_hybrid", 0.6, 2)]
+FORWARD = [("qwen3_next", 0.6, 1, {}), ("qwen3_next", 0.6, 2, {}), ("bailing_hybrid", 0.3, 1, {})]
+FORWARD += [("bailing_hybrid", 0.6, 1, {}), ("bailing_hybrid", 0.9, 1, {})]
+FORWARD += [("bailing_hybrid", 0.6, 2, {})]
+# a size, vocabulary and seed the design was not developed on
+FORWARD += [("bailing_hybrid", 0.75, 3, dict(hidden=256, vocab=6000, layers=4, seed=9))]
 
 
-@pytest.mark.parametrize("arch,acceptance,k", FORWARD)
-def test_mtp_by_an_independent_forward(arch, acceptance, k, tmp_path):
-    out = H.export(H.config(arch, mtp=1), tmp_path, acceptance)
-    m = independent_mtp_acceptance(out, arch, k, tmp_path, prompts=4, tokens=120)
+@pytest.mark.parametrize("arch,acceptance,k,other", FORWARD)
+def test_mtp_by_an_independent_forward(arch, acceptance, k, other, tmp_path):
+    from fp8_dummy.realistic.export import export
+
+    other = dict(other)
+    seed = other.pop("seed", 0)
+    cfg = H.config(arch, mtp=1, **other)
+    (tmp_path / "c").mkdir()
+    cfg.save_pretrained(tmp_path / "c")
+    export(tmp_path / "c", tmp_path / "out", seed=seed, acceptance=acceptance, progress=False,
+           allow_unknown=True)  # fmt: skip
+    vocab = cfg.vocab_size
+    m = independent_mtp_acceptance(tmp_path / "out", arch, k, tmp_path, prompts=4, tokens=120,
+                                   vocab=vocab)  # fmt: skip
     _report(f"{arch} MTP (independent forward), k={k}, A={acceptance}", H.conditional(m, k),
             [acceptance] * k, len(m))  # fmt: skip
 
@@ -106,6 +119,8 @@ OTHER = [
     ("deepseek_v3", dict(hidden=256, vocab=4096, layers=3), 0.75, 1, 7),
     ("glm4_moe", dict(hidden=512, vocab=8192, layers=2), "0.7,0.45", 2, 11),
     ("deepseek_v3", dict(hidden=192, vocab=32000, layers=2), 0.5, 1, 3),
+    ("mellum", dict(hidden=256, vocab=4096, layers=3), 0.8, 1, 5),
+    ("inkling_text", dict(hidden=192, vocab=8192, layers=2), "0.8,0.5", 2, 13),
 ]
 
 
@@ -113,7 +128,7 @@ OTHER = [
 def test_other_configs(arch, size, acceptance, layers, seed, tmp_path, monkeypatch):
     from fp8_dummy.realistic.export import export
 
-    cfg = H.config(arch, num_nextn_predict_layers=layers, **size)
+    cfg = _config(arch, layers, **size)
     (tmp_path / "c").mkdir()
     cfg.save_pretrained(tmp_path / "c")
     export(tmp_path / "c", tmp_path / "out", seed=seed, acceptance=acceptance, progress=False)
