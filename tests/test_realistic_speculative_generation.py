@@ -51,10 +51,10 @@ CASES += [("deepseek_v3", "0.9,0.5", 2), ("glm4_moe", "0.8,0.6,0.4", 3)]
 CASES += [("inkling_text", "0.9,0.5", 2)]
 
 
-def _config(arch: str, layers: int, **kw):
+def _config(arch: str, mtp_layers: int, **kw):
     if arch in H.MORE:
-        return H.config(arch, mtp=layers, **kw)
-    return H.config(arch, num_nextn_predict_layers=layers, **kw)
+        return H.config(arch, mtp=mtp_layers, **kw)
+    return H.config(arch, num_nextn_predict_layers=mtp_layers, **kw)
 
 
 @pytest.mark.parametrize("arch,acceptance,layers", CASES)
