@@ -273,3 +273,12 @@ def test_a_recorded_load_of_the_main_layers_routes_the_mtp_layer_too(tmp_path):
     bias = "mlp.gate.e_score_correction_bias"
     assert np.array_equal(t[f"model.layers.3.{bias}"], t[f"model.layers.2.{bias}"])
     assert not np.array_equal(t[f"model.layers.1.{bias}"], t[f"model.layers.2.{bias}"])
+
+
+def test_inklings_multimodal_checkpoint_gets_no_text_model_mtp_names():
+    """Inkling's multimodal checkpoint keeps its MTP layers under its own names
+    (``model.mtp.layers.{i}.transformer_block.attn.wq_du``, what vLLM's ``InklingMTP`` reads),
+    not the text model's: none are made for it rather than wrong ones."""
+    both = tf.AutoConfig.for_model("inkling_mm_model", text_config=dict(num_mtp_layers=1))
+    assert S.mtp_layers(both) == (None, 0) and S.mtp_prefixes(both) == ()
+    assert S.mtp_layers(both.text_config) == ("inkling", 1)

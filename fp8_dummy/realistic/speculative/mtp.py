@@ -72,6 +72,8 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
     text = _text(config)
     kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
     style = LAYOUTS.get(kind)
+    if style == "inkling" and text is not config:  # the multimodal checkpoint names its own
+        style = None
     n = getattr(text, "num_nextn_predict_layers", None)
     n = getattr(text, "num_mtp_layers", None) if n is None else n
     if style is not None and n is None and kind in _DEFAULT_ONE:
@@ -105,8 +107,6 @@ def _mtp_config(text: Any, n: int) -> Any:
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
-    if getattr(cfg, "per_layer_config", None) is not None:  # as get_mtp_config: the MTP's own
-        cfg.per_layer_config = getattr(text, "mtp_per_layer_config", None)
     return cfg
 
 
