@@ -80,6 +80,16 @@ def test_the_architecture_is_probed_not_named():
     assert gemma2.norm_value("model.layers.0.input_layernorm", 2) == 0.0
 
 
+def test_a_normalized_embedding_lookup_is_no_multiple():
+    """Inkling's text model normalizes its embedding lookup: rows P, 2P and 3P give the first
+    layer inputs that differ by the norm's epsilon alone, and unequally, so there is no
+    multiplier (two probes read the epsilon's trace as one, 4e-7, and the embedding was filled
+    2.6 million times too wide, its bytes out of every format's range)."""
+    model, why = sweep.build("inkling_text", 2)
+    assert model is not None, why
+    assert derive(model).embed_scale == 1.0
+
+
 @pytest.mark.parametrize("mt", ["llama", "qwen3_moe", "deepseek_v3", "mixtral", "qwen2"])
 def test_plain_pre_norm_models_keep_their_bytes(mt: str):
     """The facts of a plain pre-norm model are the defaults, so its specs (and bytes, which

@@ -101,6 +101,7 @@ def test_the_stream_draws_its_runs_from_the_acceptance(acceptance):
 
 
 ARCHS = ["llama", "qwen3_moe", "deepseek_v3", "glm4_moe", "qwen3_next"]
+ARCHS += ["mellum", "inkling_text", "bailing_hybrid"]  # with one MTP layer each
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -109,10 +110,10 @@ def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
     target's greedy successors form one cycle over the stream's tokens, and an engine's
     greedy verification of the draft's proposals (each MTP layer's, reused for k steps as
     vLLM does) accepts at the designed rate per position, for k = 1 to 3."""
-    cfg = H.config(arch)
+    cfg = H.config(arch, mtp=1)
     out = H.export(cfg, tmp_path, 0.6)
     t = H.read(out)
-    maps = H.weight_maps(t, cfg.hidden_size)
+    maps = H.weight_maps(t, cfg.hidden_size, hidden_first=arch == "inkling_text")
     succ = maps["successor"]
     stream = np.arange(2, cfg.vocab_size)  # no tokenizer: every id but bos 0 and eos 1
     assert set(succ) == set(stream)
@@ -130,10 +131,17 @@ def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
             assert all(abs(g - 0.6) < 0.03 for g in got), (k, got)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+# Inkling is left out: its realistic fill's final residual RMS (2.3 at two layers: its short
+# convolutions add each branch's output twice, its routed experts are scaled by 8) is outside
+# the band's 1.0-1.45, its entropy near ln V (docs/realistic.md#speculative-decoding)
+ENTROPY = [a for a in ARCHS if a != "inkling_text"] + ["cohere"]
+
+
+@pytest.mark.parametrize("arch", ENTROPY)
 def test_entropy_at_temperature_one(arch):
     """After random prompts the next-token distribution's entropy lies between 1 nat and 80% of
-    ln(vocabulary) (the realistic fill without acceptance: a near one-hot)."""
+    ln(vocabulary) (the realistic fill without acceptance: a near one-hot; Cohere's, whose
+    class multiplies the logits by 1/16, flat, and with acceptance the same as the others')."""
     cfg = H.config(arch)
     model = tf.AutoModelForCausalLM.from_config(cfg).eval()
     fp8_dummy.initialize_realistic_dummy_weights(model, 0)
@@ -143,7 +151,7 @@ def test_entropy_at_temperature_one(arch):
     print(
         f"\n{arch}: entropy without {before.mean():.2f}, with {after.min():.2f}-{after.max():.2f}"
     )
-    assert before.mean() < 1.0
+    assert before.mean() < 1.0 or arch == "cohere"
     assert after.min() >= 1.0 and after.max() <= 0.8 * math.log(cfg.vocab_size), after
 
 
@@ -207,13 +215,18 @@ def test_every_block_holds_the_whole_tensors_values():
                 assert torch.equal(block.view(torch.uint8), want.contiguous().view(torch.uint8))
 
 
-@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3", "mixtral", "gpt_oss"])
+@pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3", "mixtral", "gpt_oss", "mellum",
+                                  "bailing_hybrid"])  # fmt: skip
 def test_routing_and_residual_rms_hold_with_acceptance(arch):
     """The routing tests' measurement (tests/test_realistic_routing.py) with acceptance set:
-    every MoE layer within TV 0.08 of zipf:1.2, max/mean within 25%, residual RMS in [0.25, 4]."""
+    every MoE layer within TV 0.08 of zipf:1.2, max/mean within 25%, residual RMS in [0.25, 4]
+    (Mellum and Bailing: this file's configs with an MTP layer, three layers)."""
     from test_realistic_routing import build, measure, tv_sorted, zipf_oracle
 
-    model = build(arch)
+    if arch in H.MORE:
+        model = tf.AutoModelForCausalLM.from_config(H.config(arch, layers=3, mtp=1)).eval()
+    else:
+        model = build(arch)
     fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing="zipf:1.2", acceptance=0.6)
     got = measure(model, 0)
     assert got["finite"] and all(0.25 <= r <= 4 for r in got["rms"]), got["rms"]

@@ -24,32 +24,75 @@ from fp8_dummy.realistic.export import ExportError  # noqa: E402
 from fp8_dummy.realistic.export import main as export_main  # noqa: E402
 
 
-@pytest.mark.parametrize("arch", ["deepseek_v3", "glm4_moe"])
+# transformers' MtpModel parameter of MTP layer i -> the export's name (L: the main layers)
+def _loaded(arch: str, i: int, main: int) -> dict[str, str]:
+    if arch == "mellum":
+        p = "mtp."
+        names = {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding", "post_norm": "norm"}
+        names.update(hnorm="pre_fc_norm_hidden")
+        names["mtp_block.self_attn.o_proj"] = "layers.0.self_attn.o_proj"
+    elif arch == "inkling_text":
+        p = f"model.mtp.layers.{i}."
+        names = {"eh_proj": "input_proj", "enorm": "embed_norm", "hnorm": "hidden_norm"}
+        names["mtp_block.self_attn.o_proj"] = "transformer_block.self_attn.o_proj"
+    else:
+        p = f"model.layers.{main + i}."
+        names = {n: n for n in ("enorm", "hnorm", "eh_proj")}
+        names.update(post_norm="shared_head.norm")
+        names["mtp_block.self_attn.o_proj"] = "self_attn.o_proj"
+    return {f"layers.{i}.{ours}.weight": f"{p}{theirs}.weight" for ours, theirs in names.items()}
+
+
+MTP_MODEL = {"deepseek_v3": 2, "glm4_moe": 2, "mellum": 1, "inkling_text": 2}  # MTP layers
+
+
+@pytest.mark.parametrize("arch", list(MTP_MODEL))
 def test_transformers_mtp_model_loads_the_mtp_layers(arch, tmp_path):
     """transformers' own MtpModel finds every MTP tensor under the checkpoint's names (it
     raises on a missing one) and holds the export's values; its embedding and head are the
-    main model's, as the checkpoint's copies are."""
+    main model's, as the checkpoint's copies are. Inkling: its chained hidden state's norm."""
     from transformers.modeling_layers import MtpModel
 
-    cfg = H.config(arch, num_nextn_predict_layers=2)
-    out = H.export(cfg, tmp_path, "0.9,0.5")
+    n = MTP_MODEL[arch]
+    if arch in H.MORE:
+        more = {"chain_hidden_post_norm": True} if arch == "inkling_text" else {}
+        cfg = H.config(arch, mtp=n, **more)
+    else:
+        cfg = H.config(arch, num_nextn_predict_layers=n)
+    out = H.export(cfg, tmp_path, "0.9,0.5" if n == 2 else 0.7)
     t = H.read(out)
-    for i in (2, 3):
-        p = f"model.layers.{i}."
+    for i in range(n if arch in ("deepseek_v3", "glm4_moe") else 0):
+        p = f"model.layers.{2 + i}."
         assert np.array_equal(t[p + "embed_tokens.weight"], t["model.embed_tokens.weight"])
         assert np.array_equal(t[p + "shared_head.head.weight"], t["lm_head.weight"])
     model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
-    model._keys_to_ignore_on_load_unexpected = [r"model\.layers\.2\..*", r"model\.layers\.3\..*"]
+    if arch in ("deepseek_v3", "glm4_moe"):  # the class names the real models' MTP index
+        model._keys_to_ignore_on_load_unexpected = [rf"model\.layers\.{2 + i}\..*" for i in (0, 1)]
     mtp = MtpModel.from_pretrained(model, device_map={"": "cpu"})
     ours = {n: p.detach() for n, p in mtp.named_parameters()}
-    for i in (0, 1):
-        p, q = f"layers.{i}.", f"model.layers.{2 + i}."
-        for local in ("enorm.weight", "hnorm.weight", "eh_proj.weight"):
-            assert np.array_equal(ours[p + local].double().numpy(), t[q + local])
-        assert np.array_equal(ours[p + "post_norm.weight"].double().numpy(),
-                              t[q + "shared_head.norm.weight"])  # fmt: skip
-        w = ours[p + "mtp_block.self_attn.o_proj.weight"].double().numpy()
-        assert np.array_equal(w, t[q + "self_attn.o_proj.weight"])
+    pairs = {k: v for i in range(n) for k, v in _loaded(arch, i, 2).items()}
+    if arch == "inkling_text":
+        pairs["shared_post_norm.weight"] = "model.mtp.chain_norm.weight"
+    for mine, theirs in pairs.items():
+        assert np.array_equal(ours[mine].double().numpy(), t[theirs]), (mine, theirs)
+
+
+def test_a_wrong_name_is_not_loaded(tmp_path):
+    """The check above can fail: the export's MTP input projection under another name, and
+    transformers' MtpModel refuses the checkpoint (a missing MTP weight)."""
+    from safetensors.torch import save_file
+    from transformers.modeling_layers import MtpModel
+
+    out = H.export(H.config("mellum", mtp=1), tmp_path, 0.7)
+    t = H.read(out)
+    t["mtp.fc_in.weight"] = t.pop("mtp.fc.weight")
+    for f in list(out.glob("*.safetensors")) + [out / "model.safetensors.index.json"]:
+        f.unlink()
+    save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in t.items()},
+              str(out / "model.safetensors"))  # fmt: skip
+    model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="eh_proj"):
+        MtpModel.from_pretrained(model, device_map={"": "cpu"})
 
 
 def test_in_memory_and_export_hold_the_same_model(tmp_path):
@@ -167,14 +210,35 @@ MTP_CONFIGS = {
     "deepseek_v32": dict(n_routed_experts=8, n_group=2, topk_group=1, **DSA),
     "glm_moe_dsa": dict(n_routed_experts=8, **DSA),
     "qwen3_next": {},
+    "mellum": {},
+    "bailing_hybrid": {},
+    "inkling_text": {},
 }
+
+
+def _own(arch: str, main: int) -> tuple[str, str, list[str]]:
+    """(the MTP tensors' prefix, the block's, the MTP layer's own tensors) of one MTP layer."""
+    if arch in ("qwen3_next", "mellum"):
+        own = [f"mtp.{n}.weight" for n in ("fc", "norm", "pre_fc_norm_hidden")]
+        return "mtp.", "mtp.layers.0.", own + ["mtp.pre_fc_norm_embedding.weight"]
+    if arch == "inkling_text":
+        p = "model.mtp.layers.0."
+        own = [p + n for n in ("input_proj.weight", "embed_norm.weight", "hidden_norm.weight")]
+        return "model.mtp.", p + "transformer_block.", own
+    p = f"model.layers.{main}."
+    if arch == "bailing_hybrid":
+        own = ["eh_proj", "enorm", "hnorm", "final_layernorm"]
+    else:
+        own = ["eh_proj", "enorm", "hnorm", "shared_head.norm", "shared_head.head", "embed_tokens"]
+    return p, p, [f"{p}{n}.weight" for n in own]
 
 
 @pytest.mark.parametrize("arch", MTP_CONFIGS)
 def test_the_mtp_layers_are_moe_layers_under_the_checkpoints_names(arch):
     """Every architecture's MTP block is a MoE decoder layer (whatever marks the main model's
-    dense layers: first_k_dense_replace, mlp_layer_types, mlp_only_layers), beside the MTP
-    layer's own tensors, under the names the engines' loaders read."""
+    dense layers: first_k_dense_replace, mlp_layer_types, mlp_only_layers) but Inkling's (its
+    config's MTP layers are dense), beside the MTP layer's own tensors, under the names the
+    engines' loaders and transformers' MtpModel read (Bailing's attention ``attention.*``)."""
     from fp8_dummy.realistic import config_checkpoint
 
     if arch in ("deepseek_v32", "glm_moe_dsa"):
@@ -184,21 +248,17 @@ def test_the_mtp_layers_are_moe_layers_under_the_checkpoints_names(arch):
                       first_k_dense_replace=1)  # fmt: skip
         cfg = tf.AutoConfig.for_model(arch, **common, **MTP_CONFIGS[arch])
         cfg.num_nextn_predict_layers = 1
+    elif arch in H.MORE:
+        cfg = H.config(arch, mtp=1)
     else:
         cfg = H.config(arch, num_nextn_predict_layers=1)
     names = list(config_checkpoint(cfg, 0, acceptance=0.5).tensors)
-    if arch == "qwen3_next":
-        prefix, block = "mtp.", "mtp.layers.0."
-        own = [f"mtp.{n}.weight" for n in ("fc", "norm", "pre_fc_norm_hidden")]
-        own.append("mtp.pre_fc_norm_embedding.weight")
-    else:
-        prefix = block = f"model.layers.{cfg.num_hidden_layers}."
-        own = [prefix + n for n in ("eh_proj.weight", "enorm.weight", "hnorm.weight",
-                                    "shared_head.norm.weight", "shared_head.head.weight",
-                                    "embed_tokens.weight")]  # fmt: skip
+    prefix, block, own = _own(arch, cfg.num_hidden_layers)
     assert set(own) <= set(names)
-    assert any(n.startswith(block + "mlp.experts.") for n in names), "a MoE block"
-    assert any(n.startswith(block + "self_attn.") for n in names)
+    mlp = "mlp.gate_proj." if arch == "inkling_text" else "mlp.experts."
+    assert any(n.startswith(block + mlp) for n in names), "a MoE block (Inkling: dense)"
+    attention = "attention." if arch == "bailing_hybrid" else "self_attn."
+    assert any(n.startswith(block + attention) for n in names)
     assert all(not n.startswith(prefix) or n in own or n.startswith(block) for n in names)
 
 
@@ -213,3 +273,12 @@ def test_a_recorded_load_of_the_main_layers_routes_the_mtp_layer_too(tmp_path):
     bias = "mlp.gate.e_score_correction_bias"
     assert np.array_equal(t[f"model.layers.3.{bias}"], t[f"model.layers.2.{bias}"])
     assert not np.array_equal(t[f"model.layers.1.{bias}"], t[f"model.layers.2.{bias}"])
+
+
+def test_inklings_multimodal_checkpoint_gets_no_text_model_mtp_names():
+    """Inkling's multimodal checkpoint keeps its MTP layers under its own names
+    (``model.mtp.layers.{i}.transformer_block.attn.wq_du``, what vLLM's ``InklingMTP`` reads),
+    not the text model's: none are made for it rather than wrong ones."""
+    both = tf.AutoConfig.for_model("inkling_mm_model", text_config=dict(num_mtp_layers=1))
+    assert S.mtp_layers(both) == (None, 0) and S.mtp_prefixes(both) == ()
+    assert S.mtp_layers(both.text_config) == ("inkling", 1)

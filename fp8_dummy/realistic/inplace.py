@@ -78,7 +78,7 @@ def initialize_realistic_dummy_weights(
     _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
     if accept is not None:
         keys = {name: tensor_seed(seed, name) for name in shapes}
-        wide = [n for n in shapes if _PROJECTION.search(n) and len(shapes[n]) == 2]
+        wide = {n: 0 for n in shapes if _PROJECTION.search(n) and len(shapes[n]) == 2}
         replaced, more, _ = plan_acceptance(
             accept, seed, config, specs, shapes, dtypes, keys, projections=wide,
             tokenizer=tokenizer,

@@ -181,10 +181,13 @@ class LazyTensor(torch.Tensor):
             values = kwargs.values()
             if not _scan(args, lazies) and not _scan(values, lazies) and len(lazies) == 1:
                 first = lazies[0]
-                out = func(*_proxies(args), **dict(zip(kwargs, _proxies(values))))
+                try:
+                    out = func(*_proxies(args), **dict(zip(kwargs, _proxies(values))))
+                except RuntimeError:  # no view of the block (a reshape across its strides)
+                    out = None
                 root = first._proxy  # inside dispatch views carry no _base: their storage tells
                 views = out if isinstance(out, (list, tuple)) else [out]
-                if all(
+                if out is not None and all(
                     isinstance(v, torch.Tensor) and torch._C._is_alias_of(v, root) for v in views
                 ):
                     wrapped = [first._like(v) for v in views]

@@ -204,7 +204,7 @@ def logical_model(
     if accept is not None:
         replaced, more, facts = plan_acceptance(
             accept, seed, config, specs, shapes, dtypes, keys,
-            projections=part.projections if part is not None else (), tokenizer=tokenizer,
+            projections=part.projections if part is not None else None, tokenizer=tokenizer,
         )  # fmt: skip
         specs.update(replaced)
         _extend(overrides, more)

@@ -75,8 +75,10 @@ def input_of(args: tuple, kwargs: dict):
 
 def embed_scale(model: torch.nn.Module, first: tuple[str, torch.nn.Module], failed: list) -> float:
     """c where the first layer's input is c x the embedding lookup plus what does not depend
-    on it (positions): the lookup with every row P and then 2P (P = ±1, exact in any float
-    dtype), the difference of the first layer's inputs against P. 1 where it is no multiple."""
+    on it (positions): the lookup with every row P, 2P and 3P (P = ±1, exact in any float
+    dtype), the differences of the first layer's inputs against P, which a multiple makes
+    equal. 1 where it is no multiple (a normalized lookup, Inkling's: its inputs differ by
+    the norm's epsilon alone, unequally)."""
     get = getattr(model, "get_input_embeddings", None)
     weight = getattr(get() if callable(get) else None, "weight", None)
     names = [n for n, p in model.named_parameters(remove_duplicate=False) if p is weight]
@@ -94,7 +96,7 @@ def embed_scale(model: torch.nn.Module, first: tuple[str, torch.nn.Module], fail
 
     hook = first[1].register_forward_pre_hook(grab, with_kwargs=True)
     try:
-        for k in (1, 2):
+        for k in (1, 2, 3):
             why = forward(model, {names[0]: (row * k).expand(weight.shape)})  # tied: one name
             if why:
                 failed.append(
@@ -104,11 +106,14 @@ def embed_scale(model: torch.nn.Module, first: tuple[str, torch.nn.Module], fail
                 return 1.0
     finally:
         hook.remove()
-    if len(seen) != 2 or seen[0].shape != seen[1].shape or seen[0].shape[-1] != row.numel():
+    if len(seen) != 3 or len({s.shape for s in seen}) != 1 or seen[0].shape[-1] != row.numel():
         return 1.0
     diff, p = (seen[1] - seen[0]).reshape(-1, row.numel()), row.float()
+    more = (seen[2] - seen[1]).reshape(-1, row.numel())
     c = (diff @ p).mean().item() / p.numel()
     if not math.isfinite(c) or c <= 0 or (diff - c * p).norm() > 1e-2 * diff.norm():
+        return 1.0
+    if (more - diff).norm() > 1e-2 * diff.norm():
         return 1.0
     return 1.0 if abs(c - 1) < 1e-3 else c
 

@@ -83,12 +83,10 @@ def one(mt: str) -> str:
 def _not_mtp(config, names) -> list[str]:
     """``names`` but the checkpoint's MTP layers (which transformers' class leaves out, its
     ``_keys_to_ignore_on_load_unexpected`` written for the real models' layer index)."""
-    from fp8_dummy.realistic.speculative import mtp_layers
+    from fp8_dummy.realistic.speculative import mtp_prefixes
 
-    style, n = mtp_layers(config)
-    first = config.get_text_config().num_hidden_layers
-    mtp = ("mtp.",) if style == "qwen" else tuple(f"model.layers.{first + i}." for i in range(n))
-    return [k for k in names if not (n and k.startswith(mtp))]
+    mtp = mtp_prefixes(config)
+    return [k for k in names if not (mtp and k.startswith(mtp))]
 
 
 def _files(out: str) -> dict[str, torch.Tensor]:

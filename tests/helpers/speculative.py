@@ -28,6 +28,19 @@ QWEN3_NEXT = dict(
     linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32,
 )  # fmt: skip
 ROUTED = ("qwen3_moe", "deepseek_v3", "glm4_moe")  # the routing tests' configs, 16 experts top-2
+MOE = dict(num_experts_per_tok=2, moe_intermediate_size=64, head_dim=32)
+# The other architectures whose configs declare MTP layers, small: 16 experts top-2 (a shared one)
+MORE = {
+    "mellum": dict(num_experts=16, sliding_window=64, **MOE),  # a sliding layer: the MTP's type
+    "inkling_text": dict(n_routed_experts=16, n_shared_experts=1, swa_num_attention_heads=4,
+                         swa_num_key_value_heads=2, swa_head_dim=32, sliding_window_size=64,
+                         d_rel=8, rel_extent=64, **MOE),
+    "bailing_hybrid": dict(num_experts=16, n_group=4, topk_group=2, num_shared_experts=1,
+                           kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16,
+                           qk_nope_head_dim=16, v_head_dim=32, layer_group_size=2,
+                           first_k_dense_replace=1, num_key_value_heads=4, pad_token_id=None,
+                           **MOE),
+}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -39,13 +52,19 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj)\.(weight|bias)$")
+# every residual branch's last linear, under the checkpoints' names (Bailing's attention.dense)
+WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj|attention\.dense)(\.weight|\.bias|$)")
+PROJECTIONS = ("eh_proj.weight", "mtp.fc.weight", "input_proj.weight")
+EMBEDDINGS = ("embed_tokens.weight", "word_embeddings.weight")
 
 
-def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, **more):
+def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp: int = 0,
+           **more):  # fmt: skip
     """A tiny untied config of ``arch`` with bos 0 and eos 1: Llama; Qwen3-MoE, DeepSeek-V3
     and GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next
-    (at least four layers: three linear-attention ones, then a full one); then ``more``."""
+    (at least four layers: three linear-attention ones, then a full one); Mellum (a sliding
+    layer, then a full one), Inkling and Bailing (:data:`MORE`) with ``mtp`` MTP layers; then
+    ``more``."""
     common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab)  # fmt: skip
     if arch in ROUTED:
@@ -54,6 +73,11 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, **m
         cfg = configs(h=hidden, experts=16, k=2, layers=layers)[arch]
     elif arch == "qwen3_next":
         cfg = tf.Qwen3NextConfig(**{**common, "num_hidden_layers": max(layers, 4)}, **QWEN3_NEXT)
+    elif arch in MORE:
+        kw = {**common, **MORE[arch], "num_mtp_layers": mtp or (0 if "bailing" in arch else None)}
+        if arch == "mellum":
+            kw["layer_types"] = ["sliding_attention"] + ["full_attention"] * (layers - 1)
+        cfg = tf.AutoConfig.for_model(arch, **kw)
     else:
         cfg = tf.AutoConfig.for_model(arch, **common)
     settings = dict(vocab_size=vocab, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
@@ -92,24 +116,35 @@ def _argmax_rows(head: np.ndarray, h: np.ndarray) -> np.ndarray:
     return (h @ head.T).argmax(1)
 
 
-def weight_maps(t: dict[str, np.ndarray], hidden: int, prefix: str = "model.") -> dict:
+def _output_rows(w: np.ndarray, s: np.ndarray, hidden: int) -> np.ndarray:
+    """The rows ``s`` of a residual writer's output dimension: [out, in], experts fused
+    [E, out, in] (a square one: its rows), a bias [out]."""
+    if w.ndim >= 2 and w.shape[-2] == hidden:
+        return w[..., s, :]
+    return w[s] if w.shape[0] == hidden else w[..., s]
+
+
+def weight_maps(t: dict[str, np.ndarray], hidden: int, hidden_first: bool = False) -> dict:
     """From an export's tensors alone: the code columns S (those the lm_head reads), that no
     residual writer touches them, the target's greedy successor of every token and, per MTP
-    input projection, the draft's proposal after every token."""
-    head, embed = t["lm_head.weight"], t[prefix + "embed_tokens.weight"]
+    input projection (its hidden half first where ``hidden_first``: Inkling's), the draft's
+    proposal after every token."""
+    head = t["lm_head.weight"]
+    (embed,) = [w for n, w in t.items() if n.endswith(EMBEDDINGS) and "layers." not in n]
     s = np.flatnonzero(np.abs(head).sum(0))
     assert 0 < s.size < hidden // 2, s
     for name, w in t.items():
         if WRITERS.search(name):
-            rows = w[s] if w.shape[0] == hidden else w[..., s]  # [out, in], a bias [out]
-            assert not np.any(rows), f"{name} writes the code columns"
+            assert not np.any(_output_rows(w, s, hidden)), f"{name} writes the code columns"
     succ = _argmax_rows(head[:, s], embed[:, s])
     proposals = {}
+    half = slice(hidden, None) if hidden_first else slice(0, hidden)
+    other = slice(0, hidden) if hidden_first else slice(hidden, None)
     for name, w in t.items():
-        if name.endswith(("eh_proj.weight", "mtp.fc.weight")) and w.shape == (hidden, 2 * hidden):
-            assert not np.any(w[s][:, hidden:]), f"{name}: the code reads the hidden half"
+        if name.endswith(PROJECTIONS) and w.shape == (hidden, 2 * hidden):
+            assert not np.any(w[s][:, other]), f"{name}: the code reads the hidden half"
             e = embed / np.sqrt((embed**2).mean(1, keepdims=True))  # enorm, weight 1 or 1+0
-            proposals[name] = _argmax_rows(head[:, s], e @ w[s][:, :hidden].T)
+            proposals[name] = _argmax_rows(head[:, s], e @ w[s][:, half].T)
     return {"codes": s, "successor": succ, "proposals": proposals}
 
 
@@ -157,9 +192,11 @@ def mtp_acceptance(out: Path, layers: int, monkeypatch, prompts: int = 4, tokens
     model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     text = model.config.get_text_config()
     first = text.num_hidden_layers  # where this checkpoint keeps its MTP layers
-    model._keys_to_ignore_on_load_unexpected = [
-        rf"model\.layers\.{first + i}\..*" for i in range(layers)
-    ]
+    names = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    if any(n.startswith(f"model.layers.{first}.") for n in names):  # the class names layer 61
+        model._keys_to_ignore_on_load_unexpected = [
+            rf"model\.layers\.{first + i}\..*" for i in range(layers)
+        ]
     counts: list[int] = []
     own = cg.MTPCandidateGenerator.get_candidates
 
@@ -219,61 +256,3 @@ def entropies(model: torch.nn.Module, vocab: int, prompts: int = 16) -> np.ndarr
         logits = model(ids).logits[:, -1].double()
     p = logits.softmax(-1)
     return (-(p * p.clamp_min(1e-300).log()).sum(-1)).numpy()
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
-    x = x.float()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + w.float())
-
-
-def qwen3_next_mtp_acceptance(out: Path, k: int, work: Path, prompts: int = 3,
-                              tokens: int = 80, vocab: int = 1024) -> np.ndarray:  # fmt: skip
-    """Qwen3-Next's MTP layer run independently of fp8_dummy and of any engine, as vLLM's
-    ``Qwen3NextMTP`` computes it (transformers cannot run Qwen3-Next's MTP): ``mtp.fc`` of the
-    (1 + w)-normalized embedding and the target's last hidden state, the MTP decoder layer
-    (transformers' own Qwen3-Next layer, full attention, loaded from the export's ``mtp.*``
-    tensors), ``mtp.norm`` and the lm_head; reused for k draft tokens, each on the sequence
-    with the drafts so far, and verified against the target's greedy tokens."""
-    t = read(out)
-    one = work / "mtp-as-model"  # the MTP block as a one-layer model: transformers' loader
-    one.mkdir(parents=True, exist_ok=True)
-    small = tf.AutoConfig.from_pretrained(out)
-    small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
-    small.save_pretrained(one)
-    from safetensors.torch import save_file
-
-    ours = {"model.embed_tokens.weight": t["model.embed_tokens.weight"]}
-    ours.update({"model.norm.weight": t["mtp.norm.weight"], "lm_head.weight": t["lm_head.weight"]})
-    ours.update({"model." + n[4:]: v for n, v in t.items() if n.startswith("mtp.layers.")})
-    save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
-              str(one / "model.safetensors"))  # fmt: skip
-    block = tf.AutoModelForCausalLM.from_pretrained(one, dtype=torch.float32).eval()
-    target = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    fc = torch.from_numpy(t["mtp.fc.weight"]).float()
-    ne, nh = (torch.from_numpy(t[f"mtp.pre_fc_norm_{w}.weight"]) for w in ("embedding", "hidden"))
-    embed = target.get_input_embeddings()
-    gen = torch.Generator().manual_seed(0)
-    counts = []
-    with torch.no_grad():
-        for _ in range(prompts):
-            ids = torch.randint(2, vocab, (1, 8), generator=gen)
-            seq = target.generate(ids, do_sample=False, max_new_tokens=tokens + k + 1)[0]
-            hidden = target(seq[None], output_hidden_states=True).hidden_states[-1][0]
-            n = ids.shape[1]  # the target has made seq[n]: the drafts start after it
-            while n < ids.shape[1] + tokens:
-                x = torch.cat([_rms(embed(seq[1 : n + 1]), ne, 1.0),
-                               _rms(hidden[:n], nh, 1.0)], -1) @ fc.T  # fmt: skip
-                drafts = []
-                for _ in range(k):
-                    logits = block(inputs_embeds=x[None]).logits[0, -1]
-                    drafts.append(int(logits.argmax()))
-                    step = _rms(embed(torch.tensor([drafts[-1]])), ne, 1.0)
-                    last = block(inputs_embeds=x[None], output_hidden_states=True)
-                    h = last.hidden_states[-1][0, -1:]
-                    x = torch.cat([x, torch.cat([step, _rms(h, nh, 1.0)], -1) @ fc.T])
-                m = 0
-                while m < k and drafts[m] == int(seq[n + 1 + m]):
-                    m += 1
-                counts.append(m)
-                n += m + 1
-    return np.asarray(counts)

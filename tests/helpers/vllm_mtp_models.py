@@ -1,12 +1,13 @@
-"""vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``) built on
-this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo
-workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``,
-a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
-``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``), a ``VllmConfig`` holding both,
-then the model loader's ``create_model`` with the draft's model config, the way its proposer's
-``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
-apply; the oracle is the same: the export of the config, read by vLLM's own safetensors loader
-into a twin."""
+"""vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
+``BailingMoeV25MTPModel``) built on this CPU from tiny configs with MTP layers, for
+tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily). Built as
+vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``,
+which turns the target's config into the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``,
+``Qwen3NextMTP``, ``BailingMoeV25MTPModel``), a ``VllmConfig`` holding both, then the model
+loader's ``create_model`` with the draft's model config, the way its proposer's ``get_model``
+does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply; the
+oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
+twin."""
 
 from __future__ import annotations
 
@@ -18,18 +19,25 @@ import torch
 from helpers import vllm_invariant_models as M
 
 ARCHITECTURES = {"glm4_moe": "Glm4MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
+ARCHITECTURES["bailing_hybrid"] = "BailingMoeV2_5ForCausalLM"  # Ling/Ring-2.5's own
 
 
 def fields(model: str) -> dict:
     """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next four): DeepSeek-V3 as
-    there, GLM-4.5 and Qwen3-Next as tests/helpers/speculative.py makes them."""
+    there, GLM-4.5, Qwen3-Next and Ling's hybrid (Bailing, one MTP layer) as
+    tests/helpers/speculative.py makes them."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
 
-    cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256)
-    return dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
+    mtp = 1 if model in H.MORE else 0
+    cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256, mtp=mtp)
+    out = dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
+    if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
+        out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
+                   moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
+    return out
 
 
 # (model, quantization, MTP layers, draft tokens, acceptance): the designed stream at one and
@@ -40,6 +48,7 @@ CASES = [
     ("deepseek_v3", "bf16", 1, 3, None),
     ("glm4_moe", "bf16", 1, 1, 0.6),
     ("qwen3_next", "bf16", 1, 1, 0.6),
+    ("bailing_hybrid", "bf16", 1, 1, 0.6),
 ]
 
 
@@ -92,6 +101,7 @@ def build(folder: Path, world: int, k: int):
     if json.loads((folder / "config.json").read_text()).get("fp8_dummy_draft"):
         return M.build_from(folder, world)
     from vllm.config import (
+        CacheConfig,
         DeviceConfig,
         ModelConfig,
         ParallelConfig,
@@ -109,9 +119,12 @@ def build(folder: Path, world: int, k: int):
         method="mtp", num_speculative_tokens=k, target_model_config=target,
         target_parallel_config=parallel,
     )  # fmt: skip
+    # without prefix caching: a hybrid model's (Ling's) mamba block size is then the model's
+    # length, which vLLM's check of the whole config requires where the CPU platform turns it off
     vllm_config = VllmConfig(
         model_config=target, device_config=DeviceConfig(device="cpu"),
         parallel_config=parallel, speculative_config=spec,
+        cache_config=CacheConfig(enable_prefix_caching=False),
     )  # fmt: skip
     loader = get_model_loader(LoadConfig(load_format="dummy"))
     draft = spec.draft_model_config

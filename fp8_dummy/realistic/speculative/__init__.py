@@ -10,8 +10,8 @@ package's face; its files:
   their cycle, where the draft is right, the acceptance an engine drafting k tokens measures;
 - ``design.py``: the weights that realize it: the reserved code subspace, the lm_head's rows
   and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
-- ``mtp.py``: the MTP layers of DeepSeek-V3/V3.2, GLM-4.5 and Qwen3-Next checkpoints under
-  their own names;
+- ``mtp.py``: the MTP layers of the checkpoints that carry them (DeepSeek-V3/V3.2, GLM-4.5,
+  Ling's hybrid, Qwen3-Next, Mellum, Inkling's text model) under their own names;
 - ``draft.py``: ``export --draft``'s draft model: its config (a plain causal LM of the
   target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
   with the target's tokenizer files;
@@ -34,21 +34,22 @@ from .acceptance import (
     chosen_acceptance,
     parse_acceptance,
 )
-from .design import DesignError, carrier_rows, layout, plan_design, vocab_hidden
+from .design import DesignError, carrier_rows, layout, logit_multiplier, plan_design, vocab_hidden
 from .draft import DRAFT_KEY, draft_config, is_draft, stage_draft
-from .mtp import MtpPart, mtp_layers, mtp_part
+from .mtp import MtpPart, mtp_layers, mtp_part, mtp_prefixes
 from .stream import Stream, allowed_tokens, design_stream, predict
 
 __all__ = ["DEFAULT", "DRAFT_KEY", "ENV", "Acceptance", "AcceptanceError", "DesignError"]
 __all__ += ["MtpPart", "Stream", "allowed_tokens", "carrier_rows", "chosen_acceptance"]
 __all__ += ["design_stream", "draft_config", "is_draft", "layout", "mtp_layers", "mtp_part"]
-__all__ += ["parse_acceptance", "plan_acceptance", "predict", "stage_draft"]
+__all__ += ["mtp_prefixes", "parse_acceptance", "plan_acceptance", "predict", "stage_draft"]
 
 
 def plan_acceptance(
     acceptance: Acceptance, seed: int, config: Any, specs: Mapping[str, Spec],
     shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, torch.dtype],
-    keys: Mapping[str, int], *, projections: Sequence[str] = (), tokenizer: Any = None,
+    keys: Mapping[str, int], *, projections: Mapping[str, int] | None = None,
+    tokenizer: Any = None,
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:  # fmt: skip
     """The spec replacements, overrides and facts that write the designed stream of
     ``acceptance`` into a model's logical tensors (full name -> spec, shape, dtype, key);
@@ -59,7 +60,7 @@ def plan_acceptance(
     stream = design_stream(acceptance, seed, vocab, allowed, where)
     replaced, overrides, facts = plan_design(
         stream, specs, shapes, dtypes, keys, hidden, draft=is_draft(config),
-        projections=projections,
+        projections=projections, multiplier=logit_multiplier(config),
     )  # fmt: skip
     facts.update(stream=stream, acceptance=acceptance)
     return replaced, overrides, facts

@@ -7,17 +7,19 @@ last one (the routing's carrier). The embedding's S columns are its own realisti
 token's *code*, a non-stream token's copied from its stream token); no residual branch writes S
 (every branch's output rows on S are 0; branches still read it), so after the last layer S holds
 the current token's code exactly, whatever the layers added elsewhere. The codes all have length
-√d. The lm_head reads S only: stream token u's row is ``scale`` times its predecessor's code, so
-u's logit is ``scale · d / ρ`` after the predecessor (ρ the final residual's RMS) and the other
+√d. The lm_head reads S only: stream token u's row is ``scale`` times its predecessor's code
+(divided by what the model's class multiplies the logits by: :func:`logit_multiplier`), so u's
+logit is ``scale · d / ρ`` after the predecessor (ρ the final residual's RMS) and the other
 tokens' logits the codes' overlaps, near N(0, scale² d / ρ²) and always below: the greedy token
 is the successor whatever ρ is, and the entropy at temperature 1 is set by ``scale``
 (:func:`logit_scale`).
 
 The draft's view: for the MTP layers, the embedding's next ``d`` columns (S2) hold the code of
 the token the draft sees (:attr:`.stream.Stream.view`), and each MTP layer's input projection
-(``eh_proj``, Qwen3-Next's ``fc``) copies S2 of the normalized embedding into S of its output,
-which its block does not write either; its head (the same lm_head) then proposes the view's
-successor. A draft model's own embedding holds the view's code in its S directly."""
+(``eh_proj``, ``fc``, ``input_proj``) copies S2 of the normalized embedding (the input's first
+half, or its second where the hidden state comes first) into S of its output, which its block
+does not write either; its head (the same lm_head) then proposes the view's successor. A draft
+model's own embedding holds the view's code in its S directly."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from ..values import fill_
 from .stream import Stream
 
 __all__ = ["DesignError", "Layout", "RHO", "carrier_rows", "code_block", "layout", "logit_scale"]
-__all__ += ["plan_design", "predicted_entropy", "vocab_hidden"]
+__all__ += ["logit_multiplier", "plan_design", "predicted_entropy", "vocab_hidden"]
 
 RHO = 1.2  # the final residual's typical RMS in realistic models (docs/realistic.md's sweep)
 ENTROPY_LOW = 1.05  # nats: the band the scale is centred in (the issue's 1 nat, a margin)
@@ -129,6 +131,35 @@ def logit_scale(codes: np.ndarray, stream: Stream, rho: float = RHO) -> float:
     return round(math.sqrt(sharp * flat) * rho, 4)
 
 
+# What a model class multiplies the lm_head's logits by, from its config (model type -> key, power):
+# Inkling divides the final hidden state by its muP width multiplier (its MTP head too), Granite
+# and MiniCPM3 divide by logits_scaling, HyperCLOVA X multiplies by it, Cohere by logit_scale.
+_LOGIT_FACTORS = {
+    "inkling_text": ("logits_mup_width_multiplier", -1), "granite": ("logits_scaling", -1),
+    "granite_swa": ("logits_scaling", -1), "granitemoe": ("logits_scaling", -1),
+    "granitemoe_swa": ("logits_scaling", -1), "granitemoeshared": ("logits_scaling", -1),
+    "granitemoehybrid": ("logits_scaling", -1), "minicpm3": ("logits_scaling", -1),
+    "hyperclovax": ("logits_scaling", 1), "cohere": ("logit_scale", 1),
+    "cohere2": ("logit_scale", 1), "cohere2_moe": ("logit_scale", 1),
+}  # fmt: skip
+
+
+def logit_multiplier(config: Any) -> float:
+    """The factor the model's class puts between the lm_head's product and its logits (1 where
+    it puts none): the lm_head's rows are divided by it, so that the logits and their entropy
+    are the design's."""
+    get = getattr(config, "get_text_config", None)
+    text = get() if callable(get) else config
+    kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
+    key, power = _LOGIT_FACTORS.get(kind, (None, 1))
+    value = getattr(text, key, None) if key is not None else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 1.0
+    if not math.isfinite(value) or value <= 0:
+        return 1.0
+    return float(value) ** power
+
+
 def _out_dim(shape: Sequence[int], hidden: int) -> int | None:
     """The dimension of a residual branch's output weight that indexes the hidden size."""
     if len(shape) >= 2 and shape[-2] == hidden:
@@ -155,11 +186,14 @@ def plan_design(
     hidden: int,
     *,
     draft: bool = False,
-    projections: Sequence[str] = (),
+    projections: Mapping[str, int] | None = None,
+    multiplier: float = 1.0,
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:
     """(spec replacements, overrides, facts) that write ``stream`` into the logical tensors;
     ``draft``: a draft model (its embedding holds the view's code); ``projections``: the MTP
-    layers' input projections [hidden, 2·hidden] (embedding half first)."""
+    layers' input projections [hidden, 2·hidden], each with the column its input's (normalized)
+    embedding half starts at (0, or hidden where the hidden state comes first); ``multiplier``:
+    what the model multiplies the lm_head's product by (:func:`logit_multiplier`)."""
     lay = layout(hidden)
     v = stream.vocab
     embed = _find(specs, shapes, "embedding", (v, hidden))
@@ -174,7 +208,7 @@ def plan_design(
     held = stream.view if draft else stream.source
     scale = logit_scale(codes, stream)
     pred = stream.predecessor
-    rows = codes[pred] * scale
+    rows = codes[pred] * (scale / multiplier)
     head_cols = np.zeros((v, lay.d))
     head_cols[stream.order] = rows
     overrides: dict[str, list] = {embed: [], head: []}
@@ -188,12 +222,12 @@ def plan_design(
         dim = _out_dim(shapes[name], hidden) if spec.role == "residual_out" else None
         if dim is not None:
             overrides.setdefault(name, []).append((dim, lay.s, 0.0))
-    for name in projections:
+    for name, start in (projections or {}).items():
         if tuple(shapes[name]) != (hidden, 2 * hidden):
             continue
         for i, row in enumerate(lay.s):
             unit = np.zeros(2 * hidden, dtype=np.float32)
-            unit[lay.s2[i]] = 1.0  # S of the output: S2 of the normalized embedding
+            unit[start + lay.s2[i]] = 1.0  # S of the output: S2 of the normalized embedding
             overrides.setdefault(name, []).append((0, row, unit))
     replaced = {head: Spec("lm_head", "const", 0.0)}
     facts = {"d": lay.d, "scale": scale, "embedding": embed, "lm_head": head, "codes": lay.s}
@@ -213,11 +247,14 @@ def vocab_hidden(config: Any, specs: Mapping[str, Spec], shapes) -> tuple[int, i
     raise DesignError("fp8_dummy: acceptance: the model has no embedding")
 
 
-def carrier_rows(projections: Sequence[str], hidden: int) -> dict[str, list]:
+def carrier_rows(projections: Mapping[str, int], hidden: int) -> dict[str, list]:
     """The routing's carrier (the residual's last dimension, a constant) through the MTP
-    layers' input projections: output j is input j of the normalized embedding, and no other
-    output reads either half's column j."""
+    layers' input projections (name -> the column their embedding half starts at): output j
+    is input j of the normalized embedding, and no other output reads either half's column j."""
     j = hidden - 1
-    unit = np.zeros(2 * hidden, dtype=np.float32)
-    unit[j] = 1.0
-    return {n: [(1, j, 0.0), (1, hidden + j, 0.0), (0, j, unit)] for n in projections}
+    rows = {}
+    for name, start in projections.items():
+        unit = np.zeros(2 * hidden, dtype=np.float32)
+        unit[start + j] = 1.0
+        rows[name] = [(1, j, 0.0), (1, hidden + j, 0.0), (0, j, unit)]
+    return rows

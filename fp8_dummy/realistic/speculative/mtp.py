@@ -2,18 +2,27 @@
 the checkpoint's own names (docs/realistic.md#speculative-decoding). transformers' model classes
 leave them out (``_keys_to_ignore_on_load_unexpected``), so they are made here: the decoder
 block of each MTP layer is the class's own decoder layer, built on the meta device from the
-config as transformers' ``get_mtp_config`` builds it (the MTP layers alone, MoE, indices from
-0) and renamed to where the checkpoint keeps it; the MTP layer's own tensors are added as the
-engines' loaders read them (vLLM 0.33 ``deepseek_mtp``/``glm4_moe_mtp``/``qwen3_next_mtp``,
-SGLang 0.5.23's NextN, transformers' ``MtpModel``):
+config as transformers' ``get_mtp_config`` builds it (the MTP layers alone, indices from 0, the
+config's MTP layer types, else MoE and full attention) and renamed to where the checkpoint keeps
+it; the MTP layer's own tensors are added as the engines' loaders and transformers' ``MtpModel``
+read them (its conversion: ``transformers.conversion_mapping``'s ``MtpModel``; vLLM 0.33's
+MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data:`LAYOUTS`):
 
-- DeepSeek-V3/V3.2, GLM-4.5 (``num_nextn_predict_layers`` = n): ``model.layers.{L+i}.`` the
-  block's tensors and ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding
-  first), ``shared_head.norm``, ``shared_head.head`` and ``embed_tokens`` (copies of the
-  lm_head and the embedding: the same values, as DeepSeek's checkpoints hold them);
-- Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as vLLM reads
-  it): ``mtp.layers.{i}.`` the block, ``mtp.fc`` [H, 2H], ``mtp.pre_fc_norm_embedding``,
-  ``mtp.pre_fc_norm_hidden``, ``mtp.norm``; the embedding and lm_head are the model's."""
+- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5 (``num_nextn_predict_layers`` = n):
+  ``model.layers.{L+i}.`` the block's tensors and ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H]
+  (the normalized embedding first), ``shared_head.norm``, ``shared_head.head`` and
+  ``embed_tokens`` (copies of the lm_head and the embedding: the same values, as DeepSeek's
+  checkpoints hold them);
+- ``bailing``: Ling/Ring hybrid (``bailing_hybrid``): ``model.layers.{L+i}.`` the block and
+  ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``
+  takes the embedding and the lm_head from the model's own);
+- ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
+  vLLM reads it), Mellum: ``mtp.layers.{i}.`` the block, ``mtp.fc`` [H, 2H],
+  ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
+- ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
+  ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
+  ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
+  chain_norm`` where ``chain_hidden_post_norm`` is set."""
 
 from __future__ import annotations
 
@@ -27,10 +36,15 @@ import torch
 from ..arch import Arch, derive_twin
 from ..hf_model import build_model, built_dtype, kept_fp32, memory_blocks, own_tensors
 
-__all__ = ["DEEPSEEK_STYLE", "QWEN_STYLE", "MtpPart", "mtp_layers", "mtp_part"]
+__all__ = ["LAYOUTS", "MtpPart", "mtp_layers", "mtp_part", "mtp_prefixes"]
 
-DEEPSEEK_STYLE = ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa")
-QWEN_STYLE = ("qwen3_next",)
+# The config's own model type (its text config's) -> the layout of its checkpoint's MTP layers
+LAYOUTS = {
+    "deepseek_v3": "deepseek", "deepseek_v32": "deepseek", "glm4_moe": "deepseek",
+    "glm_moe_dsa": "deepseek", "bailing_hybrid": "bailing",
+    "qwen3_next": "qwen", "mellum": "qwen", "inkling_text": "inkling",
+}  # fmt: skip
+_DEFAULT_ONE = ("qwen3_next",)  # one MTP layer where the config names none (vLLM's reading)
 
 
 @dataclass
@@ -41,7 +55,8 @@ class MtpPart:
     block: list  # the decoder blocks' tensors (quantized as a decoder layer's)
     own: list  # the MTP layers' norms and input projections (never quantized)
     copies: dict[str, str] = field(default_factory=dict)  # name -> "embedding" | "lm_head"
-    projections: list[str] = field(default_factory=list)  # the [H, 2H] input projections
+    # the [H, 2H] input projections -> where their input's embedding half starts (0 or H)
+    projections: dict[str, int] = field(default_factory=dict)
     norms: list[str] = field(default_factory=list)  # the MTP layers' own norms
     arch: Arch = Arch()  # the blocks' facts, under the checkpoint's names
 
@@ -52,21 +67,32 @@ def _text(config: Any) -> Any:
 
 
 def mtp_layers(config: Any) -> tuple[str | None, int]:
-    """(style, MTP layer count) of the checkpoint ``config`` describes: (None, 0) for one
+    """(layout, MTP layer count) of the checkpoint ``config`` describes: (None, 0) for one
     without MTP layers. The class's own model type (vLLM renames the instance's for its draft)."""
     text = _text(config)
     kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
+    style = LAYOUTS.get(kind)
+    if style == "inkling" and text is not config:  # the multimodal checkpoint names its own
+        style = None
     n = getattr(text, "num_nextn_predict_layers", None)
-    if kind in DEEPSEEK_STYLE:
-        return ("deepseek", n) if isinstance(n, int) and n > 0 else (None, 0)
-    if kind in QWEN_STYLE:
-        n = 1 if n is None else n
-        return ("qwen", n) if isinstance(n, int) and n > 0 else (None, 0)
-    return None, 0
+    n = getattr(text, "num_mtp_layers", None) if n is None else n
+    if style is not None and n is None and kind in _DEFAULT_ONE:
+        n = 1
+    return (style, n) if style is not None and isinstance(n, int) and n > 0 else (None, 0)
+
+
+def mtp_prefixes(config: Any) -> tuple[str, ...]:
+    """The prefixes of the MTP tensors' checkpoint names (none for a config without them)."""
+    style, n = mtp_layers(config)
+    if style in ("qwen", "inkling"):
+        return ("mtp.",) if style == "qwen" else ("model.mtp.",)
+    first = _text(config).num_hidden_layers
+    return tuple(f"model.layers.{first + i}." for i in range(n))
 
 
 def _mtp_config(text: Any, n: int) -> Any:
-    """The MTP layers alone as a model config: n layers, each MoE, full attention."""
+    """The MTP layers alone as a model config: n layers, the config's MTP layer types, else
+    each MoE with full attention."""
     cfg = copy.deepcopy(text)
     for name in ("num_mtp_layers", "num_nextn_predict_layers", "quantization_config"):
         if name in cfg.__dict__:
@@ -82,6 +108,37 @@ def _mtp_config(text: Any, n: int) -> Any:
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
     return cfg
+
+
+def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | None, dict]:
+    """(norms, input projection, copies) of MTP layer i whose tensors are under ``p``."""
+    if style == "deepseek":
+        copies = {p + "shared_head.head.weight": "lm_head", p + "embed_tokens.weight": "embedding"}
+        norms = [p + "enorm.weight", p + "hnorm.weight", p + "shared_head.norm.weight"]
+        return norms, p + "eh_proj.weight", copies
+    if style == "bailing":
+        norms = [p + n for n in ("enorm.weight", "hnorm.weight", "final_layernorm.weight")]
+        return norms, p + "eh_proj.weight", {}
+    if style == "inkling":
+        norms = [p + "hidden_norm.weight", p + "embed_norm.weight"]
+        if i == 0 and getattr(text, "chain_hidden_post_norm", False):
+            norms.append("model.mtp.chain_norm.weight")
+        return norms, p + "input_proj.weight", {}
+    if i > 0:  # qwen: one input projection and its norms for all the MTP layers
+        return [], None, {}
+    norms = ["mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"]
+    return norms + ["mtp.norm.weight"], "mtp.fc.weight", {}
+
+
+def _where(style: str, main_layers: int, i: int) -> tuple[str, str]:
+    """(MTP layer i's prefix, its decoder block's prefix)."""
+    if style in ("deepseek", "bailing"):
+        p = f"model.layers.{main_layers + i}."
+        return p, p
+    if style == "inkling":
+        p = f"model.mtp.layers.{i}."
+        return p, p + "transformer_block."
+    return f"mtp.layers.{i}.", f"mtp.layers.{i}."
 
 
 def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
@@ -100,11 +157,8 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     rename = {}
     for name in blocks:
         m = layer.match(name)
-        if m is None:
-            continue
-        i = int(m.group(1))
-        where = f"model.layers.{main_layers + i}." if style == "deepseek" else f"mtp.layers.{i}."
-        rename[name] = where + name[m.end() :]
+        if m is not None:
+            rename[name] = _where(style, main_layers, int(m.group(1)))[1] + name[m.end() :]
     block = []
     for name, new in rename.items():
         b = blocks[name]
@@ -115,26 +169,18 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
         block.append((module, new, torch.empty(b.shape, dtype=t_dtype, device="meta"), b.shape))
     part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename))
     h = text.hidden_size
+    hidden_first = style == "inkling" and getattr(text, "mtp_hidden_states_first", True)
     norm = torch.nn.Module()
     for i in range(n):
-        if style == "deepseek":
-            p = f"model.layers.{main_layers + i}."
-            own_names = [p + "enorm.weight", p + "hnorm.weight", p + "shared_head.norm.weight"]
-            proj = p + "eh_proj.weight"
-            part.copies[p + "shared_head.head.weight"] = "lm_head"
-            part.copies[p + "embed_tokens.weight"] = "embedding"
-        elif i == 0:
-            own_names = ["mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"]
-            own_names.append("mtp.norm.weight")
-            proj = "mtp.fc.weight"
-        else:
-            continue
-        for name in own_names:
+        norms, proj, copies = _own_names(style, _where(style, main_layers, i)[0], i, text)
+        part.copies.update(copies)
+        for name in norms:
             part.own.append((norm, name, torch.empty(h, dtype=dtype, device="meta"), (h,)))
             part.norms.append(name)
-        wide = torch.empty(h, 2 * h, dtype=dtype, device="meta")
-        part.own.append((torch.nn.Module(), proj, wide, (h, 2 * h)))
-        part.projections.append(proj)
+        if proj is not None:
+            wide = torch.empty(h, 2 * h, dtype=dtype, device="meta")
+            part.own.append((torch.nn.Module(), proj, wide, (h, 2 * h)))
+            part.projections[proj] = h if hidden_first else 0
     return part
 
 

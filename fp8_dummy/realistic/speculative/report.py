@@ -17,7 +17,7 @@ from ..kept import config_checkpoint
 from ..reports import common_arguments, common_seed, positive, report_config, write_json
 from .acceptance import AcceptanceError, parse_acceptance
 from .design import DesignError, code_block, predicted_entropy
-from .mtp import mtp_layers
+from .mtp import mtp_layers, mtp_prefixes
 from .stream import predict
 
 RHOS = (1.0, 1.2, 1.4)
@@ -68,6 +68,7 @@ def build_report(lm: Any, config: Any, ks: list[int]) -> dict:
     facts = lm.speculative
     stream, acceptance = facts["stream"], facts["acceptance"]
     style, layers = mtp_layers(config)
+    prefixes = mtp_prefixes(config)
     embed = lm.tensors[facts["embedding"]]
     codes = code_block(embed.spec, embed.key, embed.shape, embed.dtype, facts["codes"])
     entropy = {}
@@ -85,19 +86,11 @@ def build_report(lm: Any, config: Any, ks: list[int]) -> dict:
         "rates": list(acceptance.rates), "seed": lm.seed, "vocab": stream.vocab,
         "stream_tokens": int(stream.order.size), "tokens": stream.tokens,
         "mtp": {"style": style, "layers": layers,
-                "tensors": sorted(n for n in lm.tensors if _is_mtp(n, config, layers))},
+                "tensors": sorted(n for n in lm.tensors if n.startswith(prefixes))},
         "d": facts["d"], "reserved": [facts["codes"].start, facts["codes"].stop],
         "scale": facts["scale"], "ln_vocab": math.log(stream.vocab), "entropy": entropy,
         "predicted": per_k,
     }  # fmt: skip
-
-
-def _is_mtp(name: str, config: Any, layers: int) -> bool:
-    get = getattr(config, "get_text_config", None)
-    n = (get() if callable(get) else config).num_hidden_layers
-    return name.startswith("mtp.") or any(
-        name.startswith(f"model.layers.{n + i}.") for i in range(layers)
-    )
 
 
 def render(report: dict) -> str:

@@ -1,0 +1,98 @@
+"""MTP layers transformers cannot run (Qwen3-Next: its config declares no ``num_mtp_layers``;
+Bailing's hybrid: a stateful model, which assisted generation refuses), run independently of
+fp8_dummy and of any engine, as vLLM's MTP classes compute them (``Qwen3NextMTP``,
+``BailingMoeV25MTPModel``): the input projection of the normalized embedding and the target's
+last hidden state, the MTP decoder block (transformers' own decoder layer, full attention,
+loaded from the export as a one-layer model), the MTP layer's final norm and the lm_head;
+reused for k draft tokens, each on the sequence with the drafts so far, and verified against
+the target's greedy tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers as tf
+
+from .speculative import read
+
+# Where each layout keeps its MTP layer (L: the main layers): the block, the input projection,
+# the norms of the embedding, the hidden state and the output, and the norms' offset (1 + w)
+LAYOUTS = {
+    "qwen3_next": dict(block="mtp.layers.0.", fc="mtp.fc", embed="mtp.pre_fc_norm_embedding",
+                       hidden="mtp.pre_fc_norm_hidden", out="mtp.norm", offset=1.0),
+    "bailing_hybrid": dict(block="model.layers.{L}.", fc="model.layers.{L}.eh_proj",
+                           embed="model.layers.{L}.enorm", hidden="model.layers.{L}.hnorm",
+                           out="model.layers.{L}.final_layernorm", offset=0.0),
+}  # fmt: skip
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + w.float())
+
+
+def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module:
+    """The MTP block as a one-layer model of the target's class (full attention, MoE), its
+    final norm the MTP layer's: transformers' own loader reads it."""
+    from safetensors.torch import save_file
+
+    one = work / "mtp-as-model"
+    one.mkdir(parents=True, exist_ok=True)
+    small = tf.AutoConfig.from_pretrained(out)
+    small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
+    if getattr(small, "mlp_layer_types", None) is not None:
+        small.mlp_layer_types = ["sparse"]
+    if getattr(small, "first_k_dense_replace", None) is not None:
+        small.first_k_dense_replace = 0
+    small.save_pretrained(one)
+    (embed,) = [n for n in t if n.endswith(("embed_tokens.weight", "word_embeddings.weight"))
+                and "layers." not in n]  # fmt: skip
+    ours = {embed: t[embed], "model.norm.weight": t[names["out"] + ".weight"]}
+    ours["lm_head.weight"] = t["lm_head.weight"]
+    b = names["block"]
+    ours.update({"model.layers.0." + n[len(b) :]: v for n, v in t.items() if n.startswith(b)})
+    save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
+              str(one / "model.safetensors"))  # fmt: skip
+    return tf.AutoModelForCausalLM.from_pretrained(one, dtype=torch.float32).eval()
+
+
+def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts: int = 3,
+                               tokens: int = 80, vocab: int = 1024) -> np.ndarray:  # fmt: skip
+    """The tokens accepted per step of greedy MTP decoding with k draft tokens, the MTP layer
+    of ``arch``'s export run as above."""
+    t = read(out)
+    target = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    main = target.config.get_text_config().num_hidden_layers
+    names = {key: v.format(L=main) if isinstance(v, str) else v for key, v in LAYOUTS[arch].items()}
+    block = _block_model(out, t, names, work)
+    fc = torch.from_numpy(t[names["fc"] + ".weight"]).float()
+    ne, nh = (torch.from_numpy(t[names[w] + ".weight"]) for w in ("embed", "hidden"))
+    c = names["offset"]
+    embed = target.get_input_embeddings()
+    gen = torch.Generator().manual_seed(0)
+    counts = []
+    with torch.no_grad():
+        for _ in range(prompts):
+            ids = torch.randint(2, vocab, (1, 8), generator=gen)
+            seq = target.generate(ids, do_sample=False, max_new_tokens=tokens + k + 1)[0]
+            hidden = target(seq[None], output_hidden_states=True).hidden_states[-1][0]
+            n = ids.shape[1]  # the target has made seq[n]: the drafts start after it
+            while n < ids.shape[1] + tokens:
+                x = torch.cat([_rms(embed(seq[1 : n + 1]), ne, c),
+                               _rms(hidden[:n], nh, c)], -1) @ fc.T  # fmt: skip
+                drafts = []
+                for _ in range(k):
+                    logits = block(inputs_embeds=x[None]).logits[0, -1]
+                    drafts.append(int(logits.argmax()))
+                    step = _rms(embed(torch.tensor([drafts[-1]])), ne, c)
+                    last = block(inputs_embeds=x[None], output_hidden_states=True)
+                    h = last.hidden_states[-1][0, -1:]
+                    x = torch.cat([x, torch.cat([step, _rms(h, nh, c)], -1) @ fc.T])
+                m = 0
+                while m < k and drafts[m] == int(seq[n + 1 + m]):
+                    m += 1
+                counts.append(m)
+                n += m + 1
+    return np.asarray(counts)
