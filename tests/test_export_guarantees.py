@@ -31,8 +31,11 @@ SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 SMALL.update(num_key_value_heads=2, vocab_size=256, model_type="llama")
 SHARD = "40KB"  # seven shards of the small Llama
 # The export's CLI in a child that meets SIGNAL when the third shard is being written.
+# SIGINT as a terminal's Ctrl-C delivers it: a child of a background job starts with it
+# ignored (and Python then installs no KeyboardInterrupt for it), so the child sets it.
 STOPPER = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from fp8_dummy.realistic import export as E
 calls, real = [], E.write_tensors
 def stop(*a, **k):
