@@ -6,6 +6,7 @@ work after the loader's own. A checkpoint is read, never changed, by whoever hol
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = ["KEPT", "config_checkpoint", "forget"]
 
 KEPT = 4  # checkpoints kept: a target and its draft, and a spare pair
 _kept: OrderedDict[tuple, LogicalModel] = OrderedDict()
+_lock = threading.Lock()  # loads in several threads share the cache; the build runs outside it
 
 
 def config_checkpoint(
@@ -32,22 +34,26 @@ def config_checkpoint(
     seed = as_int64(seed, "seed", "fp8_dummy") % (1 << 64)
     profile, accept = parse_routing(routing), parse_acceptance(acceptance)
     key = _key(config, seed, profile, accept)
-    if key is not None and key in _kept:
-        _kept.move_to_end(key)
-        return _kept[key]
+    if key is not None:
+        with _lock:
+            if key in _kept:
+                _kept.move_to_end(key)
+                return _kept[key]
     fmt = config_format(config)
     model = build_model(config, dtype=fmt.dtype)
     made = logical_model(model, seed, routing=profile, format=fmt, acceptance=accept, mtp=True)
     if key is not None:
-        _kept[key] = made
-        while len(_kept) > KEPT:
-            _kept.popitem(last=False)
+        with _lock:
+            _kept[key] = made
+            while len(_kept) > KEPT:
+                _kept.popitem(last=False)
     return made
 
 
 def forget() -> None:
     """Every kept checkpoint dropped (the next load makes its own)."""
-    _kept.clear()
+    with _lock:
+        _kept.clear()
 
 
 def _key(config: Any, seed: Any, profile: Any, accept: Any) -> tuple | None:
