@@ -2,7 +2,13 @@
 # The GPU check: one command on a GPU machine (no network needed) that answers "does every
 # path hold on this GPU, and how fast", with a one-line verdict at the end.
 #
-# Usage: scripts/gpu_check.sh [--dry-run] [--budget SECONDS] OUTDIR
+# Usage: scripts/gpu_check.sh [--dry-run] [--budget SECONDS] [--wheel WHEEL] OUTDIR
+#
+# --wheel WHEEL: the release wheel (scripts/build_wheels.sh) carried to the GPU machine takes
+# the in-place build's place: the build step lays it out as the torch matrix does (the
+# wheel's fp8_dummy/ beside copies of tests/, benchmarks/ and the headers, in a temporary
+# directory removed at the end), builds only the test extension against its library, and
+# every later step runs there, so the CUDA kernels checked are the wheel's.
 #
 # Steps, in this order (planned seconds: measured on the H200 machine, 16 cores; * = essential):
 #   preflight     15  nvcc (path, version), g++, ninja, setuptools, nproc, the CPU and its
@@ -48,8 +54,8 @@
 # PYTHON=... picks the interpreter (default: python3).
 set -uo pipefail
 
-usage="usage: scripts/gpu_check.sh [--dry-run] [--budget SECONDS] OUTDIR"
-dry=0 budget=290 OUT=""
+usage="usage: scripts/gpu_check.sh [--dry-run] [--budget SECONDS] [--wheel WHEEL] OUTDIR"
+dry=0 budget=290 OUT="" wheel=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) dry=1 ;;
@@ -57,6 +63,10 @@ while [[ $# -gt 0 ]]; do
       [[ $# -ge 2 && "$2" =~ ^[0-9]+$ && "$2" -gt 0 ]] || {
         echo "gpu_check: --budget needs a whole number of seconds above 0; $usage" >&2; exit 1; }
       budget="$2"; shift ;;
+    --wheel)
+      [[ $# -ge 2 && "$2" == *.whl && -f "$2" ]] || {
+        echo "gpu_check: --wheel needs an existing .whl file; $usage" >&2; exit 1; }
+      wheel="$(realpath "$2")"; shift ;;
     -*) echo "gpu_check: unknown option $1; $usage" >&2; exit 1 ;;
     *)
       [[ -z "$OUT" ]] || { echo "gpu_check: one OUTDIR only; $usage" >&2; exit 1; }
@@ -67,6 +77,8 @@ done
 
 if ((dry)); then  # the plan only: nothing below runs, nothing is written
   PY="${PYTHON:-python3}" planned=0 cuts=()
+  build_plan="$PY setup.py build_ext --inplace with /usr/bin's gcc and g++, then tests/ext/build.sh"
+  [[ -z "$wheel" ]] || build_plan="the wheel $wheel laid out in a temporary directory (the library not built), then tests/ext/build.sh there"
   echo "gpu_check: dry run: the steps, at the planned durations on the H200 machine, budget $budget s; nothing is run or written"
   while IFS='|' read -r name need plan what; do
     if ((budget - planned < need)); then
@@ -78,7 +90,7 @@ if ((dry)); then  # the plan only: nothing below runs, nothing is written
     fi
   done <<STEPS
 preflight|0|15|the tools (nvcc, g++, ninja, setuptools), the CPU, $PY, torch, the GPU and driver
-build|30|90|$PY setup.py build_ext --inplace with /usr/bin's gcc and g++, then tests/ext/build.sh
+build|30|90|$build_plan
 check|30|35|$PY -m fp8_dummy check --bench --timeout 150 --json OUTDIR/check_<GPU>.json
 bench_cuda|10|10|benchmarks/bench_cuda.py --json OUTDIR/bench_cuda.json
 tests|30|120|FP8_DUMMY_STRICT=1 pytest -n 8, the GPU byte tests but capture
@@ -240,16 +252,31 @@ failures='(FAILED|ERROR|FP8_DUMMY_STRICT)'
 
 # ---- build (the test-only extension too, where the checkout has one)
 build() {
-  "$PY" setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; return 1; }
+  if [[ -n "$wheel" ]]; then
+    # The wheel as the torch matrix lays it out: its package, none of the checkout's.
+    (cd "$PKG" && "$PY" -m zipfile -e "$wheel" . && rm -rf ./*.dist-info ./*startup*) > "$OUT/build.log" 2>&1 &&
+      cp -r "$ROOT"/{tests,benchmarks,include,csrc,scripts,pyproject.toml} "$PKG/" ||
+      { tail -n 30 "$OUT/build.log"; return 1; }
+    cd "$PKG"
+  else
+    "$PY" setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; return 1; }
+  fi
   if [[ -f tests/ext/build.sh ]]; then
     bash tests/ext/build.sh "$PY" >> "$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; return 1; }
   fi
   rm -f "$OUT/build.log"  # kept only when the build fails (OUTDIR's file count)
-  echo "built for sm_${TORCH_CUDA_ARCH_LIST/./} with $MAX_JOBS jobs: $("$PY" -c 'import fp8_dummy; print(fp8_dummy.build_info())')"
+  echo "built for sm_${TORCH_CUDA_ARCH_LIST/./} with $MAX_JOBS jobs${wheel:+ (the test extension; the library from the wheel)}: $("$PY" -c 'import fp8_dummy; print(fp8_dummy.library_path(), fp8_dummy.build_info())')"
 }
+PKG=""
+if [[ -n "$wheel" ]]; then
+  PKG="$(mktemp -d "${TMPDIR:-/tmp}/fp8_dummy_gpu_check.XXXXXX")"
+  trap 'rm -rf "$PKG"' EXIT
+  export PYTHONPATH="$PKG${PYTHONPATH#"$ROOT"}"  # the wheel's package, not the checkout's
+fi
 export -f build
-export OUT PY
+export OUT PY ROOT PKG wheel
 step build 30 90 300 'built|error' bash -c build
+[[ -z "$PKG" ]] || cd "$PKG"  # every later step runs against the wheel's package
 if [[ ${result[build]} == cut ]]; then
   say "gpu_check: verdict: INCOMPLETE: the budget cut the build; nothing else can run"
   exit 3

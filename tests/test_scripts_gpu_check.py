@@ -2,7 +2,8 @@
 (preflight, build, `fp8_dummy check`, bench_cuda, the strict GPU tests, the other
 benchmarks) with the ones its budget would cut at the planned durations, and exits 0 at once:
 it runs nothing (PYTHON is a stand-in that records any start) and writes nothing (its OUTDIR,
-HOME and the checkout compared before and after). Its arguments are checked."""
+HOME and the checkout compared before and after); with --wheel its build step lays the
+wheel out instead of building. Its arguments are checked."""
 
 from __future__ import annotations
 
@@ -89,9 +90,22 @@ def test_dry_run_shows_what_a_small_budget_cuts_and_still_exits_0(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_dry_run_with_a_wheel_lays_it_out_instead_of_building(tmp_path):
+    wheel = tmp_path / "fp8_dummy-0.1.0-cp39-abi3-manylinux_2_34_x86_64.whl"
+    wheel.write_bytes(b"not opened by a dry run")
+    before = tree(tmp_path)
+    proc = run(tmp_path, "--wheel", str(wheel), str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    build = next(x for x in proc.stdout.splitlines() if x.startswith("== build:"))
+    assert str(wheel) in build and "setup.py" not in build, build
+    assert tree(tmp_path) == before and not (tmp_path / "home" / "python-started").exists()
+
+
 @pytest.mark.parametrize("args", [["--budget", "x"], ["--budget", "0"], ["--budget"],
-                                  ["--bogus"], ["a", "b"]])  # fmt: skip
+                                  ["--bogus"], ["a", "b"], ["--wheel"],
+                                  ["--wheel", "missing.whl"], ["--wheel", "bin/python"]])  # fmt: skip
 def test_bad_arguments_are_refused(tmp_path, args):
+    args = [str(tmp_path / a) if a.startswith("bin/") else a for a in args]
     proc = run(tmp_path, *args)
     assert proc.returncode == 1 and "usage:" in proc.stderr, proc.stdout + proc.stderr
     assert not (tmp_path / "home" / "python-started").exists() and not proc.stdout
