@@ -11,6 +11,7 @@ import random
 
 import pytest
 import torch
+from conftest import poison, storage_bytes
 
 from fp8_dummy.engines import core
 from fp8_dummy.engines.core import Action, Kind
@@ -162,3 +163,61 @@ def test_the_fill_order_is_the_rules(seed):
     assert prog.others == [(i, o) for i, o in want if o or entries[i][1].kind is not Kind.UNIFORM]
     batched = sorted(i for _, idx in prog.batches for i in idx)
     assert batched == [i for i, o in want if not o and entries[i][1].kind is Kind.UNIFORM]
+
+
+# ---- a kept plan's check and fill in one call -------------------------------------------------
+
+
+def reference_bytes(t: torch.Tensor, low: float, high: float, seed: int) -> torch.Tensor:
+    """The reference path's bytes on a tensor like t (plain torch: 1-byte dtypes through a
+    float16 temp, wider ones uniform_ itself)."""
+    g = torch.Generator().manual_seed(seed)
+    if t.element_size() > 1:
+        want = torch.empty_like(t).uniform_(low, high, generator=g)
+    else:
+        tmp = torch.empty_like(t, dtype=torch.float16).uniform_(low, high, generator=g)
+        want = torch.empty_like(t).copy_(tmp)
+    return want.contiguous().reshape(-1).view(torch.uint8)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kept_call_checks_every_fact_before_its_first_write(seed):
+    rng = random.Random(seed)
+    dtypes = [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float32]
+    tensors = [
+        torch.empty(rng.randint(1, 9), rng.randint(1, 7), dtype=rng.choice(dtypes))
+        for _ in range(rng.randint(3, 12))
+    ]
+    tensors = [t if rng.random() < 0.7 else t.t() for t in tensors]
+    facts = core.kinds.tensor_facts(tensors)
+    fill = sorted(rng.sample(range(len(tensors)), rng.randint(1, len(tensors))))
+    low, high, s = -rng.random(), rng.random(), rng.randint(0, 2**40)
+    # Any one tensor's place changed (its data moved): False, and not a byte written.
+    moved = list(tensors)
+    j = rng.randrange(len(tensors))
+    moved[j] = torch.empty_like(tensors[j])
+    for t in moved:
+        poison(t)
+    with torch.no_grad():
+        assert not core.kinds.init_many_kept(moved, facts, fill, low, high, s, False)
+    for t in moved:
+        assert bool((storage_bytes(t) == 0x55).all())
+    # The facts hold: the tensors of `fill` get the reference's bytes, the others none.
+    for t in tensors:
+        poison(t)
+    with torch.no_grad():
+        assert core.kinds.init_many_kept(tensors, facts, fill, low, high, s, False)
+    for i, t in enumerate(tensors):
+        if i in fill:
+            want = reference_bytes(t, low, high, s)
+            assert torch.equal(t.contiguous().reshape(-1).view(torch.uint8), want), i
+        else:
+            assert bool((storage_bytes(t) == 0x55).all()), i
+    assert tensors[fill[0]]._version > 0  # an in-place write, as init_many_'s
+
+
+def test_the_kept_call_refuses_a_fill_list_out_of_order():
+    tensors = [torch.empty(4, dtype=torch.float8_e4m3fn) for _ in range(3)]
+    facts = core.kinds.tensor_facts(tensors)
+    with pytest.raises(RuntimeError, match="ascending"):
+        core.kinds.init_many_kept(tensors, facts, [2, 0], -1.0, 1.0, 1, False)

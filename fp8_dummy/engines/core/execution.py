@@ -18,8 +18,8 @@ from ...stateless import init_stateless_
 from ...tensors import is_plain
 from .checks import distinct
 from .collector import no_cycle_collection
-from .kept import KeptFill
-from .kinds import dispatching, reads_only
+from .kept import STALE, KeptFill
+from .kinds import dispatching, init_many_kept, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
 __all__ = ["PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES", "Program", "apply", "program"]
@@ -135,9 +135,10 @@ def program(planned: list[Planned], mode: str) -> Program:
 
 def run(
     planned: list[Planned] | KeptFill, *, mode: str = "generator", progress: bool | None = False
-) -> None:
+) -> str | None:
     """Carry out a plan: an alias with the same action filled once, a storage touched in other
-    ways strictly in order, the rest batched (one ``init_many_`` per bounds, seed and temp)."""
+    ways strictly in order, the rest batched (one ``init_many_`` per bounds, seed and temp).
+    :data:`.kept.STALE`: an unchecked kept plan whose facts changed, nothing written."""
     kept = getattr(planned, "kept", None)
     if isinstance(planned, KeptFill):  # a kept plan found as it is: entries made on demand
         entry, tensor = planned.entry, planned.tensors.__getitem__
@@ -152,6 +153,12 @@ def run(
             prog = program(planned, mode)
     if progress is None:
         progress = sys.stderr.isatty() and _bytes(tensor, prog) >= PROGRESS_THRESHOLD_BYTES
+    first = 0  # batches filled by an unchecked kept plan's first call
+    if isinstance(planned, KeptFill) and planned.unchecked:
+        first = 1 if prog.batches and not progress else 0
+        with torch.no_grad(), no_cycle_collection():
+            if not _first_call(planned, prog, first):
+                return STALE
     count = len(prog.others) + sum(len(idx) for _, idx in prog.batches)
     bar = Progress(count, _bytes(tensor, prog)) if progress else None
 
@@ -179,7 +186,7 @@ def run(
             # The operator itself: the plan checked every tensor (plain, strided, not meta)
             # and its bounds, and the operator checks them all again before its first write.
             with torch._C.DisableTorchFunctionSubclass():
-                for (low, high, seed, sem), idx in prog.batches:
+                for (low, high, seed, sem), idx in prog.batches[first:]:
                     rows = sem.temp == ROWS
                     for batch in _pieces(list(map(tensor, idx)), bar is not None):
                         init_many_(batch, low, high, seed, contiguous_temp=rows)
@@ -189,6 +196,23 @@ def run(
     finally:
         if bar is not None:
             bar.close()
+
+
+def _first_call(planned: KeptFill, prog: Program, fill: int) -> bool:
+    """An unchecked kept plan's facts checked and, with ``fill``, its first batch filled, in
+    one call reading the list once (a storage of their own: before the others as well as
+    after); False: the facts changed, nothing written."""
+    facts = planned.kept.facts
+    if not fill:
+        return init_many_kept(planned.tensors, facts, [], 0.0, 0.0, 0, False)
+    (low, high, seed, sem), idx = prog.batches[0]
+    seed = as_int64(seed, "seed", "init_many_")
+    if not init_many_kept(planned.tensors, facts, idx, low, high, seed, sem.temp == ROWS):
+        return False
+    if fault(sem.path):
+        for i in idx:
+            _proof.corrupt_(planned.tensors[i])
+    return True
 
 
 def _pieces(tensors: list[torch.Tensor], progress: bool) -> Iterator[list[torch.Tensor]]:

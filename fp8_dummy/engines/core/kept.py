@@ -20,7 +20,9 @@ import torch
 from .kinds import Kinds, dispatching, facts_match
 
 __all__ = ["Kept", "KeptFill", "KeptPlan", "find", "find_one", "forget", "keep", "keep_one"]
-__all__ += ["one_key"]
+__all__ += ["STALE", "one_key"]
+
+STALE = "stale"  # run()'s answer where an unchecked kept plan's facts no longer hold
 
 _MOST = 4  # plans kept (the newest): a process fills one model, or a few
 _lock = threading.Lock()
@@ -54,11 +56,13 @@ class KeptPlan(list):
 class KeptFill(NamedTuple):
     """A kept plan found for a fill whose every kind's decision is all there is to it (no
     engine function bound per tensor, no check per tensor): run as it is, without making its
-    entries (:func:`.execution.run`)."""
+    entries (:func:`.execution.run`). ``unchecked``: its facts are checked by the fill's first
+    call, which writes nothing where they changed (run() then returns :data:`STALE`)."""
 
     kept: Kept
     names: list[str]
     tensors: list[torch.Tensor]
+    unchecked: bool = False  # the tensors' facts are the fill's to check first
 
     def __len__(self) -> int:
         return len(self.tensors)
@@ -83,8 +87,11 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads) -> Kept | None:
-    """The kept plan of exactly this call on exactly these tensors, or None."""
+def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads,
+         facts: bool = True) -> Kept | None:  # fmt: skip
+    """The kept plan of exactly this call on exactly these tensors, or None; without
+    ``facts``, the newest that holds but for the tensors' facts, left to the fill to check
+    (:func:`.kinds.init_many_kept`, before its first write)."""
     if reads is None:
         return None
     with _lock:
@@ -99,7 +106,7 @@ def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads) -
             generation = _generation()
         if k.generation != generation or not _same(_attrs(tensors, reads), k.attrs):
             continue
-        if facts_match(tensors, k.facts):
+        if not facts or facts_match(tensors, k.facts):
             return k
     return None
 

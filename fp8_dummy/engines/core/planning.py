@@ -201,7 +201,8 @@ class Walked(NamedTuple):
 
 def _planned(tensors, sem, call, engine, prove, mode, neutral, check, lazy):
     """:func:`plan` (``tensors``: (name, tensor)s or :class:`Walked`), and for :func:`fill`
-    (``lazy``) a kept plan found as it is (:class:`.kept.KeptFill`: no entries made)."""
+    (``lazy``) a kept plan found as it is (:class:`.kept.KeptFill`: no entries made; with
+    ``lazy`` 2 its facts left to the fill's first call)."""
     _proof.check_fault_switch()  # a mistyped FP8_DUMMY_FAULT: refused before any write
     tensors = tensors if isinstance(tensors, Walked) else list(tensors)
     gather = prove and _gathering.get() is None
@@ -227,9 +228,14 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     one = kept.one_key(context, names[0], ts[0], sem.reads) if keep and len(ts) == 1 else None
     if one is not None and (decision := kept.find_one(one)) is not None:
         return entries(names, ts, [0], [decision], lambda *_: None, mode, check)
-    found = kept.find(context, names, ts, sem.reads) if keep and one is None else None
+    # A fill (lazy 2) leaves a kept plan's facts to its first call, which checks them in the
+    # same pass over the list as its fill (outside any TorchDispatchMode: that call writes).
+    defer = lazy == 2 and torch._C._len_torch_dispatch_stack() == 0
+    found = kept.find(context, names, ts, sem.reads, not defer) if keep and one is None else None
     if found is not None and lazy and all(d[5] for d in found.decided):
-        return kept.KeptFill(found, names, ts)
+        return kept.KeptFill(found, names, ts, defer)
+    if found is not None and defer:
+        found = kept.find(context, names, ts, sem.reads)
     if found is not None:
         out = entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
         return _kept_plan(out, found)
@@ -284,7 +290,10 @@ def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progre
     one = not model and isinstance(tensors, list) and len(tensors) == 1 and opts == _FILL
     if one and _filled_one(tensors[0], sem, call, engine):
         return None
-    planned = _planned(tensors, sem, call, engine, *opts.values(), True)
-    if planned is None:
-        return engine(what, *call[0], **call[1])
-    return run(planned, mode=opts["mode"], progress=progress)
+    for lazy in (2, 1):  # 1: the kept plan's facts no longer held, nothing written
+        planned = _planned(tensors, sem, call, engine, *opts.values(), lazy)
+        if planned is None:
+            return engine(what, *call[0], **call[1])
+        if run(planned, mode=opts["mode"], progress=progress) is not kept.STALE:
+            return None
+    return None
