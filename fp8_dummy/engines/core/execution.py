@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -16,6 +16,7 @@ from ..._progress import Progress
 from ...ops import as_int64, init_, random_
 from ...stateless import init_stateless_
 from ...tensors import is_plain
+from . import kept
 from .checks import distinct
 from .collector import no_cycle_collection
 from .kept import STALE, KeptFill
@@ -23,7 +24,7 @@ from .kinds import dispatching, init_many_kept, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
 __all__ = ["PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES", "Program", "apply", "program"]
-__all__ += ["random_bytes_", "run"]
+__all__ += ["filled_one", "random_bytes_", "run"]
 
 # Progress by default for models of at least 1 GiB on a terminal; CUDA batches of ~1 GiB then.
 PROGRESS_THRESHOLD_BYTES = PROGRESS_BATCH_BYTES = 1 << 30
@@ -96,6 +97,24 @@ def init_many_(tensors: list[torch.Tensor], low: float, high: float, seed: int, 
     torch.ops.fp8_dummy.init_many_.default(
         tensors, low, high, seed, contiguous_temp=contiguous_temp
     )
+
+
+def filled_one(entry: tuple, sem: Semantics, call: Any, engine: Callable | None) -> bool:
+    """A fill of one tensor whose kind's decision is kept and is the float path alone (an
+    engine's per-tensor function, called by its loader for every tensor): carried out at once,
+    as :func:`run` carries it out, without a plan's machinery; False: the plan decides."""
+    name, t = entry
+    context = (sem, call, engine, "generator", None, torch.is_inference_mode_enabled())
+    key = kept.one_key(context, name, t, sem.reads)
+    decided = None if key is None else kept.find_one(key)
+    if decided is None or not decided[5] or decided[0].kind is not Kind.UNIFORM:
+        return False
+    action, (sem, seed) = decided[:2]
+    with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
+        init_many_([t], action.low, action.high, seed, contiguous_temp=sem.temp == ROWS)
+        if fault(sem.path):
+            _proof.corrupt_(t)
+    return True
 
 
 class Program(NamedTuple):

@@ -43,6 +43,7 @@ class Kept:
     generation: int  # the proof registry's, when kept
     kind_of: list[int]
     decided: list[tuple]  # per kind: the plan's decision
+    shape: list | None = None  # the module walk's shape (the names are a function of it)
     programs: dict[str, Any] = field(default_factory=dict)  # run()'s Program, by mode
 
 
@@ -87,18 +88,22 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads,
-         facts: bool = True) -> Kept | None:  # fmt: skip
+def find(context: tuple, names: list[str] | None, tensors: list[torch.Tensor], reads,
+         facts: bool = True, shape: list | None = None) -> Kept | None:  # fmt: skip
     """The kept plan of exactly this call on exactly these tensors, or None; without
     ``facts``, the newest that holds but for the tensors' facts, left to the fill to check
-    (:func:`.kinds.init_many_kept`, before its first write)."""
+    (:func:`.kinds.init_many_kept`, before its first write). With ``shape`` (a module walk's,
+    :func:`fp8_dummy.tensors.walk_shape`) the walk's shape is compared instead of the names
+    (they are a function of it): a plan kept from another walk is not this one."""
     if reads is None:
         return None
     with _lock:
         candidates = _plans[::-1]
     generation = None
     for k in candidates:
-        if len(k.names) != len(names) or not _same(k.context, context) or k.names != names:
+        if len(k.types) != len(tensors) or not _same(k.context, context):
+            continue
+        if k.shape != shape or (shape is None and k.names != names):
             continue
         if list(map(type, tensors)) != k.types:
             continue
@@ -112,11 +117,11 @@ def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads,
 
 
 def keep(context: tuple, names: list[str], tensors: list[torch.Tensor], reads, kinds: Kinds,
-         decided: list[tuple]) -> Kept:  # fmt: skip
+         decided: list[tuple], shape: list | None = None) -> Kept:  # fmt: skip
     """Keeps a plan just made (every kind decided, every proof passed)."""
     types = list(map(type, tensors))
     entry = Kept(context, list(names), types, _attrs(tensors, reads), kinds.facts, _generation(),
-                 kinds.kind_of, list(decided))  # fmt: skip
+                 kinds.kind_of, list(decided), shape)  # fmt: skip
     with _lock:
         _plans.append(entry)
         del _plans[:-_MOST]

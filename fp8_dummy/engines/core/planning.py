@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from ... import _proof
-from ...tensors import walk_lists
+from ...tensors import shape_names, walk_lists, walk_shape
 from . import execution, kept
 from .collector import no_cycle_collection
 from .deciding import decider, entries
@@ -193,10 +193,13 @@ def plan(
 
 
 class Walked(NamedTuple):
-    """A model's walk as two lists (:func:`fp8_dummy.tensors.walk_lists`): what a fill plans."""
+    """A model's walk as two lists (:func:`fp8_dummy.tensors.walk_lists`): what a fill plans.
+    ``shape``: the walk's shape (:func:`fp8_dummy.tensors.walk_shape`), of which the names
+    are a function: then ``names`` may be None, made only where the plan is not kept."""
 
-    names: list[str]
+    names: list[str] | None
     tensors: list[torch.Tensor]
+    shape: list | None = None
 
 
 def _planned(tensors, sem, call, engine, prove, mode, neutral, check, lazy):
@@ -220,10 +223,12 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     very tensors kept from an earlier call (:mod:`.kept`) where nothing that decides it
     changed."""
     if isinstance(tensors, Walked):
-        names, ts = tensors
+        names, ts, shape = tensors
     else:
-        names, ts = [n for n, _ in tensors], [t for _, t in tensors]
+        names, ts, shape = [n for n, _ in tensors], [t for _, t in tensors], None
     keep = prove and check and _gathering.get() is None and neutral in (None, default_scales)
+    if names is None and not (keep and len(ts) > 1):
+        names = shape_names(shape)
     context = (sem, call, engine, mode, neutral, torch.is_inference_mode_enabled())
     one = kept.one_key(context, names[0], ts[0], sem.reads) if keep and len(ts) == 1 else None
     if one is not None and (decision := kept.find_one(one)) is not None:
@@ -231,11 +236,14 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     # A fill (lazy 2) leaves a kept plan's facts to its first call, which checks them in the
     # same pass over the list as its fill (outside any TorchDispatchMode: that call writes).
     defer = lazy == 2 and torch._C._len_torch_dispatch_stack() == 0
-    found = kept.find(context, names, ts, sem.reads, not defer) if keep and one is None else None
+    on = (context, names, ts, sem.reads)
+    found = kept.find(*on, not defer, shape) if keep and one is None else None
     if found is not None and lazy and all(d[5] for d in found.decided):
-        return kept.KeptFill(found, names, ts, defer)
+        return kept.KeptFill(found, found.names, ts, defer)  # its names: the same (or shape)
     if found is not None and defer:
-        found = kept.find(context, names, ts, sem.reads)
+        found = kept.find(*on, True, shape)
+    if names is None:  # no kept plan that does without them
+        names = shape_names(shape)
     if found is not None:
         out = entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
         return _kept_plan(out, found)
@@ -246,7 +254,7 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     if keep and out is not None and memo["keep"] and one is not None:
         kept.keep_one(one, decided[0])
     elif keep and out is not None and memo["keep"] and kinds.facts is not None:
-        return _kept_plan(out, kept.keep(context, names, ts, sem.reads, kinds, decided))
+        return _kept_plan(out, kept.keep(context, names, ts, sem.reads, kinds, decided, shape))
     return out
 
 
@@ -261,34 +269,24 @@ def _kept_plan(out: list[Planned] | None, entry: kept.Kept) -> list[Planned] | N
 _FILL = {"prove": True, "mode": "generator", "neutral": None, "check": True}  # fill()'s defaults
 
 
-def _filled_one(entry: tuple, sem: Semantics, call: Any, engine: Callable | None) -> bool:
-    """A fill of one tensor whose kind's decision is kept and is the float path alone (an
-    engine's per-tensor function, called by its loader for every tensor): carried out at once,
-    as :func:`run` carries it out, without a plan's machinery; False: the plan decides."""
-    name, t = entry
-    context = (sem, call, engine, "generator", None, torch.is_inference_mode_enabled())
-    key = kept.one_key(context, name, t, sem.reads)
-    decided = None if key is None else kept.find_one(key)
-    if decided is None or not decided[5] or decided[0].kind is not Kind.UNIFORM:
-        return False
-    action, (sem, seed) = decided[:2]
-    with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
-        execution.init_many_([t], action.low, action.high, seed, contiguous_temp=sem.temp == ROWS)
-        if execution.fault(sem.path):
-            _proof.corrupt_(t)
-    return True
+def _walked(model: torch.nn.Module, order: str) -> Walked:
+    """The model's walk; in module order its shape and tensors alone (the names follow)."""
+    shaped = walk_shape(model) if order == "modules" else None
+    if shaped is None:
+        return Walked(*walk_lists(model, order))
+    return Walked(None, shaped[1], shaped[0])
 
 
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
-    tensors = Walked(*walk_lists(what, sem.order)) if model else what
+    tensors = _walked(what, sem.order) if model else what
     opts = dict(_FILL)
     if unknown := set(kw) - set(opts):
         raise TypeError(f"fill() got unexpected keyword arguments {sorted(unknown)}")
     opts.update(kw)
     one = not model and isinstance(tensors, list) and len(tensors) == 1 and opts == _FILL
-    if one and _filled_one(tensors[0], sem, call, engine):
+    if one and execution.filled_one(tensors[0], sem, call, engine):
         return None
     for lazy in (2, 1):  # 1: the kept plan's facts no longer held, nothing written
         planned = _planned(tensors, sem, call, engine, *opts.values(), lazy)
