@@ -6,7 +6,8 @@ the CPU time per tensor (one thread, medians of --repeats after a warm-up) of
   reference          vLLM's loop over the collected tensors (bench_model.py's row)
   initialize         fp8_dummy.initialize_dummy_weights, its plan kept from the last fill;
                      its steps:
-    walk             the walk of the model in vLLM's order (fp8_dummy.tensors.walk_lists)
+    walk             the walk of the model in vLLM's order, as a kept fill makes it: its
+                     shape and tensors, no names (fp8_dummy.tensors.walk_shape)
     facts            the kept plan's check of every tensor's facts (one C++ call)
     init_many_       the fill: the batch through the operator (one C++ call)
     facts + fill     both in the one call a kept fill makes (init_many_kept: the list
@@ -50,7 +51,7 @@ from measure import run_meta, time_calls  # noqa: E402
 import fp8_dummy  # noqa: E402
 from fp8_dummy import reference  # noqa: E402
 from fp8_dummy.engines.core import execution, kinds  # noqa: E402
-from fp8_dummy.tensors import walk_lists  # noqa: E402
+from fp8_dummy.tensors import walk_lists, walk_shape  # noqa: E402
 
 LOW, HIGH, SEED = bench_model.LOW, bench_model.HIGH, bench_model.SEED
 NO_FACTS = torch.empty(0, 0, dtype=torch.long)  # facts_match returns at once on it
@@ -133,7 +134,7 @@ def steps(model: torch.nn.Module) -> dict:
     return {
         "reference": lambda: [reference.new_path(t, LOW, HIGH, SEED) for t in tensors],
         "initialize": lambda: fp8_dummy.initialize_dummy_weights(model, LOW, HIGH, SEED),
-        "walk": lambda: walk_lists(model, "modules"),
+        "walk": lambda: walk_shape(model),
         "facts": lambda: kinds.facts_match(tensors, facts),
         "init_many_": fill,
         "facts + fill": fused,
