@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 __all__ = ["BYTE_VIEWED", "E8M0", "FLOAT8", "FP4", "PACKED_FP4", "is_plain", "unwritable"]
-__all__ += ["refusal", "shape_names", "walk", "walk_lists", "walk_shape"]
+__all__ += ["refusal", "shape_names", "state_dict_shape", "walk", "walk_lists", "walk_shape"]
 
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)  # two e2m1 codes a byte
 E8M0 = getattr(torch, "float8_e8m0fnu", None)  # a power of two a byte (MX scales)
@@ -98,6 +98,90 @@ def walk_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None
                     stack.append((visit, k, child))
         visit += 1
     return shape, tensors
+
+
+_MODULE = torch.nn.Module
+_PLAIN_STATE: set[type] = set()  # module classes whose state_dict is Module's own
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_DEEPEST = 512  # module nesting; deeper (a cycle): state_dict() itself decides
+_DISABLED = torch._C._disabled_torch_function_impl  # Parameter's __torch_function__
+
+
+def state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
+    """``model.state_dict()``'s walk (a module reached twice, walked twice; its tensors under
+    each name) as a :func:`walk_shape` shape and its tensors, without the dictionary, the
+    metadata and a detached tensor per plain tensor: the parameters and buffers themselves,
+    detached (as state_dict) where of another class, past its ``__torch_function__`` where
+    that is Parameter's (disabled: torch's detach then gives a plain tensor either way). None
+    where a module has hooks, its own state_dict, _save_to_state_dict or extra state, or a
+    tensor's class a ``__torch_function__`` of its own (state_dict() decides)."""
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            return _state_dict_shape(model)
+    except _OwnTorchFunction:
+        return None
+
+
+def _state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
+    shape: list = []
+    tensors: list[torch.Tensor] = []
+    put, add, stack, depths = shape.append, tensors.append, [(-1, "", model)], []
+    plain = _PLAIN_TENSORS
+    while stack:
+        parent, key, m = stack.pop()
+        kind = type(m)
+        if kind not in _PLAIN_STATE:
+            if (
+                not isinstance(m, _MODULE)
+                or kind.state_dict is not _MODULE.state_dict
+                or (
+                    kind._save_to_state_dict is not _MODULE._save_to_state_dict
+                    or getattr(kind, "get_extra_state", None) is not _MODULE.get_extra_state
+                )
+            ):
+                return None
+            _PLAIN_STATE.add(kind)
+        d = m.__dict__
+        try:
+            if d["_state_dict_pre_hooks"] or d["_state_dict_hooks"]:
+                return None
+            params, buffers, children = d["_parameters"], d["_buffers"], d["_modules"]
+            skip = d["_non_persistent_buffers_set"]
+        except KeyError:
+            return None
+        depth = depths[parent] + 1 if parent >= 0 else 0
+        if depth > _DEEPEST:
+            return None
+        visit = len(depths)
+        depths.append(depth)
+        put(parent)
+        put(key)
+        for k, t in params.items():
+            if t is not None:
+                put(k)
+                add(t if type(t) in plain else _detached(t))
+        if buffers:
+            for k, t in buffers.items():
+                if t is not None and k not in skip:
+                    put(k)
+                    add(t if type(t) in plain else _detached(t))
+        if children:
+            for k, child in reversed(children.items()):
+                if child is not None:
+                    stack.append((visit, k, child))
+    return shape, tensors
+
+
+class _OwnTorchFunction(Exception):
+    pass
+
+
+def _detached(t: torch.Tensor) -> torch.Tensor:
+    """``t.detach()`` as state_dict makes it, for a class whose ``__torch_function__`` is
+    disabled (run where torch functions are: the same plain tensor)."""
+    if type(t).__torch_function__ is not _DISABLED:
+        raise _OwnTorchFunction
+    return t.detach()
 
 
 def shape_names(shape: list) -> list[str]:

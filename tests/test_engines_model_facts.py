@@ -15,7 +15,7 @@ from conftest import poison, storage_bytes
 
 from fp8_dummy.engines import core
 from fp8_dummy.engines.core import Action, Kind
-from fp8_dummy.tensors import walk
+from fp8_dummy.tensors import shape_names, state_dict_shape, walk
 
 # ---- the walk ------------------------------------------------------------------------------
 
@@ -71,6 +71,46 @@ def test_the_walk_is_named_modules_order(seed):
     ours, theirs = walk(model, "modules"), named_modules_walk(model)
     assert [n for n, _ in ours] == [n for n, _ in theirs]
     assert all(a is b for (_, a), (_, b) in zip(ours, theirs))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_state_dict_walk_is_state_dicts(seed):
+    # Shared modules walked under each name, tied tensors under each, None and non-persistent
+    # left out; a Parameter's subclass detached (state_dict's class), a hook: state_dict().
+    rng = random.Random(seed)
+    model = random_tree(rng)
+    model.sub = torch.nn.Module()
+    model.sub.odd = Param(torch.empty(2), False)
+    if seed % 4 == 1:
+        rng.choice(list(model.modules()))._register_state_dict_hook(lambda *a: None)
+    if seed % 4 == 2:  # a class of its own __torch_function__: state_dict's detach runs it
+        rng.choice(list(model.modules())).register_buffer("own", Own(torch.empty(2)))
+    theirs = model.state_dict()
+    shaped = state_dict_shape(model)
+    if seed % 4 in (1, 2):
+        assert shaped is None
+        assert core.walks.walked(model, "state_dict").names == list(theirs)
+        return
+    assert shape_names(shaped[0]) == list(theirs)
+    for ours, t in zip(shaped[1], theirs.values(), strict=True):
+        assert ours.data_ptr() == t.data_ptr() and ours.shape == t.shape
+        assert type(ours) in (type(t), torch.nn.Parameter)
+    walked = core.walks.walked(model, "state_dict")
+    assert walked.names is None and walked.shape == shaped[0]
+
+
+def test_the_state_dict_walk_proves_itself():
+    assert core.walks.state_walk_probe() is None
+
+
+class Param(torch.nn.Parameter):
+    pass
+
+
+class Own(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
 
 
 # ---- kinds ---------------------------------------------------------------------------------

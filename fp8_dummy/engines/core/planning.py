@@ -10,12 +10,12 @@ import functools
 import importlib
 import inspect
 import os
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import torch
 
 from ... import _proof
-from ...tensors import shape_names, walk_lists, walk_shape
+from ...tensors import shape_names
 from . import execution, kept
 from .collector import no_cycle_collection
 from .deciding import decider, entries
@@ -24,8 +24,9 @@ from .kinds import kinds_of
 from .plugins import enabled
 from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics
 from .semantics import is_scale_tensor as default_scales
+from .walks import Walked, walked
 
-__all__ = ["ISOLATE", "Walked", "child_probe", "fill", "plan", "probe_model", "probe_tensor"]
+__all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tensor"]
 __all__ += ["proven"]
 
 ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
@@ -192,16 +193,6 @@ def plan(
     return _planned(tensors, sem, call, engine, prove, mode, neutral, check, False)
 
 
-class Walked(NamedTuple):
-    """A model's walk as two lists (:func:`fp8_dummy.tensors.walk_lists`): what a fill plans.
-    ``shape``: the walk's shape (:func:`fp8_dummy.tensors.walk_shape`), of which the names
-    are a function: then ``names`` may be None, made only where the plan is not kept."""
-
-    names: list[str] | None
-    tensors: list[torch.Tensor]
-    shape: list | None = None
-
-
 def _planned(tensors, sem, call, engine, prove, mode, neutral, check, lazy):
     """:func:`plan` (``tensors``: (name, tensor)s or :class:`Walked`), and for :func:`fill`
     (``lazy``) a kept plan found as it is (:class:`.kept.KeptFill`: no entries made; with
@@ -269,18 +260,10 @@ def _kept_plan(out: list[Planned] | None, entry: kept.Kept) -> list[Planned] | N
 _FILL = {"prove": True, "mode": "generator", "neutral": None, "check": True}  # fill()'s defaults
 
 
-def _walked(model: torch.nn.Module, order: str) -> Walked:
-    """The model's walk; in module order its shape and tensors alone (the names follow)."""
-    shaped = walk_shape(model) if order == "modules" else None
-    if shaped is None:
-        return Walked(*walk_lists(model, order))
-    return Walked(None, shaped[1], shaped[0])
-
-
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
-    tensors = _walked(what, sem.order) if model else what
+    tensors = walked(what, sem.order) if model else what
     opts = dict(_FILL)
     if unknown := set(kw) - set(opts):
         raise TypeError(f"fill() got unexpected keyword arguments {sorted(unknown)}")
