@@ -104,36 +104,18 @@ at::Tensor tensor_kinds_op(at::TensorList tensors) {
 }
 
 // Whether every tensor's facts are those of `kinds` (a tensor_kinds answer for as many
-// tensors), compared as they are read: no list made.
-bool facts_match_op(at::TensorList tensors, const at::Tensor& kinds) {
-  const auto n = static_cast<int64_t>(tensors.size());
-  if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n) return false;
-  const auto* want = kinds.const_data_ptr<int64_t>();
-  const int64_t end = kinds.numel();
-  int64_t at = n;
-  std::vector<int64_t> facts;
-  for (int64_t i = 0; i < n; ++i) {
-    facts.clear();
-    append_facts(tensors[i], i, facts);
-    const auto size = static_cast<int64_t>(facts.size());
-    if (at + size > end || !std::equal(facts.begin(), facts.end(), want + at)) return false;
-    at += size;
-  }
-  return at == end;
-}
-
-// facts_match and, where every fact holds, init_many_ on the `fill` tensors, gathered in the
-// same pass: each tensor's metadata is read once, right before its handle is copied (a model
-// of 100,000 tensors outgrows the caches: every extra pass over it waits on memory).
-bool init_many_kept_op(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRef fill,
-                       double low, double high, int64_t seed, bool contiguous_temp) {
+// tensors), compared as they are read: no list made. The tensors `fill` names (ascending)
+// are gathered into `batch` in the same pass: each tensor's metadata is read once, right
+// before its handle is copied (a model of 100,000 tensors outgrows the caches: every extra
+// pass over it waits on memory).
+bool match_facts(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRef fill,
+                 std::vector<at::Tensor>& batch) {
   const auto n = static_cast<int64_t>(tensors.size());
   if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n) return false;
   const auto* want = kinds.const_data_ptr<int64_t>();
   const int64_t end = kinds.numel();
   int64_t at = n;
   size_t next = 0;  // the next index of `fill`
-  std::vector<at::Tensor> batch;
   batch.reserve(fill.size());
   std::vector<int64_t> facts;
   for (int64_t i = 0; i < n; ++i) {
@@ -149,7 +131,19 @@ bool init_many_kept_op(at::TensorList tensors, const at::Tensor& kinds, at::IntA
   }
   TORCH_CHECK(next == fill.size(),
               "fp8_dummy: init_many_kept needs `fill` ascending and within the list");
-  if (at != end) return false;
+  return at == end;
+}
+
+bool facts_match_op(at::TensorList tensors, const at::Tensor& kinds) {
+  std::vector<at::Tensor> none;
+  return match_facts(tensors, kinds, {}, none);
+}
+
+// facts_match and, where every fact holds, init_many_ on the `fill` tensors.
+bool init_many_kept_op(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRef fill,
+                       double low, double high, int64_t seed, bool contiguous_temp) {
+  std::vector<at::Tensor> batch;
+  if (!match_facts(tensors, kinds, fill, batch)) return false;
   if (batch.empty()) return true;
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("fp8_dummy::init_many_", "")
