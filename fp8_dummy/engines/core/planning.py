@@ -263,7 +263,8 @@ _FILL = {"prove": True, "mode": "generator", "neutral": None, "check": True}  # 
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
-    tensors = walked(what, sem.order) if model else what
+    objects = sem.reads != () or sem.per_tensor  # the rule's attributes, the engine's calls
+    tensors = walked(what, sem.order, objects) if model else what
     opts = dict(_FILL)
     if unknown := set(kw) - set(opts):
         raise TypeError(f"fill() got unexpected keyword arguments {sorted(unknown)}")

@@ -4,7 +4,9 @@ tensors, made without a Python object per tensor where that is proven to be the 
 tensors, the names made only for a new plan. ``"state_dict"`` (a loop over ``state_dict()``):
 :func:`fp8_dummy.tensors.state_dict_shape`, a reading of the modules' dictionaries as torch's
 ``state_dict`` reads them, used once proven against ``state_dict()`` itself on a probe model
-of every branch it takes (keyed by torch's version: the proof registry); else state_dict()."""
+of every branch it takes (keyed by torch's version: the proof registry), and only where the
+fill reads no more of a tensor than its data (a Parameter's own attributes are not its
+detached copy's); else state_dict()."""
 
 from __future__ import annotations
 
@@ -30,12 +32,14 @@ class Walked(NamedTuple):
     shape: list | None = None
 
 
-def walked(model: torch.nn.Module, order: str) -> Walked:
-    """The model's walk in ``order``: its shape and tensors where that walk is proven."""
+def walked(model: torch.nn.Module, order: str, objects: bool = False) -> Walked:
+    """The model's walk in ``order``: its shape and tensors where that walk is proven.
+    ``objects``: the fill looks at the tensor objects beyond their data (a rule reading their
+    attributes, an engine's function called with them): state_dict()'s own objects then."""
     shaped = None
     if order == "modules":
         shaped = walk_shape(model)
-    elif order == "state_dict" and _proof.proven(_STATE_KEY, state_walk_probe):
+    elif order == "state_dict" and not objects and _proof.proven(_STATE_KEY, state_walk_probe):
         shaped = state_dict_shape(model)
     if shaped is None:
         return Walked(*walk_lists(model, order))
