@@ -1,6 +1,7 @@
 """A whole-model plan kept for the next fill of the same tensors (a server filling its weights
 again, a benchmark's repeats). It is used only where nothing that decides it changed: the same
-call (semantics, arguments, engine, mode, the scales' rule, inference mode), the same names,
+call (semantics, arguments, engine, mode, the scales' rule, inference mode), the same names
+(or the same shape of the walk, of which they are a function),
 the same class of each tensor, the same values of the attributes the engine's rule reads, the
 same facts of every tensor (dtype, device, dimensions, inference, storage, data pointer,
 offset, sizes, strides: one C++ call, :func:`.kinds.facts_match`) and no verdict of the proof
