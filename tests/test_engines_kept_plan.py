@@ -203,3 +203,17 @@ def test_a_state_dict_fill_finds_its_plan_with_new_tensor_objects(plans):
         oracle.sglang_initialize_dummy_weights(b, seed=seed)
         assert_same_bytes(a, b)
     assert len(plans) == 1
+
+
+def test_a_kept_fill_with_progress_shown_writes_the_same(plans, capsys):
+    # Progress pieces the batches: the kept plan's facts checked alone first, then the fill.
+    a, b = twin(share_head_with_weight)
+    refill(a, seed=4)
+    refill(a, seed=4, progress=True)
+    assert "tensors" in capsys.readouterr().err
+    assert_same_bytes(a, loader(b, seed=4))
+    retie(a.layers[0].q_proj, a.layers[1].q_proj.weight)  # facts changed: a new plan
+    retie(b.layers[0].q_proj, b.layers[1].q_proj.weight)
+    refill(a, seed=4, progress=True)
+    assert_same_bytes(a, loader(b, seed=4))
+    assert len(plans) == 2
