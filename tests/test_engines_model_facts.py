@@ -211,7 +211,7 @@ def test_the_fill_order_is_the_rules(seed):
 def reference_bytes(t: torch.Tensor, low: float, high: float, seed: int) -> torch.Tensor:
     """The reference path's bytes on a tensor like t (plain torch: 1-byte dtypes through a
     float16 temp, wider ones uniform_ itself)."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=t.device).manual_seed(seed)
     if t.element_size() > 1:
         want = torch.empty_like(t).uniform_(low, high, generator=g)
     else:
@@ -220,12 +220,16 @@ def reference_bytes(t: torch.Tensor, low: float, high: float, seed: int) -> torc
     return want.contiguous().reshape(-1).view(torch.uint8)
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("seed", range(4))
-def test_the_kept_call_checks_every_fact_before_its_first_write(seed):
+def test_the_kept_call_checks_every_fact_before_its_first_write(seed, device):
     rng = random.Random(seed)
     dtypes = [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float32]
     tensors = [
-        torch.empty(rng.randint(1, 9), rng.randint(1, 7), dtype=rng.choice(dtypes))
+        torch.empty(rng.randint(1, 9), rng.randint(1, 7), dtype=rng.choice(dtypes), device=device)
         for _ in range(rng.randint(3, 12))
     ]
     tensors = [t if rng.random() < 0.7 else t.t() for t in tensors]
