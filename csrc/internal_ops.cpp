@@ -55,6 +55,13 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.def("tensor_kinds(Tensor[] tensors) -> Tensor");
   m.def("facts_match(Tensor[] tensors, Tensor kinds) -> bool");
   m.def("fill_order(Tensor[] tensors, int[] actions, int[] flags) -> int[]");
+  // A kept plan's fill in one call: facts_match, and where every fact holds (true),
+  // fp8_dummy::init_many_ on the tensors `fill` names (their indices, ascending); false:
+  // nothing written. The list is read once (CompositeImplicitAutograd: init_many_ inside
+  // makes the in-place checks, version counters and autograd as ever).
+  m.def(
+      "init_many_kept(Tensor(a!)[] tensors, Tensor kinds, int[] fill, float low, float high, "
+      "int seed, bool contiguous_temp) -> bool");
   // The build (build_info.cpp): "torch=2.13.0 cuda=no", the torch it was compiled against.
   m.def("build_info() -> str");
 

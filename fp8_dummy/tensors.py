@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 __all__ = ["BYTE_VIEWED", "E8M0", "FLOAT8", "FP4", "PACKED_FP4", "is_plain", "unwritable"]
-__all__ += ["refusal", "walk", "walk_lists"]
+__all__ += ["refusal", "shape_names", "state_dict_shape", "walk", "walk_lists", "walk_shape"]
 
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)  # two e2m1 codes a byte
 E8M0 = getattr(torch, "float8_e8m0fnu", None)  # a power of two a byte (MX scales)
@@ -36,12 +36,9 @@ def walk_lists(model: torch.nn.Module, order: str) -> tuple[list[str], list[torc
     if order == "state_dict":
         found = model.state_dict()
         return list(found), list(found.values())
-    try:
-        found = _module_tensors(model)
-    except KeyError:
-        found = None
-    if found is not None:
-        return found
+    shaped = walk_shape(model)
+    if shaped is not None:
+        return shape_names(shaped[0]), shaped[1]
     pairs = [
         (f"{prefix}.{local}" if prefix else local, t)
         for prefix, layer in model.named_modules()
@@ -55,17 +52,20 @@ _NAMED_MODULES = torch.nn.Module.named_modules
 _OWN_ORDER: set[type] = set()  # module classes that keep Module's named_modules
 
 
-def _module_tensors(model: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]] | None:
-    """The ``"modules"`` walk in ``named_modules()``'s order (depth first, each module once)
-    without its generator per level, in plain loops over each module's own dictionaries (no
-    comprehension's frame per module): half the walk's time on a model of thousands of small
-    modules. None where a module has a ``named_modules`` of its own (it decides); KeyError
-    where one lacks Module's dictionaries."""
-    names: list[str] = []
+def walk_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
+    """The ``"modules"`` walk (``named_modules()``'s order: depth first, each module once) as
+    its shape and its tensors, in plain loops over each module's own dictionaries (no
+    generator per level). The shape: per module visited, its parent's place in the visit
+    (an int, -1: the root), its key, then its tensors' keys (strings); the names are a
+    function of it (:func:`shape_names`), and it is made of the dictionaries' own key
+    objects: no string made per tensor (a kept plan compares shapes, not names). None where
+    a module has a ``named_modules`` of its own (it decides) or lacks Module's dictionaries."""
+    shape: list = []
     tensors: list[torch.Tensor] = []
-    name, add, seen, stack = names.append, tensors.append, set(), [("", model)]
+    put, add, seen, stack = shape.append, tensors.append, set(), [(-1, "", model)]
+    visit = 0
     while stack:
-        prefix, m = stack.pop()
+        parent, key, m = stack.pop()
         if m in seen:
             continue
         seen.add(m)
@@ -74,24 +74,131 @@ def _module_tensors(model: torch.nn.Module) -> tuple[list[str], list[torch.Tenso
             if kind.named_modules is not _NAMED_MODULES:
                 return None
             _OWN_ORDER.add(kind)
-        d = m.__dict__  # KeyError below: no Module dictionaries (the caller walks its way)
-        dot = prefix + "." if prefix else ""
-        if d["_buffers"]:
+        d = m.__dict__
+        try:
+            params, buffers, children = d["_parameters"], d["_buffers"], d["_modules"]
+        except KeyError:
+            return None
+        put(parent)
+        put(key)
+        if buffers:
             skip = d["_non_persistent_buffers_set"]
-            for k, t in {**d["_parameters"], **d["_buffers"]}.items():
+            for k, t in {**params, **buffers}.items():
                 if t is not None and k not in skip:
-                    name(dot + k)
+                    put(k)
                     add(t)
         else:
-            for k, t in d["_parameters"].items():
+            for k, t in params.items():
                 if t is not None:
-                    name(dot + k)
+                    put(k)
                     add(t)
-        if d["_modules"]:
-            for k, child in reversed(d["_modules"].items()):
+        if children:
+            for k, child in reversed(children.items()):
                 if child is not None:
-                    stack.append((dot + k, child))
-    return names, tensors
+                    stack.append((visit, k, child))
+        visit += 1
+    return shape, tensors
+
+
+_MODULE = torch.nn.Module
+_PLAIN_STATE: set[type] = set()  # module classes whose state_dict is Module's own
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_DEEPEST = 512  # module nesting; deeper (a cycle): state_dict() itself decides
+_DISABLED = torch._C._disabled_torch_function_impl  # Parameter's __torch_function__
+
+
+def state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
+    """``model.state_dict()``'s walk (a module reached twice, walked twice; its tensors under
+    each name) as a :func:`walk_shape` shape and its tensors, without the dictionary, the
+    metadata and a detached tensor per plain tensor: the parameters and buffers themselves,
+    detached (as state_dict) where of another class, past its ``__torch_function__`` where
+    that is Parameter's (disabled: torch's detach then gives a plain tensor either way). None
+    where a module has hooks, its own state_dict, _save_to_state_dict or extra state, or a
+    tensor's class a ``__torch_function__`` of its own (state_dict() decides)."""
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            return _state_dict_shape(model)
+    except _OwnTorchFunction:
+        return None
+
+
+def _state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
+    shape: list = []
+    tensors: list[torch.Tensor] = []
+    put, add, stack, depths = shape.append, tensors.append, [(-1, "", model)], []
+    plain = _PLAIN_TENSORS
+    while stack:
+        parent, key, m = stack.pop()
+        kind = type(m)
+        if kind not in _PLAIN_STATE:
+            if (
+                not isinstance(m, _MODULE)
+                or kind.state_dict is not _MODULE.state_dict
+                or (
+                    kind._save_to_state_dict is not _MODULE._save_to_state_dict
+                    or getattr(kind, "get_extra_state", None) is not _MODULE.get_extra_state
+                )
+            ):
+                return None
+            _PLAIN_STATE.add(kind)
+        d = m.__dict__
+        try:
+            if d["_state_dict_pre_hooks"] or d["_state_dict_hooks"]:
+                return None
+            params, buffers, children = d["_parameters"], d["_buffers"], d["_modules"]
+            skip = d["_non_persistent_buffers_set"]
+        except KeyError:
+            return None
+        depth = depths[parent] + 1 if parent >= 0 else 0
+        if depth > _DEEPEST:
+            return None
+        visit = len(depths)
+        depths.append(depth)
+        put(parent)
+        put(key)
+        for k, t in params.items():
+            if t is not None:
+                put(k)
+                add(t if type(t) in plain else _detached(t))
+        if buffers:
+            for k, t in buffers.items():
+                if t is not None and k not in skip:
+                    put(k)
+                    add(t if type(t) in plain else _detached(t))
+        if children:
+            for k, child in reversed(children.items()):
+                if child is not None:
+                    stack.append((visit, k, child))
+    return shape, tensors
+
+
+class _OwnTorchFunction(Exception):
+    pass
+
+
+def _detached(t: torch.Tensor) -> torch.Tensor:
+    """``t.detach()`` as state_dict makes it, for a class whose ``__torch_function__`` is
+    disabled (run where torch functions are: the same plain tensor)."""
+    if type(t).__torch_function__ is not _DISABLED:
+        raise _OwnTorchFunction
+    return t.detach()
+
+
+def shape_names(shape: list) -> list[str]:
+    """The dotted names of a :func:`walk_shape` shape's tensors, in its order."""
+    names: list[str] = []
+    prefixes: list[str] = []
+    dot, parent = "", None
+    for item in shape:
+        if parent is not None:  # the module's key after its parent's place
+            above = prefixes[parent] if parent >= 0 else ""
+            prefixes.append(f"{above}.{item}" if above else item)
+            dot, parent = prefixes[-1] + "." if prefixes[-1] else "", None
+        elif type(item) is int:
+            parent = item
+        else:
+            names.append(dot + item)
+    return names
 
 
 def is_plain(t: torch.Tensor) -> bool:

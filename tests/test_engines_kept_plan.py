@@ -75,6 +75,12 @@ def share_head_with_weight(m: torch.nn.Module) -> None:
     block.head.dummy_weight_value = 0.5
 
 
+def retie(block: torch.nn.Module, other: torch.Tensor) -> None:
+    # The head now a view of another block's weight, its attribute kept: only its facts tell.
+    block.head = torch.nn.Parameter(other.data[1:3], False)
+    block.head.dummy_weight_value = 0.5
+
+
 CHANGES = {
     "a parameter replaced": lambda m: setattr(
         m.layers[1], "k_scale", torch.nn.Parameter(torch.empty(3, dtype=torch.bfloat16), False)
@@ -85,6 +91,15 @@ CHANGES = {
     "its storage shared with another's, other value": lambda m: setattr(
         m.layers[0].q_proj.head, "data", m.layers[0].q_proj.weight.data[:2]
     ),
+    "a parameter replaced by one like it": lambda m: setattr(
+        m.layers[1].q_proj,
+        "weight",
+        torch.nn.Parameter(torch.empty_like(m.layers[1].q_proj.weight), False),
+    ),
+    "the tie undone": lambda m: setattr(
+        m.head, "weight", torch.nn.Parameter(torch.empty_like(m.embed.weight), False)
+    ),
+    "retied to another's bytes": lambda m: retie(m.layers[0].q_proj, m.layers[1].q_proj.weight),
     "resized in place": lambda m: m.layers[1].rope.resize_(3, 7),
     "a module renamed": lambda m: m.add_module("extra2", m._modules.pop("extra")),
     "an attribute the rule reads": lambda m: setattr(m.wide, "dummy_weight_value", 0.25),
@@ -103,6 +118,21 @@ def test_a_change_makes_a_new_plan(plans, change):
     assert len(plans) == 2
     refill(a, seed=3)  # and that one is kept
     assert len(plans) == 2
+
+
+def test_a_kept_fill_checks_and_fills_in_one_call(plans, monkeypatch):
+    # The kept plan's facts checked by the call that fills its batch: no other check of them.
+    calls = []
+    real = core.execution.init_many_kept
+    monkeypatch.setattr(core.kept, "facts_match", lambda *a: calls.append("facts") or True)
+    monkeypatch.setattr(core.execution, "init_many_kept", lambda *a: calls.append(a[2]) or real(*a))
+    a, b = twin()
+    refill(a, seed=7)
+    assert calls == []  # a new plan: its facts read while it is made
+    refill(a, seed=7)
+    assert len(calls) == 1 and calls[0] != "facts" and len(calls[0]) > 0
+    assert_same_bytes(a, loader(b, seed=7))
+    assert len(plans) == 1
 
 
 def test_other_arguments_or_inference_mode_make_a_new_plan(plans):
@@ -173,3 +203,17 @@ def test_a_state_dict_fill_finds_its_plan_with_new_tensor_objects(plans):
         oracle.sglang_initialize_dummy_weights(b, seed=seed)
         assert_same_bytes(a, b)
     assert len(plans) == 1
+
+
+def test_a_kept_fill_with_progress_shown_writes_the_same(plans, capsys):
+    # Progress pieces the batches: the kept plan's facts checked alone first, then the fill.
+    a, b = twin(share_head_with_weight)
+    refill(a, seed=4)
+    refill(a, seed=4, progress=True)
+    assert "tensors" in capsys.readouterr().err
+    assert_same_bytes(a, loader(b, seed=4))
+    retie(a.layers[0].q_proj, a.layers[1].q_proj.weight)  # facts changed: a new plan
+    retie(b.layers[0].q_proj, b.layers[1].q_proj.weight)
+    refill(a, seed=4, progress=True)
+    assert_same_bytes(a, loader(b, seed=4))
+    assert len(plans) == 2

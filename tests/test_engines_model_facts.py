@@ -11,10 +11,11 @@ import random
 
 import pytest
 import torch
+from conftest import poison, storage_bytes
 
 from fp8_dummy.engines import core
 from fp8_dummy.engines.core import Action, Kind
-from fp8_dummy.tensors import walk
+from fp8_dummy.tensors import shape_names, state_dict_shape, walk
 
 # ---- the walk ------------------------------------------------------------------------------
 
@@ -70,6 +71,46 @@ def test_the_walk_is_named_modules_order(seed):
     ours, theirs = walk(model, "modules"), named_modules_walk(model)
     assert [n for n, _ in ours] == [n for n, _ in theirs]
     assert all(a is b for (_, a), (_, b) in zip(ours, theirs))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_state_dict_walk_is_state_dicts(seed):
+    # Shared modules walked under each name, tied tensors under each, None and non-persistent
+    # left out; a Parameter's subclass detached (state_dict's class), a hook: state_dict().
+    rng = random.Random(seed)
+    model = random_tree(rng)
+    model.sub = torch.nn.Module()
+    model.sub.odd = Param(torch.empty(2), False)
+    if seed % 4 == 1:
+        rng.choice(list(model.modules()))._register_state_dict_hook(lambda *a: None)
+    if seed % 4 == 2:  # a class of its own __torch_function__: state_dict's detach runs it
+        rng.choice(list(model.modules())).register_buffer("own", Own(torch.empty(2)))
+    theirs = model.state_dict()
+    shaped = state_dict_shape(model)
+    if seed % 4 in (1, 2):
+        assert shaped is None
+        assert core.walks.walked(model, "state_dict").names == list(theirs)
+        return
+    assert shape_names(shaped[0]) == list(theirs)
+    for ours, t in zip(shaped[1], theirs.values(), strict=True):
+        assert ours.data_ptr() == t.data_ptr() and ours.shape == t.shape
+        assert type(ours) in (type(t), torch.nn.Parameter)
+    walked = core.walks.walked(model, "state_dict")
+    assert walked.names is None and walked.shape == shaped[0]
+
+
+def test_the_state_dict_walk_proves_itself():
+    assert core.walks.state_walk_probe() is None
+
+
+class Param(torch.nn.Parameter):
+    pass
+
+
+class Own(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
 
 
 # ---- kinds ---------------------------------------------------------------------------------
@@ -162,3 +203,65 @@ def test_the_fill_order_is_the_rules(seed):
     assert prog.others == [(i, o) for i, o in want if o or entries[i][1].kind is not Kind.UNIFORM]
     batched = sorted(i for _, idx in prog.batches for i in idx)
     assert batched == [i for i, o in want if not o and entries[i][1].kind is Kind.UNIFORM]
+
+
+# ---- a kept plan's check and fill in one call -------------------------------------------------
+
+
+def reference_bytes(t: torch.Tensor, low: float, high: float, seed: int) -> torch.Tensor:
+    """The reference path's bytes on a tensor like t (plain torch: 1-byte dtypes through a
+    float16 temp, wider ones uniform_ itself)."""
+    g = torch.Generator(device=t.device).manual_seed(seed)
+    if t.element_size() > 1:
+        want = torch.empty_like(t).uniform_(low, high, generator=g)
+    else:
+        tmp = torch.empty_like(t, dtype=torch.float16).uniform_(low, high, generator=g)
+        want = torch.empty_like(t).copy_(tmp)
+    return want.contiguous().reshape(-1).view(torch.uint8)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kept_call_checks_every_fact_before_its_first_write(seed, device):
+    rng = random.Random(seed)
+    dtypes = [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float32]
+    tensors = [
+        torch.empty(rng.randint(1, 9), rng.randint(1, 7), dtype=rng.choice(dtypes), device=device)
+        for _ in range(rng.randint(3, 12))
+    ]
+    tensors = [t if rng.random() < 0.7 else t.t() for t in tensors]
+    facts = core.kinds.tensor_facts(tensors)
+    fill = sorted(rng.sample(range(len(tensors)), rng.randint(1, len(tensors))))
+    low, high, s = -rng.random(), rng.random(), rng.randint(0, 2**40)
+    # Any one tensor's place changed (its data moved): False, and not a byte written.
+    moved = list(tensors)
+    j = rng.randrange(len(tensors))
+    moved[j] = torch.empty_like(tensors[j])
+    for t in moved:
+        poison(t)
+    with torch.no_grad():
+        assert not core.kinds.init_many_kept(moved, facts, fill, low, high, s, False)
+    for t in moved:
+        assert bool((storage_bytes(t) == 0x55).all())
+    # The facts hold: the tensors of `fill` get the reference's bytes, the others none.
+    for t in tensors:
+        poison(t)
+    with torch.no_grad():
+        assert core.kinds.init_many_kept(tensors, facts, fill, low, high, s, False)
+    for i, t in enumerate(tensors):
+        if i in fill:
+            want = reference_bytes(t, low, high, s)
+            assert torch.equal(t.contiguous().reshape(-1).view(torch.uint8), want), i
+        else:
+            assert bool((storage_bytes(t) == 0x55).all()), i
+    assert tensors[fill[0]]._version > 0  # an in-place write, as init_many_'s
+
+
+def test_the_kept_call_refuses_a_fill_list_out_of_order():
+    tensors = [torch.empty(4, dtype=torch.float8_e4m3fn) for _ in range(3)]
+    facts = core.kinds.tensor_facts(tensors)
+    with pytest.raises(RuntimeError, match="ascending"):
+        core.kinds.init_many_kept(tensors, facts, [2, 0], -1.0, 1.0, 1, False)

@@ -4,11 +4,13 @@
 //   dtype, device, dimensions, meta, inference, contiguity, overlap), numbered in order of
 //   first appearance, then the facts a kept plan is checked against (dtype, device,
 //   dimensions, meta, inference and where the bytes are: storage, data pointer, offset,
-//   sizes, strides); facts_match: whether a list's facts are still those;
+//   sizes, strides); facts_match: whether a list's facts are still those; init_many_kept:
+//   that check and a kept plan's batch filled, in one pass over the list;
 // - fill_order: which entries a fill runs and which strictly in order: an alias with the same
 //   action filled once, a storage touched in other ways in list order.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -102,13 +104,19 @@ at::Tensor tensor_kinds_op(at::TensorList tensors) {
 }
 
 // Whether every tensor's facts are those of `kinds` (a tensor_kinds answer for as many
-// tensors), compared as they are read: no list made.
-bool facts_match_op(at::TensorList tensors, const at::Tensor& kinds) {
+// tensors), compared as they are read: no list made. The tensors `fill` names (ascending)
+// are gathered into `batch` in the same pass: each tensor's metadata is read once, right
+// before its handle is copied (a model of 100,000 tensors outgrows the caches: every extra
+// pass over it waits on memory).
+bool match_facts(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRef fill,
+                 std::vector<at::Tensor>& batch) {
   const auto n = static_cast<int64_t>(tensors.size());
   if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n) return false;
   const auto* want = kinds.const_data_ptr<int64_t>();
   const int64_t end = kinds.numel();
   int64_t at = n;
+  size_t next = 0;  // the next index of `fill`
+  batch.reserve(fill.size());
   std::vector<int64_t> facts;
   for (int64_t i = 0; i < n; ++i) {
     facts.clear();
@@ -116,8 +124,32 @@ bool facts_match_op(at::TensorList tensors, const at::Tensor& kinds) {
     const auto size = static_cast<int64_t>(facts.size());
     if (at + size > end || !std::equal(facts.begin(), facts.end(), want + at)) return false;
     at += size;
+    if (next < fill.size() && fill[next] == i) {
+      batch.push_back(tensors[i]);
+      ++next;
+    }
   }
+  TORCH_CHECK(next == fill.size(),
+              "fp8_dummy: init_many_kept needs `fill` ascending and within the list");
   return at == end;
+}
+
+bool facts_match_op(at::TensorList tensors, const at::Tensor& kinds) {
+  std::vector<at::Tensor> none;
+  return match_facts(tensors, kinds, {}, none);
+}
+
+// facts_match and, where every fact holds, init_many_ on the `fill` tensors.
+bool init_many_kept_op(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRef fill,
+                       double low, double high, int64_t seed, bool contiguous_temp) {
+  std::vector<at::Tensor> batch;
+  if (!match_facts(tensors, kinds, fill, batch)) return false;
+  if (batch.empty()) return true;
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("fp8_dummy::init_many_", "")
+                             .typed<void(at::TensorList, double, double, int64_t, bool)>();
+  op.call(batch, low, high, seed, contiguous_temp);
+  return true;
 }
 
 // Numbers equal keys (sizes and strides of any length) in order of first appearance.
@@ -226,6 +258,10 @@ TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
   m.impl("tensor_kinds", TORCH_FN(tensor_kinds_op));
   m.impl("facts_match", TORCH_FN(facts_match_op));
   m.impl("fill_order", TORCH_FN(fill_order_op));
+}
+
+TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeImplicitAutograd, m) {
+  m.impl("init_many_kept", TORCH_FN(init_many_kept_op));
 }
 
 }  // namespace fp8_dummy

@@ -1,7 +1,8 @@
 """The engine-agnostic core (docs/engines.md): it names no engine. An engine's function as
 data (:mod:`.semantics`), which tensors we may write and how (:mod:`.checks`), the kinds of a
 model's tensors (:mod:`.kinds`), the plan of a fill with its one proof (:mod:`.planning`),
-each kind's decision (:mod:`.deciding`), kept for the next fill (:mod:`.kept`), carrying it
+each kind's decision (:mod:`.deciding`), kept for the next fill (:mod:`.kept`), the walk it
+plans over (:mod:`.walks`), carrying it
 out (:mod:`.execution`), the cycle collector paused meanwhile (:mod:`.collector`), and what
 the plugins share inside the engine (:mod:`.plugins`)."""
 
@@ -11,7 +12,6 @@ from .checks import FUSED_DTYPES, checked, cuda_kernels, distinct, fusable
 from .execution import PROGRESS_BATCH_BYTES, PROGRESS_THRESHOLD_BYTES, apply, random_bytes_, run
 from .planning import (
     ISOLATE,
-    Walked,
     child_probe,
     fill,
     plan,
@@ -34,6 +34,7 @@ from .semantics import (
     error,
     is_scale_tensor,
 )
+from .walks import Walked
 
 __all__ = ["FUSED_DTYPES", "ISOLATE", "PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES"]
 __all__ += ["ROWS", "SEMANTICS", "SKIP", "Action", "Call", "Kind", "Planned", "Rule", "Semantics"]

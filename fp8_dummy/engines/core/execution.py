@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -16,14 +16,15 @@ from ..._progress import Progress
 from ...ops import as_int64, init_, random_
 from ...stateless import init_stateless_
 from ...tensors import is_plain
+from . import kept
 from .checks import distinct
 from .collector import no_cycle_collection
-from .kept import KeptFill
-from .kinds import dispatching, reads_only
+from .kept import STALE, KeptFill
+from .kinds import dispatching, init_many_kept, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
 __all__ = ["PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES", "Program", "apply", "program"]
-__all__ += ["random_bytes_", "run"]
+__all__ += ["filled_one", "random_bytes_", "run"]
 
 # Progress by default for models of at least 1 GiB on a terminal; CUDA batches of ~1 GiB then.
 PROGRESS_THRESHOLD_BYTES = PROGRESS_BATCH_BYTES = 1 << 30
@@ -98,6 +99,24 @@ def init_many_(tensors: list[torch.Tensor], low: float, high: float, seed: int, 
     )
 
 
+def filled_one(entry: tuple, sem: Semantics, call: Any, engine: Callable | None) -> bool:
+    """A fill of one tensor whose kind's decision is kept and is the float path alone (an
+    engine's per-tensor function, called by its loader for every tensor): carried out at once,
+    as :func:`run` carries it out, without a plan's machinery; False: the plan decides."""
+    name, t = entry
+    context = (sem, call, engine, "generator", None, torch.is_inference_mode_enabled())
+    key = kept.one_key(context, name, t, sem.reads)
+    decided = None if key is None else kept.find_one(key)
+    if decided is None or not decided[5] or decided[0].kind is not Kind.UNIFORM:
+        return False
+    action, (sem, seed) = decided[:2]
+    with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
+        init_many_([t], action.low, action.high, seed, contiguous_temp=sem.temp == ROWS)
+        if fault(sem.path):
+            _proof.corrupt_(t)
+    return True
+
+
 class Program(NamedTuple):
     """How a plan runs: ``others`` (index into the plan, in order), each in its turn, and
     ``batches``: ((low, high, seed, semantics), indices), each one call of ``init_many_``
@@ -135,9 +154,10 @@ def program(planned: list[Planned], mode: str) -> Program:
 
 def run(
     planned: list[Planned] | KeptFill, *, mode: str = "generator", progress: bool | None = False
-) -> None:
+) -> str | None:
     """Carry out a plan: an alias with the same action filled once, a storage touched in other
-    ways strictly in order, the rest batched (one ``init_many_`` per bounds, seed and temp)."""
+    ways strictly in order, the rest batched (one ``init_many_`` per bounds, seed and temp).
+    :data:`.kept.STALE`: an unchecked kept plan whose facts changed, nothing written."""
     kept = getattr(planned, "kept", None)
     if isinstance(planned, KeptFill):  # a kept plan found as it is: entries made on demand
         entry, tensor = planned.entry, planned.tensors.__getitem__
@@ -152,6 +172,12 @@ def run(
             prog = program(planned, mode)
     if progress is None:
         progress = sys.stderr.isatty() and _bytes(tensor, prog) >= PROGRESS_THRESHOLD_BYTES
+    first = 0  # batches filled by an unchecked kept plan's first call
+    if isinstance(planned, KeptFill) and planned.unchecked:
+        first = 1 if prog.batches and not progress else 0
+        with torch.no_grad(), no_cycle_collection():
+            if not _first_call(planned, prog, first):
+                return STALE
     count = len(prog.others) + sum(len(idx) for _, idx in prog.batches)
     bar = Progress(count, _bytes(tensor, prog)) if progress else None
 
@@ -179,7 +205,7 @@ def run(
             # The operator itself: the plan checked every tensor (plain, strided, not meta)
             # and its bounds, and the operator checks them all again before its first write.
             with torch._C.DisableTorchFunctionSubclass():
-                for (low, high, seed, sem), idx in prog.batches:
+                for (low, high, seed, sem), idx in prog.batches[first:]:
                     rows = sem.temp == ROWS
                     for batch in _pieces(list(map(tensor, idx)), bar is not None):
                         init_many_(batch, low, high, seed, contiguous_temp=rows)
@@ -189,6 +215,23 @@ def run(
     finally:
         if bar is not None:
             bar.close()
+
+
+def _first_call(planned: KeptFill, prog: Program, fill: int) -> bool:
+    """An unchecked kept plan's facts checked and, with ``fill``, its first batch filled, in
+    one call reading the list once (a storage of their own: before the others as well as
+    after); False: the facts changed, nothing written."""
+    facts = planned.kept.facts
+    if not fill:
+        return init_many_kept(planned.tensors, facts, [], 0.0, 0.0, 0, False)
+    (low, high, seed, sem), idx = prog.batches[0]
+    seed = as_int64(seed, "seed", "init_many_")
+    if not init_many_kept(planned.tensors, facts, idx, low, high, seed, sem.temp == ROWS):
+        return False
+    if fault(sem.path):
+        for i in idx:
+            _proof.corrupt_(planned.tensors[i])
+    return True
 
 
 def _pieces(tensors: list[torch.Tensor], progress: bool) -> Iterator[list[torch.Tensor]]:

@@ -1,6 +1,7 @@
 """A whole-model plan kept for the next fill of the same tensors (a server filling its weights
 again, a benchmark's repeats). It is used only where nothing that decides it changed: the same
-call (semantics, arguments, engine, mode, the scales' rule, inference mode), the same names,
+call (semantics, arguments, engine, mode, the scales' rule, inference mode), the same names
+(or the same shape of the walk, of which they are a function),
 the same class of each tensor, the same values of the attributes the engine's rule reads, the
 same facts of every tensor (dtype, device, dimensions, inference, storage, data pointer,
 offset, sizes, strides: one C++ call, :func:`.kinds.facts_match`) and no verdict of the proof
@@ -20,7 +21,9 @@ import torch
 from .kinds import Kinds, dispatching, facts_match
 
 __all__ = ["Kept", "KeptFill", "KeptPlan", "find", "find_one", "forget", "keep", "keep_one"]
-__all__ += ["one_key"]
+__all__ += ["STALE", "one_key"]
+
+STALE = "stale"  # run()'s answer where an unchecked kept plan's facts no longer hold
 
 _MOST = 4  # plans kept (the newest): a process fills one model, or a few
 _lock = threading.Lock()
@@ -41,6 +44,7 @@ class Kept:
     generation: int  # the proof registry's, when kept
     kind_of: list[int]
     decided: list[tuple]  # per kind: the plan's decision
+    shape: list | None = None  # the module walk's shape (the names are a function of it)
     programs: dict[str, Any] = field(default_factory=dict)  # run()'s Program, by mode
 
 
@@ -54,11 +58,13 @@ class KeptPlan(list):
 class KeptFill(NamedTuple):
     """A kept plan found for a fill whose every kind's decision is all there is to it (no
     engine function bound per tensor, no check per tensor): run as it is, without making its
-    entries (:func:`.execution.run`)."""
+    entries (:func:`.execution.run`). ``unchecked``: its facts are checked by the fill's first
+    call, which writes nothing where they changed (run() then returns :data:`STALE`)."""
 
     kept: Kept
     names: list[str]
     tensors: list[torch.Tensor]
+    unchecked: bool = False  # the tensors' facts are the fill's to check first
 
     def __len__(self) -> int:
         return len(self.tensors)
@@ -83,15 +89,22 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads) -> Kept | None:
-    """The kept plan of exactly this call on exactly these tensors, or None."""
+def find(context: tuple, names: list[str] | None, tensors: list[torch.Tensor], reads,
+         facts: bool = True, shape: list | None = None) -> Kept | None:  # fmt: skip
+    """The kept plan of exactly this call on exactly these tensors, or None; without
+    ``facts``, the newest that holds but for the tensors' facts, left to the fill to check
+    (:func:`.kinds.init_many_kept`, before its first write). With ``shape`` (a module walk's,
+    :func:`fp8_dummy.tensors.walk_shape`) the walk's shape is compared instead of the names
+    (they are a function of it): a plan kept from another walk is not this one."""
     if reads is None:
         return None
     with _lock:
         candidates = _plans[::-1]
     generation = None
     for k in candidates:
-        if len(k.names) != len(names) or not _same(k.context, context) or k.names != names:
+        if len(k.types) != len(tensors) or not _same(k.context, context):
+            continue
+        if k.shape != shape or (shape is None and k.names != names):
             continue
         if list(map(type, tensors)) != k.types:
             continue
@@ -99,17 +112,17 @@ def find(context: tuple, names: list[str], tensors: list[torch.Tensor], reads) -
             generation = _generation()
         if k.generation != generation or not _same(_attrs(tensors, reads), k.attrs):
             continue
-        if facts_match(tensors, k.facts):
+        if not facts or facts_match(tensors, k.facts):
             return k
     return None
 
 
 def keep(context: tuple, names: list[str], tensors: list[torch.Tensor], reads, kinds: Kinds,
-         decided: list[tuple]) -> Kept:  # fmt: skip
+         decided: list[tuple], shape: list | None = None) -> Kept:  # fmt: skip
     """Keeps a plan just made (every kind decided, every proof passed)."""
     types = list(map(type, tensors))
     entry = Kept(context, list(names), types, _attrs(tensors, reads), kinds.facts, _generation(),
-                 kinds.kind_of, list(decided))  # fmt: skip
+                 kinds.kind_of, list(decided), shape)  # fmt: skip
     with _lock:
         _plans.append(entry)
         del _plans[:-_MOST]

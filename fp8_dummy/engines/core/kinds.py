@@ -12,10 +12,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["Kinds", "dispatching", "facts_match", "kinds_of", "reads_only", "tensor_facts"]
+__all__ = ["Kinds", "dispatching", "facts_match", "init_many_kept", "kinds_of", "reads_only"]
+__all__ += ["tensor_facts"]
 
 _KINDS = torch.ops.fp8_dummy_internal.tensor_kinds
 _MATCH = torch.ops.fp8_dummy_internal.facts_match
+_KEPT = torch.ops.fp8_dummy_internal.init_many_kept
 _own_dispatch: dict[type, bool] = {}
 
 
@@ -48,6 +50,15 @@ def facts_match(tensors: list[torch.Tensor], facts: torch.Tensor) -> bool:
         return False
     with torch.no_grad(), reads_only():
         return _MATCH(tensors, facts)
+
+
+def init_many_kept(tensors: list[torch.Tensor], facts: torch.Tensor, fill: list[int],
+                   low: float, high: float, seed: int, contiguous_temp: bool) -> bool:  # fmt: skip
+    """:func:`facts_match` and, where it holds, ``init_many_`` on ``tensors[i] for i in fill``
+    (ascending), in one C++ call reading the list once; False: nothing written. Called
+    outside any ``TorchDispatchMode`` and with plain classes' tensors only (the plan kept)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return _KEPT(tensors, facts, fill, low, high, seed, contiguous_temp)
 
 
 def reads_only() -> contextlib.AbstractContextManager:

@@ -10,12 +10,12 @@ import functools
 import importlib
 import inspect
 import os
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import torch
 
 from ... import _proof
-from ...tensors import walk_lists
+from ...tensors import shape_names
 from . import execution, kept
 from .collector import no_cycle_collection
 from .deciding import decider, entries
@@ -24,8 +24,9 @@ from .kinds import kinds_of
 from .plugins import enabled
 from .semantics import ROWS, SKIP, Action, Call, Kind, Planned, Semantics
 from .semantics import is_scale_tensor as default_scales
+from .walks import Walked, walked
 
-__all__ = ["ISOLATE", "Walked", "child_probe", "fill", "plan", "probe_model", "probe_tensor"]
+__all__ = ["ISOLATE", "child_probe", "fill", "plan", "probe_model", "probe_tensor"]
 __all__ += ["proven"]
 
 ISOLATE = "FP8_DUMMY_ISOLATE"  # 0: every proof in-process; all: CPU keys in a child too (tests)
@@ -192,16 +193,10 @@ def plan(
     return _planned(tensors, sem, call, engine, prove, mode, neutral, check, False)
 
 
-class Walked(NamedTuple):
-    """A model's walk as two lists (:func:`fp8_dummy.tensors.walk_lists`): what a fill plans."""
-
-    names: list[str]
-    tensors: list[torch.Tensor]
-
-
 def _planned(tensors, sem, call, engine, prove, mode, neutral, check, lazy):
     """:func:`plan` (``tensors``: (name, tensor)s or :class:`Walked`), and for :func:`fill`
-    (``lazy``) a kept plan found as it is (:class:`.kept.KeptFill`: no entries made)."""
+    (``lazy``) a kept plan found as it is (:class:`.kept.KeptFill`: no entries made; with
+    ``lazy`` 2 its facts left to the fill's first call)."""
     _proof.check_fault_switch()  # a mistyped FP8_DUMMY_FAULT: refused before any write
     tensors = tensors if isinstance(tensors, Walked) else list(tensors)
     gather = prove and _gathering.get() is None
@@ -219,17 +214,27 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     very tensors kept from an earlier call (:mod:`.kept`) where nothing that decides it
     changed."""
     if isinstance(tensors, Walked):
-        names, ts = tensors
+        names, ts, shape = tensors
     else:
-        names, ts = [n for n, _ in tensors], [t for _, t in tensors]
+        names, ts, shape = [n for n, _ in tensors], [t for _, t in tensors], None
     keep = prove and check and _gathering.get() is None and neutral in (None, default_scales)
+    if names is None and not (keep and len(ts) > 1):
+        names = shape_names(shape)
     context = (sem, call, engine, mode, neutral, torch.is_inference_mode_enabled())
     one = kept.one_key(context, names[0], ts[0], sem.reads) if keep and len(ts) == 1 else None
     if one is not None and (decision := kept.find_one(one)) is not None:
         return entries(names, ts, [0], [decision], lambda *_: None, mode, check)
-    found = kept.find(context, names, ts, sem.reads) if keep and one is None else None
+    # A fill (lazy 2) leaves a kept plan's facts to its first call, which checks them in the
+    # same pass over the list as its fill (outside any TorchDispatchMode: that call writes).
+    defer = lazy == 2 and torch._C._len_torch_dispatch_stack() == 0
+    on = (context, names, ts, sem.reads)
+    found = kept.find(*on, not defer, shape) if keep and one is None else None
     if found is not None and lazy and all(d[5] for d in found.decided):
-        return kept.KeptFill(found, names, ts)
+        return kept.KeptFill(found, found.names, ts, defer)  # its names: the same (or shape)
+    if found is not None and defer:
+        found = kept.find(*on, True, shape)
+    if names is None:  # no kept plan that does without them
+        names = shape_names(shape)
     if found is not None:
         out = entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
         return _kept_plan(out, found)
@@ -240,7 +245,7 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     if keep and out is not None and memo["keep"] and one is not None:
         kept.keep_one(one, decided[0])
     elif keep and out is not None and memo["keep"] and kinds.facts is not None:
-        return _kept_plan(out, kept.keep(context, names, ts, sem.reads, kinds, decided))
+        return _kept_plan(out, kept.keep(context, names, ts, sem.reads, kinds, decided, shape))
     return out
 
 
@@ -255,36 +260,22 @@ def _kept_plan(out: list[Planned] | None, entry: kept.Kept) -> list[Planned] | N
 _FILL = {"prove": True, "mode": "generator", "neutral": None, "check": True}  # fill()'s defaults
 
 
-def _filled_one(entry: tuple, sem: Semantics, call: Any, engine: Callable | None) -> bool:
-    """A fill of one tensor whose kind's decision is kept and is the float path alone (an
-    engine's per-tensor function, called by its loader for every tensor): carried out at once,
-    as :func:`run` carries it out, without a plan's machinery; False: the plan decides."""
-    name, t = entry
-    context = (sem, call, engine, "generator", None, torch.is_inference_mode_enabled())
-    key = kept.one_key(context, name, t, sem.reads)
-    decided = None if key is None else kept.find_one(key)
-    if decided is None or not decided[5] or decided[0].kind is not Kind.UNIFORM:
-        return False
-    action, (sem, seed) = decided[:2]
-    with torch.no_grad(), torch._C.DisableTorchFunctionSubclass():
-        execution.init_many_([t], action.low, action.high, seed, contiguous_temp=sem.temp == ROWS)
-        if execution.fault(sem.path):
-            _proof.corrupt_(t)
-    return True
-
-
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
     model = isinstance(what, torch.nn.Module)
-    tensors = Walked(*walk_lists(what, sem.order)) if model else what
+    objects = sem.reads != () or sem.per_tensor  # the rule's attributes, the engine's calls
+    tensors = walked(what, sem.order, objects) if model else what
     opts = dict(_FILL)
     if unknown := set(kw) - set(opts):
         raise TypeError(f"fill() got unexpected keyword arguments {sorted(unknown)}")
     opts.update(kw)
     one = not model and isinstance(tensors, list) and len(tensors) == 1 and opts == _FILL
-    if one and _filled_one(tensors[0], sem, call, engine):
+    if one and execution.filled_one(tensors[0], sem, call, engine):
         return None
-    planned = _planned(tensors, sem, call, engine, *opts.values(), True)
-    if planned is None:
-        return engine(what, *call[0], **call[1])
-    return run(planned, mode=opts["mode"], progress=progress)
+    for lazy in (2, 1):  # 1: the kept plan's facts no longer held, nothing written
+        planned = _planned(tensors, sem, call, engine, *opts.values(), lazy)
+        if planned is None:
+            return engine(what, *call[0], **call[1])
+        if run(planned, mode=opts["mode"], progress=progress) is not kept.STALE:
+            return None
+    return None

@@ -147,7 +147,11 @@ def walk_proven(loader: Any, dl: Any, theirs: Callable, model_config: Any) -> bo
         steps, call = walk(model, dl, online=False), _call()
         if steps is None:
             return "the probe model has an online-quantized layer"
-        ours = [(t, *(call(n) if callable(call) else call)) for s in steps for n, t in zip(*s)]
+        ours = [
+            (t, *(call(n) if callable(call) else call))
+            for s in steps
+            for n, t in zip(s.names, s.tensors)
+        ]
         for i, (a, b) in enumerate(zip(calls, ours)):
             if a[0] is not b[0] or a[1:] != b[1:]:
                 return f"call {i}: vLLM's loop made {_shown(a)}, ours {_shown(b)}"
