@@ -35,6 +35,10 @@ def fields(model: str) -> dict:
     mtp = 1 if model in H.MORE else 0
     cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256, mtp=mtp)
     out = dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
+    if model == "nemotron_h":  # as its checkpoints' config.json: the patterns (SGLang reads them)
+        out["hybrid_override_pattern"] = cfg.hybrid_override_pattern
+        out["mtp_hybrid_override_pattern"] = cfg.mtp_hybrid_override_pattern
+        del out["layers_block_type"], out["mtp_layers_block_type"]
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
         out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
                    moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
