@@ -67,6 +67,24 @@ def test_the_callers_keys_are_kept_as_written(tmp_path):
     assert back.num_experts == 4 and back.rope_parameters["rope_theta"] == 123456.0
 
 
+def test_nemotron_h_patterns_are_kept_without_the_derived_lists(tmp_path):
+    """Nemotron-H as its checkpoints write it (``hybrid_override_pattern``,
+    ``mtp_hybrid_override_pattern``): the export keeps the patterns and adds no
+    ``layers_block_type`` lists in transformers' newer names ("linear_attention"), which
+    SGLang 0.5.23's config class takes first and refuses; transformers reads the same model."""
+    raw = dict(model_type="nemotron_h", **SMALL, hybrid_override_pattern="ME*E",
+               mtp_hybrid_override_pattern="*E", num_nextn_predict_layers=1, n_routed_experts=4,
+               num_experts_per_tok=2, moe_intermediate_size=32,
+               moe_shared_expert_intermediate_size=32, mamba_num_heads=4, mamba_head_dim=16,
+               ssm_state_size=16, n_groups=2, head_dim=16)  # fmt: skip
+    cfg = exported(tmp_path, write_config(tmp_path, raw), allow_unknown=True)
+    assert cfg["hybrid_override_pattern"] == "ME*E" and cfg["mtp_hybrid_override_pattern"] == "*E"
+    assert "layers_block_type" not in cfg and "mtp_layers_block_type" not in cfg
+    back = transformers.AutoConfig.from_pretrained(tmp_path / "out")
+    assert back.layers_block_type == ["linear_attention", "moe", "full_attention", "moe"]
+    assert back.mtp_layers_block_type == ["full_attention", "moe"]
+
+
 def test_rope_scaling_is_kept_as_written(tmp_path):
     """GPT-OSS's YaRN: kept as the caller wrote it (not only as transformers' rope_parameters,
     which a reader of rope_scaling does not see: it would run default RoPE)."""

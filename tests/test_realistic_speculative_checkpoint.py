@@ -282,3 +282,36 @@ def test_inklings_multimodal_checkpoint_gets_no_text_model_mtp_names():
     both = tf.AutoConfig.for_model("inkling_mm_model", text_config=dict(num_mtp_layers=1))
     assert S.mtp_layers(both) == (None, 0) and S.mtp_prefixes(both) == ()
     assert S.mtp_layers(both.text_config) == ("inkling", 1)
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_nemotron_h_mtp_under_vllms_names(steps):
+    """Nemotron-H's MTP: ``num_nextn_predict_layers`` steps of the config's
+    ``mtp_layers_block_type`` (attention, MoE), under the names vLLM's ``NemotronHMTP`` reads
+    (written out here from its loader, not from the fill): ``mtp.layers.{j}.`` each layer's
+    ``norm`` and ``mixer``; ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] on each step's first
+    layer, ``final_layernorm`` on its last; no copy of the embedding or the lm_head (vLLM shares
+    the target's); the main layers' names unchanged."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("nemotron_h", mtp=steps)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    want = set()
+    for j in range(2 * steps):
+        p = f"mtp.layers.{j}."
+        want.add(p + "norm.weight")
+        if j % 2 == 0:
+            want |= {p + f"mixer.{x}_proj.weight" for x in "qkvo"}
+            want |= {p + "enorm.weight", p + "hnorm.weight", p + "eh_proj.weight"}
+            assert t[p + "eh_proj.weight"].shape == (128, 256)
+        else:
+            want |= {p + "mixer.gate.weight", p + "mixer.gate.e_score_correction_bias"}
+            want |= {p + f"mixer.shared_experts.{x}_proj.weight" for x in ("up", "down")}
+            want |= {p + f"mixer.experts.{e}.{x}_proj.weight" for e in range(16)
+                     for x in ("up", "down")}  # fmt: skip
+            want.add(p + "final_layernorm.weight")
+    assert {n for n in t if n.startswith("mtp.")} == want
+    main = config_checkpoint(H.config("nemotron_h"), 0).tensors
+    assert {n for n in t if not n.startswith("mtp.")} == set(main)
+    assert S.mtp_layers(cfg) == ("nemotron", steps) and S.mtp_prefixes(cfg) == ("mtp.",)
+    assert S.mtp_layers(H.config("nemotron_h")) == (None, 0)

@@ -6,8 +6,8 @@ four prompts of 150 generated tokens each (400 where most drafts are accepted); 
 per position (given the position before was accepted) within 0.05 of the designed one for A in
 {0.3, 0.6, 0.9}, per-position lists at two and three MTP layers, and configs of other sizes,
 vocabularies and draft lengths; without an acceptance, chance. Qwen3-Next (its config declares
-no ``num_mtp_layers``) and Bailing's hybrid (a stateful model, which transformers' assisted
-generation refuses), whose MTP transformers cannot run, through an independent forward of
+no ``num_mtp_layers``), Bailing's hybrid and Nemotron-H (stateful models, which transformers'
+assisted generation refuses), whose MTP transformers cannot run, through an independent forward of
 their MTP layer (tests/helpers/speculative_forward.py). With sampling at temperature 1: the
 next-token entropy between 1 nat and 80% of ln(vocabulary), and the acceptance reported.
 ``pytest -s`` prints the numbers docs/realistic.md records."""
@@ -92,8 +92,10 @@ def test_assisted_generation_with_an_exported_draft(target, acceptance, tmp_path
 FORWARD = [("qwen3_next", 0.6, 1, {}), ("qwen3_next", 0.6, 2, {}), ("bailing_hybrid", 0.3, 1, {})]
 FORWARD += [("bailing_hybrid", 0.6, 1, {}), ("bailing_hybrid", 0.9, 1, {})]
 FORWARD += [("bailing_hybrid", 0.6, 2, {})]
-# a size, vocabulary and seed the design was not developed on
+FORWARD += [("nemotron_h", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("nemotron_h", 0.6, 2, {})]
+# sizes, vocabularies and seeds the design was not developed on
 FORWARD += [("bailing_hybrid", 0.75, 3, dict(hidden=256, vocab=6000, layers=4, seed=9))]
+FORWARD += [("nemotron_h", 0.7, 3, dict(hidden=192, vocab=5000, layers=6, seed=21))]
 
 
 @pytest.mark.parametrize("arch,acceptance,k,other", FORWARD)

@@ -7,7 +7,8 @@ model assumed written out, so that no reader falls back to a default of its own:
   DeepSeek-V3's ``n_group``, ``topk_group``), but not under a second name where the caller
   wrote the first (``num_experts`` stays; no ``num_local_experts`` beside it), nor
   transformers' ``rope_parameters`` where the caller wrote ``rope_theta``/``rope_scaling``:
-  the RoPE as those keys, every reader's, where the caller left them out;
+  the RoPE as those keys, every reader's, where the caller left them out; nor the layer-type
+  lists transformers derives from Nemotron-H's pattern strings where the caller wrote those;
 - ``architectures``: the class the model was built as;
 - for routers that add a correction bias to sigmoid scores (DeepSeek-V3's class always does),
   ``scoring_func`` and ``topk_method`` ("noaux_tc"): a reader defaulting to softmax or greedy
@@ -26,6 +27,11 @@ from .routing import find_routers
 __all__ = ["config_json"]
 
 _NOT_COPIED = {"transformers_version", "dtype", "torch_dtype", "quantization_config"}
+# A key transformers' class derives from a legacy one the caller wrote, in its own newer
+# vocabulary (Nemotron-H's pattern strings -> layer-type lists of "linear_attention", ...):
+# the caller's key alone, which older readers (SGLang 0.5.23's config class) also take.
+_DERIVED = {"hybrid_override_pattern": "layers_block_type",
+            "mtp_hybrid_override_pattern": "mtp_layers_block_type"}  # fmt: skip
 
 
 def _rope(params: Any) -> dict:
@@ -50,6 +56,7 @@ def config_json(
     aliases = getattr(type(config), "attribute_map", {}) or {}
     named = {target for alias, target in aliases.items() if alias in written}
     named |= {alias for alias, target in aliases.items() if target in written}
+    named |= {derived for legacy, derived in _DERIVED.items() if legacy in written}
     for key, value in theirs.items():
         if key in written or key in named or key in _NOT_COPIED:
             continue

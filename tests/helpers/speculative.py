@@ -41,6 +41,11 @@ MORE = {
                            first_k_dense_replace=1, num_key_value_heads=4, pad_token_id=None,
                            **MOE),
 }  # fmt: skip
+# Nemotron-H: 16 experts top-2 and a shared one (non-gated); its MTP step: attention, then MoE
+NEMOTRON_H = dict(n_routed_experts=16, moe_shared_expert_intermediate_size=64, mamba_num_heads=8,
+                  mamba_head_dim=16, ssm_state_size=16, n_groups=2, pad_token_id=None,
+                  **MOE)  # fmt: skip
+MORE["nemotron_h"] = NEMOTRON_H  # its config counts MTP steps: num_nextn_predict_layers
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +60,7 @@ def one_thread():
 # every residual branch's last linear, under the checkpoints' names (Bailing's attention.dense)
 WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj|attention\.dense)(\.weight|\.bias|$)")
 PROJECTIONS = ("eh_proj.weight", "mtp.fc.weight", "input_proj.weight")
-EMBEDDINGS = ("embed_tokens.weight", "word_embeddings.weight")
+EMBEDDINGS = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddings.weight")
 
 
 def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp: int = 0,
@@ -73,6 +78,11 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         cfg = configs(h=hidden, experts=16, k=2, layers=layers)[arch]
     elif arch == "qwen3_next":
         cfg = tf.Qwen3NextConfig(**{**common, "num_hidden_layers": max(layers, 4)}, **QWEN3_NEXT)
+    elif arch == "nemotron_h":  # a Mamba, a MoE, an attention and a MoE layer (at least four)
+        kinds = (["mamba", "moe", "attention", "moe"] * layers)[: max(layers, 4)]
+        kw = dict(common, layers_block_type=kinds, num_nextn_predict_layers=mtp)
+        del kw["num_hidden_layers"]  # the layer types count them
+        cfg = tf.AutoConfig.for_model(arch, **kw, **NEMOTRON_H)
     elif arch in MORE:
         kw = {**common, **MORE[arch], "num_mtp_layers": mtp or (0 if "bailing" in arch else None)}
         if arch == "mellum":

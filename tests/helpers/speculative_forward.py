@@ -1,9 +1,11 @@
 """MTP layers transformers cannot run (Qwen3-Next: its config declares no ``num_mtp_layers``;
-Bailing's hybrid: a stateful model, which assisted generation refuses), run independently of
-fp8_dummy and of any engine, as vLLM's MTP classes compute them (``Qwen3NextMTP``,
-``BailingMoeV25MTPModel``): the input projection of the normalized embedding and the target's
-last hidden state, the MTP decoder block (transformers' own decoder layer, full attention,
-loaded from the export as a one-layer model), the MTP layer's final norm and the lm_head;
+Bailing's hybrid and Nemotron-H: stateful models, which assisted generation refuses), run
+independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
+(``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``NemotronHMTP``): the input projection of the
+normalized embedding and the target's last hidden state, the MTP decoder block (transformers'
+own decoder layer, full attention, loaded from the export as a one-layer model; Nemotron-H's
+step: its attention and MoE layers as a two-layer model), the MTP layer's final norm and the
+lm_head;
 reused for k draft tokens, each on the sequence with the drafts so far, and verified against
 the target's greedy tokens."""
 
@@ -26,6 +28,11 @@ LAYOUTS = {
                            embed="model.layers.{L}.enorm", hidden="model.layers.{L}.hnorm",
                            out="model.layers.{L}.final_layernorm", offset=0.0),
 }  # fmt: skip
+# Nemotron-H: its MTP step (attention, MoE: mtp.layers.0-1.) run as a model of those two layers
+LAYOUTS["nemotron_h"] = dict(block="mtp.layers.", fc="mtp.layers.0.eh_proj",
+                             embed="mtp.layers.0.enorm", hidden="mtp.layers.0.hnorm",
+                             out="mtp.layers.1.final_layernorm", offset=0.0,
+                             into="backbone.layers.", norm="backbone.norm_f.weight")  # fmt: skip
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
@@ -41,18 +48,21 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
     one = work / "mtp-as-model"
     one.mkdir(parents=True, exist_ok=True)
     small = tf.AutoConfig.from_pretrained(out)
-    small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
+    if "into" in names:  # Nemotron-H: the step's own layer types
+        small.layers_block_type, small.num_nextn_predict_layers = small.mtp_layers_block_type, 0
+    else:
+        small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
     if getattr(small, "mlp_layer_types", None) is not None:
         small.mlp_layer_types = ["sparse"]
     if getattr(small, "first_k_dense_replace", None) is not None:
         small.first_k_dense_replace = 0
     small.save_pretrained(one)
-    (embed,) = [n for n in t if n.endswith(("embed_tokens.weight", "word_embeddings.weight"))
-                and "layers." not in n]  # fmt: skip
-    ours = {embed: t[embed], "model.norm.weight": t[names["out"] + ".weight"]}
+    ends = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddings.weight")
+    (embed,) = [n for n in t if n.endswith(ends) and "layers." not in n]
+    ours = {embed: t[embed], names.get("norm", "model.norm.weight"): t[names["out"] + ".weight"]}
     ours["lm_head.weight"] = t["lm_head.weight"]
-    b = names["block"]
-    ours.update({"model.layers.0." + n[len(b) :]: v for n, v in t.items() if n.startswith(b)})
+    b, into = names["block"], names.get("into", "model.layers.0.")
+    ours.update({into + n[len(b) :]: v for n, v in t.items() if n.startswith(b)})
     save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
               str(one / "model.safetensors"))  # fmt: skip
     return tf.AutoModelForCausalLM.from_pretrained(one, dtype=torch.float32).eval()

@@ -15,6 +15,13 @@ Every parameter is created by vLLM's code. What is replaced, and why (:func:`pre
   ``input_scale``, to choose a GEMM kernel; vLLM's CPU kernels for FP8 block weights need
   AMX tiles, so without one it raises ``ValueError: Failed to find a kernel``. Only
   ``process_weights_after_loading`` and ``apply`` read the choice, and neither runs here.
+- ``vllm.model_executor.layers.fused_moe.config.FusedMoEConfig.__post_init__`` lets a
+  non-gated MoE (Nemotron-H's squared-ReLU experts) pass on the CPU: its last statement
+  raises ``NotImplementedError`` there (no CPU kernel runs one), after everything else is
+  set; ``select_unquantized_moe_backend`` (as ``unquantized_fused_moe_method`` calls it)
+  then finds no CPU kernel for it and gets the CPU backend, no kernel class. The experts'
+  parameters (``w13`` of the up projection alone) follow from the activation, not the
+  platform (the CPU and Triton backends round no size up), and no kernel runs here.
 - ``vllm.model_executor.models.registry._run_in_subprocess`` calls its function in this
   process. ``ModelConfig`` inspects the architecture's class (``_ModelInfo``: pipeline
   parallel support, hybrid or not...) in a fresh interpreter so that a GPU parent stays
@@ -167,6 +174,31 @@ def prepare(tmp: str) -> None:
             return None
 
     fp8.init_fp8_linear_kernel = kernel_or_none
+    import vllm.model_executor.layers.fused_moe.config as moe
+
+    check = moe.FusedMoEConfig.__post_init__
+
+    def non_gated_anywhere(self) -> None:
+        try:
+            check(self)
+        except NotImplementedError as e:  # its last statement: a kernel choice, not a shape
+            if "is_act_and_mul=False" not in str(e):
+                raise
+
+    moe.FusedMoEConfig.__post_init__ = non_gated_anywhere
+    import vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method as unquantized
+
+    select = unquantized.select_unquantized_moe_backend
+
+    def backend_or_cpu(moe_config, **kwargs):
+        try:
+            return select(moe_config=moe_config, **kwargs)
+        except NotImplementedError:  # no CPU kernel for a non-gated MoE
+            if moe_config.is_act_and_mul:
+                raise
+            return unquantized.UnquantizedMoeBackend.CPU, None
+
+    unquantized.select_unquantized_moe_backend = backend_or_cpu
 
 
 def start(rank: int, port: int, tmp: str):

@@ -1,13 +1,13 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
-``BailingMoeV25MTPModel``) built on this CPU from tiny configs with MTP layers, for
-tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily). Built as
-vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``,
-which turns the target's config into the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``,
-``Qwen3NextMTP``, ``BailingMoeV25MTPModel``), a ``VllmConfig`` holding both, then the model
-loader's ``create_model`` with the draft's model config, the way its proposer's ``get_model``
-does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply; the
-oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
-twin."""
+``BailingMoeV25MTPModel``, ``NemotronHMTP``) built on this CPU from tiny configs with MTP
+layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily).
+Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method
+``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
+``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``NemotronHMTPModel``), a
+``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
+config, the way its proposer's ``get_model`` does. The replacements of
+tests/helpers/vllm_invariant_models.py (``prepare``) apply; the oracle is the same: the export
+of the config, read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ from helpers import vllm_invariant_models as M
 
 ARCHITECTURES = {"glm4_moe": "Glm4MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
 ARCHITECTURES["bailing_hybrid"] = "BailingMoeV2_5ForCausalLM"  # Ling/Ring-2.5's own
+ARCHITECTURES["nemotron_h"] = "NemotronHForCausalLM"
 
 
 def fields(model: str) -> dict:
     """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next four): DeepSeek-V3 as
-    there, GLM-4.5, Qwen3-Next and Ling's hybrid (Bailing, one MTP layer) as
-    tests/helpers/speculative.py makes them."""
+    there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer) and Nemotron-H (four
+    layers, one MTP step: attention, MoE) as tests/helpers/speculative.py makes them."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -34,6 +35,10 @@ def fields(model: str) -> dict:
     mtp = 1 if model in H.MORE else 0
     cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256, mtp=mtp)
     out = dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
+    if model == "nemotron_h":  # as its checkpoints' config.json: the patterns (SGLang reads them)
+        out["hybrid_override_pattern"] = cfg.hybrid_override_pattern
+        out["mtp_hybrid_override_pattern"] = cfg.mtp_hybrid_override_pattern
+        del out["layers_block_type"], out["mtp_layers_block_type"]
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
         out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
                    moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
@@ -49,6 +54,7 @@ CASES = [
     ("glm4_moe", "bf16", 1, 1, 0.6),
     ("qwen3_next", "bf16", 1, 1, 0.6),
     ("bailing_hybrid", "bf16", 1, 1, 0.6),
+    ("nemotron_h", "bf16", 1, 1, 0.6),
 ]
 
 

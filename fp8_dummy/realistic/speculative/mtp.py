@@ -22,7 +22,12 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
 - ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
   ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
   ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
-  chain_norm`` where ``chain_hidden_post_norm`` is set."""
+  chain_norm`` where ``chain_hidden_post_norm`` is set;
+- ``nemotron``: Nemotron-H (``num_nextn_predict_layers`` = n, each MTP step the config's
+  ``mtp_layers_block_type``, P layers: attention, MoE): ``mtp.layers.{j}.`` the n·P layers'
+  tensors (``norm``, ``mixer.*``), the first of each step ``enorm``, ``hnorm``, ``eh_proj``
+  [H, 2H] (the normalized embedding first), the last ``final_layernorm`` (vLLM's
+  ``NemotronHMTP`` takes the embedding and the lm_head from the model's own)."""
 
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ LAYOUTS = {
     "glm_moe_dsa": "deepseek", "bailing_hybrid": "bailing",
     "qwen3_next": "qwen", "mellum": "qwen", "inkling_text": "inkling",
 }  # fmt: skip
+LAYOUTS["nemotron_h"] = "nemotron"
 _DEFAULT_ONE = ("qwen3_next",)  # one MTP layer where the config names none (vLLM's reading)
 
 
@@ -84,8 +90,8 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
     """The prefixes of the MTP tensors' checkpoint names (none for a config without them)."""
     style, n = mtp_layers(config)
-    if style in ("qwen", "inkling"):
-        return ("mtp.",) if style == "qwen" else ("model.mtp.",)
+    if style in ("qwen", "inkling", "nemotron"):
+        return ("model.mtp.",) if style == "inkling" else ("mtp.",)
     first = _text(config).num_hidden_layers
     return tuple(f"model.layers.{first + i}." for i in range(n))
 
@@ -98,9 +104,12 @@ def _mtp_config(text: Any, n: int) -> Any:
         if name in cfg.__dict__:
             delattr(cfg, name)
     cfg.num_hidden_layers = n
+    steps = getattr(text, "mtp_layers_block_type", None)  # Nemotron-H: n steps of P layers
+    if steps is not None:
+        cfg.layers_block_type = list(steps) * n
     if getattr(cfg, "first_k_dense_replace", None) is not None:
         cfg.first_k_dense_replace = 0
-    if getattr(cfg, "layer_types", None) is not None:
+    if getattr(cfg, "layer_types", None) is not None and steps is None:
         types = getattr(text, "mtp_layer_types", None) or ["full_attention"] * n
         cfg.layer_types = list(types)[:n]
     if getattr(cfg, "mlp_layer_types", None) is not None:  # DeepSeek-V3.2, GLM-5: by name
@@ -124,6 +133,11 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
         if i == 0 and getattr(text, "chain_hidden_post_norm", False):
             norms.append("model.mtp.chain_norm.weight")
         return norms, p + "input_proj.weight", {}
+    if style == "nemotron":  # step i: its first layer fuses the inputs, its last normalizes
+        size = len(text.mtp_layers_block_type)
+        first, last = f"mtp.layers.{i * size}.", f"mtp.layers.{i * size + size - 1}."
+        norms = [first + "enorm.weight", first + "hnorm.weight", last + "final_layernorm.weight"]
+        return norms, first + "eh_proj.weight", {}
     if i > 0:  # qwen: one input projection and its norms for all the MTP layers
         return [], None, {}
     norms = ["mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"]
@@ -153,7 +167,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)
-    layer = re.compile(r"^model\.layers\.(\d+)\.")
+    layer = re.compile(r"^(?:model|backbone)\.layers\.(\d+)\.")  # Nemotron-H: backbone
     rename = {}
     for name in blocks:
         m = layer.match(name)
@@ -165,7 +179,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
         t_dtype = own[b.source].dtype
         if t_dtype.is_floating_point:
             t_dtype = torch.float32 if kept_fp32(twin, name, t_dtype, built) else dtype
-        module = _owner(twin, name)
+        module = _owner(twin, name, b.source)
         block.append((module, new, torch.empty(b.shape, dtype=t_dtype, device="meta"), b.shape))
     part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename))
     h = text.hidden_size
@@ -184,11 +198,15 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     return part
 
 
-def _owner(model: torch.nn.Module, name: str) -> torch.nn.Module:
-    try:
-        return model.get_submodule(name.rpartition(".")[0])
-    except AttributeError:
-        return torch.nn.Module()
+def _owner(model: torch.nn.Module, name: str, source: str) -> torch.nn.Module:
+    """The module owning the checkpoint tensor ``name``, else its in-memory tensor's (a fused
+    expert's; Nemotron-H's checkpoint names its model ``backbone.``), else a plain one."""
+    for path in (name, source):
+        try:
+            return model.get_submodule(path.rpartition(".")[0])
+        except AttributeError:
+            continue
+    return torch.nn.Module()
 
 
 def _facts(twin: torch.nn.Module, blocks: dict, rename: dict) -> Arch:
