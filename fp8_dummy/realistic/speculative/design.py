@@ -199,7 +199,7 @@ def plan_design(
     embed = _find(specs, shapes, "embedding", (v, hidden))
     head = _find(specs, shapes, "lm_head", (v, hidden))
     if embed is None or head is None:
-        what = "an embedding" if embed is None else "an untied lm_head (tie_word_embeddings off)"
+        what = "embedding" if embed is None else "untied lm_head (tie_word_embeddings off)"
         raise DesignError(
             f"fp8_dummy: acceptance: the model has no {what} of [{v}, {hidden}]: the designed "
             "stream is written into the embedding's and the lm_head's own rows"
