@@ -239,8 +239,9 @@ def _own(arch: str, main: int) -> tuple[str, str, list[str]]:
 def test_the_mtp_layers_are_moe_layers_under_the_checkpoints_names(arch):
     """Every architecture's MTP block is a MoE decoder layer (whatever marks the main model's
     dense layers: first_k_dense_replace, mlp_layer_types, mlp_only_layers) but Inkling's (its
-    config's MTP layers are dense) and dense Qwen3.5's (a dense model), beside the MTP layer's own tensors, under the names the
-    engines' loaders and transformers' MtpModel read (Bailing's attention ``attention.*``)."""
+    config's MTP layers are dense) and dense Qwen3.5's (a dense model), beside the MTP layer's
+    own tensors, under the names the engines' loaders and transformers' MtpModel read
+    (Bailing's attention ``attention.*``)."""
     from fp8_dummy.realistic import config_checkpoint
 
     if arch in ("deepseek_v32", "glm_moe_dsa"):
