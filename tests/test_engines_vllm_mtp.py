@@ -1,6 +1,7 @@
 """The MTP layers in vLLM 0.33's own draft classes: ``DeepSeekMTP`` (DeepSeek-V3, one and two
-MTP layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5), ``Qwen3NextMTP`` (Qwen3-Next) and
-``BailingMoeV25MTPModel`` (Ling's hybrid), built on the CPU as vLLM's proposer builds its draft
+MTP layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5), ``Qwen3NextMTP`` (Qwen3-Next),
+``BailingMoeV25MTPModel`` (Ling's hybrid), ``Qwen3_5MTP`` and ``Qwen3_5MoeMTP`` (Qwen3.5, one
+MTP layer and two), built on the CPU as vLLM's proposer builds its draft
 (helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's Llama from its
 config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
 ``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
@@ -26,6 +27,7 @@ from helpers import vllm_mtp_models as T  # noqa: E402
 
 CLASSES = {"deepseek_v3": "DeepSeekMTP", "glm4_moe": "Glm4MoeMTP", "qwen3_next": "Qwen3NextMTP"}
 CLASSES["bailing_hybrid"] = "BailingMoeV25MTPModel"
+CLASSES.update(qwen3_5_text="Qwen3_5MTP", qwen3_5_moe_text="Qwen3_5MoeMTP")
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 

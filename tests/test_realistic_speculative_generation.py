@@ -92,8 +92,12 @@ def test_assisted_generation_with_an_exported_draft(target, acceptance, tmp_path
 FORWARD = [("qwen3_next", 0.6, 1, {}), ("qwen3_next", 0.6, 2, {}), ("bailing_hybrid", 0.3, 1, {})]
 FORWARD += [("bailing_hybrid", 0.6, 1, {}), ("bailing_hybrid", 0.9, 1, {})]
 FORWARD += [("bailing_hybrid", 0.6, 2, {})]
+FORWARD += [("qwen3_5_moe_text", a, 1, {}) for a in (0.3, 0.6, 0.9)]
+FORWARD += [("qwen3_5_text", 0.6, 1, {}), ("qwen3_5_moe_text", 0.6, 2, {})]
 # a size, vocabulary and seed the design was not developed on
 FORWARD += [("bailing_hybrid", 0.75, 3, dict(hidden=256, vocab=6000, layers=4, seed=9))]
+FORWARD += [("qwen3_5_moe_text", 0.7, 2, dict(hidden=192, vocab=5000, layers=5, seed=21))]
+FORWARD += [("qwen3_5_text", 0.45, 3, dict(hidden=320, vocab=12000, layers=4, seed=8))]
 
 
 @pytest.mark.parametrize("arch,acceptance,k,other", FORWARD)

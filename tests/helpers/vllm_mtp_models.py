@@ -1,9 +1,9 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
-``BailingMoeV25MTPModel``) built on this CPU from tiny configs with MTP layers, for
+``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``) built on this CPU from tiny configs with MTP layers, for
 tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily). Built as
 vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``,
 which turns the target's config into the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``,
-``Qwen3NextMTP``, ``BailingMoeV25MTPModel``), a ``VllmConfig`` holding both, then the model
+``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``), a ``VllmConfig`` holding both, then the model
 loader's ``create_model`` with the draft's model config, the way its proposer's ``get_model``
 does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply; the
 oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
@@ -20,13 +20,14 @@ from helpers import vllm_invariant_models as M
 
 ARCHITECTURES = {"glm4_moe": "Glm4MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
 ARCHITECTURES["bailing_hybrid"] = "BailingMoeV2_5ForCausalLM"  # Ling/Ring-2.5's own
+ARCHITECTURES.update(qwen3_5_text="Qwen3_5ForCausalLM", qwen3_5_moe_text="Qwen3_5MoeForCausalLM")
 
 
 def fields(model: str) -> dict:
     """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
-    COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next four): DeepSeek-V3 as
-    there, GLM-4.5, Qwen3-Next and Ling's hybrid (Bailing, one MTP layer) as
-    tests/helpers/speculative.py makes them."""
+    COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
+    DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer) and
+    Qwen3.5's text models as tests/helpers/speculative.py makes them."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -49,6 +50,8 @@ CASES = [
     ("glm4_moe", "bf16", 1, 1, 0.6),
     ("qwen3_next", "bf16", 1, 1, 0.6),
     ("bailing_hybrid", "bf16", 1, 1, 0.6),
+    ("qwen3_5_text", "bf16", 1, 1, 0.6),
+    ("qwen3_5_moe_text", "bf16", 2, 2, "0.8,0.5"),
 ]
 
 
@@ -67,7 +70,9 @@ def key(case: tuple) -> str:
 def write_config(case: tuple, folder: Path) -> Path:
     model, quant, layers, _, _ = case
     folder.mkdir(parents=True, exist_ok=True)
-    config = dict(fields(model), num_nextn_predict_layers=layers)
+    # the MTP layer count under the key vLLM reads (Qwen3.5's own)
+    count = "mtp_num_hidden_layers" if model.startswith("qwen3_5") else "num_nextn_predict_layers"
+    config = dict(fields(model), **{count: layers})
     if M.QUANTS[quant]:
         config["quantization_config"] = M.QUANTS[quant]
     (folder / "config.json").write_text(json.dumps(config))
