@@ -99,6 +99,19 @@ def export(case: tuple, folder: Path) -> Path:
     return out
 
 
+def _image_module_without_torchvision() -> None:
+    """vLLM's Qwen3.5 classes import ``smart_resize`` from transformers' Qwen2-VL image
+    processor module, which imports torchvision, not in the engines' environment here; the PIL
+    processor's module holds the same function. No image is processed: where torchvision is
+    missing, that module name is given the PIL one."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("torchvision") is None:
+        pil = importlib.import_module("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+        sys.modules.setdefault("transformers.models.qwen2_vl.image_processing_qwen2_vl", pil)
+
+
 def build(folder: Path, world: int, k: int):
     """(draft model, vllm_config, draft model_config): the MTP draft of the target config in
     ``folder`` at TP=``world`` with ``k`` speculative tokens, as vLLM creates it; a draft
@@ -118,6 +131,7 @@ def build(folder: Path, world: int, k: int):
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.utils.torch_utils import set_default_torch_dtype
 
+    _image_module_without_torchvision()
     target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16")
     parallel = ParallelConfig(tensor_parallel_size=world)
     spec = SpeculativeConfig(
