@@ -6,9 +6,9 @@ four prompts of 150 generated tokens each (400 where most drafts are accepted); 
 per position (given the position before was accepted) within 0.05 of the designed one for A in
 {0.3, 0.6, 0.9}, per-position lists at two and three MTP layers, and configs of other sizes,
 vocabularies and draft lengths; without an acceptance, chance. Qwen3-Next and Qwen3.5 (their
-configs declare no ``num_mtp_layers``) and Bailing's hybrid (a stateful model, which transformers' assisted
-generation refuses), whose MTP transformers cannot run, through an independent forward of
-their MTP layer (tests/helpers/speculative_forward.py). With sampling at temperature 1: the
+configs declare no ``num_mtp_layers``) and Bailing's hybrid (a stateful model, which
+transformers' assisted generation refuses), whose MTP transformers cannot run, through an
+independent forward of their MTP layer (tests/helpers/speculative_forward.py). With sampling at temperature 1: the
 next-token entropy between 1 nat and 80% of ln(vocabulary), and the acceptance reported.
 ``pytest -s`` prints the numbers docs/realistic.md records."""
 

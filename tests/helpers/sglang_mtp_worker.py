@@ -15,8 +15,8 @@ import sys
 import traceback
 from pathlib import Path
 
-# Qwen3-Next and Qwen3.5 are hybrid models: no radix cache, whose variant for it needs a platform's Mamba
-# cache snapshots (ServerArgs checks); it has no say in the parameters
+# Qwen3-Next and Qwen3.5 are hybrid models: no radix cache, whose variant for them needs a
+# platform's Mamba cache snapshots (ServerArgs checks); it has no say in the parameters
 MORE = {"disable_radix_cache": True}
 
 

@@ -1,11 +1,11 @@
 """MTP layers transformers cannot run (Qwen3-Next, Qwen3.5: their configs declare no
 ``num_mtp_layers``; Bailing's hybrid: a stateful model, which assisted generation refuses), run
 independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
-(``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``BailingMoeV25MTPModel``): the input projection of the normalized embedding and the target's
-last hidden state, the MTP decoder block (transformers' own decoder layer, full attention,
-loaded from the export as a one-layer model), the MTP layer's final norm and the lm_head;
-reused for k draft tokens, each on the sequence with the drafts so far, and verified against
-the target's greedy tokens."""
+(``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``BailingMoeV25MTPModel``): the input
+projection of the normalized embedding and the target's last hidden state, the MTP decoder
+block (transformers' own decoder layer, full attention, loaded from the export as a one-layer
+model), the MTP layer's final norm and the lm_head; reused for k draft tokens, each on the
+sequence with the drafts so far, and verified against the target's greedy tokens."""
 
 from __future__ import annotations
 
