@@ -8,9 +8,9 @@ per position (given the position before was accepted) within 0.05 of the designe
 vocabularies and draft lengths; without an acceptance, chance. Qwen3-Next and Qwen3.5 (their
 configs declare no ``num_mtp_layers``) and Bailing's hybrid (a stateful model, which
 transformers' assisted generation refuses), whose MTP transformers cannot run, through an
-independent forward of their MTP layer (tests/helpers/speculative_forward.py). With sampling at temperature 1: the
-next-token entropy between 1 nat and 80% of ln(vocabulary), and the acceptance reported.
-``pytest -s`` prints the numbers docs/realistic.md records."""
+independent forward of their MTP layer (tests/helpers/speculative_forward.py). With sampling
+at temperature 1: the next-token entropy between 1 nat and 80% of ln(vocabulary), and the
+acceptance reported. ``pytest -s`` prints the numbers docs/realistic.md records."""
 
 from __future__ import annotations
 
