@@ -212,6 +212,7 @@ MTP_CONFIGS = {
     "qwen3_next": {},
     "qwen3_5_text": {},
     "qwen3_5_moe_text": {},
+    "glm4_moe_lite": {},
     "mellum": {},
     "bailing_hybrid": {},
     "inkling_text": {},

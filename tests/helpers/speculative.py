@@ -38,6 +38,11 @@ MORE = {
     "inkling_text": dict(n_routed_experts=16, n_shared_experts=1, swa_num_attention_heads=4,
                          swa_num_key_value_heads=2, swa_head_dim=32, sliding_window_size=64,
                          d_rel=8, rel_extent=64, **MOE),
+    # GLM-4.7-Flash: MLA attention, a dense first layer (no MTP layers by default)
+    "glm4_moe_lite": dict(n_routed_experts=16, n_shared_experts=1, q_lora_rank=32,
+                          kv_lora_rank=32, qk_nope_head_dim=16,  # head_dim: the rope part
+                          v_head_dim=32, first_k_dense_replace=1, n_group=1, topk_group=1,
+                          num_key_value_heads=4, **MOE),
     "bailing_hybrid": dict(num_experts=16, n_group=4, topk_group=2, num_shared_experts=1,
                            kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16,
                            qk_nope_head_dim=16, v_head_dim=32, layer_group_size=2,
@@ -81,7 +86,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         kw = {**common, "num_hidden_layers": max(layers, 4), **QWEN3_5[arch]}
         cfg = tf.AutoConfig.for_model(arch, **kw, **({"mtp_num_hidden_layers": mtp} if mtp else {}))
     elif arch in MORE:
-        kw = {**common, **MORE[arch], "num_mtp_layers": mtp or (0 if "bailing" in arch else None)}
+        count = "num_nextn_predict_layers" if arch == "glm4_moe_lite" else "num_mtp_layers"
+        kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
         if arch == "mellum":
             kw["layer_types"] = ["sliding_attention"] + ["full_attention"] * (layers - 1)
         cfg = tf.AutoConfig.for_model(arch, **kw)

@@ -8,7 +8,8 @@ it; the MTP layer's own tensors are added as the engines' loaders and transforme
 read them (its conversion: ``transformers.conversion_mapping``'s ``MtpModel``; vLLM 0.33's
 MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data:`LAYOUTS`):
 
-- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5 (``num_nextn_predict_layers`` = n):
+- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``)
+  (``num_nextn_predict_layers`` = n):
   ``model.layers.{L+i}.`` the block's tensors and ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H]
   (the normalized embedding first), ``shared_head.norm``, ``shared_head.head`` and
   ``embed_tokens`` (copies of the lm_head and the embedding: the same values, as DeepSeek's
@@ -43,7 +44,7 @@ __all__ = ["LAYOUTS", "MtpPart", "mtp_layers", "mtp_part", "mtp_prefixes"]
 # The config's own model type (its text config's) -> the layout of its checkpoint's MTP layers
 LAYOUTS = {
     "deepseek_v3": "deepseek", "deepseek_v32": "deepseek", "glm4_moe": "deepseek",
-    "glm_moe_dsa": "deepseek", "bailing_hybrid": "bailing",
+    "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
     "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
     "mellum": "qwen", "inkling_text": "inkling",
 }  # fmt: skip
