@@ -218,12 +218,13 @@ def test_every_block_holds_the_whole_tensors_values():
 
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3", "mixtral", "gpt_oss", "mellum",
-                                  "bailing_hybrid", "qwen3_5_moe_text", "glm4_moe_lite"])  # fmt: skip
+                                  "bailing_hybrid", "qwen3_5_moe_text",
+                                  "glm4_moe_lite"])  # fmt: skip
 def test_routing_and_residual_rms_hold_with_acceptance(arch):
     """The routing tests' measurement (tests/test_realistic_routing.py) with acceptance set:
     every MoE layer within TV 0.08 of zipf:1.2, max/mean within 25%, residual RMS in [0.25, 4]
-    (Mellum, Bailing, GLM-4.7-Flash and Qwen3.5-MoE: this file's configs with an MTP layer, three layers;
-    Qwen3.5-MoE's four)."""
+    (Mellum, Bailing, GLM-4.7-Flash and Qwen3.5-MoE: this file's configs with an MTP layer,
+    three layers; Qwen3.5-MoE's four)."""
     from test_realistic_routing import build, measure, tv_sorted, zipf_oracle
 
     if arch in H.MORE or arch in H.QWEN3_5:
