@@ -28,6 +28,7 @@ from helpers import vllm_mtp_models as T  # noqa: E402
 CLASSES = {"deepseek_v3": "DeepSeekMTP", "glm4_moe": "Glm4MoeMTP", "qwen3_next": "Qwen3NextMTP"}
 CLASSES["bailing_hybrid"] = "BailingMoeV25MTPModel"
 CLASSES.update(qwen3_5_text="Qwen3_5MTP", qwen3_5_moe_text="Qwen3_5MoeMTP")
+CLASSES["glm4_moe_lite"] = "Glm4MoeLiteMTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 

@@ -22,6 +22,7 @@ from helpers import vllm_invariant_models as M
 ARCHITECTURES = {"glm4_moe": "Glm4MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
 ARCHITECTURES["bailing_hybrid"] = "BailingMoeV2_5ForCausalLM"  # Ling/Ring-2.5's own
 ARCHITECTURES.update(qwen3_5_text="Qwen3_5ForCausalLM", qwen3_5_moe_text="Qwen3_5MoeForCausalLM")
+ARCHITECTURES["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"  # GLM-4.7-Flash
 
 
 def fields(model: str) -> dict:
@@ -53,6 +54,7 @@ CASES = [
     ("bailing_hybrid", "bf16", 1, 1, 0.6),
     ("qwen3_5_text", "bf16", 1, 1, 0.6),
     ("qwen3_5_moe_text", "bf16", 2, 2, "0.8,0.5"),
+    ("glm4_moe_lite", "bf16", 1, 1, 0.6),
 ]
 
 
