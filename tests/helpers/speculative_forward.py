@@ -1,11 +1,12 @@
-"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5: their configs declare no
-``num_mtp_layers``; Bailing's hybrid: a stateful model, which assisted generation refuses), run
+"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash: their configs declare
+no ``num_mtp_layers``; Bailing's hybrid: a stateful model, which assisted generation refuses), run
 independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
-(``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``BailingMoeV25MTPModel``): the input
-projection of the normalized embedding and the target's last hidden state, the MTP decoder
-block (transformers' own decoder layer, full attention, loaded from the export as a one-layer
-model), the MTP layer's final norm and the lm_head; reused for k draft tokens, each on the
-sequence with the drafts so far, and verified against the target's greedy tokens."""
+(``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``BailingMoeV25MTPModel``,
+``Glm4MoeLiteMTP``): the input projection of the normalized embedding and the target's last
+hidden state, the MTP decoder block (transformers' own decoder layer, full attention, loaded
+from the export as a one-layer model), the MTP layer's final norm and the lm_head; reused for k
+draft tokens, each on the sequence with the drafts so far, and verified against the target's
+greedy tokens."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ LAYOUTS = {
                            out="model.layers.{L}.final_layernorm", offset=0.0),
 }  # fmt: skip
 LAYOUTS["qwen3_5_text"] = LAYOUTS["qwen3_5_moe_text"] = LAYOUTS["qwen3_next"]  # the same names
+LAYOUTS["glm4_moe_lite"] = dict(LAYOUTS["bailing_hybrid"], out="model.layers.{L}.shared_head.norm")
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
