@@ -29,7 +29,8 @@ DEFAULT_LOADER = "vllm.model_executor.model_loader.default_loader"
 def load_checkpoint(
     model: torch.nn.Module, model_config: Any, routing: Any = "balanced", acceptance: Any = None
 ) -> set:
-    """Load the logical checkpoint of ``model_config.hf_config`` (seed: vLLM's ``--seed``,
+    """Load the logical checkpoint of ``model_config.hf_config`` (for a draft config with no
+    main layers the model's own, :func:`_checkpoints_config`; seed: vLLM's ``--seed``,
     None: 0) into ``model`` through its own ``load_weights``; the names it loaded. The format
     and every tensor's role are settled before anything is written. A per-position
     ``acceptance`` must have one number per draft token of vLLM's speculative config."""
