@@ -1,14 +1,15 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
-``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``) built on this CPU from tiny
-configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is
-imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
+``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``) built on this
+CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo
+workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
 ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
 ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
-``Qwen3_5MTP``, ``Qwen3_5MoeMTP``), a ``VllmConfig`` holding both, then the model loader's
-``create_model`` with the draft's model config, the way its proposer's ``get_model`` does.
-The replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply, and one of
-transformers' image modules where torchvision is missing (:func:`build`); the oracle is the
-same: the export of the config, read by vLLM's own safetensors loader into a twin."""
+``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``), a ``VllmConfig`` holding both, then
+the model loader's ``create_model`` with the draft's model config, the way its proposer's
+``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
+apply, and one of transformers' image modules where torchvision is missing (:func:`build`); the
+oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
+twin."""
 
 from __future__ import annotations
 
