@@ -1,6 +1,7 @@
 """The MTP layers in SGLang 0.5.23's own speculative draft classes: ``DeepseekV3ForCausalLMNextN``
-(DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN`` (GLM-4.5) and
-``Qwen3NextForCausalLMMTP`` (Qwen3-Next), built on this CPU as SGLang builds its draft (its
+(DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN`` (GLM-4.5),
+``Qwen3NextForCausalLMMTP`` (Qwen3-Next) and ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense and MoE),
+built on this CPU as SGLang builds its draft (its
 draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
 ``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1 (one process) and TP=2
 (two gloo processes). The oracle: the export of the same config and acceptance read by SGLang's
@@ -35,16 +36,21 @@ CASES = {
     "deepseek_v3-plain": ("deepseek_v3", "bf16", None),
     "glm4_moe-bf16": ("glm4_moe", "bf16", 0.6),
     "qwen3_next-bf16": ("qwen3_next", "bf16", 0.6),
+    "qwen3_5_text-bf16": ("qwen3_5_text", "bf16", 0.6),
+    "qwen3_5_moe_text-bf16": ("qwen3_5_moe_text", "bf16", 0.6),
 }
 CLASSES = {
     "deepseek_v3": "DeepseekV3ForCausalLMNextN",
     "glm4_moe": "Glm4MoeForCausalLMNextN",
     "qwen3_next": "Qwen3NextForCausalLMMTP",
+    "qwen3_5_text": "Qwen3_5ForCausalLMMTP",  # SGLang's one class for Qwen3.5, dense and MoE
+    "qwen3_5_moe_text": "Qwen3_5ForCausalLMMTP",
 }
 
 
 def _config(model: str, quant: str) -> dict:
-    config = dict(S.MODELS.get(model) or T.fields(model), num_nextn_predict_layers=1)
+    count = "mtp_num_hidden_layers" if model.startswith("qwen3_5") else "num_nextn_predict_layers"
+    config = dict(S.MODELS.get(model) or T.fields(model), **{count: 1})
     if S.QUANTS[quant]:
         config["quantization_config"] = S.QUANTS[quant]
     return config

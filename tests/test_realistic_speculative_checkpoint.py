@@ -210,6 +210,9 @@ MTP_CONFIGS = {
     "deepseek_v32": dict(n_routed_experts=8, n_group=2, topk_group=1, **DSA),
     "glm_moe_dsa": dict(n_routed_experts=8, **DSA),
     "qwen3_next": {},
+    "qwen3_5_text": {},
+    "qwen3_5_moe_text": {},
+    "glm4_moe_lite": {},
     "mellum": {},
     "bailing_hybrid": {},
     "inkling_text": {},
@@ -218,7 +221,7 @@ MTP_CONFIGS = {
 
 def _own(arch: str, main: int) -> tuple[str, str, list[str]]:
     """(the MTP tensors' prefix, the block's, the MTP layer's own tensors) of one MTP layer."""
-    if arch in ("qwen3_next", "mellum"):
+    if arch in ("qwen3_next", "mellum") or arch in H.QWEN3_5:
         own = [f"mtp.{n}.weight" for n in ("fc", "norm", "pre_fc_norm_hidden")]
         return "mtp.", "mtp.layers.0.", own + ["mtp.pre_fc_norm_embedding.weight"]
     if arch == "inkling_text":
@@ -237,8 +240,9 @@ def _own(arch: str, main: int) -> tuple[str, str, list[str]]:
 def test_the_mtp_layers_are_moe_layers_under_the_checkpoints_names(arch):
     """Every architecture's MTP block is a MoE decoder layer (whatever marks the main model's
     dense layers: first_k_dense_replace, mlp_layer_types, mlp_only_layers) but Inkling's (its
-    config's MTP layers are dense), beside the MTP layer's own tensors, under the names the
-    engines' loaders and transformers' MtpModel read (Bailing's attention ``attention.*``)."""
+    config's MTP layers are dense) and dense Qwen3.5's (a dense model), beside the MTP layer's
+    own tensors, under the names the engines' loaders and transformers' MtpModel read
+    (Bailing's attention ``attention.*``)."""
     from fp8_dummy.realistic import config_checkpoint
 
     if arch in ("deepseek_v32", "glm_moe_dsa"):
@@ -248,14 +252,14 @@ def test_the_mtp_layers_are_moe_layers_under_the_checkpoints_names(arch):
                       first_k_dense_replace=1)  # fmt: skip
         cfg = tf.AutoConfig.for_model(arch, **common, **MTP_CONFIGS[arch])
         cfg.num_nextn_predict_layers = 1
-    elif arch in H.MORE:
+    elif arch in H.MORE or arch in H.QWEN3_5:
         cfg = H.config(arch, mtp=1)
     else:
         cfg = H.config(arch, num_nextn_predict_layers=1)
     names = list(config_checkpoint(cfg, 0, acceptance=0.5).tensors)
     prefix, block, own = _own(arch, cfg.num_hidden_layers)
     assert set(own) <= set(names)
-    mlp = "mlp.gate_proj." if arch == "inkling_text" else "mlp.experts."
+    mlp = "mlp.gate_proj." if arch in ("inkling_text", "qwen3_5_text") else "mlp.experts."
     assert any(n.startswith(block + mlp) for n in names), "a MoE block (Inkling: dense)"
     attention = "attention." if arch == "bailing_hybrid" else "self_attn."
     assert any(n.startswith(block + attention) for n in names)
@@ -315,3 +319,28 @@ def test_nemotron_h_mtp_under_vllms_names(steps):
     assert {n for n in t if not n.startswith("mtp.")} == set(main)
     assert S.mtp_layers(cfg) == ("nemotron", steps) and S.mtp_prefixes(cfg) == ("mtp.",)
     assert S.mtp_layers(H.config("nemotron_h")) == (None, 0)
+
+
+@pytest.mark.parametrize("model", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5s_mtp_layers_counted_as_vllm_counts_them(model):
+    """Qwen3.5's checkpoints, the multimodal ones too, keep their MTP layers at the top level
+    (``mtp.``), as many as the text config's ``mtp_num_hidden_layers`` says (vLLM's
+    ``Qwen3_5MTP`` reads that key alone), one where it is absent, none where it is 0; the
+    multimodal checkpoint's logical model holds them under the same names."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    text = H.config(f"{model}_text").to_dict()
+    for key in ("model_type", "transformers_version", "architectures"):
+        text.pop(key, None)
+    for n, want in ((None, 1), (2, 2), (0, 0)):
+        more = {} if n is None else {"mtp_num_hidden_layers": n}
+        both = tf.AutoConfig.for_model(model, text_config=dict(text, **more),
+                                       tie_word_embeddings=False)  # fmt: skip
+        assert S.mtp_layers(both) == (("qwen", want) if want else (None, 0))
+        assert S.mtp_prefixes(both) == (("mtp.",) if want else ())
+    alone = H.config(f"{model}_text", num_nextn_predict_layers=3)  # a key vLLM does not read
+    assert S.mtp_layers(alone) == ("qwen", 1)
+    both = tf.AutoConfig.for_model(model, text_config=text, tie_word_embeddings=False)
+    names = list(config_checkpoint(both, 0).tensors)
+    assert "mtp.fc.weight" in names and "mtp.layers.0.self_attn.q_proj.weight" in names
+    assert not any(n.startswith("mtp.layers.1.") for n in names)

@@ -1,6 +1,7 @@
 """One process of tests/test_engines_sglang_mtp.py: rank RANK of a WORLD-rank gloo group. For
 each case, two copies of SGLang's own speculative draft class (``DeepseekV3ForCausalLMNextN``,
-``Glm4MoeForCausalLMNextN``, ``Qwen3NextForCausalLMMTP``: what SGLang's draft config names)
+``Glm4MoeForCausalLMNextN``, ``Qwen3NextForCausalLMMTP``, ``Qwen3_5ForCausalLMMTP``: what
+SGLang's draft config names)
 built from the export's config.json: one filled by ``FP8_DUMMY_SGLANG=realistic``'s fill with
 the case's ``$FP8_DUMMY_ACCEPTANCE`` (poisoned 0x55 first), the other (0xAA) loaded from the
 export's files by SGLang's own safetensors reader and the class's ``load_weights``. Findings go
@@ -14,8 +15,8 @@ import sys
 import traceback
 from pathlib import Path
 
-# Qwen3-Next is a hybrid model: no radix cache, whose variant for it needs a platform's Mamba
-# cache snapshots (ServerArgs checks); it has no say in the parameters
+# Qwen3-Next and Qwen3.5 are hybrid models: no radix cache, whose variant for them needs a
+# platform's Mamba cache snapshots (ServerArgs checks); it has no say in the parameters
 MORE = {"disable_radix_cache": True}
 
 

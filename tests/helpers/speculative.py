@@ -27,6 +27,9 @@ QWEN3_NEXT = dict(
     shared_expert_intermediate_size=64, head_dim=32, linear_num_value_heads=4,
     linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32,
 )  # fmt: skip
+# Qwen3.5 (its text models): Qwen3-Next's linear attention; the MoE one Qwen3-Next's experts
+LINEAR = {k: v for k, v in QWEN3_NEXT.items() if k.startswith(("linear_", "head_dim"))}
+QWEN3_5 = {"qwen3_5_text": LINEAR, "qwen3_5_moe_text": QWEN3_NEXT}
 ROUTED = ("qwen3_moe", "deepseek_v3", "glm4_moe")  # the routing tests' configs, 16 experts top-2
 MOE = dict(num_experts_per_tok=2, moe_intermediate_size=64, head_dim=32)
 # The other architectures whose configs declare MTP layers, small: 16 experts top-2 (a shared one)
@@ -35,6 +38,11 @@ MORE = {
     "inkling_text": dict(n_routed_experts=16, n_shared_experts=1, swa_num_attention_heads=4,
                          swa_num_key_value_heads=2, swa_head_dim=32, sliding_window_size=64,
                          d_rel=8, rel_extent=64, **MOE),
+    # GLM-4.7-Flash: MLA attention, a dense first layer (no MTP layers by default)
+    "glm4_moe_lite": dict(n_routed_experts=16, n_shared_experts=1, q_lora_rank=32,
+                          kv_lora_rank=32, qk_nope_head_dim=16,  # head_dim: the rope part
+                          v_head_dim=32, first_k_dense_replace=1, n_group=1, topk_group=1,
+                          num_key_value_heads=4, **MOE),
     "bailing_hybrid": dict(num_experts=16, n_group=4, topk_group=2, num_shared_experts=1,
                            kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16,
                            qk_nope_head_dim=16, v_head_dim=32, layer_group_size=2,
@@ -67,7 +75,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
            **more):  # fmt: skip
     """A tiny untied config of ``arch`` with bos 0 and eos 1: Llama; Qwen3-MoE, DeepSeek-V3
     and GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next
-    (at least four layers: three linear-attention ones, then a full one); Mellum (a sliding
+    and Qwen3.5's text models (at least four layers: three linear-attention ones, then a full
+    one; Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding
     layer, then a full one), Inkling and Bailing (:data:`MORE`) with ``mtp`` MTP layers; then
     ``more``."""
     common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
@@ -83,8 +92,12 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         kw = dict(common, layers_block_type=kinds, num_nextn_predict_layers=mtp)
         del kw["num_hidden_layers"]  # the layer types count them
         cfg = tf.AutoConfig.for_model(arch, **kw, **NEMOTRON_H)
+    elif arch in QWEN3_5:  # its MTP layer count the key vLLM reads (one where it is absent)
+        kw = {**common, "num_hidden_layers": max(layers, 4), **QWEN3_5[arch]}
+        cfg = tf.AutoConfig.for_model(arch, **kw, **({"mtp_num_hidden_layers": mtp} if mtp else {}))
     elif arch in MORE:
-        kw = {**common, **MORE[arch], "num_mtp_layers": mtp or (0 if "bailing" in arch else None)}
+        count = "num_nextn_predict_layers" if arch == "glm4_moe_lite" else "num_mtp_layers"
+        kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
         if arch == "mellum":
             kw["layer_types"] = ["sliding_attention"] + ["full_attention"] * (layers - 1)
         cfg = tf.AutoConfig.for_model(arch, **kw)

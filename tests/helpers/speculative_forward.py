@@ -1,13 +1,13 @@
-"""MTP layers transformers cannot run (Qwen3-Next: its config declares no ``num_mtp_layers``;
-Bailing's hybrid and Nemotron-H: stateful models, which assisted generation refuses), run
-independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
-(``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``NemotronHMTP``): the input projection of the
-normalized embedding and the target's last hidden state, the MTP decoder block (transformers'
-own decoder layer, full attention, loaded from the export as a one-layer model; Nemotron-H's
-step: its attention and MoE layers as a two-layer model), the MTP layer's final norm and the
-lm_head;
-reused for k draft tokens, each on the sequence with the drafts so far, and verified against
-the target's greedy tokens."""
+"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash: their configs declare
+no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H: stateful models, which assisted generation
+refuses), run independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
+(``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``BailingMoeV25MTPModel``,
+``Glm4MoeLiteMTP``, ``NemotronHMTP``): the input projection of the normalized embedding and the
+target's last hidden state, the MTP decoder block (transformers' own decoder layer, full
+attention, loaded from the export as a one-layer model; Nemotron-H's step: its attention and MoE
+layers as a two-layer model), the MTP layer's final norm and the lm_head; reused for k draft
+tokens, each on the sequence with the drafts so far, and verified against the target's greedy
+tokens."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ LAYOUTS["nemotron_h"] = dict(block="mtp.layers.", fc="mtp.layers.0.eh_proj",
                              embed="mtp.layers.0.enorm", hidden="mtp.layers.0.hnorm",
                              out="mtp.layers.1.final_layernorm", offset=0.0,
                              into="backbone.layers.", norm="backbone.norm_f.weight")  # fmt: skip
+LAYOUTS["qwen3_5_text"] = LAYOUTS["qwen3_5_moe_text"] = LAYOUTS["qwen3_next"]  # the same names
+LAYOUTS["glm4_moe_lite"] = dict(LAYOUTS["bailing_hybrid"], out="model.layers.{L}.shared_head.norm")
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:

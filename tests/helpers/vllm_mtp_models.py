@@ -1,13 +1,15 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
-``BailingMoeV25MTPModel``, ``NemotronHMTP``) built on this CPU from tiny configs with MTP
-layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily).
-Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method
-``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
-``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``NemotronHMTPModel``), a
-``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
-config, the way its proposer's ``get_model`` does. The replacements of
-tests/helpers/vllm_invariant_models.py (``prepare``) apply; the oracle is the same: the export
-of the config, read by vLLM's own safetensors loader into a twin."""
+``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``,
+``NemotronHMTP``) built on this CPU from tiny configs with MTP layers, for
+tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily). Built as vLLM
+builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which
+turns the target's config into the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``,
+``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
+``Glm4MoeLiteMTPModel``, ``NemotronHMTPModel``), a ``VllmConfig`` holding both, then the model
+loader's ``create_model`` with the draft's model config, the way its proposer's ``get_model``
+does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply, and one of
+transformers' image modules where torchvision is missing (:func:`build`); the oracle is the
+same: the export of the config, read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
@@ -21,13 +23,16 @@ from helpers import vllm_invariant_models as M
 ARCHITECTURES = {"glm4_moe": "Glm4MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
 ARCHITECTURES["bailing_hybrid"] = "BailingMoeV2_5ForCausalLM"  # Ling/Ring-2.5's own
 ARCHITECTURES["nemotron_h"] = "NemotronHForCausalLM"
+ARCHITECTURES.update(qwen3_5_text="Qwen3_5ForCausalLM", qwen3_5_moe_text="Qwen3_5MoeForCausalLM")
+ARCHITECTURES["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"  # GLM-4.7-Flash
 
 
 def fields(model: str) -> dict:
     """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
-    COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next four): DeepSeek-V3 as
-    there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer) and Nemotron-H (four
-    layers, one MTP step: attention, MoE) as tests/helpers/speculative.py makes them."""
+    COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
+    DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
+    text models and Nemotron-H (four layers, one MTP step: attention, MoE) as
+    tests/helpers/speculative.py makes them."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -55,6 +60,9 @@ CASES = [
     ("qwen3_next", "bf16", 1, 1, 0.6),
     ("bailing_hybrid", "bf16", 1, 1, 0.6),
     ("nemotron_h", "bf16", 1, 1, 0.6),
+    ("qwen3_5_text", "bf16", 1, 1, 0.6),
+    ("qwen3_5_moe_text", "bf16", 2, 2, "0.8,0.5"),
+    ("glm4_moe_lite", "bf16", 1, 1, 0.6),
 ]
 
 
@@ -73,7 +81,9 @@ def key(case: tuple) -> str:
 def write_config(case: tuple, folder: Path) -> Path:
     model, quant, layers, _, _ = case
     folder.mkdir(parents=True, exist_ok=True)
-    config = dict(fields(model), num_nextn_predict_layers=layers)
+    # the MTP layer count under the key vLLM reads (Qwen3.5's own)
+    count = "mtp_num_hidden_layers" if model.startswith("qwen3_5") else "num_nextn_predict_layers"
+    config = dict(fields(model), **{count: layers})
     if M.QUANTS[quant]:
         config["quantization_config"] = M.QUANTS[quant]
     (folder / "config.json").write_text(json.dumps(config))
@@ -100,6 +110,19 @@ def export(case: tuple, folder: Path) -> Path:
     return out
 
 
+def _image_module_without_torchvision() -> None:
+    """vLLM's Qwen3.5 classes import ``smart_resize`` from transformers' Qwen2-VL image
+    processor module, which imports torchvision, not in the engines' environment here; the PIL
+    processor's module holds the same function. No image is processed: where torchvision is
+    missing, that module name is given the PIL one."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("torchvision") is None:
+        pil = importlib.import_module("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+        sys.modules.setdefault("transformers.models.qwen2_vl.image_processing_qwen2_vl", pil)
+
+
 def build(folder: Path, world: int, k: int):
     """(draft model, vllm_config, draft model_config): the MTP draft of the target config in
     ``folder`` at TP=``world`` with ``k`` speculative tokens, as vLLM creates it; a draft
@@ -119,6 +142,7 @@ def build(folder: Path, world: int, k: int):
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.utils.torch_utils import set_default_torch_dtype
 
+    _image_module_without_torchvision()
     target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16")
     parallel = ParallelConfig(tensor_parallel_size=world)
     spec = SpeculativeConfig(

@@ -29,7 +29,8 @@ DEFAULT_LOADER = "vllm.model_executor.model_loader.default_loader"
 def load_checkpoint(
     model: torch.nn.Module, model_config: Any, routing: Any = "balanced", acceptance: Any = None
 ) -> set:
-    """Load the logical checkpoint of ``model_config.hf_config`` (seed: vLLM's ``--seed``,
+    """Load the logical checkpoint of ``model_config.hf_config`` (for a draft config with no
+    main layers the model's own, :func:`_checkpoints_config`; seed: vLLM's ``--seed``,
     None: 0) into ``model`` through its own ``load_weights``; the names it loaded. The format
     and every tensor's role are settled before anything is written. A per-position
     ``acceptance`` must have one number per draft token of vLLM's speculative config."""
@@ -38,6 +39,7 @@ def load_checkpoint(
     config = getattr(model_config, "hf_config", None)
     if config is None:
         raise ValueError(f"fp8_dummy: {LOAD_FORMAT}: the model config has no hf_config")
+    config = _checkpoints_config(model, config)
     acceptance = parse_acceptance(acceptance, positions=_draft_tokens())
     checkpoint = config_checkpoint(
         config, seed, routing=parse_routing(routing), acceptance=acceptance
@@ -47,6 +49,16 @@ def load_checkpoint(
         quantized = getattr(model_config, "quantization", None) is not None
         _all_loaded(model, set(loaded), quantized)
     return set(loaded or ())
+
+
+def _checkpoints_config(model: torch.nn.Module, config: Any) -> Any:
+    """The config of the checkpoint the model reads. vLLM's MTP draft config of GLM-4.7-Flash
+    says no main layers (``num_hidden_layers`` 0) while its draft class builds and loads the
+    MTP layers after the target's, from the target's config, which the model holds: that one."""
+    own = getattr(model, "config", None)
+    if getattr(config, "num_hidden_layers", None) == 0 and getattr(own, "num_hidden_layers", 0):
+        return own
+    return config
 
 
 def _draft_tokens() -> int | None:

@@ -8,7 +8,8 @@ it; the MTP layer's own tensors are added as the engines' loaders and transforme
 read them (its conversion: ``transformers.conversion_mapping``'s ``MtpModel``; vLLM 0.33's
 MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data:`LAYOUTS`):
 
-- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5 (``num_nextn_predict_layers`` = n):
+- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``)
+  (``num_nextn_predict_layers`` = n):
   ``model.layers.{L+i}.`` the block's tensors and ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H]
   (the normalized embedding first), ``shared_head.norm``, ``shared_head.head`` and
   ``embed_tokens`` (copies of the lm_head and the embedding: the same values, as DeepSeek's
@@ -17,8 +18,10 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
   ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``
   takes the embedding and the lm_head from the model's own);
 - ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
-  vLLM reads it), Mellum: ``mtp.layers.{i}.`` the block, ``mtp.fc`` [H, 2H],
-  ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
+  vLLM reads it), Qwen3.5 and Qwen3.5-MoE (``mtp_num_hidden_layers``, else one; the
+  multimodal checkpoint keeps them at the top level too), Mellum: ``mtp.layers.{i}.`` the
+  block, ``mtp.fc`` [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``,
+  ``mtp.norm``;
 - ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
   ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
   ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
@@ -46,11 +49,15 @@ __all__ = ["LAYOUTS", "MtpPart", "mtp_layers", "mtp_part", "mtp_prefixes"]
 # The config's own model type (its text config's) -> the layout of its checkpoint's MTP layers
 LAYOUTS = {
     "deepseek_v3": "deepseek", "deepseek_v32": "deepseek", "glm4_moe": "deepseek",
-    "glm_moe_dsa": "deepseek", "bailing_hybrid": "bailing",
-    "qwen3_next": "qwen", "mellum": "qwen", "inkling_text": "inkling",
+    "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
+    "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
+    "mellum": "qwen", "inkling_text": "inkling", "nemotron_h": "nemotron",
 }  # fmt: skip
-LAYOUTS["nemotron_h"] = "nemotron"
-_DEFAULT_ONE = ("qwen3_next",)  # one MTP layer where the config names none (vLLM's reading)
+# one MTP layer where the config names none (vLLM's reading)
+_DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+# the config key that counts the MTP layers: the first one set, or the one the engines read
+_COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
+_OWN_COUNT = {"qwen3_5_text": "mtp_num_hidden_layers", "qwen3_5_moe_text": "mtp_num_hidden_layers"}
 
 
 @dataclass
@@ -80,8 +87,8 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
     style = LAYOUTS.get(kind)
     if style == "inkling" and text is not config:  # the multimodal checkpoint names its own
         style = None
-    n = getattr(text, "num_nextn_predict_layers", None)
-    n = getattr(text, "num_mtp_layers", None) if n is None else n
+    keys = (_OWN_COUNT[kind],) if kind in _OWN_COUNT else _COUNTS
+    n = next((v for v in (getattr(text, c, None) for c in keys) if v is not None), None)
     if style is not None and n is None and kind in _DEFAULT_ONE:
         n = 1
     return (style, n) if style is not None and isinstance(n, int) and n > 0 else (None, 0)
@@ -100,7 +107,7 @@ def _mtp_config(text: Any, n: int) -> Any:
     """The MTP layers alone as a model config: n layers, the config's MTP layer types, else
     each MoE with full attention."""
     cfg = copy.deepcopy(text)
-    for name in ("num_mtp_layers", "num_nextn_predict_layers", "quantization_config"):
+    for name in (*_COUNTS, *set(_OWN_COUNT.values()), "quantization_config"):
         if name in cfg.__dict__:
             delattr(cfg, name)
     cfg.num_hidden_layers = n
