@@ -17,6 +17,7 @@ from .rules import ROUTER
 __all__ = ["combine_gains"]
 
 _TOLERANCE = 1e-3  # a sum constant per token to this (relative): the code normalizes it
+_GRID = 1024  # c rounded to 1/1024: float32's rounding never moves it (2.5 and 8 are exact)
 
 
 def _routers(layers: list) -> list[tuple[str, torch.nn.Module, torch.nn.Module]]:
@@ -43,9 +44,9 @@ def _weights(out) -> list[int]:
 
 def _stand_ins(blocks: list) -> dict[str, torch.Tensor]:
     """The MoE blocks' parameters by values that do not depend on what the model holds (a
-    poisoned or filled model gives the same facts): matrices N(0, 1/fan-in), a stack of them
-    (experts) one matrix repeated as a view (no memory per expert), vectors and scalars 1
-    (gains), biases 0."""
+    poisoned or filled model gives the same facts), in float32 whatever the model's dtype:
+    matrices N(0, 1/fan-in), a stack of them (experts) one matrix repeated as a view (no memory
+    per expert), vectors and scalars 1 (gains), biases 0."""
     g = torch.Generator().manual_seed(0)
     out = {}
     for prefix, block in blocks:
@@ -56,7 +57,7 @@ def _stand_ins(blocks: list) -> dict[str, torch.Tensor]:
                 t = (torch.randn(p.shape[-2:], generator=g) * p.shape[-1] ** -0.5).expand(p.shape)
             else:
                 t = torch.full(p.shape, 0.0 if name.endswith("bias") else 1.0)
-            out[name] = t.to(device=p.device, dtype=p.dtype)
+            out[name] = t.to(device=p.device)  # float32: the sums exact to 1e-6 in any dtype
     return out
 
 
@@ -73,6 +74,7 @@ def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[st
     sums: dict[str, float] = {}
     seen: dict[str, list] = {}
     inputs: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
     double = [False]
     hooks = []
 
@@ -90,7 +92,7 @@ def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[st
             if total.numel() and total.abs().max() > 0:
                 c = total.mean().item()
                 if math.isfinite(c) and (total - c).abs().max().item() <= _TOLERANCE * abs(c):
-                    sums[block] = c
+                    sums[block] = round(c * _GRID) / _GRID  # the same c from any run
             return None
 
         return hook
@@ -102,10 +104,24 @@ def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[st
                 return None
             if block not in inputs:
                 g = torch.Generator().manual_seed(1)
-                inputs[block] = torch.randn(x.shape, generator=g).to(x)
+                inputs[block] = torch.randn(x.shape, generator=g).to(x.device)
+                dtypes[block] = x.dtype
             if args:
                 return (inputs[block], *args[1:]), kwargs
             return args, {**kwargs, "hidden_states": inputs[block]}
+
+        return hook
+
+    def on_block_out(block):
+        def hook(_, __, out):  # back to the model's dtype for the layers after it
+            dtype = dtypes.get(block)
+            if dtype is None:
+                return None
+            if isinstance(out, torch.Tensor):
+                return out.to(dtype)
+            if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+                return type(out)([out[0].to(dtype), *out[1:]])
+            return None
 
         return hook
 
@@ -120,6 +136,7 @@ def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[st
     for block, moe, router in routers:
         hooks.append(router.register_forward_hook(on_router(block)))
         hooks.append(moe.register_forward_pre_hook(on_block(block), with_kwargs=True))
+        hooks.append(moe.register_forward_hook(on_block_out(block)))
         for local, child in moe.named_children():
             if child is not router:
                 hooks.append(child.register_forward_hook(on_child(f"{block}.{local}")))
