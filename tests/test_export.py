@@ -261,10 +261,13 @@ def test_quantized_formats(tmp_path, fmt):
     assert t["model.layers.1.mlp.gate.weight"].dtype == torch.bfloat16
     assert t["model.embed_tokens.weight"].dtype == torch.bfloat16
     L = 2
+    routed = cfg["routed_scaling_factor"]  # what the class multiplies the routed experts by
+    assert routed == 2.5
+    # residual: 0 for a plain linear, else the factor the class multiplies the branch's output by
     for name, fan_in, residual in [
-        ("model.layers.0.self_attn.q_b_proj", 16, False),
-        ("model.layers.1.mlp.experts.3.down_proj", 32, True),
-        ("model.layers.0.mlp.gate_proj", 64, False),
+        ("model.layers.0.self_attn.q_b_proj", 16, 0.0),
+        ("model.layers.1.mlp.experts.3.down_proj", 32, routed),
+        ("model.layers.0.mlp.gate_proj", 64, 0.0),
     ]:
         w = t[f"{name}.weight"]
         if fmt == "nvfp4":
@@ -296,7 +299,7 @@ def test_quantized_formats(tmp_path, fmt):
                 s = t[f"{name}.weight_scale"]
                 assert s.dtype == torch.float32 and s.dim() == 0
                 value = codes * float(s)
-        target = (2 * L * fan_in) ** -0.5 if residual else fan_in**-0.5
+        target = (2 * L * fan_in) ** -0.5 / residual if residual else fan_in**-0.5
         assert abs(value.std() / target - 1) < 0.15, (name, value.std(), target)
 
 

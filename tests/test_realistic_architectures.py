@@ -120,3 +120,30 @@ def test_the_plain_rule_breaks_post_norm(monkeypatch):
 @pytest.mark.parametrize("mt", list(sweep.causal_lm_types()))
 def test_every_architecture_at_64_layers(mt: str):
     _check(mt, 64)
+
+
+def test_the_moe_combine_weights_sum_is_divided_out():
+    """What a MoE block's combine weights sum to, probed: Inkling's router normalizes its
+    routed and shared experts' weights together and multiplies them by its route_scale, 8
+    (both expert kinds are divided by it); DeepSeek-V3's multiplies the routed ones by its
+    routed_scaling_factor, 2.5, and adds its shared expert unweighted (kept); Qwen3-MoE's sum
+    to 1 (nothing). Inkling's residual then stays near the plain model's (it was 2.3 to 3.0
+    after two layers, its experts 8 times too loud)."""
+    found = {}
+    for mt in ("inkling_text", "deepseek_v3", "qwen3_moe"):
+        model, why = sweep.build(mt, 4)  # DeepSeek-V3's first three layers are dense
+        assert model is not None, why
+        found[mt] = (model, derive(model).combine)
+    model, inkling = found["inkling_text"]
+    moe = [n for n, m in model.named_modules() if type(m).__name__ == "InklingMoE"]
+    want = {f"{b}.{e}": 8.0 for b in moe for e in ("experts", "shared_experts")}
+    assert moe and inkling == want
+    assert derive(model.to(torch.bfloat16)).combine == want  # the export's twin: its dtype
+    model.float()
+    deepseek = found["deepseek_v3"][1]
+    assert deepseek and all(n.endswith(".mlp.experts") for n in deepseek), deepseek
+    assert set(deepseek.values()) == {2.5}
+    assert found["qwen3_moe"][1] == {}
+    fp8_dummy.initialize_realistic_dummy_weights(model, seed=0)
+    rms = sweep.measure(model)["rms"]
+    assert max(rms) <= 1.45, rms

@@ -169,7 +169,9 @@ def measure(model: torch.nn.Module, batch: int) -> dict:
 
     def record(module, _, out):
         picked = next(o for o in out if torch.is_tensor(o) and not o.is_floating_point())
-        loads.append(np.bincount(picked.flatten().numpy(), minlength=module.weight.shape[0]))
+        # the routed experts: the correction bias's where the router also scores shared ones
+        experts = len(getattr(module, "e_score_correction_bias", module.weight))
+        loads.append(np.bincount(picked.flatten().numpy(), minlength=experts))
 
     hooks = [m.register_forward_hook(record) for m in routers_of(model)]
     vocab = model.config.vocab_size

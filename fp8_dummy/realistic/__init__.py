@@ -11,8 +11,9 @@ bytes on disk:
 - ``specs.py``: the rule over a whole model (every tensor's spec, the layer count, the
   architecture's facts applied); which tensors vLLM's dummy loader fills;
 - ``arch.py``: the architecture facts found by probing the model (post-norms, norm offsets,
-  the embedding's multiplier), for a meta model on a CPU twin; ``probes.py``: the probes
-  themselves (forwards with hooks, nothing written);
+  the embedding's multiplier, a MoE's combine-weight sum), for a meta model on a CPU twin;
+  ``probes.py``: the probes themselves (forwards with hooks, nothing written); ``combine.py``:
+  the probe of what a MoE block's combine weights sum to, and which experts they weight;
 - ``values.py``: the one byte writer: a spec and a key written into a tensor or a block of
   it (``init_stateless_``), then the routing's overrides;
 - ``routing/``: MoE routing profiles realized by the weights (its own face and file map);

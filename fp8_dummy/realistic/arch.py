@@ -1,10 +1,11 @@
 """The architecture facts the realistic rule needs beyond a tensor's name and shape, found by
 probing the model itself, never by its name (docs/realistic.md#the-rule-per-architecture):
 which norms sit on a residual branch's output (post-norm, sandwich), which norms compute
-``(c + w) * x / rms(x)`` (Gemma's c = 1), and by what the model's code multiplies the
-embedding lookup (Gemma's √hidden). Only transformers models are probed (a forward of 8
-tokens, nothing written); any other model, or a probe that fails, gets :data:`DEFAULT`,
-the plain pre-norm rule (vLLM's load format has no model forward to probe)."""
+``(c + w) * x / rms(x)`` (Gemma's c = 1), by what the model's code multiplies the embedding
+lookup (Gemma's √hidden), and what a MoE block's combine weights sum to (Inkling's 8). Only
+transformers models are probed (a forward of 8 tokens, nothing written); any other model, or
+a probe that fails, gets :data:`DEFAULT`, the plain pre-norm rule (vLLM's load format has no
+model forward to probe)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import NamedTuple
 
 import torch
 
+from .combine import combine_gains
 from .hf_model import is_transformers_model, own_tensors
 from .probes import (
     dataflow,
@@ -35,6 +37,7 @@ class Arch(NamedTuple):
     offset: Mapping[str, float] = {}  # module name -> c of a (c + w) norm
     residual: frozenset = frozenset()  # module names of each branch's last linear
     gains: frozenset = frozenset()  # tensor names of a layer's own vectors and scalars
+    combine: Mapping[str, float] = {}  # module name -> the MoE combine weights' sum on it
 
     def norm_value(self, module: str, layers: int) -> float:
         """The constant a norm's weight gets: an effective gain of 1, or 1/√(2L) on a
@@ -92,7 +95,8 @@ def derive(model: torch.nn.Module) -> Arch:
                 post = frozenset()  # the code keeps the variance itself (Beam): gain 1
             gains = layer_gains(layers)
             embed = embed_scale(model, layers[0], failed)
-            return Arch(embed, post, norm_offsets(model), residual, gains)
+            combine = combine_gains(model, layers, failed)
+            return Arch(embed, post, norm_offsets(model), residual, gains, combine)
     finally:
         for m, mode in modes.items():
             m.training = mode

@@ -239,6 +239,7 @@ def _merged(arch: Arch, more: Arch) -> Arch:
     return arch._replace(
         post=arch.post | more.post, residual=arch.residual | more.residual,
         offset={**arch.offset, **more.offset}, gains=arch.gains | more.gains,
+        combine={**arch.combine, **more.combine},
     )  # fmt: skip
 
 
@@ -275,6 +276,7 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
     each checkpoint tensor's owner gets its in-memory tensor's owner's facts."""
     post, residual, gains, offset = set(arch.post), set(arch.residual), set(arch.gains), {}
     offset.update(arch.offset)
+    combine = dict(arch.combine)
     for name, b in blocks.items():
         owner, source = name.rpartition(".")[0], b.source.rpartition(".")[0]
         if name == b.source:
@@ -284,6 +286,9 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
         gains.update([name] if b.source in arch.gains else [])
         if source in arch.offset:
             offset[owner] = arch.offset[source]
+        if source in arch.combine:
+            combine[owner] = arch.combine[source]
     return arch._replace(
-        post=frozenset(post), residual=frozenset(residual), gains=frozenset(gains), offset=offset
-    )
+        post=frozenset(post), residual=frozenset(residual), gains=frozenset(gains),
+        offset=offset, combine=combine,
+    )  # fmt: skip

@@ -74,11 +74,12 @@ def _moment(dtype: torch.dtype) -> float:
 
 def _role(
     name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int,
-    embed: float = 1.0, residual: bool = False,
+    embed: float = 1.0, residual: bool = False, combine: float = 1.0,
 ):  # fmt: skip
     """(role, standard deviation) of a weight-like tensor; ``embed``: the embedding's multiplier
     in the model's code (its lookup then gets σ = 1/embed); ``residual``: a branch's output
-    whatever its name."""
+    whatever its name; ``combine``: what the code multiplies a branch's output by (a MoE's
+    combine weights' sum: its experts' outputs get σ/combine)."""
     parts = name.split(".")
     local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
     stem = owner if local == "weight" else re.sub(r"_?(?:weight|blocks)$", "", local)
@@ -94,7 +95,7 @@ def _role(
     if stem in ROUTER:
         return "router", fan_in**-0.5
     if len(shape) >= 2 and (stem in RESIDUAL or residual):
-        return "residual_out", (2 * layers * fan_in) ** -0.5
+        return "residual_out", (2 * layers * fan_in) ** -0.5 / combine
     if len(shape) >= 2 and local.endswith(("weight", "proj")):
         return "linear", fan_in**-0.5
     return "unknown", fan_in**-0.5
@@ -126,13 +127,14 @@ Siblings = Mapping[str, tuple[Sequence[int], torch.dtype]]  # local name -> (log
 def tensor_spec(
     name: str, shape: Sequence[int], dtype: torch.dtype, *, layers: int = 1, module: str = "",
     siblings: Siblings | None = None, value: float | None = None, norm: float = 1.0,
-    embed_scale: float = 1.0, residual: bool = False, gain: bool = False,
+    embed_scale: float = 1.0, residual: bool = False, gain: bool = False, combine: float = 1.0,
 ) -> Spec:  # fmt: skip
     """The fill of the tensor ``name`` (full) of logical ``shape`` and ``dtype``; ``module``:
     :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value;
-    ``norm``, ``embed_scale``, ``residual``, ``gain``: a norm weight's constant, the
-    embedding's multiplier, a residual branch's output by the dataflow, a decoder layer's own
-    vector or scalar (:class:`Arch`; the defaults: by name, as in a plain pre-norm model)."""
+    ``norm``, ``embed_scale``, ``residual``, ``gain``, ``combine``: a norm weight's constant,
+    the embedding's multiplier, a residual branch's output by the dataflow, a decoder layer's
+    own vector or scalar, what a MoE's combine weights sum to (:class:`Arch`; the defaults: by
+    name, as in a plain pre-norm model)."""
     siblings = siblings or {}
     local = name.rsplit(".", 1)[-1]
     prefix = name[: len(name) - len(local)]
@@ -142,10 +144,11 @@ def tensor_spec(
         return Spec("untouched", "skip")  # as vLLM: other integers are not weights
     if local.endswith("_scales") and f"{local[:-7]}_blocks" in siblings:  # GPT-OSS's MXFP4
         blocks = siblings[f"{local[:-7]}_blocks"]
-        _, std = _role(f"{prefix}{local[:-7]}_blocks", blocks[0], blocks[1], module, layers)
+        _, std = _role(f"{prefix}{local[:-7]}_blocks", blocks[0], blocks[1], module, layers,
+                       combine=combine)  # fmt: skip
         return _fp4_e8m0(std, blocks[1])
     if _SCALE.search(local) or dtype == E8M0:
-        return _scale_spec(local, prefix, dtype, layers, module, siblings)
+        return _scale_spec(local, prefix, dtype, layers, module, siblings, combine)
     if local == "bias" or local.endswith("_bias"):
         return Spec("bias", "const", 0.0)
     if gain and len(shape) <= 1:
@@ -155,7 +158,7 @@ def tensor_spec(
         return Spec("norm", "const", norm)
     if local in SINK and len(shape) <= 1:  # a logit each head's softmax also sums over:
         return Spec("sink", "const", 0.0)  # 0, a typical key's score at unit-variance q, k
-    role, std = _role(name, shape, dtype, module, layers, embed_scale, residual)
+    role, std = _role(name, shape, dtype, module, layers, embed_scale, residual, combine)
     if dtype in BYTE_VIEWED:
         return Spec(role, "codes", 0, 256)
     scale = siblings.get(f"{local}_scale") or siblings.get(f"{local}_scale_inv")
@@ -218,7 +221,7 @@ def _pow2_exponent(bound: float, top: float, dtype: torch.dtype) -> int:
     return max(e, math.frexp(_tiny(dtype))[1] - 1) if dtype not in BYTE_VIEWED else e
 
 
-def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
+def _scale_spec(local, prefix, dtype, layers, module, siblings, combine=1.0) -> Spec:
     """A weight's scales: constant but E8M0 scales of FP4 codes; of no 1-byte weight: 1.0."""
     base, _, level = local.rpartition("_scale")
     weight = siblings.get(base)
@@ -228,7 +231,7 @@ def _scale_spec(local, prefix, dtype, layers, module, siblings) -> Spec:
         return Spec("scale", "const", NVFP4_INPUT_SCALE)
     if weight is None or weight[1] not in {*BYTE_VIEWED, *FLOAT8, torch.int8}:
         return Spec("scale", "const", 127 if dtype in BYTE_VIEWED else 1.0)
-    _, std = _role(prefix + base, weight[0], weight[1], module, layers)
+    _, std = _role(prefix + base, weight[0], weight[1], module, layers, combine=combine)
     if f"{base}_scale_2" in siblings:  # NVFP4: block scales at e4m3's top, the rest in scale_2
         first = siblings.get(f"{base}_scale", (None, torch.float32))[1]
         top = torch.finfo(first).max if first in FLOAT8 else 1.0

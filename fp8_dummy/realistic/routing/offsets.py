@@ -59,12 +59,18 @@ def find_routers(
         if found is None:
             continue
         owner = name[: -len(".weight")]
-        if not isinstance(k, int) or not 1 <= k <= shape[0]:
+        experts = int(shape[0])
+        correction = shapes.get(f"{owner}.e_score_correction_bias")
+        if correction is not None and len(correction) == 1 and 1 <= correction[0] < experts:
+            # shared experts scored beside the routed ones (Inkling's router: rows after the
+            # correction bias's are never selected): the routed experts are the bias's
+            experts = int(correction[0])
+        if not isinstance(k, int) or not 1 <= k <= experts:
             raise RoutingError(
                 f"fp8_dummy: {name}: the config gives no number of experts per token "
-                f"({'/'.join(_TOPK)}) in [1, {shape[0]}]"
+                f"({'/'.join(_TOPK)}) in [1, {experts}]"
             )
-        r = Router(int(found.group(1)), name, int(shape[0]), int(shape[1]), k)
+        r = Router(int(found.group(1)), name, experts, int(shape[1]), k)
         if f"{owner}.e_score_correction_bias" in roles:
             r.realize, r.bias = "correction", f"{owner}.e_score_correction_bias"
             r.score = "sigmoid" if score in (None, "sigmoid") else "softmax"

@@ -171,6 +171,14 @@ def _out_dim(shape: Sequence[int], hidden: int) -> int | None:
     return None
 
 
+def _lookup_std(spec: Spec) -> float:
+    """The embedding's σ under the rule (1 but where the model multiplies its lookup)."""
+    if spec.kind != "uniform" or spec.high <= spec.low:
+        return 1.0
+    std = (spec.high - spec.low) / (2 * math.sqrt(3))
+    return 1.0 if abs(std - 1) < 1e-6 else std
+
+
 def _find(specs: Mapping[str, Spec], shapes, role: str, shape: tuple) -> str | None:
     found = [n for n, s in specs.items() if s.role == role and tuple(shapes[n]) == shape]
     found = [n for n in found if "position" not in n and ".wpe." not in f".{n}"]
@@ -212,12 +220,16 @@ def plan_design(
     head_cols = np.zeros((v, lay.d))
     head_cols[stream.order] = rows
     overrides: dict[str, list] = {embed: [], head: []}
+    # the lookup's σ: 1/m where the model multiplies the lookup by m (Gemma's √hidden), so that
+    # the code the first layer sees has length √d as the lm_head's rows assume
+    lookup = _lookup_std(specs[embed])
     for i, col in enumerate(lay.s):
-        overrides[embed].append((1, col, codes[held, i].astype(np.float32)))
+        overrides[embed].append((1, col, (codes[held, i] * lookup).astype(np.float32)))
         overrides[head].append((1, col, head_cols[:, i].astype(np.float32)))
     if not draft:
         for i, col in enumerate(lay.s2):
-            overrides[embed].append((1, col, codes[stream.view, i].astype(np.float32)))
+            view = codes[stream.view, i] * lookup
+            overrides[embed].append((1, col, view.astype(np.float32)))
     for name, spec in specs.items():
         dim = _out_dim(shapes[name], hidden) if spec.role == "residual_out" else None
         if dim is not None:

@@ -1,0 +1,165 @@
+"""The probe of what a MoE block's code multiplies its experts' outputs by beyond a normalized
+combination: the router's combine weights summing to c per token (Inkling's ``route_scale``
+8, DeepSeek-V3's and GLM-4.5's ``routed_scaling_factor``), found by a forward of the model,
+never by a config key. The rule divides the output weights of the experts those weights
+multiply by c (:attr:`.arch.Arch.combine`), so that a MoE branch adds to the residual stream
+what a dense one does (docs/realistic.md#the-rule-per-architecture)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .probes import forward, input_of
+from .rules import ROUTER
+
+__all__ = ["combine_gains"]
+
+_TOLERANCE = 1e-3  # a sum constant per token to this (relative): the code normalizes it
+_GRID = 1024  # c rounded to 1/1024: float32's rounding never moves it (2.5 and 8 are exact)
+
+
+def _routers(layers: list) -> list[tuple[str, torch.nn.Module, torch.nn.Module]]:
+    """(MoE block's name, block, router) of each router (a module named ``gate``/``router``
+    with a 2-D weight) directly inside a child of a decoder layer."""
+    found = []
+    for prefix, layer in layers:
+        for local, child in layer.named_children():
+            for sub, m in child.named_children():
+                w = getattr(m, "weight", None)
+                if sub in ROUTER and isinstance(w, torch.Tensor) and w.dim() == 2:
+                    found.append((f"{prefix}.{local}", child, m))
+    return found
+
+
+def _weights(out) -> list[int]:
+    """The positions of a router's combine weights in its output tuple: its floating tensors
+    after the first (the logits), those of the token count's leading shape."""
+    if not isinstance(out, (tuple, list)) or len(out) < 2:
+        return []
+    return [i for i, t in enumerate(out) if i and isinstance(t, torch.Tensor)
+            and t.is_floating_point() and t.dim() >= 1]  # fmt: skip
+
+
+def _stand_ins(blocks: list) -> dict[str, torch.Tensor]:
+    """The MoE blocks' parameters by values that do not depend on what the model holds (a
+    poisoned or filled model gives the same facts), in float32 whatever the model's dtype:
+    matrices N(0, 1/fan-in), a stack of them (experts) one matrix repeated as a view (no memory
+    per expert), vectors and scalars 1 (gains), biases 0."""
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for prefix, block in blocks:
+        for name, p in block.named_parameters(prefix=prefix):
+            if not p.is_floating_point():
+                continue
+            if p.dim() >= 2:
+                t = (torch.randn(p.shape[-2:], generator=g) * p.shape[-1] ** -0.5).expand(p.shape)
+            else:
+                t = torch.full(p.shape, 0.0 if name.endswith("bias") else 1.0)
+            out[name] = t.to(device=p.device)  # float32: the sums exact to 1e-6 in any dtype
+    return out
+
+
+def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[str, float]:
+    """Module name -> c for each module holding weights that a MoE block's combine weights
+    multiply, where those weights sum to a constant c != 1 per token, on a fixed random
+    input with the parameters :func:`_stand_ins` (what the model holds is neither read nor
+    written): one forward records the sums; a second, with the combine weights doubled, names
+    the block's children whose outputs change (the weighted experts; a shared expert the code
+    adds unweighted keeps its output)."""
+    routers = _routers(layers)
+    if not routers:
+        return {}
+    sums: dict[str, float] = {}
+    seen: dict[str, list] = {}
+    inputs: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    double = [False]
+    hooks = []
+
+    def on_router(block):
+        def hook(_, __, out):
+            picks = _weights(out)
+            if not picks:
+                return None
+            if double[0]:
+                return type(out)(t * 2 if i in picks else t for i, t in enumerate(out))
+            rows = [out[i].float().reshape(-1, out[i].shape[-1]).sum(-1) for i in picks]
+            if len({r.numel() for r in rows}) != 1:
+                return None  # not one weight per token and expert
+            total = sum(rows)
+            if total.numel() and total.abs().max() > 0:
+                c = total.mean().item()
+                if math.isfinite(c) and (total - c).abs().max().item() <= _TOLERANCE * abs(c):
+                    sums[block] = round(c * _GRID) / _GRID  # the same c from any run
+            return None
+
+        return hook
+
+    def on_block(block):
+        def hook(_, args, kwargs):  # a fixed input, the same in both runs
+            x = input_of(args, kwargs)
+            if x is None:
+                return None
+            if block not in inputs:
+                g = torch.Generator().manual_seed(1)
+                inputs[block] = torch.randn(x.shape, generator=g).to(x.device)
+                dtypes[block] = x.dtype
+            if args:
+                return (inputs[block], *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": inputs[block]}
+
+        return hook
+
+    def on_block_out(block):
+        def hook(_, __, out):  # back to the model's dtype for the layers after it
+            dtype = dtypes.get(block)
+            if dtype is None:
+                return None
+            if isinstance(out, torch.Tensor):
+                return out.to(dtype)
+            if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+                return type(out)([out[0].to(dtype), *out[1:]])
+            return None
+
+        return hook
+
+    def on_child(name):
+        def hook(_, __, out):
+            first = out[0] if isinstance(out, (tuple, list)) and out else out
+            if isinstance(first, torch.Tensor):
+                seen.setdefault(name, []).append(first.detach().float().clone())
+
+        return hook
+
+    for block, moe, router in routers:
+        hooks.append(router.register_forward_hook(on_router(block)))
+        hooks.append(moe.register_forward_pre_hook(on_block(block), with_kwargs=True))
+        hooks.append(moe.register_forward_hook(on_block_out(block)))
+        for local, child in moe.named_children():
+            if child is not router:
+                hooks.append(child.register_forward_hook(on_child(f"{block}.{local}")))
+    params = _stand_ins([(block, moe) for block, moe, _ in routers])
+    try:
+        why = forward(model, params)
+        double[0] = True
+        why = why or forward(model, params)
+    finally:
+        for h in hooks:
+            h.remove()
+    if why:
+        failed.append(f"the probe of the MoE blocks' combine weights failed ({why}): their "
+                      "experts get the plain rule")  # fmt: skip
+        return {}
+    gains = {}
+    modules = dict(model.named_modules())
+    for name, outs in seen.items():
+        block = name.rpartition(".")[0]
+        c = sums.get(block)
+        if c is None or abs(c - 1) < _TOLERANCE or len(outs) != 2 or torch.equal(*outs):
+            continue
+        for sub, m in modules[name].named_modules(prefix=name):
+            if any(True for _ in m.parameters(recurse=False)):
+                gains[sub] = c
+    return gains
