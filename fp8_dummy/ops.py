@@ -104,30 +104,32 @@ def init_many_(
     written.
     """
     tensors = list(tensors)
-    # One pass of plain attribute reads (a model holds thousands of tensors, each a trip to
-    # memory once they outgrow the caches); the messages of _check_tensor for the first that
-    # fails; meta tensors looked for only where that pass met one.
-    strided = torch.strided
-    usual = all([isinstance(t, torch.Tensor) and not t.is_quantized and not t.is_nested
-                 and t.layout is strided and not t.is_meta for t in tensors])  # fmt: skip
-    if not usual:
-        for i, t in enumerate(tensors):
-            _check_tensor(t, "init_many_", f"tensors[{i}]")
     low, high = as_float(low, "low", "init_many_"), as_float(high, "high", "init_many_")
     seed = as_int64(seed, "seed", "init_many_")
     contiguous_temp = _as_bool(contiguous_temp, "contiguous_temp", "init_many_")
-    meta = not usual and any([t.is_meta for t in tensors])
-    fill = [t for t in tensors if not t.is_meta] if meta else tensors
-    if len(fill) < len(tensors):  # meta tensors hold no data: checked here, not filled
-        for i, t in enumerate(tensors):
-            torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
     if not tensors:  # the bounds as every dtype takes them: float64's checks
         meta = torch.empty(0, dtype=torch.float64, device="meta")
         torch.ops.fp8_dummy_internal.check_init_args(meta, low, high, "fp8_dummy.init_many_")
-    if fill:  # the dispatcher needs a tensor to pick a device
+        return tensors
+    # The operator checks every tensor before its first write, so the usual list goes
+    # straight to it: no pass of Python over the list (a model holds thousands of tensors).
+    # What it refuses is explained afterwards: a list with meta tensors (its Meta kernel
+    # refuses the mix) is filled without them; another tensor of the wrong kind gets
+    # _check_tensor's message.
+    try:
+        torch.ops.fp8_dummy.init_many_.default(
+            tensors, low, high, seed, contiguous_temp=contiguous_temp
+        )
+    except _MixedMeta:  # every tensor checked: the meta ones hold no data, the others filled
+        fill = [t for t in tensors if not t.is_meta]
         torch.ops.fp8_dummy.init_many_.default(
             fill, low, high, seed, contiguous_temp=contiguous_temp
         )
+    except Exception:
+        for i, t in enumerate(tensors):
+            if (problem := _tensor_problem(t, "init_many_", f"tensors[{i}]")) is not None:
+                raise problem from None
+        raise
     return tensors
 
 
@@ -234,20 +236,32 @@ def _check_generator(generator: object, op: str) -> None:
         )
 
 
+class _MixedMeta(RuntimeError):
+    """The Meta kernel's refusal of a list that mixes meta tensors with others (raised
+    before anything is written; init_many_ above then fills the others)."""
+
+
 def _is_fake(t: torch.Tensor) -> bool:
     return torch._subclasses.fake_tensor.is_fake(t)
 
 
 def _check_tensor(t: object, op: str, name: str = "t") -> None:
+    if (problem := _tensor_problem(t, op, name)) is not None:
+        raise problem
+
+
+def _tensor_problem(t: object, op: str, name: str) -> Exception | None:
+    """What makes ``t`` no argument of ``op`` (the dispatcher's own message names a backend,
+    not the reason); None: nothing of this kind."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"fp8_dummy.{op}: {name} must be a Tensor, got {type(t).__name__}")
-    # The dispatcher's own message names a backend, not the reason.
+        return TypeError(f"fp8_dummy.{op}: {name} must be a Tensor, got {type(t).__name__}")
     kind = f"quantized ({t.dtype})" if t.is_quantized else "nested" if t.is_nested else t.layout
     if kind != torch.strided:
-        raise RuntimeError(
+        return RuntimeError(
             f"fp8_dummy.{op}: {name} is a {kind} tensor; only strided tensors (torch.strided "
             "layout, not quantized or nested) are supported"
         )
+    return None
 
 
 # The temp's order changes no argument check: the fake kernels take contiguous_temp and
@@ -292,7 +306,7 @@ def _init_many_fake(
         torch.ops.fp8_dummy_internal.check_init_args(t, low, high, "fp8_dummy.init_many_", i)
     real = [i for i, t in enumerate(tensors) if t.device.type != "meta" and not _is_fake(t)]
     if real and len(real) < len(tensors):
-        raise RuntimeError(
+        raise _MixedMeta(
             f"fp8_dummy.init_many_: tensors[{real[0]}] is on {tensors[real[0]].device} in a "
             "list with meta tensors; torch.ops.fp8_dummy.init_many_ fills one kind: call "
             "fp8_dummy.init_many_, which checks the meta tensors and fills the others"
