@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from ._library import C as _C
+
 __all__ = ["BYTE_VIEWED", "E8M0", "FLOAT8", "FP4", "PACKED_FP4", "is_plain", "unwritable"]
 __all__ += ["refusal", "shape_names", "state_dict_shape", "walk", "walk_lists", "walk_shape"]
 
@@ -53,6 +55,21 @@ _OWN_ORDER: set[type] = set()  # module classes that keep Module's named_modules
 
 
 def walk_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
+    """The ``"modules"`` walk (:func:`walk_shape_python`'s): its loop in C where the library
+    has it (``fp8_dummy._C._walk_shape``, the same dictionaries read in the same order), the
+    Python loop where it has not or leaves a module to it (a container that is not an exact
+    dict)."""
+    if _C_WALK is not None:
+        shaped = _C_WALK(model, _OWN_ORDER, _NAMED_MODULES, "")
+        if shaped is not False:
+            return shaped
+    return walk_shape_python(model)
+
+
+_C_WALK = getattr(_C, "_walk_shape", None)
+
+
+def walk_shape_python(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
     """The ``"modules"`` walk (``named_modules()``'s order: depth first, each module once) as
     its shape and its tensors, in plain loops over each module's own dictionaries (no
     generator per level). The shape: per module visited, its parent's place in the visit

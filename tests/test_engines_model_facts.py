@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import poison, storage_bytes
 
+from fp8_dummy import tensors
 from fp8_dummy.engines import core
 from fp8_dummy.engines.core import Action, Kind
 from fp8_dummy.tensors import shape_names, state_dict_shape, walk
@@ -71,6 +72,71 @@ def test_the_walk_is_named_modules_order(seed):
     ours, theirs = walk(model, "modules"), named_modules_walk(model)
     assert [n for n, _ in ours] == [n for n, _ in theirs]
     assert all(a is b for (_, a), (_, b) in zip(ours, theirs))
+
+
+class ParamDict(dict):
+    """A parameters' dictionary of another class: the Python loop reads it."""
+
+
+def odd_modules(rng: random.Random, model: torch.nn.Module) -> None:
+    """What a module tree's dictionaries can hold beyond register_*'s: a buffer under a
+    parameter's name, entries set in the dictionaries directly, None children and tensors."""
+    ms = list(model.modules())
+    m = rng.choice(ms)
+    m._parameters["both"] = torch.nn.Parameter(torch.empty(1))
+    m._buffers["both"] = torch.empty(4)  # {**params, **buffers}: the buffer, in params' place
+    m._buffers["later"] = torch.empty(5)
+    rng.choice(ms)._parameters["gone"] = None
+    rng.choice(ms)._modules["empty"] = None
+    m = rng.choice(ms)
+    m._buffers["quiet"] = torch.empty(2)
+    m._non_persistent_buffers_set.add("quiet")
+
+
+def same_walk(a, b) -> None:
+    assert a[0] == b[0] and len(a[1]) == len(b[1])
+    assert all(x is y for x, y in zip(a[0], b[0]) if isinstance(x, str))  # the dicts' keys
+    assert all(x is y for x, y in zip(a[1], b[1]))
+
+
+def test_the_walk_runs_in_c():
+    # setup.py's build has the module walk in fp8_dummy._C; without it every fill walks in
+    # Python (the same shapes: below).
+    assert tensors._C_WALK is not None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_c_walk_is_the_python_walk(seed):
+    rng = random.Random(seed)
+    model = random_tree(rng)
+    model.tail = random_tree(rng)
+    if seed % 2:
+        odd_modules(rng, model)
+    if seed % 7 == 3:  # a module that keeps its own order: both decline
+        model.add_module("own", OwnOrder())
+    ours, theirs = tensors.walk_shape(model), tensors.walk_shape_python(model)
+    if seed % 7 == 3:
+        assert ours is None and theirs is None
+        return
+    same_walk(ours, theirs)
+    assert tensors._C_WALK(model, tensors._OWN_ORDER, tensors._NAMED_MODULES, "") is not False
+    named = named_modules_walk(model)
+    assert shape_names(ours[0]) == [n for n, _ in named]
+
+
+def test_the_c_walk_leaves_odd_dictionaries_to_python():
+    model = random_tree(random.Random(3))
+    model.child = torch.nn.Linear(2, 2)
+    model.child._parameters = ParamDict(model.child._parameters)
+    assert tensors._C_WALK(model, tensors._OWN_ORDER, tensors._NAMED_MODULES, "") is False
+    same_walk(tensors.walk_shape(model), tensors.walk_shape_python(model))
+    del model.child.__dict__["_parameters"]  # not a Module's dictionaries: no walk
+    assert tensors.walk_shape(model) is None and tensors.walk_shape_python(model) is None
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    model[0].register_buffer("b", torch.empty(1))
+    del model[0].__dict__["_non_persistent_buffers_set"]  # the Python loop's KeyError
+    with pytest.raises(KeyError):
+        tensors.walk_shape(model)
 
 
 @pytest.mark.parametrize("seed", range(40))
