@@ -27,8 +27,8 @@ Api look_up(bool& found) {
           find(a.list_new, "PyList_New") && find(a.list_append, "PyList_Append") &&
           find(a.long_from, "PyLong_FromSsize_t") && find(a.set_contains, "PySet_Contains") &&
           find(a.set_add, "PySet_Add") && find(a.set_new, "PySet_New") && find(a.tuple_item, "PyTuple_GetItem") &&
-          find(a.tuple_pack, "PyTuple_Pack") && find(a.set_error, "PyErr_SetString") &&
-          find(a.type_error, "PyExc_TypeError") && find(a.none, "_Py_NoneStruct") &&
+          find(a.tuple_pack, "PyTuple_Pack") &&
+          find(a.none, "_Py_NoneStruct") &&
           find(a.false_, "_Py_FalseStruct");
   return a;
 }

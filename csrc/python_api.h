@@ -34,8 +34,6 @@ struct Api {
   PyObject* (*set_new)(PyObject*);
   PyObject* (*tuple_item)(PyObject*, Py_ssize_t);  // borrowed
   PyObject* (*tuple_pack)(Py_ssize_t, ...);
-  void (*set_error)(PyObject*, const char*);
-  PyObject** type_error;  // &PyExc_TypeError
   PyObject* none;         // Py_None
   PyObject* false_;       // Py_False
 };
