@@ -21,7 +21,7 @@ struct Api {
   void (*decref)(PyObject*);
   PyObject* (*get_attr)(PyObject*, PyObject*);
   PyObject* (*intern)(const char*);
-  PyObject* (*dict_get)(PyObject*, PyObject*);     // borrowed, no error
+  PyObject* (*dict_get)(PyObject*, PyObject*);  // borrowed, no error
   int (*dict_next)(PyObject*, Py_ssize_t*, PyObject**, PyObject**);
   int (*dict_contains)(PyObject*, PyObject*);
   Py_ssize_t (*dict_size)(PyObject*);
@@ -34,8 +34,8 @@ struct Api {
   PyObject* (*set_new)(PyObject*);
   PyObject* (*tuple_item)(PyObject*, Py_ssize_t);  // borrowed
   PyObject* (*tuple_pack)(Py_ssize_t, ...);
-  PyObject* none;         // Py_None
-  PyObject* false_;       // Py_False
+  PyObject* none;    // Py_None
+  PyObject* false_;  // Py_False
 };
 
 // The API, or nullptr where the process does not have all of it (no Python).

@@ -51,11 +51,14 @@ struct Names {
 };
 
 const Names* names(const Api& py) {
-  static const Names n{py.intern("__dict__"),         py.intern("_parameters"),
-                       py.intern("_buffers"),         py.intern("_modules"),
-                       py.intern("_non_persistent_buffers_set"), py.intern("named_modules")};
-  const bool made = n.dict && n.parameters && n.buffers && n.modules && n.non_persistent &&
-                    n.named_modules;
+  static const Names n{py.intern("__dict__"),
+                       py.intern("_parameters"),
+                       py.intern("_buffers"),
+                       py.intern("_modules"),
+                       py.intern("_non_persistent_buffers_set"),
+                       py.intern("named_modules")};
+  const bool made =
+      n.dict && n.parameters && n.buffers && n.modules && n.non_persistent && n.named_modules;
   return made ? &n : nullptr;
 }
 
