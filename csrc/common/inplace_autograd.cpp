@@ -20,34 +20,40 @@ namespace {
 using torch::autograd::Node;
 using torch::autograd::variable_list;
 
-// The arguments the operator writes, in schema order (before the call consumes the stack).
-std::vector<at::Tensor> written_tensors(const c10::OperatorHandle& op,
-                                        const torch::jit::Stack& stack) {
+// The arguments the operator writes, in schema order: the stack's own tensors, whose values
+// and lists `held` keeps alive after the call consumes the stack (no handle copied per
+// tensor: a list of 100,000 is that many trips to memory, and back to release them).
+struct Written {
+  std::vector<c10::IValue> held;  // a tensor or a tensor list each: a handle, not a copy
+  std::vector<const at::Tensor*> tensors;
+};
+
+Written written_tensors(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const auto& args = op.schema().arguments();
   const size_t first = stack.size() - args.size();
-  std::vector<at::Tensor> out;
+  Written out;
+  out.held.reserve(args.size());  // never moved: `tensors` points into its tensors' values
   for (size_t i = 0; i < args.size(); ++i) {
     const auto* alias = args[i].alias_info();
     if (alias == nullptr || !alias->isWrite()) continue;
     const c10::IValue& value = stack[first + i];
     if (value.isTensor()) {
-      out.push_back(value.toTensor());
+      out.tensors.push_back(&out.held.emplace_back(value).toTensor());
     } else if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorList()) out.push_back(t);
+      for (const c10::IValue& t : out.held.emplace_back(value).toListRef()) {
+        out.tensors.push_back(&t.toTensor());
+      }
     }
   }
   return out;
 }
 
-void refuse_inference_tensors(const std::vector<at::Tensor>& tensors) {
-  if (c10::InferenceMode::is_enabled()) return;
-  for (const at::Tensor& t : tensors) {
-    // torch's own message (c10::VariableVersion::bump), raised before the write.
-    TORCH_CHECK(!t.defined() || !t.is_inference(),
-                "Inplace update to inference tensor outside InferenceMode is not allowed."
-                "You can make a clone to get a normal tensor before doing inplace update."
-                "See https://github.com/pytorch/rfcs/pull/17 for more details.");
-  }
+// torch's own message (c10::VariableVersion::bump), raised before the write.
+void refuse_inference_tensor(const at::Tensor& t) {
+  TORCH_CHECK(!t.is_inference(),
+              "Inplace update to inference tensor outside InferenceMode is not allowed."
+              "You can make a clone to get a normal tensor before doing inplace update."
+              "See https://github.com/pytorch/rfcs/pull/17 for more details.");
 }
 
 // d(new values)/d(old values) is zero: the new values do not depend on the old ones.
@@ -79,34 +85,43 @@ void redispatch_below(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 
 void autograd_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                      torch::jit::Stack* stack) {
-  const std::vector<at::Tensor> tensors = written_tensors(op, *stack);
-  refuse_inference_tensors(tensors);
-  std::vector<torch::autograd::edge_list> history(tensors.size());
-  std::vector<bool> tracked(tensors.size(), false);
+  const Written written = written_tensors(op, *stack);
+  const auto& tensors = written.tensors;
+  const bool inference_mode = c10::InferenceMode::is_enabled();
+  std::vector<torch::autograd::edge_list> history;
+  std::vector<size_t> tracked;  // the tensors whose history the write rebases
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const at::Tensor& t = tensors[i];
+    const at::Tensor& t = *tensors[i];
     if (!t.defined()) continue;
-    tracked[i] = torch::autograd::compute_requires_grad(t);  // grad mode on and t requires grad
-    torch::autograd::check_inplace(t, tracked[i]);
-    if (tracked[i]) history[i] = torch::autograd::collect_next_edges(t);
+    if (!inference_mode) refuse_inference_tensor(t);
+    const bool grad = torch::autograd::compute_requires_grad(t);  // grad mode on, t requires it
+    torch::autograd::check_inplace(t, grad);
+    if (grad) {
+      tracked.push_back(i);
+      history.push_back(torch::autograd::collect_next_edges(t));
+    }
   }
   redispatch_below(op, keys, stack);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i].defined()) continue;
-    torch::autograd::increment_version(tensors[i]);
-    if (tracked[i]) {
-      torch::autograd::rebase_history(tensors[i], make_overwritten_node(std::move(history[i])));
-    }
+  for (const at::Tensor* t : tensors) {
+    if (t->defined()) torch::autograd::increment_version(*t);
+  }
+  for (size_t j = 0; j < tracked.size(); ++j) {
+    torch::autograd::rebase_history(*tensors[tracked[j]],
+                                    make_overwritten_node(std::move(history[j])));
   }
 }
 
 void inplace_or_view_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                             torch::jit::Stack* stack) {
-  const std::vector<at::Tensor> tensors = written_tensors(op, *stack);
-  refuse_inference_tensors(tensors);
+  const Written written = written_tensors(op, *stack);
+  if (!c10::InferenceMode::is_enabled()) {
+    for (const at::Tensor* t : written.tensors) {
+      if (t->defined()) refuse_inference_tensor(*t);
+    }
+  }
   redispatch_below(op, keys, stack);
-  for (const at::Tensor& t : tensors) {
-    if (t.defined()) torch::autograd::increment_version(t);
+  for (const at::Tensor* t : written.tensors) {
+    if (t->defined()) torch::autograd::increment_version(*t);
   }
 }
 

@@ -9,8 +9,10 @@
 // - fill_order: which entries a fill runs and which strictly in order: an alias with the same
 //   action filled once, a storage touched in other ways in list order.
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -109,7 +111,7 @@ at::Tensor tensor_kinds_op(at::TensorList tensors) {
 // before its handle is copied (a model of 100,000 tensors outgrows the caches: every extra
 // pass over it waits on memory).
 bool match_facts(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRef fill,
-                 std::vector<at::Tensor>& batch) {
+                 c10::List<at::Tensor>& batch) {
   const auto n = static_cast<int64_t>(tensors.size());
   if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n) return false;
   const auto* want = kinds.const_data_ptr<int64_t>();
@@ -135,20 +137,23 @@ bool match_facts(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRe
 }
 
 bool facts_match_op(at::TensorList tensors, const at::Tensor& kinds) {
-  std::vector<at::Tensor> none;
+  c10::List<at::Tensor> none;
   return match_facts(tensors, kinds, {}, none);
 }
 
-// facts_match and, where every fact holds, init_many_ on the `fill` tensors.
+// facts_match and, where every fact holds, init_many_ on the `fill` tensors. The batch is
+// made as the operator's boxed argument itself (its kernels are boxed): one handle per
+// tensor, not a vector and then a list.
 bool init_many_kept_op(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRef fill,
                        double low, double high, int64_t seed, bool contiguous_temp) {
-  std::vector<at::Tensor> batch;
+  c10::List<at::Tensor> batch;
   if (!match_facts(tensors, kinds, fill, batch)) return false;
   if (batch.empty()) return true;
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("fp8_dummy::init_many_", "")
-                             .typed<void(at::TensorList, double, double, int64_t, bool)>();
-  op.call(batch, low, high, seed, contiguous_temp);
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("fp8_dummy::init_many_", "");
+  torch::jit::Stack stack{c10::IValue(std::move(batch)), c10::IValue(low), c10::IValue(high),
+                          c10::IValue(seed), c10::IValue(contiguous_temp)};
+  op.callBoxed(&stack);
   return true;
 }
 

@@ -262,6 +262,11 @@ _FILL = {"prove": True, "mode": "generator", "neutral": None, "check": True}  # 
 
 def fill(what: Any, sem: Semantics, call: Any = ((), {}), *, engine=None, progress=False, **kw):
     """:func:`plan` and :func:`run` on a model (what ``sem.order`` visits) or (name, tensor)s."""
+    with no_cycle_collection():  # the walk too: its lists are the size of the model
+        return _fill(what, sem, call, engine, progress, kw)
+
+
+def _fill(what, sem, call, engine, progress, kw):
     model = isinstance(what, torch.nn.Module)
     objects = sem.reads != () or sem.per_tensor  # the rule's attributes, the engine's calls
     tensors = walked(what, sem.order, objects) if model else what
