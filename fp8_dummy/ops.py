@@ -24,6 +24,8 @@ def as_int64(value: object, name: str, op: str = "init_") -> int:
     ``torch.func._random.key`` accept it: a value in [2^63, 2^64) travels as its two's
     complement (the same 64 bits, which is all the kernels read); negative values down to
     -2^63 are those bits already."""
+    if type(value) is int and -_TWO_63 <= value < _TWO_63:  # the usual one: no ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"fp8_dummy.{op}: {name} must be an int, not {type(value).__name__}")
     value = int(value)
@@ -35,6 +37,8 @@ def as_int64(value: object, name: str, op: str = "init_") -> int:
 def as_float(value: object, name: str, op: str = "init_") -> float:
     """A bound as the operator's ``float`` argument; the same TypeError as torch's uniform_
     for anything that is not a real number."""
+    if type(value) is float:  # the usual one: no ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
             f"fp8_dummy.{op}: argument '{name}' must be float, not {type(value).__name__}"
@@ -171,6 +175,8 @@ def init_stateless_(
 def as_index(value: object, name: str, op: str) -> int:
     """An element index or stride: an int (a float such as 2.5 is a TypeError, never
     truncated), non-negative, below 2^63 (global indices are int64)."""
+    if type(value) is int and 0 <= value < 1 << 63:  # the usual one: no ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"fp8_dummy.{op}: {name} must be ints, not {type(value).__name__}")
     value = int(value)
