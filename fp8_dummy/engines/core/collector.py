@@ -1,9 +1,8 @@
 """Python's cycle collector paused while a fill walks, plans and runs
 (:func:`no_cycle_collection`, used by ``fill()``, ``plan()`` and ``run()``). A fill makes a
 few small objects per tensor, none in a cycle (refcounting frees them), yet enough of them
-to set off full collections of the
-engine's whole heap, each the size of that heap (docs/engines.md, The core, has the
-measurements)."""
+to set off full collections of the engine's whole heap, each the size of that heap
+(docs/engines.md, The core, has the measurements)."""
 
 from __future__ import annotations
 
