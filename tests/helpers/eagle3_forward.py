@@ -21,6 +21,7 @@ import torch
 import transformers as tf
 
 from .speculative import read
+from .speculative_forward import accepted, greedy_sequences
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -84,16 +85,13 @@ def eagle3_acceptance(target_dir: Path, draft_dir: Path, k: int, prompts: int = 
     target = tf.AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     draft = Eagle3(draft_dir)
     layers = draft.c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
-    gen = torch.Generator().manual_seed(0)
     counts = []
     with torch.no_grad():
-        for _ in range(prompts):
-            ids = torch.randint(2, vocab, (1, 8), generator=gen)
-            seq = target.generate(ids, do_sample=False, max_new_tokens=tokens + k + 1)[0]
+        for start, seq in greedy_sequences(target, prompts, tokens + k + 1, vocab):
             states = target(seq[None], output_hidden_states=True).hidden_states
             hidden = draft.combine([states[i][0] for i in layers])
-            n = ids.shape[1]  # the target has made seq[n]: the drafts start after it
-            while n < ids.shape[1] + tokens:
+            n = start  # the target has made seq[n]: the drafts start after it
+            while n < start + tokens:
                 toks, hs, pos = seq[1 : n + 1], hidden[:n], torch.arange(n)
                 drafts = []
                 for _ in range(k):
@@ -101,9 +99,6 @@ def eagle3_acceptance(target_dir: Path, draft_dir: Path, k: int, prompts: int = 
                     drafts.append(int(logits.argmax()))
                     toks = torch.cat([toks, torch.tensor([drafts[-1]])])
                     hs, pos = torch.cat([hs, out[-1:]]), torch.cat([pos, pos[-1:] + 1])
-                m = 0
-                while m < k and drafts[m] == int(seq[n + 1 + m]):
-                    m += 1
-                counts.append(m)
-                n += m + 1
+                counts.append(accepted(drafts, seq, n))
+                n += counts[-1] + 1
     return np.asarray(counts)
