@@ -38,7 +38,7 @@ from .design import DesignError, code_block, layout
 __all__ = ["EAGLE3", "eagle3_config", "eagle3_tensors", "is_eagle3"]
 
 EAGLE3 = "LlamaForCausalLMEagle3"  # the architecture vLLM and SGLang map to their EAGLE-3 class
-SELF_SCORE = 96.0  # a position's attention score with itself at unit RMS (the key code's)
+SELF_SCORE = 192.0  # a position's attention score with itself at unit RMS (the key code's)
 Entry = tuple  # (shape, dtype, spec, key, overrides): a logical tensor before it is named
 
 
