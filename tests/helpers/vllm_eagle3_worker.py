@@ -4,7 +4,7 @@ exported target's ``ModelConfig``, a ``SpeculativeConfig`` of method ``eagle3`` 
 draft's folder, the loader's ``create_model`` with the draft's model config: vLLM's
 ``Eagle3LlamaForCausalLM``), poisoned, then loaded by vLLM's own safetensors loader at TP=1
 (rank 0) and TP=2. The oracle: the export's tensors read with the safetensors library and
-placed as vLLM's parallel layers place a checkpoint (/work/shared/VLLM_PARALLEL.md's rules:
+placed as vLLM 0.33's parallel layers place a checkpoint (its linear and vocabulary layers:
 q/k/v and gate/up stacked per rank, o/down columns, vocabulary rows padded to 64, ``fc``
 replicated). Findings go to OUT/<rank>.json as {"1": ..., "2": ...}."""
 
