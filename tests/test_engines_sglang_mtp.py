@@ -1,6 +1,8 @@
 """The MTP layers in SGLang 0.5.23's own speculative draft classes: ``DeepseekV3ForCausalLMNextN``
 (DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN`` (GLM-4.5),
-``Qwen3NextForCausalLMMTP`` (Qwen3-Next) and ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense and MoE),
+``Qwen3NextForCausalLMMTP`` (Qwen3-Next), ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense and MoE) and
+``Glm4MoeLiteForCausalLMNextN`` (GLM-4.7-Flash, whose config SGLang's MLA attention rewrites
+while it builds the model: the fill reads it as written),
 built on this CPU as SGLang builds its draft (its
 draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
 ``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1 (one process) and TP=2
@@ -38,6 +40,7 @@ CASES = {
     "qwen3_next-bf16": ("qwen3_next", "bf16", 0.6),
     "qwen3_5_text-bf16": ("qwen3_5_text", "bf16", 0.6),
     "qwen3_5_moe_text-bf16": ("qwen3_5_moe_text", "bf16", 0.6),
+    "glm4_moe_lite-bf16": ("glm4_moe_lite", "bf16", 0.6),
 }
 CLASSES = {
     "deepseek_v3": "DeepseekV3ForCausalLMNextN",
@@ -45,6 +48,7 @@ CLASSES = {
     "qwen3_next": "Qwen3NextForCausalLMMTP",
     "qwen3_5_text": "Qwen3_5ForCausalLMMTP",  # SGLang's one class for Qwen3.5, dense and MoE
     "qwen3_5_moe_text": "Qwen3_5ForCausalLMMTP",
+    "glm4_moe_lite": "Glm4MoeLiteForCausalLMNextN",
 }
 
 

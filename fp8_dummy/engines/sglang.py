@@ -4,6 +4,7 @@ turns it off, ``=realistic`` loads the realistic model's checkpoint instead (doc
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import logging
@@ -97,6 +98,21 @@ def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
             f"{type(model).__name__} lacks them (docs/realistic.md)"
         )
     checkpoint = config_checkpoint(
-        config, 0, routing=chosen_routing(), acceptance=chosen_acceptance()
+        _as_written(config), 0, routing=chosen_routing(), acceptance=chosen_acceptance()
     )
     load(checkpoint.items())
+
+
+def _as_written(config: Any) -> Any:
+    """The model's config as its file says it. SGLang's MLA attention (GLM-4.7-Flash's, and
+    DeepSeek's where the rope type is not the default) sets the rope parameters' type to
+    ``deepseek_yarn`` in the config's own dict while it builds the model, a type of which
+    transformers builds no model: a copy with the type the parameters had, ``yarn`` where they
+    give a ``factor`` (DeepSeek's yarn), else ``default`` (GLM-4.7-Flash's plain RoPE, which
+    SGLang rewrites too)."""
+    params = getattr(config, "rope_parameters", None)
+    if not isinstance(params, dict) or params.get("rope_type") != "deepseek_yarn":
+        return config
+    written = copy.deepcopy(config)
+    written.rope_parameters = dict(params, rope_type="yarn" if "factor" in params else "default")
+    return written

@@ -33,7 +33,8 @@ from .hf_model import build_model
 from .logical import CheckpointTensor, logical_model
 from .publish import OutError, PublishError, check_out, staged
 from .safetensors_writer import SAFETENSORS_DTYPES, header, make_buffers, shards, write_tensors
-from .speculative import parse_acceptance, stage_draft
+from .speculative import LAYOUTS, parse_acceptance, stage_draft
+from .speculative.eagle3 import EAGLE3, eagle3_tensors, is_eagle3
 
 __all__ = ["export", "main"]
 
@@ -130,7 +131,10 @@ def export(
         )  # fmt: skip
     except UnsupportedFormatError as e:  # the architecture cannot take the format
         raise ExportError(str(e)) from None
-    _check_tensors(lm, type(model).__name__, fmt.name, allow_unknown)
+    architecture = type(model).__name__
+    if is_eagle3(config):  # the one-layer Llama twin renamed, widened and designed
+        lm, architecture = eagle3_model(lm), EAGLE3
+    _check_tensors(lm, architecture, fmt.name, allow_unknown)
     tensors = list(lm.tensors.values())
     total = sum(t.nbytes for t in tensors)
     free = _free(out)
@@ -138,7 +142,7 @@ def export(
         raise ExportError(
             f"fp8_dummy export: {total / 1e9:.2f} GB to write, {free / 1e9:.2f} GB free at {out}"
         )
-    settings = config_json(config, lm, floats, raw, type(model).__name__)
+    settings = config_json(config, lm, floats, raw, architecture)
     # -- written from here on, into the staging directory; published whole at the end
     start = time.perf_counter()
     groups = shards(tensors, limit)
@@ -175,6 +179,13 @@ def export(
     seconds = time.perf_counter() - start
     return {"tensors": len(tensors), "bytes": total, "shards": len(groups), "seconds": seconds,
             "left_out": left}  # fmt: skip
+
+
+def eagle3_model(lm: Any) -> Any:
+    """The logical model of an EAGLE-3 draft from its Llama twin's (:mod:`.speculative.eagle3`)."""
+    twin = {n: (t.shape, t.dtype, t.spec, t.key, t.overrides) for n, t in lm.tensors.items()}
+    made = eagle3_tensors(twin, lm.config, lm.seed)
+    return replace(lm, tensors={n: CheckpointTensor(n, *e) for n, e in made.items()})
 
 
 def _check_tensors(lm: Any, model: str, fmt: str, allow_unknown: bool) -> None:
@@ -216,7 +227,9 @@ def prepare_draft(source: str, out: str, seed: int, acceptance: Any, **shape: An
         raise ExportError(str(e)) from None
     try:
         config, _, _ = read_config(stage)
-        logical_model(build_model(config), seed, acceptance=acceptance)  # the checks
+        lm = logical_model(build_model(config), seed, acceptance=acceptance)  # the checks
+        if is_eagle3(config):
+            eagle3_model(lm)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -246,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft", default=None, help="also a draft model into this directory")
     p.add_argument("--draft-layers", type=int, default=2, help="the draft's layers (default 2)")
     p.add_argument("--draft-hidden", type=int, default=None, help="the draft's hidden size")
+    p.add_argument(
+        "--draft-layout", choices=LAYOUTS, default="llama",
+        help="the draft's layout: a plain causal LM (llama) or EAGLE-3's (eagle3)",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = p.parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
@@ -262,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("always")
             if a.draft is not None:
                 stage = prepare_draft(a.config, a.draft, a.seed, a.acceptance,
-                                      layers=a.draft_layers, hidden=a.draft_hidden)  # fmt: skip
+                                      layers=a.draft_layers, hidden=a.draft_hidden,
+                                      layout=a.draft_layout)  # fmt: skip
             s = export(
                 a.config,
                 a.out,

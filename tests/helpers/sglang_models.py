@@ -16,6 +16,9 @@ is created by SGLang's code. What is replaced, and why (:func:`prepare`):
 - ``get_rope_wrapper`` is called with ``device=None``: DeepSeek's MLA passes "cpu", which
   takes SGLang's CPU-engine rope, supporting only DeepSeek's yarn scaling. With None, the
   GPU path's plain rotary embedding, again without parameters.
+- DeepSeek's yarn rotary embedding (``rope_variant.get_device``) makes its cos/sin cache on
+  "cpu": given no device it asks for an accelerator and raises on this machine. GLM-4.7-Flash's
+  MLA takes it (SGLang rewrites its rope type to ``deepseek_yarn``); no parameters.
 - the model-parallel groups are plain gloo groups (no PyNccl, custom all-reduce, MSCCL++ or
   symmetric memory): the CUDA torch wheel ships libnccl, so SGLang would build a NCCL
   communicator on the CPU. Construction and ``load_weights`` never communicate.
@@ -64,8 +67,10 @@ def prepare() -> None:
     import sglang.srt.layers.rotary_embedding as rope
     import sglang.srt.layers.rotary_embedding.base as rope_base
     import sglang.srt.layers.rotary_embedding.factory as factory
+    import sglang.srt.layers.rotary_embedding.rope_variant as variant
 
     rope_base._is_cpu = True
+    variant.get_device = lambda *_, **__: "cpu"
     own_rope = factory.get_rope_wrapper
 
     def get_rope_wrapper(*args, device=None, **kwargs):

@@ -83,15 +83,12 @@ def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts
     ne, nh = (torch.from_numpy(t[names[w] + ".weight"]) for w in ("embed", "hidden"))
     c = names["offset"]
     embed = target.get_input_embeddings()
-    gen = torch.Generator().manual_seed(0)
     counts = []
     with torch.no_grad():
-        for _ in range(prompts):
-            ids = torch.randint(2, vocab, (1, 8), generator=gen)
-            seq = target.generate(ids, do_sample=False, max_new_tokens=tokens + k + 1)[0]
+        for start, seq in greedy_sequences(target, prompts, tokens + k + 1, vocab):
             hidden = target(seq[None], output_hidden_states=True).hidden_states[-1][0]
-            n = ids.shape[1]  # the target has made seq[n]: the drafts start after it
-            while n < ids.shape[1] + tokens:
+            n = start  # the target has made seq[n]: the drafts start after it
+            while n < start + tokens:
                 x = torch.cat([_rms(embed(seq[1 : n + 1]), ne, c),
                                _rms(hidden[:n], nh, c)], -1) @ fc.T  # fmt: skip
                 drafts = []
@@ -102,9 +99,23 @@ def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts
                     last = block(inputs_embeds=x[None], output_hidden_states=True)
                     h = last.hidden_states[-1][0, -1:]
                     x = torch.cat([x, torch.cat([step, _rms(h, nh, c)], -1) @ fc.T])
-                m = 0
-                while m < k and drafts[m] == int(seq[n + 1 + m]):
-                    m += 1
-                counts.append(m)
-                n += m + 1
+                counts.append(accepted(drafts, seq, n))
+                n += counts[-1] + 1
     return np.asarray(counts)
+
+
+def greedy_sequences(target, prompts: int, tokens: int, vocab: int):
+    """(prompt length, the prompt and the target's greedy continuation of ``tokens``) for
+    ``prompts`` random prompts of 8 tokens (seed 0)."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(prompts):
+        ids = torch.randint(2, vocab, (1, 8), generator=gen)
+        yield ids.shape[1], target.generate(ids, do_sample=False, max_new_tokens=tokens)[0]
+
+
+def accepted(drafts: list[int], seq: torch.Tensor, n: int) -> int:
+    """How many of the drafts after position n the target's greedy tokens verify."""
+    m = 0
+    while m < len(drafts) and drafts[m] == int(seq[n + 1 + m]):
+        m += 1
+    return m

@@ -123,10 +123,11 @@ def _image_module_without_torchvision() -> None:
         sys.modules.setdefault("transformers.models.qwen2_vl.image_processing_qwen2_vl", pil)
 
 
-def build(folder: Path, world: int, k: int):
+def build(folder: Path, world: int, k: int, method: str = "mtp", draft: Path | None = None):
     """(draft model, vllm_config, draft model_config): the MTP draft of the target config in
-    ``folder`` at TP=``world`` with ``k`` speculative tokens, as vLLM creates it; a draft
-    model's folder (``export --draft``'s): its own model, as vLLM builds any."""
+    ``folder`` at TP=``world`` with ``k`` speculative tokens, as vLLM creates it (``method``
+    another speculative method, of the draft in ``draft``: ``eagle3``); a draft model's folder
+    (``export --draft``'s): its own model, as vLLM builds any."""
     if json.loads((folder / "config.json").read_text()).get("fp8_dummy_draft"):
         return M.build_from(folder, world)
     from vllm.config import (
@@ -146,8 +147,8 @@ def build(folder: Path, world: int, k: int):
     target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16")
     parallel = ParallelConfig(tensor_parallel_size=world)
     spec = SpeculativeConfig(
-        method="mtp", num_speculative_tokens=k, target_model_config=target,
-        target_parallel_config=parallel,
+        method=method, num_speculative_tokens=k, target_model_config=target,
+        target_parallel_config=parallel, model=None if draft is None else str(draft),
     )  # fmt: skip
     # without prefix caching: a hybrid model's (Ling's) mamba block size is then the model's
     # length, which vLLM's check of the whole config requires where the CPU platform turns it off

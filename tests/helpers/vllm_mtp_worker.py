@@ -15,7 +15,8 @@ import traceback
 from pathlib import Path
 
 
-def main(rank: int, port: int, out: str, root: str) -> None:
+def main(rank: int, port: int, out: str, root: str, run=None) -> None:
+    """Rank ``rank``'s findings of ``run`` (default this lane's) written to OUT/<rank>.json."""
     os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [root, os.path.join(root, "tests")] + [
@@ -23,7 +24,7 @@ def main(rank: int, port: int, out: str, root: str) -> None:
     ]
     from helpers.workers import report
 
-    report(Path(out) / f"{rank}.json", _run, rank, port, Path(out), rank=rank)
+    report(Path(out) / f"{rank}.json", run or _run, rank, port, Path(out), rank=rank)
 
 
 def _run(rank: int, port: int, out: Path) -> dict:

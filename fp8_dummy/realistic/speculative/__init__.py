@@ -15,6 +15,9 @@ package's face; its files:
 - ``draft.py``: ``export --draft``'s draft model: its config (a plain causal LM of the
   target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
   with the target's tokenizer files;
+- ``eagle3.py``: ``--draft-layout eagle3``: the draft in EAGLE-3's layout (vLLM's
+  ``Eagle3LlamaForCausalLM``): its config, and its tensors from its one-layer Llama twin's,
+  the attention designed to carry the input token's view to the head;
 - ``report.py``: ``python -m fp8_dummy acceptance``: the acceptance per position a config and
   an engine's number of draft tokens give, and the next-token entropy."""
 
@@ -35,11 +38,11 @@ from .acceptance import (
     parse_acceptance,
 )
 from .design import DesignError, carrier_rows, layout, logit_multiplier, plan_design, vocab_hidden
-from .draft import DRAFT_KEY, draft_config, is_draft, stage_draft
+from .draft import DRAFT_KEY, LAYOUTS, draft_config, is_draft, stage_draft
 from .mtp import MtpPart, mtp_layers, mtp_part, mtp_prefixes
 from .stream import Stream, allowed_tokens, design_stream, predict
 
-__all__ = ["DEFAULT", "DRAFT_KEY", "ENV", "Acceptance", "AcceptanceError", "DesignError"]
+__all__ = ["DEFAULT", "DRAFT_KEY", "ENV", "LAYOUTS", "Acceptance", "AcceptanceError", "DesignError"]
 __all__ += ["MtpPart", "Stream", "allowed_tokens", "carrier_rows", "chosen_acceptance"]
 __all__ += ["design_stream", "draft_config", "is_draft", "layout", "mtp_layers", "mtp_part"]
 __all__ += ["mtp_prefixes", "parse_acceptance", "plan_acceptance", "predict", "stage_draft"]

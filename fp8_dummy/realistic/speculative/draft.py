@@ -9,6 +9,7 @@ SGLang's realistic loads) knows to write the draft's view of the stream."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -17,10 +18,12 @@ from typing import Any
 from ..._atomic_file import write_file
 from ..checkpoint_files import gather
 from ..config_file import read_config
+from .eagle3 import eagle3_config
 
-__all__ = ["DRAFT_KEY", "draft_config", "is_draft", "stage_draft"]
+__all__ = ["DRAFT_KEY", "LAYOUTS", "draft_config", "is_draft", "stage_draft"]
 
 DRAFT_KEY = "fp8_dummy_draft"
+LAYOUTS = ("llama", "eagle3")  # a plain causal LM; EAGLE-3's (:mod:`.eagle3`)
 _TEXT = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings")
 
 
@@ -61,19 +64,28 @@ def is_draft(config: Any) -> bool:
     return getattr(config, DRAFT_KEY, False) is True
 
 
-def stage_draft(source: str, layers: int = 2, hidden: int | None = None) -> str:
+def stage_draft(
+    source: str, layers: int = 2, hidden: int | None = None, layout: str = "llama"
+) -> str:
     """A private directory holding the draft's config.json (:func:`draft_config` of the target
-    config at ``source``) and the target's checkpoint files beside it (the export's allow-list:
-    tokenizer, generation config; each with its own mode): what ``export`` makes the draft's
-    checkpoint from. The caller removes it."""
+    config at ``source``, or EAGLE-3's: :func:`.eagle3.eagle3_config`) and the target's
+    checkpoint files beside it (the export's allow-list: tokenizer, generation config; each
+    with its own mode): what ``export`` makes the draft's checkpoint from. The caller removes
+    it."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"fp8_dummy: --draft-layout {layout!r}: one of {', '.join(LAYOUTS)}")
     config, _, folder = read_config(source)
-    cfg = draft_config(config, layers, hidden)
+    eagle = dict(eagle3_config(config, hidden), **{DRAFT_KEY: True}) if layout == "eagle3" else None
+    cfg = draft_config(config, layers, hidden) if eagle is None else None
     copies, _ = gather(folder)
     stage = tempfile.mkdtemp(prefix="fp8_dummy_draft_")
     try:
         for copy in copies:
             write_file(os.path.join(stage, copy.name), copy.data, mode=copy.mode)
-        cfg.save_pretrained(stage)
+        if eagle is not None:
+            write_file(os.path.join(stage, "config.json"), json.dumps(eagle, indent=2).encode())
+        else:
+            cfg.save_pretrained(stage)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

@@ -1,0 +1,136 @@
+"""``export --draft DRAFT --draft-layout eagle3``: the draft in EAGLE-3's layout as vLLM 0.33's
+``Eagle3LlamaForCausalLM`` reads it (docs/realistic.md#speculative-decoding). Its config and
+tensor names; its greedy proposal after every token, through an independent forward written
+from vLLM's class's math (helpers/eagle3_forward.py), equal to the plain draft model's of the
+same target (the view's successor) whatever hidden state it is given, at the first draft step
+and the next; a target it cannot serve refused before anything is written; and (slow tier) the
+acceptance per position of greedy EAGLE-3 decoding verified against the exported target's own
+greedy tokens (transformers' forward), within 0.05 of A."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+
+from helpers import speculative as H  # noqa: E402
+from helpers.eagle3_forward import Eagle3, eagle3_acceptance  # noqa: E402
+from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
+
+from fp8_dummy.realistic.export import main as export_main  # noqa: E402
+
+NAMES = {"embed_tokens.weight", "fc.weight", "lm_head.weight", "norm.weight"}
+NAMES |= {f"midlayer.{n}.weight" for n in ("hidden_norm", "input_layernorm",
+                                           "post_attention_layernorm")}  # fmt: skip
+NAMES |= {f"midlayer.self_attn.{n}_proj.weight" for n in "qkvo"}
+NAMES |= {f"midlayer.mlp.{n}_proj.weight" for n in ("gate", "up", "down")}
+
+
+def _export(tmp, cfg, acceptance, layout="eagle3", *more):
+    src = tmp / "src"
+    if not src.exists():
+        cfg.save_pretrained(src)
+    target, draft = tmp / f"target-{layout}", tmp / f"draft-{layout}"
+    args = [str(src), str(target), "--acceptance", str(acceptance), "--quiet"]
+    assert export_main([*args, "--draft", str(draft), "--draft-layout", layout, *more]) == 0
+    return target, draft
+
+
+def test_the_layout_is_eagle3s(tmp_path):
+    cfg = H.config("llama", hidden=128, vocab=1024, layers=5)
+    _, draft = _export(tmp_path, cfg, 0.6, "eagle3", "--draft-hidden", "192")
+    c = json.loads((draft / "config.json").read_text())
+    assert c["architectures"] == ["LlamaForCausalLMEagle3"] and c["num_hidden_layers"] == 1
+    assert c["vocab_size"] == c["draft_vocab_size"] == 1024 and c["target_hidden_size"] == 128
+    assert c["hidden_size"] == 192 and c["norm_before_residual"] is True
+    assert c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 2, 2]
+    t = H.read(draft)
+    assert set(t) == NAMES
+    assert t["fc.weight"].shape == (192, 3 * 128)
+    assert t["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * 192
+    assert t["midlayer.self_attn.o_proj.weight"].shape == (192, 192)
+
+
+def _proposals(draft, tokens, context, second: bool) -> list[int]:
+    """The draft's proposal after each of ``tokens``, appended to ``context`` (random tokens
+    with random hidden states of the target's width through fc); ``second``: at the second
+    draft step (the hidden state the first step's output)."""
+    gen = torch.Generator().manual_seed(1)
+    n = len(context)
+    aux = torch.randn(n + 1, draft.w["fc.weight"].shape[1], generator=gen) * 3
+    hidden = draft.combine([aux])
+    out = []
+    with torch.no_grad():
+        for x in tokens:
+            ids = torch.tensor([*context, int(x)])
+            pos = torch.arange(n + 1)
+            if second:
+                _, prev = draft.forward(ids[:-1], hidden[:n], pos[:-1])
+                hs = torch.cat([hidden[: n - 1], prev[-1:]])
+                logits, _ = draft.forward(torch.cat([ids[: n - 1], ids[-1:]]), hs, pos[:-1] + 1)
+            else:
+                logits, _ = draft.forward(ids, hidden, pos)
+            out.append(int(logits.argmax()))
+    return out
+
+
+@pytest.mark.parametrize("second", [False, True], ids=["first-step", "second-step"])
+def test_the_proposal_is_the_views_successor_whatever_the_hidden_state(tmp_path, second):
+    cfg = H.config("llama", hidden=128, vocab=1024, layers=4)
+    _, eagle = _export(tmp_path, cfg, 0.6)
+    _, plain = _export(tmp_path, cfg, 0.6, "llama")
+    want = H.draft_proposal(H.read(plain))  # the plain draft's: the view's successor
+    draft = Eagle3(eagle)
+    rng = np.random.default_rng(2)
+    tokens = rng.choice(1024, 120, replace=False)
+    context = [int(x) for x in rng.integers(0, 1024, 40)]
+    got = _proposals(draft, tokens, context, second)
+    assert got == [int(want[x]) for x in tokens]
+
+
+def test_without_norm_before_residual_the_second_step_is_wrong(tmp_path):
+    """The hidden state's code reaches S where the residual is the raw hidden state: the check
+    above can fail."""
+    cfg = H.config("llama", hidden=128, vocab=1024, layers=4)
+    _, eagle = _export(tmp_path, cfg, 0.6)
+    _, plain = _export(tmp_path, cfg, 0.6, "llama")
+    want = H.draft_proposal(H.read(plain))
+    draft = Eagle3(eagle)
+    draft.c["norm_before_residual"] = False
+    rng = np.random.default_rng(2)
+    tokens = rng.choice(1024, 60, replace=False)
+    got = _proposals(draft, tokens, [int(x) for x in rng.integers(0, 1024, 40)], True)
+    assert sum(g == int(want[x]) for g, x in zip(got, tokens)) < 50
+
+
+def test_a_target_eagle3_cannot_serve_is_refused_before_any_write(tmp_path, capsys):
+    cfg = H.config("llama", hidden=128, vocab=1024, layers=2)
+    cfg.num_hidden_layers = 0
+    cfg.save_pretrained(tmp_path / "src")
+    args = [str(tmp_path / "src"), str(tmp_path / "t"), "--acceptance", "0.6", "--quiet"]
+    assert export_main([*args, "--draft", str(tmp_path / "d"), "--draft-layout", "eagle3"]) == 2
+    assert "EAGLE-3 reads hidden states of at least one" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists() and not (tmp_path / "d").exists()
+
+
+# (target config, seed, draft tokens, acceptance): the tiny Llama at each A, then configs the
+# design was not developed on (other widths, vocabularies, layers, seeds, a MoE target).
+CASES = [(("llama", 256, 1024, 4), 0, 3, a) for a in (0.3, 0.6, 0.9)]
+CASES += [(("llama", 384, 6000, 5), 5, 2, 0.75), (("qwen3_moe", 192, 4096, 4), 7, 1, 0.5)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,seed,k,acceptance", CASES)
+def test_greedy_eagle3_decoding_accepts_at_the_rate(arch, seed, k, acceptance, tmp_path):
+    name, hidden, vocab, layers = arch
+    cfg = H.config(name, hidden=hidden, vocab=vocab, layers=layers)
+    target, draft = _export(tmp_path, cfg, acceptance, "eagle3", "--seed", str(seed))
+    m = eagle3_acceptance(target, draft, k, vocab=vocab)
+    rates = H.conditional(m, k)
+    print(f"\n{arch} seed {seed} k={k} A={acceptance}: {[round(r, 3) for r in rates]}, "
+          f"{len(m)} steps")  # fmt: skip
+    assert all(abs(r - acceptance) <= 0.05 for r in rates), rates
