@@ -344,3 +344,30 @@ def test_qwen3_5s_mtp_layers_counted_as_vllm_counts_them(model):
     names = list(config_checkpoint(both, 0).tensors)
     assert "mtp.fc.weight" in names and "mtp.layers.0.self_attn.q_proj.weight" in names
     assert not any(n.startswith("mtp.layers.1.") for n in names)
+
+
+def test_ernie_mtp_under_vllms_names():
+    """ERNIE 4.5 MoE's MTP layer under the names vLLM's ``ErnieMTP`` reads (written out here from
+    its weight mapper, not from the fill): ``model.mtp_emb_norm.0``, ``model.mtp_hidden_norm.0``,
+    ``model.mtp_linear_proj.0`` [H, 2H] and ``model.mtp_block.0.`` a dense decoder layer (vLLM
+    builds a Llama one: no router, no experts) of the config's intermediate size; no final norm
+    and no copy of the embedding or the lm_head (vLLM takes the model's); the main layers' names
+    unchanged; counted by ``num_nextn_predict_layers``, the key vLLM reads."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("ernie4_5_moe", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    b = "model.mtp_block.0."
+    want = {"model.mtp_emb_norm.0.weight", "model.mtp_hidden_norm.0.weight"}
+    want |= {"model.mtp_linear_proj.0.weight"}
+    want |= {b + n + ".weight" for n in ("input_layernorm", "post_attention_layernorm")}
+    want |= {f"{b}self_attn.{x}_proj.weight" for x in "qkvo"}
+    want |= {f"{b}mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    assert {n for n in t if n.startswith("model.mtp")} == want
+    assert t["model.mtp_linear_proj.0.weight"].shape == (128, 256)
+    assert t[b + "mlp.gate_proj.weight"].shape == (cfg.intermediate_size, 128)
+    main = config_checkpoint(H.config("ernie4_5_moe"), 0).tensors
+    assert {n for n in t if not n.startswith("model.mtp")} == set(main)
+    assert any(".mlp.experts." in n for n in main), "the main model's MoE layer"
+    assert S.mtp_layers(cfg) == ("ernie", 1) and S.mtp_prefixes(cfg) == ("model.mtp_",)
+    assert S.mtp_layers(H.config("ernie4_5_moe")) == (None, 0)

@@ -30,7 +30,12 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
   ``mtp_layers_block_type``, P layers: attention, MoE): ``mtp.layers.{j}.`` the n·P layers'
   tensors (``norm``, ``mixer.*``), the first of each step ``enorm``, ``hnorm``, ``eh_proj``
   [H, 2H] (the normalized embedding first), the last ``final_layernorm`` (vLLM's
-  ``NemotronHMTP`` takes the embedding and the lm_head from the model's own)."""
+  ``NemotronHMTP`` takes the embedding and the lm_head from the model's own);
+- ``ernie``: ERNIE 4.5 MoE (``num_nextn_predict_layers`` = n): ``model.mtp_block.{i}.`` a
+  dense decoder layer (vLLM's ``ErnieMTP`` builds a Llama one), ``model.mtp_emb_norm.{i}``,
+  ``model.mtp_hidden_norm.{i}``, ``model.mtp_linear_proj.{i}`` [H, 2H] (the normalized
+  embedding first); no final norm (the block's output goes to the lm_head as it is), the
+  embedding and the lm_head the model's."""
 
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ LAYOUTS = {
     "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
     "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
     "mellum": "qwen", "inkling_text": "inkling", "nemotron_h": "nemotron",
+    "ernie4_5_moe": "ernie",
 }  # fmt: skip
 # one MTP layer where the config names none (vLLM's reading)
 _DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
@@ -97,8 +103,8 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
     """The prefixes of the MTP tensors' checkpoint names (none for a config without them)."""
     style, n = mtp_layers(config)
-    if style in ("qwen", "inkling", "nemotron"):
-        return ("model.mtp.",) if style == "inkling" else ("mtp.",)
+    if style in ("qwen", "inkling", "nemotron", "ernie"):
+        return {"inkling": ("model.mtp.",), "ernie": ("model.mtp_",)}.get(style, ("mtp.",))
     first = _text(config).num_hidden_layers
     return tuple(f"model.layers.{first + i}." for i in range(n))
 
@@ -123,6 +129,8 @@ def _mtp_config(text: Any, n: int) -> Any:
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
+    if LAYOUTS.get(getattr(type(text), "model_type", None)) == "ernie":  # a dense block
+        cfg.moe_layer_start_index = n
     return cfg
 
 
@@ -140,6 +148,9 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
         if i == 0 and getattr(text, "chain_hidden_post_norm", False):
             norms.append("model.mtp.chain_norm.weight")
         return norms, p + "input_proj.weight", {}
+    if style == "ernie":  # each of its own tensors counted by a last index, i
+        norms = [f"model.mtp_emb_norm.{i}.weight", f"model.mtp_hidden_norm.{i}.weight"]
+        return norms, f"model.mtp_linear_proj.{i}.weight", {}
     if style == "nemotron":  # step i: its first layer fuses the inputs, its last normalizes
         size = len(text.mtp_layers_block_type)
         first, last = f"mtp.layers.{i * size}.", f"mtp.layers.{i * size + size - 1}."
@@ -159,6 +170,8 @@ def _where(style: str, main_layers: int, i: int) -> tuple[str, str]:
     if style == "inkling":
         p = f"model.mtp.layers.{i}."
         return p, p + "transformer_block."
+    if style == "ernie":
+        return "model.mtp_", f"model.mtp_block.{i}."
     return f"mtp.layers.{i}.", f"mtp.layers.{i}."
 
 
