@@ -371,3 +371,34 @@ def test_ernie_mtp_under_vllms_names():
     assert any(".mlp.experts." in n for n in main), "the main model's MoE layer"
     assert S.mtp_layers(cfg) == ("ernie", 1) and S.mtp_prefixes(cfg) == ("model.mtp_",)
     assert S.mtp_layers(H.config("ernie4_5_moe")) == (None, 0)
+
+
+def test_exaone_moe_mtp_under_vllms_names():
+    """EXAONE-MoE's MTP layer under the names vLLM's ``ExaoneMoeMTP`` reads (``mtp.`` renamed
+    ``model.``, written out here from its module, not from the fill): ``mtp.fc`` [H, 2H],
+    ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm`` and
+    ``mtp.layers.0.`` a dense decoder layer (``is_mtp``: no router, no experts) with its q/k
+    norms; no copy of the embedding or the lm_head; the main layers' names unchanged; one MTP
+    layer where ``num_nextn_predict_layers`` is absent (vLLM's class's default), none at 0."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("exaone_moe", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    b = "mtp.layers.0."
+    want = {f"mtp.{n}.weight" for n in ("fc", "norm", "pre_fc_norm_embedding",
+                                        "pre_fc_norm_hidden")}  # fmt: skip
+    want |= {b + n + ".weight" for n in ("input_layernorm", "post_attention_layernorm")}
+    want |= {f"{b}self_attn.{x}_proj.weight" for x in "qkvo"}
+    want |= {f"{b}self_attn.{x}_norm.weight" for x in "qk"}
+    want |= {f"{b}mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    assert {n for n in t if n.startswith("mtp.")} == want
+    assert t["mtp.fc.weight"].shape == (128, 256)
+    assert t[b + "mlp.gate_proj.weight"].shape == (cfg.intermediate_size, 128)
+    none = H.config("exaone_moe", num_nextn_predict_layers=0)
+    main = config_checkpoint(none, 0).tensors
+    assert {n for n in t if not n.startswith("mtp.")} == set(main)
+    assert any(".mlp.experts." in n for n in main), "the main model's MoE layer"
+    absent = H.config("exaone_moe")
+    del absent.num_nextn_predict_layers
+    assert S.mtp_layers(absent) == ("qwen", 1) and S.mtp_prefixes(cfg) == ("mtp.",)
+    assert S.mtp_layers(none) == (None, 0)

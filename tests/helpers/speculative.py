@@ -56,7 +56,11 @@ NEMOTRON_H = dict(n_routed_experts=16, moe_shared_expert_intermediate_size=64, m
 MORE["nemotron_h"] = NEMOTRON_H  # its config counts MTP steps: num_nextn_predict_layers
 # ERNIE 4.5 MoE: 16 experts top-2 and a shared one, its first layer dense; its MTP block dense
 MORE["ernie4_5_moe"] = dict(moe_num_experts=16, moe_num_shared_experts=1, pad_token_id=None, **MOE)
-NEXTN = ("glm4_moe_lite", "ernie4_5_moe")  # their configs count MTP layers as DeepSeek-V3's
+# EXAONE-MoE: 16 experts top-2 and a shared one, its first layer dense; its MTP block dense
+MORE["exaone_moe"] = dict(num_experts=16, num_shared_experts=1, sliding_window=64,
+                          pad_token_id=None, **MOE)  # fmt: skip
+# their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's: one where the key is absent)
+NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe")
 
 
 @pytest.fixture(autouse=True)
@@ -81,8 +85,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     and GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next
     and Qwen3.5's text models (at least four layers: three linear-attention ones, then a full
     one; Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding layer, then a full one), Inkling,
-    Bailing, GLM-4.7-Flash, Nemotron-H and ERNIE 4.5 MoE (:data:`MORE`) with ``mtp`` MTP
-    layers; then ``more``."""
+    Bailing, GLM-4.7-Flash, Nemotron-H, ERNIE 4.5 MoE and EXAONE-MoE (:data:`MORE`) with ``mtp``
+    MTP layers; then ``more``."""
     common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab)  # fmt: skip
     if arch in ROUTED:
@@ -102,7 +106,7 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     elif arch in MORE:
         count = "num_nextn_predict_layers" if arch in NEXTN else "num_mtp_layers"
         kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
-        if arch == "mellum":
+        if arch in ("mellum", "exaone_moe"):  # a sliding layer, then full ones
             kw["layer_types"] = ["sliding_attention"] + ["full_attention"] * (layers - 1)
         cfg = tf.AutoConfig.for_model(arch, **kw)
     else:

@@ -1,13 +1,14 @@
-"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, ERNIE 4.5 MoE: their
-configs declare no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H: stateful models, which
-assisted generation refuses), run independently of fp8_dummy and of any engine, as vLLM's MTP
-classes compute them (``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
-``BailingMoeV25MTPModel``, ``Glm4MoeLiteMTP``, ``NemotronHMTP``, ``ErnieMTP``): the input
-projection of the normalized embedding and the target's last hidden state, the MTP decoder block
-(transformers' own decoder layer, full attention, loaded from the export as a one-layer model;
-Nemotron-H's step: its attention and MoE layers as a two-layer model), the MTP layer's final
-norm (ERNIE: none) and the lm_head; reused for k draft tokens, each on the sequence with the
-drafts so far, and verified against the target's greedy tokens."""
+"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, ERNIE 4.5 MoE,
+EXAONE-MoE: their configs declare no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H: stateful
+models, which assisted generation refuses), run independently of fp8_dummy and of any engine, as
+vLLM's MTP classes compute them (``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
+``ExaoneMoeMTP``, ``BailingMoeV25MTPModel``, ``Glm4MoeLiteMTP``, ``NemotronHMTP``, ``ErnieMTP``):
+the input projection of the normalized embedding and the target's last hidden state, the MTP
+decoder block (transformers' own decoder layer, full attention (EXAONE's: the config's first layer
+type), loaded from the export as a one-layer model; Nemotron-H's step: its attention and MoE layers
+as a two-layer model), the MTP layer's final norm (ERNIE: none) and the lm_head; reused for k draft
+tokens, each on the sequence with the drafts so far, and verified against the target's greedy
+tokens."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ LAYOUTS["glm4_moe_lite"] = dict(LAYOUTS["bailing_hybrid"], out="model.layers.{L}
 LAYOUTS["ernie4_5_moe"] = dict(block="model.mtp_block.0.", fc="model.mtp_linear_proj.0",
                                embed="model.mtp_emb_norm.0", hidden="model.mtp_hidden_norm.0",
                                out=None, offset=0.0, mask_first=True)  # fmt: skip
+# EXAONE-MoE (vLLM's ExaoneMoeMTP): Qwen3-Next's names, plain norms, a dense block whose
+# attention is the config's first layer type (vLLM's reading where no mtp_layer_types), RoPE
+LAYOUTS["exaone_moe"] = dict(LAYOUTS["qwen3_next"], offset=0.0, dense=True, first_type=True)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
@@ -59,9 +63,10 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
     if "into" in names:  # Nemotron-H: the step's own layer types
         small.layers_block_type, small.num_nextn_predict_layers = small.mtp_layers_block_type, 0
     else:
-        small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
+        first = small.layer_types[0] if names.get("first_type") else "full_attention"
+        small.num_hidden_layers, small.layer_types = 1, [first]
     if getattr(small, "mlp_layer_types", None) is not None:
-        small.mlp_layer_types = ["sparse"]
+        small.mlp_layer_types = ["dense" if names.get("dense") else "sparse"]
     if getattr(small, "first_k_dense_replace", None) is not None:
         small.first_k_dense_replace = 0
     if getattr(small, "moe_layer_start_index", None) is not None:  # ERNIE: its layer 0 dense

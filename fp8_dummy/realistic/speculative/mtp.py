@@ -19,9 +19,9 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
   takes the embedding and the lm_head from the model's own);
 - ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
   vLLM reads it), Qwen3.5 and Qwen3.5-MoE (``mtp_num_hidden_layers``, else one; the
-  multimodal checkpoint keeps them at the top level too), Mellum: ``mtp.layers.{i}.`` the
-  block, ``mtp.fc`` [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``,
-  ``mtp.norm``;
+  multimodal checkpoint keeps them at the top level too), Mellum, EXAONE-MoE (as Qwen3-Next,
+  its block dense: vLLM's ``ExaoneMoeMTP``): ``mtp.layers.{i}.`` the block, ``mtp.fc``
+  [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
 - ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
   ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
   ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
@@ -57,10 +57,12 @@ LAYOUTS = {
     "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
     "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
     "mellum": "qwen", "inkling_text": "inkling", "nemotron_h": "nemotron",
-    "ernie4_5_moe": "ernie",
+    "ernie4_5_moe": "ernie", "exaone_moe": "qwen",
 }  # fmt: skip
 # one MTP layer where the config names none (vLLM's reading)
-_DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+_DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "exaone_moe")
+# a dense MTP block whatever the main layers are (vLLM's ErnieMTP, ExaoneMoeMTP)
+_DENSE = ("ernie4_5_moe", "exaone_moe")
 # the config key that counts the MTP layers: the first one set, or the one the engines read
 _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 _OWN_COUNT = {"qwen3_5_text": "mtp_num_hidden_layers", "qwen3_5_moe_text": "mtp_num_hidden_layers"}
@@ -129,8 +131,11 @@ def _mtp_config(text: Any, n: int) -> Any:
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
-    if LAYOUTS.get(getattr(type(text), "model_type", None)) == "ernie":  # a dense block
-        cfg.moe_layer_start_index = n
+    if getattr(type(text), "model_type", None) in _DENSE:  # ERNIE's by index, EXAONE's by name
+        if getattr(cfg, "moe_layer_start_index", None) is not None:
+            cfg.moe_layer_start_index = n
+        if getattr(cfg, "mlp_layer_types", None) is not None:
+            cfg.mlp_layer_types = ["dense"] * n
     return cfg
 
 
