@@ -402,3 +402,31 @@ def test_exaone_moe_mtp_under_vllms_names():
     del absent.num_nextn_predict_layers
     assert S.mtp_layers(absent) == ("qwen", 1) and S.mtp_prefixes(cfg) == ("mtp.",)
     assert S.mtp_layers(none) == (None, 0)
+
+
+def test_hy_v3_mtp_under_vllms_names():
+    """HY-V3's MTP layer under the names vLLM's ``HYV3MTP`` reads (written out here from its
+    loader, not from the fill): ``model.layers.{L}.`` the block (a MoE layer: vLLM builds one
+    past ``first_k_dense_replace``; the router ``mlp.router.gate``, ``mlp.expert_bias``, the
+    experts, ``mlp.shared_mlp``) and ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H],
+    ``final_layernorm``; no copy of the embedding or the lm_head (vLLM's loader takes the
+    model's: the ``shared_head`` it would skip); the main layers' names unchanged."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("hy_v3", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    p = "model.layers.2."
+    want = {p + n + ".weight" for n in ("enorm", "hnorm", "eh_proj", "final_layernorm",
+                                        "input_layernorm", "post_attention_layernorm")}  # fmt: skip
+    want |= {f"{p}self_attn.{x}_proj.weight" for x in "qkvo"}
+    want |= {f"{p}self_attn.{x}_norm.weight" for x in "qk"}
+    want |= {p + "mlp.router.gate.weight", p + "mlp.expert_bias"}
+    want |= {f"{p}mlp.shared_mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    want |= {f"{p}mlp.experts.{e}.{x}_proj.weight" for e in range(16)
+             for x in ("gate", "up", "down")}  # fmt: skip
+    assert {n for n in t if n.startswith(p)} == want
+    assert t[p + "eh_proj.weight"].shape == (128, 256)
+    main = config_checkpoint(H.config("hy_v3"), 0).tensors
+    assert {n for n in t if not n.startswith(p)} == set(main)
+    assert S.mtp_layers(cfg) == ("bailing", 1) and S.mtp_prefixes(cfg) == (p,)
+    assert S.mtp_layers(H.config("hy_v3")) == (None, 0)

@@ -59,8 +59,11 @@ MORE["ernie4_5_moe"] = dict(moe_num_experts=16, moe_num_shared_experts=1, pad_to
 # EXAONE-MoE: 16 experts top-2 and a shared one, its first layer dense; its MTP block dense
 MORE["exaone_moe"] = dict(num_experts=16, num_shared_experts=1, sliding_window=64,
                           pad_token_id=None, **MOE)  # fmt: skip
+# HY-V3: 16 experts top-2 and a shared one, its first layer dense (first_k_dense_replace: what
+# vLLM reads, mlp_layer_types: what transformers reads)
+MORE["hy_v3"] = dict(num_experts=16, num_shared_experts=1, first_k_dense_replace=1, **MOE)
 # their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's: one where the key is absent)
-NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe")
+NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3")
 
 
 @pytest.fixture(autouse=True)

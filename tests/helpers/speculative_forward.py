@@ -1,14 +1,14 @@
 """MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, ERNIE 4.5 MoE,
-EXAONE-MoE: their configs declare no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H: stateful
-models, which assisted generation refuses), run independently of fp8_dummy and of any engine, as
-vLLM's MTP classes compute them (``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
-``ExaoneMoeMTP``, ``BailingMoeV25MTPModel``, ``Glm4MoeLiteMTP``, ``NemotronHMTP``, ``ErnieMTP``):
-the input projection of the normalized embedding and the target's last hidden state, the MTP
-decoder block (transformers' own decoder layer, full attention (EXAONE's: the config's first layer
-type), loaded from the export as a one-layer model; Nemotron-H's step: its attention and MoE layers
-as a two-layer model), the MTP layer's final norm (ERNIE: none) and the lm_head; reused for k draft
-tokens, each on the sequence with the drafts so far, and verified against the target's greedy
-tokens."""
+EXAONE-MoE, HY-V3: their configs declare no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H:
+stateful models, which assisted generation refuses), run independently of fp8_dummy and of any
+engine, as vLLM's MTP classes compute them (``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
+``ExaoneMoeMTP``, ``BailingMoeV25MTPModel``, ``Glm4MoeLiteMTP``, ``NemotronHMTP``, ``ErnieMTP``,
+``HYV3MTP``): the input projection of the normalized embedding and the target's last hidden
+state, the MTP decoder block (transformers' own decoder layer, full attention (EXAONE's: the
+config's first layer type), loaded from the export as a one-layer model; Nemotron-H's step: its
+attention and MoE layers as a two-layer model), the MTP layer's final norm (ERNIE: none) and the
+lm_head; reused for k draft tokens, each on the sequence with the drafts so far, and verified
+against the target's greedy tokens."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ LAYOUTS["ernie4_5_moe"] = dict(block="model.mtp_block.0.", fc="model.mtp_linear_
 # EXAONE-MoE (vLLM's ExaoneMoeMTP): Qwen3-Next's names, plain norms, a dense block whose
 # attention is the config's first layer type (vLLM's reading where no mtp_layer_types), RoPE
 LAYOUTS["exaone_moe"] = dict(LAYOUTS["qwen3_next"], offset=0.0, dense=True, first_type=True)
+# HY-V3 (vLLM's HYV3MTP): Ling's names, the embedding at position 0 masked to zero as ERNIE's
+LAYOUTS["hy_v3"] = dict(LAYOUTS["bailing_hybrid"], mask_first=True)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:

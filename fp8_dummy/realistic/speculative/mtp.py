@@ -14,9 +14,10 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
   (the normalized embedding first), ``shared_head.norm``, ``shared_head.head`` and
   ``embed_tokens`` (copies of the lm_head and the embedding: the same values, as DeepSeek's
   checkpoints hold them);
-- ``bailing``: Ling/Ring hybrid (``bailing_hybrid``): ``model.layers.{L+i}.`` the block and
+- ``bailing``: Ling/Ring hybrid (``bailing_hybrid``), HY-V3 (``hy_v3``,
+  ``num_nextn_predict_layers``): ``model.layers.{L+i}.`` the block and
   ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``
-  takes the embedding and the lm_head from the model's own);
+  and ``HYV3MTP`` take the embedding and the lm_head from the model's own);
 - ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
   vLLM reads it), Qwen3.5 and Qwen3.5-MoE (``mtp_num_hidden_layers``, else one; the
   multimodal checkpoint keeps them at the top level too), Mellum, EXAONE-MoE (as Qwen3-Next,
@@ -57,7 +58,7 @@ LAYOUTS = {
     "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
     "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
     "mellum": "qwen", "inkling_text": "inkling", "nemotron_h": "nemotron",
-    "ernie4_5_moe": "ernie", "exaone_moe": "qwen",
+    "ernie4_5_moe": "ernie", "exaone_moe": "qwen", "hy_v3": "bailing",
 }  # fmt: skip
 # one MTP layer where the config names none (vLLM's reading)
 _DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "exaone_moe")
