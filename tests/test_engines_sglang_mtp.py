@@ -1,10 +1,10 @@
-"""The MTP layers in SGLang 0.5.23's own speculative draft classes: ``DeepseekV3ForCausalLMNextN``
-(DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN`` (GLM-4.5),
-``Qwen3NextForCausalLMMTP`` (Qwen3-Next), ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense and MoE) and
+"""The MTP layers in SGLang 0.5.23's own speculative draft classes:
+``DeepseekV3ForCausalLMNextN`` (DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN``
+(GLM-4.5), ``Qwen3NextForCausalLMMTP`` (Qwen3-Next), ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense
+and MoE), ``Ernie4_5_MoeForCausalLMMTP`` (ERNIE 4.5 MoE), ``HYV3ForCausalLMNextN`` (HY-V3) and
 ``Glm4MoeLiteForCausalLMNextN`` (GLM-4.7-Flash, whose config SGLang's MLA attention rewrites
-while it builds the model: the fill reads it as written),
-built on this CPU as SGLang builds its draft (its
-draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
+while it builds the model: the fill reads it as written), built on this CPU as SGLang builds its
+draft (its draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
 ``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1 (one process) and TP=2
 (two gloo processes). The oracle: the export of the same config and acceptance read by SGLang's
 own safetensors reader into a twin through the class's ``load_weights``; every parameter
@@ -41,6 +41,8 @@ CASES = {
     "qwen3_5_text-bf16": ("qwen3_5_text", "bf16", 0.6),
     "qwen3_5_moe_text-bf16": ("qwen3_5_moe_text", "bf16", 0.6),
     "glm4_moe_lite-bf16": ("glm4_moe_lite", "bf16", 0.6),
+    "ernie4_5_moe-bf16": ("ernie4_5_moe", "bf16", 0.6),
+    "hy_v3-bf16": ("hy_v3", "bf16", 0.6),
 }
 CLASSES = {
     "deepseek_v3": "DeepseekV3ForCausalLMNextN",
@@ -49,7 +51,13 @@ CLASSES = {
     "qwen3_5_text": "Qwen3_5ForCausalLMMTP",  # SGLang's one class for Qwen3.5, dense and MoE
     "qwen3_5_moe_text": "Qwen3_5ForCausalLMMTP",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLMNextN",
+    "ernie4_5_moe": "Ernie4_5_MoeForCausalLMMTP",
+    "hy_v3": "HYV3ForCausalLMNextN",
 }
+
+
+# ERNIE's MTP layer is a dense one: its nine tensors (norms, projection, fused attention and MLP)
+CHECKED = {"ernie4_5_moe-bf16": 9}
 
 
 def _config(model: str, quant: str) -> dict:
@@ -89,7 +97,7 @@ def test_the_draft_holds_the_export(runs, case):
     assert not failed, failed
     for where, got in found.items():
         assert got["cls"] == CLASSES[CASES[case][0]], where
-        assert not got["mismatch"] and got["checked"] > 10, (where, got)
+        assert not got["mismatch"] and got["checked"] >= CHECKED.get(case, 11), (where, got)
         assert got["unreached"] == got["unread"], (where, got)  # none written by one side only
         assert all(_shared_or_kv(n) for n in got["unreached"]), (where, got["unreached"])
     one = found[(1, 0)]["shapes"]

@@ -1,8 +1,10 @@
 """The MTP layers in vLLM 0.33's own draft classes: ``DeepSeekMTP`` (DeepSeek-V3, one and two
 MTP layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5), ``Qwen3NextMTP`` (Qwen3-Next),
 ``BailingMoeV25MTPModel`` (Ling's hybrid), ``Qwen3_5MTP`` and ``Qwen3_5MoeMTP`` (Qwen3.5, one
-MTP layer and two), ``Glm4MoeLiteMTP`` (GLM-4.7-Flash, whose draft config says no main layers)
-and ``NemotronHMTP`` (Nemotron-H), built on the CPU as vLLM's proposer builds its draft
+MTP layer and two), ``Glm4MoeLiteMTP`` (GLM-4.7-Flash, whose draft config says no main layers),
+``NemotronHMTP`` (Nemotron-H), ``ErnieMTP`` (ERNIE 4.5 MoE: a dense MTP block), ``ExaoneMoeMTP``
+(EXAONE-MoE: likewise) and ``HYV3MTP`` (HY-V3, whose ``load_weights`` reports no names: the
+poison shows what it reached), built on the CPU as vLLM's proposer builds its draft
 (helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's Llama from its
 config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
 ``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
@@ -31,6 +33,9 @@ CLASSES["bailing_hybrid"] = "BailingMoeV25MTPModel"
 CLASSES["nemotron_h"] = "NemotronHMTP"
 CLASSES.update(qwen3_5_text="Qwen3_5MTP", qwen3_5_moe_text="Qwen3_5MoeMTP")
 CLASSES["glm4_moe_lite"] = "Glm4MoeLiteMTP"
+CLASSES["ernie4_5_moe"] = "ErnieMTP"
+CLASSES["exaone_moe"] = "ExaoneMoeMTP"
+CLASSES["hy_v3"] = "HYV3MTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 

@@ -344,3 +344,89 @@ def test_qwen3_5s_mtp_layers_counted_as_vllm_counts_them(model):
     names = list(config_checkpoint(both, 0).tensors)
     assert "mtp.fc.weight" in names and "mtp.layers.0.self_attn.q_proj.weight" in names
     assert not any(n.startswith("mtp.layers.1.") for n in names)
+
+
+def test_ernie_mtp_under_vllms_names():
+    """ERNIE 4.5 MoE's MTP layer under the names vLLM's ``ErnieMTP`` reads (written out here from
+    its weight mapper, not from the fill): ``model.mtp_emb_norm.0``, ``model.mtp_hidden_norm.0``,
+    ``model.mtp_linear_proj.0`` [H, 2H] and ``model.mtp_block.0.`` a dense decoder layer (vLLM
+    builds a Llama one: no router, no experts) of the config's intermediate size; no final norm
+    and no copy of the embedding or the lm_head (vLLM takes the model's); the main layers' names
+    unchanged; counted by ``num_nextn_predict_layers``, the key vLLM reads."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("ernie4_5_moe", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    b = "model.mtp_block.0."
+    want = {"model.mtp_emb_norm.0.weight", "model.mtp_hidden_norm.0.weight"}
+    want |= {"model.mtp_linear_proj.0.weight"}
+    want |= {b + n + ".weight" for n in ("input_layernorm", "post_attention_layernorm")}
+    want |= {f"{b}self_attn.{x}_proj.weight" for x in "qkvo"}
+    want |= {f"{b}mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    assert {n for n in t if n.startswith("model.mtp")} == want
+    assert t["model.mtp_linear_proj.0.weight"].shape == (128, 256)
+    assert t[b + "mlp.gate_proj.weight"].shape == (cfg.intermediate_size, 128)
+    main = config_checkpoint(H.config("ernie4_5_moe"), 0).tensors
+    assert {n for n in t if not n.startswith("model.mtp")} == set(main)
+    assert any(".mlp.experts." in n for n in main), "the main model's MoE layer"
+    assert S.mtp_layers(cfg) == ("ernie", 1) and S.mtp_prefixes(cfg) == ("model.mtp_",)
+    assert S.mtp_layers(H.config("ernie4_5_moe")) == (None, 0)
+
+
+def test_exaone_moe_mtp_under_vllms_names():
+    """EXAONE-MoE's MTP layer under the names vLLM's ``ExaoneMoeMTP`` reads (``mtp.`` renamed
+    ``model.``, written out here from its module, not from the fill): ``mtp.fc`` [H, 2H],
+    ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm`` and
+    ``mtp.layers.0.`` a dense decoder layer (``is_mtp``: no router, no experts) with its q/k
+    norms; no copy of the embedding or the lm_head; the main layers' names unchanged; one MTP
+    layer where ``num_nextn_predict_layers`` is absent (vLLM's class's default), none at 0."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("exaone_moe", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    b = "mtp.layers.0."
+    want = {f"mtp.{n}.weight" for n in ("fc", "norm", "pre_fc_norm_embedding",
+                                        "pre_fc_norm_hidden")}  # fmt: skip
+    want |= {b + n + ".weight" for n in ("input_layernorm", "post_attention_layernorm")}
+    want |= {f"{b}self_attn.{x}_proj.weight" for x in "qkvo"}
+    want |= {f"{b}self_attn.{x}_norm.weight" for x in "qk"}
+    want |= {f"{b}mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    assert {n for n in t if n.startswith("mtp.")} == want
+    assert t["mtp.fc.weight"].shape == (128, 256)
+    assert t[b + "mlp.gate_proj.weight"].shape == (cfg.intermediate_size, 128)
+    none = H.config("exaone_moe", num_nextn_predict_layers=0)
+    main = config_checkpoint(none, 0).tensors
+    assert {n for n in t if not n.startswith("mtp.")} == set(main)
+    assert any(".mlp.experts." in n for n in main), "the main model's MoE layer"
+    absent = H.config("exaone_moe")
+    del absent.num_nextn_predict_layers
+    assert S.mtp_layers(absent) == ("qwen", 1) and S.mtp_prefixes(cfg) == ("mtp.",)
+    assert S.mtp_layers(none) == (None, 0)
+
+
+def test_hy_v3_mtp_under_vllms_names():
+    """HY-V3's MTP layer under the names vLLM's ``HYV3MTP`` reads (written out here from its
+    loader, not from the fill): ``model.layers.{L}.`` the block (a MoE layer: vLLM builds one
+    past ``first_k_dense_replace``; the router ``mlp.router.gate``, ``mlp.expert_bias``, the
+    experts, ``mlp.shared_mlp``) and ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H],
+    ``final_layernorm``; no copy of the embedding or the lm_head (vLLM's loader takes the
+    model's: the ``shared_head`` it would skip); the main layers' names unchanged."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("hy_v3", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    p = "model.layers.2."
+    want = {p + n + ".weight" for n in ("enorm", "hnorm", "eh_proj", "final_layernorm",
+                                        "input_layernorm", "post_attention_layernorm")}  # fmt: skip
+    want |= {f"{p}self_attn.{x}_proj.weight" for x in "qkvo"}
+    want |= {f"{p}self_attn.{x}_norm.weight" for x in "qk"}
+    want |= {p + "mlp.router.gate.weight", p + "mlp.expert_bias"}
+    want |= {f"{p}mlp.shared_mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    want |= {f"{p}mlp.experts.{e}.{x}_proj.weight" for e in range(16)
+             for x in ("gate", "up", "down")}  # fmt: skip
+    assert {n for n in t if n.startswith(p)} == want
+    assert t[p + "eh_proj.weight"].shape == (128, 256)
+    main = config_checkpoint(H.config("hy_v3"), 0).tensors
+    assert {n for n in t if not n.startswith(p)} == set(main)
+    assert S.mtp_layers(cfg) == ("bailing", 1) and S.mtp_prefixes(cfg) == (p,)
+    assert S.mtp_layers(H.config("hy_v3")) == (None, 0)

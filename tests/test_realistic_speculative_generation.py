@@ -1,14 +1,14 @@
 """Speculative decoding by the weights measured through code nobody here wrote (the slow tier;
 docs/realistic.md#speculative-decoding): transformers' own MTP generation
-(``generate(use_mtp=True)``: DeepSeek-V3, GLM-4.5, Mellum and Inkling, whose configs declare
-MTP layers) and assisted generation with a draft model exported by ``export --draft``, greedy,
-four prompts of 150 generated tokens each (400 where most drafts are accepted); the acceptance
-per position (given the position before was accepted) within 0.05 of the designed one for A in
-{0.3, 0.6, 0.9}, per-position lists at two and three MTP layers, and configs of other sizes,
-vocabularies and draft lengths; without an acceptance, chance. Qwen3-Next, Qwen3.5 and
-GLM-4.7-Flash (their configs declare no ``num_mtp_layers``), Bailing's hybrid and Nemotron-H
-(stateful models, which transformers' assisted generation refuses), whose MTP transformers
-cannot run, through an independent forward of their MTP layer
+(``generate(use_mtp=True)``: DeepSeek-V3, GLM-4.5, Mellum and Inkling, whose configs declare MTP
+layers) and assisted generation with a draft model exported by ``export --draft``, greedy, four
+prompts of 150 generated tokens each (400 where most drafts are accepted); the acceptance per
+position (given the position before was accepted) within 0.05 of the designed one for A in {0.3,
+0.6, 0.9}, per-position lists at two and three MTP layers, and configs of other sizes,
+vocabularies and draft lengths; without an acceptance, chance. Qwen3-Next, Qwen3.5,
+GLM-4.7-Flash, ERNIE 4.5 MoE, EXAONE-MoE and HY-V3 (their configs declare no ``num_mtp_layers``),
+Bailing's hybrid and Nemotron-H (stateful models, which transformers' assisted generation
+refuses), whose MTP transformers cannot run, through an independent forward of their MTP layer
 (tests/helpers/speculative_forward.py). With sampling at temperature 1: the next-token entropy
 between 1 nat and 80% of ln(vocabulary), and the acceptance reported. ``pytest -s`` prints the
 numbers docs/realistic.md records."""
@@ -97,12 +97,18 @@ FORWARD += [("nemotron_h", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("nemotron_h",
 FORWARD += [("qwen3_5_moe_text", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 FORWARD += [("qwen3_5_text", 0.6, 1, {}), ("qwen3_5_moe_text", 0.6, 2, {})]
 FORWARD += [("glm4_moe_lite", a, 1, {}) for a in (0.3, 0.6, 0.9)]
+FORWARD += [("ernie4_5_moe", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("ernie4_5_moe", 0.6, 2, {})]
+FORWARD += [("exaone_moe", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("exaone_moe", 0.6, 2, {})]
+FORWARD += [("hy_v3", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("hy_v3", 0.6, 2, {})]
 # sizes, vocabularies and seeds the design was not developed on
 FORWARD += [("bailing_hybrid", 0.75, 3, dict(hidden=256, vocab=6000, layers=4, seed=9))]
 FORWARD += [("nemotron_h", 0.7, 3, dict(hidden=192, vocab=5000, layers=6, seed=21))]
 FORWARD += [("qwen3_5_moe_text", 0.7, 2, dict(hidden=192, vocab=5000, layers=5, seed=21))]
 FORWARD += [("qwen3_5_text", 0.45, 3, dict(hidden=320, vocab=12000, layers=4, seed=8))]
 FORWARD += [("glm4_moe_lite", 0.65, 2, dict(hidden=256, vocab=7000, layers=3, seed=17))]
+FORWARD += [("ernie4_5_moe", 0.8, 3, dict(hidden=320, vocab=9000, layers=3, seed=23))]
+FORWARD += [("exaone_moe", 0.55, 2, dict(hidden=256, vocab=11000, layers=4, seed=29))]
+FORWARD += [("hy_v3", 0.85, 2, dict(hidden=192, vocab=7500, layers=3, seed=31))]
 
 
 @pytest.mark.parametrize("arch,acceptance,k,other", FORWARD)

@@ -54,6 +54,16 @@ NEMOTRON_H = dict(n_routed_experts=16, moe_shared_expert_intermediate_size=64, m
                   mamba_head_dim=16, ssm_state_size=16, n_groups=2, pad_token_id=None,
                   **MOE)  # fmt: skip
 MORE["nemotron_h"] = NEMOTRON_H  # its config counts MTP steps: num_nextn_predict_layers
+# ERNIE 4.5 MoE: 16 experts top-2 and a shared one, its first layer dense; its MTP block dense
+MORE["ernie4_5_moe"] = dict(moe_num_experts=16, moe_num_shared_experts=1, pad_token_id=None, **MOE)
+# EXAONE-MoE: 16 experts top-2 and a shared one, its first layer dense; its MTP block dense
+MORE["exaone_moe"] = dict(num_experts=16, num_shared_experts=1, sliding_window=64,
+                          pad_token_id=None, **MOE)  # fmt: skip
+# HY-V3: 16 experts top-2 and a shared one, its first layer dense (first_k_dense_replace: what
+# vLLM reads, mlp_layer_types: what transformers reads)
+MORE["hy_v3"] = dict(num_experts=16, num_shared_experts=1, first_k_dense_replace=1, **MOE)
+# their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's: one where the key is absent)
+NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3")
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +77,8 @@ def one_thread():
 
 # every residual branch's last linear, under the checkpoints' names (Bailing's attention.dense)
 WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj|attention\.dense)(\.weight|\.bias|$)")
-PROJECTIONS = ("eh_proj.weight", "mtp.fc.weight", "input_proj.weight")
+# every MTP input projection, under the checkpoints' names (ERNIE's counted by a last index)
+PROJECTIONS = re.compile(r"(eh_proj|mtp\.fc|input_proj|mtp_linear_proj\.\d+)\.weight$")
 EMBEDDINGS = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddings.weight")
 
 
@@ -76,9 +87,9 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     """A tiny untied config of ``arch`` with bos 0 and eos 1: Llama; Qwen3-MoE, DeepSeek-V3
     and GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next
     and Qwen3.5's text models (at least four layers: three linear-attention ones, then a full
-    one; Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding
-    layer, then a full one), Inkling and Bailing (:data:`MORE`) with ``mtp`` MTP layers; then
-    ``more``."""
+    one; Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding layer, then a full one), Inkling,
+    Bailing, GLM-4.7-Flash, Nemotron-H, ERNIE 4.5 MoE and EXAONE-MoE (:data:`MORE`) with ``mtp``
+    MTP layers; then ``more``."""
     common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab)  # fmt: skip
     if arch in ROUTED:
@@ -96,9 +107,9 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         kw = {**common, "num_hidden_layers": max(layers, 4), **QWEN3_5[arch]}
         cfg = tf.AutoConfig.for_model(arch, **kw, **({"mtp_num_hidden_layers": mtp} if mtp else {}))
     elif arch in MORE:
-        count = "num_nextn_predict_layers" if arch == "glm4_moe_lite" else "num_mtp_layers"
+        count = "num_nextn_predict_layers" if arch in NEXTN else "num_mtp_layers"
         kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
-        if arch == "mellum":
+        if arch in ("mellum", "exaone_moe"):  # a sliding layer, then full ones
             kw["layer_types"] = ["sliding_attention"] + ["full_attention"] * (layers - 1)
         cfg = tf.AutoConfig.for_model(arch, **kw)
     else:
@@ -164,7 +175,7 @@ def weight_maps(t: dict[str, np.ndarray], hidden: int, hidden_first: bool = Fals
     half = slice(hidden, None) if hidden_first else slice(0, hidden)
     other = slice(0, hidden) if hidden_first else slice(hidden, None)
     for name, w in t.items():
-        if name.endswith(PROJECTIONS) and w.shape == (hidden, 2 * hidden):
+        if PROJECTIONS.search(name) and w.shape == (hidden, 2 * hidden):
             assert not np.any(w[s][:, other]), f"{name}: the code reads the hidden half"
             e = embed / np.sqrt((embed**2).mean(1, keepdims=True))  # enorm, weight 1 or 1+0
             proposals[name] = _argmax_rows(head[:, s], e @ w[s][:, half].T)

@@ -1,13 +1,14 @@
-"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash: their configs declare
-no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H: stateful models, which assisted generation
-refuses), run independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
-(``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``BailingMoeV25MTPModel``,
-``Glm4MoeLiteMTP``, ``NemotronHMTP``): the input projection of the normalized embedding and the
-target's last hidden state, the MTP decoder block (transformers' own decoder layer, full
-attention, loaded from the export as a one-layer model; Nemotron-H's step: its attention and MoE
-layers as a two-layer model), the MTP layer's final norm and the lm_head; reused for k draft
-tokens, each on the sequence with the drafts so far, and verified against the target's greedy
-tokens."""
+"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, ERNIE 4.5 MoE,
+EXAONE-MoE, HY-V3: their configs declare no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H:
+stateful models, which assisted generation refuses), run independently of fp8_dummy and of any
+engine, as vLLM's MTP classes compute them (``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
+``ExaoneMoeMTP``, ``BailingMoeV25MTPModel``, ``Glm4MoeLiteMTP``, ``NemotronHMTP``, ``ErnieMTP``,
+``HYV3MTP``): the input projection of the normalized embedding and the target's last hidden
+state, the MTP decoder block (transformers' own decoder layer, full attention (EXAONE's: the
+config's first layer type), loaded from the export as a one-layer model; Nemotron-H's step: its
+attention and MoE layers as a two-layer model), the MTP layer's final norm (ERNIE: none) and the
+lm_head; reused for k draft tokens, each on the sequence with the drafts so far, and verified
+against the target's greedy tokens."""
 
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ LAYOUTS["nemotron_h"] = dict(block="mtp.layers.", fc="mtp.layers.0.eh_proj",
                              into="backbone.layers.", norm="backbone.norm_f.weight")  # fmt: skip
 LAYOUTS["qwen3_5_text"] = LAYOUTS["qwen3_5_moe_text"] = LAYOUTS["qwen3_next"]  # the same names
 LAYOUTS["glm4_moe_lite"] = dict(LAYOUTS["bailing_hybrid"], out="model.layers.{L}.shared_head.norm")
+# ERNIE 4.5 MoE (vLLM's ErnieMTP): a dense block and no final norm, its output straight to the
+# lm_head (here a norm of weight 1: a positive scale, which no argmax sees, and the next step's
+# hidden state is normalized anyway); the embedding at position 0 masked to zero
+LAYOUTS["ernie4_5_moe"] = dict(block="model.mtp_block.0.", fc="model.mtp_linear_proj.0",
+                               embed="model.mtp_emb_norm.0", hidden="model.mtp_hidden_norm.0",
+                               out=None, offset=0.0, mask_first=True)  # fmt: skip
+# EXAONE-MoE (vLLM's ExaoneMoeMTP): Qwen3-Next's names, plain norms, a dense block whose
+# attention is the config's first layer type (vLLM's reading where no mtp_layer_types), RoPE
+LAYOUTS["exaone_moe"] = dict(LAYOUTS["qwen3_next"], offset=0.0, dense=True, first_type=True)
+# HY-V3 (vLLM's HYV3MTP): Ling's names, the embedding at position 0 masked to zero as ERNIE's
+LAYOUTS["hy_v3"] = dict(LAYOUTS["bailing_hybrid"], mask_first=True)
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
@@ -53,15 +65,19 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
     if "into" in names:  # Nemotron-H: the step's own layer types
         small.layers_block_type, small.num_nextn_predict_layers = small.mtp_layers_block_type, 0
     else:
-        small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
+        first = small.layer_types[0] if names.get("first_type") else "full_attention"
+        small.num_hidden_layers, small.layer_types = 1, [first]
     if getattr(small, "mlp_layer_types", None) is not None:
-        small.mlp_layer_types = ["sparse"]
+        small.mlp_layer_types = ["dense" if names.get("dense") else "sparse"]
     if getattr(small, "first_k_dense_replace", None) is not None:
         small.first_k_dense_replace = 0
+    if getattr(small, "moe_layer_start_index", None) is not None:  # ERNIE: its layer 0 dense
+        small.moe_layer_start_index = 1
     small.save_pretrained(one)
     ends = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddings.weight")
     (embed,) = [n for n in t if n.endswith(ends) and "layers." not in n]
-    ours = {embed: t[embed], names.get("norm", "model.norm.weight"): t[names["out"] + ".weight"]}
+    out_norm = np.ones(small.hidden_size) if names["out"] is None else t[names["out"] + ".weight"]
+    ours = {embed: t[embed], names.get("norm", "model.norm.weight"): out_norm}
     ours["lm_head.weight"] = t["lm_head.weight"]
     b, into = names["block"], names.get("into", "model.layers.0.")
     ours.update({into + n[len(b) :]: v for n, v in t.items() if n.startswith(b)})
@@ -89,8 +105,10 @@ def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts
             hidden = target(seq[None], output_hidden_states=True).hidden_states[-1][0]
             n = start  # the target has made seq[n]: the drafts start after it
             while n < start + tokens:
-                x = torch.cat([_rms(embed(seq[1 : n + 1]), ne, c),
-                               _rms(hidden[:n], nh, c)], -1) @ fc.T  # fmt: skip
+                e = embed(seq[1 : n + 1])
+                if names.get("mask_first"):
+                    e[0] = 0
+                x = torch.cat([_rms(e, ne, c), _rms(hidden[:n], nh, c)], -1) @ fc.T
                 drafts = []
                 for _ in range(k):
                     logits = block(inputs_embeds=x[None]).logits[0, -1]

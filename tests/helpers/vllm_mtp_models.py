@@ -1,15 +1,17 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``,
-``NemotronHMTP``) built on this CPU from tiny configs with MTP layers, for
-tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily). Built as vLLM
-builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which
-turns the target's config into the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``,
-``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
-``Glm4MoeLiteMTPModel``, ``NemotronHMTPModel``), a ``VllmConfig`` holding both, then the model
-loader's ``create_model`` with the draft's model config, the way its proposer's ``get_model``
-does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply, and one of
-transformers' image modules where torchvision is missing (:func:`build`); the oracle is the
-same: the export of the config, read by vLLM's own safetensors loader into a twin."""
+``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``) built on this CPU from tiny
+configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is
+imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
+``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
+``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
+``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``NemotronHMTPModel``,
+``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``), a ``VllmConfig`` holding both, then the
+model loader's ``create_model`` with the draft's model config, the way its proposer's
+``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
+apply, and one of transformers' image modules where torchvision is missing (:func:`build`); the
+oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
+twin."""
 
 from __future__ import annotations
 
@@ -25,14 +27,17 @@ ARCHITECTURES["bailing_hybrid"] = "BailingMoeV2_5ForCausalLM"  # Ling/Ring-2.5's
 ARCHITECTURES["nemotron_h"] = "NemotronHForCausalLM"
 ARCHITECTURES.update(qwen3_5_text="Qwen3_5ForCausalLM", qwen3_5_moe_text="Qwen3_5MoeForCausalLM")
 ARCHITECTURES["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"  # GLM-4.7-Flash
+ARCHITECTURES["ernie4_5_moe"] = "Ernie4_5_MoeForCausalLM"
+ARCHITECTURES["exaone_moe"] = "ExaoneMoeForCausalLM"
+ARCHITECTURES["hy_v3"] = "HYV3ForCausalLM"
 
 
 def fields(model: str) -> dict:
     """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
     DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
-    text models and Nemotron-H (four layers, one MTP step: attention, MoE) as
-    tests/helpers/speculative.py makes them."""
+    text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-MoE
+    and HY-V3 as tests/helpers/speculative.py makes them."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -44,6 +49,8 @@ def fields(model: str) -> dict:
         out["hybrid_override_pattern"] = cfg.hybrid_override_pattern
         out["mtp_hybrid_override_pattern"] = cfg.mtp_hybrid_override_pattern
         del out["layers_block_type"], out["mtp_layers_block_type"]
+    if model == "hy_v3":  # keys HY-V3's config.json has, which vLLM reads (transformers: others)
+        out.update(expert_hidden_dim=cfg.moe_intermediate_size, route_norm=True, qk_norm=True)
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
         out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
                    moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
@@ -63,6 +70,9 @@ CASES = [
     ("qwen3_5_text", "bf16", 1, 1, 0.6),
     ("qwen3_5_moe_text", "bf16", 2, 2, "0.8,0.5"),
     ("glm4_moe_lite", "bf16", 1, 1, 0.6),
+    ("ernie4_5_moe", "bf16", 1, 1, 0.6),
+    ("exaone_moe", "bf16", 1, 1, 0.6),
+    ("hy_v3", "bf16", 1, 1, 0.6),
 ]
 
 

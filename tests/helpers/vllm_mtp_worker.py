@@ -85,6 +85,8 @@ def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
                 r["error"] = f"{type(e).__name__}: {e}"
                 return r
             loaded = M.load_safetensors(theirs, draft_config)
+        if not loaded:  # a class whose load_weights reports nothing (HYV3MTP): its poison says
+            loaded = {n for n, t in theirs.named_parameters() if not (M.as_bytes(t) == 0xAA).all()}
         r["not_loaded"] = sorted(set(params) - loaded)
         mine, other = M.tensors(ours), M.tensors(theirs)
         r["checked"] = len(mine)

@@ -14,14 +14,15 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
   (the normalized embedding first), ``shared_head.norm``, ``shared_head.head`` and
   ``embed_tokens`` (copies of the lm_head and the embedding: the same values, as DeepSeek's
   checkpoints hold them);
-- ``bailing``: Ling/Ring hybrid (``bailing_hybrid``): ``model.layers.{L+i}.`` the block and
+- ``bailing``: Ling/Ring hybrid (``bailing_hybrid``), HY-V3 (``hy_v3``,
+  ``num_nextn_predict_layers``): ``model.layers.{L+i}.`` the block and
   ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``
-  takes the embedding and the lm_head from the model's own);
+  and ``HYV3MTP`` take the embedding and the lm_head from the model's own);
 - ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
   vLLM reads it), Qwen3.5 and Qwen3.5-MoE (``mtp_num_hidden_layers``, else one; the
-  multimodal checkpoint keeps them at the top level too), Mellum: ``mtp.layers.{i}.`` the
-  block, ``mtp.fc`` [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``,
-  ``mtp.norm``;
+  multimodal checkpoint keeps them at the top level too), Mellum, EXAONE-MoE (as Qwen3-Next,
+  its block dense: vLLM's ``ExaoneMoeMTP``): ``mtp.layers.{i}.`` the block, ``mtp.fc``
+  [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
 - ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
   ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
   ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
@@ -30,7 +31,12 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
   ``mtp_layers_block_type``, P layers: attention, MoE): ``mtp.layers.{j}.`` the n·P layers'
   tensors (``norm``, ``mixer.*``), the first of each step ``enorm``, ``hnorm``, ``eh_proj``
   [H, 2H] (the normalized embedding first), the last ``final_layernorm`` (vLLM's
-  ``NemotronHMTP`` takes the embedding and the lm_head from the model's own)."""
+  ``NemotronHMTP`` takes the embedding and the lm_head from the model's own);
+- ``ernie``: ERNIE 4.5 MoE (``num_nextn_predict_layers`` = n): ``model.mtp_block.{i}.`` a
+  dense decoder layer (vLLM's ``ErnieMTP`` builds a Llama one), ``model.mtp_emb_norm.{i}``,
+  ``model.mtp_hidden_norm.{i}``, ``model.mtp_linear_proj.{i}`` [H, 2H] (the normalized
+  embedding first); no final norm (the block's output goes to the lm_head as it is), the
+  embedding and the lm_head the model's."""
 
 from __future__ import annotations
 
@@ -52,9 +58,12 @@ LAYOUTS = {
     "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
     "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
     "mellum": "qwen", "inkling_text": "inkling", "nemotron_h": "nemotron",
+    "ernie4_5_moe": "ernie", "exaone_moe": "qwen", "hy_v3": "bailing",
 }  # fmt: skip
 # one MTP layer where the config names none (vLLM's reading)
-_DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+_DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "exaone_moe")
+# a dense MTP block whatever the main layers are (vLLM's ErnieMTP, ExaoneMoeMTP)
+_DENSE = ("ernie4_5_moe", "exaone_moe")
 # the config key that counts the MTP layers: the first one set, or the one the engines read
 _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 _OWN_COUNT = {"qwen3_5_text": "mtp_num_hidden_layers", "qwen3_5_moe_text": "mtp_num_hidden_layers"}
@@ -97,8 +106,8 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
     """The prefixes of the MTP tensors' checkpoint names (none for a config without them)."""
     style, n = mtp_layers(config)
-    if style in ("qwen", "inkling", "nemotron"):
-        return ("model.mtp.",) if style == "inkling" else ("mtp.",)
+    if style in ("qwen", "inkling", "nemotron", "ernie"):
+        return {"inkling": ("model.mtp.",), "ernie": ("model.mtp_",)}.get(style, ("mtp.",))
     first = _text(config).num_hidden_layers
     return tuple(f"model.layers.{first + i}." for i in range(n))
 
@@ -123,6 +132,11 @@ def _mtp_config(text: Any, n: int) -> Any:
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
+    if getattr(type(text), "model_type", None) in _DENSE:  # ERNIE's by index, EXAONE's by name
+        if getattr(cfg, "moe_layer_start_index", None) is not None:
+            cfg.moe_layer_start_index = n
+        if getattr(cfg, "mlp_layer_types", None) is not None:
+            cfg.mlp_layer_types = ["dense"] * n
     return cfg
 
 
@@ -140,6 +154,9 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
         if i == 0 and getattr(text, "chain_hidden_post_norm", False):
             norms.append("model.mtp.chain_norm.weight")
         return norms, p + "input_proj.weight", {}
+    if style == "ernie":  # each of its own tensors counted by a last index, i
+        norms = [f"model.mtp_emb_norm.{i}.weight", f"model.mtp_hidden_norm.{i}.weight"]
+        return norms, f"model.mtp_linear_proj.{i}.weight", {}
     if style == "nemotron":  # step i: its first layer fuses the inputs, its last normalizes
         size = len(text.mtp_layers_block_type)
         first, last = f"mtp.layers.{i * size}.", f"mtp.layers.{i * size + size - 1}."
@@ -159,6 +176,8 @@ def _where(style: str, main_layers: int, i: int) -> tuple[str, str]:
     if style == "inkling":
         p = f"model.mtp.layers.{i}."
         return p, p + "transformer_block."
+    if style == "ernie":
+        return "model.mtp_", f"model.mtp_block.{i}."
     return f"mtp.layers.{i}.", f"mtp.layers.{i}."
 
 
