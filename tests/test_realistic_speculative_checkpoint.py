@@ -344,3 +344,32 @@ def test_qwen3_5s_mtp_layers_counted_as_vllm_counts_them(model):
     names = list(config_checkpoint(both, 0).tensors)
     assert "mtp.fc.weight" in names and "mtp.layers.0.self_attn.q_proj.weight" in names
     assert not any(n.startswith("mtp.layers.1.") for n in names)
+
+
+def test_glm_ocr_mtp_under_vllms_names():
+    """GLM-OCR's multimodal checkpoint: its text config's ``num_nextn_predict_layers`` MTP layer
+    after its language model's layers, under the names vLLM's ``GlmOcrMTP`` reads (written out
+    here from its loader, not from the fill): ``model.language_model.layers.{L}.`` the dense
+    GLM block (its four norms, q/k/v/o, the fused ``gate_up_proj``), ``enorm``, ``hnorm``,
+    ``eh_proj`` [H, 2H], ``shared_head.norm``, and copies of the lm_head
+    (``shared_head.head``) and the embedding (``embed_tokens``, which vLLM's loader takes for
+    the draft's own); the main tensors unchanged, the lm_head among them (the multimodal
+    class's, not the base model's)."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("glm_ocr", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    p = "model.language_model.layers.2."
+    want = {p + f"self_attn.{x}_proj.weight" for x in "qkvo"}
+    want |= {p + f"mlp.{x}_proj.weight" for x in ("gate_up", "down")}
+    want |= {p + f"{x}layernorm.weight" for x in ("input_", "post_attention_", "post_self_attn_",
+                                                  "post_mlp_")}  # fmt: skip
+    want |= {p + f"{x}.weight" for x in ("enorm", "hnorm", "eh_proj", "shared_head.norm",
+                                         "shared_head.head", "embed_tokens")}  # fmt: skip
+    assert {n for n in t if n.startswith(p)} == want
+    assert t[p + "eh_proj.weight"].shape == (128, 256)
+    main = config_checkpoint(H.config("glm_ocr"), 0).tensors
+    assert {n for n in t if not n.startswith(p)} == set(main)
+    assert "lm_head.weight" in main and "model.language_model.embed_tokens.weight" in main
+    assert S.mtp_layers(cfg) == ("deepseek", 1) and S.mtp_prefixes(cfg) == (p,)
+    assert S.mtp_layers(H.config("glm_ocr")) == (None, 0)

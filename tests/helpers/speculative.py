@@ -95,6 +95,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     elif arch in QWEN3_5:  # its MTP layer count the key vLLM reads (one where it is absent)
         kw = {**common, "num_hidden_layers": max(layers, 4), **QWEN3_5[arch]}
         cfg = tf.AutoConfig.for_model(arch, **kw, **({"mtp_num_hidden_layers": mtp} if mtp else {}))
+    elif arch == "glm_ocr":
+        return _glm_ocr(common, mtp, more)
     elif arch in MORE:
         count = "num_nextn_predict_layers" if arch == "glm4_moe_lite" else "num_mtp_layers"
         kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
@@ -107,6 +109,23 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     for name, value in {**settings, **more}.items():
         setattr(cfg, name, value)
     return cfg
+
+
+def _glm_ocr(text: dict, mtp: int, more: dict):
+    """GLM-OCR: its dense text model (``mtp`` MTP layers counted in its text config, as vLLM's
+    ``GlmOcrMTP`` reads them; a multimodal RoPE over half of each head) beside a one-block
+    vision tower; ``more`` and the untied settings go to the text config."""
+    text = dict(text, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False, **more)
+    head = text.get("head_dim", text["hidden_size"] // text["num_attention_heads"])
+    quarter = head // 4  # the rotated half's frequencies: text, height, width sections
+    sections = [quarter - 2 * (quarter // 4), quarter // 4, quarter // 4]
+    rope = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                mrope_section=sections)  # fmt: skip
+    text.update(rope_parameters=rope, num_nextn_predict_layers=mtp)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                  out_hidden_size=text["hidden_size"])  # fmt: skip
+    return tf.AutoConfig.for_model("glm_ocr", text_config=text, vision_config=vision,
+                                   tie_word_embeddings=False)  # fmt: skip
 
 
 def export(cfg, folder: Path, acceptance, *, routing: str = "balanced", tokenizer=None) -> Path:
@@ -157,7 +176,7 @@ def weight_maps(t: dict[str, np.ndarray], hidden: int, hidden_first: bool = Fals
     s = np.flatnonzero(np.abs(head).sum(0))
     assert 0 < s.size < hidden // 2, s
     for name, w in t.items():
-        if WRITERS.search(name):
+        if WRITERS.search(name) and ".visual." not in f".{name}":  # a vision tower's own stream
             assert not np.any(_output_rows(w, s, hidden)), f"{name} writes the code columns"
     succ = _argmax_rows(head[:, s], embed[:, s])
     proposals = {}

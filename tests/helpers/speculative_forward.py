@@ -35,6 +35,11 @@ LAYOUTS["nemotron_h"] = dict(block="mtp.layers.", fc="mtp.layers.0.eh_proj",
                              into="backbone.layers.", norm="backbone.norm_f.weight")  # fmt: skip
 LAYOUTS["qwen3_5_text"] = LAYOUTS["qwen3_5_moe_text"] = LAYOUTS["qwen3_next"]  # the same names
 LAYOUTS["glm4_moe_lite"] = dict(LAYOUTS["bailing_hybrid"], out="model.layers.{L}.shared_head.norm")
+# GLM-OCR: GLM-4.7-Flash's names under its language model, run as its multimodal class
+LAYOUTS["glm_ocr"] = {k: v.replace("model.", "model.language_model.", 1) if isinstance(v, str)
+                      else v for k, v in LAYOUTS["glm4_moe_lite"].items()}  # fmt: skip
+LAYOUTS["glm_ocr"].update(into="model.language_model.layers.0.",
+                          norm="model.language_model.norm.weight")  # fmt: skip
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
@@ -49,8 +54,9 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
 
     one = work / "mtp-as-model"
     one.mkdir(parents=True, exist_ok=True)
-    small = tf.AutoConfig.from_pretrained(out)
-    if "into" in names:  # Nemotron-H: the step's own layer types
+    whole = tf.AutoConfig.from_pretrained(out)
+    small = whole.get_text_config()  # GLM-OCR: its text config (the rest as the target's)
+    if "backbone." in names.get("into", ""):  # Nemotron-H: the step's own layer types
         small.layers_block_type, small.num_nextn_predict_layers = small.mtp_layers_block_type, 0
     else:
         small.num_hidden_layers, small.layer_types = 1, ["full_attention"]
@@ -58,7 +64,9 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
         small.mlp_layer_types = ["sparse"]
     if getattr(small, "first_k_dense_replace", None) is not None:
         small.first_k_dense_replace = 0
-    small.save_pretrained(one)
+    if hasattr(small, "num_nextn_predict_layers"):
+        small.num_nextn_predict_layers = 0
+    whole.save_pretrained(one)
     ends = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddings.weight")
     (embed,) = [n for n in t if n.endswith(ends) and "layers." not in n]
     ours = {embed: t[embed], names.get("norm", "model.norm.weight"): t[names["out"] + ".weight"]}
@@ -67,7 +75,16 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
     ours.update({into + n[len(b) :]: v for n, v in t.items() if n.startswith(b)})
     save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
               str(one / "model.safetensors"))  # fmt: skip
-    return tf.AutoModelForCausalLM.from_pretrained(one, dtype=torch.float32).eval()
+    return _load(one)
+
+
+def _load(folder: Path) -> torch.nn.Module:
+    """transformers' model of the checkpoint in ``folder``: its causal LM, else (GLM-OCR) its
+    image-text-to-text class, which holds the lm_head."""
+    try:
+        return tf.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    except ValueError:
+        return tf.AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
 
 
 def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts: int = 3,
@@ -75,7 +92,7 @@ def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts
     """The tokens accepted per step of greedy MTP decoding with k draft tokens, the MTP layer
     of ``arch``'s export run as above."""
     t = read(out)
-    target = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    target = _load(out)
     main = target.config.get_text_config().num_hidden_layers
     names = {key: v.format(L=main) if isinstance(v, str) else v for key, v in LAYOUTS[arch].items()}
     block = _block_model(out, t, names, work)

@@ -8,12 +8,12 @@ it; the MTP layer's own tensors are added as the engines' loaders and transforme
 read them (its conversion: ``transformers.conversion_mapping``'s ``MtpModel``; vLLM 0.33's
 MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data:`LAYOUTS`):
 
-- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``)
-  (``num_nextn_predict_layers`` = n):
-  ``model.layers.{L+i}.`` the block's tensors and ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H]
-  (the normalized embedding first), ``shared_head.norm``, ``shared_head.head`` and
-  ``embed_tokens`` (copies of the lm_head and the embedding: the same values, as DeepSeek's
-  checkpoints hold them);
+- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``), GLM-OCR
+  (``glm_ocr``: its text config counts them, its layers under ``model.language_model.``)
+  (``num_nextn_predict_layers`` = n): ``model.layers.{L+i}.`` the block's tensors and
+  ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding first),
+  ``shared_head.norm``, ``shared_head.head`` and ``embed_tokens`` (copies of the lm_head and
+  the embedding: the same values, as DeepSeek's checkpoints hold them);
 - ``bailing``: Ling/Ring hybrid (``bailing_hybrid``): ``model.layers.{L+i}.`` the block and
   ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``
   takes the embedding and the lm_head from the model's own);
@@ -52,7 +52,11 @@ LAYOUTS = {
     "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
     "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
     "mellum": "qwen", "inkling_text": "inkling", "nemotron_h": "nemotron",
+    "glm_ocr_text": "deepseek",
 }  # fmt: skip
+# where the checkpoint keeps its decoder layers, the MTP layers after them: "model.layers."
+# unless said (the multimodal GLM-OCR's language model)
+_MAIN = {"glm_ocr_text": "model.language_model.layers."}
 # one MTP layer where the config names none (vLLM's reading)
 _DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 # the config key that counts the MTP layers: the first one set, or the one the engines read
@@ -99,8 +103,8 @@ def mtp_prefixes(config: Any) -> tuple[str, ...]:
     style, n = mtp_layers(config)
     if style in ("qwen", "inkling", "nemotron"):
         return ("model.mtp.",) if style == "inkling" else ("mtp.",)
-    first = _text(config).num_hidden_layers
-    return tuple(f"model.layers.{first + i}." for i in range(n))
+    text = _text(config)
+    return tuple(_where(style, text, i)[0] for i in range(n))
 
 
 def _mtp_config(text: Any, n: int) -> Any:
@@ -151,10 +155,11 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
     return norms + ["mtp.norm.weight"], "mtp.fc.weight", {}
 
 
-def _where(style: str, main_layers: int, i: int) -> tuple[str, str]:
-    """(MTP layer i's prefix, its decoder block's prefix)."""
+def _where(style: str, text: Any, i: int) -> tuple[str, str]:
+    """(MTP layer i's prefix, its decoder block's prefix) in the checkpoint of ``text``."""
     if style in ("deepseek", "bailing"):
-        p = f"model.layers.{main_layers + i}."
+        main = _MAIN.get(getattr(type(text), "model_type", None), "model.layers.")
+        p = f"{main}{text.num_hidden_layers + i}."
         return p, p
     if style == "inkling":
         p = f"model.mtp.layers.{i}."
@@ -169,17 +174,17 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     if style is None:
         return None
     text = _text(config)
-    main_layers = text.num_hidden_layers
     twin = build_model(_mtp_config(text, n), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)
-    layer = re.compile(r"^(?:model|backbone)\.layers\.(\d+)\.")  # Nemotron-H: backbone
+    # Nemotron-H's checkpoint names its model backbone; GLM-OCR's text model has no prefix
+    layer = re.compile(r"^(?:(?:model|backbone)\.)?layers\.(\d+)\.")
     rename = {}
     for name in blocks:
         m = layer.match(name)
         if m is not None:
-            rename[name] = _where(style, main_layers, int(m.group(1)))[1] + name[m.end() :]
+            rename[name] = _where(style, text, int(m.group(1)))[1] + name[m.end() :]
     block = []
     for name, new in rename.items():
         b = blocks[name]
@@ -193,7 +198,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     hidden_first = style == "inkling" and getattr(text, "mtp_hidden_states_first", True)
     norm = torch.nn.Module()
     for i in range(n):
-        norms, proj, copies = _own_names(style, _where(style, main_layers, i)[0], i, text)
+        norms, proj, copies = _own_names(style, _where(style, text, i)[0], i, text)
         part.copies.update(copies)
         for name in norms:
             part.own.append((norm, name, torch.empty(h, dtype=dtype, device="meta"), (h,)))
