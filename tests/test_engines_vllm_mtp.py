@@ -2,14 +2,15 @@
 MTP layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5), ``Qwen3NextMTP`` (Qwen3-Next),
 ``BailingMoeV25MTPModel`` (Ling's hybrid), ``Qwen3_5MTP`` and ``Qwen3_5MoeMTP`` (Qwen3.5, one
 MTP layer and two), ``Glm4MoeLiteMTP`` (GLM-4.7-Flash, whose draft config says no main layers),
-``GlmOcrMTP`` (GLM-OCR's multimodal checkpoint) and ``NemotronHMTP`` (Nemotron-H), built on the
-CPU as vLLM's proposer builds its draft (helpers/vllm_mtp_models.py), and a draft model
-``export --draft`` made (vLLM's Llama from its config), loaded by ``--load-format
-fp8_dummy_realistic`` with an acceptance in ``model_loader_extra_config``, at TP=1 and TP=2 (two
-gloo processes). The oracle: the export of the same config and acceptance read by vLLM's own
-safetensors loader into a twin; every parameter reached by both, every tensor byte for byte
-equal. A per-position acceptance of another length than vLLM's ``num_speculative_tokens`` is
-refused before anything is written. Without vLLM 0.33: skipped, with why."""
+``GlmOcrMTP`` (GLM-OCR's multimodal checkpoint), ``Exaone4_5_MTP`` (EXAONE 4.5's) and
+``NemotronHMTP`` (Nemotron-H), built on the CPU as vLLM's proposer builds its draft
+(helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's Llama from its
+config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
+``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
+the same config and acceptance read by vLLM's own safetensors loader into a twin; every
+parameter reached by both, every tensor byte for byte equal. A per-position acceptance of
+another length than vLLM's ``num_speculative_tokens`` is refused before anything is written.
+Without vLLM 0.33: skipped, with why."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ CLASSES["nemotron_h"] = "NemotronHMTP"
 CLASSES.update(qwen3_5_text="Qwen3_5MTP", qwen3_5_moe_text="Qwen3_5MoeMTP")
 CLASSES["glm4_moe_lite"] = "Glm4MoeLiteMTP"
 CLASSES["glm_ocr"] = "GlmOcrMTP"
+CLASSES["exaone4_5"] = "Exaone4_5_MTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 

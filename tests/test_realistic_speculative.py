@@ -106,7 +106,10 @@ ARCHS += ["qwen3_5_text", "qwen3_5_moe_text"]  # Qwen3.5, dense and MoE: one MTP
 ARCHS += ["glm4_moe_lite"]  # GLM-4.7-Flash: one MTP layer
 
 
-@pytest.mark.parametrize("arch", [*ARCHS, "glm_ocr"])  # GLM-OCR: a multimodal checkpoint
+MULTIMODAL = ["glm_ocr", "exaone4_5"]  # GLM-OCR's and EXAONE 4.5's: one MTP layer each
+
+
+@pytest.mark.parametrize("arch", ARCHS + MULTIMODAL)
 def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
     """From the export's files alone (no fill code): no branch writes the code columns, the
     target's greedy successors form one cycle over the stream's tokens, and an engine's
@@ -136,7 +139,7 @@ def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
 
 # Cohere's class multiplies the logits by 1/16; Gemma 2's its embedding lookup by √hidden
 # (the codes the embedding holds are divided by it) and soft-caps the logits at 30
-ENTROPY = ARCHS + ["cohere", "gemma2", "glm_ocr"]
+ENTROPY = ARCHS + ["cohere", "gemma2"] + MULTIMODAL
 
 
 @pytest.mark.parametrize("arch", ENTROPY)
@@ -145,7 +148,7 @@ def test_entropy_at_temperature_one(arch):
     ln(vocabulary) (the realistic fill without acceptance: a near one-hot; Cohere's, whose
     class multiplies the logits by 1/16, flat, and with acceptance the same as the others')."""
     cfg = H.config(arch)
-    auto = tf.AutoModelForImageTextToText if arch == "glm_ocr" else tf.AutoModelForCausalLM
+    auto = tf.AutoModelForImageTextToText if arch in MULTIMODAL else tf.AutoModelForCausalLM
     model = auto.from_config(cfg).eval()
     vocab = cfg.get_text_config().vocab_size
     fp8_dummy.initialize_realistic_dummy_weights(model, 0)

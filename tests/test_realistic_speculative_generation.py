@@ -98,6 +98,7 @@ FORWARD += [("qwen3_5_moe_text", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 FORWARD += [("qwen3_5_text", 0.6, 1, {}), ("qwen3_5_moe_text", 0.6, 2, {})]
 FORWARD += [("glm4_moe_lite", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 FORWARD += [("glm_ocr", a, 1, {}) for a in (0.3, 0.6, 0.9)]
+FORWARD += [("exaone4_5", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 # sizes, vocabularies and seeds the design was not developed on
 FORWARD += [("bailing_hybrid", 0.75, 3, dict(hidden=256, vocab=6000, layers=4, seed=9))]
 FORWARD += [("nemotron_h", 0.7, 3, dict(hidden=192, vocab=5000, layers=6, seed=21))]
@@ -105,6 +106,7 @@ FORWARD += [("qwen3_5_moe_text", 0.7, 2, dict(hidden=192, vocab=5000, layers=5, 
 FORWARD += [("qwen3_5_text", 0.45, 3, dict(hidden=320, vocab=12000, layers=4, seed=8))]
 FORWARD += [("glm4_moe_lite", 0.65, 2, dict(hidden=256, vocab=7000, layers=3, seed=17))]
 FORWARD += [("glm_ocr", 0.55, 3, dict(hidden=192, vocab=9000, layers=3, seed=29))]
+FORWARD += [("exaone4_5", 0.8, 2, dict(hidden=256, vocab=5500, layers=3, seed=31))]
 
 
 @pytest.mark.parametrize("arch,acceptance,k,other", FORWARD)

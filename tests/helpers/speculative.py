@@ -97,6 +97,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         cfg = tf.AutoConfig.for_model(arch, **kw, **({"mtp_num_hidden_layers": mtp} if mtp else {}))
     elif arch == "glm_ocr":
         return _glm_ocr(common, mtp, more)
+    elif arch == "exaone4_5":
+        return _exaone4_5(common, mtp, more)
     elif arch in MORE:
         count = "num_nextn_predict_layers" if arch == "glm4_moe_lite" else "num_mtp_layers"
         kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
@@ -126,6 +128,21 @@ def _glm_ocr(text: dict, mtp: int, more: dict):
                   out_hidden_size=text["hidden_size"])  # fmt: skip
     return tf.AutoConfig.for_model("glm_ocr", text_config=text, vision_config=vision,
                                    tie_word_embeddings=False)  # fmt: skip
+
+
+def _exaone4_5(text: dict, mtp: int, more: dict):
+    """EXAONE 4.5: EXAONE 4.0's text model beside a one-block vision tower; ``mtp`` MTP layers
+    counted at the top level (vLLM's ``Exaone4_5_MTP`` reads them there, one where it names
+    none: 0 here says so), with the vocabulary size it reads there too; ``more`` and the untied
+    settings go to the text config."""
+    text = dict(text, model_type="exaone4", bos_token_id=0, eos_token_id=1,
+                tie_word_embeddings=False, **more)  # fmt: skip
+    vision = dict(model_type="exaone4_5_vision", depth=1, hidden_size=32, intermediate_size=64,
+                  num_heads=2, num_key_value_heads=2, out_hidden_size=text["hidden_size"],
+                  fullatt_block_indexes=[0])  # fmt: skip
+    return tf.AutoConfig.for_model("exaone4_5", text_config=text, vision_config=vision,
+                                   tie_word_embeddings=False, vocab_size=text["vocab_size"],
+                                   num_nextn_predict_layers=mtp)  # fmt: skip
 
 
 def export(cfg, folder: Path, acceptance, *, routing: str = "balanced", tokenizer=None) -> Path:

@@ -1,13 +1,14 @@
-"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash: their configs declare
-no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H: stateful models, which assisted generation
-refuses), run independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
-(``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``BailingMoeV25MTPModel``,
-``Glm4MoeLiteMTP``, ``NemotronHMTP``): the input projection of the normalized embedding and the
-target's last hidden state, the MTP decoder block (transformers' own decoder layer, full
-attention, loaded from the export as a one-layer model; Nemotron-H's step: its attention and MoE
-layers as a two-layer model), the MTP layer's final norm and the lm_head; reused for k draft
-tokens, each on the sequence with the drafts so far, and verified against the target's greedy
-tokens."""
+"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, GLM-OCR, EXAONE 4.5:
+their configs declare no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H: stateful models,
+which assisted generation refuses), run independently of fp8_dummy and of any engine, as vLLM's
+MTP classes compute them (``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
+``BailingMoeV25MTPModel``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``, ``Exaone4_5_MTP``,
+``NemotronHMTP``): the input projection of the normalized embedding and the target's last hidden
+state, the MTP decoder block (transformers' own decoder layer, full attention, loaded from the
+export as a one-layer model of the target's class: GLM-OCR's and EXAONE 4.5's multimodal one;
+Nemotron-H's step: its attention and MoE layers as a two-layer model), the MTP layer's final
+norm and the lm_head; reused for k draft tokens, each on the sequence with the drafts so far, and
+verified against the target's greedy tokens."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ LAYOUTS["glm_ocr"] = {k: v.replace("model.", "model.language_model.", 1) if isin
                       else v for k, v in LAYOUTS["glm4_moe_lite"].items()}  # fmt: skip
 LAYOUTS["glm_ocr"].update(into="model.language_model.layers.0.",
                           norm="model.language_model.norm.weight")  # fmt: skip
+# EXAONE 4.5: Qwen3-Next's names, plain norms, run as its multimodal class
+LAYOUTS["exaone4_5"] = dict(LAYOUTS["qwen3_next"], offset=0.0,
+                            into="model.language_model.layers.0.",
+                            norm="model.language_model.norm.weight")  # fmt: skip
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:

@@ -1,15 +1,16 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
-``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``,
-``NemotronHMTP``) built on this CPU from tiny configs with MTP layers, for
+``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
+``Exaone4_5_MTP``, ``NemotronHMTP``) built on this CPU from tiny configs with MTP layers, for
 tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily). Built as vLLM
 builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which
 turns the target's config into the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``,
 ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
-``Glm4MoeLiteMTPModel``, ``NemotronHMTPModel``), a ``VllmConfig`` holding both, then the model
-loader's ``create_model`` with the draft's model config, the way its proposer's ``get_model``
-does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply, and one of
-transformers' image modules where torchvision is missing (:func:`build`); the oracle is the
-same: the export of the config, read by vLLM's own safetensors loader into a twin."""
+``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``, ``NemotronHMTPModel``), a
+``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
+config, the way its proposer's ``get_model`` does. The replacements of
+tests/helpers/vllm_invariant_models.py (``prepare``) apply, and two of transformers' image
+modules where torchvision is missing (:func:`build`); the oracle is the same: the export of the
+config, read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ ARCHITECTURES["nemotron_h"] = "NemotronHForCausalLM"
 ARCHITECTURES.update(qwen3_5_text="Qwen3_5ForCausalLM", qwen3_5_moe_text="Qwen3_5MoeForCausalLM")
 ARCHITECTURES["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"  # GLM-4.7-Flash
 ARCHITECTURES["glm_ocr"] = "GlmOcrForConditionalGeneration"  # vLLM's only GLM-OCR class
+ARCHITECTURES["exaone4_5"] = "Exaone4_5_ForConditionalGeneration"
 
 
 def fields(model: str) -> dict:
@@ -38,7 +40,7 @@ def fields(model: str) -> dict:
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
 
-    mtp = 1 if model in H.MORE or model == "glm_ocr" else 0
+    mtp = 1 if model in H.MORE or model in ("glm_ocr", "exaone4_5") else 0
     cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256, mtp=mtp)
     out = dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
     if model == "nemotron_h":  # as its checkpoints' config.json: the patterns (SGLang reads them)
@@ -65,6 +67,7 @@ CASES = [
     ("qwen3_5_moe_text", "bf16", 2, 2, "0.8,0.5"),
     ("glm4_moe_lite", "bf16", 1, 1, 0.6),
     ("glm_ocr", "bf16", 1, 1, 0.6),
+    ("exaone4_5", "bf16", 1, 1, 0.6),
 ]
 
 

@@ -19,9 +19,9 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
   takes the embedding and the lm_head from the model's own);
 - ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
   vLLM reads it), Qwen3.5 and Qwen3.5-MoE (``mtp_num_hidden_layers``, else one; the
-  multimodal checkpoint keeps them at the top level too), Mellum: ``mtp.layers.{i}.`` the
-  block, ``mtp.fc`` [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``,
-  ``mtp.norm``;
+  multimodal checkpoint keeps them at the top level too), Mellum, EXAONE 4.5 (``exaone4_5``:
+  its top-level ``num_nextn_predict_layers``, else one): ``mtp.layers.{i}.`` the block,
+  ``mtp.fc`` [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
 - ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
   ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
   ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
@@ -62,6 +62,10 @@ _DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 # the config key that counts the MTP layers: the first one set, or the one the engines read
 _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 _OWN_COUNT = {"qwen3_5_text": "mtp_num_hidden_layers", "qwen3_5_moe_text": "mtp_num_hidden_layers"}
+# Multimodal configs whose own model type (not their text config's, a model's without MTP
+# layers: EXAONE 4.5's is EXAONE 4.0's) says the layout; their top-level config counts the MTP
+# layers, one where it names none (vLLM's Exaone4_5_MTP's reading)
+_OUTER = {"exaone4_5": "qwen"}
 
 
 @dataclass
@@ -86,6 +90,11 @@ def _text(config: Any) -> Any:
 def mtp_layers(config: Any) -> tuple[str | None, int]:
     """(layout, MTP layer count) of the checkpoint ``config`` describes: (None, 0) for one
     without MTP layers. The class's own model type (vLLM renames the instance's for its draft)."""
+    outer = _OUTER.get(getattr(type(config), "model_type", None))
+    if outer is not None:
+        n = getattr(config, "num_nextn_predict_layers", None)
+        n = 1 if n is None else n
+        return (outer, n) if isinstance(n, int) and n > 0 else (None, 0)
     text = _text(config)
     kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
     style = LAYOUTS.get(kind)
