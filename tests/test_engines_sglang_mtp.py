@@ -1,15 +1,15 @@
 """The MTP layers in SGLang 0.5.23's own speculative draft classes: ``DeepseekV3ForCausalLMNextN``
 (DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN`` (GLM-4.5),
-``Qwen3NextForCausalLMMTP`` (Qwen3-Next) and ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense and MoE),
-built on this CPU as SGLang builds its draft (its
-draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
-``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1 (one process) and TP=2
-(two gloo processes). The oracle: the export of the same config and acceptance read by SGLang's
-own safetensors reader into a twin through the class's ``load_weights``; every parameter
-written by both (the two poisoned apart), byte for byte equal. What neither writes is what
-SGLang's draft classes take from no checkpoint: the embedding and lm_head (SGLang hands the
-draft the target's at run time) and FP8 attention's KV-cache scales. SGLang's NextN takes one
-MTP layer. Without SGLang: skipped, with why."""
+``Qwen3NextForCausalLMMTP`` (Qwen3-Next), ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense and MoE) and
+``GlmOcrForConditionalGenerationNextN`` (GLM-OCR's multimodal checkpoint), built on this CPU as
+SGLang builds its draft (its draft model config: helpers/sglang_models.py's ``build(...,
+draft=True)``), filled by ``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1
+(one process) and TP=2 (two gloo processes). The oracle: the export of the same config and
+acceptance read by SGLang's own safetensors reader into a twin through the class's
+``load_weights``; every parameter written by both (the two poisoned apart), byte for byte equal.
+What neither writes is what SGLang's draft classes take from no checkpoint: the embedding and
+lm_head (SGLang hands the draft the target's at run time) and FP8 attention's KV-cache scales.
+SGLang's NextN takes one MTP layer. Without SGLang: skipped, with why."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ CASES = {
     "qwen3_next-bf16": ("qwen3_next", "bf16", 0.6),
     "qwen3_5_text-bf16": ("qwen3_5_text", "bf16", 0.6),
     "qwen3_5_moe_text-bf16": ("qwen3_5_moe_text", "bf16", 0.6),
+    "glm_ocr-bf16": ("glm_ocr", "bf16", 0.6),
 }
 CLASSES = {
     "deepseek_v3": "DeepseekV3ForCausalLMNextN",
@@ -45,6 +46,7 @@ CLASSES = {
     "qwen3_next": "Qwen3NextForCausalLMMTP",
     "qwen3_5_text": "Qwen3_5ForCausalLMMTP",  # SGLang's one class for Qwen3.5, dense and MoE
     "qwen3_5_moe_text": "Qwen3_5ForCausalLMMTP",
+    "glm_ocr": "GlmOcrForConditionalGenerationNextN",
 }
 
 

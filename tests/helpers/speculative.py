@@ -123,7 +123,8 @@ def _glm_ocr(text: dict, mtp: int, more: dict):
     sections = [quarter - 2 * (quarter // 4), quarter // 4, quarter // 4]
     rope = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
                 mrope_section=sections)  # fmt: skip
-    text.update(rope_parameters=rope, num_nextn_predict_layers=mtp)
+    # no q/k/v biases, as transformers' class has none (SGLang's GLM layer makes them unless told)
+    text.update(rope_parameters=rope, num_nextn_predict_layers=mtp, attention_bias=False)
     vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
                   out_hidden_size=text["hidden_size"])  # fmt: skip
     return tf.AutoConfig.for_model("glm_ocr", text_config=text, vision_config=vision,
