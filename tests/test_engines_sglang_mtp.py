@@ -1,7 +1,8 @@
 """The MTP layers in SGLang 0.5.23's own speculative draft classes:
 ``DeepseekV3ForCausalLMNextN`` (DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN``
 (GLM-4.5), ``Qwen3NextForCausalLMMTP`` (Qwen3-Next), ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense
-and MoE), ``Ernie4_5_MoeForCausalLMMTP`` (ERNIE 4.5 MoE), ``HYV3ForCausalLMNextN`` (HY-V3) and
+and MoE), ``Ernie4_5_MoeForCausalLMMTP`` (ERNIE 4.5 MoE), ``HYV3ForCausalLMNextN`` (HY-V3),
+``GlmOcrForConditionalGenerationNextN`` (GLM-OCR's multimodal checkpoint) and
 ``Glm4MoeLiteForCausalLMNextN`` (GLM-4.7-Flash, whose config SGLang's MLA attention rewrites
 while it builds the model: the fill reads it as written), built on this CPU as SGLang builds its
 draft (its draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
@@ -43,6 +44,7 @@ CASES = {
     "glm4_moe_lite-bf16": ("glm4_moe_lite", "bf16", 0.6),
     "ernie4_5_moe-bf16": ("ernie4_5_moe", "bf16", 0.6),
     "hy_v3-bf16": ("hy_v3", "bf16", 0.6),
+    "glm_ocr-bf16": ("glm_ocr", "bf16", 0.6),
 }
 CLASSES = {
     "deepseek_v3": "DeepseekV3ForCausalLMNextN",
@@ -53,6 +55,7 @@ CLASSES = {
     "glm4_moe_lite": "Glm4MoeLiteForCausalLMNextN",
     "ernie4_5_moe": "Ernie4_5_MoeForCausalLMMTP",
     "hy_v3": "HYV3ForCausalLMNextN",
+    "glm_ocr": "GlmOcrForConditionalGenerationNextN",
 }
 
 

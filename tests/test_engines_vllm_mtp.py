@@ -2,6 +2,7 @@
 MTP layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5), ``Qwen3NextMTP`` (Qwen3-Next),
 ``BailingMoeV25MTPModel`` (Ling's hybrid), ``Qwen3_5MTP`` and ``Qwen3_5MoeMTP`` (Qwen3.5, one
 MTP layer and two), ``Glm4MoeLiteMTP`` (GLM-4.7-Flash, whose draft config says no main layers),
+``GlmOcrMTP`` (GLM-OCR's multimodal checkpoint), ``Exaone4_5_MTP`` (EXAONE 4.5's),
 ``NemotronHMTP`` (Nemotron-H), ``ErnieMTP`` (ERNIE 4.5 MoE: a dense MTP block), ``ExaoneMoeMTP``
 (EXAONE-MoE: likewise) and ``HYV3MTP`` (HY-V3, whose ``load_weights`` reports no names: the
 poison shows what it reached), built on the CPU as vLLM's proposer builds its draft
@@ -36,6 +37,8 @@ CLASSES["glm4_moe_lite"] = "Glm4MoeLiteMTP"
 CLASSES["ernie4_5_moe"] = "ErnieMTP"
 CLASSES["exaone_moe"] = "ExaoneMoeMTP"
 CLASSES["hy_v3"] = "HYV3MTP"
+CLASSES["glm_ocr"] = "GlmOcrMTP"
+CLASSES["exaone4_5"] = "Exaone4_5_MTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 

@@ -108,7 +108,10 @@ ARCHS += ["ernie4_5_moe", "exaone_moe"]  # ERNIE 4.5 MoE, EXAONE-MoE: one dense 
 ARCHS += ["hy_v3"]  # HY-V3: one MTP layer
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+MULTIMODAL = ["glm_ocr", "exaone4_5"]  # GLM-OCR's and EXAONE 4.5's: one MTP layer each
+
+
+@pytest.mark.parametrize("arch", ARCHS + MULTIMODAL)
 def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
     """From the export's files alone (no fill code): no branch writes the code columns, the
     target's greedy successors form one cycle over the stream's tokens, and an engine's
@@ -117,9 +120,10 @@ def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
     cfg = H.config(arch, mtp=1)
     out = H.export(cfg, tmp_path, 0.6)
     t = H.read(out)
-    maps = H.weight_maps(t, cfg.hidden_size, hidden_first=arch == "inkling_text")
+    text = cfg.get_text_config()
+    maps = H.weight_maps(t, text.hidden_size, hidden_first=arch == "inkling_text")
     succ = maps["successor"]
-    stream = np.arange(2, cfg.vocab_size)  # no tokenizer: every id but bos 0 and eos 1
+    stream = np.arange(2, text.vocab_size)  # no tokenizer: every id but bos 0 and eos 1
     assert set(succ) == set(stream)
     x, seen = 2, set()
     while x not in seen:
@@ -128,7 +132,7 @@ def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
     assert seen == set(stream), "one cycle over the stream's tokens"
     layers = {"llama": 0, "qwen3_moe": 0, "qwen3_next": 1}.get(arch, 1)
     assert len(maps["proposals"]) == layers
-    starts = np.random.default_rng(0).integers(2, cfg.vocab_size, 40)
+    starts = np.random.default_rng(0).integers(2, text.vocab_size, 40)
     for proposal in maps["proposals"].values():
         for k in (1, 2, 3):
             got = H.conditional(H.simulate(succ, proposal, k, starts, 200), k)
@@ -137,7 +141,7 @@ def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
 
 # Cohere's class multiplies the logits by 1/16; Gemma 2's its embedding lookup by √hidden
 # (the codes the embedding holds are divided by it) and soft-caps the logits at 30
-ENTROPY = ARCHS + ["cohere", "gemma2"]
+ENTROPY = ARCHS + ["cohere", "gemma2"] + MULTIMODAL
 
 
 @pytest.mark.parametrize("arch", ENTROPY)
@@ -146,16 +150,18 @@ def test_entropy_at_temperature_one(arch):
     ln(vocabulary) (the realistic fill without acceptance: a near one-hot; Cohere's, whose
     class multiplies the logits by 1/16, flat, and with acceptance the same as the others')."""
     cfg = H.config(arch)
-    model = tf.AutoModelForCausalLM.from_config(cfg).eval()
+    auto = tf.AutoModelForImageTextToText if arch in MULTIMODAL else tf.AutoModelForCausalLM
+    model = auto.from_config(cfg).eval()
+    vocab = cfg.get_text_config().vocab_size
     fp8_dummy.initialize_realistic_dummy_weights(model, 0)
-    before = H.entropies(model, cfg.vocab_size)
+    before = H.entropies(model, vocab)
     fp8_dummy.initialize_realistic_dummy_weights(model, 0, acceptance=0.6)
-    after = H.entropies(model, cfg.vocab_size)
+    after = H.entropies(model, vocab)
     print(
         f"\n{arch}: entropy without {before.mean():.2f}, with {after.min():.2f}-{after.max():.2f}"
     )
     assert before.mean() < 1.0 or arch in ("cohere", "inkling_text", "gemma2")  # divided, capped
-    assert after.min() >= 1.0 and after.max() <= 0.8 * math.log(cfg.vocab_size), after
+    assert after.min() >= 1.0 and after.max() <= 0.8 * math.log(vocab), after
 
 
 def test_the_stream_avoids_special_and_partial_tokens(tmp_path):

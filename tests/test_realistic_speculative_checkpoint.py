@@ -430,3 +430,63 @@ def test_hy_v3_mtp_under_vllms_names():
     assert {n for n in t if not n.startswith(p)} == set(main)
     assert S.mtp_layers(cfg) == ("bailing", 1) and S.mtp_prefixes(cfg) == (p,)
     assert S.mtp_layers(H.config("hy_v3")) == (None, 0)
+
+
+def test_glm_ocr_mtp_under_vllms_names():
+    """GLM-OCR's multimodal checkpoint: its text config's ``num_nextn_predict_layers`` MTP layer
+    after its language model's layers, under the names vLLM's ``GlmOcrMTP`` reads (written out
+    here from its loader, not from the fill): ``model.language_model.layers.{L}.`` the dense
+    GLM block (its four norms, q/k/v/o, the fused ``gate_up_proj``), ``enorm``, ``hnorm``,
+    ``eh_proj`` [H, 2H], ``shared_head.norm``, and copies of the lm_head
+    (``shared_head.head``) and the embedding (``embed_tokens``, which vLLM's loader takes for
+    the draft's own); the main tensors unchanged, the lm_head among them (the multimodal
+    class's, not the base model's)."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("glm_ocr", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    p = "model.language_model.layers.2."
+    want = {p + f"self_attn.{x}_proj.weight" for x in "qkvo"}
+    want |= {p + f"mlp.{x}_proj.weight" for x in ("gate_up", "down")}
+    want |= {p + f"{x}layernorm.weight" for x in ("input_", "post_attention_", "post_self_attn_",
+                                                  "post_mlp_")}  # fmt: skip
+    want |= {p + f"{x}.weight" for x in ("enorm", "hnorm", "eh_proj", "shared_head.norm",
+                                         "shared_head.head", "embed_tokens")}  # fmt: skip
+    assert {n for n in t if n.startswith(p)} == want
+    assert t[p + "eh_proj.weight"].shape == (128, 256)
+    main = config_checkpoint(H.config("glm_ocr"), 0).tensors
+    assert {n for n in t if not n.startswith(p)} == set(main)
+    assert "lm_head.weight" in main and "model.language_model.embed_tokens.weight" in main
+    assert S.mtp_layers(cfg) == ("deepseek", 1) and S.mtp_prefixes(cfg) == (p,)
+    assert S.mtp_layers(H.config("glm_ocr")) == (None, 0)
+
+
+def test_exaone4_5_mtp_under_vllms_names():
+    """EXAONE 4.5's multimodal checkpoint: its top-level ``num_nextn_predict_layers`` MTP layers
+    (one where it names none, as vLLM's ``Exaone4_5_MTP`` reads it; its text config, EXAONE
+    4.0's, has none of its own), under the names that class's loader reads (written out here
+    from it): ``mtp.layers.{i}.`` EXAONE 4.0's decoder layer (post-norms, q/k norms), ``mtp.fc``
+    [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``; the main
+    tensors unchanged (the embedding and the lm_head are the model's)."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("exaone4_5", mtp=1)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    p = "mtp.layers.0."
+    want = {p + f"self_attn.{x}.weight" for x in ("q_proj", "k_proj", "v_proj", "o_proj",
+                                                  "q_norm", "k_norm")}  # fmt: skip
+    want |= {p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    want |= {p + f"post_{x}_layernorm.weight" for x in ("attention", "feedforward")}
+    want |= {f"mtp.{x}.weight" for x in ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden",
+                                         "norm")}  # fmt: skip
+    assert {n for n in t if n.startswith("mtp.")} == want
+    assert t["mtp.fc.weight"].shape == (128, 256)
+    main = config_checkpoint(H.config("exaone4_5"), 0).tensors
+    assert {n for n in t if not n.startswith("mtp.")} == set(main)
+    assert "lm_head.weight" in main and "model.language_model.embed_tokens.weight" in main
+    assert S.mtp_layers(cfg) == ("qwen", 1) and S.mtp_prefixes(cfg) == ("mtp.",)
+    absent = H.config("exaone4_5", mtp=1)
+    del absent.num_nextn_predict_layers
+    assert S.mtp_layers(absent) == ("qwen", 1)
+    assert S.mtp_layers(H.config("exaone4_5")) == (None, 0)
+    assert S.mtp_layers(cfg.text_config) == (None, 0)  # EXAONE 4.0's config: none

@@ -100,6 +100,8 @@ FORWARD += [("glm4_moe_lite", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 FORWARD += [("ernie4_5_moe", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("ernie4_5_moe", 0.6, 2, {})]
 FORWARD += [("exaone_moe", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("exaone_moe", 0.6, 2, {})]
 FORWARD += [("hy_v3", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("hy_v3", 0.6, 2, {})]
+FORWARD += [("glm_ocr", a, 1, {}) for a in (0.3, 0.6, 0.9)]
+FORWARD += [("exaone4_5", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 # sizes, vocabularies and seeds the design was not developed on
 FORWARD += [("bailing_hybrid", 0.75, 3, dict(hidden=256, vocab=6000, layers=4, seed=9))]
 FORWARD += [("nemotron_h", 0.7, 3, dict(hidden=192, vocab=5000, layers=6, seed=21))]
@@ -109,6 +111,8 @@ FORWARD += [("glm4_moe_lite", 0.65, 2, dict(hidden=256, vocab=7000, layers=3, se
 FORWARD += [("ernie4_5_moe", 0.8, 3, dict(hidden=320, vocab=9000, layers=3, seed=23))]
 FORWARD += [("exaone_moe", 0.55, 2, dict(hidden=256, vocab=11000, layers=4, seed=29))]
 FORWARD += [("hy_v3", 0.85, 2, dict(hidden=192, vocab=7500, layers=3, seed=31))]
+FORWARD += [("glm_ocr", 0.55, 3, dict(hidden=192, vocab=9000, layers=3, seed=29))]
+FORWARD += [("exaone4_5", 0.8, 2, dict(hidden=256, vocab=5500, layers=3, seed=31))]
 
 
 @pytest.mark.parametrize("arch,acceptance,k,other", FORWARD)
@@ -122,7 +126,7 @@ def test_mtp_by_an_independent_forward(arch, acceptance, k, other, tmp_path):
     cfg.save_pretrained(tmp_path / "c")
     export(tmp_path / "c", tmp_path / "out", seed=seed, acceptance=acceptance, progress=False,
            allow_unknown=True)  # fmt: skip
-    vocab = cfg.vocab_size
+    vocab = cfg.get_text_config().vocab_size
     m = independent_mtp_acceptance(tmp_path / "out", arch, k, tmp_path, prompts=4, tokens=120,
                                    vocab=vocab)  # fmt: skip
     _report(f"{arch} MTP (independent forward), k={k}, A={acceptance}", H.conditional(m, k),

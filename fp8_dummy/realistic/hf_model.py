@@ -52,7 +52,10 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
 
     kw = {"dtype": dtype} if dtype is not None else {}
     errors = []
-    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
+    # a multimodal checkpoint's lm_head is on its image-text-to-text class (GLM-OCR's), not on
+    # its base model
+    autos = (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText)
+    for auto in (*autos, transformers.AutoModel):
         try:
             with torch.device("meta"):
                 return auto.from_config(config, **kw)

@@ -106,6 +106,10 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     elif arch in QWEN3_5:  # its MTP layer count the key vLLM reads (one where it is absent)
         kw = {**common, "num_hidden_layers": max(layers, 4), **QWEN3_5[arch]}
         cfg = tf.AutoConfig.for_model(arch, **kw, **({"mtp_num_hidden_layers": mtp} if mtp else {}))
+    elif arch == "glm_ocr":
+        return _glm_ocr(common, mtp, more)
+    elif arch == "exaone4_5":
+        return _exaone4_5(common, mtp, more)
     elif arch in MORE:
         count = "num_nextn_predict_layers" if arch in NEXTN else "num_mtp_layers"
         kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
@@ -118,6 +122,39 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     for name, value in {**settings, **more}.items():
         setattr(cfg, name, value)
     return cfg
+
+
+def _glm_ocr(text: dict, mtp: int, more: dict):
+    """GLM-OCR: its dense text model (``mtp`` MTP layers counted in its text config, as vLLM's
+    ``GlmOcrMTP`` reads them; a multimodal RoPE over half of each head) beside a one-block
+    vision tower; ``more`` and the untied settings go to the text config."""
+    text = dict(text, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False, **more)
+    head = text.get("head_dim", text["hidden_size"] // text["num_attention_heads"])
+    quarter = head // 4  # the rotated half's frequencies: text, height, width sections
+    sections = [quarter - 2 * (quarter // 4), quarter // 4, quarter // 4]
+    rope = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                mrope_section=sections)  # fmt: skip
+    # no q/k/v biases, as transformers' class has none (SGLang's GLM layer makes them unless told)
+    text.update(rope_parameters=rope, num_nextn_predict_layers=mtp, attention_bias=False)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                  out_hidden_size=text["hidden_size"])  # fmt: skip
+    return tf.AutoConfig.for_model("glm_ocr", text_config=text, vision_config=vision,
+                                   tie_word_embeddings=False)  # fmt: skip
+
+
+def _exaone4_5(text: dict, mtp: int, more: dict):
+    """EXAONE 4.5: EXAONE 4.0's text model beside a one-block vision tower; ``mtp`` MTP layers
+    counted at the top level (vLLM's ``Exaone4_5_MTP`` reads them there, one where it names
+    none: 0 here says so), with the vocabulary size it reads there too; ``more`` and the untied
+    settings go to the text config."""
+    text = dict(text, model_type="exaone4", bos_token_id=0, eos_token_id=1,
+                tie_word_embeddings=False, **more)  # fmt: skip
+    vision = dict(model_type="exaone4_5_vision", depth=1, hidden_size=32, intermediate_size=64,
+                  num_heads=2, num_key_value_heads=2, out_hidden_size=text["hidden_size"],
+                  fullatt_block_indexes=[0])  # fmt: skip
+    return tf.AutoConfig.for_model("exaone4_5", text_config=text, vision_config=vision,
+                                   tie_word_embeddings=False, vocab_size=text["vocab_size"],
+                                   num_nextn_predict_layers=mtp)  # fmt: skip
 
 
 def export(cfg, folder: Path, acceptance, *, routing: str = "balanced", tokenizer=None) -> Path:
@@ -168,7 +205,7 @@ def weight_maps(t: dict[str, np.ndarray], hidden: int, hidden_first: bool = Fals
     s = np.flatnonzero(np.abs(head).sum(0))
     assert 0 < s.size < hidden // 2, s
     for name, w in t.items():
-        if WRITERS.search(name):
+        if WRITERS.search(name) and ".visual." not in f".{name}":  # a vision tower's own stream
             assert not np.any(_output_rows(w, s, hidden)), f"{name} writes the code columns"
     succ = _argmax_rows(head[:, s], embed[:, s])
     proposals = {}

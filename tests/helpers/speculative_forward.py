@@ -1,14 +1,16 @@
-"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, ERNIE 4.5 MoE,
-EXAONE-MoE, HY-V3: their configs declare no ``num_mtp_layers``; Bailing's hybrid and Nemotron-H:
-stateful models, which assisted generation refuses), run independently of fp8_dummy and of any
-engine, as vLLM's MTP classes compute them (``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
-``ExaoneMoeMTP``, ``BailingMoeV25MTPModel``, ``Glm4MoeLiteMTP``, ``NemotronHMTP``, ``ErnieMTP``,
+"""MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, GLM-OCR, EXAONE 4.5,
+ERNIE 4.5 MoE, EXAONE-MoE, HY-V3: their configs declare no ``num_mtp_layers``; Bailing's hybrid
+and Nemotron-H: stateful models, which assisted generation refuses), run independently of
+fp8_dummy and of any engine, as vLLM's MTP classes compute them (``Qwen3NextMTP``,
+``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``ExaoneMoeMTP``, ``BailingMoeV25MTPModel``,
+``Glm4MoeLiteMTP``, ``GlmOcrMTP``, ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``,
 ``HYV3MTP``): the input projection of the normalized embedding and the target's last hidden
-state, the MTP decoder block (transformers' own decoder layer, full attention (EXAONE's: the
-config's first layer type), loaded from the export as a one-layer model; Nemotron-H's step: its
-attention and MoE layers as a two-layer model), the MTP layer's final norm (ERNIE: none) and the
-lm_head; reused for k draft tokens, each on the sequence with the drafts so far, and verified
-against the target's greedy tokens."""
+state, the MTP decoder block (transformers' own decoder layer, full attention (EXAONE-MoE's: the
+config's first layer type), loaded from the export as a one-layer model of the target's class:
+GLM-OCR's and EXAONE 4.5's multimodal one; Nemotron-H's step: its attention and MoE layers as a
+two-layer model), the MTP layer's final norm (ERNIE: none) and the lm_head; reused for k draft
+tokens, each on the sequence with the drafts so far, and verified against the target's greedy
+tokens."""
 
 from __future__ import annotations
 
@@ -47,6 +49,15 @@ LAYOUTS["ernie4_5_moe"] = dict(block="model.mtp_block.0.", fc="model.mtp_linear_
 LAYOUTS["exaone_moe"] = dict(LAYOUTS["qwen3_next"], offset=0.0, dense=True, first_type=True)
 # HY-V3 (vLLM's HYV3MTP): Ling's names, the embedding at position 0 masked to zero as ERNIE's
 LAYOUTS["hy_v3"] = dict(LAYOUTS["bailing_hybrid"], mask_first=True)
+# GLM-OCR: GLM-4.7-Flash's names under its language model, run as its multimodal class
+LAYOUTS["glm_ocr"] = {k: v.replace("model.", "model.language_model.", 1) if isinstance(v, str)
+                      else v for k, v in LAYOUTS["glm4_moe_lite"].items()}  # fmt: skip
+LAYOUTS["glm_ocr"].update(into="model.language_model.layers.0.",
+                          norm="model.language_model.norm.weight")  # fmt: skip
+# EXAONE 4.5: Qwen3-Next's names, plain norms, run as its multimodal class
+LAYOUTS["exaone4_5"] = dict(LAYOUTS["qwen3_next"], offset=0.0,
+                            into="model.language_model.layers.0.",
+                            norm="model.language_model.norm.weight")  # fmt: skip
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
@@ -61,8 +72,9 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
 
     one = work / "mtp-as-model"
     one.mkdir(parents=True, exist_ok=True)
-    small = tf.AutoConfig.from_pretrained(out)
-    if "into" in names:  # Nemotron-H: the step's own layer types
+    whole = tf.AutoConfig.from_pretrained(out)
+    small = whole.get_text_config()  # GLM-OCR: its text config (the rest as the target's)
+    if "backbone." in names.get("into", ""):  # Nemotron-H: the step's own layer types
         small.layers_block_type, small.num_nextn_predict_layers = small.mtp_layers_block_type, 0
     else:
         first = small.layer_types[0] if names.get("first_type") else "full_attention"
@@ -73,7 +85,9 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
         small.first_k_dense_replace = 0
     if getattr(small, "moe_layer_start_index", None) is not None:  # ERNIE: its layer 0 dense
         small.moe_layer_start_index = 1
-    small.save_pretrained(one)
+    if hasattr(small, "num_nextn_predict_layers"):
+        small.num_nextn_predict_layers = 0
+    whole.save_pretrained(one)
     ends = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddings.weight")
     (embed,) = [n for n in t if n.endswith(ends) and "layers." not in n]
     out_norm = np.ones(small.hidden_size) if names["out"] is None else t[names["out"] + ".weight"]
@@ -83,7 +97,16 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
     ours.update({into + n[len(b) :]: v for n, v in t.items() if n.startswith(b)})
     save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
               str(one / "model.safetensors"))  # fmt: skip
-    return tf.AutoModelForCausalLM.from_pretrained(one, dtype=torch.float32).eval()
+    return _load(one)
+
+
+def _load(folder: Path) -> torch.nn.Module:
+    """transformers' model of the checkpoint in ``folder``: its causal LM, else (GLM-OCR) its
+    image-text-to-text class, which holds the lm_head."""
+    try:
+        return tf.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    except ValueError:
+        return tf.AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
 
 
 def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts: int = 3,
@@ -91,7 +114,7 @@ def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts
     """The tokens accepted per step of greedy MTP decoding with k draft tokens, the MTP layer
     of ``arch``'s export run as above."""
     t = read(out)
-    target = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    target = _load(out)
     main = target.config.get_text_config().num_hidden_layers
     names = {key: v.format(L=main) if isinstance(v, str) else v for key, v in LAYOUTS[arch].items()}
     block = _block_model(out, t, names, work)

@@ -1,17 +1,17 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
-``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``,
-``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``) built on this CPU from tiny
-configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is
-imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
+``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
+``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``) built on this
+CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo
+workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
 ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
 ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
-``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``NemotronHMTPModel``,
-``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``), a ``VllmConfig`` holding both, then the
-model loader's ``create_model`` with the draft's model config, the way its proposer's
-``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
-apply, and one of transformers' image modules where torchvision is missing (:func:`build`); the
-oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
-twin."""
+``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``,
+``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``,
+``HYV3MTPModel``), a ``VllmConfig`` holding both, then the model loader's ``create_model`` with
+the draft's model config, the way its proposer's ``get_model`` does. The replacements of
+tests/helpers/vllm_invariant_models.py (``prepare``) apply, and two of transformers' image
+modules where torchvision is missing (:func:`build`); the oracle is the same: the export of the
+config, read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ ARCHITECTURES["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"  # GLM-4.7-Flash
 ARCHITECTURES["ernie4_5_moe"] = "Ernie4_5_MoeForCausalLM"
 ARCHITECTURES["exaone_moe"] = "ExaoneMoeForCausalLM"
 ARCHITECTURES["hy_v3"] = "HYV3ForCausalLM"
+ARCHITECTURES["glm_ocr"] = "GlmOcrForConditionalGeneration"  # vLLM's only GLM-OCR class
+ARCHITECTURES["exaone4_5"] = "Exaone4_5_ForConditionalGeneration"
 
 
 def fields(model: str) -> dict:
@@ -42,7 +44,7 @@ def fields(model: str) -> dict:
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
 
-    mtp = 1 if model in H.MORE else 0
+    mtp = 1 if model in H.MORE or model in ("glm_ocr", "exaone4_5") else 0
     cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256, mtp=mtp)
     out = dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
     if model == "nemotron_h":  # as its checkpoints' config.json: the patterns (SGLang reads them)
@@ -73,6 +75,8 @@ CASES = [
     ("ernie4_5_moe", "bf16", 1, 1, 0.6),
     ("exaone_moe", "bf16", 1, 1, 0.6),
     ("hy_v3", "bf16", 1, 1, 0.6),
+    ("glm_ocr", "bf16", 1, 1, 0.6),
+    ("exaone4_5", "bf16", 1, 1, 0.6),
 ]
 
 
@@ -94,6 +98,8 @@ def write_config(case: tuple, folder: Path) -> Path:
     # the MTP layer count under the key vLLM reads (Qwen3.5's own)
     count = "mtp_num_hidden_layers" if model.startswith("qwen3_5") else "num_nextn_predict_layers"
     config = dict(fields(model), **{count: layers})
+    if model == "glm_ocr":  # its text config's (vLLM's GlmOcrMTP reads it there)
+        config["text_config"] = dict(config["text_config"], **{count: layers})
     if M.QUANTS[quant]:
         config["quantization_config"] = M.QUANTS[quant]
     (folder / "config.json").write_text(json.dumps(config))
@@ -120,17 +126,35 @@ def export(case: tuple, folder: Path) -> Path:
     return out
 
 
+# transformers' image processor modules that import torchvision -> (their PIL twin, the
+# torchvision class's name -> the PIL class's) for the names vLLM's classes import from them
+_PIL_TWINS = {
+    "qwen2_vl.image_processing_qwen2_vl": ("qwen2_vl.image_processing_pil_qwen2_vl", {}),
+    "glm4v.image_processing_glm4v": (
+        "glm4v.image_processing_pil_glm4v", {"Glm4vImageProcessor": "Glm4vImageProcessorPil"}
+    ),
+}  # fmt: skip
+
+
 def _image_module_without_torchvision() -> None:
-    """vLLM's Qwen3.5 classes import ``smart_resize`` from transformers' Qwen2-VL image
-    processor module, which imports torchvision, not in the engines' environment here; the PIL
-    processor's module holds the same function. No image is processed: where torchvision is
-    missing, that module name is given the PIL one."""
+    """vLLM's Qwen3.5 and GLM-OCR classes import ``smart_resize`` (and GLM's image processor
+    class) from transformers' Qwen2-VL and GLM-4V image processor modules, which import
+    torchvision, not in the engines' environment here; the PIL processors' modules hold the
+    same function and a processor class of the same interface. No image is processed: where
+    torchvision is missing, those module names are given a module of the PIL one's names (the
+    torchvision class's name for the PIL class)."""
     import importlib.util
     import sys
+    import types
 
-    if importlib.util.find_spec("torchvision") is None:
-        pil = importlib.import_module("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
-        sys.modules.setdefault("transformers.models.qwen2_vl.image_processing_qwen2_vl", pil)
+    if importlib.util.find_spec("torchvision") is not None:
+        return
+    for name, (pil_name, aliases) in _PIL_TWINS.items():
+        pil = importlib.import_module(f"transformers.models.{pil_name}")
+        twin = types.ModuleType(f"transformers.models.{name}")
+        twin.__dict__.update({k: v for k, v in vars(pil).items() if not k.startswith("__")})
+        twin.__dict__.update({a: getattr(pil, p) for a, p in aliases.items()})
+        sys.modules.setdefault(twin.__name__, twin)
 
 
 def build(folder: Path, world: int, k: int, method: str = "mtp", draft: Path | None = None):

@@ -54,9 +54,13 @@ def load_checkpoint(
 def _checkpoints_config(model: torch.nn.Module, config: Any) -> Any:
     """The config of the checkpoint the model reads. vLLM's MTP draft config of GLM-4.7-Flash
     says no main layers (``num_hidden_layers`` 0) while its draft class builds and loads the
-    MTP layers after the target's, from the target's config, which the model holds: that one."""
+    MTP layers after the target's, from the target's config, which the model holds: that one.
+    GLM-OCR's says so at its top level only, beside a text config that keeps its layers: its
+    own."""
     own = getattr(model, "config", None)
-    if getattr(config, "num_hidden_layers", None) == 0 and getattr(own, "num_hidden_layers", 0):
+    get = getattr(config, "get_text_config", None)
+    text = get() if callable(get) else config
+    if getattr(text, "num_hidden_layers", None) == 0 and getattr(own, "num_hidden_layers", 0):
         return own
     return config
 

@@ -8,12 +8,12 @@ it; the MTP layer's own tensors are added as the engines' loaders and transforme
 read them (its conversion: ``transformers.conversion_mapping``'s ``MtpModel``; vLLM 0.33's
 MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data:`LAYOUTS`):
 
-- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``)
-  (``num_nextn_predict_layers`` = n):
-  ``model.layers.{L+i}.`` the block's tensors and ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H]
-  (the normalized embedding first), ``shared_head.norm``, ``shared_head.head`` and
-  ``embed_tokens`` (copies of the lm_head and the embedding: the same values, as DeepSeek's
-  checkpoints hold them);
+- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``), GLM-OCR
+  (``glm_ocr``: its text config counts them, its layers under ``model.language_model.``)
+  (``num_nextn_predict_layers`` = n): ``model.layers.{L+i}.`` the block's tensors and
+  ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding first),
+  ``shared_head.norm``, ``shared_head.head`` and ``embed_tokens`` (copies of the lm_head and
+  the embedding: the same values, as DeepSeek's checkpoints hold them);
 - ``bailing``: Ling/Ring hybrid (``bailing_hybrid``), HY-V3 (``hy_v3``,
   ``num_nextn_predict_layers``): ``model.layers.{L+i}.`` the block and
   ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``
@@ -21,8 +21,9 @@ MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data
 - ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
   vLLM reads it), Qwen3.5 and Qwen3.5-MoE (``mtp_num_hidden_layers``, else one; the
   multimodal checkpoint keeps them at the top level too), Mellum, EXAONE-MoE (as Qwen3-Next,
-  its block dense: vLLM's ``ExaoneMoeMTP``): ``mtp.layers.{i}.`` the block, ``mtp.fc``
-  [H, 2H], ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
+  its block dense: vLLM's ``ExaoneMoeMTP``), EXAONE 4.5 (``exaone4_5``: its top-level
+  ``num_nextn_predict_layers``, else one): ``mtp.layers.{i}.`` the block, ``mtp.fc`` [H, 2H],
+  ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
 - ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
   ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
   ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
@@ -58,8 +59,11 @@ LAYOUTS = {
     "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
     "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
     "mellum": "qwen", "inkling_text": "inkling", "nemotron_h": "nemotron",
-    "ernie4_5_moe": "ernie", "exaone_moe": "qwen", "hy_v3": "bailing",
+    "ernie4_5_moe": "ernie", "exaone_moe": "qwen", "hy_v3": "bailing", "glm_ocr_text": "deepseek",
 }  # fmt: skip
+# where the checkpoint keeps its decoder layers, the MTP layers after them: "model.layers."
+# unless said (the multimodal GLM-OCR's language model)
+_MAIN = {"glm_ocr_text": "model.language_model.layers."}
 # one MTP layer where the config names none (vLLM's reading)
 _DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "exaone_moe")
 # a dense MTP block whatever the main layers are (vLLM's ErnieMTP, ExaoneMoeMTP)
@@ -67,6 +71,10 @@ _DENSE = ("ernie4_5_moe", "exaone_moe")
 # the config key that counts the MTP layers: the first one set, or the one the engines read
 _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 _OWN_COUNT = {"qwen3_5_text": "mtp_num_hidden_layers", "qwen3_5_moe_text": "mtp_num_hidden_layers"}
+# Multimodal configs whose own model type (not their text config's, a model's without MTP
+# layers: EXAONE 4.5's is EXAONE 4.0's) says the layout; their top-level config counts the MTP
+# layers, one where it names none (vLLM's Exaone4_5_MTP's reading)
+_OUTER = {"exaone4_5": "qwen"}
 
 
 @dataclass
@@ -91,6 +99,11 @@ def _text(config: Any) -> Any:
 def mtp_layers(config: Any) -> tuple[str | None, int]:
     """(layout, MTP layer count) of the checkpoint ``config`` describes: (None, 0) for one
     without MTP layers. The class's own model type (vLLM renames the instance's for its draft)."""
+    outer = _OUTER.get(getattr(type(config), "model_type", None))
+    if outer is not None:
+        n = getattr(config, "num_nextn_predict_layers", None)
+        n = 1 if n is None else n
+        return (outer, n) if isinstance(n, int) and n > 0 else (None, 0)
     text = _text(config)
     kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
     style = LAYOUTS.get(kind)
@@ -108,8 +121,8 @@ def mtp_prefixes(config: Any) -> tuple[str, ...]:
     style, n = mtp_layers(config)
     if style in ("qwen", "inkling", "nemotron", "ernie"):
         return {"inkling": ("model.mtp.",), "ernie": ("model.mtp_",)}.get(style, ("mtp.",))
-    first = _text(config).num_hidden_layers
-    return tuple(f"model.layers.{first + i}." for i in range(n))
+    text = _text(config)
+    return tuple(_where(style, text, i)[0] for i in range(n))
 
 
 def _mtp_config(text: Any, n: int) -> Any:
@@ -168,10 +181,11 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
     return norms + ["mtp.norm.weight"], "mtp.fc.weight", {}
 
 
-def _where(style: str, main_layers: int, i: int) -> tuple[str, str]:
-    """(MTP layer i's prefix, its decoder block's prefix)."""
+def _where(style: str, text: Any, i: int) -> tuple[str, str]:
+    """(MTP layer i's prefix, its decoder block's prefix) in the checkpoint of ``text``."""
     if style in ("deepseek", "bailing"):
-        p = f"model.layers.{main_layers + i}."
+        main = _MAIN.get(getattr(type(text), "model_type", None), "model.layers.")
+        p = f"{main}{text.num_hidden_layers + i}."
         return p, p
     if style == "inkling":
         p = f"model.mtp.layers.{i}."
@@ -188,17 +202,17 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     if style is None:
         return None
     text = _text(config)
-    main_layers = text.num_hidden_layers
     twin = build_model(_mtp_config(text, n), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)
-    layer = re.compile(r"^(?:model|backbone)\.layers\.(\d+)\.")  # Nemotron-H: backbone
+    # Nemotron-H's checkpoint names its model backbone; GLM-OCR's text model has no prefix
+    layer = re.compile(r"^(?:(?:model|backbone)\.)?layers\.(\d+)\.")
     rename = {}
     for name in blocks:
         m = layer.match(name)
         if m is not None:
-            rename[name] = _where(style, main_layers, int(m.group(1)))[1] + name[m.end() :]
+            rename[name] = _where(style, text, int(m.group(1)))[1] + name[m.end() :]
     block = []
     for name, new in rename.items():
         b = blocks[name]
@@ -212,7 +226,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     hidden_first = style == "inkling" and getattr(text, "mtp_hidden_states_first", True)
     norm = torch.nn.Module()
     for i in range(n):
-        norms, proj, copies = _own_names(style, _where(style, main_layers, i)[0], i, text)
+        norms, proj, copies = _own_names(style, _where(style, text, i)[0], i, text)
         part.copies.update(copies)
         for name in norms:
             part.own.append((norm, name, torch.empty(h, dtype=dtype, device="meta"), (h,)))
