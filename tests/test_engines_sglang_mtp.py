@@ -1,9 +1,10 @@
 """The MTP layers in SGLang 0.5.23's own speculative draft classes: ``DeepseekV3ForCausalLMNextN``
 (DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN`` (GLM-4.5),
-``Qwen3NextForCausalLMMTP`` (Qwen3-Next), ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense and MoE) and
+``Qwen3NextForCausalLMMTP`` (Qwen3-Next), ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense and MoE),
 ``Glm4MoeLiteForCausalLMNextN`` (GLM-4.7-Flash, whose config SGLang's MLA attention rewrites
-while it builds the model: the fill reads it as written),
-built on this CPU as SGLang builds its draft (its
+while it builds the model: the fill reads it as written) and ``NemotronHForCausalLMMTP``
+(Nemotron-H's MTP step, whose class sets its config's main layers to the step's: the fill reads
+them from the model folder's config.json), built on this CPU as SGLang builds its draft (its
 draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
 ``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1 (one process) and TP=2
 (two gloo processes). The oracle: the export of the same config and acceptance read by SGLang's
@@ -11,7 +12,7 @@ own safetensors reader into a twin through the class's ``load_weights``; every p
 written by both (the two poisoned apart), byte for byte equal. What neither writes is what
 SGLang's draft classes take from no checkpoint: the embedding and lm_head (SGLang hands the
 draft the target's at run time) and FP8 attention's KV-cache scales. SGLang's NextN takes one
-MTP layer. Without SGLang: skipped, with why."""
+MTP layer (Nemotron-H's: one step). Without SGLang: skipped, with why."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ CASES = {
     "qwen3_5_text-bf16": ("qwen3_5_text", "bf16", 0.6),
     "qwen3_5_moe_text-bf16": ("qwen3_5_moe_text", "bf16", 0.6),
     "glm4_moe_lite-bf16": ("glm4_moe_lite", "bf16", 0.6),
+    "nemotron_h-bf16": ("nemotron_h", "bf16", 0.6),
 }
 CLASSES = {
     "deepseek_v3": "DeepseekV3ForCausalLMNextN",
@@ -49,6 +51,7 @@ CLASSES = {
     "qwen3_5_text": "Qwen3_5ForCausalLMMTP",  # SGLang's one class for Qwen3.5, dense and MoE
     "qwen3_5_moe_text": "Qwen3_5ForCausalLMMTP",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLMNextN",
+    "nemotron_h": "NemotronHForCausalLMMTP",
 }
 
 
