@@ -2,17 +2,19 @@
 ``DeepseekV3ForCausalLMNextN`` (DeepSeek-V3, bf16 and FP8 block), ``Glm4MoeForCausalLMNextN``
 (GLM-4.5), ``Qwen3NextForCausalLMMTP`` (Qwen3-Next), ``Qwen3_5ForCausalLMMTP`` (Qwen3.5, dense
 and MoE), ``Ernie4_5_MoeForCausalLMMTP`` (ERNIE 4.5 MoE), ``HYV3ForCausalLMNextN`` (HY-V3),
-``GlmOcrForConditionalGenerationNextN`` (GLM-OCR's multimodal checkpoint) and
+``GlmOcrForConditionalGenerationNextN`` (GLM-OCR's multimodal checkpoint),
 ``Glm4MoeLiteForCausalLMNextN`` (GLM-4.7-Flash, whose config SGLang's MLA attention rewrites
-while it builds the model: the fill reads it as written), built on this CPU as SGLang builds its
-draft (its draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
+while it builds the model: the fill reads it as written) and ``NemotronHForCausalLMMTP``
+(Nemotron-H's MTP step, whose class sets its config's main layers to the step's: the fill reads
+them from the model folder's config.json), built on this CPU as SGLang builds its draft (its
+draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
 ``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1 (one process) and TP=2
 (two gloo processes). The oracle: the export of the same config and acceptance read by SGLang's
 own safetensors reader into a twin through the class's ``load_weights``; every parameter
 written by both (the two poisoned apart), byte for byte equal. What neither writes is what
 SGLang's draft classes take from no checkpoint: the embedding and lm_head (SGLang hands the
 draft the target's at run time) and FP8 attention's KV-cache scales. SGLang's NextN takes one
-MTP layer. Without SGLang: skipped, with why."""
+MTP layer (Nemotron-H's: one step). Without SGLang: skipped, with why."""
 
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ CASES = {
     "ernie4_5_moe-bf16": ("ernie4_5_moe", "bf16", 0.6),
     "hy_v3-bf16": ("hy_v3", "bf16", 0.6),
     "glm_ocr-bf16": ("glm_ocr", "bf16", 0.6),
+    "nemotron_h-bf16": ("nemotron_h", "bf16", 0.6),
 }
 CLASSES = {
     "deepseek_v3": "DeepseekV3ForCausalLMNextN",
@@ -56,6 +59,7 @@ CLASSES = {
     "ernie4_5_moe": "Ernie4_5_MoeForCausalLMMTP",
     "hy_v3": "HYV3ForCausalLMNextN",
     "glm_ocr": "GlmOcrForConditionalGenerationNextN",
+    "nemotron_h": "NemotronHForCausalLMMTP",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import logging
 import os
 from typing import Any, Callable
@@ -97,10 +98,39 @@ def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
             f"the realistic mode loads through the model's config and load_weights; "
             f"{type(model).__name__} lacks them (docs/realistic.md)"
         )
+    if any(c.__name__ in _STEP_AS_LAYERS for c in type(model).__mro__):
+        config = _layers_as_written(config)
     checkpoint = config_checkpoint(
         _as_written(config), 0, routing=chosen_routing(), acceptance=chosen_acceptance()
     )
     load(checkpoint.items())
+
+
+# SGLang's draft classes that set their config's main layers to one MTP step's, in place
+_STEP_AS_LAYERS = ("NemotronHForCausalLMMTP",)
+
+
+def _layers_as_written(config: Any) -> Any:
+    """A copy of the config with its main layers as the model folder's config.json says them.
+    SGLang's Nemotron-H MTP class sets ``layers_block_type`` (and with it ``num_hidden_layers``
+    and ``hybrid_override_pattern``) to the MTP step's layers while it builds; the MTP layers'
+    values depend on the main layers (the residual scale of the model's L layers), whose
+    description the config then no longer holds: they are read again, as SGLang's own config
+    class read them (``_name_or_path``: the folder SGLang read the config from)."""
+    folder = os.fspath(getattr(config, "_name_or_path", "") or "")
+    file = os.path.join(folder, "config.json")
+    why = f"SGLang's MTP class rewrote the main layers of {type(config).__name__}"
+    if not folder or not os.path.isfile(file):
+        raise ValueError(f"{why}, and its folder {folder!r} has no config.json to read them from")
+    try:
+        with open(file, encoding="utf-8") as f:
+            raw = json.load(f)
+        layers = list(type(config).from_dict(raw).layers_block_type)
+    except Exception as e:  # noqa: BLE001 (named: the file is the user's)
+        raise ValueError(f"{why}, and {file} does not say them ({type(e).__name__}: {e})") from e
+    written = copy.deepcopy(config)
+    written.layers_block_type = layers
+    return written
 
 
 def _as_written(config: Any) -> Any:

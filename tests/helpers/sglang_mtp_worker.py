@@ -1,7 +1,9 @@
 """One process of tests/test_engines_sglang_mtp.py: rank RANK of a WORLD-rank gloo group. For
 each case, two copies of SGLang's own speculative draft class (``DeepseekV3ForCausalLMNextN``,
 ``Glm4MoeForCausalLMNextN``, ``Qwen3NextForCausalLMMTP``, ``Qwen3_5ForCausalLMMTP``,
-``GlmOcrForConditionalGenerationNextN``: what SGLang's draft config names)
+``Glm4MoeLiteForCausalLMNextN``, ``Ernie4_5_MoeForCausalLMMTP``, ``HYV3ForCausalLMNextN``,
+``GlmOcrForConditionalGenerationNextN``, ``NemotronHForCausalLMMTP``: what SGLang's draft
+config names)
 built from the export's config.json: one filled by ``FP8_DUMMY_SGLANG=realistic``'s fill with
 the case's ``$FP8_DUMMY_ACCEPTANCE`` (poisoned 0x55 first), the other (0xAA) loaded from the
 export's files by SGLang's own safetensors reader and the class's ``load_weights``. Findings go
