@@ -6,7 +6,8 @@ config as transformers' ``get_mtp_config`` builds it (the MTP layers alone, indi
 config's MTP layer types, else MoE and full attention) and renamed to where the checkpoint keeps
 it; the MTP layer's own tensors are added as the engines' loaders and transformers' ``MtpModel``
 read them (its conversion: ``transformers.conversion_mapping``'s ``MtpModel``; vLLM 0.33's
-MTP classes; SGLang 0.5.23's NextN). One layout per family of checkpoints (:data:`LAYOUTS`):
+MTP classes; SGLang 0.5.23's NextN). One record per architecture (:data:`ARCHS`), one layout per
+family of checkpoints:
 
 - ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``), GLM-OCR
   (``glm_ocr``: its text config counts them, its layers under ``model.language_model.``)
@@ -51,30 +52,49 @@ import torch
 from ..arch import Arch, derive_twin
 from ..hf_model import build_model, built_dtype, kept_fp32, memory_blocks, own_tensors
 
-__all__ = ["LAYOUTS", "MtpPart", "mtp_layers", "mtp_part", "mtp_prefixes"]
+__all__ = ["ARCHS", "MtpArch", "MtpPart", "mtp_layers", "mtp_part", "mtp_prefixes"]
 
-# The config's own model type (its text config's) -> the layout of its checkpoint's MTP layers
-LAYOUTS = {
-    "deepseek_v3": "deepseek", "deepseek_v32": "deepseek", "glm4_moe": "deepseek",
-    "glm_moe_dsa": "deepseek", "glm4_moe_lite": "deepseek", "bailing_hybrid": "bailing",
-    "qwen3_next": "qwen", "qwen3_5_text": "qwen", "qwen3_5_moe_text": "qwen",
-    "mellum": "qwen", "inkling_text": "inkling", "nemotron_h": "nemotron",
-    "ernie4_5_moe": "ernie", "exaone_moe": "qwen", "hy_v3": "bailing", "glm_ocr_text": "deepseek",
-}  # fmt: skip
-# where the checkpoint keeps its decoder layers, the MTP layers after them: "model.layers."
-# unless said (the multimodal GLM-OCR's language model)
-_MAIN = {"glm_ocr_text": "model.language_model.layers."}
-# one MTP layer where the config names none (vLLM's reading)
-_DEFAULT_ONE = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "exaone_moe")
-# a dense MTP block whatever the main layers are (vLLM's ErnieMTP, ExaoneMoeMTP)
-_DENSE = ("ernie4_5_moe", "exaone_moe")
-# the config key that counts the MTP layers: the first one set, or the one the engines read
 _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
-_OWN_COUNT = {"qwen3_5_text": "mtp_num_hidden_layers", "qwen3_5_moe_text": "mtp_num_hidden_layers"}
-# Multimodal configs whose own model type (not their text config's, a model's without MTP
-# layers: EXAONE 4.5's is EXAONE 4.0's) says the layout; their top-level config counts the MTP
-# layers, one where it names none (vLLM's Exaone4_5_MTP's reading)
-_OUTER = {"exaone4_5": "qwen"}
+
+
+@dataclass(frozen=True)
+class MtpArch:
+    """Where one architecture's checkpoint keeps its MTP layers and how its config counts them."""
+
+    layout: str  # deepseek | bailing | qwen | inkling | nemotron | ernie (the docstring above)
+    counts: tuple[str, ...] = _COUNTS  # the keys that count them: the first one set
+    default: int = 0  # the count where the config names none (vLLM's reading)
+    dense: bool = False  # a dense block whatever the main layers are (vLLM's class builds one)
+    main: str = "model.layers."  # where the decoder layers are, the MTP layers after them
+    # a multimodal config whose own model type says the layout (its text config is a model's
+    # without MTP layers) and whose top-level config counts them
+    outer: bool = False
+    text_only: bool = False  # the text model's checkpoint only: the multimodal one names its own
+
+
+_QWEN = MtpArch("qwen", default=1)
+_QWEN35 = MtpArch("qwen", ("mtp_num_hidden_layers",), default=1)
+# The config's own model type (its text config's, or an outer one's) -> its MTP layers
+ARCHS = {
+    "deepseek_v3": MtpArch("deepseek"),
+    "deepseek_v32": MtpArch("deepseek"),
+    "glm4_moe": MtpArch("deepseek"),
+    "glm_moe_dsa": MtpArch("deepseek"),
+    "glm4_moe_lite": MtpArch("deepseek"),
+    "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
+    "bailing_hybrid": MtpArch("bailing"),
+    "hy_v3": MtpArch("bailing"),
+    "qwen3_next": _QWEN,
+    "qwen3_5_text": _QWEN35,
+    "qwen3_5_moe_text": _QWEN35,
+    "mellum": MtpArch("qwen"),
+    "exaone_moe": MtpArch("qwen", default=1, dense=True),  # vLLM's ExaoneMoeMTP
+    "exaone4_5": MtpArch("qwen", ("num_nextn_predict_layers",), default=1, outer=True),
+    "inkling_text": MtpArch("inkling", text_only=True),
+    "nemotron_h": MtpArch("nemotron"),
+    "ernie4_5_moe": MtpArch("ernie", dense=True),  # vLLM's ErnieMTP
+}
+_ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
 
 
 @dataclass
@@ -96,24 +116,29 @@ def _text(config: Any) -> Any:
     return get() if callable(get) else config
 
 
-def mtp_layers(config: Any) -> tuple[str | None, int]:
-    """(layout, MTP layer count) of the checkpoint ``config`` describes: (None, 0) for one
-    without MTP layers. The class's own model type (vLLM renames the instance's for its draft)."""
-    outer = _OUTER.get(getattr(type(config), "model_type", None))
-    if outer is not None:
-        n = getattr(config, "num_nextn_predict_layers", None)
-        n = 1 if n is None else n
-        return (outer, n) if isinstance(n, int) and n > 0 else (None, 0)
+def _arch(config: Any) -> tuple[MtpArch | None, Any]:
+    """(the architecture's record or None, the config that counts its MTP layers). The class's
+    own model type first (vLLM renames the instance's for its draft)."""
+    outer = ARCHS.get(getattr(type(config), "model_type", None))
+    if outer is not None and outer.outer:
+        return outer, config
     text = _text(config)
     kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
-    style = LAYOUTS.get(kind)
-    if style == "inkling" and text is not config:  # the multimodal checkpoint names its own
-        style = None
-    keys = (_OWN_COUNT[kind],) if kind in _OWN_COUNT else _COUNTS
-    n = next((v for v in (getattr(text, c, None) for c in keys) if v is not None), None)
-    if style is not None and n is None and kind in _DEFAULT_ONE:
-        n = 1
-    return (style, n) if style is not None and isinstance(n, int) and n > 0 else (None, 0)
+    arch = ARCHS.get(kind)
+    if arch is None or arch.outer or (arch.text_only and text is not config):
+        return None, text
+    return arch, text
+
+
+def mtp_layers(config: Any) -> tuple[str | None, int]:
+    """(layout, MTP layer count) of the checkpoint ``config`` describes: (None, 0) for one
+    without MTP layers."""
+    arch, counter = _arch(config)
+    if arch is None:
+        return None, 0
+    n = next((v for v in (getattr(counter, c, None) for c in arch.counts) if v is not None), None)
+    n = arch.default if n is None else n
+    return (arch.layout, n) if isinstance(n, int) and n > 0 else (None, 0)
 
 
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
@@ -121,15 +146,15 @@ def mtp_prefixes(config: Any) -> tuple[str, ...]:
     style, n = mtp_layers(config)
     if style in ("qwen", "inkling", "nemotron", "ernie"):
         return {"inkling": ("model.mtp.",), "ernie": ("model.mtp_",)}.get(style, ("mtp.",))
-    text = _text(config)
-    return tuple(_where(style, text, i)[0] for i in range(n))
+    arch, text = _arch(config)[0], _text(config)
+    return tuple(_where(arch, text, i)[0] for i in range(n))
 
 
-def _mtp_config(text: Any, n: int) -> Any:
+def _mtp_config(text: Any, n: int, dense: bool) -> Any:
     """The MTP layers alone as a model config: n layers, the config's MTP layer types, else
     each MoE with full attention."""
     cfg = copy.deepcopy(text)
-    for name in (*_COUNTS, *set(_OWN_COUNT.values()), "quantization_config"):
+    for name in (*_ALL_COUNTS, "quantization_config"):
         if name in cfg.__dict__:
             delattr(cfg, name)
     cfg.num_hidden_layers = n
@@ -145,7 +170,7 @@ def _mtp_config(text: Any, n: int) -> Any:
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
-    if getattr(type(text), "model_type", None) in _DENSE:  # ERNIE's by index, EXAONE's by name
+    if dense:  # ERNIE's by index, EXAONE's by name
         if getattr(cfg, "moe_layer_start_index", None) is not None:
             cfg.moe_layer_start_index = n
         if getattr(cfg, "mlp_layer_types", None) is not None:
@@ -181,11 +206,11 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
     return norms + ["mtp.norm.weight"], "mtp.fc.weight", {}
 
 
-def _where(style: str, text: Any, i: int) -> tuple[str, str]:
+def _where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
     """(MTP layer i's prefix, its decoder block's prefix) in the checkpoint of ``text``."""
+    style = arch.layout
     if style in ("deepseek", "bailing"):
-        main = _MAIN.get(getattr(type(text), "model_type", None), "model.layers.")
-        p = f"{main}{text.num_hidden_layers + i}."
+        p = f"{arch.main}{text.num_hidden_layers + i}."
         return p, p
     if style == "inkling":
         p = f"model.mtp.layers.{i}."
@@ -201,8 +226,8 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     style, n = mtp_layers(config)
     if style is None:
         return None
-    text = _text(config)
-    twin = build_model(_mtp_config(text, n), dtype=dtype)
+    arch, text = _arch(config)[0], _text(config)
+    twin = build_model(_mtp_config(text, n, arch.dense), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)
@@ -212,7 +237,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     for name in blocks:
         m = layer.match(name)
         if m is not None:
-            rename[name] = _where(style, text, int(m.group(1)))[1] + name[m.end() :]
+            rename[name] = _where(arch, text, int(m.group(1)))[1] + name[m.end() :]
     block = []
     for name, new in rename.items():
         b = blocks[name]
@@ -226,7 +251,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     hidden_first = style == "inkling" and getattr(text, "mtp_hidden_states_first", True)
     norm = torch.nn.Module()
     for i in range(n):
-        norms, proj, copies = _own_names(style, _where(style, text, i)[0], i, text)
+        norms, proj, copies = _own_names(style, _where(arch, text, i)[0], i, text)
         part.copies.update(copies)
         for name in norms:
             part.own.append((norm, name, torch.empty(h, dtype=dtype, device="meta"), (h,)))
