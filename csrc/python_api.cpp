@@ -4,31 +4,56 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+
 namespace fp8_dummy::python {
 namespace {
 
-template <typename T>
-bool find(T& f, const char* name) {
-  f = reinterpret_cast<T>(dlsym(RTLD_DEFAULT, name));
-  return f != nullptr;
-}
+// One row a symbol: the table's field and the name the process exports it under.
+struct Slot {
+  void* field;
+  const char* name;
+};
 
 Api look_up(bool& found) {
   Api a{};
-  found = find(a.incref, "Py_IncRef") && find(a.decref, "Py_DecRef") &&
-          find(a.is_initialized, "Py_IsInitialized") && find(a.gil_ensure, "PyGILState_Ensure") &&
-          find(a.gil_release, "PyGILState_Release") && find(a.call, "PyObject_CallFunction") &&
-          find(a.fetch, "PyErr_Fetch") && find(a.str, "PyObject_Str") &&
-          find(a.utf8, "PyUnicode_AsUTF8String") && find(a.bytes, "PyBytes_AsString") &&
-          find(a.get_attr, "PyObject_GetAttr") && find(a.intern, "PyUnicode_InternFromString") &&
-          find(a.dict_get, "PyDict_GetItem") && find(a.dict_next, "PyDict_Next") &&
-          find(a.dict_contains, "PyDict_Contains") && find(a.dict_size, "PyDict_Size") &&
-          find(a.dict_type, "PyDict_Type") && find(a.list_new, "PyList_New") &&
-          find(a.list_append, "PyList_Append") && find(a.long_from, "PyLong_FromSsize_t") &&
-          find(a.set_contains, "PySet_Contains") && find(a.set_add, "PySet_Add") &&
-          find(a.set_new, "PySet_New") && find(a.tuple_item, "PyTuple_GetItem") &&
-          find(a.tuple_pack, "PyTuple_Pack") && find(a.none, "_Py_NoneStruct") &&
-          find(a.false_, "_Py_FalseStruct");
+  const Slot slots[] = {
+      {&a.is_initialized, "Py_IsInitialized"},
+      {&a.gil_ensure, "PyGILState_Ensure"},
+      {&a.gil_release, "PyGILState_Release"},
+      {&a.call, "PyObject_CallFunction"},
+      {&a.fetch, "PyErr_Fetch"},
+      {&a.str, "PyObject_Str"},
+      {&a.utf8, "PyUnicode_AsUTF8String"},
+      {&a.bytes, "PyBytes_AsString"},
+      {&a.incref, "Py_IncRef"},
+      {&a.decref, "Py_DecRef"},
+      {&a.get_attr, "PyObject_GetAttr"},
+      {&a.intern, "PyUnicode_InternFromString"},
+      {&a.dict_get, "PyDict_GetItem"},
+      {&a.dict_next, "PyDict_Next"},
+      {&a.dict_contains, "PyDict_Contains"},
+      {&a.dict_size, "PyDict_Size"},
+      {&a.dict_type, "PyDict_Type"},
+      {&a.list_new, "PyList_New"},
+      {&a.list_append, "PyList_Append"},
+      {&a.long_from, "PyLong_FromSsize_t"},
+      {&a.set_contains, "PySet_Contains"},
+      {&a.set_add, "PySet_Add"},
+      {&a.set_new, "PySet_New"},
+      {&a.tuple_item, "PyTuple_GetItem"},
+      {&a.tuple_pack, "PyTuple_Pack"},
+      {&a.none, "_Py_NoneStruct"},
+      {&a.false_, "_Py_FalseStruct"},
+  };
+  // Every field is one pointer, so the table covers the struct exactly when the counts agree.
+  static_assert(sizeof(slots) / sizeof(Slot) == sizeof(Api) / sizeof(void*));
+  found = true;
+  for (const Slot& s : slots) {
+    void* p = dlsym(RTLD_DEFAULT, s.name);
+    found = found && p != nullptr;
+    std::memcpy(s.field, &p, sizeof p);  // a function or data pointer: POSIX dlsym's contract
+  }
   return a;
 }
 
