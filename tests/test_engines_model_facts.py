@@ -255,17 +255,19 @@ def test_the_fill_order_is_the_rules(seed):
     rng = random.Random(seed)
     bases = [torch.empty(rng.randint(8, 40), dtype=torch.float8_e4m3fn) for _ in range(3)]
     actions = [Action(Kind.UNIFORM, -1.0, 1.0), Action(Kind.UNIFORM, -2.0, 2.0),
-               Action(Kind.FILL, value=0.5)]  # fmt: skip
+               Action(Kind.FILL, value=0.5), Action(Kind.SKIP)]  # fmt: skip
     entries = []
     for _ in range(rng.randint(1, 12)):
         base = rng.choice(bases)
         a, b = sorted(rng.sample(range(base.numel() + 1), 2))
-        view = rng.choice([base, base[a:b], base[a:b], base.view(torch.uint8)])
+        own = torch.empty(rng.randint(1, 9), dtype=torch.float8_e4m3fn)  # a storage of its own
+        view = rng.choice([base, base[a:b], base[a:b], base.view(torch.uint8), own])
         entries.append((view, rng.choice(actions)))
     sem = core.SEMANTICS["vllm-0.33"]
     planned = [(f"t{i}", t, action, (sem, 7)) for i, (t, action) in enumerate(entries)]
     prog = core.execution.program(planned, "generator")
-    want = python_order(entries)
+    live = [i for i, (_, action) in enumerate(entries) if action.kind is not Kind.SKIP]
+    want = [(live[j], o) for j, o in python_order([entries[i] for i in live])]
     assert prog.others == [(i, o) for i, o in want if o or entries[i][1].kind is not Kind.UNIFORM]
     batched = sorted(i for _, idx in prog.batches for i in idx)
     assert batched == [i for i, o in want if not o and entries[i][1].kind is Kind.UNIFORM]

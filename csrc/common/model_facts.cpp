@@ -183,10 +183,38 @@ struct StorageKey {
     return type == o.type && index == o.index && base == o.base;
   }
 };
-struct StorageHash {
-  size_t operator()(const StorageKey& k) const {
-    return std::hash<uintptr_t>()(k.base) ^ static_cast<size_t>(k.type * 31 + k.index);
+
+// Storages numbered in order of first appearance, in one open-addressed table: a node per
+// tensor (a node-based map's) made the allocator most of the pass's time.
+class StorageIds {
+ public:
+  explicit StorageIds(size_t n) {
+    while ((size_t{1} << bits_) < n + n / 2) ++bits_;
+    slots_.resize(size_t{1} << bits_);
   }
+  // The key's number and whether it is new.
+  std::pair<int64_t, bool> number(const StorageKey& key) {
+    const size_t mask = slots_.size() - 1;
+    // Fibonacci hashing: data pointers are aligned, their low bits alike.
+    uint64_t h = static_cast<uint64_t>(key.base) ^ static_cast<uint64_t>(key.type * 31 + key.index);
+    for (size_t at = (h * 0x9E3779B97F4A7C15ull) >> (64 - bits_);; at = (at + 1) & mask) {
+      Slot& s = slots_[at];
+      if (s.id < 0) {
+        s = {key, next_};
+        return {next_++, true};
+      }
+      if (s.key == key) return {s.id, false};
+    }
+  }
+
+ private:
+  struct Slot {
+    StorageKey key{};
+    int64_t id = -1;
+  };
+  int bits_ = 4;
+  std::vector<Slot> slots_;
+  int64_t next_ = 0;
 };
 
 std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actions,
@@ -194,8 +222,7 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
   const size_t n = tensors.size();
   TORCH_CHECK(actions.size() == n && flags.size() == n,
               "fp8_dummy: fill_order needs an action and a flag per tensor");
-  std::unordered_map<StorageKey, int64_t, StorageHash> storage_ids;
-  storage_ids.reserve(n);
+  StorageIds storage_ids(n);
   std::vector<int64_t> storage(n), view(n, -1), count;
   int64_t own = -1;  // opaque tensors: a storage and a view of their own (negative ids)
   for (size_t i = 0; i < n; ++i) {
@@ -206,10 +233,10 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
     }
     const StorageKey key{static_cast<int64_t>(t.device().type()), t.device().index(),
                          reinterpret_cast<uintptr_t>(t.storage().data())};
-    const auto [it, added] = storage_ids.try_emplace(key, static_cast<int64_t>(count.size()));
+    const auto [id, added] = storage_ids.number(key);
     if (added) count.push_back(0);
-    storage[i] = it->second;
-    ++count[static_cast<size_t>(it->second)];
+    storage[i] = id;
+    ++count[static_cast<size_t>(id)];
   }
   // Views are told apart only within a storage that several entries touch (most storages
   // hold one tensor of the model: nothing to number there).
@@ -239,16 +266,18 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
   }
   std::sort(uses.begin(), uses.end());
   uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
-  std::unordered_set<int64_t> ordered;
+  std::vector<char> ordered(count.size(), 0);
   for (size_t j = 1; j < uses.size(); ++j) {
-    if (uses[j][0] == uses[j - 1][0]) ordered.insert(uses[j][0]);
+    if (uses[j][0] == uses[j - 1][0]) ordered[static_cast<size_t>(uses[j][0])] = 1;
   }
   std::vector<int64_t> out;
   out.reserve(2 * n);
-  std::unordered_set<int64_t> seen;
+  std::unordered_set<int64_t> seen;  // the views of shared storages filled so far
   for (size_t i = 0; i < n; ++i) {
-    const bool in_order = ordered.count(storage[i]) > 0;
-    if (in_order || seen.insert(view[i]).second) {
+    const bool shared = storage[i] >= 0 && count[static_cast<size_t>(storage[i])] > 1;
+    const bool in_order = storage[i] >= 0 && ordered[static_cast<size_t>(storage[i])] != 0;
+    // A storage of one entry (or an opaque tensor) is a view no other entry has.
+    if (in_order || !shared || seen.insert(view[i]).second) {
       if (in_order) seen.insert(view[i]);
       out.push_back(static_cast<int64_t>(i));
       out.push_back(in_order ? 1 : 0);

@@ -54,21 +54,14 @@ def random_bytes_(t: torch.Tensor, low: int, high: int, seed: int) -> torch.Tens
     return t.random_(low, high, generator=torch.Generator(device=t.device).manual_seed(seed))
 
 
-def _fill_order(live: list[Planned], mode: str) -> list[int]:
+def _fill_order(live: list[Planned], mode: str, numbers: dict[int, int]) -> list[int]:
     """[index, in_order, ...] of the ``live`` entries a fill runs (C++: fill_order): an alias
     with the same action filled once, a storage touched in other ways strictly in order. A
     DTensor goes in as its local shard; a tensor whose class dispatches itself without one
-    is a storage of its own."""
+    is a storage of its own. ``numbers``: each action object's number (equal actions, one)."""
     if not live:
         return []
-    ids: dict[int, int] = {}  # action objects (a kind's entries share one), numbered by value
-    values: dict[Action, int] = {}
-    for key, action in {id(e[2]): e[2] for e in live}.items():
-        try:
-            ids[key] = values.setdefault(action, len(values))
-        except TypeError:  # an action that does not hash: its own
-            ids[key] = -1 - len(ids)
-    actions = [ids[id(e[2])] for e in live]
+    actions = [numbers[id(e[2])] for e in live]
     tensors = [e[1] for e in live]
     flags = [0] * len(live)
     if any([dispatching(kind) for kind in set(map(type, tensors))]):
@@ -82,6 +75,19 @@ def _fill_order(live: list[Planned], mode: str) -> list[int]:
                 if dispatching(t):
                     tensors[i], flags[i] = _OPAQUE, 1
     return torch.ops.fp8_dummy_internal.fill_order(tensors, actions, flags)
+
+
+def _numbers(actions: dict[int, Action]) -> dict[int, int]:
+    """Each action object (a kind's entries share one) numbered by value: equal actions one
+    number, an action that does not hash its own."""
+    numbers: dict[int, int] = {}
+    values: dict[Action, int] = {}
+    for key, action in actions.items():
+        try:
+            numbers[key] = values.setdefault(action, len(values))
+        except TypeError:
+            numbers[key] = -1 - len(numbers)
+    return numbers
 
 
 _OPAQUE = torch.empty(0)
@@ -129,26 +135,40 @@ class Program(NamedTuple):
 
 
 def program(planned: list[Planned], mode: str) -> Program:
-    """The plan's :class:`Program` (kept with a kept plan: made once for its fills)."""
-    live = [i for i, e in enumerate(planned) if e[2].kind is not Kind.SKIP]
+    """The plan's :class:`Program` (kept with a kept plan: made once for its fills). What is
+    asked of an entry's action and (semantics, seed) is asked once per object: a kind's
+    entries share them, so the pass per entry is lookups by identity."""
+    objects = {id(e[2]): e[2] for e in planned}
+    skipped = {key for key, action in objects.items() if action.kind is Kind.SKIP}
+    if skipped:
+        live = [i for i, e in enumerate(planned) if id(e[2]) not in skipped]
+    else:
+        live = list(range(len(planned)))
     if len(live) == 1 and not dispatching(planned[live[0]][1]):  # one tensor: nothing to order
         order = [0, 0]
     else:
+        numbers = _numbers({key: a for key, a in objects.items() if key not in skipped})
         with torch.no_grad(), reads_only():  # no autograd fallback looking at each tensor
-            order = _fill_order([planned[i] for i in live], mode)
+            order = _fill_order([planned[i] for i in live], mode, numbers)
+    # The actions batched when no storage orders them: uniform, drawn as the generator draws
+    fused = {key for key, a in objects.items() if a.kind is Kind.UNIFORM and mode == "generator"}
     others: list[tuple[int, bool]] = []
     batches: dict[tuple, list[int]] = {}
-    batch_of: dict[tuple[int, int], list[int]] = {}  # by (action, meta) objects
-    for j in range(0, len(order), 2):
-        i, in_order = live[order[j]], bool(order[j + 1])
+    batch_of: dict[int, dict[int, list[int]]] = {}  # by action, then meta object
+    for j, in_order in zip(order[0::2], order[1::2]):
+        i = live[j]
         _, _, action, meta = planned[i]
-        if action.kind is Kind.UNIFORM and mode == "generator" and not in_order:
-            if (batch := batch_of.get((id(action), id(meta)))) is None:
-                key = (action.low, action.high, meta[1], meta[0])
-                batch = batch_of[(id(action), id(meta))] = batches.setdefault(key, [])
-            batch.append(i)
-        else:
-            others.append((i, in_order))
+        if in_order or id(action) not in fused:
+            others.append((i, bool(in_order)))
+            continue
+        by_meta = batch_of.get(id(action))
+        if by_meta is None:
+            by_meta = batch_of[id(action)] = {}
+        batch = by_meta.get(id(meta))
+        if batch is None:
+            key = (action.low, action.high, meta[1], meta[0])
+            batch = by_meta[id(meta)] = batches.setdefault(key, [])
+        batch.append(i)
     return Program(others, list(batches.items()), [])
 
 

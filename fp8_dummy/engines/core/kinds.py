@@ -98,13 +98,28 @@ def kinds_of(names: list[str], tensors: list[torch.Tensor], reads: Any) -> Kinds
         attrs = [tuple(getattr(t, a, None) for a in reads) for t in tensors]
         keys = list(zip(locals_, map(type, tensors), fact_kinds, attrs))
     index: dict = {}
-    kind_of, firsts = [], []
-    for i, key in enumerate(keys):
-        try:
-            k = index.setdefault(key, len(firsts))
-        except TypeError:  # an attribute that does not hash: a kind of its own
-            k = len(firsts)
-        if k == len(firsts):
-            firsts.append(i)
-        kind_of.append(k)
+    try:  # a new key's number is the count before it: len(index) is read before it goes in
+        kind_of = [index.setdefault(key, len(index)) for key in keys]
+    except TypeError:  # an attribute that does not hash: a kind of its own
+        kind_of = _numbered(keys)
+    # Kinds are numbered in order of first appearance: each one's first tensor is found
+    # after the one before's.
+    firsts, at = [], 0
+    for k in range(max(kind_of, default=-1) + 1):
+        at = kind_of.index(k, at)
+        firsts.append(at)
     return Kinds(kind_of, firsts, facts)
+
+
+def _numbered(keys: list) -> list[int]:
+    """:func:`kinds_of`'s numbering where a key does not hash (that tensor a kind of its own)."""
+    index: dict = {}
+    kind_of, count = [], 0
+    for key in keys:
+        try:
+            k = index.setdefault(key, count)
+        except TypeError:
+            k = count
+        count += k == count
+        kind_of.append(k)
+    return kind_of
