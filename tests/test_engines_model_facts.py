@@ -273,6 +273,50 @@ def test_the_fill_order_is_the_rules(seed):
     assert batched == [i for i, o in want if not o and entries[i][1].kind is Kind.UNIFORM]
 
 
+def test_the_facts_last_word_says_whether_every_storage_is_the_tensors_own():
+    base = torch.empty(64, dtype=torch.float8_e4m3fn)
+    own = [torch.empty(n, dtype=torch.bfloat16) for n in (1, 5, 9)]
+    cases = {
+        "own": (own + [base], 1),
+        "a view of another's storage": (own + [base, base[8:16]], 0),
+        "the same tensor twice": (own + [own[0]], 0),
+        "two views of one storage, no other": ([base[:8], base[8:]], 0),
+    }
+    for what, (ts, want) in cases.items():
+        assert int(core.kinds.tensor_facts(ts)[-1]) == want, what
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_program_by_kinds_is_the_entries(seed):
+    """A kept plan's program from its kinds alone (tensors of their own storages, every entry
+    its kind's decision) is the program made by walking its entries, in both modes."""
+    rng = random.Random(seed)
+    dtypes = [torch.float8_e4m3fn, torch.bfloat16, torch.float32]
+    ts = [torch.empty(rng.randint(1, 6), dtype=rng.choice(dtypes))
+          for _ in range(rng.randint(1, 40))]  # fmt: skip
+    names = [f"m{i}.{rng.choice(['weight', 'bias', 'scale'])}" for i in range(len(ts))]
+    kinds = core.kinds.kinds_of(names, ts, ())
+    sem = core.SEMANTICS["vllm-0.33"]
+    actions = [Action(Kind.UNIFORM, -1.0, 1.0), Action(Kind.UNIFORM, -2.0, 2.0),
+               Action(Kind.FILL, value=0.5), Action(Kind.SKIP)]  # fmt: skip
+    metas = [(sem, 7), (sem, 8)]
+    decided = [(rng.choice(actions), rng.choice(metas), None, False, True, True)
+               for _ in kinds.firsts]  # fmt: skip
+    planned = [(n, t, decided[k][0], decided[k][1]) for n, t, k in zip(names, ts, kinds.kind_of)]
+    kept = core.kept.Kept((), names, [], None, kinds.facts, 0, kinds.kind_of, decided)
+    for mode in ("generator", "stateless"):
+        walked = core.execution.program(planned, mode)
+        by_kinds = core.execution._program_by_kinds(kept, mode)
+        assert by_kinds is not None
+        assert by_kinds.others == walked.others
+        assert [(k, sorted(i)) for k, i in by_kinds.batches] == [
+            (k, sorted(i)) for k, i in walked.batches
+        ]
+    shared = core.kinds.kinds_of(names + ["alias"], ts + [ts[0][:1]], ())
+    kept.facts = shared.facts  # a storage two tensors share: the entries decide
+    assert core.execution._program_by_kinds(kept, "generator") is None
+
+
 # ---- a kept plan's check and fill in one call -------------------------------------------------
 
 

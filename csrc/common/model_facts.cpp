@@ -4,7 +4,8 @@
 //   dtype, device, dimensions, meta, inference, contiguity, overlap), numbered in order of
 //   first appearance, then the facts a kept plan is checked against (dtype, device,
 //   dimensions, meta, inference and where the bytes are: storage, data pointer, offset,
-//   sizes, strides); facts_match: whether a list's facts are still those; init_many_kept:
+//   sizes, strides), last whether every tensor's storage is its own; facts_match: whether a
+//   list's facts are still those; init_many_kept:
 //   that check and a kept plan's batch filled, in one pass over the list;
 // - fill_order: which entries a fill runs and which strictly in order: an alias with the same
 //   action filled once, a storage touched in other ways in list order.
@@ -88,12 +89,60 @@ void append_facts(const at::Tensor& t, int64_t index, std::vector<int64_t>& out)
   for (const int64_t s : t.strides()) out.push_back(s);
 }
 
+struct StorageKey {
+  int64_t type, index;
+  uintptr_t base;
+  bool operator==(const StorageKey& o) const {
+    return type == o.type && index == o.index && base == o.base;
+  }
+};
+
+// Storages numbered in order of first appearance, in one open-addressed table: a node per
+// tensor (a node-based map's) made the allocator most of the pass's time.
+class StorageIds {
+ public:
+  explicit StorageIds(size_t n) {
+    while ((size_t{1} << bits_) < n + n / 2) ++bits_;
+    slots_.resize(size_t{1} << bits_);
+  }
+  // The key's number and whether it is new.
+  std::pair<int64_t, bool> number(const StorageKey& key) {
+    const size_t mask = slots_.size() - 1;
+    // Fibonacci hashing: data pointers are aligned, their low bits alike.
+    uint64_t h = static_cast<uint64_t>(key.base) ^ static_cast<uint64_t>(key.type * 31 + key.index);
+    for (size_t at = (h * 0x9E3779B97F4A7C15ull) >> (64 - bits_);; at = (at + 1) & mask) {
+      Slot& s = slots_[at];
+      if (s.id < 0) {
+        s = {key, next_};
+        return {next_++, true};
+      }
+      if (s.key == key) return {s.id, false};
+    }
+  }
+
+ private:
+  struct Slot {
+    StorageKey key{};
+    int64_t id = -1;
+  };
+  int bits_ = 4;
+  std::vector<Slot> slots_;
+  int64_t next_ = 0;
+};
+
+StorageKey storage_key(const at::Tensor& t) {
+  return {static_cast<int64_t>(t.device().type()), t.device().index(),
+          reinterpret_cast<uintptr_t>(t.storage().data())};
+}
+
 at::Tensor tensor_kinds_op(at::TensorList tensors) {
   const auto n = static_cast<int64_t>(tensors.size());
   std::vector<int64_t> out(static_cast<size_t>(n), 0);
-  out.reserve(static_cast<size_t>(n) * 8);
+  out.reserve(static_cast<size_t>(n) * 8 + 1);
   std::map<int64_t, int64_t> ids;
   int64_t next = 0;
+  StorageIds storages(static_cast<size_t>(n));
+  bool own_storages = true;
   for (int64_t i = 0; i < n; ++i) {
     const at::Tensor& t = tensors[i];
     const int64_t code = kind_code(t);
@@ -101,7 +150,11 @@ at::Tensor tensor_kinds_op(at::TensorList tensors) {
     if (id == next) ++next;
     out[static_cast<size_t>(i)] = id;
     append_facts(t, i, out);
+    own_storages = own_storages && code >= 0 && storages.number(storage_key(t)).second;
   }
+  // The last word: 1 where every tensor has strides and a storage no other tensor of the list
+  // has (no alias, nothing to fill in order: the plan's program by kinds alone), else 0.
+  out.push_back(own_storages ? 1 : 0);
   return at::tensor(out, at::TensorOptions().dtype(at::kLong));
 }
 
@@ -113,9 +166,10 @@ at::Tensor tensor_kinds_op(at::TensorList tensors) {
 bool match_facts(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRef fill,
                  c10::List<at::Tensor>& batch) {
   const auto n = static_cast<int64_t>(tensors.size());
-  if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n) return false;
+  if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n + 1) return false;
   const auto* want = kinds.const_data_ptr<int64_t>();
-  const int64_t end = kinds.numel();
+  const int64_t end =
+      kinds.numel() - 1;  // the last word: whether the storages are the tensors' own
   int64_t at = n;
   size_t next = 0;  // the next index of `fill`
   batch.reserve(fill.size());
@@ -176,47 +230,6 @@ class Numbering {
   int64_t next_ = 0;
 };
 
-struct StorageKey {
-  int64_t type, index;
-  uintptr_t base;
-  bool operator==(const StorageKey& o) const {
-    return type == o.type && index == o.index && base == o.base;
-  }
-};
-
-// Storages numbered in order of first appearance, in one open-addressed table: a node per
-// tensor (a node-based map's) made the allocator most of the pass's time.
-class StorageIds {
- public:
-  explicit StorageIds(size_t n) {
-    while ((size_t{1} << bits_) < n + n / 2) ++bits_;
-    slots_.resize(size_t{1} << bits_);
-  }
-  // The key's number and whether it is new.
-  std::pair<int64_t, bool> number(const StorageKey& key) {
-    const size_t mask = slots_.size() - 1;
-    // Fibonacci hashing: data pointers are aligned, their low bits alike.
-    uint64_t h = static_cast<uint64_t>(key.base) ^ static_cast<uint64_t>(key.type * 31 + key.index);
-    for (size_t at = (h * 0x9E3779B97F4A7C15ull) >> (64 - bits_);; at = (at + 1) & mask) {
-      Slot& s = slots_[at];
-      if (s.id < 0) {
-        s = {key, next_};
-        return {next_++, true};
-      }
-      if (s.key == key) return {s.id, false};
-    }
-  }
-
- private:
-  struct Slot {
-    StorageKey key{};
-    int64_t id = -1;
-  };
-  int bits_ = 4;
-  std::vector<Slot> slots_;
-  int64_t next_ = 0;
-};
-
 std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actions,
                                    at::IntArrayRef flags) {
   const size_t n = tensors.size();
@@ -231,9 +244,7 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
       storage[i] = view[i] = own--;
       continue;
     }
-    const StorageKey key{static_cast<int64_t>(t.device().type()), t.device().index(),
-                         reinterpret_cast<uintptr_t>(t.storage().data())};
-    const auto [id, added] = storage_ids.number(key);
+    const auto [id, added] = storage_ids.number(storage_key(t));
     if (added) count.push_back(0);
     storage[i] = id;
     ++count[static_cast<size_t>(id)];

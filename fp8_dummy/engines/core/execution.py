@@ -5,6 +5,7 @@ once, progress on large models."""
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -19,7 +20,7 @@ from ...tensors import is_plain
 from . import kept
 from .checks import distinct
 from .collector import no_cycle_collection
-from .kept import STALE, KeptFill
+from .kept import STALE, Kept, KeptFill
 from .kinds import dispatching, init_many_kept, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
@@ -134,10 +135,13 @@ class Program(NamedTuple):
     size: list[int]
 
 
-def program(planned: list[Planned], mode: str) -> Program:
-    """The plan's :class:`Program` (kept with a kept plan: made once for its fills). What is
-    asked of an entry's action and (semantics, seed) is asked once per object: a kind's
-    entries share them, so the pass per entry is lookups by identity."""
+def program(planned: list[Planned], mode: str, kept: Kept | None = None) -> Program:
+    """The plan's :class:`Program` (kept with a kept plan: made once for its fills; by its
+    kinds alone where they say it all). What is asked of an entry's action and (semantics,
+    seed) is asked once per object: a kind's entries share them, so the pass per entry is
+    lookups by identity."""
+    if kept is not None and (by_kinds := _program_by_kinds(kept, mode)) is not None:
+        return by_kinds
     objects = {id(e[2]): e[2] for e in planned}
     skipped = {key for key, action in objects.items() if action.kind is Kind.SKIP}
     if skipped:
@@ -172,6 +176,36 @@ def program(planned: list[Planned], mode: str) -> Program:
     return Program(others, list(batches.items()), [])
 
 
+def _program_by_kinds(kept: Kept, mode: str) -> Program | None:
+    """:func:`program` of a kept plan from its kinds, without a pass of Python over its
+    entries, where the kinds say it all: every entry is its kind's decision (shared), and every
+    tensor has a storage of its own (the facts' last word): no alias to fill once, no storage
+    to fill in order. Each kind's tensors, in the plan's order, go where its action goes: one
+    stable sort by kind. None: :func:`program` walks the entries."""
+    facts, decided = kept.facts, kept.decided
+    if facts is None or int(facts[-1]) != 1 or not all(d[5] for d in decided):
+        return None
+    kinds = torch.tensor(kept.kind_of, dtype=torch.long)
+    counts = torch.bincount(kinds, minlength=len(decided)).tolist()
+    pieces = torch.sort(kinds, stable=True).indices.split(counts)
+    others: list[int] = []
+    batches: dict[tuple, list[list[int]]] = {}
+    for (action, meta), piece in zip((d[:2] for d in decided), pieces):
+        if action.kind is Kind.SKIP or not len(piece):
+            continue
+        if action.kind is Kind.UNIFORM and mode == "generator":
+            key = (action.low, action.high, meta[1], meta[0])
+            batches.setdefault(key, []).append(piece.tolist())
+        else:
+            others.append(piece.tolist())
+    # Kinds are numbered in order of first appearance: the batches come in the same order as
+    # the entries' walk makes them; within one, and among the others, the plan's order.
+    chain = itertools.chain.from_iterable
+    merged = [(key, sorted(chain(parts)) if len(parts) > 1 else parts[0])
+              for key, parts in batches.items()]  # fmt: skip
+    return Program([(i, False) for i in sorted(chain(others))], merged, [])
+
+
 def run(
     planned: list[Planned] | KeptFill, *, mode: str = "generator", progress: bool | None = False
 ) -> str | None:
@@ -182,12 +216,15 @@ def run(
     if isinstance(planned, KeptFill):  # a kept plan found as it is: entries made on demand
         entry, tensor = planned.entry, planned.tensors.__getitem__
         if (prog := kept.programs.get(mode)) is None:
-            prog = kept.programs[mode] = program(list(map(entry, range(len(planned)))), mode)
+            prog = _program_by_kinds(kept, mode) or program(
+                list(map(entry, range(len(planned)))), mode
+            )
+            kept.programs[mode] = prog
     else:
         entry, tensor = planned.__getitem__, lambda i: planned[i][1]
         if kept is not None and len(planned) == len(kept.kind_of):
             if (prog := kept.programs.get(mode)) is None:
-                prog = kept.programs[mode] = program(planned, mode)
+                prog = kept.programs[mode] = program(planned, mode, kept)
         else:
             prog = program(planned, mode)
     if progress is None:
