@@ -97,3 +97,30 @@ def test_the_iterator_holds_one_batch_at_most(cfg, monkeypatch):
         most = max(most, sum(r() is not None for r in alive))
         seen += 1
     assert seen == len(lm.tensors) > 8 and 1 <= most <= 4
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_checkpoint_is_made_with_the_cycle_collector_paused(cfg, monkeypatch, enabled):
+    """The model's build and its logical checkpoint (a few objects per tensor, none in a
+    cycle) run without full collections of the engine's heap; afterwards the collector is on
+    or off as it was, also where the making raises."""
+    import gc
+
+    seen = []
+    real = logical.model_specs
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(logical, "model_specs", spy)
+    kept.forget()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        config_checkpoint(cfg, 11)
+        assert gc.isenabled() == enabled and seen and not any(seen)
+        with pytest.raises(ValueError):
+            config_checkpoint(cfg, 11, routing="no such profile")
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()

@@ -10,6 +10,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from ..collector import paused
 from ..ops import as_int64
 from .config_formats import config_format
 from .hf_model import build_model
@@ -24,6 +25,7 @@ _kept: OrderedDict[tuple, LogicalModel] = OrderedDict()
 _lock = threading.Lock()  # loads in several threads share the cache; the build runs outside it
 
 
+@paused
 def config_checkpoint(
     config: Any, seed: int = 0, *, routing: Any = "balanced", acceptance: Any = None
 ) -> LogicalModel:

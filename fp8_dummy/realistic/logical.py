@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..collector import paused
 from ..ops import as_int64
 from ..stateless import tensor_seed
 from .arch import Arch, derive, derive_twin
@@ -136,6 +137,7 @@ def _module(modules: Mapping[str, torch.nn.Module], name: str, fallback: str) ->
     return torch.nn.Module()
 
 
+@paused
 def logical_model(
     model: torch.nn.Module,
     seed: int = 0,

@@ -3,7 +3,7 @@ data (:mod:`.semantics`), which tensors we may write and how (:mod:`.checks`), t
 model's tensors (:mod:`.kinds`), the plan of a fill with its one proof (:mod:`.planning`),
 each kind's decision (:mod:`.deciding`), kept for the next fill (:mod:`.kept`), the walk it
 plans over (:mod:`.walks`), carrying it
-out (:mod:`.execution`), the cycle collector paused meanwhile (:mod:`.collector`), and what
+out (:mod:`.execution`; the cycle collector paused meanwhile: :mod:`fp8_dummy.collector`), and what
 the plugins share inside the engine (:mod:`.plugins`)."""
 
 from __future__ import annotations

@@ -14,12 +14,12 @@ import torch
 
 from ... import _proof, reference
 from ..._progress import Progress
+from ...collector import no_cycle_collection
 from ...ops import as_int64, init_, random_
 from ...stateless import init_stateless_
 from ...tensors import is_plain
 from . import kept
 from .checks import distinct
-from .collector import no_cycle_collection
 from .kept import STALE, Kept, KeptFill
 from .kinds import dispatching, init_many_kept, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics

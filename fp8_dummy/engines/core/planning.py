@@ -15,9 +15,9 @@ from typing import Any, Callable
 import torch
 
 from ... import _proof
+from ...collector import no_cycle_collection
 from ...tensors import shape_names
 from . import execution, kept
-from .collector import no_cycle_collection
 from .deciding import decider, entries
 from .execution import run
 from .kinds import kinds_of

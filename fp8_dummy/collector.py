@@ -1,16 +1,20 @@
-"""Python's cycle collector paused while a fill walks, plans and runs
-(:func:`no_cycle_collection`, used by ``fill()``, ``plan()`` and ``run()``). A fill makes a
-few small objects per tensor, none in a cycle (refcounting frees them), yet enough of them
-to set off full collections of the engine's whole heap, each the size of that heap
-(docs/engines.md, The core, has the measurements)."""
+"""Python's cycle collector paused while a fill walks, plans and runs, and while a logical
+checkpoint is made (:func:`no_cycle_collection`: the engines' ``fill()``, ``plan()`` and
+``run()``; the realistic wing's ``config_checkpoint`` and ``logical_model``). Each makes a few
+small objects per tensor, none in a cycle (refcounting frees them), yet enough of them to set
+off full collections of the engine's whole heap, each the size of that heap (docs/engines.md,
+The core, has the measurements)."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["no_cycle_collection"]
+__all__ = ["no_cycle_collection", "paused"]
 
 _lock = threading.Lock()
 _depth = 0  # pauses under way, in every thread
@@ -36,6 +40,17 @@ class no_cycle_collection:  # noqa: N801 (a context manager, named as one is use
             _depth -= 1
             if _depth == 0 and _was_enabled:
                 gc.enable()
+
+
+def paused(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` run with the collector paused (:class:`no_cycle_collection`)."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with no_cycle_collection():
+            return function(*args, **kwargs)
+
+    return run
 
 
 def _after_fork_in_child() -> None:
