@@ -4,6 +4,8 @@ float32 scales and bfloat16 norms of one, in modules of Llama's layout) at each 
 the CPU time per tensor (one thread, medians of --repeats after a warm-up) of
 
   reference          vLLM's loop over the collected tensors (bench_model.py's row)
+  new plan           fp8_dummy.initialize_dummy_weights on a model it has not planned (its
+                     kept plans forgotten first: what an engine's one load per process pays)
   initialize         fp8_dummy.initialize_dummy_weights, its plan kept from the last fill;
                      its steps:
     walk             the walk of the model in vLLM's order, as a kept fill makes it: its
@@ -50,6 +52,7 @@ from measure import run_meta, time_calls  # noqa: E402
 
 import fp8_dummy  # noqa: E402
 from fp8_dummy import reference  # noqa: E402
+from fp8_dummy.engines import core  # noqa: E402
 from fp8_dummy.engines.core import execution, kinds  # noqa: E402
 from fp8_dummy.tensors import walk_lists, walk_shape  # noqa: E402
 
@@ -131,8 +134,13 @@ def steps(model: torch.nn.Module) -> dict:
         with torch.no_grad():
             assert kinds.init_many_kept(tensors, facts, every, LOW, HIGH, SEED, False)
 
+    def afresh() -> None:
+        core.kept.forget()  # the plan made again (its proofs are the process's: kept)
+        fp8_dummy.initialize_dummy_weights(model, LOW, HIGH, SEED)
+
     return {
         "reference": lambda: [reference.new_path(t, LOW, HIGH, SEED) for t in tensors],
+        "new plan": afresh,
         "initialize": lambda: fp8_dummy.initialize_dummy_weights(model, LOW, HIGH, SEED),
         "walk": lambda: walk_shape(model),
         "facts": lambda: kinds.facts_match(tensors, facts),
