@@ -26,8 +26,10 @@ from fp8_dummy.engines import sglang as fsglang  # noqa: E402
 
 # Not a module-level name for the function itself: SGLang's hooks rebind every module
 # attribute that holds the original (tests' globals included).
-ORIGINAL = {"sglang": weight_utils.initialize_dummy_weights}
-BUILD = sglang_loader._initialize_model  # SGLang's model construction
+ORIGINAL = {
+    "sglang": weight_utils.initialize_dummy_weights,
+    "build": sglang_loader._initialize_model,  # SGLang's model construction
+}
 
 
 def theirs(*args):
@@ -91,7 +93,7 @@ def plugins(tmp_path, monkeypatch):
         for module in list(sys.modules.values()):  # undo the hooks' rebinding everywhere
             if isinstance(module, types.ModuleType):
                 for name, own in (("initialize_dummy_weights", ORIGINAL["sglang"]),
-                                  ("_initialize_model", BUILD)):  # fmt: skip
+                                  ("_initialize_model", ORIGINAL["build"])):  # fmt: skip
                     if getattr(vars(module).get(name), "__wrapped__", None) is own:
                         setattr(module, name, own)
 
@@ -100,7 +102,7 @@ def test_plugin_hooks_sglang_same_bytes(plugins, monkeypatch):
     sglang_plugins, records, how = plugins
     sglang_plugins.load_plugins()  # what SGLang's engine, scheduler and workers call
     assert weight_utils.initialize_dummy_weights is not ORIGINAL["sglang"], how
-    assert sglang_loader._initialize_model is BUILD  # built as SGLang builds: no hook there
+    assert sglang_loader._initialize_model is ORIGINAL["build"]  # not hooked: SGLang builds
     assert sglang_loader.initialize_dummy_weights is weight_utils.initialize_dummy_weights
     assert any(
         r.startswith("fp8_dummy: SGLang 0.5.23: dummy weights through fp8_dummy") for r in records
@@ -146,7 +148,7 @@ def test_plugin_realistic_mode_by_environment(plugins, monkeypatch):
     sglang_plugins.load_plugins()
     assert "fp8_dummy: SGLang 0.5.23: realistic dummy weights (the checkpoint's)" in records
     # and the hook on SGLang's model construction that keeps the config the class is handed
-    assert sglang_loader._initialize_model.__wrapped__ is BUILD
+    assert sglang_loader._initialize_model.__wrapped__ is ORIGINAL["build"]
     ours, want = EngineModel(), EngineModel()
     with pytest.warns(RuntimeWarning, match="config and load_weights"):
         sglang_loader.initialize_dummy_weights(ours)  # the dummy loader's call

@@ -1,6 +1,7 @@
 """SGLang 0.5.23 (docs/engines.md): a drop-in for its ``initialize_dummy_weights``, and its plugin
 (``sglang.srt.plugins``): an AROUND hook on every imported copy of it. ``FP8_DUMMY_SGLANG=0``
-turns it off, ``=realistic`` loads the realistic model's checkpoint instead (docs/realistic.md)."""
+turns it off, ``=realistic`` loads the realistic model's checkpoint instead (docs/realistic.md),
+of the config SGLang hands each model's class, kept by a second hook on its model construction."""
 
 from __future__ import annotations
 
