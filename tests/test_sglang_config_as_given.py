@@ -113,11 +113,12 @@ def test_the_rope_type_is_the_handed_one():
     """GLM-4.7-Flash's plain RoPE, which SGLang's MLA attention rewrites to ``deepseek_yarn``
     (a type transformers builds no model of): the checkpoint of the config as handed."""
     config = H.config("glm4_moe_lite", hidden=64, vocab=200, mtp=1)
-    want = config_checkpoint(copy.deepcopy(config), 0)
+    handed = copy.deepcopy(config)
     model = build(SomeMLA, config)
     assert config.rope_parameters["rope_type"] == "deepseek_yarn"
+    assert fsglang._as_given(model).to_dict() == handed.to_dict()
     fsglang._fill_realistic(model)
-    assert model.names == list(dict(want.items()))
+    assert model.names == list(dict(config_checkpoint(handed, 0).items()))
 
 
 def test_the_part_the_model_holds_is_the_handed_part():
