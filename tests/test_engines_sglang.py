@@ -26,7 +26,10 @@ from fp8_dummy.engines import sglang as fsglang  # noqa: E402
 
 # Not a module-level name for the function itself: SGLang's hooks rebind every module
 # attribute that holds the original (tests' globals included).
-ORIGINAL = {"sglang": weight_utils.initialize_dummy_weights}
+ORIGINAL = {
+    "sglang": weight_utils.initialize_dummy_weights,
+    "build": sglang_loader._initialize_model,  # SGLang's model construction
+}
 
 
 def theirs(*args):
@@ -87,17 +90,19 @@ def plugins(tmp_path, monkeypatch):
     finally:
         fsglang.logger.removeHandler(handler)
         HookRegistry.reset()
-        for module in list(sys.modules.values()):  # undo the hook's rebinding everywhere
+        for module in list(sys.modules.values()):  # undo the hooks' rebinding everywhere
             if isinstance(module, types.ModuleType):
-                f = vars(module).get("initialize_dummy_weights")
-                if getattr(f, "__wrapped__", None) is ORIGINAL["sglang"]:
-                    module.initialize_dummy_weights = ORIGINAL["sglang"]
+                for name, own in (("initialize_dummy_weights", ORIGINAL["sglang"]),
+                                  ("_initialize_model", ORIGINAL["build"])):  # fmt: skip
+                    if getattr(vars(module).get(name), "__wrapped__", None) is own:
+                        setattr(module, name, own)
 
 
 def test_plugin_hooks_sglang_same_bytes(plugins, monkeypatch):
     sglang_plugins, records, how = plugins
     sglang_plugins.load_plugins()  # what SGLang's engine, scheduler and workers call
     assert weight_utils.initialize_dummy_weights is not ORIGINAL["sglang"], how
+    assert sglang_loader._initialize_model is ORIGINAL["build"]  # not hooked: SGLang builds
     assert sglang_loader.initialize_dummy_weights is weight_utils.initialize_dummy_weights
     assert any(
         r.startswith("fp8_dummy: SGLang 0.5.23: dummy weights through fp8_dummy") for r in records
@@ -142,6 +147,8 @@ def test_plugin_realistic_mode_by_environment(plugins, monkeypatch):
     monkeypatch.setenv(fsglang.ENV, "realistic")
     sglang_plugins.load_plugins()
     assert "fp8_dummy: SGLang 0.5.23: realistic dummy weights (the checkpoint's)" in records
+    # and the hook on SGLang's model construction that keeps the config the class is handed
+    assert sglang_loader._initialize_model.__wrapped__ is ORIGINAL["build"]
     ours, want = EngineModel(), EngineModel()
     with pytest.warns(RuntimeWarning, match="config and load_weights"):
         sglang_loader.initialize_dummy_weights(ours)  # the dummy loader's call

@@ -4,10 +4,11 @@
 and MoE), ``Ernie4_5_MoeForCausalLMMTP`` (ERNIE 4.5 MoE), ``HYV3ForCausalLMNextN`` (HY-V3),
 ``GlmOcrForConditionalGenerationNextN`` (GLM-OCR's multimodal checkpoint),
 ``Glm4MoeLiteForCausalLMNextN`` (GLM-4.7-Flash, whose config SGLang's MLA attention rewrites
-while it builds the model: the fill reads it as written) and ``NemotronHForCausalLMMTP``
-(Nemotron-H's MTP step, whose class sets its config's main layers to the step's: the fill reads
-them from the model folder's config.json), built on this CPU as SGLang builds its draft (its
-draft model config: helpers/sglang_models.py's ``build(..., draft=True)``), filled by
+while it builds the model) and ``NemotronHForCausalLMMTP`` (Nemotron-H's MTP step, whose class
+sets its config's main layers to the step's): the fill reads the config as SGLang handed the
+class, before it built (tests/test_sglang_config_as_given.py). Built on this CPU as SGLang
+builds its draft (its draft model config: helpers/sglang_models.py's ``build(..., draft=True)``,
+through the plugin's hook on SGLang's model construction), filled by
 ``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1 (one process) and TP=2
 (two gloo processes). The oracle: the export of the same config and acceptance read by SGLang's
 own safetensors reader into a twin through the class's ``load_weights``; every parameter

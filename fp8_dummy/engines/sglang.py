@@ -1,15 +1,17 @@
 """SGLang 0.5.23 (docs/engines.md): a drop-in for its ``initialize_dummy_weights``, and its plugin
 (``sglang.srt.plugins``): an AROUND hook on every imported copy of it. ``FP8_DUMMY_SGLANG=0``
-turns it off, ``=realistic`` loads the realistic model's checkpoint instead (docs/realistic.md)."""
+turns it off, ``=realistic`` loads the realistic model's checkpoint instead (docs/realistic.md),
+of the config SGLang hands each model's class, kept by a second hook on its model construction."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
-import json
 import logging
 import os
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -21,6 +23,7 @@ __all__ = ["SEMANTICS", "initialize_dummy_weights", "register"]
 
 ENV = "FP8_DUMMY_SGLANG"
 MODULE, NAME = "sglang.srt.model_loader.weight_utils", "initialize_dummy_weights"
+BUILD = "sglang.srt.model_loader.loader._initialize_model"  # every SGLang loader builds here
 logger = logging.getLogger(__name__)  # SGLang configures the root logger
 
 
@@ -70,6 +73,8 @@ def _register() -> None:
         logger.info("fp8_dummy: this SGLang has no hook registry; see fp8_dummy.sglang")
         return
     HookRegistry.register(f"{MODULE}.{NAME}", _around, HookType.AROUND)
+    if _realistic():  # the fill reads each model's config as it was before its class built
+        HookRegistry.register(BUILD, _around_build, HookType.AROUND)
     version = core.installed("sglang") or "unknown version"
     what = "realistic dummy weights (the checkpoint's)" if _realistic() else core.account("SGLang")
     logger.info("fp8_dummy: SGLang %s: %s", version, what)
@@ -87,7 +92,8 @@ def _realistic() -> bool:
 
 
 def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
-    """The logical checkpoint of the model's config (seed 0; fp8_dummy/realistic/logical.py;
+    """The logical checkpoint of the model's config as SGLang handed it to the model's class
+    (:func:`_as_given`; seed 0; fp8_dummy/realistic/logical.py;
     ``$FP8_DUMMY_ROUTING``, ``$FP8_DUMMY_ACCEPTANCE``) loaded by the model's own
     ``load_weights``, as SGLang loads a checkpoint from disk: its name mapping, fusing and
     sharding, each rank writing its shard of each stand-in. SGLang's dummy loader runs
@@ -98,51 +104,51 @@ def _fill_realistic(model: torch.nn.Module, *_: Any, **__: Any) -> None:
             f"the realistic mode loads through the model's config and load_weights; "
             f"{type(model).__name__} lacks them (docs/realistic.md)"
         )
-    if any(c.__name__ in _STEP_AS_LAYERS for c in type(model).__mro__):
-        config = _layers_as_written(config)
     checkpoint = config_checkpoint(
-        _as_written(config), 0, routing=chosen_routing(), acceptance=chosen_acceptance()
+        _as_given(model), 0, routing=chosen_routing(), acceptance=chosen_acceptance()
     )
     load(checkpoint.items())
 
 
-# SGLang's draft classes that set their config's main layers to one MTP step's, in place
-_STEP_AS_LAYERS = ("NemotronHForCausalLMMTP",)
+# The config SGLang handed each model's class, as it was before the class built (weakly: a
+# model's lifetime); kept by the hook on SGLang's model construction in the realistic mode.
+_given: weakref.WeakKeyDictionary[torch.nn.Module, Any] = weakref.WeakKeyDictionary()
 
 
-def _layers_as_written(config: Any) -> Any:
-    """A copy of the config with its main layers as the model folder's config.json says them.
-    SGLang's Nemotron-H MTP class sets ``layers_block_type`` (and with it ``num_hidden_layers``
-    and ``hybrid_override_pattern``) to the MTP step's layers while it builds; the MTP layers'
-    values depend on the main layers (the residual scale of the model's L layers), whose
-    description the config then no longer holds: they are read again, as SGLang's own config
-    class read them (``_name_or_path``: the folder SGLang read the config from)."""
-    folder = os.fspath(getattr(config, "_name_or_path", "") or "")
-    file = os.path.join(folder, "config.json")
-    why = f"SGLang's MTP class rewrote the main layers of {type(config).__name__}"
-    if not folder or not os.path.isfile(file):
-        raise ValueError(f"{why}, and its folder {folder!r} has no config.json to read them from")
+def _around_build(own: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The hook on SGLang's model construction (``BUILD``): SGLang's own function, and a copy of
+    the config it hands the model's class taken before the class builds. SGLang's classes
+    rewrite that config in place while they build (its MLA attention the rope type, Nemotron-H's
+    MTP class the main layers, ...); the copy is the model as SGLang's config machinery (the
+    folder's config file, the user's overrides, its draft settings) describes it. The copy kept
+    is the part the model holds as its ``config`` (a multimodal model's text config, say): the
+    same object, else the part of the same config class (a class that holds a copy it made).
+    Nothing here stops the build: a config that cannot be copied is not kept."""
+    memo: dict[int, Any] = {}
     try:
-        with open(file, encoding="utf-8") as f:
-            raw = json.load(f)
-        layers = list(type(config).from_dict(raw).layers_block_type)
-    except Exception as e:  # noqa: BLE001 (named: the file is the user's)
-        raise ValueError(f"{why}, and {file} does not say them ({type(e).__name__}: {e})") from e
-    written = copy.deepcopy(config)
-    written.layers_block_type = layers
-    return written
+        handed = args[0] if args else kwargs["model_config"]
+        copy.deepcopy(handed.hf_config, memo)
+    except Exception:  # noqa: BLE001 (the build is SGLang's; the fill then refuses, naming why)
+        memo = {}
+    model = own(*args, **kwargs)
+    with contextlib.suppress(Exception):
+        held = model.config
+        twin = memo.get(id(held))  # the copies' originals stay alive in memo: ids are unique
+        if twin is None:
+            twin = next((v for v in memo.values() if type(v) is type(held)), None)
+        if twin is not None:
+            _given[model] = twin
+    return model
 
 
-def _as_written(config: Any) -> Any:
-    """The model's config as its file says it. SGLang's MLA attention (GLM-4.7-Flash's, and
-    DeepSeek's where the rope type is not the default) sets the rope parameters' type to
-    ``deepseek_yarn`` in the config's own dict while it builds the model, a type of which
-    transformers builds no model: a copy with the type the parameters had, ``yarn`` where they
-    give a ``factor`` (DeepSeek's yarn), else ``default`` (GLM-4.7-Flash's plain RoPE, which
-    SGLang rewrites too)."""
-    params = getattr(config, "rope_parameters", None)
-    if not isinstance(params, dict) or params.get("rope_type") != "deepseek_yarn":
-        return config
-    written = copy.deepcopy(config)
-    written.rope_parameters = dict(params, rope_type="yarn" if "factor" in params else "default")
-    return written
+def _as_given(model: torch.nn.Module) -> Any:
+    """The model's config as SGLang handed it to the model's class, before the class rewrote
+    it (:func:`_around_build`); a model built without that hook is refused, naming why."""
+    given = _given.get(model)
+    if given is None:
+        raise RuntimeError(
+            f"the realistic mode reads the config SGLang hands the model's class as it was "
+            f"before the class built (SGLang's classes rewrite it in place); "
+            f"{type(model).__name__} was not built through {BUILD} with fp8_dummy's hook on it"
+        )
+    return given

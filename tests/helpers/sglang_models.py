@@ -6,7 +6,8 @@ lazily).
 Built as SGLang builds a model: ``ServerArgs`` of a folder holding config.json, published
 into SGLang's runtime context (``runtime_context.publish``: parallel ranks, MoE flags),
 ``ModelConfig.from_server_args``, the distributed groups, then the loader's
-``_initialize_model`` under ``set_default_torch_dtype`` and the CPU device. Every parameter
+``_initialize_model`` under ``set_default_torch_dtype`` and the CPU device, through the
+plugin's hook on it (the realistic fill reads the config as SGLang handed it). Every parameter
 is created by SGLang's code. What is replaced, and why (:func:`prepare`):
 
 - ``rotary_embedding.base._is_cpu`` is True: on a device that is neither CUDA nor SGLang's
@@ -133,12 +134,15 @@ def build(folder: Path, world: int, rank: int, draft: bool = False, **more) -> t
     from sglang.srt.model_loader.loader import _get_quantization_config, _initialize_model
     from sglang.srt.model_loader.utils import set_default_torch_dtype
 
+    from fp8_dummy.engines import sglang as fsglang
+
     args = server_args(folder, world, **more)
     model_config = ModelConfig.from_server_args(args, is_draft_model=draft)
     load_config = LoadConfig(load_format="auto", tp_rank=rank)
     quant_config = _get_quantization_config(model_config, load_config)
     with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
-        return _initialize_model(model_config, load_config, quant_config)
+        # through the plugin's hook on it, as SGLang's loaders build in the realistic mode
+        return fsglang._around_build(_initialize_model, model_config, load_config, quant_config)
 
 
 def load_safetensors(model: torch.nn.Module, folder: Path) -> None:
