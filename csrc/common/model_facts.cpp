@@ -5,8 +5,8 @@
 //   first appearance, then the facts a kept plan is checked against (dtype, device,
 //   dimensions, meta, inference and where the bytes are: storage, data pointer, offset,
 //   sizes, strides), last whether every tensor's storage is its own; facts_match: whether a
-//   list's facts are still those; init_many_kept:
-//   that check and a kept plan's batch filled, in one pass over the list;
+//   list's facts are still those; init_many_kept: that check and a kept plan's batch filled,
+//   in one pass over the list;
 // - fill_order: which entries a fill runs and which strictly in order: an alias with the same
 //   action filled once, a storage touched in other ways in list order.
 #include <ATen/MemoryOverlap.h>
@@ -168,8 +168,8 @@ bool match_facts(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRe
   const auto n = static_cast<int64_t>(tensors.size());
   if (kinds.dim() != 1 || kinds.scalar_type() != at::kLong || kinds.numel() < n + 1) return false;
   const auto* want = kinds.const_data_ptr<int64_t>();
-  const int64_t end =
-      kinds.numel() - 1;  // the last word: whether the storages are the tensors' own
+  // The facts end before the last word (whether the storages are the tensors' own).
+  const int64_t end = kinds.numel() - 1;
   int64_t at = n;
   size_t next = 0;  // the next index of `fill`
   batch.reserve(fill.size());
