@@ -490,3 +490,55 @@ def test_exaone4_5_mtp_under_vllms_names():
     assert S.mtp_layers(absent) == ("qwen", 1)
     assert S.mtp_layers(H.config("exaone4_5")) == (None, 0)
     assert S.mtp_layers(cfg.text_config) == (None, 0)  # EXAONE 4.0's config: none
+
+
+def test_mimo_v2_flash_mtp_under_vllms_names(tmp_path):
+    """MiMo-V2-Flash's MTP layers under the names vLLM's ``MiMoV2MTP`` (and SGLang's) reads
+    (written out here from its loader, not from the fill): ``model.mtp.layers.{i}.`` a dense
+    block whose attention is the sliding one (transformers' doubled kv heads and its sinks,
+    ``self_attn.attention_sink_bias``), its norm before the MLP ``pre_mlp_layernorm``, and
+    ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H], ``final_layernorm``; no copy of the embedding or
+    the lm_head; the main layers' names unchanged; none where ``num_nextn_predict_layers`` is
+    absent. FP8 block: the block's ``o_proj`` stays unquantized (vLLM builds it without the
+    quantization config) and is listed with the ignored modules, beside ``eh_proj``."""
+    from safetensors import safe_open
+
+    from fp8_dummy.realistic import config_checkpoint
+    from fp8_dummy.realistic.export import export
+
+    cfg = H.config("mimo_v2_flash", mtp=2)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    want = set()
+    for i in range(2):
+        p = f"model.mtp.layers.{i}."
+        want |= {p + n + ".weight" for n in ("enorm", "hnorm", "eh_proj", "final_layernorm",
+                                            "input_layernorm", "pre_mlp_layernorm")}  # fmt: skip
+        want |= {f"{p}self_attn.{x}_proj.weight" for x in "qkvo"}
+        want |= {f"{p}mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+        want.add(p + "self_attn.attention_sink_bias")
+    assert {n for n in t if n.startswith("model.mtp.")} == want
+    p = "model.mtp.layers.1."
+    assert t[p + "eh_proj.weight"].shape == (128, 256)
+    assert t[p + "self_attn.k_proj.weight"].shape == (2 * 2 * cfg.head_dim, 128)  # 2x kv heads
+    assert t[p + "self_attn.v_proj.weight"].shape == (2 * 2 * cfg.v_head_dim, 128)
+    assert t[p + "self_attn.attention_sink_bias"].shape == (4,)
+    assert t[p + "mlp.gate_proj.weight"].shape == (cfg.intermediate_size, 128)
+    main = config_checkpoint(H.config("mimo_v2_flash"), 0).tensors
+    assert {n for n in t if not n.startswith("model.mtp.")} == set(main)
+    assert S.mtp_layers(cfg) == ("mimo", 2) and S.mtp_prefixes(cfg) == ("model.mtp.",)
+    assert S.mtp_layers(H.config("mimo_v2_flash")) == (None, 0)
+    cfg.save_pretrained(tmp_path / "c")
+    export(tmp_path / "c", tmp_path / "o", format="fp8-block", acceptance=0.5, progress=False)
+    names = {}
+    for f in (tmp_path / "o").glob("*.safetensors"):
+        with safe_open(str(f), framework="pt") as h:
+            names.update({n: h.get_tensor(n).dtype for n in h.keys()})
+    quant = json.loads((tmp_path / "o" / "config.json").read_text())["quantization_config"]
+    for i in range(2):
+        p = f"model.mtp.layers.{i}."
+        assert names[p + "self_attn.o_proj.weight"] == torch.bfloat16
+        assert p + "self_attn.o_proj.weight_scale_inv" not in names
+        assert {p + "self_attn.o_proj", p + "eh_proj"} <= set(quant["ignored_layers"])
+        for x in ("self_attn.q_proj", "mlp.down_proj"):
+            assert names[p + x + ".weight"] == torch.float8_e4m3fn, x
+            assert p + x + ".weight_scale_inv" in names, x

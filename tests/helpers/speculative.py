@@ -62,8 +62,11 @@ MORE["exaone_moe"] = dict(num_experts=16, num_shared_experts=1, sliding_window=6
 # HY-V3: 16 experts top-2 and a shared one, its first layer dense (first_k_dense_replace: what
 # vLLM reads, mlp_layer_types: what transformers reads)
 MORE["hy_v3"] = dict(num_experts=16, num_shared_experts=1, first_k_dense_replace=1, **MOE)
+# MiMo-V2-Flash: 16 experts top-2, its first layer dense and full attention, its second sliding
+# (kv heads doubled, attention sinks); its MTP layers a dense sliding-attention block
+MORE["mimo_v2_flash"] = dict(n_routed_experts=16, v_head_dim=32, sliding_window=64, **MOE)
 # their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's: one where the key is absent)
-NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3")
+NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash")
 
 
 @pytest.fixture(autouse=True)

@@ -60,6 +60,17 @@ LAYOUTS["exaone4_5"] = dict(LAYOUTS["qwen3_next"], offset=0.0,
                             norm="model.language_model.norm.weight")  # fmt: skip
 
 
+# MiMo-V2-Flash (vLLM's MiMoV2MTP): model.mtp.layers.0. its plain norms, eh_proj (the normalized
+# embedding first) and a dense block whose attention is the sliding one (sinks, the doubled kv
+# heads), its norm before the MLP named pre_mlp_layernorm (transformers' post_attention_layernorm)
+LAYOUTS["mimo_v2_flash"] = dict(
+    block="model.mtp.layers.0.", fc="model.mtp.layers.0.eh_proj", embed="model.mtp.layers.0.enorm",
+    hidden="model.mtp.layers.0.hnorm", out="model.mtp.layers.0.final_layernorm", offset=0.0,
+    dense=True, layer_type="sliding_attention",
+    rename={"pre_mlp_layernorm.": "post_attention_layernorm."},
+)  # fmt: skip
+
+
 def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
     x = x.float()
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + w.float())
@@ -78,6 +89,7 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
         small.layers_block_type, small.num_nextn_predict_layers = small.mtp_layers_block_type, 0
     else:
         first = small.layer_types[0] if names.get("first_type") else "full_attention"
+        first = names.get("layer_type", first)
         small.num_hidden_layers, small.layer_types = 1, [first]
     if getattr(small, "mlp_layer_types", None) is not None:
         small.mlp_layer_types = ["dense" if names.get("dense") else "sparse"]
@@ -94,7 +106,12 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
     ours = {embed: t[embed], names.get("norm", "model.norm.weight"): out_norm}
     ours["lm_head.weight"] = t["lm_head.weight"]
     b, into = names["block"], names.get("into", "model.layers.0.")
-    ours.update({into + n[len(b) :]: v for n, v in t.items() if n.startswith(b)})
+    for n, v in t.items():
+        if n.startswith(b):
+            rest = n[len(b) :]
+            for old, new in names.get("rename", {}).items():
+                rest = rest.replace(old, new)
+            ours[into + rest] = v
     save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
               str(one / "model.safetensors"))  # fmt: skip
     return _load(one)

@@ -1,17 +1,18 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
-``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``) built on this
-CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo
-workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
-``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
-``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
-``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``,
-``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``,
-``HYV3MTPModel``), a ``VllmConfig`` holding both, then the model loader's ``create_model`` with
-the draft's model config, the way its proposer's ``get_model`` does. The replacements of
-tests/helpers/vllm_invariant_models.py (``prepare``) apply, and two of transformers' image
-modules where torchvision is missing (:func:`build`); the oracle is the same: the export of the
-config, read by vLLM's own safetensors loader into a twin."""
+``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``)
+built on this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside
+its gloo workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's
+``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into
+the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``,
+``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``,
+``GlmOcrMTPModel``, ``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``,
+``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``), a ``VllmConfig`` holding both, then the
+model loader's ``create_model`` with the draft's model config, the way its proposer's
+``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
+apply, and two of transformers' image modules where torchvision is missing (:func:`build`); the
+oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
+twin."""
 
 from __future__ import annotations
 
@@ -32,14 +33,15 @@ ARCHITECTURES["exaone_moe"] = "ExaoneMoeForCausalLM"
 ARCHITECTURES["hy_v3"] = "HYV3ForCausalLM"
 ARCHITECTURES["glm_ocr"] = "GlmOcrForConditionalGeneration"  # vLLM's only GLM-OCR class
 ARCHITECTURES["exaone4_5"] = "Exaone4_5_ForConditionalGeneration"
+ARCHITECTURES["mimo_v2_flash"] = "MiMoV2FlashForCausalLM"
 
 
 def fields(model: str) -> dict:
     """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
     DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
-    text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-MoE
-    and HY-V3 as tests/helpers/speculative.py makes them."""
+    text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-MoE,
+    HY-V3 and MiMo-V2-Flash as tests/helpers/speculative.py makes them."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -53,10 +55,31 @@ def fields(model: str) -> dict:
         del out["layers_block_type"], out["mtp_layers_block_type"]
     if model == "hy_v3":  # keys HY-V3's config.json has, which vLLM reads (transformers: others)
         out.update(expert_hidden_dim=cfg.moe_intermediate_size, route_norm=True, qk_norm=True)
+    if model == "mimo_v2_flash":  # as MiMo-V2-Flash's config.json: its own keys, which vLLM
+        out.update(mimo_keys(cfg))  # reads, and its RoPE as those keys (no rope_parameters)
+        del out["rope_parameters"]
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
         out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
                    moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
     return out
+
+
+def mimo_keys(cfg) -> dict:
+    """MiMo-V2-Flash's own config.json keys for what transformers' config names otherwise (its
+    sliding layers' sizes: transformers doubles the kv heads; the layer patterns as 0/1 lists;
+    the sliding window without the query; the norms' epsilon; the per-type RoPE)."""
+    rope = cfg.rope_parameters
+    return dict(
+        swa_num_attention_heads=cfg.num_attention_heads,
+        swa_num_key_value_heads=2 * cfg.num_key_value_heads, swa_head_dim=cfg.head_dim,
+        swa_v_head_dim=cfg.v_head_dim, add_swa_attention_sink_bias=True,
+        add_full_attention_sink_bias=False, sliding_window_size=cfg.sliding_window - 1,
+        hybrid_layer_pattern=[int(t == "sliding_attention") for t in cfg.layer_types],
+        moe_layer_freq=[int(t == "sparse") for t in cfg.mlp_layer_types],
+        layernorm_epsilon=cfg.rms_norm_eps, rope_theta=rope["full_attention"]["rope_theta"],
+        swa_rope_theta=rope["sliding_attention"]["rope_theta"],
+        partial_rotary_factor=rope["full_attention"]["partial_rotary_factor"],
+    )  # fmt: skip
 
 
 # (model, quantization, MTP layers, draft tokens, acceptance): the designed stream at one and
@@ -77,6 +100,8 @@ CASES = [
     ("hy_v3", "bf16", 1, 1, 0.6),
     ("glm_ocr", "bf16", 1, 1, 0.6),
     ("exaone4_5", "bf16", 1, 1, 0.6),
+    ("mimo_v2_flash", "bf16", 1, 1, 0.6),
+    ("mimo_v2_flash", "blk", 3, 2, "0.8,0.5"),
 ]
 
 
