@@ -190,7 +190,9 @@ def logical_model(
     specs = model_specs(model, entries, num_layers, arch)
     skipped: list[str] = []
     if fmt is not None and fmt.quant is not None:
-        entries, skipped = quantize(entries, specs, fmt)
+        # the MTP block's modules the engines build unquantized stay so (listed as skipped)
+        plain = replace(fmt, keep=fmt.keep + part.plain) if part is not None else fmt
+        entries, skipped = quantize(entries, specs, plain)
         specs = model_specs(model, entries, num_layers, arch)
     if part is not None:
         _add_mtp_own(part, entries, specs, skipped, fmt)

@@ -38,7 +38,12 @@ family of checkpoints:
   dense decoder layer (vLLM's ``ErnieMTP`` builds a Llama one), ``model.mtp_emb_norm.{i}``,
   ``model.mtp_hidden_norm.{i}``, ``model.mtp_linear_proj.{i}`` [H, 2H] (the normalized
   embedding first); no final norm (the block's output goes to the lm_head as it is), the
-  embedding and the lm_head the model's."""
+  embedding and the lm_head the model's;
+- ``mimo``: MiMo-V2-Flash (``num_nextn_predict_layers`` = n; vLLM's ``MiMoV2MTP`` reads the
+  first): ``model.mtp.layers.{i}.`` a dense block whose attention is the sliding one (sinks:
+  ``self_attn.attention_sink_bias``), its norm before the MLP ``pre_mlp_layernorm``, and
+  ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding first),
+  ``final_layernorm`` (the embedding and the lm_head the model's)."""
 
 from __future__ import annotations
 
@@ -61,7 +66,7 @@ _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 class MtpArch:
     """Where one architecture's checkpoint keeps its MTP layers and how its config counts them."""
 
-    layout: str  # deepseek | bailing | qwen | inkling | nemotron | ernie (the docstring above)
+    layout: str  # deepseek | bailing | qwen | inkling | nemotron | ernie | mimo (the docstring)
     counts: tuple[str, ...] = _COUNTS  # the keys that count them: the first one set
     default: int = 0  # the count where the config names none (vLLM's reading)
     dense: bool = False  # a dense block whatever the main layers are (vLLM's class builds one)
@@ -70,6 +75,10 @@ class MtpArch:
     # without MTP layers) and whose top-level config counts them
     outer: bool = False
     text_only: bool = False  # the text model's checkpoint only: the multimodal one names its own
+    attention: str = "full_attention"  # the block's layer type where the config names none
+    # the block's tensors the checkpoint names otherwise than transformers' (old, new)
+    renamed: tuple[tuple[str, str], ...] = ()
+    plain: tuple[str, ...] = ()  # the block's modules the engines build unquantized
 
 
 _QWEN = MtpArch("qwen", default=1)
@@ -93,6 +102,14 @@ ARCHS = {
     "inkling_text": MtpArch("inkling", text_only=True),
     "nemotron_h": MtpArch("nemotron"),
     "ernie4_5_moe": MtpArch("ernie", dense=True),  # vLLM's ErnieMTP
+    # vLLM's MiMoV2MTP: the sliding attention (its quantization config for all but o_proj)
+    "mimo_v2_flash": MtpArch(
+        "mimo",
+        dense=True,
+        attention="sliding_attention",
+        renamed=(("post_attention_layernorm.", "pre_mlp_layernorm."),),
+        plain=("self_attn.o_proj",),
+    ),
 }
 _ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
 
@@ -108,6 +125,8 @@ class MtpPart:
     # the [H, 2H] input projections -> where their input's embedding half starts (0 or H)
     projections: dict[str, int] = field(default_factory=dict)
     norms: list[str] = field(default_factory=list)  # the MTP layers' own norms
+    # the block's modules the engines build unquantized whatever the format (full names)
+    plain: tuple[str, ...] = ()
     arch: Arch = Arch()  # the blocks' facts, under the checkpoint's names
 
 
@@ -144,15 +163,16 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
     """The prefixes of the MTP tensors' checkpoint names (none for a config without them)."""
     style, n = mtp_layers(config)
-    if style in ("qwen", "inkling", "nemotron", "ernie"):
-        return {"inkling": ("model.mtp.",), "ernie": ("model.mtp_",)}.get(style, ("mtp.",))
+    if style in ("qwen", "inkling", "nemotron", "ernie", "mimo"):
+        ours = {"inkling": ("model.mtp.",), "mimo": ("model.mtp.",), "ernie": ("model.mtp_",)}
+        return ours.get(style, ("mtp.",))
     arch, text = _arch(config)[0], _text(config)
     return tuple(_where(arch, text, i)[0] for i in range(n))
 
 
-def _mtp_config(text: Any, n: int, dense: bool) -> Any:
+def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     """The MTP layers alone as a model config: n layers, the config's MTP layer types, else
-    each MoE with full attention."""
+    each MoE (dense where the record says) with the record's attention."""
     cfg = copy.deepcopy(text)
     for name in (*_ALL_COUNTS, "quantization_config"):
         if name in cfg.__dict__:
@@ -164,13 +184,13 @@ def _mtp_config(text: Any, n: int, dense: bool) -> Any:
     if getattr(cfg, "first_k_dense_replace", None) is not None:
         cfg.first_k_dense_replace = 0
     if getattr(cfg, "layer_types", None) is not None and steps is None:
-        types = getattr(text, "mtp_layer_types", None) or ["full_attention"] * n
+        types = getattr(text, "mtp_layer_types", None) or [arch.attention] * n
         cfg.layer_types = list(types)[:n]
     if getattr(cfg, "mlp_layer_types", None) is not None:  # DeepSeek-V3.2, GLM-5: by name
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
-    if dense:  # ERNIE's by index, EXAONE's by name
+    if arch.dense:  # ERNIE's by index, EXAONE's and MiMo's by name
         if getattr(cfg, "moe_layer_start_index", None) is not None:
             cfg.moe_layer_start_index = n
         if getattr(cfg, "mlp_layer_types", None) is not None:
@@ -184,7 +204,7 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
         copies = {p + "shared_head.head.weight": "lm_head", p + "embed_tokens.weight": "embedding"}
         norms = [p + "enorm.weight", p + "hnorm.weight", p + "shared_head.norm.weight"]
         return norms, p + "eh_proj.weight", copies
-    if style == "bailing":
+    if style in ("bailing", "mimo"):
         norms = [p + n for n in ("enorm.weight", "hnorm.weight", "final_layernorm.weight")]
         return norms, p + "eh_proj.weight", {}
     if style == "inkling":
@@ -217,6 +237,9 @@ def _where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
         return p, p + "transformer_block."
     if style == "ernie":
         return "model.mtp_", f"model.mtp_block.{i}."
+    if style == "mimo":
+        p = f"model.mtp.layers.{i}."
+        return p, p
     return f"mtp.layers.{i}.", f"mtp.layers.{i}."
 
 
@@ -227,7 +250,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     if style is None:
         return None
     arch, text = _arch(config)[0], _text(config)
-    twin = build_model(_mtp_config(text, n, arch.dense), dtype=dtype)
+    twin = build_model(_mtp_config(text, n, arch), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)
@@ -237,7 +260,10 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     for name in blocks:
         m = layer.match(name)
         if m is not None:
-            rename[name] = _where(arch, text, int(m.group(1)))[1] + name[m.end() :]
+            rest = name[m.end() :]
+            for old, new in arch.renamed:
+                rest = rest.replace(old, new)
+            rename[name] = _where(arch, text, int(m.group(1)))[1] + rest
     block = []
     for name, new in rename.items():
         b = blocks[name]
@@ -246,7 +272,8 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             t_dtype = torch.float32 if kept_fp32(twin, name, t_dtype, built) else dtype
         module = _owner(twin, name, b.source)
         block.append((module, new, torch.empty(b.shape, dtype=t_dtype, device="meta"), b.shape))
-    part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename))
+    plain = tuple(_where(arch, text, i)[1] + m for i in range(n) for m in arch.plain)
+    part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename), plain=plain)
     h = text.hidden_size
     hidden_first = style == "inkling" and getattr(text, "mtp_hidden_states_first", True)
     norm = torch.nn.Module()
