@@ -136,6 +136,22 @@ def test_mtp_by_an_independent_forward(arch, acceptance, k, other, tmp_path):
             [acceptance] * k, len(m))  # fmt: skip
 
 
+def test_without_an_acceptance_the_independent_forward_is_right_by_chance(tmp_path):
+    """The independent forward can fail: MiMo-V2-Flash's export without an acceptance (its MTP
+    layer filled by the rule alone) is accepted about as often as a random token is right."""
+    from fp8_dummy.realistic.export import export
+
+    cfg = H.config("mimo_v2_flash", mtp=1)
+    (tmp_path / "c").mkdir()
+    cfg.save_pretrained(tmp_path / "c")
+    export(tmp_path / "c", tmp_path / "out", acceptance=None, progress=False)
+    m = independent_mtp_acceptance(tmp_path / "out", "mimo_v2_flash", 1, tmp_path, prompts=4,
+                                   tokens=120)  # fmt: skip
+    print(f"\nmimo_v2_flash MTP (independent forward), no acceptance: {float(np.mean(m >= 1)):.3f}"
+          f" over {len(m)} steps")  # fmt: skip
+    assert np.mean(m >= 1) < 0.05
+
+
 # Sizes, vocabularies, seeds and draft lengths the design was not developed on.
 OTHER = [
     ("deepseek_v3", dict(hidden=256, vocab=4096, layers=3), 0.75, 1, 7),
