@@ -98,11 +98,22 @@ def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
         r["checked"] = len(mine)
         r["mismatch"] = M.differing(mine, other)
         r["poisoned"] = sorted(n for n, t in mine.items() if bool((M.as_bytes(t) == 0x55).all()))
+        # each bf16 o_proj's share of values an e4m3 code holds exactly: all of them where vLLM's
+        # loader cast an FP8 checkpoint tensor into the parameter (its scale dropped)
+        r["fp8_exact"] = {n: _fp8_exact(t) for n, t in params.items()
+                          if n.endswith("o_proj.weight") and t.dtype == torch.bfloat16}  # fmt: skip
         r["shapes"] = {n: list(p.shape) for n, p in params.items()}
     except Exception:  # noqa: BLE001 (reported to the parent test)
         r["error"] = traceback.format_exc()
     r["seconds"] = round(time.perf_counter() - t0, 2)
     return r
+
+
+def _fp8_exact(t) -> float:
+    import torch
+
+    x = t.detach().float()
+    return float((x.to(torch.float8_e4m3fn).float() == x).float().mean())
 
 
 def _wrong_length(M, T, out: Path) -> dict:
