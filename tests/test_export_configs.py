@@ -120,6 +120,31 @@ def test_deepseek_v3_made_by_transformers_names_its_router(tmp_path):
     assert "model.layers.1.mlp.gate.e_score_correction_bias" in files
 
 
+def test_mimo_v2_flash_made_by_transformers_gets_its_own_keys(tmp_path):
+    """transformers' MiMo-V2-Flash config has none of the keys vLLM's and SGLang's MiMo-V2
+    classes read for its sliding layers (vLLM's fail to build without ``swa_*``, and without
+    ``add_swa_attention_sink_bias`` build no sinks, skipping the checkpoint's): the export
+    writes them for the model transformers' class builds (kv heads doubled, sinks, the window
+    without the query, 0/1 patterns, the norms' epsilon, the per-type RoPE); a key the caller
+    wrote stays as written."""
+    config = transformers.AutoConfig.for_model(
+        "mimo_v2_flash", **SMALL, n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, head_dim=16, v_head_dim=8, rms_norm_eps=1e-6,
+    )  # fmt: skip
+    raw = json.loads(config.to_json_string(use_diff=True))
+    assert "swa_num_attention_heads" not in raw and "hybrid_layer_pattern" not in raw
+    cfg = exported(tmp_path, write_config(tmp_path, dict(raw, swa_rope_theta=777.0)))
+    want = dict(swa_num_attention_heads=4, swa_num_key_value_heads=4, swa_head_dim=16,
+                swa_v_head_dim=8, add_swa_attention_sink_bias=True,
+                add_full_attention_sink_bias=False, sliding_window_size=128,
+                hybrid_layer_pattern=[0, 1], moe_layer_freq=[0, 1], layernorm_epsilon=1e-6,
+                rope_theta=5e6, swa_rope_theta=777.0, partial_rotary_factor=0.334)  # fmt: skip
+    assert {k: cfg[k] for k in want} == want
+    files = tensors(tmp_path)
+    assert files["model.layers.1.self_attn.k_proj.weight"].shape == (4 * 16, 64)  # 4 kv heads
+    assert files["model.layers.1.self_attn.attention_sink_bias"].shape == (4,)
+
+
 def test_the_per_tensor_fp8_export_is_never_read_at_another_scale(tmp_path):
     """transformers read the fp8 (per-tensor) export as 128x128 blocks: weight_scale
     unexpected, q_proj's σ 2,082x its own, no error. Now it is compressed-tensors' per-tensor

@@ -12,7 +12,9 @@ model assumed written out, so that no reader falls back to a default of its own:
 - ``architectures``: the class the model was built as;
 - for routers that add a correction bias to sigmoid scores (DeepSeek-V3's class always does),
   ``scoring_func`` and ``topk_method`` ("noaux_tc"): a reader defaulting to softmax or greedy
-  builds another router, or none for the bias."""
+  builds another router, or none for the bias;
+- an architecture's own keys that the engines' classes read where transformers' config says
+  the same otherwise (MiMo-V2-Flash's: :func:`_mimo_v2_keys`), where the caller left them out."""
 
 from __future__ import annotations
 
@@ -69,6 +71,9 @@ def config_json(
     if not data.get("architectures"):
         data["architectures"] = [architecture]
     _router_facts(data, lm)
+    own = _OWN_KEYS.get(getattr(type(config), "model_type", None))
+    for key, value in (own(config) if own is not None else {}).items():
+        data.setdefault(key, value)
     dtype = str(floats).removeprefix("torch.")
     data["dtype"] = dtype
     if "torch_dtype" in data:
@@ -78,6 +83,39 @@ def config_json(
     if quant is not None:
         data["quantization_config"] = quant
     return (json.dumps(data, indent=2) + "\n").encode()
+
+
+def _mimo_v2_keys(config: Any) -> dict:
+    """MiMo-V2-Flash's config.json keys that vLLM's and SGLang's MiMo-V2 classes (main and MTP
+    layers) read, for the model transformers' class builds from its own keys: the sliding
+    layers' heads with the kv heads doubled and attention sinks, the window without the query
+    (transformers' ``sliding_window`` counts it), the 0/1 layer patterns, the norms' epsilon,
+    and the per-type RoPE. Without them vLLM's class fails to build or builds another model (no
+    sinks: the checkpoint's are skipped, no error)."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    full, swa = rope.get("full_attention", {}), rope.get("sliding_attention", {})
+    keys = {
+        "swa_num_attention_heads": config.num_attention_heads,
+        "swa_num_key_value_heads": 2 * config.num_key_value_heads,
+        "swa_head_dim": config.head_dim,
+        "swa_v_head_dim": config.v_head_dim,
+        "add_swa_attention_sink_bias": True,
+        "add_full_attention_sink_bias": False,
+        "sliding_window_size": config.sliding_window - 1,
+        "hybrid_layer_pattern": [int(t == "sliding_attention") for t in config.layer_types],
+        "moe_layer_freq": [int(t == "sparse") for t in config.mlp_layer_types],
+        "layernorm_epsilon": config.rms_norm_eps,
+    }
+    for key, value in (("rope_theta", full.get("rope_theta")),
+                       ("swa_rope_theta", swa.get("rope_theta")),
+                       ("partial_rotary_factor", full.get("partial_rotary_factor"))):  # fmt: skip
+        if value is not None:
+            keys[key] = value
+    return keys
+
+
+# model type -> its own config keys (of the config object) where the caller left them out
+_OWN_KEYS = {"mimo_v2_flash": _mimo_v2_keys}
 
 
 def _router_facts(data: dict, lm: LogicalModel) -> None:

@@ -55,21 +55,22 @@ def fields(model: str) -> dict:
         del out["layers_block_type"], out["mtp_layers_block_type"]
     if model == "hy_v3":  # keys HY-V3's config.json has, which vLLM reads (transformers: others)
         out.update(expert_hidden_dim=cfg.moe_intermediate_size, route_norm=True, qk_norm=True)
-    if model == "mimo_v2_flash":  # as MiMo-V2-Flash's config.json: its own keys, which vLLM
-        out.update(mimo_keys(cfg))  # reads, and its RoPE as those keys (no rope_parameters)
-        del out["rope_parameters"]
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
         out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
                    moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
     return out
 
 
-def mimo_keys(cfg) -> dict:
-    """MiMo-V2-Flash's own config.json keys for what transformers' config names otherwise (its
-    sliding layers' sizes: transformers doubles the kv heads; the layer patterns as 0/1 lists;
-    the sliding window without the query; the norms' epsilon; the per-type RoPE)."""
+def as_released(config: dict) -> dict:
+    """MiMo-V2-Flash's config as its release writes config.json: its own keys for what
+    transformers' config names otherwise (the sliding layers' sizes: transformers doubles the kv
+    heads; the layer patterns as 0/1 lists; the window without the query; the norms' epsilon),
+    its RoPE as flat keys (no rope_parameters), which vLLM's classes read."""
+    import transformers as tf
+
+    cfg = tf.AutoConfig.for_model(**config)
     rope = cfg.rope_parameters
-    return dict(
+    own = dict(
         swa_num_attention_heads=cfg.num_attention_heads,
         swa_num_key_value_heads=2 * cfg.num_key_value_heads, swa_head_dim=cfg.head_dim,
         swa_v_head_dim=cfg.v_head_dim, add_swa_attention_sink_bias=True,
@@ -80,6 +81,8 @@ def mimo_keys(cfg) -> dict:
         swa_rope_theta=rope["sliding_attention"]["rope_theta"],
         partial_rotary_factor=rope["full_attention"]["partial_rotary_factor"],
     )  # fmt: skip
+    out = {k: v for k, v in config.items() if k != "rope_parameters"}
+    return dict(out, **own)
 
 
 # (model, quantization, MTP layers, draft tokens, acceptance): the designed stream at one and
@@ -125,6 +128,8 @@ def write_config(case: tuple, folder: Path) -> Path:
     config = dict(fields(model), **{count: layers})
     if model == "glm_ocr":  # its text config's (vLLM's GlmOcrMTP reads it there)
         config["text_config"] = dict(config["text_config"], **{count: layers})
+    if model == "mimo_v2_flash" and quant != "bf16":  # bf16: as transformers writes it (the
+        config = as_released(config)  # export writes MiMo's own keys vLLM reads)
     if M.QUANTS[quant]:
         config["quantization_config"] = M.QUANTS[quant]
     (folder / "config.json").write_text(json.dumps(config))
