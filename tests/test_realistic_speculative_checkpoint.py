@@ -499,8 +499,9 @@ def test_mimo_v2_flash_mtp_under_vllms_names(tmp_path):
     ``self_attn.attention_sink_bias``), its norm before the MLP ``pre_mlp_layernorm``, and
     ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H], ``final_layernorm``; no copy of the embedding or
     the lm_head; the main layers' names unchanged; none where ``num_nextn_predict_layers`` is
-    absent. FP8 block: the block's ``o_proj`` stays unquantized (vLLM builds it without the
-    quantization config) and is listed with the ignored modules, beside ``eh_proj``."""
+    absent. In every quantized format the block's ``o_proj`` stays unquantized (vLLM builds it
+    without the quantization config) and is listed with the ignored modules, beside
+    ``eh_proj``; the block's other linear weights are quantized."""
     from safetensors import safe_open
 
     from fp8_dummy.realistic import config_checkpoint
@@ -528,17 +529,18 @@ def test_mimo_v2_flash_mtp_under_vllms_names(tmp_path):
     assert S.mtp_layers(cfg) == ("mimo", 2) and S.mtp_prefixes(cfg) == ("model.mtp.",)
     assert S.mtp_layers(H.config("mimo_v2_flash")) == (None, 0)
     cfg.save_pretrained(tmp_path / "c")
-    export(tmp_path / "c", tmp_path / "o", format="fp8-block", acceptance=0.5, progress=False)
-    names = {}
-    for f in (tmp_path / "o").glob("*.safetensors"):
-        with safe_open(str(f), framework="pt") as h:
-            names.update({n: h.get_tensor(n).dtype for n in h.keys()})
-    quant = json.loads((tmp_path / "o" / "config.json").read_text())["quantization_config"]
-    for i in range(2):
-        p = f"model.mtp.layers.{i}."
-        assert names[p + "self_attn.o_proj.weight"] == torch.bfloat16
-        assert p + "self_attn.o_proj.weight_scale_inv" not in names
-        assert {p + "self_attn.o_proj", p + "eh_proj"} <= set(quant["ignored_layers"])
-        for x in ("self_attn.q_proj", "mlp.down_proj"):
-            assert names[p + x + ".weight"] == torch.float8_e4m3fn, x
-            assert p + x + ".weight_scale_inv" in names, x
+    for fmt in ("fp8-block", "fp8", "fp8-channel", "nvfp4"):
+        out = tmp_path / fmt
+        export(tmp_path / "c", out, format=fmt, acceptance=0.5, progress=False)
+        names = {}
+        for f in out.glob("*.safetensors"):
+            with safe_open(str(f), framework="pt") as h:
+                names.update({n: h.get_tensor(n).dtype for n in h.keys()})
+        quant = json.dumps(json.loads((out / "config.json").read_text())["quantization_config"])
+        for i in range(2):
+            p = f"model.mtp.layers.{i}."
+            assert names[p + "self_attn.o_proj.weight"] == torch.bfloat16, fmt
+            assert not [n for n in names if n.startswith(p + "self_attn.o_proj.weight_")], fmt
+            assert f'"{p}self_attn.o_proj"' in quant and f'"{p}eh_proj"' in quant, fmt
+            for x in ("self_attn.q_proj", "mlp.down_proj"):
+                assert names[p + x + ".weight"] != torch.bfloat16, (fmt, x)
