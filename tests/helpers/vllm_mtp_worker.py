@@ -87,8 +87,12 @@ def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
             loaded = M.load_safetensors(theirs, draft_config)
         if not loaded:  # a class whose load_weights reports nothing (HYV3MTP): its poison says
             loaded = {n for n, t in theirs.named_parameters() if not (M.as_bytes(t) == 0xAA).all()}
-        r["not_loaded"] = sorted(set(params) - loaded)
+        shared = set(T.SHARED.get(case[0], ()))  # the target's, in vLLM's proposer
+        r["shared"] = sorted(shared & set(params))
+        r["not_loaded"] = sorted(set(params) - loaded - shared)
         mine, other = M.tensors(ours), M.tensors(theirs)
+        mine = {n: t for n, t in mine.items() if n not in shared}
+        other = {n: t for n, t in other.items() if n not in shared}
         r["checked"] = len(mine)
         r["mismatch"] = M.differing(mine, other)
         r["poisoned"] = sorted(n for n, t in mine.items() if bool((M.as_bytes(t) == 0x55).all()))

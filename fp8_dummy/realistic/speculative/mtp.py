@@ -38,7 +38,13 @@ family of checkpoints:
   dense decoder layer (vLLM's ``ErnieMTP`` builds a Llama one), ``model.mtp_emb_norm.{i}``,
   ``model.mtp_hidden_norm.{i}``, ``model.mtp_linear_proj.{i}`` [H, 2H] (the normalized
   embedding first); no final norm (the block's output goes to the lm_head as it is), the
-  embedding and the lm_head the model's."""
+  embedding and the lm_head the model's;
+- ``longcat``: LongCat-Flash (``num_nextn_predict_layers``, else one; vLLM's
+  ``LongCatFlashMTP`` and SGLang's NextN build one and read no other): ``model.mtp.layers.0.``
+  a block of parts of the class's decoder layer (its first MLA attention ``self_attn.*``, its
+  first dense MLP as ``transformer_layer.mlp.*``, their two norms; not its second attention,
+  MLP or MoE), ``enorm.m``, ``hnorm.m``, ``eh_proj`` [H, 2H] (the normalized embedding
+  first), ``model.mtp.norm``, ``model.mtp.embed_tokens`` (a copy of the embedding)."""
 
 from __future__ import annotations
 
@@ -70,6 +76,10 @@ class MtpArch:
     # without MTP layers) and whose top-level config counts them
     outer: bool = False
     text_only: bool = False  # the text model's checkpoint only: the multimodal one names its own
+    most: int = 0  # at most this many (0: no limit): the engines' classes build no more
+    layers: str = "num_hidden_layers"  # the config key that counts the class's decoder layers
+    # the block: only these parts of the class's decoder layer, (in-memory prefix, checkpoint's)
+    parts: tuple[tuple[str, str], ...] = ()
 
 
 _QWEN = MtpArch("qwen", default=1)
@@ -93,6 +103,19 @@ ARCHS = {
     "inkling_text": MtpArch("inkling", text_only=True),
     "nemotron_h": MtpArch("nemotron"),
     "ernie4_5_moe": MtpArch("ernie", dense=True),  # vLLM's ErnieMTP
+    # LongCat-Flash: its num_hidden_layers counts two per decoder layer (its two attentions)
+    "longcat_flash": MtpArch(
+        "longcat",
+        default=1,
+        most=1,
+        layers="num_layers",
+        parts=(
+            ("self_attn.0.", "self_attn."),
+            ("mlps.0.", "transformer_layer.mlp."),
+            ("input_layernorm.0.", "input_layernorm."),
+            ("post_attention_layernorm.0.", "post_attention_layernorm."),
+        ),
+    ),
 }
 _ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
 
@@ -138,26 +161,28 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
         return None, 0
     n = next((v for v in (getattr(counter, c, None) for c in arch.counts) if v is not None), None)
     n = arch.default if n is None else n
+    n = min(n, arch.most) if arch.most and isinstance(n, int) else n
     return (arch.layout, n) if isinstance(n, int) and n > 0 else (None, 0)
 
 
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
     """The prefixes of the MTP tensors' checkpoint names (none for a config without them)."""
     style, n = mtp_layers(config)
-    if style in ("qwen", "inkling", "nemotron", "ernie"):
-        return {"inkling": ("model.mtp.",), "ernie": ("model.mtp_",)}.get(style, ("mtp.",))
+    if style in ("qwen", "inkling", "nemotron", "ernie", "longcat"):
+        mtp = {"inkling": ("model.mtp.",), "ernie": ("model.mtp_",), "longcat": ("model.mtp.",)}
+        return mtp.get(style, ("mtp.",))
     arch, text = _arch(config)[0], _text(config)
     return tuple(_where(arch, text, i)[0] for i in range(n))
 
 
-def _mtp_config(text: Any, n: int, dense: bool) -> Any:
+def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     """The MTP layers alone as a model config: n layers, the config's MTP layer types, else
     each MoE with full attention."""
     cfg = copy.deepcopy(text)
     for name in (*_ALL_COUNTS, "quantization_config"):
         if name in cfg.__dict__:
             delattr(cfg, name)
-    cfg.num_hidden_layers = n
+    setattr(cfg, arch.layers, n)
     steps = getattr(text, "mtp_layers_block_type", None)  # Nemotron-H: n steps of P layers
     if steps is not None:
         cfg.layers_block_type = list(steps) * n
@@ -170,7 +195,7 @@ def _mtp_config(text: Any, n: int, dense: bool) -> Any:
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
-    if dense:  # ERNIE's by index, EXAONE's by name
+    if arch.dense:  # ERNIE's by index, EXAONE's by name
         if getattr(cfg, "moe_layer_start_index", None) is not None:
             cfg.moe_layer_start_index = n
         if getattr(cfg, "mlp_layer_types", None) is not None:
@@ -195,6 +220,9 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
     if style == "ernie":  # each of its own tensors counted by a last index, i
         norms = [f"model.mtp_emb_norm.{i}.weight", f"model.mtp_hidden_norm.{i}.weight"]
         return norms, f"model.mtp_linear_proj.{i}.weight", {}
+    if style == "longcat":  # the one layer's own tensors, the final norm, the embedding's copy
+        norms = [p + "enorm.m.weight", p + "hnorm.m.weight", "model.mtp.norm.weight"]
+        return norms, p + "eh_proj.weight", {"model.mtp.embed_tokens.weight": "embedding"}
     if style == "nemotron":  # step i: its first layer fuses the inputs, its last normalizes
         size = len(text.mtp_layers_block_type)
         first, last = f"mtp.layers.{i * size}.", f"mtp.layers.{i * size + size - 1}."
@@ -212,9 +240,9 @@ def _where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
     if style in ("deepseek", "bailing"):
         p = f"{arch.main}{text.num_hidden_layers + i}."
         return p, p
-    if style == "inkling":
+    if style in ("inkling", "longcat"):
         p = f"model.mtp.layers.{i}."
-        return p, p + "transformer_block."
+        return p, p + ("transformer_block." if style == "inkling" else "")
     if style == "ernie":
         return "model.mtp_", f"model.mtp_block.{i}."
     return f"mtp.layers.{i}.", f"mtp.layers.{i}."
@@ -227,7 +255,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     if style is None:
         return None
     arch, text = _arch(config)[0], _text(config)
-    twin = build_model(_mtp_config(text, n, arch.dense), dtype=dtype)
+    twin = build_model(_mtp_config(text, n, arch), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)
@@ -236,8 +264,9 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     rename = {}
     for name in blocks:
         m = layer.match(name)
-        if m is not None:
-            rename[name] = _where(arch, text, int(m.group(1)))[1] + name[m.end() :]
+        rest = _part(arch, name[m.end() :]) if m is not None else None
+        if rest is not None:
+            rename[name] = _where(arch, text, int(m.group(1)))[1] + rest
     block = []
     for name, new in rename.items():
         b = blocks[name]
@@ -261,6 +290,13 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             part.own.append((torch.nn.Module(), proj, wide, (h, 2 * h)))
             part.projections[proj] = h if hidden_first else 0
     return part
+
+
+def _part(arch: MtpArch, rest: str) -> str | None:
+    """A block tensor's name within the layer as the checkpoint keeps it (None: not made)."""
+    if not arch.parts:
+        return rest
+    return next((new + rest[len(old) :] for old, new in arch.parts if rest.startswith(old)), None)
 
 
 def _owner(model: torch.nn.Module, name: str, source: str) -> torch.nn.Module:
