@@ -83,6 +83,10 @@ class MtpArch:
 
 
 _QWEN = MtpArch("qwen", default=1)
+# LongCat-Flash's MTP block: its decoder layer's first attention and first dense MLP (vLLM's names)
+_LONGCAT = (("self_attn.0.", "self_attn."), ("mlps.0.", "transformer_layer.mlp."),
+            ("input_layernorm.0.", "input_layernorm."),
+            ("post_attention_layernorm.0.", "post_attention_layernorm."))  # fmt: skip
 _QWEN35 = MtpArch("qwen", ("mtp_num_hidden_layers",), default=1)
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
@@ -104,18 +108,7 @@ ARCHS = {
     "nemotron_h": MtpArch("nemotron"),
     "ernie4_5_moe": MtpArch("ernie", dense=True),  # vLLM's ErnieMTP
     # LongCat-Flash: its num_hidden_layers counts two per decoder layer (its two attentions)
-    "longcat_flash": MtpArch(
-        "longcat",
-        default=1,
-        most=1,
-        layers="num_layers",
-        parts=(
-            ("self_attn.0.", "self_attn."),
-            ("mlps.0.", "transformer_layer.mlp."),
-            ("input_layernorm.0.", "input_layernorm."),
-            ("post_attention_layernorm.0.", "post_attention_layernorm."),
-        ),
-    ),
+    "longcat_flash": MtpArch("longcat", default=1, most=1, layers="num_layers", parts=_LONGCAT),
 }
 _ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
 
