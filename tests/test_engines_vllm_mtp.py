@@ -1,21 +1,22 @@
-"""The MTP layers in vLLM 0.33's own draft classes: ``DeepSeekMTP`` (DeepSeek-V3, one and two
-MTP layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5), ``Qwen3NextMTP`` (Qwen3-Next),
+"""The MTP layers in vLLM 0.33's own draft classes: ``DeepSeekMTP`` (DeepSeek-V3, one and two MTP
+layers, bf16 and FP8 block), ``Glm4MoeMTP`` (GLM-4.5), ``Qwen3NextMTP`` (Qwen3-Next),
 ``BailingMoeV25MTPModel`` (Ling's hybrid), ``Qwen3_5MTP`` and ``Qwen3_5MoeMTP`` (Qwen3.5, one
 MTP layer and two), ``Glm4MoeLiteMTP`` (GLM-4.7-Flash, whose draft config says no main layers),
 ``GlmOcrMTP`` (GLM-OCR's multimodal checkpoint), ``Exaone4_5_MTP`` (EXAONE 4.5's),
 ``NemotronHMTP`` (Nemotron-H), ``ErnieMTP`` (ERNIE 4.5 MoE: a dense MTP block), ``ExaoneMoeMTP``
-(EXAONE-MoE: likewise), ``HYV3MTP`` (HY-V3, whose ``load_weights`` reports no names: the
-poison shows what it reached) and ``MiMoV2MTP`` (MiMo-V2-Flash: a dense sliding-attention
-block, bf16 and FP8 block, three MTP layers in the checkpoint of which vLLM reads the first),
-built on the CPU as vLLM's proposer builds its draft
-(helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's Llama from its
-config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
+(EXAONE-MoE: likewise), ``HYV3MTP`` (HY-V3, whose ``load_weights`` reports no names: the poison
+shows what it reached), ``MiMoV2MTP`` (MiMo-V2-Flash: a dense sliding-attention block, bf16 and
+FP8 block, three MTP layers in the checkpoint of which vLLM reads the first),
+``LongCatFlashMTP`` (LongCat-Flash: one MLA attention and a dense MLP; its own ``lm_head`` no
+loader writes, vLLM's proposer gives it the target's), built on the CPU as vLLM's proposer
+builds its draft (helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's
+Llama from its config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
 ``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
 the same config and acceptance read by vLLM's own safetensors loader into a twin; every
 parameter reached by both (an FP8 standard attention's KV-cache scales excepted: no checkpoint
-holds them), every tensor byte for byte equal. A per-position acceptance of
-another length than vLLM's ``num_speculative_tokens`` is refused before anything is written.
-Without vLLM 0.33: skipped, with why."""
+holds them), every tensor byte for byte equal. A per-position acceptance of another length than
+vLLM's ``num_speculative_tokens`` is refused before anything is written. Without vLLM 0.33:
+skipped, with why."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ CLASSES["hy_v3"] = "HYV3MTP"
 CLASSES["glm_ocr"] = "GlmOcrMTP"
 CLASSES["exaone4_5"] = "Exaone4_5_MTP"
 CLASSES["mimo_v2_flash"] = "MiMoV2MTP"
+CLASSES["longcat_flash"] = "LongCatFlashMTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 
@@ -64,6 +66,7 @@ def test_the_draft_holds_the_export(runs, case, tp):
         assert r["not_loaded"] == [] and r["mismatch"] == [], r
         kv = ("k_scale", "v_scale", "q_scale", "prob_scale")  # no checkpoint holds them
         assert all(n.endswith(kv) for n in r["kv_unloaded"]), r["kv_unloaded"]
+        assert r.get("shared", []) == list(T.SHARED.get(case[0], ())), r
         assert r["poisoned"] == [], "a tensor the in-engine load never wrote"
         assert r["checked"] >= 15
         assert [n for n in r["shapes"] if ".layers." in n], "the decoder layers' tensors"

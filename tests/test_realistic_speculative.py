@@ -107,6 +107,7 @@ ARCHS += ["glm4_moe_lite"]  # GLM-4.7-Flash: one MTP layer
 ARCHS += ["ernie4_5_moe", "exaone_moe"]  # ERNIE 4.5 MoE, EXAONE-MoE: one dense MTP layer
 ARCHS += ["hy_v3"]  # HY-V3: one MTP layer
 ARCHS += ["mimo_v2_flash"]  # MiMo-V2-Flash: one dense sliding-attention MTP layer
+ARCHS += ["longcat_flash"]  # LongCat-Flash: one MTP layer (its block parts of a decoder layer)
 
 
 MULTIMODAL = ["glm_ocr", "exaone4_5"]  # GLM-OCR's and EXAONE 4.5's: one MTP layer each
@@ -141,8 +142,11 @@ def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
 
 
 # Cohere's class multiplies the logits by 1/16; Gemma 2's its embedding lookup by √hidden
-# (the codes the embedding holds are divided by it) and soft-caps the logits at 30
-ENTROPY = ARCHS + ["cohere", "gemma2"] + MULTIMODAL
+# (the codes the embedding holds are divided by it) and soft-caps the logits at 30. Not
+# LongCat-Flash: its zero (identity) experts add the normalized residual times up to
+# routed_scaling_factor, so its final residual's RMS reaches 4-5 where the scale assumes 1.2
+# and the flattest contexts pass 80% of ln V (docs/realistic.md#speculative-decoding)
+ENTROPY = [a for a in ARCHS if a != "longcat_flash"] + ["cohere", "gemma2"] + MULTIMODAL
 
 
 @pytest.mark.parametrize("arch", ENTROPY)

@@ -104,6 +104,8 @@ FORWARD += [("glm_ocr", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 FORWARD += [("exaone4_5", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 FORWARD += [("mimo_v2_flash", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 FORWARD += [("mimo_v2_flash", 0.6, 2, {})]
+FORWARD += [("longcat_flash", a, 1, {}) for a in (0.3, 0.6, 0.9)]
+FORWARD += [("longcat_flash", 0.6, 2, {})]
 # sizes, vocabularies and seeds the design was not developed on
 FORWARD += [("bailing_hybrid", 0.75, 3, dict(hidden=256, vocab=6000, layers=4, seed=9))]
 FORWARD += [("nemotron_h", 0.7, 3, dict(hidden=192, vocab=5000, layers=6, seed=21))]
@@ -116,6 +118,7 @@ FORWARD += [("hy_v3", 0.85, 2, dict(hidden=192, vocab=7500, layers=3, seed=31))]
 FORWARD += [("glm_ocr", 0.55, 3, dict(hidden=192, vocab=9000, layers=3, seed=29))]
 FORWARD += [("exaone4_5", 0.8, 2, dict(hidden=256, vocab=5500, layers=3, seed=31))]
 FORWARD += [("mimo_v2_flash", 0.7, 3, dict(hidden=320, vocab=6500, layers=3, seed=37))]
+FORWARD += [("longcat_flash", 0.7, 3, dict(hidden=320, vocab=8000, layers=3, seed=37))]
 
 
 @pytest.mark.parametrize("arch,acceptance,k,other", FORWARD)

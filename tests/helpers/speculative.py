@@ -65,8 +65,17 @@ MORE["hy_v3"] = dict(num_experts=16, num_shared_experts=1, first_k_dense_replace
 # MiMo-V2-Flash: 16 experts top-2, its first layer dense and full attention, its second sliding
 # (kv heads doubled, attention sinks); its MTP layers a dense sliding-attention block
 MORE["mimo_v2_flash"] = dict(n_routed_experts=16, v_head_dim=32, sliding_window=64, **MOE)
-# their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's: one where the key is absent)
-NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash")
+# LongCat-Flash: MLA (the rope part head_dim, as its rotary embedding reads it), 16 experts top-2
+# and 4 zero (identity) experts; the keys its checkpoints' config.json has, which the engines
+# read (transformers always scales the MLA's LoRA parts)
+MORE["longcat_flash"] = dict(n_routed_experts=16, zero_expert_num=4, moe_topk=2,
+                             expert_ffn_hidden_size=64, q_lora_rank=32, kv_lora_rank=32,
+                             qk_nope_head_dim=16, qk_rope_head_dim=16, head_dim=16,
+                             v_head_dim=32, num_key_value_heads=4, mla_scale_q_lora=True,
+                             mla_scale_kv_lora=True, pad_token_id=None)  # fmt: skip
+# their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's, LongCat's: one where the key
+# is absent)
+NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash", "longcat_flash")
 
 
 @pytest.fixture(autouse=True)
@@ -87,12 +96,12 @@ EMBEDDINGS = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddi
 
 def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp: int = 0,
            **more):  # fmt: skip
-    """A tiny untied config of ``arch`` with bos 0 and eos 1: Llama; Qwen3-MoE, DeepSeek-V3
-    and GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next
-    and Qwen3.5's text models (at least four layers: three linear-attention ones, then a full
-    one; Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding layer, then a full one), Inkling,
-    Bailing, GLM-4.7-Flash, Nemotron-H, ERNIE 4.5 MoE and EXAONE-MoE (:data:`MORE`) with ``mtp``
-    MTP layers; then ``more``."""
+    """A tiny untied config of ``arch`` with bos 0 and eos 1: Llama; Qwen3-MoE, DeepSeek-V3 and
+    GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next and
+    Qwen3.5's text models (at least four layers: three linear-attention ones, then a full one;
+    Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding layer, then a full one), Inkling, Bailing,
+    GLM-4.7-Flash, Nemotron-H, ERNIE 4.5 MoE, EXAONE-MoE and LongCat-Flash (:data:`MORE`) with
+    ``mtp`` MTP layers; then ``more``."""
     common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab)  # fmt: skip
     if arch in ROUTED:
@@ -118,6 +127,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
         if arch in ("mellum", "exaone_moe"):  # a sliding layer, then full ones
             kw["layer_types"] = ["sliding_attention"] + ["full_attention"] * (layers - 1)
+        if arch == "longcat_flash":  # its num_hidden_layers counts two per decoder layer
+            kw["num_layers"] = kw.pop("num_hidden_layers")
         cfg = tf.AutoConfig.for_model(arch, **kw)
     else:
         cfg = tf.AutoConfig.for_model(arch, **common)
@@ -198,13 +209,21 @@ def _output_rows(w: np.ndarray, s: np.ndarray, hidden: int) -> np.ndarray:
     return w[s] if w.shape[0] == hidden else w[..., s]
 
 
+def _mtp_copy(name: str) -> bool:
+    """An MTP layer's copy of the embedding (DeepSeek's under its layer, LongCat's under
+    ``model.mtp.``)."""
+    return "layers." in name or ".mtp." in f".{name}"
+
+
 def weight_maps(t: dict[str, np.ndarray], hidden: int, hidden_first: bool = False) -> dict:
     """From an export's tensors alone: the code columns S (those the lm_head reads), that no
     residual writer touches them, the target's greedy successor of every token and, per MTP
     input projection (its hidden half first where ``hidden_first``: Inkling's), the draft's
     proposal after every token."""
     head = t["lm_head.weight"]
-    (embed,) = [w for n, w in t.items() if n.endswith(EMBEDDINGS) and "layers." not in n]
+    (embed,) = [w for n, w in t.items() if n.endswith(EMBEDDINGS) and not _mtp_copy(n)]
+    copies = [n for n, w in t.items() if n.endswith(EMBEDDINGS) and _mtp_copy(n)]
+    assert all(np.array_equal(t[n], embed) for n in copies), "an MTP layer's copy differs"
     s = np.flatnonzero(np.abs(head).sum(0))
     assert 0 < s.size < hidden // 2, s
     for name, w in t.items():

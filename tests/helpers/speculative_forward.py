@@ -58,6 +58,13 @@ LAYOUTS["glm_ocr"].update(into="model.language_model.layers.0.",
 LAYOUTS["exaone4_5"] = dict(LAYOUTS["qwen3_next"], offset=0.0,
                             into="model.language_model.layers.0.",
                             norm="model.language_model.norm.weight")  # fmt: skip
+# LongCat-Flash (vLLM's LongCatFlashMTP): its block is vLLM's DeepseekV2DecoderLayer without
+# experts (one MLA attention, a dense MLP), run as a one-layer dense DeepSeek-V3 model; the
+# embedding copy under model.mtp. (the lookup is the target's, as vLLM's proposer shares it)
+LAYOUTS["longcat_flash"] = dict(block="model.mtp.layers.0.", fc="model.mtp.layers.0.eh_proj",
+                                embed="model.mtp.layers.0.enorm.m",
+                                hidden="model.mtp.layers.0.hnorm.m", out="model.mtp.norm",
+                                offset=0.0, longcat=True)  # fmt: skip
 
 
 # MiMo-V2-Flash (vLLM's MiMoV2MTP): model.mtp.layers.0. its plain norms, eh_proj (the normalized
@@ -76,11 +83,52 @@ def _rms(x: torch.Tensor, w: torch.Tensor, offset: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + w.float())
 
 
+def _longcat_block(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module:
+    """LongCat-Flash's MTP block as vLLM's ``LongCatFlashMTP`` computes it: a DeepSeek-V2
+    decoder layer built with no routed experts (MLA attention, a dense MLP of the config's
+    ``intermediate_size``), its LoRA norms scaled by √(hidden/rank) as its weight loader
+    scales them (``scale_mla_lora_norms_on_load``), the MTP layer's final norm and the
+    target's lm_head: a one-layer dense DeepSeek-V3 model that transformers' loader reads."""
+    from safetensors.torch import save_file
+
+    one = work / "mtp-as-deepseek"
+    one.mkdir(parents=True, exist_ok=True)
+    lc = tf.AutoConfig.from_pretrained(out)
+    keys = ("hidden_size", "vocab_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
+            "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rms_norm_eps",
+            "max_position_embeddings", "intermediate_size")  # fmt: skip
+    ds = tf.DeepseekV3Config(**{k: getattr(lc, k) for k in keys}, num_hidden_layers=1,
+                             num_key_value_heads=lc.num_attention_heads, first_k_dense_replace=1,
+                             rope_parameters=lc.rope_parameters, tie_word_embeddings=False,
+                             rope_interleave=True)  # fmt: skip
+    ds.save_pretrained(one)
+    b, into = names["block"], "model.layers.0."
+    ours = {
+        into + n[len(b) :].replace("transformer_layer.", ""): v
+        for n, v in t.items()
+        if n.startswith(b)
+        and n[len(b) :].startswith(
+            ("self_attn.", "transformer_layer.", "input_layernorm", "post_attention")
+        )
+    }
+    for x, rank in (("q", lc.q_lora_rank), ("kv", lc.kv_lora_rank)):
+        if getattr(lc, f"mla_scale_{x}_lora"):  # the key vLLM reads (its config.json's)
+            ours[f"{into}self_attn.{x}_a_layernorm.weight"] *= (lc.hidden_size / rank) ** 0.5
+    ours["model.embed_tokens.weight"] = t["model.embed_tokens.weight"]
+    ours["model.norm.weight"] = t[names["out"] + ".weight"]
+    ours["lm_head.weight"] = t["lm_head.weight"]
+    save_file({n: torch.from_numpy(v).to(torch.bfloat16) for n, v in ours.items()},
+              str(one / "model.safetensors"))  # fmt: skip
+    return _load(one)
+
+
 def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module:
     """The MTP block as a one-layer model of the target's class (full attention, MoE), its
     final norm the MTP layer's: transformers' own loader reads it."""
     from safetensors.torch import save_file
 
+    if names.get("longcat"):
+        return _longcat_block(out, t, names, work)
     one = work / "mtp-as-model"
     one.mkdir(parents=True, exist_ok=True)
     whole = tf.AutoConfig.from_pretrained(out)

@@ -1,18 +1,18 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
-``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``)
-built on this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside
-its gloo workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's
-``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into
-the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``,
-``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``,
-``GlmOcrMTPModel``, ``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``,
-``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``), a ``VllmConfig`` holding both, then the
-model loader's ``create_model`` with the draft's model config, the way its proposer's
-``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
-apply, and two of transformers' image modules where torchvision is missing (:func:`build`); the
-oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
-twin."""
+``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
+``LongCatFlashMTP``) built on this CPU from tiny configs with MTP layers, for
+tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily). Built as vLLM
+builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which
+turns the target's config into the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``,
+``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
+``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``, ``NemotronHMTPModel``,
+``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``,
+``LongCatFlashMTPModel``), a ``VllmConfig`` holding both, then the model loader's
+``create_model`` with the draft's model config, the way its proposer's ``get_model`` does. The
+replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply, and two of
+transformers' image modules where torchvision is missing (:func:`build`); the oracle is the
+same: the export of the config, read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ ARCHITECTURES["hy_v3"] = "HYV3ForCausalLM"
 ARCHITECTURES["glm_ocr"] = "GlmOcrForConditionalGeneration"  # vLLM's only GLM-OCR class
 ARCHITECTURES["exaone4_5"] = "Exaone4_5_ForConditionalGeneration"
 ARCHITECTURES["mimo_v2_flash"] = "MiMoV2FlashForCausalLM"
+ARCHITECTURES["longcat_flash"] = "LongcatFlashForCausalLM"
+# Parameters of a draft class that no loader writes: vLLM's proposer replaces them with the
+# target's (``_maybe_share_lm_head``: an MTP model shares the target's lm_head). LongCat's
+# ``load_weights`` reads only ``model.mtp.`` names, so its own ``lm_head`` is never loaded.
+SHARED = {"longcat_flash": ("lm_head.weight",)}
 
 
 def fields(model: str) -> dict:
@@ -41,7 +46,7 @@ def fields(model: str) -> dict:
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
     DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
     text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-MoE,
-    HY-V3 and MiMo-V2-Flash as tests/helpers/speculative.py makes them."""
+    HY-V3, MiMo-V2-Flash and LongCat-Flash as tests/helpers/speculative.py makes them."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -105,6 +110,7 @@ CASES = [
     ("exaone4_5", "bf16", 1, 1, 0.6),
     ("mimo_v2_flash", "bf16", 1, 1, 0.6),
     ("mimo_v2_flash", "blk", 3, 2, "0.8,0.5"),
+    ("longcat_flash", "bf16", 1, 1, 0.6),
 ]
 
 

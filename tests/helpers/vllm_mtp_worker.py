@@ -90,11 +90,15 @@ def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
         # KV-cache scales (an FP8 standard attention's): no checkpoint holds them; vLLM sets
         # their defaults after loading
         kv = {n for n, p in params.items() if type(p).__name__ == "KVCacheScaleParameter"}
+        shared = set(T.SHARED.get(case[0], ()))  # the target's, in vLLM's proposer
         r["kv_unloaded"] = sorted((set(params) - loaded) & kv)
-        r["not_loaded"] = sorted(set(params) - loaded - kv)
+        r["shared"] = sorted(shared & set(params))
+        r["not_loaded"] = sorted(set(params) - loaded - kv - shared)
         mine, other = M.tensors(ours), M.tensors(theirs)
         for n in r["kv_unloaded"]:
             del mine[n], other[n]
+        mine = {n: t for n, t in mine.items() if n not in shared}
+        other = {n: t for n, t in other.items() if n not in shared}
         r["checked"] = len(mine)
         r["mismatch"] = M.differing(mine, other)
         r["poisoned"] = sorted(n for n, t in mine.items() if bool((M.as_bytes(t) == 0x55).all()))

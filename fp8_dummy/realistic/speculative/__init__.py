@@ -12,7 +12,7 @@ package's face; its files:
   and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
 - ``mtp.py``: the MTP layers of the checkpoints that carry them (DeepSeek-V3/V3.2, GLM-4.5,
   GLM-OCR, EXAONE 4.5, Ling's hybrid, Qwen3-Next, Mellum, Inkling's text model, Nemotron-H,
-  ERNIE 4.5 MoE, EXAONE-MoE, HY-V3) under their own names;
+  ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, LongCat-Flash) under their own names;
 - ``draft.py``: ``export --draft``'s draft model: its config (a plain causal LM of the
   target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
   with the target's tokenizer files;

@@ -43,7 +43,13 @@ family of checkpoints:
   first): ``model.mtp.layers.{i}.`` a dense block whose attention is the sliding one (sinks:
   ``self_attn.attention_sink_bias``), its norm before the MLP ``pre_mlp_layernorm``, and
   ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding first),
-  ``final_layernorm`` (the embedding and the lm_head the model's)."""
+  ``final_layernorm`` (the embedding and the lm_head the model's);
+- ``longcat``: LongCat-Flash (``num_nextn_predict_layers``, else one; vLLM's
+  ``LongCatFlashMTP`` and SGLang's NextN build one and read no other): ``model.mtp.layers.0.``
+  a block of parts of the class's decoder layer (its first MLA attention ``self_attn.*``, its
+  first dense MLP as ``transformer_layer.mlp.*``, their two norms; not its second attention,
+  MLP or MoE), ``enorm.m``, ``hnorm.m``, ``eh_proj`` [H, 2H] (the normalized embedding
+  first), ``model.mtp.norm``, ``model.mtp.embed_tokens`` (a copy of the embedding)."""
 
 from __future__ import annotations
 
@@ -76,12 +82,20 @@ class MtpArch:
     outer: bool = False
     text_only: bool = False  # the text model's checkpoint only: the multimodal one names its own
     attention: str = "full_attention"  # the block's layer type where the config names none
-    # the block's tensors the checkpoint names otherwise than transformers' (old, new)
-    renamed: tuple[tuple[str, str], ...] = ()
     plain: tuple[str, ...] = ()  # the block's modules the engines build unquantized
+    most: int = 0  # at most this many (0: no limit): the engines' classes build no more
+    layers: str = "num_hidden_layers"  # the config key that counts the class's decoder layers
+    # the block's names within a layer the checkpoint keeps otherwise, (in-memory prefix,
+    # checkpoint's); with ``only``, the block is these parts of the class's decoder layer alone
+    parts: tuple[tuple[str, str], ...] = ()
+    only: bool = False
 
 
 _QWEN = MtpArch("qwen", default=1)
+# LongCat-Flash's MTP block: its decoder layer's first attention and first dense MLP (vLLM's names)
+_LONGCAT = (("self_attn.0.", "self_attn."), ("mlps.0.", "transformer_layer.mlp."),
+            ("input_layernorm.0.", "input_layernorm."),
+            ("post_attention_layernorm.0.", "post_attention_layernorm."))  # fmt: skip
 _QWEN35 = MtpArch("qwen", ("mtp_num_hidden_layers",), default=1)
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
@@ -107,8 +121,12 @@ ARCHS = {
         "mimo",
         dense=True,
         attention="sliding_attention",
-        renamed=(("post_attention_layernorm.", "pre_mlp_layernorm."),),
+        parts=(("post_attention_layernorm.", "pre_mlp_layernorm."),),
         plain=("self_attn.o_proj",),
+    ),
+    # LongCat-Flash: its num_hidden_layers counts two per decoder layer (its two attentions)
+    "longcat_flash": MtpArch(
+        "longcat", default=1, most=1, layers="num_layers", parts=_LONGCAT, only=True
     ),
 }
 _ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
@@ -157,15 +175,21 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
         return None, 0
     n = next((v for v in (getattr(counter, c, None) for c in arch.counts) if v is not None), None)
     n = arch.default if n is None else n
+    n = min(n, arch.most) if arch.most and isinstance(n, int) else n
     return (arch.layout, n) if isinstance(n, int) and n > 0 else (None, 0)
+
+
+# The layouts that keep their MTP tensors apart from the decoder layers (the others: after
+# them, as more layers): the prefix of every MTP tensor's name
+_APART = {"qwen": "mtp.", "nemotron": "mtp.", "ernie": "model.mtp_", "inkling": "model.mtp.",
+          "mimo": "model.mtp.", "longcat": "model.mtp."}  # fmt: skip
 
 
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
     """The prefixes of the MTP tensors' checkpoint names (none for a config without them)."""
     style, n = mtp_layers(config)
-    if style in ("qwen", "inkling", "nemotron", "ernie", "mimo"):
-        ours = {"inkling": ("model.mtp.",), "mimo": ("model.mtp.",), "ernie": ("model.mtp_",)}
-        return ours.get(style, ("mtp.",))
+    if style in _APART:
+        return (_APART[style],)
     arch, text = _arch(config)[0], _text(config)
     return tuple(_where(arch, text, i)[0] for i in range(n))
 
@@ -177,7 +201,7 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     for name in (*_ALL_COUNTS, "quantization_config"):
         if name in cfg.__dict__:
             delattr(cfg, name)
-    cfg.num_hidden_layers = n
+    setattr(cfg, arch.layers, n)
     steps = getattr(text, "mtp_layers_block_type", None)  # Nemotron-H: n steps of P layers
     if steps is not None:
         cfg.layers_block_type = list(steps) * n
@@ -215,6 +239,9 @@ def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | 
     if style == "ernie":  # each of its own tensors counted by a last index, i
         norms = [f"model.mtp_emb_norm.{i}.weight", f"model.mtp_hidden_norm.{i}.weight"]
         return norms, f"model.mtp_linear_proj.{i}.weight", {}
+    if style == "longcat":  # the one layer's own tensors, the final norm, the embedding's copy
+        norms = [p + "enorm.m.weight", p + "hnorm.m.weight", "model.mtp.norm.weight"]
+        return norms, p + "eh_proj.weight", {"model.mtp.embed_tokens.weight": "embedding"}
     if style == "nemotron":  # step i: its first layer fuses the inputs, its last normalizes
         size = len(text.mtp_layers_block_type)
         first, last = f"mtp.layers.{i * size}.", f"mtp.layers.{i * size + size - 1}."
@@ -232,14 +259,11 @@ def _where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
     if style in ("deepseek", "bailing"):
         p = f"{arch.main}{text.num_hidden_layers + i}."
         return p, p
-    if style == "inkling":
+    if style in ("inkling", "longcat", "mimo"):
         p = f"model.mtp.layers.{i}."
-        return p, p + "transformer_block."
+        return p, p + ("transformer_block." if style == "inkling" else "")
     if style == "ernie":
         return "model.mtp_", f"model.mtp_block.{i}."
-    if style == "mimo":
-        p = f"model.mtp.layers.{i}."
-        return p, p
     return f"mtp.layers.{i}.", f"mtp.layers.{i}."
 
 
@@ -259,10 +283,8 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     rename = {}
     for name in blocks:
         m = layer.match(name)
-        if m is not None:
-            rest = name[m.end() :]
-            for old, new in arch.renamed:
-                rest = rest.replace(old, new)
+        rest = _part(arch, name[m.end() :]) if m is not None else None
+        if rest is not None:
             rename[name] = _where(arch, text, int(m.group(1)))[1] + rest
     block = []
     for name, new in rename.items():
@@ -288,6 +310,14 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             part.own.append((torch.nn.Module(), proj, wide, (h, 2 * h)))
             part.projections[proj] = h if hidden_first else 0
     return part
+
+
+def _part(arch: MtpArch, rest: str) -> str | None:
+    """A block tensor's name within the layer as the checkpoint keeps it (None: not made)."""
+    for old, new in arch.parts:
+        if rest.startswith(old):
+            return new + rest[len(old) :]
+    return None if arch.only else rest
 
 
 def _owner(model: torch.nn.Module, name: str, source: str) -> torch.nn.Module:
