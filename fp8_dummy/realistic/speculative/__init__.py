@@ -10,9 +10,12 @@ package's face; its files:
   their cycle, where the draft is right, the acceptance an engine drafting k tokens measures;
 - ``design.py``: the weights that realize it: the reserved code subspace, the lm_head's rows
   and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
-- ``mtp.py``: the MTP layers of the checkpoints that carry them (DeepSeek-V3/V3.2, GLM-4.5,
-  GLM-OCR, EXAONE 4.5, Ling's hybrid, Qwen3-Next, Mellum, Inkling's text model, Nemotron-H,
-  ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, LongCat-Flash) under their own names;
+- ``mtp_layouts.py``: which checkpoints carry MTP layers (DeepSeek-V3/V3.2, GLM-4.5, GLM-OCR,
+  EXAONE 4.5, Ling's hybrid, Qwen3-Next, Mellum, Inkling's text model, Nemotron-H, ERNIE 4.5
+  MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash, LongCat-Flash), how many and under which names: one
+  record per architecture;
+- ``mtp.py``: their tensors, made for the logical model (the decoder block from the class's
+  own decoder layer, the MTP layers' norms and input projections);
 - ``draft.py``: ``export --draft``'s draft model: its config (a plain causal LM of the
   target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
   with the target's tokenizer files;
@@ -40,7 +43,8 @@ from .acceptance import (
 )
 from .design import DesignError, carrier_rows, layout, logit_multiplier, plan_design, vocab_hidden
 from .draft import DRAFT_KEY, LAYOUTS, draft_config, is_draft, stage_draft
-from .mtp import MtpPart, mtp_layers, mtp_part, mtp_prefixes
+from .mtp import MtpPart, mtp_part
+from .mtp_layouts import mtp_layers, mtp_prefixes
 from .stream import Stream, allowed_tokens, design_stream, predict
 
 __all__ = ["DEFAULT", "DRAFT_KEY", "ENV", "LAYOUTS", "Acceptance", "AcceptanceError", "DesignError"]

@@ -1,55 +1,11 @@
-"""The multi-token-prediction (MTP) layers a checkpoint carries beside its decoder layers, under
-the checkpoint's own names (docs/realistic.md#speculative-decoding). transformers' model classes
-leave them out (``_keys_to_ignore_on_load_unexpected``), so they are made here: the decoder
-block of each MTP layer is the class's own decoder layer, built on the meta device from the
-config as transformers' ``get_mtp_config`` builds it (the MTP layers alone, indices from 0, the
-config's MTP layer types, else MoE and full attention) and renamed to where the checkpoint keeps
-it; the MTP layer's own tensors are added as the engines' loaders and transformers' ``MtpModel``
-read them (its conversion: ``transformers.conversion_mapping``'s ``MtpModel``; vLLM 0.33's
-MTP classes; SGLang 0.5.23's NextN). One record per architecture (:data:`ARCHS`), one layout per
-family of checkpoints:
-
-- ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``), GLM-OCR
-  (``glm_ocr``: its text config counts them, its layers under ``model.language_model.``)
-  (``num_nextn_predict_layers`` = n): ``model.layers.{L+i}.`` the block's tensors and
-  ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding first),
-  ``shared_head.norm``, ``shared_head.head`` and ``embed_tokens`` (copies of the lm_head and
-  the embedding: the same values, as DeepSeek's checkpoints hold them);
-- ``bailing``: Ling/Ring hybrid (``bailing_hybrid``), HY-V3 (``hy_v3``,
-  ``num_nextn_predict_layers``): ``model.layers.{L+i}.`` the block and
-  ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``
-  and ``HYV3MTP`` take the embedding and the lm_head from the model's own);
-- ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
-  vLLM reads it), Qwen3.5 and Qwen3.5-MoE (``mtp_num_hidden_layers``, else one; the
-  multimodal checkpoint keeps them at the top level too), Mellum, EXAONE-MoE (as Qwen3-Next,
-  its block dense: vLLM's ``ExaoneMoeMTP``), EXAONE 4.5 (``exaone4_5``: its top-level
-  ``num_nextn_predict_layers``, else one): ``mtp.layers.{i}.`` the block, ``mtp.fc`` [H, 2H],
-  ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
-- ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
-  ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
-  ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
-  chain_norm`` where ``chain_hidden_post_norm`` is set;
-- ``nemotron``: Nemotron-H (``num_nextn_predict_layers`` = n, each MTP step the config's
-  ``mtp_layers_block_type``, P layers: attention, MoE): ``mtp.layers.{j}.`` the n·P layers'
-  tensors (``norm``, ``mixer.*``), the first of each step ``enorm``, ``hnorm``, ``eh_proj``
-  [H, 2H] (the normalized embedding first), the last ``final_layernorm`` (vLLM's
-  ``NemotronHMTP`` takes the embedding and the lm_head from the model's own);
-- ``ernie``: ERNIE 4.5 MoE (``num_nextn_predict_layers`` = n): ``model.mtp_block.{i}.`` a
-  dense decoder layer (vLLM's ``ErnieMTP`` builds a Llama one), ``model.mtp_emb_norm.{i}``,
-  ``model.mtp_hidden_norm.{i}``, ``model.mtp_linear_proj.{i}`` [H, 2H] (the normalized
-  embedding first); no final norm (the block's output goes to the lm_head as it is), the
-  embedding and the lm_head the model's;
-- ``mimo``: MiMo-V2-Flash (``num_nextn_predict_layers`` = n; vLLM's ``MiMoV2MTP`` reads the
-  first): ``model.mtp.layers.{i}.`` a dense block whose attention is the sliding one (sinks:
-  ``self_attn.attention_sink_bias``), its norm before the MLP ``pre_mlp_layernorm``, and
-  ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding first),
-  ``final_layernorm`` (the embedding and the lm_head the model's);
-- ``longcat``: LongCat-Flash (``num_nextn_predict_layers``, else one; vLLM's
-  ``LongCatFlashMTP`` and SGLang's NextN build one and read no other): ``model.mtp.layers.0.``
-  a block of parts of the class's decoder layer (its first MLA attention ``self_attn.*``, its
-  first dense MLP as ``transformer_layer.mlp.*``, their two norms; not its second attention,
-  MLP or MoE), ``enorm.m``, ``hnorm.m``, ``eh_proj`` [H, 2H] (the normalized embedding
-  first), ``model.mtp.norm``, ``model.mtp.embed_tokens`` (a copy of the embedding)."""
+"""The multi-token-prediction (MTP) tensors of a checkpoint that carries MTP layers (which, how
+many and under which names: :mod:`.mtp_layouts`), made for the logical model. transformers'
+model classes leave them out (``_keys_to_ignore_on_load_unexpected``): the decoder block of each
+MTP layer is the class's own decoder layer (or the parts of it the engines build), built on the
+meta device from the config as transformers' ``get_mtp_config`` builds it (the MTP layers
+alone, indices from 0, the config's MTP layer types, else MoE and full attention) and renamed
+to where the checkpoint keeps it; the MTP layer's own norms and input projections are added as
+the engines' loaders and transformers' ``MtpModel`` read them."""
 
 from __future__ import annotations
 
@@ -62,74 +18,18 @@ import torch
 
 from ..arch import Arch, derive_twin
 from ..hf_model import build_model, built_dtype, kept_fp32, memory_blocks, own_tensors
+from .mtp_layouts import (
+    ALL_COUNTS,
+    MtpArch,
+    arch_of,
+    block_name,
+    mtp_layers,
+    own_names,
+    text_config,
+    where,
+)
 
-__all__ = ["ARCHS", "MtpArch", "MtpPart", "mtp_layers", "mtp_part", "mtp_prefixes"]
-
-_COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
-
-
-@dataclass(frozen=True)
-class MtpArch:
-    """Where one architecture's checkpoint keeps its MTP layers and how its config counts them."""
-
-    layout: str  # deepseek | bailing | qwen | inkling | nemotron | ernie | mimo (the docstring)
-    counts: tuple[str, ...] = _COUNTS  # the keys that count them: the first one set
-    default: int = 0  # the count where the config names none (vLLM's reading)
-    dense: bool = False  # a dense block whatever the main layers are (vLLM's class builds one)
-    main: str = "model.layers."  # where the decoder layers are, the MTP layers after them
-    # a multimodal config whose own model type says the layout (its text config is a model's
-    # without MTP layers) and whose top-level config counts them
-    outer: bool = False
-    text_only: bool = False  # the text model's checkpoint only: the multimodal one names its own
-    attention: str = "full_attention"  # the block's layer type where the config names none
-    plain: tuple[str, ...] = ()  # the block's modules the engines build unquantized
-    most: int = 0  # at most this many (0: no limit): the engines' classes build no more
-    layers: str = "num_hidden_layers"  # the config key that counts the class's decoder layers
-    # the block's names within a layer the checkpoint keeps otherwise, (in-memory prefix,
-    # checkpoint's); with ``only``, the block is these parts of the class's decoder layer alone
-    parts: tuple[tuple[str, str], ...] = ()
-    only: bool = False
-
-
-_QWEN = MtpArch("qwen", default=1)
-# LongCat-Flash's MTP block: its decoder layer's first attention and first dense MLP (vLLM's names)
-_LONGCAT = (("self_attn.0.", "self_attn."), ("mlps.0.", "transformer_layer.mlp."),
-            ("input_layernorm.0.", "input_layernorm."),
-            ("post_attention_layernorm.0.", "post_attention_layernorm."))  # fmt: skip
-_QWEN35 = MtpArch("qwen", ("mtp_num_hidden_layers",), default=1)
-# The config's own model type (its text config's, or an outer one's) -> its MTP layers
-ARCHS = {
-    "deepseek_v3": MtpArch("deepseek"),
-    "deepseek_v32": MtpArch("deepseek"),
-    "glm4_moe": MtpArch("deepseek"),
-    "glm_moe_dsa": MtpArch("deepseek"),
-    "glm4_moe_lite": MtpArch("deepseek"),
-    "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
-    "bailing_hybrid": MtpArch("bailing"),
-    "hy_v3": MtpArch("bailing"),
-    "qwen3_next": _QWEN,
-    "qwen3_5_text": _QWEN35,
-    "qwen3_5_moe_text": _QWEN35,
-    "mellum": MtpArch("qwen"),
-    "exaone_moe": MtpArch("qwen", default=1, dense=True),  # vLLM's ExaoneMoeMTP
-    "exaone4_5": MtpArch("qwen", ("num_nextn_predict_layers",), default=1, outer=True),
-    "inkling_text": MtpArch("inkling", text_only=True),
-    "nemotron_h": MtpArch("nemotron"),
-    "ernie4_5_moe": MtpArch("ernie", dense=True),  # vLLM's ErnieMTP
-    # vLLM's MiMoV2MTP: the sliding attention (its quantization config for all but o_proj)
-    "mimo_v2_flash": MtpArch(
-        "mimo",
-        dense=True,
-        attention="sliding_attention",
-        parts=(("post_attention_layernorm.", "pre_mlp_layernorm."),),
-        plain=("self_attn.o_proj",),
-    ),
-    # LongCat-Flash: its num_hidden_layers counts two per decoder layer (its two attentions)
-    "longcat_flash": MtpArch(
-        "longcat", default=1, most=1, layers="num_layers", parts=_LONGCAT, only=True
-    ),
-}
-_ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
+__all__ = ["MtpPart", "mtp_part"]
 
 
 @dataclass
@@ -148,57 +48,11 @@ class MtpPart:
     arch: Arch = Arch()  # the blocks' facts, under the checkpoint's names
 
 
-def _text(config: Any) -> Any:
-    get = getattr(config, "get_text_config", None)
-    return get() if callable(get) else config
-
-
-def _arch(config: Any) -> tuple[MtpArch | None, Any]:
-    """(the architecture's record or None, the config that counts its MTP layers). The class's
-    own model type first (vLLM renames the instance's for its draft)."""
-    outer = ARCHS.get(getattr(type(config), "model_type", None))
-    if outer is not None and outer.outer:
-        return outer, config
-    text = _text(config)
-    kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
-    arch = ARCHS.get(kind)
-    if arch is None or arch.outer or (arch.text_only and text is not config):
-        return None, text
-    return arch, text
-
-
-def mtp_layers(config: Any) -> tuple[str | None, int]:
-    """(layout, MTP layer count) of the checkpoint ``config`` describes: (None, 0) for one
-    without MTP layers."""
-    arch, counter = _arch(config)
-    if arch is None:
-        return None, 0
-    n = next((v for v in (getattr(counter, c, None) for c in arch.counts) if v is not None), None)
-    n = arch.default if n is None else n
-    n = min(n, arch.most) if arch.most and isinstance(n, int) else n
-    return (arch.layout, n) if isinstance(n, int) and n > 0 else (None, 0)
-
-
-# The layouts that keep their MTP tensors apart from the decoder layers (the others: after
-# them, as more layers): the prefix of every MTP tensor's name
-_APART = {"qwen": "mtp.", "nemotron": "mtp.", "ernie": "model.mtp_", "inkling": "model.mtp.",
-          "mimo": "model.mtp.", "longcat": "model.mtp."}  # fmt: skip
-
-
-def mtp_prefixes(config: Any) -> tuple[str, ...]:
-    """The prefixes of the MTP tensors' checkpoint names (none for a config without them)."""
-    style, n = mtp_layers(config)
-    if style in _APART:
-        return (_APART[style],)
-    arch, text = _arch(config)[0], _text(config)
-    return tuple(_where(arch, text, i)[0] for i in range(n))
-
-
 def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     """The MTP layers alone as a model config: n layers, the config's MTP layer types, else
     each MoE (dense where the record says) with the record's attention."""
     cfg = copy.deepcopy(text)
-    for name in (*_ALL_COUNTS, "quantization_config"):
+    for name in (*ALL_COUNTS, "quantization_config"):
         if name in cfg.__dict__:
             delattr(cfg, name)
     setattr(cfg, arch.layers, n)
@@ -222,58 +76,13 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     return cfg
 
 
-def _own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | None, dict]:
-    """(norms, input projection, copies) of MTP layer i whose tensors are under ``p``."""
-    if style == "deepseek":
-        copies = {p + "shared_head.head.weight": "lm_head", p + "embed_tokens.weight": "embedding"}
-        norms = [p + "enorm.weight", p + "hnorm.weight", p + "shared_head.norm.weight"]
-        return norms, p + "eh_proj.weight", copies
-    if style in ("bailing", "mimo"):
-        norms = [p + n for n in ("enorm.weight", "hnorm.weight", "final_layernorm.weight")]
-        return norms, p + "eh_proj.weight", {}
-    if style == "inkling":
-        norms = [p + "hidden_norm.weight", p + "embed_norm.weight"]
-        if i == 0 and getattr(text, "chain_hidden_post_norm", False):
-            norms.append("model.mtp.chain_norm.weight")
-        return norms, p + "input_proj.weight", {}
-    if style == "ernie":  # each of its own tensors counted by a last index, i
-        norms = [f"model.mtp_emb_norm.{i}.weight", f"model.mtp_hidden_norm.{i}.weight"]
-        return norms, f"model.mtp_linear_proj.{i}.weight", {}
-    if style == "longcat":  # the one layer's own tensors, the final norm, the embedding's copy
-        norms = [p + "enorm.m.weight", p + "hnorm.m.weight", "model.mtp.norm.weight"]
-        return norms, p + "eh_proj.weight", {"model.mtp.embed_tokens.weight": "embedding"}
-    if style == "nemotron":  # step i: its first layer fuses the inputs, its last normalizes
-        size = len(text.mtp_layers_block_type)
-        first, last = f"mtp.layers.{i * size}.", f"mtp.layers.{i * size + size - 1}."
-        norms = [first + "enorm.weight", first + "hnorm.weight", last + "final_layernorm.weight"]
-        return norms, first + "eh_proj.weight", {}
-    if i > 0:  # qwen: one input projection and its norms for all the MTP layers
-        return [], None, {}
-    norms = ["mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"]
-    return norms + ["mtp.norm.weight"], "mtp.fc.weight", {}
-
-
-def _where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
-    """(MTP layer i's prefix, its decoder block's prefix) in the checkpoint of ``text``."""
-    style = arch.layout
-    if style in ("deepseek", "bailing"):
-        p = f"{arch.main}{text.num_hidden_layers + i}."
-        return p, p
-    if style in ("inkling", "longcat", "mimo"):
-        p = f"model.mtp.layers.{i}."
-        return p, p + ("transformer_block." if style == "inkling" else "")
-    if style == "ernie":
-        return "model.mtp_", f"model.mtp_block.{i}."
-    return f"mtp.layers.{i}.", f"mtp.layers.{i}."
-
-
 def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     """The MTP tensors of ``config``'s checkpoint in ``dtype`` (what stays in float32 as the
     class keeps it), or None."""
     style, n = mtp_layers(config)
     if style is None:
         return None
-    arch, text = _arch(config)[0], _text(config)
+    arch, text = arch_of(config)[0], text_config(config)
     twin = build_model(_mtp_config(text, n, arch), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
@@ -283,9 +92,9 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     rename = {}
     for name in blocks:
         m = layer.match(name)
-        rest = _part(arch, name[m.end() :]) if m is not None else None
+        rest = block_name(arch, name[m.end() :]) if m is not None else None
         if rest is not None:
-            rename[name] = _where(arch, text, int(m.group(1)))[1] + rest
+            rename[name] = where(arch, text, int(m.group(1)))[1] + rest
     block = []
     for name, new in rename.items():
         b = blocks[name]
@@ -294,13 +103,13 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             t_dtype = torch.float32 if kept_fp32(twin, name, t_dtype, built) else dtype
         module = _owner(twin, name, b.source)
         block.append((module, new, torch.empty(b.shape, dtype=t_dtype, device="meta"), b.shape))
-    plain = tuple(_where(arch, text, i)[1] + m for i in range(n) for m in arch.plain)
+    plain = tuple(where(arch, text, i)[1] + m for i in range(n) for m in arch.plain)
     part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename), plain=plain)
     h = text.hidden_size
     hidden_first = style == "inkling" and getattr(text, "mtp_hidden_states_first", True)
     norm = torch.nn.Module()
     for i in range(n):
-        norms, proj, copies = _own_names(style, _where(arch, text, i)[0], i, text)
+        norms, proj, copies = own_names(style, where(arch, text, i)[0], i, text)
         part.copies.update(copies)
         for name in norms:
             part.own.append((norm, name, torch.empty(h, dtype=dtype, device="meta"), (h,)))
@@ -310,14 +119,6 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             part.own.append((torch.nn.Module(), proj, wide, (h, 2 * h)))
             part.projections[proj] = h if hidden_first else 0
     return part
-
-
-def _part(arch: MtpArch, rest: str) -> str | None:
-    """A block tensor's name within the layer as the checkpoint keeps it (None: not made)."""
-    for old, new in arch.parts:
-        if rest.startswith(old):
-            return new + rest[len(old) :]
-    return None if arch.only else rest
 
 
 def _owner(model: torch.nn.Module, name: str, source: str) -> torch.nn.Module:

@@ -17,7 +17,7 @@ from ..kept import config_checkpoint
 from ..reports import common_arguments, common_seed, positive, report_config, write_json
 from .acceptance import AcceptanceError, parse_acceptance
 from .design import DesignError, code_block, predicted_entropy
-from .mtp import mtp_layers, mtp_prefixes
+from .mtp_layouts import mtp_layers, mtp_prefixes
 from .stream import predict
 
 RHOS = (1.0, 1.2, 1.4)
