@@ -8,9 +8,10 @@ host's work per tensor).
                    plugin (``--load-format dummy`` where fp8_dummy is installed: the whole
                    model as one plan); vLLM's own loop calling the plugin's per-tensor
                    function (where a layer is quantized online, or the loop's walk is not
-                   proven); and ``--load-format fp8_dummy``
+                   proven); and ``--load-format fp8_dummy``; the plugin's row also with a
+                   new plan (the kept plans forgotten: an engine's one load per process)
   sglang dummy     the same Llama: SGLang's initialize_dummy_weights, and fp8_dummy's (the
-                   plugin's hook)
+                   plugin's hook; also with a new plan)
   vllm realistic   a Qwen3-MoE of --layers layers and --experts experts (per-expert tensors
   sglang realistic in the checkpoint: tens of thousands), bf16 and FP8 block: the realistic
                    in-engine load (the logical checkpoint through the model's own
@@ -61,6 +62,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def afresh(fill):
+    """``fill`` with the plans kept from earlier fills forgotten first: the plan made again,
+    as at an engine's one load per process (the proofs stay the process's)."""
+    from fp8_dummy.engines.core.kept import forget
+
+    return lambda: (forget(), fill())
+
+
 def rows_per_tensor(rows: dict, count: int, base: str) -> dict:
     for r in rows.values():
         r["us_per_tensor"] = r["median_s"] / count * 1e6
@@ -101,6 +110,7 @@ def vllm_dummy(args, tmp: Path) -> dict:
     fills = {
         "vLLM's own (dummy)": load("dummy", *own),
         "dummy with the plugin (one plan)": load("dummy"),
+        "dummy with the plugin, a new plan": afresh(load("dummy")),
         "dummy, vLLM's loop, the plugin's function": load("dummy", method=own[1]),
         "--load-format fp8_dummy": load("fp8_dummy"),
     }
@@ -182,6 +192,7 @@ def sglang_dummy(args, tmp: Path) -> dict:
     fills = {
         "SGLang's own": lambda: own(model),
         "fp8_dummy (the plugin's hook)": lambda: plugin._around(own, model),
+        "fp8_dummy, a new plan": afresh(lambda: plugin._around(own, model)),
     }
     count = len(model.state_dict())
     result = {"case": "sglang dummy", "model": f"llama fp8 block, {args.layers} layers",
@@ -191,7 +202,7 @@ def sglang_dummy(args, tmp: Path) -> dict:
         V.poison(model)
         fn()
         snapshots.append({n: t.clone() for n, t in model.state_dict().items()})
-    result["identical"] = same(*snapshots)
+    result["identical"] = all(same(snapshots[0], s) for s in snapshots[1:])
     rows = {name: timed(fn, args.repeats) for name, fn in fills.items()}
     result["rows"] = rows_per_tensor(rows, count, "SGLang's own")
     return result
