@@ -45,3 +45,89 @@ def test_step3p7_is_refused_before_anything_is_written(tmp_path, capsys):
     assert main([str(tmp_path / "c"), str(tmp_path / "out"), "--quiet"]) == 2
     assert "not views of its tensors" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# The view ops a conversion or a loader takes have their layouts computed directly
+# (fp8_dummy/realistic/lazy_views.py); the general path runs the op on the stand-in's meta proxy.
+# Both must give the same block (or the same error) for every op and argument, odd ones too.
+def _outcome(make):
+    """The blocks a view makes, or the type of the error it raises."""
+    try:
+        out = make()
+    except Exception as e:  # noqa: BLE001 (the error is the outcome compared)
+        return type(e).__name__
+    views = out if isinstance(out, (list, tuple)) else [out]
+    return [(type(v).__name__, tuple(v.shape), v.block() if hasattr(v, "block") else None)
+            for v in views]  # fmt: skip
+
+
+def _random_view(rng, t):
+    """A random view op with random (sometimes out-of-range) arguments, as a call."""
+    n = t.dim()
+    dim = rng.randint(-n - 1, n) if rng.random() < 0.1 else rng.randint(-n, max(n - 1, -n))
+    size = t.shape[dim] if -n <= dim < n else 1
+    index = rng.randint(-size - 1, size)
+    start, end = rng.choice([None, rng.randint(-7, 7)]), rng.choice([None, rng.randint(-7, 9)])
+    dims = rng.sample(range(-n, n), rng.randint(0, n)) if n else []
+    if dims and rng.random() < 0.1:
+        dims.append(dims[0])  # a repeated dim: torch refuses it
+    return rng.choice([
+        lambda: t.squeeze(),
+        lambda: t.squeeze(dim),
+        lambda: t.squeeze(dims),
+        lambda: t.select(dim, index),
+        lambda: t.split(rng.randint(0, 4), dim),
+        lambda: t.chunk(rng.randint(1, 5), dim),
+        lambda: t.unbind(dim),
+        lambda: t[(slice(None),) * (dim % max(n, 1)) + (slice(start, end, rng.randint(1, 3)),)],
+        lambda: t.narrow(dim, max(index, 0), 1),
+        lambda: t.transpose(dim, rng.randint(-n, max(n - 1, 0))),
+        lambda: t.t(),
+        lambda: t.unsqueeze(0).squeeze(0),
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_direct_view_layouts_are_the_general_paths(seed, monkeypatch):
+    import random
+
+    from fp8_dummy.realistic import lazy_tensor
+
+    rng = random.Random(seed)
+    views = dict(lazy_tensor.VIEWS)
+    checked = 0
+    for _ in range(300):
+        shape = tuple(rng.choice([0, 1, 1, 2, 3, 5]) for _ in range(rng.randint(0, 4)))
+        start = lazy_tensor.LazyTensor.of("w", shape, torch.float32, None)
+        if shape and rng.random() < 0.5:  # a block with its own strides and offset
+            start = start.transpose(0, -1)[1:] if shape[-1] > 1 else start.unsqueeze(1)
+        seeds = [rng.random() for _ in range(3)]
+        outcomes = []
+        for table in (views, {}):
+            monkeypatch.setattr(lazy_tensor, "VIEWS", table)
+            rng2 = random.Random(seeds[0])
+            outcomes.append(_outcome(_random_view(rng2, start)))
+            monkeypatch.setattr(lazy_tensor, "VIEWS", views)
+        assert outcomes[0] == outcomes[1], (shape, start.block())
+        checked += isinstance(outcomes[0], list)
+    assert checked > 150  # most calls are views, not errors
+
+
+def test_a_conversions_blocks_are_the_general_paths(monkeypatch):
+    """transformers' conversion of a per-expert MoE (chunks of the fused experts, squeezed):
+    the same blocks with the direct layouts as with the meta ops."""
+    pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+    import transformers
+
+    from fp8_dummy.realistic import hf_model, lazy_tensor
+
+    config = transformers.AutoConfig.for_model(
+        "qwen3_moe", hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+        vocab_size=64, num_experts=5, num_experts_per_tok=2,
+    )  # fmt: skip
+    model = hf_model.build_model(config)
+    fast = hf_model.memory_blocks(model)
+    monkeypatch.setattr(lazy_tensor, "VIEWS", {})
+    general = hf_model.memory_blocks(model)
+    assert len(fast) > 2 * 5 * 3 and fast == general

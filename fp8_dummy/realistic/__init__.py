@@ -27,6 +27,8 @@ bytes on disk:
   names and where each lies in the in-memory tensors;
 - ``lazy_tensor.py``: stand-ins for checkpoint tensors that an engine's loader narrows and
   copies, written only at the copy; the views a conversion takes, recorded;
+  ``lazy_views.py``: the layouts of the common view ops (squeeze, split, select, slice, ...)
+  computed from a stand-in's block, without a meta op;
 - ``logical.py``: the logical model: each checkpoint tensor's spec, key and overrides, and
   its writer (every holder of the model takes its bytes from here); the weights iterator an
   engine's loader is fed (small tensors whole, a batch at a time; large ones stand-ins);

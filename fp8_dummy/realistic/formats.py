@@ -6,6 +6,7 @@ describes: :mod:`.config_formats`)."""
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -178,6 +179,14 @@ def expert_weight(name: str, shape: tuple, spec: Spec) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def meta_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """A meta tensor of ``shape`` and ``dtype``: the stand-in an entry of the logical model
+    carries for its dtype (read, never written; one per kind of tensor: tens of thousands of
+    per-expert tensors are a few kinds)."""
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
 def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[list, list[str]]:
     """The format's tensors: each decoder-layer linear weight quantized with its scales beside
     it; the linear modules left unquantized (routers, lm_head; for MXFP4 every linear module:
@@ -186,12 +195,16 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
     if fmt.quant == "mxfp4":
         return _quantize_mxfp4(entries, specs, fmt.keep)
     out, skipped, done = [], [], 0
+    kinds: dict[int, str] = {}  # id(module) -> module_kind: a MoE's experts share a few modules
     for module, name, t, shape in entries:
         spec = specs[name]
         owner = name[: -len(".weight")]
+        kind = kinds.get(id(module))
+        if kind is None:
+            kind = kinds[id(module)] = module_kind(module)
         # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
         # its scales and packing along those axes.
-        plain = kept(owner, fmt.keep) or module_kind(module) == "transposed"
+        plain = kept(owner, fmt.keep) or kind == "transposed"
         if not quantized(name, shape, spec) or plain:
             out.append((module, name, t, shape))
             if (
@@ -202,10 +215,7 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
                 skipped.append(owner)
             continue
         done += 1
-        out += [
-            (module, n, torch.empty(s, dtype=d, device="meta"), s)
-            for n, s, d in _tensors(fmt, name, shape)
-        ]
+        out += [(module, n, meta_tensor(s, d), s) for n, s, d in _tensors(fmt, name, shape)]
     if not done and any(quantized(n, s, specs[n]) for _, n, _, s in entries):
         raise UnsupportedFormatError(
             f"fp8_dummy: {fmt.name}: no linear weight of this model is left to quantize (each "

@@ -5,7 +5,9 @@ when a loader copies it into a parameter (``param.copy_(lazy)``) asks its source
 elements into the parameter's view directly: an engine's own loader places the checkpoint
 tensor, and no rank holds more of it than its slice. Any other operation (arithmetic, ``cat``,
 ``item``) gets the block's real values, made for that operation alone (counted in
-:data:`materialized`), so a loader that does more than views and copies is still exact.
+:data:`materialized`), so a loader that does more than views and copies is still exact. The
+common views' layouts are computed directly (:mod:`.lazy_views`); any other view is run on
+the stand-in's meta proxy, made only for such an operation.
 
 The reverse direction maps a model's in-memory tensors to checkpoint names: :func:`view_map`
 runs a conversion (transformers' ``revert_weight_conversion``) on stand-ins of the model's
@@ -23,6 +25,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..stateless import row_major_strides
+from .lazy_views import GENERAL, VIEWS, Layout
 
 __all__ = ["Block", "LazyTensor", "NotAffineError", "materialized", "view_map"]
 
@@ -113,12 +116,31 @@ class LazyTensor(torch.Tensor):
         dtype: torch.dtype | None = None,
         device: torch.device | str = "cpu",
     ) -> LazyTensor:
-        r = torch.Tensor._make_wrapper_subclass(
-            cls, proxy.shape, dtype=dtype or source_dtype, device=device, requires_grad=False
-        )
-        r._proxy, r._source, r._source_shape = proxy, source, tuple(source_shape)
-        r._source_dtype, r._writer = source_dtype, writer
+        layout = (tuple(proxy.shape), proxy.stride(), proxy.storage_offset())
+        r = cls._made(proxy, layout, source, source_shape, source_dtype, writer, dtype, device)
+        r._p = proxy
         return r
+
+    @classmethod
+    def _made(cls, root, layout, source, source_shape, source_dtype, writer, dtype, device):
+        """A stand-in for the block ``layout`` of ``root`` (the source's meta storage), its
+        proxy made only when an operation needs it (:attr:`_proxy`)."""
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, layout[0], dtype=dtype or source_dtype, device=device, requires_grad=False
+        )
+        r._root, r._layout, r._p, r._source = root, layout, None, source
+        r._source_shape, r._source_dtype, r._writer = tuple(source_shape), source_dtype, writer
+        return r
+
+    @property
+    def _proxy(self) -> torch.Tensor:
+        """The block as a meta tensor over the source's storage (what the general path runs
+        an operation on), made once."""
+        p = self._p
+        if p is None:
+            shape, strides, offset = self._layout
+            p = self._p = self._root.as_strided(shape, strides, offset)
+        return p
 
     @classmethod
     def of(
@@ -135,10 +157,8 @@ class LazyTensor(torch.Tensor):
         return cls(proxy, source, tuple(shape), dtype, writer, device=device)
 
     def block(self) -> Block:
-        p = self._proxy
-        return Block(
-            self._source, self._source_shape, tuple(p.shape), p.storage_offset(), p.stride()
-        )
+        shape, strides, offset = self._layout
+        return Block(self._source, self._source_shape, tuple(shape), offset, tuple(strides))
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # no values made to print it
         return f"LazyTensor({self._source}, shape={tuple(self.shape)}, dtype={self.dtype})"
@@ -152,6 +172,19 @@ class LazyTensor(torch.Tensor):
             self._writer,
             dtype=dtype or self.dtype,
             device=device or self.device,
+        )
+
+    def _at(self, layout: Layout, dtype: torch.dtype | None = None, device=None) -> LazyTensor:
+        """The block ``layout`` of the same source (a view computed by :mod:`.lazy_views`)."""
+        return LazyTensor._made(
+            self._root,
+            layout,
+            self._source,
+            self._source_shape,
+            self._source_dtype,
+            self._writer,
+            dtype or self.dtype,
+            device or self.device,
         )
 
     def values(self) -> torch.Tensor:
@@ -175,7 +208,13 @@ class LazyTensor(torch.Tensor):
             src = args[0]
             dtype = kwargs.get("dtype") or src.dtype
             # a copy keeps the values: the same block, in its own (contiguous) layout
-            return src._like(src._proxy, dtype=dtype, device=kwargs.get("device"))
+            return src._at(src._layout, dtype=dtype, device=kwargs.get("device"))
+        view = VIEWS.get(func)
+        if view is not None and type(args[0]) is LazyTensor and not kwargs:
+            out = view(args[0]._layout, *args[1:])
+            if out is not GENERAL:
+                first = args[0]
+                return [first._at(v) for v in out] if type(out) is list else first._at(out)
         if _is_view(func):
             lazies: list[LazyTensor] = []
             values = kwargs.values()

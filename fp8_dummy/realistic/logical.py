@@ -24,7 +24,7 @@ from ..collector import paused
 from ..ops import as_int64
 from ..stateless import tensor_seed
 from .arch import Arch, derive, derive_twin
-from .formats import FORMATS, Format, quantize
+from .formats import FORMATS, Format, meta_tensor, quantize
 from .hf_model import built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
 from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, parse_routing, plan_routing
@@ -177,7 +177,7 @@ def logical_model(
         dtype = own[b.source].dtype
         if fmt is not None and dtype.is_floating_point:
             dtype = torch.float32 if kept_fp32(model, name, dtype, built) else fmt.dtype
-        stand_in = torch.empty(b.shape, dtype=dtype, device="meta")
+        stand_in = meta_tensor(b.shape, dtype)  # read for its dtype only: one per kind
         entries.append((_module(modules, name, b.source), name, stand_in, b.shape))
     arch = _renamed(arch, blocks)
     config = getattr(model, "config", None)
