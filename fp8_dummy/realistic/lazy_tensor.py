@@ -163,19 +163,9 @@ class LazyTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # no values made to print it
         return f"LazyTensor({self._source}, shape={tuple(self.shape)}, dtype={self.dtype})"
 
-    def _like(self, proxy: torch.Tensor, dtype: torch.dtype | None = None, device=None):
-        return LazyTensor(
-            proxy,
-            self._source,
-            self._source_shape,
-            self._source_dtype,
-            self._writer,
-            dtype=dtype or self.dtype,
-            device=device or self.device,
-        )
-
     def _at(self, layout: Layout, dtype: torch.dtype | None = None, device=None) -> LazyTensor:
-        """The block ``layout`` of the same source (a view computed by :mod:`.lazy_views`)."""
+        """The block ``layout`` of the same source (a view: computed by :mod:`.lazy_views`, or
+        the layout of the op's answer on the meta proxy)."""
         return LazyTensor._made(
             self._root,
             layout,
@@ -229,7 +219,8 @@ class LazyTensor(torch.Tensor):
                 if out is not None and all(
                     isinstance(v, torch.Tensor) and torch._C._is_alias_of(v, root) for v in views
                 ):
-                    wrapped = [first._like(v) for v in views]
+                    wrapped = [first._at((tuple(v.shape), v.stride(), v.storage_offset()))
+                               for v in views]  # fmt: skip
                     return type(out)(wrapped) if isinstance(out, (list, tuple)) else wrapped[0]
         # anything else: the real values, made for this operation
         real = tree_map(lambda a: a.values() if isinstance(a, LazyTensor) else a, (args, kwargs))
