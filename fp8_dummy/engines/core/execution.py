@@ -135,13 +135,10 @@ class Program(NamedTuple):
     size: list[int]
 
 
-def program(planned: list[Planned], mode: str, kept: Kept | None = None) -> Program:
-    """The plan's :class:`Program` (kept with a kept plan: made once for its fills; by its
-    kinds alone where they say it all). What is asked of an entry's action and (semantics,
-    seed) is asked once per object: a kind's entries share them, so the pass per entry is
-    lookups by identity."""
-    if kept is not None and (by_kinds := _program_by_kinds(kept, mode)) is not None:
-        return by_kinds
+def program(planned: list[Planned], mode: str) -> Program:
+    """The plan's :class:`Program` from its entries (a kept plan's: :func:`_kept_program`).
+    What is asked of an entry's action and (semantics, seed) is asked once per object: a
+    kind's entries share them, so the pass per entry is lookups by identity."""
     objects = {id(e[2]): e[2] for e in planned}
     skipped = {key for key, action in objects.items() if action.kind is Kind.SKIP}
     if skipped:
@@ -206,6 +203,14 @@ def _program_by_kinds(kept: Kept, mode: str) -> Program | None:
     return Program([(i, False) for i in sorted(chain(others))], merged, [])
 
 
+def _kept_program(kept: Kept, mode: str, entries: Callable[[], list[Planned]]) -> Program:
+    """A kept plan's :class:`Program`, made once for its fills: from its kinds alone where
+    they say it all, else from its ``entries()``."""
+    if (prog := kept.programs.get(mode)) is None:
+        prog = kept.programs[mode] = _program_by_kinds(kept, mode) or program(entries(), mode)
+    return prog
+
+
 def run(
     planned: list[Planned] | KeptFill, *, mode: str = "generator", progress: bool | None = False
 ) -> str | None:
@@ -215,16 +220,11 @@ def run(
     kept = getattr(planned, "kept", None)
     if isinstance(planned, KeptFill):  # a kept plan found as it is: entries made on demand
         entry, tensor = planned.entry, planned.tensors.__getitem__
-        if (prog := kept.programs.get(mode)) is None:
-            prog = _program_by_kinds(kept, mode) or program(
-                list(map(entry, range(len(planned)))), mode
-            )
-            kept.programs[mode] = prog
+        prog = _kept_program(kept, mode, lambda: list(map(entry, range(len(planned)))))
     else:
         entry, tensor = planned.__getitem__, lambda i: planned[i][1]
         if kept is not None and len(planned) == len(kept.kind_of):
-            if (prog := kept.programs.get(mode)) is None:
-                prog = kept.programs[mode] = program(planned, mode, kept)
+            prog = _kept_program(kept, mode, lambda: planned)
         else:
             prog = program(planned, mode)
     if progress is None:
