@@ -11,7 +11,8 @@ import torch
 from ._library import C as _C
 
 __all__ = ["BYTE_VIEWED", "E8M0", "FLOAT8", "FP4", "PACKED_FP4", "is_plain", "unwritable"]
-__all__ += ["refusal", "shape_names", "state_dict_shape", "walk", "walk_lists", "walk_shape"]
+__all__ += ["refusal", "shape_locals", "shape_names", "shape_names_at", "state_dict_shape"]
+__all__ += ["walk", "walk_lists", "walk_shape"]
 
 FP4 = getattr(torch, "float4_e2m1fn_x2", None)  # two e2m1 codes a byte
 E8M0 = getattr(torch, "float8_e8m0fnu", None)  # a power of two a byte (MX scales)
@@ -216,6 +217,53 @@ def shape_names(shape: list) -> list[str]:
         else:
             names.append(dot + item)
     return names
+
+
+def shape_locals(shape: list) -> list[str]:
+    """The local names (each dotted name's last part) of a :func:`walk_shape` shape's tensors,
+    in its order: no dotted name made."""
+    out: list[str] = []
+    put, key = out.append, False
+    for item in shape:
+        if key:  # a module's key, after its parent's place
+            key = False
+        elif type(item) is int:
+            key = True
+        else:
+            put(item)
+    return out
+
+
+def shape_names_at(shape: list, wanted: list[int]) -> list[str]:
+    """The dotted names of the tensors ``wanted`` (ascending places in the walk's order) of a
+    :func:`walk_shape` shape, as :func:`shape_names` makes them: only theirs made."""
+    modules: list[tuple[int, str]] = []  # (parent, key), in the order the walk visits them
+    out: list[str] = []
+    if not wanted:
+        return out
+    places = iter(wanted)
+    want, count, parent = next(places), 0, None
+    for item in shape:
+        if parent is not None:
+            modules.append((parent, item))
+            parent = None
+        elif type(item) is int:
+            parent = item
+        else:
+            if count == want:
+                keys, m = [], len(modules) - 1
+                while m >= 0:
+                    m, key = modules[m]
+                    keys.append(key)
+                prefix = ""
+                for key in reversed(keys):
+                    prefix = f"{prefix}.{key}" if prefix else key
+                out.append(f"{prefix}.{item}" if prefix else item)
+                want = next(places, -1)
+                if want < 0:
+                    break
+            count += 1
+    return out
 
 
 def is_plain(t: torch.Tensor) -> bool:

@@ -217,3 +217,42 @@ def test_a_kept_fill_with_progress_shown_writes_the_same(plans, capsys):
     refill(a, seed=4, progress=True)
     assert_same_bytes(a, loader(b, seed=4))
     assert len(plans) == 2
+
+
+@pytest.fixture
+def asked(monkeypatch):
+    """The names the fills' plans asked decisions for, in order (not the probes' plans)."""
+    core.kept.forget()
+    names = []
+    real = core.planning.decider
+
+    def counted(sem, call, engine, prove, *rest):
+        decide, memo = real(sem, call, engine, prove, *rest)
+
+        def decide_(name, t):
+            names.extend([name] * prove)
+            return decide(name, t)
+
+        return decide_, memo
+
+    monkeypatch.setattr(core.planning, "decider", counted)
+    return names
+
+
+@pytest.mark.refusals  # exempt from FP8_DUMMY_STRICT=1 (the unproven case)
+@pytest.mark.parametrize("case", ["kept", "stateless", "unproven"])
+def test_a_new_plan_asks_each_tensor_at_most_once(asked, monkeypatch, case):
+    # A new plan decides each kind at its first tensor; where a kind's decision is not all
+    # there is to it (the stateless mode's checks per tensor, a proof that did not pass and is
+    # asked again per tensor) the entries take over from that first answer, not asking again.
+    if case == "unproven":
+        monkeypatch.setattr(core.planning, "proven", lambda *a: False)
+    a, b = twin()
+    mode = "stateless" if case == "stateless" else "generator"
+    refill(a, seed=5, mode=mode)
+    count = len(all_tensors(a))
+    assert len(asked) == len(set(asked)), asked
+    if case != "unproven":
+        assert 0 < len(asked) < count
+    if case != "stateless":
+        assert_same_bytes(a, loader(b, seed=5))

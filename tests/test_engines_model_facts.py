@@ -120,8 +120,13 @@ def test_the_c_walk_is_the_python_walk(seed):
         return
     same_walk(ours, theirs)
     assert tensors._C_WALK(model, tensors._OWN_ORDER, tensors._NAMED_MODULES, "") is not False
-    named = named_modules_walk(model)
-    assert shape_names(ours[0]) == [n for n, _ in named]
+    named = [n for n, _ in named_modules_walk(model)]
+    assert shape_names(ours[0]) == named
+    # What a new plan reads of the shape: the local names, and the dotted names of a few
+    assert tensors.shape_locals(ours[0]) == [n.rpartition(".")[2] for n in named]
+    for _ in range(5):
+        wanted = sorted(rng.sample(range(len(named)), rng.randint(0, len(named))))
+        assert tensors.shape_names_at(ours[0], wanted) == [named[i] for i in wanted]
 
 
 def test_the_c_walk_leaves_odd_dictionaries_to_python():

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ...tensors import shape_names
 from .kinds import Kinds, dispatching, facts_match
 
 __all__ = ["Kept", "KeptFill", "KeptPlan", "find", "find_one", "forget", "keep", "keep_one"]
@@ -37,7 +38,7 @@ def _generation() -> int:
 @dataclass(eq=False)
 class Kept:
     context: tuple  # the call: (semantics, call, engine, mode, scales' rule, inference mode)
-    names: list[str]
+    names: list[str] | None  # None: made from the shape when first asked (:meth:`named`)
     types: list[type]  # each tensor's class
     attrs: list | None  # the rule's attributes, per tensor
     facts: torch.Tensor
@@ -46,6 +47,12 @@ class Kept:
     decided: list[tuple]  # per kind: the plan's decision
     shape: list | None = None  # the module walk's shape (the names are a function of it)
     programs: dict[str, Any] = field(default_factory=dict)  # run()'s Program, by mode
+
+    def named(self) -> list[str]:
+        """The tensors' dotted names (a plan kept from a walk's shape makes them here, once)."""
+        if self.names is None:
+            self.names = shape_names(self.shape)
+        return self.names
 
 
 class KeptPlan(list):
@@ -62,7 +69,7 @@ class KeptFill(NamedTuple):
     call, which writes nothing where they changed (run() then returns :data:`STALE`)."""
 
     kept: Kept
-    names: list[str]
+    names: list[str] | None  # None: the kept plan's (:meth:`Kept.named`), made if asked
     tensors: list[torch.Tensor]
     unchecked: bool = False  # the tensors' facts are the fill's to check first
 
@@ -71,7 +78,8 @@ class KeptFill(NamedTuple):
 
     def entry(self, i: int) -> tuple:
         action, meta = self.kept.decided[self.kept.kind_of[i]][:2]
-        return self.names[i], self.tensors[i], action, meta
+        names = self.names if self.names is not None else self.kept.named()
+        return names[i], self.tensors[i], action, meta
 
 
 def _attrs(tensors: list[torch.Tensor], reads: tuple) -> list | None:
@@ -117,11 +125,13 @@ def find(context: tuple, names: list[str] | None, tensors: list[torch.Tensor], r
     return None
 
 
-def keep(context: tuple, names: list[str], tensors: list[torch.Tensor], reads, kinds: Kinds,
-         decided: list[tuple], shape: list | None = None) -> Kept:  # fmt: skip
-    """Keeps a plan just made (every kind decided, every proof passed)."""
+def keep(context: tuple, names: list[str] | None, tensors: list[torch.Tensor], reads,
+         kinds: Kinds, decided: list[tuple], shape: list | None = None) -> Kept:  # fmt: skip
+    """Keeps a plan just made (every kind decided, every proof passed); ``names`` None: made
+    from ``shape`` if ever asked."""
     types = list(map(type, tensors))
-    entry = Kept(context, list(names), types, _attrs(tensors, reads), kinds.facts, _generation(),
+    names = list(names) if names is not None else None
+    entry = Kept(context, names, types, _attrs(tensors, reads), kinds.facts, _generation(),
                  kinds.kind_of, list(decided), shape)  # fmt: skip
     with _lock:
         _plans.append(entry)

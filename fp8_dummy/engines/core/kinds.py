@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ...tensors import shape_locals
+
 __all__ = ["Kinds", "dispatching", "facts_match", "init_many_kept", "kinds_of", "reads_only"]
 __all__ += ["tensor_facts"]
 
@@ -79,16 +81,21 @@ class Kinds(NamedTuple):
     facts: torch.Tensor | None  # None: the plan is not kept
 
 
-def kinds_of(names: list[str], tensors: list[torch.Tensor], reads: Any) -> Kinds:
+def kinds_of(names: list[str] | None, tensors: list[torch.Tensor], reads: Any,
+             shape: list | None = None) -> Kinds:  # fmt: skip
     """The tensors' kinds, numbered in order of first appearance. ``reads``: the attributes
     the rule reads (a tuple), or None: every tensor a kind of its own (the rule is asked for
-    each)."""
+    each). ``names`` None: the local names read from the walk's ``shape``, no dotted name
+    made."""
     n = len(tensors)
     facts = tensor_facts(tensors) if reads is not None else None
     if facts is None:
         return Kinds(list(range(n)), list(range(n)), None)
     fact_kinds = facts[:n].tolist()
-    locals_ = [name.rpartition(".")[2] for name in names]
+    if names is None:
+        locals_ = shape_locals(shape)
+    else:
+        locals_ = [name.rpartition(".")[2] for name in names]
     if not reads:
         keys = list(zip(locals_, map(type, tensors), fact_kinds))
     elif len(reads) == 1:

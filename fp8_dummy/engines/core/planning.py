@@ -16,7 +16,7 @@ import torch
 
 from ... import _proof
 from ...collector import no_cycle_collection
-from ...tensors import shape_names
+from ...tensors import shape_names, shape_names_at
 from . import execution, kept
 from .deciding import decider, entries
 from .execution import run
@@ -233,20 +233,48 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
         return kept.KeptFill(found, found.names, ts, defer)  # its names: the same (or shape)
     if found is not None and defer:
         found = kept.find(*on, True, shape)
-    if names is None:  # no kept plan that does without them
-        names = shape_names(shape)
     if found is not None:
+        names = names if names is not None else shape_names(shape)
         out = entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
         return _kept_plan(out, found)
-    kinds = kinds_of(names, ts, sem.reads if neutral in (None, default_scales) else None)
+    kinds = kinds_of(names, ts, sem.reads if neutral in (None, default_scales) else None, shape)
     decide, memo = decider(sem, call, engine, prove, mode, neutral, check, proven)
     decided: list = [None] * len(kinds.firsts)
+    if lazy and keep and one is None and kinds.facts is not None:
+        # A fill's new plan: each kind decided at its first tensor, in order; where every
+        # decision holds for its kind with nothing of a tensor's own, the plan is kept and run
+        # from its kinds: no entry per tensor, no dotted name but the firsts'.
+        at = [names[i] for i in kinds.firsts] if names is not None else None
+        at = at if at is not None else shape_names_at(shape, kinds.firsts)
+        for k, i in enumerate(kinds.firsts):
+            d = decide(at[k], ts[i])
+            if d is None:
+                return None  # a whole-model engine fills the model itself
+            if not (d[4] and d[5]):
+                decide = _first_given(d, decide)  # the entries' first question: this one
+                break
+            decided[k] = d
+        else:
+            entry = kept.keep(context, names, ts, sem.reads, kinds, decided, shape)
+            return kept.KeptFill(entry, names, ts)
+    names = names if names is not None else shape_names(shape)
     out = entries(names, ts, kinds.kind_of, decided, decide, mode, check)
     if keep and out is not None and memo["keep"] and one is not None:
         kept.keep_one(one, decided[0])
     elif keep and out is not None and memo["keep"] and kinds.facts is not None:
         return _kept_plan(out, kept.keep(context, names, ts, sem.reads, kinds, decided, shape))
     return out
+
+
+def _first_given(first: tuple, decide: Callable) -> Callable:
+    """``decide`` whose first answer is ``first``, already made: the kinds before it are
+    decided, so the entries' first question is that kind's first tensor's."""
+    given = [first]
+
+    def decide_(name: str, t: torch.Tensor) -> tuple | None:
+        return given.pop() if given else decide(name, t)
+
+    return decide_
 
 
 def _kept_plan(out: list[Planned] | None, entry: kept.Kept) -> list[Planned] | None:
