@@ -43,8 +43,18 @@ Api look_up(bool& found) {
       {&a.set_new, "PySet_New"},
       {&a.tuple_item, "PyTuple_GetItem"},
       {&a.tuple_pack, "PyTuple_Pack"},
+      {&a.dict_new, "PyDict_New"},
+      {&a.dict_set, "PyDict_SetItem"},
+      {&a.list_size, "PyList_Size"},
+      {&a.list_item, "PyList_GetItem"},
+      {&a.error_matches, "PyErr_ExceptionMatches"},
+      {&a.error_clear, "PyErr_Clear"},
+      {&a.error_set, "PyErr_SetString"},
       {&a.none, "_Py_NoneStruct"},
       {&a.false_, "_Py_FalseStruct"},
+      {&a.attribute_error, "PyExc_AttributeError"},
+      {&a.value_error, "PyExc_ValueError"},
+      {&a.long_type, "PyLong_Type"},
   };
   // Every field is one pointer, so the table covers the struct exactly when the counts agree.
   static_assert(sizeof(slots) / sizeof(Slot) == sizeof(Api) / sizeof(void*));
@@ -63,6 +73,17 @@ const Api* api() {
   static bool found = false;
   static const Api table = look_up(found);
   return found ? &table : nullptr;
+}
+
+LookUpAttr look_up_attr() {
+  static const LookUpAttr found = [] {
+    void* p = dlsym(RTLD_DEFAULT, "PyObject_GetOptionalAttr");
+    p = p != nullptr ? p : dlsym(RTLD_DEFAULT, "_PyObject_LookupAttr");
+    LookUpAttr f = nullptr;
+    std::memcpy(&f, &p, sizeof p);
+    return f;
+  }();
+  return found;
 }
 
 }  // namespace fp8_dummy::python

@@ -6,6 +6,8 @@
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <Python.h>  // first, as Python asks
 
+#include <utility>
+
 namespace fp8_dummy::python {
 
 struct Api {
@@ -34,12 +36,52 @@ struct Api {
   PyObject* (*set_new)(PyObject*);
   PyObject* (*tuple_item)(PyObject*, Py_ssize_t);  // borrowed
   PyObject* (*tuple_pack)(Py_ssize_t, ...);
-  PyObject* none;    // Py_None
-  PyObject* false_;  // Py_False
+  PyObject* (*dict_new)();
+  int (*dict_set)(PyObject*, PyObject*, PyObject*);
+  Py_ssize_t (*list_size)(PyObject*);
+  PyObject* (*list_item)(PyObject*, Py_ssize_t);  // borrowed
+  int (*error_matches)(PyObject*);
+  void (*error_clear)();
+  void (*error_set)(PyObject*, const char*);
+  PyObject* none;              // Py_None
+  PyObject* false_;            // Py_False
+  PyObject** attribute_error;  // PyExc_AttributeError
+  PyObject** value_error;      // PyExc_ValueError
+  PyTypeObject* long_type;     // PyLong_Type: a shape's module places
 };
 
 // The API, or nullptr where the process does not have all of it (no Python).
 const Api* api();
+
+// getattr(o, name, default) without an AttributeError made and cleared (PyObject_GetOptionalAttr,
+// _PyObject_LookupAttr before Python 3.13): 1 found (*out a new reference), 0 not, -1 an
+// error; nullptr where the process has neither.
+using LookUpAttr = int (*)(PyObject*, PyObject*, PyObject**);
+LookUpAttr look_up_attr();
+
+// A strong reference, released when it goes.
+class Ref {
+ public:
+  Ref(const Api& py, PyObject* o) : py_(&py), o_(o) {}  // takes a new reference (or nullptr)
+  Ref(Ref&& r) noexcept : py_(r.py_), o_(std::exchange(r.o_, nullptr)) {}
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  Ref& operator=(Ref&&) = delete;
+  ~Ref() {
+    if (o_ != nullptr) py_->decref(o_);
+  }
+  PyObject* get() const { return o_; }
+  PyObject* release() { return std::exchange(o_, nullptr); }
+
+ private:
+  const Api* py_;
+  PyObject* o_;
+};
+
+inline Ref strong(const Api& py, PyObject* borrowed) {
+  py.incref(borrowed);
+  return Ref(py, borrowed);
+}
 
 }  // namespace fp8_dummy::python
 #endif  // FP8_DUMMY_PYTHON_MODULE

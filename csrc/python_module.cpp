@@ -1,7 +1,8 @@
 // The Python module fp8_dummy._C, where setup.py builds one (FP8_DUMMY_PYTHON_MODULE; CMake
 // builds the library without Python): importing it loads this library, which registers the
 // operators (ops.cpp, internal_ops.cpp), and it routes the proof's refusal warnings to
-// Python's `warnings`; it has the module walk of fp8_dummy.tensors (python_walk.cpp).
+// Python's `warnings`; it has the module walk of fp8_dummy.tensors (python_walk.cpp) and the
+// numbering of the engines' plan's kinds (python_kinds.cpp).
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <Python.h>  // first, as Python asks
 #include <c10/util/Exception.h>
@@ -11,6 +12,7 @@
 
 #include "common/proof.h"
 #include "python_api.h"
+#include "python_kinds.h"
 #include "python_walk.h"
 
 namespace {
@@ -60,6 +62,7 @@ PyObject* set_warning_hook(PyObject* /*module*/, PyObject* hook) {
 
 PyMethodDef methods[] = {{"_set_warning_hook", set_warning_hook, METH_O, nullptr},
                          {"_walk_shape", fp8_dummy::python::walk_shape, METH_VARARGS, nullptr},
+                         {"_kinds", fp8_dummy::python::kinds, METH_VARARGS, nullptr},
                          {nullptr, nullptr, 0, nullptr}};
 PyMethodDef hook_only[] = {methods[0], {nullptr, nullptr, 0, nullptr}};
 

@@ -14,30 +14,6 @@
 namespace fp8_dummy::python {
 namespace {
 
-// A strong reference, released when it goes.
-class Ref {
- public:
-  Ref(const Api& py, PyObject* o) : py_(&py), o_(o) {}  // takes a new reference (or nullptr)
-  Ref(Ref&& r) noexcept : py_(r.py_), o_(std::exchange(r.o_, nullptr)) {}
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  Ref& operator=(Ref&&) = delete;
-  ~Ref() {
-    if (o_ != nullptr) py_->decref(o_);
-  }
-  PyObject* get() const { return o_; }
-  PyObject* release() { return std::exchange(o_, nullptr); }
-
- private:
-  const Api* py_;
-  PyObject* o_;
-};
-
-Ref strong(const Api& py, PyObject* borrowed) {
-  py.incref(borrowed);
-  return Ref(py, borrowed);
-}
-
 struct Pending {
   Py_ssize_t parent;
   Ref key, module;

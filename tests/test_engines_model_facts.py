@@ -231,6 +231,67 @@ def test_equal_kinds_are_equal_facts(seed):
     assert len(set(first.values())) == len(first)  # and different facts, different kinds
 
 
+class Tagged(torch.nn.Parameter):
+    """A parameter class whose attribute is a property (found on the class, not the instance)."""
+
+    @property
+    def dummy_weight_value(self):
+        return 0.25
+
+
+def python_kinds(locals_, tensors, fact_kinds, attr):
+    """The numbering by the rule, in plain Python: (local, class, facts' kind[, attribute])
+    numbered in order of first appearance; a key that does not hash, a kind of its own."""
+    keys, kind_of, firsts, count = {}, [], [], 0
+    for i, (local, t, k) in enumerate(zip(locals_, tensors, fact_kinds)):
+        key = (local, type(t), k) + ((getattr(t, attr, None),) if attr else ())
+        try:
+            number = keys.setdefault(key, count)
+        except TypeError:
+            number = count
+        if number == count:
+            firsts.append(i)
+            count += 1
+        kind_of.append(number)
+    return kind_of, firsts
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("seed", range(12))
+def test_kinds_are_numbered_by_the_rule(seed, c, monkeypatch):
+    """kinds_of's numbering (in C where the library has it, else the Python loop) against the
+    rule, from a walk's shape and from names, with the rule's attribute absent, set on the
+    tensor, a class's property, or a value that does not hash (a kind of its own)."""
+    if not c:
+        monkeypatch.setattr(core.kinds, "_C_KINDS", None)
+    elif core.kinds._C_KINDS is None:
+        pytest.skip("the library has no _kinds (no Python API in the process)")
+    rng = random.Random(seed)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(8)])  # alike, but for
+    model.tree, model.tail = random_tree(rng), random_tree(rng)  # the attributes set below
+    shape, ts = tensors.walk_shape(model)
+    for t in ts:
+        pick = rng.randint(0, 5)
+        if pick == 1:
+            t.dummy_weight_value = rng.choice([0.5, 1.0])
+        elif pick == 2 and seed % 2:
+            t.dummy_weight_value = [0.5]  # does not hash
+        elif pick == 3 and isinstance(t, torch.nn.Parameter):
+            t.__class__ = Tagged
+    names = shape_names(shape)
+    locals_ = [n.rpartition(".")[2] for n in names]
+    fact_kinds = core.kinds.tensor_facts(ts)[: len(ts)].tolist() if ts else []
+    for attr in (None, "dummy_weight_value"):
+        reads = (attr,) if attr else ()
+        want = python_kinds(locals_, ts, fact_kinds, attr)
+        shaped, named = (core.kinds.kinds_of(None, ts, reads, shape),
+                         core.kinds.kinds_of(names, ts, reads))  # fmt: skip
+        for got in (shaped, named):
+            assert (got.kind_of, got.firsts) == want if ts else got.kind_of == []
+            if attr and ts:  # the attributes a kept plan keeps, read once
+                assert [id(a) for a in got.attrs] == [id(getattr(t, attr, None)) for t in ts]
+
+
 # ---- the fill order ------------------------------------------------------------------------
 
 

@@ -4,8 +4,8 @@ once, progress on large models."""
 
 from __future__ import annotations
 
+import array
 import functools
-import itertools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -177,30 +177,31 @@ def _program_by_kinds(kept: Kept, mode: str) -> Program | None:
     """:func:`program` of a kept plan from its kinds, without a pass of Python over its
     entries, where the kinds say it all: every entry is its kind's decision (shared), and every
     tensor has a storage of its own (the facts' last word): no alias to fill once, no storage
-    to fill in order. Each kind's tensors, in the plan's order, go where its action goes: one
-    stable sort by kind. None: :func:`program` walks the entries."""
+    to fill in order. Each kind goes to a group (its batch: bounds, seed and semantics; the
+    others; or skipped) and the tensors to their kind's group by one stable sort: in each
+    group, the plan's order. None: :func:`program` walks the entries."""
     facts, decided = kept.facts, kept.decided
     if facts is None or int(facts[-1]) != 1 or not all(d[5] for d in decided):
         return None
-    kinds = torch.tensor(kept.kind_of, dtype=torch.long)
-    counts = torch.bincount(kinds, minlength=len(decided)).tolist()
-    pieces = torch.sort(kinds, stable=True).indices.split(counts)
-    others: list[int] = []
-    batches: dict[tuple, list[list[int]]] = {}
-    for (action, meta), piece in zip((d[:2] for d in decided), pieces):
-        if action.kind is Kind.SKIP or not len(piece):
-            continue
-        if action.kind is Kind.UNIFORM and mode == "generator":
-            key = (action.low, action.high, meta[1], meta[0])
-            batches.setdefault(key, []).append(piece.tolist())
+    keys: dict[tuple, int] = {}  # a batch's key: its group, numbered as its first kind comes
+    group: list[int] = []  # per kind; -1: the others, -2: skipped
+    for action, meta in (d[:2] for d in decided):
+        if action.kind is Kind.SKIP:
+            group.append(-2)
+        elif action.kind is Kind.UNIFORM and mode == "generator":
+            group.append(keys.setdefault((action.low, action.high, meta[1], meta[0]), len(keys)))
         else:
-            others.append(piece.tolist())
-    # Kinds are numbered in order of first appearance: the batches come in the same order as
-    # the entries' walk makes them; within one, and among the others, the plan's order.
-    chain = itertools.chain.from_iterable
-    merged = [(key, sorted(chain(parts)) if len(parts) > 1 else parts[0])
-              for key, parts in batches.items()]  # fmt: skip
-    return Program([(i, False) for i in sorted(chain(others))], merged, [])
+            group.append(-1)
+    if not kept.kind_of:
+        return Program([], [], [])
+    count = len(keys)
+    of_kind = torch.tensor([g if g >= 0 else count - 1 - g for g in group], dtype=torch.long)
+    kinds = torch.frombuffer(array.array("q", kept.kind_of), dtype=torch.long)
+    groups = of_kind[kinds]
+    sizes = torch.bincount(groups, minlength=count + 2).tolist()
+    pieces = torch.sort(groups, stable=True).indices.split(sizes)
+    batches = [(key, pieces[g].tolist()) for key, g in keys.items() if sizes[g]]
+    return Program([(i, False) for i in pieces[count].tolist()], batches, [])
 
 
 def _kept_program(kept: Kept, mode: str, entries: Callable[[], list[Planned]]) -> Program:

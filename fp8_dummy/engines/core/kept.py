@@ -131,7 +131,8 @@ def keep(context: tuple, names: list[str] | None, tensors: list[torch.Tensor], r
     from ``shape`` if ever asked."""
     types = list(map(type, tensors))
     names = list(names) if names is not None else None
-    entry = Kept(context, names, types, _attrs(tensors, reads), kinds.facts, _generation(),
+    attrs = kinds.attrs if kinds.attrs is not None else _attrs(tensors, reads)
+    entry = Kept(context, names, types, attrs, kinds.facts, _generation(),
                  kinds.kind_of, list(decided), shape)  # fmt: skip
     with _lock:
         _plans.append(entry)

@@ -3,7 +3,8 @@ local name, a class, the facts of the tensor every answer of the plan reads, the
 the engine's rule reads), and the plan asks its questions once per kind. The tensors' facts
 come from one C++ call for the whole list (``fp8_dummy_internal.tensor_kinds``: dtype, device,
 dimensions, meta, inference, contiguity, overlap; and where the bytes are, which a kept plan
-is checked against), not from Python objects per tensor."""
+is checked against), not from Python objects per tensor; the keys are numbered in C too
+(``fp8_dummy._C._kinds``), the Python loop where the library has no such function."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..._library import C as _C
 from ...tensors import shape_locals
 
 __all__ = ["Kinds", "dispatching", "facts_match", "init_many_kept", "kinds_of", "reads_only"]
@@ -20,6 +22,7 @@ __all__ += ["tensor_facts"]
 _KINDS = torch.ops.fp8_dummy_internal.tensor_kinds
 _MATCH = torch.ops.fp8_dummy_internal.facts_match
 _KEPT = torch.ops.fp8_dummy_internal.init_many_kept
+_C_KINDS = getattr(_C, "_kinds", None)  # kinds_of's numbering in C (python_kinds.cpp)
 _own_dispatch: dict[type, bool] = {}
 
 
@@ -79,6 +82,7 @@ class Kinds(NamedTuple):
     kind_of: list[int]  # per tensor: its kind
     firsts: list[int]  # per kind: its first tensor (the plan asks it)
     facts: torch.Tensor | None  # None: the plan is not kept
+    attrs: list | None = None  # per tensor: the rule's attributes (a tuple each if several)
 
 
 def kinds_of(names: list[str] | None, tensors: list[torch.Tensor], reads: Any,
@@ -92,10 +96,18 @@ def kinds_of(names: list[str] | None, tensors: list[torch.Tensor], reads: Any,
     if facts is None:
         return Kinds(list(range(n)), list(range(n)), None)
     fact_kinds = facts[:n].tolist()
+    if names is not None:
+        locals_ = [name.rpartition(".")[2] for name in names]
+    if _C_KINDS is not None and len(reads) <= 1:
+        items = shape if names is None else locals_
+        try:  # the same keys in the same dict, numbered in C
+            made = _C_KINDS(items, names is None, tensors, fact_kinds, reads[0] if reads else None)
+            return Kinds(*made[:2], facts, made[2])
+        except TypeError:  # a key that does not hash: the loop below gives it a kind of its own
+            pass
     if names is None:
         locals_ = shape_locals(shape)
-    else:
-        locals_ = [name.rpartition(".")[2] for name in names]
+    attrs = None
     if not reads:
         keys = list(zip(locals_, map(type, tensors), fact_kinds))
     elif len(reads) == 1:
@@ -115,7 +127,7 @@ def kinds_of(names: list[str] | None, tensors: list[torch.Tensor], reads: Any,
     for k in range(max(kind_of, default=-1) + 1):
         at = kind_of.index(k, at)
         firsts.append(at)
-    return Kinds(kind_of, firsts, facts)
+    return Kinds(kind_of, firsts, facts, attrs)
 
 
 def _numbered(keys: list) -> list[int]:
