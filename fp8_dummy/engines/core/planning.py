@@ -244,9 +244,9 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
         # A fill's new plan: each kind decided at its first tensor, in order; where every
         # decision holds for its kind with nothing of a tensor's own, the plan is kept and run
         # from its kinds: no entry per tensor, no dotted name but the firsts'.
-        at = [names[i] for i in kinds.firsts] if names is not None else None
-        at = at if at is not None else shape_names_at(shape, kinds.firsts)
-        for k, i in enumerate(kinds.firsts):
+        firsts = kinds.firsts
+        at = shape_names_at(shape, firsts) if names is None else [names[i] for i in firsts]
+        for k, i in enumerate(firsts):
             d = decide(at[k], ts[i])
             if d is None:
                 return None  # a whole-model engine fills the model itself
