@@ -1,8 +1,10 @@
 """The one place the realistic model's values become bytes: a tensor's :class:`~.rules.Spec`
 and its stateless key written into a tensor, or into a block of it (``init_stateless_`` with
 the block's element offset and strides), then the routing's overrides of the logical tensor
-where the block holds them. The in-place fill, the logical model's stand-ins in the engines'
-loaders and the export's buffers all write through :func:`fill_`."""
+where the block holds them. A centered weight's second half along its inputs holds its first
+half's values negated (its rows sum to zero exactly, in every format). The in-place fill, the
+logical model's stand-ins in the engines' loaders and the export's buffers all write through
+:func:`fill_`."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..stateless import init_stateless_
-from ..tensors import BYTE_VIEWED
+from ..stateless import init_stateless_, row_major_strides
+from ..tensors import BYTE_VIEWED, FLOAT8, PACKED_FP4
 from .routing import apply_overrides
 from .rules import Spec
 
@@ -29,17 +31,52 @@ def fill_(
     then the routing's ``overrides`` of the logical tensor (of ``logical_shape``, default
     ``t``'s) where the block holds them (:mod:`.routing`)."""
     raw = t.data.view(torch.uint8) if t.dtype in BYTE_VIEWED else t.data
+    shape = t.shape if logical_shape is None else logical_shape
     if spec.kind == "const":
         raw.fill_(spec.low)
     elif spec.kind != "skip":
         low, high = (0, 256) if spec.kind == "e8m0" else (spec.low, spec.high)
         if spec.kind != "uniform":
             low, high = int(low), int(high)
-        where = dict(element_offset=element_offset, element_strides=element_strides)
-        init_stateless_(raw, low, high, key, **where)
+        if spec.center:
+            strides = row_major_strides(shape) if element_strides is None else element_strides
+            _mirrored(raw, t.dtype, (low, high, key), shape, spec.center, element_offset, strides)
+        else:
+            where = dict(element_offset=element_offset, element_strides=element_strides)
+            init_stateless_(raw, low, high, key, **where)
         if spec.kind == "e8m0":
             raw.copy_(raw >= int(spec.high)).add_(int(spec.low))
     if overrides:
-        shape = t.shape if logical_shape is None else logical_shape
         apply_overrides(t.data, shape, overrides, element_offset, element_strides)
     return t
+
+
+def _mirrored(raw, dtype, draw, shape, center, offset, strides) -> None:
+    """``draw`` (low, high, key) written into ``raw``, the block at ``offset``/``strides`` of the
+    logical tensor of ``shape``, with the logical tensor's indices ``[n, 2n)`` along ``center``
+    (of size 2n or 2n + 1) taking the values of ``[0, n)`` negated, and an odd last index 0."""
+    dim = len(shape) + center
+    logical = row_major_strides(shape)
+    origin = offset // logical[dim] % shape[dim]
+    step = strides[dim] // logical[dim]
+    half = shape[dim] // 2
+    size = raw.shape[dim]
+
+    def first(index: int) -> int:  # the block's first position at or past the logical index
+        return min(max(-(-(index - origin) // step), 0), size)
+
+    a, b = first(half), first(2 * half)
+    for lo, hi, shift in ((0, a, 0), (a, b, half * logical[dim])):
+        if hi > lo:
+            view = raw.narrow(dim, lo, hi - lo)
+            init_stateless_(view, *draw, element_offset=offset + lo * strides[dim] - shift,
+                            element_strides=strides)  # fmt: skip
+            if shift and (raw.dtype == torch.uint8 or dtype in FLOAT8):  # the sign bits: FP8's,
+                bits = view.view(torch.uint8)  # FP4's two a byte
+                bits.bitwise_xor_(0x88 if dtype in PACKED_FP4 else 0x80)
+                if "fnuz" in str(dtype):  # no -0 there (0x80 is its NaN): 0 stays 0
+                    bits.masked_fill_(bits == 0x80, 0)
+            elif shift:
+                view.neg_()
+    if size > b:
+        raw.narrow(dim, b, size - b).zero_()
