@@ -9,6 +9,8 @@ part vanishes. A gated activation (``act(gate) * up``) takes both signs: never c
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -51,6 +53,16 @@ class _Products(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@contextlib.contextmanager
+def _removed(hooks: list):
+    """``hooks`` held for the block, removed when it ends, however it ends."""
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def nonnegative_inputs(model: torch.nn.Module, layers: list, failed: list) -> frozenset:
     """The names of the matrices in the MoE blocks (experts, shared experts; routers included
     but never found) that are multiplied only with non-negative inputs, on a fixed random input
@@ -61,14 +73,9 @@ def nonnegative_inputs(model: torch.nn.Module, layers: list, failed: list) -> fr
         return frozenset()
     params = stand_ins([(block, moe) for block, moe, _ in routers])
     owners = {id(_root(t)): name for name, t in params.items() if t.dim() >= 2}
-    hooks = fixed_inputs(routers)
     mode = _Products(owners)
-    try:
-        with mode:
-            why = forward(model, params)
-    finally:
-        for h in hooks:
-            h.remove()
+    with _removed(fixed_inputs(routers)), mode:
+        why = forward(model, params)
     if why:
         failed.append(f"the probe of the experts' activations failed ({why}): their output "
                       "weights get the plain rule")  # fmt: skip
