@@ -58,14 +58,21 @@ def _value(t: torch.Tensor) -> np.ndarray:
     return t.double().numpy()
 
 
-BLOCKS = [(2, 5, 3, 9, 1), (0, 7, 1, 11, 2), (1, 3, 0, 11, 1), (0, 7, 4, 8, 1)]  # rows, columns
+def _blocks(w: int) -> list[tuple[tuple, tuple, int]]:
+    """(size, strides, offset) of blocks of a [7, w] tensor, as an engine's loader takes them:
+    rows and a column range, strided columns, transposed, a selected row and column, and a
+    flat run across rows (no box: the whole tensor made, the block taken)."""
+    return [((3, w - w // 3), (w, 1), 2 * w + w // 3), ((7, (w + 1) // 2), (w, 2), 0),
+            ((w, 7), (1, w), 0), ((max(w - 1, 1), 3), (1, w), 2 * w + min(1, w - 1)),
+            ((w,), (1,), 3 * w), ((7,), (w,), w // 2),
+            ((2 * w + 3,), (1,), 2)]  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype,kind", CASES, ids=[str(d) for d, _ in CASES])
 @pytest.mark.parametrize("width", [10, 11, 1, 2])
 def test_rows_of_zero_sum_in_every_block(dtype, kind, width):
     """A centered spec: each row's second half the first's negated (an odd middle 0), its sum
-    0 exactly; any block (rows, a column range, a strided one) the whole tensor's bytes."""
+    0 exactly; any block the whole tensor's bytes there."""
     low, high = (0, 256) if dtype == torch.uint8 else (-5, 6) if kind == "codes" else (-1.0, 1.0)
     spec = Spec("residual_out", kind, low, high, -1)
     whole = fill_(torch.empty(7, width, dtype=dtype), spec, 11)
@@ -76,14 +83,13 @@ def test_rows_of_zero_sum_in_every_block(dtype, kind, width):
     assert (pairs[:, 2 * half :] == 0).all()
     assert (np.abs(v.sum(1)) == 0).all() and (width < 2 or np.abs(v).sum() > 0)
     assert not np.array_equal(v[0], v[1]) or width < 2
-    for r0, r1, c0, c1, step in BLOCKS:
-        cols = list(range(min(c0, width - 1), min(c1, width), step))
-        block = torch.empty(r1 - r0, len(cols), dtype=dtype)
-        fill_(block, spec, 11, element_offset=r0 * width + cols[0], element_strides=[width, step],
+    flat = whole.view(torch.uint8).reshape(-1) if dtype.itemsize == 1 else whole.reshape(-1)
+    for size, strides, offset in _blocks(width):
+        block = torch.empty(size, dtype=dtype)
+        fill_(block, spec, 11, element_offset=offset, element_strides=list(strides),
               logical_shape=(7, width))  # fmt: skip
-        want = whole[r0:r1, cols].contiguous()
-        assert torch.equal(block.view(torch.uint8), want.view(torch.uint8)) if dtype.itemsize == 1 \
-            else torch.equal(block, want)  # fmt: skip
+        got = block.view(torch.uint8) if dtype.itemsize == 1 else block
+        assert torch.equal(got, flat.as_strided(size, strides, offset)), (size, strides, offset)
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "fp8-block", "nvfp4"])
