@@ -255,11 +255,10 @@ def test_routing_and_residual_rms_hold_with_acceptance(arch):
 
 def test_nemotron_h_routing_and_residual_rms_with_acceptance():
     """Nemotron-H (a Mamba, a MoE, an attention and a MoE layer, an MTP step), the measurement
-    above: residual RMS in [0.25, 4] and the first MoE layer within TV 0.08 of zipf:1.2, max/mean
-    within 25%, with acceptance set. The later MoE layer misses the TV bound with or without
-    acceptance: the non-gated squared-ReLU experts' output (a non-negative activation through
-    ``down_proj``) has a part common to every token, which shifts the next router's logits
-    (docs/realistic.md); with acceptance it stays within 0.04 of its TV without."""
+    above, with and without acceptance: residual RMS in [0.25, 4] and every MoE layer within TV
+    0.08 of zipf:1.2, max/mean within 25%. Its non-gated squared-ReLU experts' output weights
+    have rows of zero sum (docs/realistic.md): with independent rows, the part of their output
+    common to every token shifts the later router's logits alike (TV 0.10-0.13 there)."""
     from test_realistic_routing import measure, tv_sorted, zipf_oracle
 
     model = tf.AutoModelForCausalLM.from_config(H.config("nemotron_h", layers=3, mtp=1)).eval()
@@ -271,8 +270,8 @@ def test_nemotron_h_routing_and_residual_rms_with_acceptance():
         assert got["finite"] and all(0.25 <= r <= 4 for r in got["rms"]), got["rms"]
         target = zipf_oracle(len(got["loads"][0]), model.config.num_experts_per_tok, 1.2)
         tv[acceptance] = [tv_sorted(load, target) for load in got["loads"]]
-        first = got["loads"][0]
-        assert abs(first.max() / first.mean() / (target.max() / target.mean()) - 1) <= 0.25
+        want = target.max() / target.mean()
+        for load in got["loads"]:
+            assert abs(load.max() / load.mean() / want - 1) <= 0.25, (acceptance, load)
     print(f"\nnemotron_h TV without acceptance {tv[None]}, with {tv[0.6]}")
-    assert len(tv[0.6]) == 2 and tv[0.6][0] <= 0.08
-    assert all(abs(a - b) <= 0.04 for a, b in zip(tv[0.6], tv[None])), tv
+    assert all(len(t) == 2 and max(t) <= 0.08 for t in tv.values()), tv

@@ -14,13 +14,13 @@ import torch
 from .probes import forward, input_of
 from .rules import ROUTER
 
-__all__ = ["combine_gains"]
+__all__ = ["combine_gains", "fixed_inputs", "moe_routers", "stand_ins"]
 
 _TOLERANCE = 1e-3  # a sum constant per token to this (relative): the code normalizes it
 _GRID = 1024  # c rounded to 1/1024: float32's rounding never moves it (2.5 and 8 are exact)
 
 
-def _routers(layers: list) -> list[tuple[str, torch.nn.Module, torch.nn.Module]]:
+def moe_routers(layers: list) -> list[tuple[str, torch.nn.Module, torch.nn.Module]]:
     """(MoE block's name, block, router) of each router (a module named ``gate``/``router``
     with a 2-D weight) directly inside a child of a decoder layer."""
     found = []
@@ -42,7 +42,7 @@ def _weights(out) -> list[int]:
             and t.is_floating_point() and t.dim() >= 1]  # fmt: skip
 
 
-def _stand_ins(blocks: list) -> dict[str, torch.Tensor]:
+def stand_ins(blocks: list) -> dict[str, torch.Tensor]:
     """The MoE blocks' parameters by values that do not depend on what the model holds (a
     poisoned or filled model gives the same facts), in float32 whatever the model's dtype:
     matrices N(0, 1/fan-in), a stack of them (experts) one matrix repeated as a view (no memory
@@ -61,44 +61,16 @@ def _stand_ins(blocks: list) -> dict[str, torch.Tensor]:
     return out
 
 
-def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[str, float]:
-    """Module name -> c for each module holding weights that a MoE block's combine weights
-    multiply, where those weights sum to a constant c != 1 per token, on a fixed random
-    input with the parameters :func:`_stand_ins` (what the model holds is neither read nor
-    written): one forward records the sums; a second, with the combine weights doubled, names
-    the block's children whose outputs change (the weighted experts; a shared expert the code
-    adds unweighted keeps its output)."""
-    routers = _routers(layers)
-    if not routers:
-        return {}
-    sums: dict[str, float] = {}
-    seen: dict[str, list] = {}
+def fixed_inputs(routers: list) -> list:
+    """Hooks that give each MoE block of ``routers`` (:func:`moe_routers`) a fixed random input
+    of its input's shape, in float32 (the block then computes in its stand-ins' dtype), the same
+    in every forward, and hand its output back in the model's dtype: what the model holds
+    before the block is never read (a poisoned or filled model gives the same facts)."""
     inputs: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
-    double = [False]
-    hooks = []
-
-    def on_router(block):
-        def hook(_, __, out):
-            picks = _weights(out)
-            if not picks:
-                return None
-            if double[0]:
-                return type(out)(t * 2 if i in picks else t for i, t in enumerate(out))
-            rows = [out[i].float().reshape(-1, out[i].shape[-1]).sum(-1) for i in picks]
-            if len({r.numel() for r in rows}) != 1:
-                return None  # not one weight per token and expert
-            total = sum(rows)
-            if total.numel() and total.abs().max() > 0:
-                c = total.mean().item()
-                if math.isfinite(c) and (total - c).abs().max().item() <= _TOLERANCE * abs(c):
-                    sums[block] = round(c * _GRID) / _GRID  # the same c from any run
-            return None
-
-        return hook
 
     def on_block(block):
-        def hook(_, args, kwargs):  # a fixed input, the same in both runs
+        def hook(_, args, kwargs):  # a fixed input, the same in every run
             x = input_of(args, kwargs)
             if x is None:
                 return None
@@ -125,6 +97,47 @@ def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[st
 
         return hook
 
+    hooks = []
+    for block, moe, _ in routers:
+        hooks.append(moe.register_forward_pre_hook(on_block(block), with_kwargs=True))
+        hooks.append(moe.register_forward_hook(on_block_out(block)))
+    return hooks
+
+
+def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[str, float]:
+    """Module name -> c for each module holding weights that a MoE block's combine weights
+    multiply, where those weights sum to a constant c != 1 per token, on a fixed random
+    input with the parameters :func:`stand_ins` (what the model holds is neither read nor
+    written): one forward records the sums; a second, with the combine weights doubled, names
+    the block's children whose outputs change (the weighted experts; a shared expert the code
+    adds unweighted keeps its output)."""
+    routers = moe_routers(layers)
+    if not routers:
+        return {}
+    sums: dict[str, float] = {}
+    seen: dict[str, list] = {}
+    double = [False]
+    hooks = fixed_inputs(routers)
+
+    def on_router(block):
+        def hook(_, __, out):
+            picks = _weights(out)
+            if not picks:
+                return None
+            if double[0]:
+                return type(out)(t * 2 if i in picks else t for i, t in enumerate(out))
+            rows = [out[i].float().reshape(-1, out[i].shape[-1]).sum(-1) for i in picks]
+            if len({r.numel() for r in rows}) != 1:
+                return None  # not one weight per token and expert
+            total = sum(rows)
+            if total.numel() and total.abs().max() > 0:
+                c = total.mean().item()
+                if math.isfinite(c) and (total - c).abs().max().item() <= _TOLERANCE * abs(c):
+                    sums[block] = round(c * _GRID) / _GRID  # the same c from any run
+            return None
+
+        return hook
+
     def on_child(name):
         def hook(_, __, out):
             first = out[0] if isinstance(out, (tuple, list)) and out else out
@@ -135,12 +148,10 @@ def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[st
 
     for block, moe, router in routers:
         hooks.append(router.register_forward_hook(on_router(block)))
-        hooks.append(moe.register_forward_pre_hook(on_block(block), with_kwargs=True))
-        hooks.append(moe.register_forward_hook(on_block_out(block)))
         for local, child in moe.named_children():
             if child is not router:
                 hooks.append(child.register_forward_hook(on_child(f"{block}.{local}")))
-    params = _stand_ins([(block, moe) for block, moe, _ in routers])
+    params = stand_ins([(block, moe) for block, moe, _ in routers])
     try:
         why = forward(model, params)
         double[0] = True

@@ -243,7 +243,7 @@ def _merged(arch: Arch, more: Arch) -> Arch:
     return arch._replace(
         post=arch.post | more.post, residual=arch.residual | more.residual,
         offset={**arch.offset, **more.offset}, gains=arch.gains | more.gains,
-        combine={**arch.combine, **more.combine},
+        combine={**arch.combine, **more.combine}, centered=arch.centered | more.centered,
     )  # fmt: skip
 
 
@@ -280,7 +280,7 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
     each checkpoint tensor's owner gets its in-memory tensor's owner's facts."""
     post, residual, gains, offset = set(arch.post), set(arch.residual), set(arch.gains), {}
     offset.update(arch.offset)
-    combine = dict(arch.combine)
+    combine, centered = dict(arch.combine), set(arch.centered)
     for name, b in blocks.items():
         owner, source = name.rpartition(".")[0], b.source.rpartition(".")[0]
         if name == b.source:
@@ -288,11 +288,12 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
         post.update([owner] if source in arch.post else [])
         residual.update([owner] if source in arch.residual else [])
         gains.update([name] if b.source in arch.gains else [])
+        centered.update([name] if b.source in arch.centered else [])
         if source in arch.offset:
             offset[owner] = arch.offset[source]
         if source in arch.combine:
             combine[owner] = arch.combine[source]
     return arch._replace(
         post=frozenset(post), residual=frozenset(residual), gains=frozenset(gains),
-        offset=offset, combine=combine,
+        offset=offset, combine=combine, centered=frozenset(centered),
     )  # fmt: skip

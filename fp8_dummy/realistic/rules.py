@@ -39,6 +39,9 @@ class Spec(NamedTuple):
     kind: str  # uniform | codes (integers in its bytes) | const | e8m0 (low or low + 1) | skip
     low: float = 0.0
     high: float = 0.0
+    # where a weight's rows sum to zero over its inputs: the dimension (-1 or -2) whose second
+    # half holds the first half's values negated (an odd middle element 0); 0: independent values
+    center: int = 0
 
 
 def module_kind(module: torch.nn.Module) -> str:
@@ -128,13 +131,15 @@ def tensor_spec(
     name: str, shape: Sequence[int], dtype: torch.dtype, *, layers: int = 1, module: str = "",
     siblings: Siblings | None = None, value: float | None = None, norm: float = 1.0,
     embed_scale: float = 1.0, residual: bool = False, gain: bool = False, combine: float = 1.0,
+    centered: bool = False,
 ) -> Spec:  # fmt: skip
     """The fill of the tensor ``name`` (full) of logical ``shape`` and ``dtype``; ``module``:
     :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value;
     ``norm``, ``embed_scale``, ``residual``, ``gain``, ``combine``: a norm weight's constant,
     the embedding's multiplier, a residual branch's output by the dataflow, a decoder layer's
-    own vector or scalar, what a MoE's combine weights sum to (:class:`Arch`; the defaults: by
-    name, as in a plain pre-norm model)."""
+    own vector or scalar, what a MoE's combine weights sum to, an expert weight of non-negative
+    inputs, its rows then of zero sum (:class:`Arch`; the defaults: by name, as in a plain
+    pre-norm model)."""
     siblings = siblings or {}
     local = name.rsplit(".", 1)[-1]
     prefix = name[: len(name) - len(local)]
@@ -159,12 +164,13 @@ def tensor_spec(
     if local in SINK and len(shape) <= 1:  # a logit each head's softmax also sums over:
         return Spec("sink", "const", 0.0)  # 0, a typical key's score at unit-variance q, k
     role, std = _role(name, shape, dtype, module, layers, embed_scale, residual, combine)
+    center = _center(local, shape, dtype, module) if centered else 0
     if dtype in BYTE_VIEWED:
-        return Spec(role, "codes", 0, 256)
+        return Spec(role, "codes", 0, 256, center)
     scale = siblings.get(f"{local}_scale") or siblings.get(f"{local}_scale_inv")
     if dtype == torch.int8:
         k = _int8_reach(std, scale[1]) if scale is not None else 127
-        return Spec(role, "codes", -k, k + 1)
+        return Spec(role, "codes", -k, k + 1, center)
     bound = std * math.sqrt(3)
     if scale is not None and dtype in FLOAT8:  # codes over the range, the scale brings the std
         top = _fp8_bound(dtype)
@@ -172,7 +178,16 @@ def tensor_spec(
             bound = bound / 2.0 ** _pow2_exponent(bound, top, scale[1])
         else:
             bound = min(top, bound / _float_scale(bound / top, scale[1]))
-    return Spec(role, "uniform", -bound, bound)
+    return Spec(role, "uniform", -bound, bound, center)
+
+
+def _center(local: str, shape: Sequence[int], dtype: torch.dtype, kind: str) -> int:
+    """The dimension a centered weight's rows sum to zero over: its inputs' (the last, the one
+    before it for a weight stored (in, out)); 0 where a row's values are not symmetric codes
+    under one scale per half (MXFP4's blocks: E8M0 scales drawn per block of 32; a convolution)."""
+    if len(shape) < 2 or kind == "conv" or _is_mxfp4_blocks(local, shape, dtype):
+        return 0
+    return -2 if kind == "transposed" else -1
 
 
 def _pow2(weight: str, siblings: Siblings) -> bool:

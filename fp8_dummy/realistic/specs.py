@@ -58,7 +58,7 @@ def model_specs(
         value = getattr(t, "dummy_weight_value", None)
         kw = dict(layers=num_layers, module=kind, value=value, residual=owner in arch.residual)
         kw.update(norm=arch.norm_value(owner, num_layers), gain=name in arch.gains)
-        kw.update(combine=arch.combine.get(owner, 1.0))
+        kw.update(combine=arch.combine.get(owner, 1.0), centered=name in arch.centered)
         key = (".".join(name.rsplit(".", 2)[-2:]), tuple(shape), t.dtype, frozen[owner])
         key += tuple(kw.values())
         spec = made.get(key)
