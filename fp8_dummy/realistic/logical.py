@@ -244,6 +244,7 @@ def _merged(arch: Arch, more: Arch) -> Arch:
         post=arch.post | more.post, residual=arch.residual | more.residual,
         offset={**arch.offset, **more.offset}, gains=arch.gains | more.gains,
         combine={**arch.combine, **more.combine},
+        multiplier={**arch.multiplier, **more.multiplier},
     )  # fmt: skip
 
 
@@ -280,7 +281,7 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
     each checkpoint tensor's owner gets its in-memory tensor's owner's facts."""
     post, residual, gains, offset = set(arch.post), set(arch.residual), set(arch.gains), {}
     offset.update(arch.offset)
-    combine = dict(arch.combine)
+    combine, multiplier = dict(arch.combine), dict(arch.multiplier)
     for name, b in blocks.items():
         owner, source = name.rpartition(".")[0], b.source.rpartition(".")[0]
         if name == b.source:
@@ -292,7 +293,9 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
             offset[owner] = arch.offset[source]
         if source in arch.combine:
             combine[owner] = arch.combine[source]
+        if source in arch.multiplier:
+            multiplier[owner] = arch.multiplier[source]
     return arch._replace(
         post=frozenset(post), residual=frozenset(residual), gains=frozenset(gains),
-        offset=offset, combine=combine,
+        offset=offset, combine=combine, multiplier=multiplier,
     )  # fmt: skip

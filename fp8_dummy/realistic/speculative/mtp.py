@@ -147,5 +147,7 @@ def _facts(twin: torch.nn.Module, blocks: dict, rename: dict) -> Arch:
     offset = {o: c for f, c in arch.offset.items() for o in owners.get(f, ())}
     gains = {new for name, new in rename.items() if blocks[name].source in arch.gains}
     combine = {o: c for f, c in arch.combine.items() for o in owners.get(f, ())}
+    multiplier = {o: c for f, c in arch.multiplier.items() for o in owners.get(f, ())}
     return Arch(arch.embed_scale, frozenset(moved(arch.post)), offset,
-                frozenset(moved(arch.residual)), frozenset(gains), combine)  # fmt: skip
+                frozenset(moved(arch.residual)), frozenset(gains), combine,
+                multiplier)  # fmt: skip
