@@ -147,3 +147,31 @@ def test_the_moe_combine_weights_sum_is_divided_out():
     fp8_dummy.initialize_realistic_dummy_weights(model, seed=0)
     rms = sweep.measure(model)["rms"]
     assert max(rms) <= 1.45, rms
+
+
+def test_an_inner_norms_multiplier_is_divided_out():
+    """What the code multiplies an inner norm's output by before a linear reads it, probed:
+    LongCat-Flash's MLA multiplies its KV latent's norm by √(hidden / kv_lora_rank) (2 at
+    hidden 128 and rank 32, √12 at 192 and 16, the same in bfloat16), so that norm's weight is
+    1/m; its query norm (the factor comes after its projection) and DeepSeek-V3's MLA (no
+    factor) get nothing."""
+    import transformers
+    from helpers import speculative as H
+
+    got = {}
+    for hidden, rank in ((128, 32), (192, 16)):
+        cfg = H.config("longcat_flash", hidden=hidden, kv_lora_rank=rank)
+        model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+        arch = derive(model)
+        norms = [n for n, _ in model.named_modules() if n.endswith("kv_a_layernorm")]
+        assert len(norms) == 4 and set(arch.multiplier) == set(norms), arch.multiplier
+        got[hidden] = set(arch.multiplier.values())
+        assert derive(model.to(torch.bfloat16)).multiplier == arch.multiplier
+        model.float()
+        specs_ = realistic.model_specs(model, realistic.model_tensors(model), arch=arch)
+        for n in norms:
+            assert specs_[f"{n}.weight"].low == 1 / arch.multiplier[n]
+    assert got == {128: {2.0}, 192: {round(12**0.5 * 1024) / 1024}}
+    model, why = sweep.build("deepseek_v3", 4)
+    assert model is not None, why
+    assert derive(model).multiplier == {}

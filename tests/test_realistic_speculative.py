@@ -142,11 +142,10 @@ def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
 
 
 # Cohere's class multiplies the logits by 1/16; Gemma 2's its embedding lookup by √hidden
-# (the codes the embedding holds are divided by it) and soft-caps the logits at 30. Not
-# LongCat-Flash: its zero (identity) experts add the normalized residual times up to
-# routed_scaling_factor, so its final residual's RMS reaches 4-5 where the scale assumes 1.2
-# and the flattest contexts pass 80% of ln V (docs/realistic.md#speculative-decoding)
-ENTROPY = [a for a in ARCHS if a != "longcat_flash"] + ["cohere", "gemma2"] + MULTIMODAL
+# (the codes the embedding holds are divided by it) and soft-caps the logits at 30;
+# LongCat-Flash's MLA its KV latent's norm by √(hidden / kv_lora_rank) (that norm's weight is
+# divided by it)
+ENTROPY = ARCHS + ["cohere", "gemma2"] + MULTIMODAL
 
 
 @pytest.mark.parametrize("arch", ENTROPY)

@@ -16,6 +16,8 @@ bytes on disk:
   the probe of what a MoE block's combine weights sum to, and which experts they weight;
   ``nonnegative.py``: the probe of which expert weights take a non-negative activation only
   (their rows then sum to zero);
+  ``multipliers.py``: the probe of a constant the code multiplies an inner norm's output by
+  before a linear reads it (LongCat-Flash's MLA);
 - ``values.py``: the one byte writer: a spec and a key written into a tensor or a block of
   it (``init_stateless_``), then the routing's overrides;
 - ``routing/``: MoE routing profiles realized by the weights (its own face and file map);

@@ -2,8 +2,9 @@
 probing the model itself, never by its name (docs/realistic.md#the-rule-per-architecture):
 which norms sit on a residual branch's output (post-norm, sandwich), which norms compute
 ``(c + w) * x / rms(x)`` (Gemma's c = 1), by what the model's code multiplies the embedding
-lookup (Gemma's √hidden), what a MoE block's combine weights sum to (Inkling's 8), and which
-experts' weights take a non-negative activation (Nemotron-H's squared ReLU). Only
+lookup (Gemma's √hidden), what a MoE block's combine weights sum to (Inkling's 8), which
+experts' weights take a non-negative activation (Nemotron-H's squared ReLU), and by what it
+multiplies an inner norm's output before a linear reads it (LongCat-Flash's MLA). Only
 transformers models are probed (a forward of 8 tokens, nothing written); any other model, or
 a probe that fails, gets :data:`DEFAULT`, the plain pre-norm rule (vLLM's load format has no
 model forward to probe)."""
@@ -18,6 +19,7 @@ import torch
 
 from .combine import combine_gains
 from .hf_model import is_transformers_model, own_tensors
+from .multipliers import norm_multipliers
 from .nonnegative import nonnegative_inputs
 from .probes import (
     dataflow,
@@ -41,13 +43,15 @@ class Arch(NamedTuple):
     gains: frozenset = frozenset()  # tensor names of a layer's own vectors and scalars
     combine: Mapping[str, float] = {}  # module name -> the MoE combine weights' sum on it
     centered: frozenset = frozenset()  # tensor names of expert weights of non-negative inputs
+    multiplier: Mapping[str, float] = {}  # norm module name -> what the code multiplies it by
 
     def norm_value(self, module: str, layers: int) -> float:
         """The constant a norm's weight gets: an effective gain of 1, or 1/√(2L) on a
         residual branch's output (the branch then adds as much as GPT-2's scaled
-        ``o_proj``/``down_proj`` do), less the norm's own offset."""
+        ``o_proj``/``down_proj`` do), divided by what the code multiplies the norm's output
+        by, less the norm's own offset."""
         gain = (2 * layers) ** -0.5 if module in self.post else 1.0
-        return gain - self.offset.get(module, 0.0)
+        return gain / self.multiplier.get(module, 1.0) - self.offset.get(module, 0.0)
 
 
 DEFAULT = Arch()
@@ -100,7 +104,9 @@ def derive(model: torch.nn.Module) -> Arch:
             embed = embed_scale(model, layers[0], failed)
             combine = combine_gains(model, layers, failed)
             centered = nonnegative_inputs(model, layers, failed)
-            return Arch(embed, post, norm_offsets(model), residual, gains, combine, centered)
+            multiplier = norm_multipliers(model, layers, failed)
+            offsets = norm_offsets(model)
+            return Arch(embed, post, offsets, residual, gains, combine, centered, multiplier)
     finally:
         for m, mode in modes.items():
             m.training = mode

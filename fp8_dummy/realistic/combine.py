@@ -11,10 +11,10 @@ import math
 
 import torch
 
-from .probes import forward, input_of
+from .probes import forward, input_of, stand_ins
 from .rules import ROUTER
 
-__all__ = ["combine_gains", "fixed_inputs", "moe_routers", "stand_ins"]
+__all__ = ["combine_gains", "fixed_inputs", "moe_routers"]
 
 _TOLERANCE = 1e-3  # a sum constant per token to this (relative): the code normalizes it
 _GRID = 1024  # c rounded to 1/1024: float32's rounding never moves it (2.5 and 8 are exact)
@@ -40,25 +40,6 @@ def _weights(out) -> list[int]:
         return []
     return [i for i, t in enumerate(out) if i and isinstance(t, torch.Tensor)
             and t.is_floating_point() and t.dim() >= 1]  # fmt: skip
-
-
-def stand_ins(blocks: list) -> dict[str, torch.Tensor]:
-    """The MoE blocks' parameters by values that do not depend on what the model holds (a
-    poisoned or filled model gives the same facts), in float32 whatever the model's dtype:
-    matrices N(0, 1/fan-in), a stack of them (experts) one matrix repeated as a view (no memory
-    per expert), vectors and scalars 1 (gains), biases 0."""
-    g = torch.Generator().manual_seed(0)
-    out = {}
-    for prefix, block in blocks:
-        for name, p in block.named_parameters(prefix=prefix):
-            if not p.is_floating_point():
-                continue
-            if p.dim() >= 2:
-                t = (torch.randn(p.shape[-2:], generator=g) * p.shape[-1] ** -0.5).expand(p.shape)
-            else:
-                t = torch.full(p.shape, 0.0 if name.endswith("bias") else 1.0)
-            out[name] = t.to(device=p.device)  # float32: the sums exact to 1e-6 in any dtype
-    return out
 
 
 def fixed_inputs(routers: list) -> list:
@@ -107,7 +88,7 @@ def fixed_inputs(routers: list) -> list:
 def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[str, float]:
     """Module name -> c for each module holding weights that a MoE block's combine weights
     multiply, where those weights sum to a constant c != 1 per token, on a fixed random
-    input with the parameters :func:`stand_ins` (what the model holds is neither read nor
+    input with the parameters :func:`.probes.stand_ins` (what the model holds is neither read nor
     written): one forward records the sums; a second, with the combine weights doubled, names
     the block's children whose outputs change (the weighted experts; a shared expert the code
     adds unweighted keeps its output)."""

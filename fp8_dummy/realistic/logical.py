@@ -244,6 +244,7 @@ def _merged(arch: Arch, more: Arch) -> Arch:
         post=arch.post | more.post, residual=arch.residual | more.residual,
         offset={**arch.offset, **more.offset}, gains=arch.gains | more.gains,
         combine={**arch.combine, **more.combine}, centered=arch.centered | more.centered,
+        multiplier={**arch.multiplier, **more.multiplier},
     )  # fmt: skip
 
 
@@ -281,6 +282,7 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
     post, residual, gains, offset = set(arch.post), set(arch.residual), set(arch.gains), {}
     offset.update(arch.offset)
     combine, centered = dict(arch.combine), set(arch.centered)
+    multiplier = dict(arch.multiplier)
     for name, b in blocks.items():
         owner, source = name.rpartition(".")[0], b.source.rpartition(".")[0]
         if name == b.source:
@@ -293,7 +295,9 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
             offset[owner] = arch.offset[source]
         if source in arch.combine:
             combine[owner] = arch.combine[source]
+        if source in arch.multiplier:
+            multiplier[owner] = arch.multiplier[source]
     return arch._replace(
         post=frozenset(post), residual=frozenset(residual), gains=frozenset(gains),
-        offset=offset, combine=combine, centered=frozenset(centered),
+        offset=offset, combine=combine, centered=frozenset(centered), multiplier=multiplier,
     )  # fmt: skip

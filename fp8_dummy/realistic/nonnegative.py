@@ -14,8 +14,8 @@ import contextlib
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .combine import fixed_inputs, moe_routers, stand_ins
-from .probes import forward
+from .combine import fixed_inputs, moe_routers
+from .probes import forward, stand_ins
 
 __all__ = ["nonnegative_inputs"]
 
@@ -66,7 +66,7 @@ def _removed(hooks: list):
 def nonnegative_inputs(model: torch.nn.Module, layers: list, failed: list) -> frozenset:
     """The names of the matrices in the MoE blocks (experts, shared experts; routers included
     but never found) that are multiplied only with non-negative inputs, on a fixed random input
-    with the parameters :func:`.combine.stand_ins` (what the model holds is neither read nor
+    with the parameters :func:`.probes.stand_ins` (what the model holds is neither read nor
     written)."""
     routers = moe_routers(layers)
     if not routers:

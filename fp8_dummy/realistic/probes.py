@@ -14,6 +14,7 @@ from .rules import RESIDUAL
 
 __all__ = ["Stop", "by_name", "dataflow", "decoder_layers", "embed_scale", "forward"]
 __all__ += ["input_of", "is_norm", "layer_gains", "norm_offsets", "shrinks_residual"]
+__all__ += ["stand_ins"]
 
 _TOKENS = 8
 
@@ -66,6 +67,26 @@ def forward(model: torch.nn.Module, params: Mapping[str, torch.Tensor] | None = 
             return f"{type(e).__name__}: {e}".splitlines()[0][:300]
         return ""
     return why.splitlines()[0][:300]
+
+
+def stand_ins(blocks: list) -> dict[str, torch.Tensor]:
+    """The parameters of ``blocks`` ((prefix, module) pairs: a probe's MoE blocks) by values
+    that do not depend on what the model holds (a poisoned or filled model gives the same
+    facts), in float32 whatever the model's dtype:
+    matrices N(0, 1/fan-in), a stack of them (experts) one matrix repeated as a view (no memory
+    per expert), vectors and scalars 1 (gains), biases 0."""
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for prefix, block in blocks:
+        for name, p in block.named_parameters(prefix=prefix):
+            if not p.is_floating_point():
+                continue
+            if p.dim() >= 2:
+                t = (torch.randn(p.shape[-2:], generator=g) * p.shape[-1] ** -0.5).expand(p.shape)
+            else:
+                t = torch.full(p.shape, 0.0 if name.endswith("bias") else 1.0)
+            out[name] = t.to(device=p.device)  # float32: the sums exact to 1e-6 in any dtype
+    return out
 
 
 def input_of(args: tuple, kwargs: dict):

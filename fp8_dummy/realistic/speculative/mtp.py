@@ -148,6 +148,7 @@ def _facts(twin: torch.nn.Module, blocks: dict, rename: dict) -> Arch:
     gains = {new for name, new in rename.items() if blocks[name].source in arch.gains}
     combine = {o: c for f, c in arch.combine.items() for o in owners.get(f, ())}
     centered = {new for name, new in rename.items() if blocks[name].source in arch.centered}
+    multiplier = {o: c for f, c in arch.multiplier.items() for o in owners.get(f, ())}
     return Arch(arch.embed_scale, frozenset(moved(arch.post)), offset,
                 frozenset(moved(arch.residual)), frozenset(gains), combine,
-                frozenset(centered))  # fmt: skip
+                frozenset(centered), multiplier)  # fmt: skip
