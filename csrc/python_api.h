@@ -6,6 +6,7 @@
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <Python.h>  // first, as Python asks
 
+#include <initializer_list>
 #include <utility>
 
 namespace fp8_dummy::python {
@@ -81,6 +82,17 @@ class Ref {
 inline Ref strong(const Api& py, PyObject* borrowed) {
   py.incref(borrowed);
   return Ref(py, borrowed);
+}
+
+// The positional arguments of a METH_VARARGS call, borrowed, one a pointer; false (Python's
+// error set) where there are fewer.
+inline bool arguments(const Api& py, PyObject* args, std::initializer_list<PyObject**> out) {
+  Py_ssize_t i = 0;
+  for (PyObject** o : out) {
+    *o = py.tuple_item(args, i++);
+    if (*o == nullptr) return false;
+  }
+  return true;
 }
 
 }  // namespace fp8_dummy::python

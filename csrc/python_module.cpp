@@ -12,8 +12,7 @@
 
 #include "common/proof.h"
 #include "python_api.h"
-#include "python_kinds.h"
-#include "python_walk.h"
+#include "python_functions.h"
 
 namespace {
 

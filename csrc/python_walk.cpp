@@ -4,12 +4,11 @@
 // the same two lists of the same objects. What it does not read as that loop does (a
 // container that is not an exact dict, a dictionary missing) it leaves to the Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
-#include "python_walk.h"
-
 #include <utility>
 #include <vector>
 
 #include "python_api.h"
+#include "python_functions.h"
 
 namespace fp8_dummy::python {
 namespace {
@@ -132,18 +131,13 @@ struct Walk {
 
 }  // namespace
 
-// args: (model, own_order, named_modules, root_key); see python_walk.h.
+// args: (model, own_order, named_modules, root_key); see python_functions.h.
 PyObject* walk_shape(PyObject* /*module*/, PyObject* args) {
   const Api* api = python::api();
   if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes this
   const Api& py = *api;
-  PyObject* model = py.tuple_item(args, 0);
-  PyObject* own_order = py.tuple_item(args, 1);
-  PyObject* named_modules = py.tuple_item(args, 2);
-  PyObject* root_key = py.tuple_item(args, 3);
-  if (model == nullptr || own_order == nullptr || named_modules == nullptr || root_key == nullptr) {
-    return nullptr;
-  }
+  PyObject *model, *own_order, *named_modules, *root_key;
+  if (!arguments(py, args, {&model, &own_order, &named_modules, &root_key})) return nullptr;
   const Names* name = names(py);
   if (name == nullptr) return nullptr;  // Python's MemoryError
   Ref shape(py, py.list_new(0)), tensors(py, py.list_new(0)), seen(py, py.set_new(nullptr));
