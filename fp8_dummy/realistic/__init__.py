@@ -14,6 +14,8 @@ bytes on disk:
   the embedding's multiplier, a MoE's combine-weight sum), for a meta model on a CPU twin;
   ``probes.py``: the probes themselves (forwards with hooks, nothing written); ``combine.py``:
   the probe of what a MoE block's combine weights sum to, and which experts they weight;
+  ``offsets.py``: the probe of each norm's offset (norms alike run once);
+  ``twin.py``: that CPU twin, built with its random draws made by the stateless fill;
 - ``values.py``: the one byte writer: a spec and a key written into a tensor or a block of
   it (``init_stateless_``), then the routing's overrides;
 - ``routing/``: MoE routing profiles realized by the weights (its own face and file map);
