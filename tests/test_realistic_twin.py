@@ -97,3 +97,18 @@ def test_draws_the_fill_cannot_stand_for_run_as_torch_runs_them():
     leaf = torch.nn.Parameter(torch.empty(8))
     with _Draws(), pytest.raises(RuntimeError, match="leaf Variable"):
         leaf.normal_()  # outside no_grad: torch's own error
+
+
+def test_a_draw_the_fill_refuses_is_torchs(monkeypatch):
+    import fp8_dummy.realistic.twin as twin
+
+    def refuse(*args, **kwargs):
+        raise ValueError("fp8_dummy: refused")
+
+    monkeypatch.setattr(twin.ops, "init_stateless_", refuse)
+    torch.manual_seed(11)
+    want = torch.nn.init.normal_(torch.empty(64), 0.0, 0.02)
+    torch.manual_seed(11)
+    with _Draws():
+        got = torch.nn.init.normal_(torch.empty(64), 0.0, 0.02)
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))

@@ -1,14 +1,14 @@
 """The CPU twin a meta model's facts are probed on (:func:`.arch.derive_twin`): the model class
 built from the same config on the CPU, its random initial values drawn by the stateless fill
 (:func:`fp8_dummy.init_stateless_`, a fixed key per draw: a uniform of the draw's own mean and
-standard deviation, or bounds) instead of torch's global generator (``normal_``, ``uniform_``
-and nn.Linear's ``kaiming_uniform_``; any other draw is torch's). The probes take a fact from tensor
-identities, shapes or the values they substitute, never from which random draw a weight got
-(those were the caller's generator's, whatever its state), so the facts are the same; the
-deterministic part of the initialization (ones, zeros, buffers) is the model's own. The fill
-writes a few bytes per ns where ``normal_`` draws tens of millions of Gaussians one by one
-(most of the twin's build for a MoE of many experts), the twin is the same in every process,
-and the caller's generator is left as it was."""
+standard deviation, or bounds) instead of torch's global generator (``normal_``,
+``uniform_`` and nn.Linear's ``kaiming_uniform_``; any other draw is torch's). The probes take
+a fact from tensor identities, shapes or the values they substitute, never from which random
+draw a weight got (those were the caller's generator's, whatever its state), so the facts are
+the same; the deterministic part of the initialization (ones, zeros, buffers) is the model's
+own. The fill costs a fraction of ``normal_``'s Gaussians drawn one by one (most of the twin's
+build for a MoE of many experts), the twin is the same in every process, and the caller's
+generator is left as it was."""
 
 from __future__ import annotations
 
@@ -105,9 +105,11 @@ class _Draws(TorchFunctionMode):
                 grad = method and torch.is_grad_enabled() and t.requires_grad  # torch's error
                 if not (skip or grad):
                     self.count += 1
-                    with torch.no_grad():
-                        ops.init_stateless_(t, low, high, SEED, key_offset=self.count)
-                    return t
+                    try:
+                        with torch.no_grad():
+                            return ops.init_stateless_(t, low, high, SEED, key_offset=self.count)
+                    except Exception:  # noqa: BLE001 (a tensor the fill refuses: torch's draw)
+                        pass
         return func(*args, **kwargs)
 
 
