@@ -18,6 +18,8 @@ bytes on disk:
   (their rows then sum to zero);
   ``multipliers.py``: the probe of a constant the code multiplies an inner norm's output by
   before a linear reads it (LongCat-Flash's MLA);
+  ``offsets.py``: the probe of each norm's offset (norms alike run once);
+  ``twin.py``: that CPU twin, built with its random draws made by the stateless fill;
 - ``values.py``: the one byte writer: a spec and a key written into a tensor or a block of
   it (``init_stateless_``), then the routing's overrides;
 - ``routing/``: MoE routing profiles realized by the weights (its own face and file map);

@@ -21,14 +21,15 @@ from .combine import combine_gains
 from .hf_model import is_transformers_model, own_tensors
 from .multipliers import norm_multipliers
 from .nonnegative import nonnegative_inputs
+from .offsets import norm_offsets
 from .probes import (
     dataflow,
     decoder_layers,
     embed_scale,
     layer_gains,
-    norm_offsets,
     shrinks_residual,
 )
+from .twin import build_twin
 
 __all__ = ["DEFAULT", "TWIN_BUDGET_BYTES", "Arch", "derive", "derive_twin"]
 
@@ -64,7 +65,7 @@ def derive_twin(model: torch.nn.Module) -> Arch:
     """The facts of a model on the meta device: probed on a twin built on the CPU from the same
     config, in the model's dtype, where it takes at most :data:`TWIN_BUDGET_BYTES` in float32 (small
     and test models, so that their export is their in-memory fill), else the plain rule
-    (docs/export.md)."""
+    (docs/export.md); its random draws the stateless fill's (:mod:`.twin`)."""
     if not is_transformers_model(model):
         return DEFAULT
     size = sum(t.numel() for t in own_tensors(model).values()) * 4
@@ -72,9 +73,8 @@ def derive_twin(model: torch.nn.Module) -> Arch:
         return DEFAULT
     floats = [t.dtype for t in own_tensors(model).values() if t.dtype.is_floating_point]
     dtype = max(set(floats), key=floats.count) if floats else torch.float32
-    try:
-        with torch.device("cpu"):  # in the model's own dtype: the probes are run in it
-            twin = type(model)._from_config(model.config, dtype=dtype)
+    try:  # in the model's own dtype: the probes are run in it
+        twin = build_twin(type(model), model.config, dtype)
     except Exception:  # a class that cannot be built here: the plain rule, as for vLLM's
         return DEFAULT
     return derive(twin)

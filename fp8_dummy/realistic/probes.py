@@ -1,7 +1,7 @@
 """The probes behind :func:`.arch.derive`: forwards of the model on a few token ids with hooks
 that record its dataflow (which norms take a branch's output, which linear ends each branch),
-the embedding lookup's multiplier, a layer's own gains and each norm's offset. Nothing is
-written: parameters are substituted through ``torch.func.functional_call`` or read."""
+the embedding lookup's multiplier and a layer's own gains (each norm's offset: :mod:`.offsets`).
+Nothing is written: parameters are substituted through ``torch.func.functional_call`` or read."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import torch
 from .rules import RESIDUAL
 
 __all__ = ["Stop", "by_name", "dataflow", "decoder_layers", "embed_scale", "forward"]
-__all__ += ["input_of", "is_norm", "layer_gains", "norm_offsets", "shrinks_residual"]
-__all__ += ["stand_ins"]
+__all__ += ["input_of", "is_norm", "layer_gains", "shrinks_residual", "stand_ins"]
 
 _TOKENS = 8
 
@@ -287,28 +286,3 @@ def layer_gains(layers: list) -> frozenset:
         for n, t in [*layer.named_parameters(recurse=False), *layer.named_buffers(recurse=False)]
         if t.dim() <= 1 and t.is_floating_point()
     )
-
-
-def norm_offsets(model: torch.nn.Module) -> dict[str, float]:
-    """c for each norm computing (c + w) * x̂: the norm run with weight 0 and 1 (its other
-    1-D tensors 0) on a fixed input; out(0) = c·x̂, out(1) - out(0) = x̂."""
-    found = {}
-    for name, m in model.named_modules():
-        w = getattr(m, "weight", None)
-        if not (is_norm(name, m) and isinstance(w, torch.Tensor) and w.dim() == 1):
-            continue
-        x = torch.randn(2, w.numel(), generator=torch.Generator().manual_seed(0)).to(w)
-        zeros = {n: torch.zeros_like(t) for n, t in m.named_parameters() if t.dim() == 1}
-        try:
-            out0 = torch.func.functional_call(m, zeros, (x,)).float()
-            out1 = torch.func.functional_call(m, {**zeros, "weight": torch.ones_like(w)}, (x,))
-        except Exception:  # a norm taking other inputs (a gate): no offset  # noqa: BLE001
-            continue
-        if not isinstance(out1, torch.Tensor) or out1.shape != out0.shape:
-            continue
-        d = out1.float() - out0
-        c = ((out0 * d).sum() / (d * d).sum()).item() if d.abs().sum() > 0 else 0.0
-        c = round(c * 256) / 256  # the model's dtype rounds: 1 is 1
-        if math.isfinite(c) and c != 0:
-            found[name] = c
-    return found
