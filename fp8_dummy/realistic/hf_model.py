@@ -94,7 +94,7 @@ def _engine_fields(config: Any) -> dict[str, Any]:
             probed = type(config)(**{name: _PROBE}).to_dict()
         except Exception:  # noqa: BLE001 (a constructor that refuses the probe: nothing folded)
             continue
-        folded = [k for k, v in probed.items() if v == _PROBE and k in fields]
+        folded = [k for k, v in probed.items() if type(v) is int and v == _PROBE and k in fields]
         if len(folded) == 1 and folded[0] not in theirs:
             fields[name] = fields.pop(folded[0])
     return fields
