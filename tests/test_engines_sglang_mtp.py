@@ -4,11 +4,14 @@
 and MoE), ``Ernie4_5_MoeForCausalLMMTP`` (ERNIE 4.5 MoE), ``HYV3ForCausalLMNextN`` (HY-V3),
 ``GlmOcrForConditionalGenerationNextN`` (GLM-OCR's multimodal checkpoint),
 ``Glm4MoeLiteForCausalLMNextN`` (GLM-4.7-Flash, whose config SGLang's MLA attention rewrites
-while it builds the model) and ``NemotronHForCausalLMMTP`` (Nemotron-H's MTP step, whose class
-sets its config's main layers to the step's): the fill reads the config as SGLang handed the
-class, before it built (tests/test_sglang_config_as_given.py). Built on this CPU as SGLang
-builds its draft (its draft model config: helpers/sglang_models.py's ``build(..., draft=True)``,
-through the plugin's hook on SGLang's model construction), filled by
+while it builds the model), ``NemotronHForCausalLMMTP`` (Nemotron-H's MTP step, whose class
+sets its config's main layers to the step's) and ``LongcatFlashForCausalLMNextN``
+(LongCat-Flash, whose draft config SGLang's draft settings give one layer: the main model's
+depth comes from the target built before it): the fill reads the config as SGLang handed the
+class, before it built (tests/test_sglang_config_as_given.py). Built on this CPU as SGLang's
+scheduler builds them, the target (where it builds here: :data:`NO_TARGET`), then its draft
+(its draft model config: helpers/sglang_models.py's ``build(..., draft=True)``, through the
+plugin's hook on SGLang's model construction), filled by
 ``FP8_DUMMY_SGLANG=realistic`` with ``$FP8_DUMMY_ACCEPTANCE``, at TP=1 (one process) and TP=2
 (two gloo processes). The oracle: the export of the same config and acceptance read by SGLang's
 own safetensors reader into a twin through the class's ``load_weights``; every parameter
@@ -49,6 +52,7 @@ CASES = {
     "hy_v3-bf16": ("hy_v3", "bf16", 0.6),
     "glm_ocr-bf16": ("glm_ocr", "bf16", 0.6),
     "nemotron_h-bf16": ("nemotron_h", "bf16", 0.6),
+    "longcat_flash-bf16": ("longcat_flash", "bf16", 0.6),
 }
 CLASSES = {
     "deepseek_v3": "DeepseekV3ForCausalLMNextN",
@@ -61,8 +65,15 @@ CLASSES = {
     "hy_v3": "HYV3ForCausalLMNextN",
     "glm_ocr": "GlmOcrForConditionalGenerationNextN",
     "nemotron_h": "NemotronHForCausalLMMTP",
+    "longcat_flash": "LongcatFlashForCausalLMNextN",
 }
 
+
+# The models whose target the worker does not build before the draft, as SGLang's scheduler
+# does: Qwen3-Next's linear attention asks for a CUDA device while it builds (Qwen3.5's reads
+# the config.json key full_attention_interval, which this harness's configs lack); their drafts
+# take their config as handed, which SGLang's draft settings leave whole
+NO_TARGET = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 # ERNIE's MTP layer is a dense one: its nine tensors (norms, projection, fused attention and MLP)
 CHECKED = {"ernie4_5_moe-bf16": 9}
@@ -71,6 +82,8 @@ CHECKED = {"ernie4_5_moe-bf16": 9}
 def _config(model: str, quant: str) -> dict:
     count = "mtp_num_hidden_layers" if model.startswith("qwen3_5") else "num_nextn_predict_layers"
     config = dict(S.MODELS.get(model) or T.fields(model), **{count: 1})
+    if model == "longcat_flash":  # SGLang's LongCat config class reads rope_scaling alone
+        config["rope_scaling"] = config["rope_parameters"]
     if S.QUANTS[quant]:
         config["quantization_config"] = S.QUANTS[quant]
     return config
@@ -85,7 +98,8 @@ def runs(tmp_path_factory) -> dict:
         (source / "config.json").write_text(json.dumps(_config(model, quant)))
         export(source, root / case / "checkpoint", acceptance=acceptance, progress=False,
                allow_unknown=True)  # fmt: skip
-    (root / "cases.json").write_text(json.dumps({c: v[2] for c, v in CASES.items()}))
+    cases = {c: {"acceptance": v[2], "target": v[0] not in NO_TARGET} for c, v in CASES.items()}
+    (root / "cases.json").write_text(json.dumps(cases))
     out = S.run_ranks(WORKER, root, ROOT)
     for found in out.values():
         assert sorted(found) == sorted(CASES)

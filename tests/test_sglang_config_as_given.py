@@ -25,18 +25,20 @@ from fp8_dummy.realistic import config_checkpoint
 
 
 class Recorder(torch.nn.Module):
-    """A model class that records the checkpoint it is fed; ``rewrite`` is what its build does
-    to the config it is handed (in place)."""
+    """A model class that records the checkpoint it is fed (names, bytes); ``rewrite`` is what
+    its build does to the config it is handed (in place)."""
 
     rewrite = staticmethod(lambda config: None)
 
     def __init__(self, config):
         super().__init__()
         self.rewrite(config)
-        self.config, self.names = config, []
+        self.config, self.names, self.bytes = config, [], {}
 
     def load_weights(self, weights):
-        self.names += [name for name, _ in weights]
+        for name, t in weights:
+            self.names.append(name)
+            self.bytes[name] = torch.as_tensor(t).clone().view(torch.uint8)
 
 
 class SomeMTP(Recorder):  # a name the plugin does not know: its main layers set to the step's
@@ -57,9 +59,10 @@ def _initialize_model(model_config, load_config=None, quant_config=None):  # SGL
     return model_config.model_class(config=model_config.hf_config)
 
 
-def build(cls, config):
-    """``cls`` built as SGLang's loaders build, through the plugin's hook."""
-    handed = types.SimpleNamespace(hf_config=config, model_class=cls)
+def build(cls, config, **handed):
+    """``cls`` built as SGLang's loaders build, through the plugin's hook; ``handed``: more of
+    SGLang's model config (``model_path``, ``is_draft_model``)."""
+    handed = types.SimpleNamespace(hf_config=config, model_class=cls, **handed)
     return fsglang._around_build(_initialize_model, handed, None, None)
 
 
@@ -168,3 +171,64 @@ def test_the_hook_never_stops_the_build(tmp_path):
 
     with pytest.raises(ValueError, match="SGLang's own"):
         build(Refuses, tf.LlamaConfig())
+
+
+class LayersFolded(tf.PretrainedConfig):
+    """An engine's own LongCat-Flash config class as SGLang's is: its constructor folds the
+    decoder layer count (``num_layers``) into ``num_hidden_layers``, which transformers' config
+    derives (two per decoder layer)."""
+
+    model_type = "longcat_flash"
+
+    def __init__(self, num_layers=28, num_hidden_layers=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_hidden_layers = num_layers if num_hidden_layers is None else num_hidden_layers
+
+
+def longcat():
+    """(the export's config: transformers' from config.json's fields, its engine-class twin)"""
+    config = H.config("longcat_flash", hidden=64, vocab=200, head_dim=16, mtp=1)
+    fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
+    return config, LayersFolded(**fields)
+
+
+def exported(config):
+    model = Recorder(config)
+    model.load_weights(config_checkpoint(config, 0).items())
+    return model
+
+
+def assert_same(model, export):
+    assert model.names == export.names
+    assert all(torch.equal(model.bytes[n], export.bytes[n]) for n in export.names)
+
+
+def test_a_draft_takes_the_main_depth_from_its_target(tmp_path):
+    """SGLang's draft settings set LongCat-Flash's ``num_hidden_layers`` to its MTP layer count
+    and its config class keeps no other: the draft's fill takes the main model's depth from the
+    target built before it in the process, from the same checkpoint (its MTP block's output
+    projections are scaled by it), and reads the engine's class as transformers' (the target's
+    two decoder layers, not one): both hold the export's bytes."""
+    config, target_config = longcat()
+    where = dict(model_path=str(tmp_path), revision=None)
+    target = build(Recorder, target_config, is_draft_model=False, **where)
+    draft_config = copy.deepcopy(target_config)
+    draft_config.num_hidden_layers = draft_config.num_nextn_predict_layers  # SGLang's settings
+    draft = build(Recorder, draft_config, is_draft_model=True, **where)
+    assert draft_config.num_hidden_layers == 1  # the config SGLang hands is left as it was
+    export = exported(config)
+    for model in (target, draft):
+        fsglang._fill_realistic(model)
+        assert_same(model, export)
+
+
+def test_a_draft_of_another_checkpoint_or_alone_keeps_its_own_depth(tmp_path):
+    """A draft model of its own (another checkpoint: an EAGLE head of one layer) and a draft
+    built where no target was: the config as handed."""
+    _, target_config = longcat()
+    build(Recorder, target_config, model_path=str(tmp_path / "target"), is_draft_model=False)
+    for where in ("other", "alone"):
+        draft_config = copy.deepcopy(target_config)
+        draft_config.num_hidden_layers = 1
+        draft = build(Recorder, draft_config, model_path=str(tmp_path / where), is_draft_model=True)
+        assert fsglang._as_given(draft).num_hidden_layers == 1, where

@@ -137,8 +137,32 @@ def _around_build(own: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if twin is None:
             twin = next((v for v in memo.values() if type(v) is type(held)), None)
         if twin is not None:
-            _given[model] = twin
+            _given[model] = _kept_or_completed(args[0] if args else kwargs["model_config"], twin)
     return model
+
+
+# The config as handed of the target SGLang built last in this process, by the checkpoint it
+# reads (model path, revision): SGLang's scheduler (one process per rank) builds its target
+# before its speculative draft, so a draft read from the target's checkpoint finds it here.
+_targets: dict[tuple[Any, Any], Any] = {}
+
+
+def _kept_or_completed(handed: Any, twin: Any) -> Any:
+    """A target's config kept for its drafts; a draft's (SGLang's ``is_draft_model``) read from
+    the same checkpoint as a target built before it in this process, with a config of the same
+    class whose layer count SGLang's draft settings changed (LongCat-Flash's: its MTP layers'),
+    given the target's: the main model's depth, which the MTP layers' tensors depend on. A
+    draft without such a target keeps its config as handed."""
+    source = (getattr(handed, "model_path", None), getattr(handed, "revision", None))
+    if not getattr(handed, "is_draft_model", False):
+        _targets[source] = twin
+        return twin
+    target = _targets.get(source)
+    count = getattr(target, "num_hidden_layers", None)
+    if type(target) is type(twin) and isinstance(count, int):
+        if getattr(twin, "num_hidden_layers", None) != count:
+            twin.num_hidden_layers = count
+    return twin
 
 
 def _as_given(model: torch.nn.Module) -> Any:

@@ -44,7 +44,7 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
         config = copy.copy(config)
         del config.model_type
     if not type(config).__module__.startswith("transformers."):  # an engine's own config class
-        fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
+        fields = _engine_fields(config)
         try:
             config = transformers.AutoConfig.for_model(type(config).model_type, **fields)
         except (ValueError, KeyError, TypeError):  # no transformers config of that type
@@ -62,6 +62,42 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
         except (ValueError, KeyError) as e:
             errors.append(f"{auto.__name__}: {e}")
     raise ValueError(f"fp8_dummy: no transformers model class for this config: {'; '.join(errors)}")
+
+
+# A value no config field holds by chance: what the engine's constructor does with a parameter
+_PROBE = 1_000_003
+
+
+def _engine_fields(config: Any) -> dict[str, Any]:
+    """An engine's own config class's fields as transformers' config of its model type takes
+    them: where the engine's constructor folds a parameter transformers' config keeps into
+    another field (SGLang's LongCat-Flash class its ``num_layers`` into ``num_hidden_layers``,
+    which transformers' derives, two per decoder layer), that field's value under the
+    parameter's name. Found by probing the engine's class: built with that parameter alone, the
+    one field that holds the parameter's value."""
+    import inspect
+
+    import transformers
+
+    fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
+    try:
+        ours = inspect.signature(type(config).__init__).parameters
+        theirs = inspect.signature(
+            transformers.CONFIG_MAPPING[type(config).model_type].__init__
+        ).parameters
+    except (KeyError, TypeError, ValueError):  # no transformers config of that type
+        return fields
+    for name, p in ours.items():
+        if name in fields or name not in theirs or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        try:
+            probed = type(config)(**{name: _PROBE}).to_dict()
+        except Exception:  # noqa: BLE001 (a constructor that refuses the probe: nothing folded)
+            continue
+        folded = [k for k, v in probed.items() if type(v) is int and v == _PROBE and k in fields]
+        if len(folded) == 1 and folded[0] not in theirs:
+            fields[name] = fields.pop(folded[0])
+    return fields
 
 
 def own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:

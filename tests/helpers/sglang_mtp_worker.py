@@ -2,12 +2,13 @@
 each case, two copies of SGLang's own speculative draft class (``DeepseekV3ForCausalLMNextN``,
 ``Glm4MoeForCausalLMNextN``, ``Qwen3NextForCausalLMMTP``, ``Qwen3_5ForCausalLMMTP``,
 ``Glm4MoeLiteForCausalLMNextN``, ``Ernie4_5_MoeForCausalLMMTP``, ``HYV3ForCausalLMNextN``,
-``GlmOcrForConditionalGenerationNextN``, ``NemotronHForCausalLMMTP``: what SGLang's draft
-config names)
-built from the export's config.json: one filled by ``FP8_DUMMY_SGLANG=realistic``'s fill with
-the case's ``$FP8_DUMMY_ACCEPTANCE`` (poisoned 0x55 first), the other (0xAA) loaded from the
-export's files by SGLang's own safetensors reader and the class's ``load_weights``. Findings go
-to OUT/<world>-<rank>.json as {case: {...}}."""
+``GlmOcrForConditionalGenerationNextN``, ``NemotronHForCausalLMMTP``,
+``LongcatFlashForCausalLMNextN``: what SGLang's draft config names) built from the export's
+config.json, after the target where the case says (as SGLang's scheduler builds them): one
+filled by ``FP8_DUMMY_SGLANG=realistic``'s fill with the case's ``$FP8_DUMMY_ACCEPTANCE``
+(poisoned 0x55 first), the other (0xAA) loaded from the export's files by SGLang's own
+safetensors reader and the class's ``load_weights``. Findings go to OUT/<world>-<rank>.json as
+{case: {...}}."""
 
 from __future__ import annotations
 
@@ -39,21 +40,25 @@ def _run(world: int, rank: int, port: int, root: Path) -> dict:
     cases = json.loads((root / "cases.json").read_text())
     S.prepare()
     S.start(root / next(iter(cases)) / "checkpoint", world, rank, port, **MORE)
-    return {c: _case(S, root / c / "checkpoint", acc, world, rank) for c, acc in cases.items()}
+    return {c: _case(S, root / c / "checkpoint", world, rank, **v) for c, v in cases.items()}
 
 
-def _case(S, ckpt: Path, acceptance, world: int, rank: int) -> dict:
+def _case(S, ckpt: Path, world: int, rank: int, acceptance, target: bool) -> dict:
     try:
-        return _compare(S, ckpt, acceptance, world, rank)
+        return _compare(S, ckpt, acceptance, target, world, rank)
     except Exception:  # noqa: BLE001 (reported to the parent test)
         return {"error": traceback.format_exc()}
 
 
-def _compare(S, ckpt: Path, acceptance, world: int, rank: int) -> dict:
+def _compare(S, ckpt: Path, acceptance, target: bool, world: int, rank: int) -> dict:
     import torch
 
     from fp8_dummy.engines import sglang as fsglang
 
+    # SGLang's scheduler builds the target before its draft, in the same process: the draft's
+    # fill takes the main model's depth from it where SGLang's draft settings changed it
+    if target:
+        S.build(ckpt, world, rank, **MORE)
     ours = S.build(ckpt, world, rank, draft=True, **MORE)
     theirs = S.build(ckpt, world, rank, draft=True, **MORE)
     for model, byte in ((ours, 0x55), (theirs, 0xAA)):
