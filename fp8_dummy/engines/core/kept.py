@@ -68,8 +68,7 @@ class KeptFill(NamedTuple):
     entries (:func:`.execution.run`). ``unchecked``: its facts are checked by the fill's first
     call, which writes nothing where they changed (run() then returns :data:`STALE`)."""
 
-    kept: Kept
-    names: list[str] | None  # None: the kept plan's (:meth:`Kept.named`), made if asked
+    kept: Kept  # its names are the tensors' (:meth:`Kept.named`)
     tensors: list[torch.Tensor]
     unchecked: bool = False  # the tensors' facts are the fill's to check first
 
@@ -78,8 +77,7 @@ class KeptFill(NamedTuple):
 
     def entry(self, i: int) -> tuple:
         action, meta = self.kept.decided[self.kept.kind_of[i]][:2]
-        names = self.names if self.names is not None else self.kept.named()
-        return names[i], self.tensors[i], action, meta
+        return self.kept.named()[i], self.tensors[i], action, meta
 
 
 def _attrs(tensors: list[torch.Tensor], reads: tuple) -> list | None:

@@ -230,7 +230,7 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     on = (context, names, ts, sem.reads)
     found = kept.find(*on, not defer, shape) if keep and one is None else None
     if found is not None and lazy and all(d[5] for d in found.decided):
-        return kept.KeptFill(found, found.names, ts, defer)  # its names: the same (or shape)
+        return kept.KeptFill(found, ts, defer)  # its names: the same (or the same shape)
     if found is not None and defer:
         found = kept.find(*on, True, shape)
     if found is not None:
@@ -256,7 +256,7 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
             decided[k] = d
         else:
             entry = kept.keep(context, names, ts, sem.reads, kinds, decided, shape)
-            return kept.KeptFill(entry, names, ts)
+            return kept.KeptFill(entry, ts)
     names = names if names is not None else shape_names(shape)
     out = entries(names, ts, kinds.kind_of, decided, decide, mode, check)
     if keep and out is not None and memo["keep"] and one is not None:
