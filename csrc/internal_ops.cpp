@@ -3,6 +3,7 @@
 // build, diagnostics; test-only ones: tests/ext/). Schemas may change between releases.
 #include <torch/library.h>
 
+#include "common/held_tensors.h"
 #include "common/random_bytes.h"
 #include "common/reference.h"
 
@@ -62,6 +63,17 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   m.def(
       "init_many_kept(Tensor(a!)[] tensors, Tensor kinds, int[] fill, float low, float high, "
       "int seed, bool contiguous_temp) -> bool");
+  // A new plan's two calls with the list turned into an argument once: tensor_kinds, and
+  // the list held (no handle copied) until init_many_held fills the tensors `fill` names
+  // (int64, ascending; None: all) through fp8_dummy::init_many_ (its checks, version
+  // counters, autograd).
+  m.class_<HeldTensors>("HeldTensors");
+  m.def(
+      "tensor_kinds_held(Tensor[] tensors) -> "
+      "(Tensor, __torch__.torch.classes.fp8_dummy_internal.HeldTensors)");
+  m.def(
+      "init_many_held(__torch__.torch.classes.fp8_dummy_internal.HeldTensors held, Tensor? fill, "
+      "float low, float high, int seed, bool contiguous_temp) -> ()");
   // The build (build_info.cpp): "torch=2.13.0 cuda=no", the torch it was compiled against.
   m.def("build_info() -> str");
 

@@ -209,18 +209,18 @@ def test_cpu_keys_are_proven_in_process_unless_asked(children, monkeypatch, sett
 
 # Appended to the stand-in vLLM's weight_utils.py, so that it runs in every process that
 # imports the engine (its start, and the child that imports its function): records the
-# process, and puts our CPU kernels (core.execution.init_ and init_many_, what the child's
-# probe runs; one record per tensor) behind a stand-in for a fault, STANDIN_KILL=1: the
-# process dies by SIGSEGV, as on an illegal address.
+# process, and puts our CPU kernels (core.execution.init_, init_many_ and init_many_held: what
+# the child's probe runs, and a new plan's batch; one record per tensor) behind a stand-in for
+# a fault, STANDIN_KILL=1: the process dies by SIGSEGV, as on an illegal address.
 HOOK = """
 import os, signal
 import fp8_dummy.engines.core.execution as _core
 
 
-def _ours(kernel):
+def _ours(kernel, count=lambda t, *_: len(t) if isinstance(t, list) else 1):
     def run(t, *args, **kwargs):
         with open(os.environ["STANDIN_MARKER"], "a") as f:
-            f.write(f"ours {os.getpid()}\\n" * (len(t) if isinstance(t, list) else 1))
+            f.write(f"ours {os.getpid()}\\n" * count(t, *args))
         if os.environ.get("STANDIN_KILL") == "1":
             os.kill(os.getpid(), signal.SIGSEGV)
         return kernel(t, *args, **kwargs)
@@ -229,6 +229,7 @@ def _ours(kernel):
 
 
 _core.init_, _core.init_many_ = _ours(_core.init_), _ours(_core.init_many_)
+_core.init_many_held = _ours(_core.init_many_held, lambda held, n, fill, *_: len(fill))
 with open(os.environ["STANDIN_MARKER"], "a") as f:
     f.write(f"engine {os.getpid()}\\n")
 """

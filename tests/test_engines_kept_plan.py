@@ -135,6 +135,28 @@ def test_a_kept_fill_checks_and_fills_in_one_call(plans, monkeypatch):
     assert len(plans) == 1
 
 
+def test_a_new_plan_fills_the_list_its_facts_call_held(plans, monkeypatch):
+    # A new plan's batch goes to the operator from the list its facts' call received: no
+    # second list of the tensors turned into an argument; a kept plan's fill does not hold one.
+    held, lists = [], []
+    real_held, real_many = core.execution.init_many_held, core.execution.init_many_
+    monkeypatch.setattr(
+        core.execution, "init_many_held", lambda *a: held.append(a[2]) or real_held(*a)
+    )
+    monkeypatch.setattr(
+        core.execution, "init_many_", lambda ts, *a, **k: lists.append(ts) or real_many(ts, *a, **k)
+    )
+    a, b = twin()
+    refill(a, seed=9)
+    # (init_many_ of one tensor: an entry the plan runs alone, not a batch)
+    assert len(held) >= 1 and all(len(ts) == 1 for ts in lists)
+    assert_same_bytes(a, loader(b, seed=9))
+    held.clear()
+    refill(a, seed=9)  # kept: its one call checks the facts and fills
+    assert held == []
+    assert_same_bytes(a, loader(b, seed=9))
+
+
 def test_other_arguments_or_inference_mode_make_a_new_plan(plans):
     a, b = twin()
     refill(a, seed=3)

@@ -443,3 +443,61 @@ def test_the_kept_call_refuses_a_fill_list_out_of_order():
     facts = core.kinds.tensor_facts(tensors)
     with pytest.raises(RuntimeError, match="ascending"):
         core.kinds.init_many_kept(tensors, facts, [2, 0], -1.0, 1.0, 1, False)
+
+
+# ---- a new plan's list held between its facts and its fill ---------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_held_list_has_the_facts_and_fills_what_it_is_told(seed, device):
+    rng = random.Random(seed)
+    dtypes = [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float32]
+    tensors = [
+        torch.empty(rng.randint(1, 9), rng.randint(1, 7), dtype=rng.choice(dtypes), device=device)
+        for _ in range(rng.randint(3, 12))
+    ]
+    tensors = [t if rng.random() < 0.7 else t.t() for t in tensors]
+    facts, held = core.kinds.tensor_facts(tensors, hold=True)
+    assert torch.equal(facts, core.kinds.tensor_facts(tensors))
+    n = len(tensors)
+    for fill in (list(range(n)), sorted(rng.sample(range(n), rng.randint(1, n - 1)))):
+        low, high, s = -rng.random(), rng.random(), rng.randint(0, 2**40)
+        for t in tensors:
+            poison(t)
+        versions = [t._version for t in tensors]
+        with torch.no_grad():
+            core.kinds.init_many_held(held, n, fill, low, high, s, False)
+        for i, t in enumerate(tensors):
+            if i in fill:
+                want = reference_bytes(t, low, high, s)
+                assert torch.equal(t.contiguous().reshape(-1).view(torch.uint8), want), i
+                assert t._version > versions[i]  # an in-place write, as init_many_'s
+            else:
+                assert bool((storage_bytes(t) == 0x55).all()), i
+
+
+@pytest.mark.parametrize("fill", [[2, 0], [1, 1], [0, 3], [-1]])
+def test_the_held_fill_refuses_a_list_out_of_order_before_any_write(fill):
+    tensors = [torch.empty(4, dtype=torch.float8_e4m3fn) for _ in range(3)]
+    _, held = core.kinds.tensor_facts(tensors, hold=True)
+    for t in tensors:
+        poison(t)
+    with pytest.raises(RuntimeError, match="ascending and within the list"):
+        core.kinds.init_many_held(held, 3, fill, -1.0, 1.0, 1, False)
+    for t in tensors:
+        assert bool((storage_bytes(t) == 0x55).all())
+
+
+def test_the_held_fill_makes_the_operators_checks():
+    # Through fp8_dummy::init_many_: a leaf that requires grad is refused, nothing written.
+    tensors = [torch.empty(4, dtype=torch.float32) for _ in range(3)]
+    tensors[1].requires_grad_()
+    _, held = core.kinds.tensor_facts(tensors, hold=True)
+    with torch.no_grad():
+        for t in tensors:
+            poison(t)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        core.kinds.init_many_held(held, 3, [0, 1, 2], -1.0, 1.0, 1, False)
+    for t in tensors:
+        assert bool((storage_bytes(t) == 0x55).all())

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/held_tensors.h"
 #include "common/reference.h"
 
 namespace fp8_dummy {
@@ -135,8 +136,9 @@ StorageKey storage_key(const at::Tensor& t) {
           reinterpret_cast<uintptr_t>(t.storage().data())};
 }
 
-at::Tensor tensor_kinds_op(at::TensorList tensors) {
-  const auto n = static_cast<int64_t>(tensors.size());
+// tensor_kinds of the `count` tensors `at(i)` gives.
+template <class At>
+at::Tensor kinds_of(int64_t n, const At& at) {
   std::vector<int64_t> out(static_cast<size_t>(n), 0);
   out.reserve(static_cast<size_t>(n) * 8 + 1);
   std::map<int64_t, int64_t> ids;
@@ -144,7 +146,7 @@ at::Tensor tensor_kinds_op(at::TensorList tensors) {
   StorageIds storages(static_cast<size_t>(n));
   bool own_storages = true;
   for (int64_t i = 0; i < n; ++i) {
-    const at::Tensor& t = tensors[i];
+    const at::Tensor& t = at(i);
     const int64_t code = kind_code(t);
     const int64_t id = code < 0 ? next++ : ids.try_emplace(code, next).first->second;
     if (id == next) ++next;
@@ -156,6 +158,25 @@ at::Tensor tensor_kinds_op(at::TensorList tensors) {
   // has (no alias, nothing to fill in order: the plan's program by kinds alone), else 0.
   out.push_back(own_storages ? 1 : 0);
   return at::tensor(out, at::TensorOptions().dtype(at::kLong));
+}
+
+at::Tensor tensor_kinds_op(at::TensorList tensors) {
+  return kinds_of(static_cast<int64_t>(tensors.size()),
+                  [&](int64_t i) -> const at::Tensor& { return tensors[static_cast<size_t>(i)]; });
+}
+
+// tensor_kinds, and the list kept as the operator received it (no handle copied) for
+// init_many_held. Boxed, as init_many_held: a kernel whose signature names the held class is
+// checked against it when registered, which static initialization may run before the class is.
+void tensor_kinds_held_boxed(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
+  c10::List<at::Tensor> tensors = std::move(stack->back()).toTensorList();
+  stack->pop_back();
+  const auto& list = tensors;
+  at::Tensor kinds =
+      kinds_of(static_cast<int64_t>(list.size()),
+               [&](int64_t i) -> const at::Tensor& { return list.get(static_cast<size_t>(i)); });
+  stack->emplace_back(std::move(kinds));
+  stack->emplace_back(c10::make_intrusive<HeldTensors>(std::move(tensors)));
 }
 
 // Whether every tensor's facts are those of `kinds` (a tensor_kinds answer for as many
@@ -209,6 +230,47 @@ bool init_many_kept_op(at::TensorList tensors, const at::Tensor& kinds, at::IntA
                           c10::IValue(seed), c10::IValue(contiguous_temp)};
   op.callBoxed(&stack);
   return true;
+}
+
+// init_many_ on the held tensors `fill` names (an int64 vector, ascending; None: all of them,
+// the list passed on as it was received). `fill` is a tensor, not an int[]: torch's Python call
+// of an operator that takes a held object first looks through every argument's items in Python.
+// Nothing is checked here that the operator does not check itself.
+void init_many_held_boxed(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
+  const bool contiguous_temp = stack->back().toBool();
+  const int64_t seed = (*stack)[stack->size() - 2].toInt();
+  const double high = (*stack)[stack->size() - 3].toDouble();
+  const double low = (*stack)[stack->size() - 4].toDouble();
+  const c10::IValue fill = std::move((*stack)[stack->size() - 5]);
+  const auto held = (*stack)[stack->size() - 6].toCustomClass<HeldTensors>();
+  torch::jit::drop(*stack, 6);
+  const c10::List<at::Tensor>& all = held->tensors;
+  c10::List<at::Tensor> batch;
+  if (fill.isNone()) {
+    batch = all;  // the same list: no handle copied
+  } else {
+    const at::Tensor& idx = fill.toTensor();
+    TORCH_CHECK(idx.dim() == 1 && idx.scalar_type() == at::kLong && idx.device().is_cpu() &&
+                    idx.is_contiguous(),
+                "fp8_dummy: init_many_held needs `fill` as a contiguous int64 CPU vector");
+    const auto n = static_cast<int64_t>(all.size());
+    const int64_t* at = idx.const_data_ptr<int64_t>();
+    batch.reserve(static_cast<size_t>(idx.numel()));
+    int64_t last = -1;
+    for (int64_t k = 0; k < idx.numel(); ++k) {
+      const int64_t i = at[k];
+      TORCH_CHECK(i > last && i < n,
+                  "fp8_dummy: init_many_held needs `fill` ascending and within the list");
+      batch.push_back(all.get(static_cast<size_t>(i)));
+      last = i;
+    }
+  }
+  if (batch.empty()) return;
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("fp8_dummy::init_many_", "");
+  torch::jit::Stack call{c10::IValue(std::move(batch)), c10::IValue(low), c10::IValue(high),
+                         c10::IValue(seed), c10::IValue(contiguous_temp)};
+  op.callBoxed(&call);
 }
 
 // Numbers equal keys (sizes and strides of any length) in order of first appearance.
@@ -301,12 +363,15 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
 
 TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeExplicitAutograd, m) {
   m.impl("tensor_kinds", TORCH_FN(tensor_kinds_op));
+  m.impl("tensor_kinds_held",
+         torch::CppFunction::makeFromBoxedFunction<&tensor_kinds_held_boxed>());
   m.impl("facts_match", TORCH_FN(facts_match_op));
   m.impl("fill_order", TORCH_FN(fill_order_op));
 }
 
 TORCH_LIBRARY_IMPL(fp8_dummy_internal, CompositeImplicitAutograd, m) {
   m.impl("init_many_kept", TORCH_FN(init_many_kept_op));
+  m.impl("init_many_held", torch::CppFunction::makeFromBoxedFunction<&init_many_held_boxed>());
 }
 
 }  // namespace fp8_dummy

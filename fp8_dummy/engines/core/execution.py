@@ -21,7 +21,7 @@ from ...tensors import is_plain
 from . import kept
 from .checks import distinct
 from .kept import STALE, Kept, KeptFill
-from .kinds import dispatching, init_many_kept, reads_only
+from .kinds import dispatching, init_many_held, init_many_kept, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
 __all__ = ["PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES", "Program", "apply", "program"]
@@ -262,9 +262,17 @@ def run(
                 done(t.data, sem, ours=fused)
             # The operator itself: the plan checked every tensor (plain, strided, not meta)
             # and its bounds, and the operator checks them all again before its first write.
+            held = getattr(planned, "held", None) if bar is None else None
             with torch._C.DisableTorchFunctionSubclass():
                 for (low, high, seed, sem), idx in prog.batches[first:]:
                     rows = sem.temp == ROWS
+                    if held is not None:  # a new plan's list, held since its facts
+                        seed = as_int64(seed, "seed", "init_many_")
+                        init_many_held(held, len(planned), idx, low, high, seed, rows)
+                        if fault(sem.path):
+                            for i in idx:
+                                done(tensor(i), sem)
+                        continue
                     for batch in _pieces(list(map(tensor, idx)), bar is not None):
                         init_many_(batch, low, high, seed, contiguous_temp=rows)
                         if fault(sem.path) or bar is not None:

@@ -8,6 +8,7 @@ is checked against), not from Python objects per tensor; the keys are numbered i
 
 from __future__ import annotations
 
+import array
 import contextlib
 from typing import Any, NamedTuple
 
@@ -17,11 +18,13 @@ from ..._library import C as _C
 from ...tensors import shape_locals
 
 __all__ = ["Kinds", "dispatching", "facts_match", "init_many_kept", "kinds_of", "reads_only"]
-__all__ += ["tensor_facts"]
+__all__ += ["init_many_held", "tensor_facts"]
 
 _KINDS = torch.ops.fp8_dummy_internal.tensor_kinds
 _MATCH = torch.ops.fp8_dummy_internal.facts_match
 _KEPT = torch.ops.fp8_dummy_internal.init_many_kept
+_KINDS_HELD = torch.ops.fp8_dummy_internal.tensor_kinds_held.default
+_HELD = torch.ops.fp8_dummy_internal.init_many_held.default
 _C_KINDS = getattr(_C, "_kinds", None)  # kinds_of's numbering in C (python_kinds.cpp)
 _own_dispatch: dict[type, bool] = {}
 
@@ -38,14 +41,15 @@ def dispatching(t: torch.Tensor | type) -> bool:
     return known
 
 
-def tensor_facts(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+def tensor_facts(tensors: list[torch.Tensor], hold: bool = False) -> Any:
     """Each tensor's kind number, then the facts a kept plan is checked against, as one int64
-    tensor (see common/model_facts.cpp); None where a tensor dispatches itself."""
+    tensor (see common/model_facts.cpp); None where a tensor dispatches itself. ``hold``:
+    (facts, the list held for :func:`init_many_held`), or None."""
     if not tensors or any([dispatching(t) for t in set(map(type, tensors))]):
         return None
     # No autograd: its fallback would look at every tensor of the list for gradients.
     with torch.no_grad(), reads_only():
-        return _KINDS(tensors)
+        return _KINDS_HELD(tensors) if hold else _KINDS(tensors)
 
 
 def facts_match(tensors: list[torch.Tensor], facts: torch.Tensor) -> bool:
@@ -66,6 +70,19 @@ def init_many_kept(tensors: list[torch.Tensor], facts: torch.Tensor, fill: list[
         return _KEPT(tensors, facts, fill, low, high, seed, contiguous_temp)
 
 
+def init_many_held(held: Any, count: int, fill: list[int], low: float, high: float, seed: int,
+                   contiguous_temp: bool) -> None:  # fmt: skip
+    """``init_many_`` on the tensors ``fill`` names (ascending, distinct) of the ``count``
+    tensors :func:`tensor_facts` held, without turning the list into an operator's argument
+    again (all of them: the list itself)."""
+    every = len(fill) == count and fill[0] == 0 and fill[-1] == count - 1
+    # A tensor, not a list: torch's call of an operator taking a held object looks through
+    # each list argument's items in Python.
+    which = None if every else torch.frombuffer(array.array("q", fill), dtype=torch.long)
+    with torch._C.DisableTorchFunctionSubclass():
+        _HELD(held, which, low, high, seed, contiguous_temp)
+
+
 def reads_only() -> contextlib.AbstractContextManager:
     """Where our C++ reads of many tensors' facts run: outside the classes' own
     ``__torch_function__`` (an engine's parameter classes) and any ``TorchDispatchMode`` (reads of
@@ -83,18 +100,22 @@ class Kinds(NamedTuple):
     firsts: list[int]  # per kind: its first tensor (the plan asks it)
     facts: torch.Tensor | None  # None: the plan is not kept
     attrs: list | None = None  # per tensor: the rule's attributes (a tuple each if several)
+    held: Any = None  # the list held for its fill (kinds_of's ``hold``)
 
 
 def kinds_of(names: list[str] | None, tensors: list[torch.Tensor], reads: Any,
-             shape: list | None = None) -> Kinds:  # fmt: skip
+             shape: list | None = None, hold: bool = False) -> Kinds:  # fmt: skip
     """The tensors' kinds, numbered in order of first appearance. ``reads``: the attributes
     the rule reads (a tuple), or None: every tensor a kind of its own (the rule is asked for
     each). ``names`` None: the local names read from the walk's ``shape``, no dotted name
-    made."""
+    made. ``hold``: the list held for a fill of it (:func:`init_many_held`)."""
     n = len(tensors)
-    facts = tensor_facts(tensors) if reads is not None else None
+    facts = tensor_facts(tensors, hold) if reads is not None else None
     if facts is None:
         return Kinds(list(range(n)), list(range(n)), None)
+    held = None
+    if hold:
+        facts, held = facts
     fact_kinds = facts[:n].tolist()
     if names is not None:
         locals_ = [name.rpartition(".")[2] for name in names]
@@ -102,7 +123,7 @@ def kinds_of(names: list[str] | None, tensors: list[torch.Tensor], reads: Any,
         items = shape if names is None else locals_
         try:  # the same keys in the same dict, numbered in C
             made = _C_KINDS(items, names is None, tensors, fact_kinds, reads[0] if reads else None)
-            return Kinds(*made[:2], facts, made[2])
+            return Kinds(*made[:2], facts, made[2], held)
         except TypeError:  # a key that does not hash: the loop below gives it a kind of its own
             pass
     if names is None:
@@ -127,7 +148,7 @@ def kinds_of(names: list[str] | None, tensors: list[torch.Tensor], reads: Any,
     for k in range(max(kind_of, default=-1) + 1):
         at = kind_of.index(k, at)
         firsts.append(at)
-    return Kinds(kind_of, firsts, facts, attrs)
+    return Kinds(kind_of, firsts, facts, attrs, held)
 
 
 def _numbered(keys: list) -> list[int]:

@@ -237,10 +237,12 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
         names = names if names is not None else shape_names(shape)
         out = entries(names, ts, found.kind_of, found.decided, lambda *_: None, mode, check)
         return _kept_plan(out, found)
-    kinds = kinds_of(names, ts, sem.reads if neutral in (None, default_scales) else None, shape)
+    new_fill = lazy and keep and one is None  # its list held for its fill where it is kept
+    reads = sem.reads if neutral in (None, default_scales) else None
+    kinds = kinds_of(names, ts, reads, shape, hold=new_fill)
     decide, memo = decider(sem, call, engine, prove, mode, neutral, check, proven)
     decided: list = [None] * len(kinds.firsts)
-    if lazy and keep and one is None and kinds.facts is not None:
+    if new_fill and kinds.facts is not None:
         # A fill's new plan: each kind decided at its first tensor, in order; where every
         # decision holds for its kind with nothing of a tensor's own, the plan is kept and run
         # from its kinds: no entry per tensor, no dotted name but the firsts'.
@@ -256,7 +258,7 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
             decided[k] = d
         else:
             entry = kept.keep(context, names, ts, sem.reads, kinds, decided, shape)
-            return kept.KeptFill(entry, ts)
+            return kept.KeptFill(entry, ts, held=kinds.held)
     names = names if names is not None else shape_names(shape)
     out = entries(names, ts, kinds.kind_of, decided, decide, mode, check)
     if keep and out is not None and memo["keep"] and one is not None:
