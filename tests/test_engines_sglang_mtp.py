@@ -18,7 +18,9 @@ own safetensors reader into a twin through the class's ``load_weights``; every p
 written by both (the two poisoned apart), byte for byte equal. What neither writes is what
 SGLang's draft classes take from no checkpoint: the embedding and lm_head (SGLang hands the
 draft the target's at run time) and FP8 attention's KV-cache scales. SGLang's NextN takes one
-MTP layer (Nemotron-H's: one step). Without SGLang: skipped, with why."""
+MTP layer (Nemotron-H's: one step); HY-V3's and Nemotron-H's drafts of checkpoints with two,
+whose draft config SGLang gives one, hold the export's first (:data:`EDGE`: at the count's one
+say in the values). Without SGLang: skipped, with why."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """``FP8_DUMMY_SGLANG=realistic`` on SGLang 0.5.23's own model classes: Llama, Qwen3-MoE,
-DeepSeek-V3 and Mixtral, in bf16 and FP8 block, built on this CPU from tiny configs
+DeepSeek-V3, Mixtral and LongCat-Flash (its main model: two MLA attentions, two dense MLPs and a
+MoE with zero experts per layer; SGLang's own config class, which folds ``num_layers`` into
+``num_hidden_layers``), in bf16 and FP8 block, built on this CPU from tiny configs
 (helpers/sglang_models.py says how, and what is replaced to build them without SGLang's GPU
 kernels), at TP=1 (one process) and TP=2 (two gloo processes).
 
