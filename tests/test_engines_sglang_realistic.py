@@ -1,5 +1,7 @@
 """``FP8_DUMMY_SGLANG=realistic`` on SGLang 0.5.23's own model classes: Llama, Qwen3-MoE,
-DeepSeek-V3 and Mixtral, in bf16 and FP8 block, built on this CPU from tiny configs
+DeepSeek-V3, Mixtral and LongCat-Flash (its main model: two MLA attentions, two dense MLPs and a
+MoE with zero experts per layer; SGLang's own config class, which folds ``num_layers`` into
+``num_hidden_layers``), in bf16 and FP8 block, built on this CPU from tiny configs
 (helpers/sglang_models.py says how, and what is replaced to build them without SGLang's GPU
 kernels), at TP=1 (one process) and TP=2 (two gloo processes).
 
@@ -12,6 +14,7 @@ no checkpoint reaches in SGLang (named below). Without SGLang: skipped, with why
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -49,8 +52,13 @@ def _unreachable(case: str, name: str) -> bool:
     return case == "llama-blk" and name.endswith(".weight_scale_inv")
 
 
+# the MLA projections SGLang's DeepSeek and LongCat loaders concatenate (LongCat's two
+# attentions per layer: self_attn.0, self_attn.1)
+FUSED = re.compile(r"\.self_attn\.(\d+\.)?(q_a_proj|kv_a_proj_with_mqa)\.[a-z_]+$")
+
+
 def _concatenated(name: str) -> bool:
-    return name.rpartition(".")[0].endswith(("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"))
+    return FUSED.search(name) is not None
 
 
 @pytest.mark.parametrize("case", S.CASES)
@@ -61,8 +69,8 @@ def test_realistic_is_the_export_read_by_sglang(runs, case):
         where = (case, w, r)
         assert "error" not in got, (where, got["error"])
         assert got["mismatch"] == [] and got["checked"] > 10, (where, got)
-        # blocks only, but what SGLang's own loader concatenates whole (DeepSeek's q_a and
-        # kv_a projections into its fused, replicated one): made whole, as from disk
+        # blocks only, but what SGLang's own loader concatenates whole (DeepSeek's and
+        # LongCat's q_a and kv_a projections into a fused, replicated one): whole, as from disk
         assert all(_concatenated(n) for n in got["materialized"]), (where, got["materialized"])
         assert all(_unreachable(case, n) for n in got["unreached"]), (where, got["unreached"])
         if case.endswith("-blk") and case != "llama-blk":

@@ -232,3 +232,23 @@ def test_a_draft_of_another_checkpoint_or_alone_keeps_its_own_depth(tmp_path):
         draft_config.num_hidden_layers = 1
         draft = build(Recorder, draft_config, model_path=str(tmp_path / where), is_draft_model=True)
         assert fsglang._as_given(draft).num_hidden_layers == 1, where
+
+
+def test_a_draft_takes_the_mtp_layer_count_from_its_target(tmp_path):
+    """SGLang's draft settings set ``num_nextn_predict_layers`` to 1 where the draft class
+    builds one MTP layer (HY-V3's, Nemotron-H's, Qwen3-Next's): the draft's fill takes the
+    count from the target built before it from the same checkpoint (the twin its MTP layers'
+    facts are probed on is one of all of them), so both hold the export's bytes, every MTP
+    layer's names included; SGLang's loaders read the first."""
+    config = H.config("hy_v3", hidden=64, vocab=200, head_dim=16, mtp=2)
+    where = dict(model_path=str(tmp_path), revision=None)
+    target = build(Recorder, copy.deepcopy(config), is_draft_model=False, **where)
+    draft_config = copy.deepcopy(config)
+    draft_config.num_nextn_predict_layers = 1  # SGLang's settings
+    draft = build(Recorder, draft_config, is_draft_model=True, **where)
+    assert draft_config.num_nextn_predict_layers == 1  # the config SGLang hands is left as it was
+    export = exported(config)
+    assert any(n.startswith("model.layers.3.") for n in export.names)  # the second MTP layer
+    for model in (target, draft):
+        fsglang._fill_realistic(model)
+        assert_same(model, export)

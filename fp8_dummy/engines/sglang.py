@@ -146,22 +146,31 @@ def _around_build(own: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 # before its speculative draft, so a draft read from the target's checkpoint finds it here.
 _targets: dict[tuple[Any, Any], Any] = {}
 
+# The counts SGLang's draft settings (its model config's ``is_draft_model``) rewrite in a draft's
+# config: LongCat-Flash's ``num_hidden_layers`` (set to its MTP layers'), and the MTP layer count
+# of the drafts whose classes build one (Qwen3-Next, Nemotron-H, HY-V3...: 1). The checkpoint's
+# tensors depend on both: its MTP layers' output projections are scaled by the main model's
+# depth, and their facts are probed on a twin of all its MTP layers where that twin is small.
+DRAFT_COUNTS = ("num_hidden_layers", "num_nextn_predict_layers")
+
 
 def _kept_or_completed(handed: Any, twin: Any) -> Any:
     """A target's config kept for its drafts; a draft's (SGLang's ``is_draft_model``) read from
     the same checkpoint as a target built before it in this process, with a config of the same
-    class whose layer count SGLang's draft settings changed (LongCat-Flash's: its MTP layers'),
-    given the target's: the main model's depth, which the MTP layers' tensors depend on. A
-    draft without such a target keeps its config as handed."""
+    class, given the target's counts (:data:`DRAFT_COUNTS`) where SGLang's draft settings
+    changed them: the checkpoint is the target's, so its tensors are the ones the target's
+    config describes. A draft without such a target keeps its config as handed."""
     source = (getattr(handed, "model_path", None), getattr(handed, "revision", None))
     if not getattr(handed, "is_draft_model", False):
         _targets[source] = twin
         return twin
     target = _targets.get(source)
-    count = getattr(target, "num_hidden_layers", None)
-    if type(target) is type(twin) and isinstance(count, int):
-        if getattr(twin, "num_hidden_layers", None) != count:
-            twin.num_hidden_layers = count
+    if type(target) is not type(twin):
+        return twin
+    for key in DRAFT_COUNTS:
+        count = getattr(target, key, None)
+        if isinstance(count, int) and getattr(twin, key, None) != count:
+            setattr(twin, key, count)
     return twin
 
 

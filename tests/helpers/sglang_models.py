@@ -1,5 +1,5 @@
-"""SGLang 0.5.23's own model classes (Llama, Qwen3-MoE, DeepSeek-V3, Mixtral), in bf16 and FP8
-block (16 x 16), built on this CPU from tiny configs at TP=1 and TP=2 (gloo), for
+"""SGLang 0.5.23's own model classes (Llama, Qwen3-MoE, DeepSeek-V3, Mixtral, LongCat-Flash), in
+bf16 and FP8 block (16 x 16), built on this CPU from tiny configs at TP=1 and TP=2 (gloo), for
 tests/test_engines_sglang_realistic.py (inside its workers: this module imports SGLang
 lazily).
 
@@ -29,6 +29,10 @@ is created by SGLang's code. What is replaced, and why (:func:`prepare`):
 compared as loaded. Qwen3-MoE has no dense layer here: SGLang 0.5.23's Qwen3-MoE builds every
 layer sparse whatever ``mlp_only_layers`` says. DeepSeek-V3's config has ``moe_layer_freq``,
 as DeepSeek's published ones do (transformers' class does not add it; SGLang reads it).
+LongCat-Flash's is tests/helpers/speculative.py's (MLA, 16 experts top-2 and 4 zero experts, one
+MTP layer, as its release has: SGLang's main model skips its ``mtp`` names), with
+``rope_scaling`` beside transformers' ``rope_parameters``: SGLang's own LongCat config class
+reads that key alone.
 """
 
 from __future__ import annotations
@@ -49,13 +53,29 @@ QUANTS = {
     "bf16": None,
     "blk": dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[16, 16]),
 }
-CASES = [f"{m}-{q}" for m in MODELS for q in QUANTS]
+
+
+def longcat_flash() -> dict:
+    """LongCat-Flash's config.json fields at this harness's sizes (hidden 64, vocabulary 200,
+    two decoder layers, one MTP layer), with the key SGLang's LongCat config reads its RoPE
+    from."""
+    from helpers import vllm_mtp_models as T
+
+    config = T.fields("longcat_flash")
+    config["rope_scaling"] = config["rope_parameters"]
+    return config
+
+
+# the models whose fields are made when written (tests/helpers/speculative.py's configs, which
+# the workers need not import)
+LATER = {"longcat_flash": longcat_flash}
+CASES = [f"{m}-{q}" for m in (*MODELS, *LATER) for q in QUANTS]
 
 
 def write_config(case: str, folder: Path) -> Path:
     model, quant = case.split("-")
     folder.mkdir(parents=True, exist_ok=True)
-    config = dict(MODELS[model])
+    config = dict(MODELS[model]) if model in MODELS else LATER[model]()
     if QUANTS[quant]:
         config["quantization_config"] = QUANTS[quant]
     (folder / "config.json").write_text(json.dumps(config))

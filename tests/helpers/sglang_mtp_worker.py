@@ -43,11 +43,17 @@ def _run(world: int, rank: int, port: int, root: Path) -> dict:
     return {c: _case(S, root / c / "checkpoint", world, rank, **v) for c, v in cases.items()}
 
 
-def _case(S, ckpt: Path, world: int, rank: int, acceptance, target: bool) -> dict:
-    try:
+def _case(S, ckpt: Path, world: int, rank: int, acceptance, target: bool, budget) -> dict:
+    from fp8_dummy.realistic import arch
+
+    default = arch.TWIN_BUDGET_BYTES
+    try:  # the probe's budget the export was made with (the test's edge cases: their own)
+        arch.TWIN_BUDGET_BYTES = budget or default
         return _compare(S, ckpt, acceptance, target, world, rank)
     except Exception:  # noqa: BLE001 (reported to the parent test)
         return {"error": traceback.format_exc()}
+    finally:
+        arch.TWIN_BUDGET_BYTES = default
 
 
 def _compare(S, ckpt: Path, acceptance, target: bool, world: int, rank: int) -> dict:
