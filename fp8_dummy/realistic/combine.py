@@ -93,11 +93,12 @@ def combine_gains(
     """Module name -> c for each module holding weights that a MoE block's combine weights
     multiply, where those weights sum to a constant c != 1 per token, on a fixed random
     input with the parameters :func:`.probes.stand_ins` (what the model holds is neither read nor
-    written): one forward records the sums; a second, with the combine weights doubled, names
-    the block's children whose outputs change (the weighted experts; a shared expert the code
-    adds unweighted keeps its output). ``watch``: called with those parameters, a context the
-    first forward runs in (its hooks return nothing: the forward is the plain one on these
-    inputs and parameters), whose ``ran`` is set True where that forward ran to its end."""
+    written): one forward records the sums; where one is c != 1, a second, with the combine
+    weights doubled, names the block's children whose outputs change (the weighted experts; a
+    shared expert the code adds unweighted keeps its output). ``watch``: called with those
+    parameters, a context the first forward runs in (its hooks return nothing: the forward is
+    the plain one on these inputs and parameters), whose ``ran`` is set True where that
+    forward ran to its end."""
     routers = moe_routers(layers)
     if not routers:
         return {}
@@ -146,7 +147,10 @@ def combine_gains(
         if watcher is not None:
             watcher.ran = not why
         double[0] = True
-        why = why or forward(model, params)
+        # the second names the experts a sum c != 1 multiplies: none to name where every sum
+        # is 1 or no constant (their experts get the plain rule either way)
+        if not why and any(abs(c - 1) >= _TOLERANCE for c in sums.values()):
+            why = forward(model, params)
     finally:
         for h in hooks:
             h.remove()
