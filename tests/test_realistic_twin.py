@@ -112,3 +112,14 @@ def test_a_draw_the_fill_refuses_is_torchs(monkeypatch):
     with _Draws():
         got = torch.nn.init.normal_(torch.empty(64), 0.0, 0.02)
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_the_twin_is_built_on_the_cpu_whatever_the_callers_device():
+    """Inside a caller's device context (an engine builds its model in one; meta here), the
+    twin is the CPU's, byte for byte the one built outside any context."""
+    cls, config = _cls_config("qwen3_moe")
+    plain = build_twin(cls, config, torch.bfloat16)
+    with torch.device("meta"):
+        inside = build_twin(cls, config, torch.bfloat16)
+    assert {t.device.type for t in inside.state_dict().values()} == {"cpu"}
+    assert _bytes(inside) == _bytes(plain)

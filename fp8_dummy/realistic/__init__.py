@@ -15,7 +15,7 @@ bytes on disk:
   ``probes.py``: the probes themselves (forwards with hooks, nothing written); ``combine.py``:
   the probe of what a MoE block's combine weights sum to, and which experts they weight;
   ``nonnegative.py``: the probe of which expert weights take a non-negative activation only
-  (their rows then sum to zero);
+  (their rows then sum to zero; read from the combine probe's first forward);
   ``multipliers.py``: the probe of a constant the code multiplies an inner norm's output by
   before a linear reads it (LongCat-Flash's MLA);
   ``offsets.py``: the probe of each norm's offset (norms alike run once);
@@ -34,7 +34,8 @@ bytes on disk:
 - ``lazy_tensor.py``: stand-ins for checkpoint tensors that an engine's loader narrows and
   copies, written only at the copy; the views a conversion takes, recorded;
   ``lazy_views.py``: the layouts of the common view ops (squeeze, split, select, slice, ...)
-  computed from a stand-in's block, without a meta op;
+  computed from a stand-in's block, without a meta op; ``meta_views.py``: the quick way to
+  place a conversion's results (run on plain meta tensors; the stand-ins where it cannot);
 - ``logical.py``: the logical model: each checkpoint tensor's spec, key and overrides, and
   its writer (every holder of the model takes its bytes from here); the weights iterator an
   engine's loader is fed (small tensors whole, a batch at a time; large ones stand-ins);

@@ -12,7 +12,7 @@ model forward to probe)."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import torch
@@ -20,7 +20,7 @@ import torch
 from .combine import combine_gains
 from .hf_model import is_transformers_model, own_tensors
 from .multipliers import norm_multipliers
-from .nonnegative import nonnegative_inputs
+from .nonnegative import Products, nonnegative_inputs
 from .offsets import norm_offsets
 from .probes import (
     dataflow,
@@ -102,8 +102,10 @@ def derive(model: torch.nn.Module) -> Arch:
                 post = frozenset()  # the code keeps the variance itself (Beam): gain 1
             gains = layer_gains(layers)
             embed = embed_scale(model, layers[0], failed)
-            combine = combine_gains(model, layers, failed)
-            centered = nonnegative_inputs(model, layers, failed)
+            # the combine probe's first forward is the experts' activations probe's: run once
+            watched: list[Products] = []
+            combine = combine_gains(model, layers, failed, watch=_watch(watched))
+            centered = nonnegative_inputs(model, layers, failed, *watched[:1])
             multiplier = norm_multipliers(model, layers, failed)
             offsets = norm_offsets(model)
             return Arch(embed, post, offsets, residual, gains, combine, centered, multiplier)
@@ -112,3 +114,14 @@ def derive(model: torch.nn.Module) -> Arch:
             m.training = mode
         for why in failed:
             warnings.warn(f"fp8_dummy: {type(model).__name__}: {why}", RuntimeWarning, stacklevel=3)
+
+
+def _watch(watched: list) -> Callable:
+    """A :class:`.nonnegative.Products` for the parameters it is called with, kept in
+    ``watched``."""
+
+    def watch(params: dict) -> Products:
+        watched.append(Products(params))
+        return watched[-1]
+
+    return watch

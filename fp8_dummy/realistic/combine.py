@@ -7,7 +7,9 @@ what a dense one does (docs/realistic.md#the-rule-per-architecture)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -85,13 +87,18 @@ def fixed_inputs(routers: list) -> list:
     return hooks
 
 
-def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[str, float]:
+def combine_gains(
+    model: torch.nn.Module, layers: list, failed: list, watch: Callable | None = None
+) -> dict[str, float]:
     """Module name -> c for each module holding weights that a MoE block's combine weights
     multiply, where those weights sum to a constant c != 1 per token, on a fixed random
     input with the parameters :func:`.probes.stand_ins` (what the model holds is neither read nor
-    written): one forward records the sums; a second, with the combine weights doubled, names
-    the block's children whose outputs change (the weighted experts; a shared expert the code
-    adds unweighted keeps its output)."""
+    written): one forward records the sums; where one is c != 1, a second, with the combine
+    weights doubled, names the block's children whose outputs change (the weighted experts; a
+    shared expert the code adds unweighted keeps its output). ``watch``: called with those
+    parameters, a context the first forward runs in (its hooks return nothing: the forward is
+    the plain one on these inputs and parameters), whose ``ran`` is set True where that
+    forward ran to its end."""
     routers = moe_routers(layers)
     if not routers:
         return {}
@@ -133,10 +140,17 @@ def combine_gains(model: torch.nn.Module, layers: list, failed: list) -> dict[st
             if child is not router:
                 hooks.append(child.register_forward_hook(on_child(f"{block}.{local}")))
     params = stand_ins([(block, moe) for block, moe, _ in routers])
+    watcher = watch(params) if watch is not None else None
     try:
-        why = forward(model, params)
+        with watcher if watcher is not None else contextlib.nullcontext():
+            why = forward(model, params)
+        if watcher is not None:
+            watcher.ran = not why
         double[0] = True
-        why = why or forward(model, params)
+        # the second names the experts a sum c != 1 multiplies: none to name where every sum
+        # is 1 or no constant (their experts get the plain rule either way)
+        if not why and any(abs(c - 1) >= _TOLERANCE for c in sums.values()):
+            why = forward(model, params)
     finally:
         for h in hooks:
             h.remove()

@@ -1,7 +1,8 @@
 """The transformers side of the logical model: the model class a config names (built on the
 meta device), its tensors, and where each checkpoint tensor lies in them: the checkpoint's
 names are what ``save_pretrained`` writes, transformers' own ``revert_weight_conversion`` run
-on stand-ins that record the views it takes (:func:`.lazy_tensor.view_map`)."""
+on meta tensors whose results are views of them (:func:`.meta_views.meta_view_map`), else on
+stand-ins that record the views it takes (:func:`.lazy_tensor.view_map`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from .lazy_tensor import Block, NotAffineError, view_map
+from .meta_views import meta_view_map
 
 __all__ = ["UnplacedTensorError", "build_model", "built_dtype", "checkpoint_names"]
 __all__ += ["checkpoint_state", "config_of", "is_transformers_model", "kept_fp32"]
@@ -119,8 +121,14 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
         return {n: Block.whole(n, tuple(t.shape)) for n, t in own.items()}
     from transformers.core_model_loading import revert_weight_conversion
 
+    def convert(tensors: dict[str, torch.Tensor]) -> Any:
+        return revert_weight_conversion(model, tensors)
+
+    found = meta_view_map(convert, own)  # the quick way; the stand-ins where it cannot place
+    if found is not None:
+        return found
     try:
-        return view_map(lambda d: revert_weight_conversion(model, d), own)
+        return view_map(convert, own)
     except NotAffineError as e:
         raise UnplacedTensorError(
             f"fp8_dummy: {type(model).__name__}: transformers' checkpoint conversion of this "

@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from .combine import fixed_inputs, moe_routers
 from .probes import forward, stand_ins
 
-__all__ = ["nonnegative_inputs"]
+__all__ = ["Products", "nonnegative_inputs"]
 
 _F = torch.nn.functional
 # the products a weight meets its input in: a linear, a matrix product, experts' grouped ones
@@ -33,13 +33,16 @@ def _root(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-class _Products(TorchFunctionMode):
-    """Records, per stand-in matrix (by the tensor its views come from), whether every input it
-    was multiplied with was non-negative and not all zero."""
+class Products(TorchFunctionMode):
+    """Records, per stand-in matrix of ``params`` (by the tensor its views come from), whether
+    every input it was multiplied with was non-negative and not all zero; ``ran``: whether the
+    forward it watched ran to its end (set by whoever runs it)."""
 
-    def __init__(self, owners: dict[int, str]):
+    def __init__(self, params: dict[str, torch.Tensor]):
         super().__init__()
-        self.owners, self.seen = owners, {}
+        self.owners = {id(_root(t)): name for name, t in params.items() if t.dim() >= 2}
+        self.seen: dict[str, bool] = {}
+        self.ran = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -63,17 +66,22 @@ def _removed(hooks: list):
             h.remove()
 
 
-def nonnegative_inputs(model: torch.nn.Module, layers: list, failed: list) -> frozenset:
+def nonnegative_inputs(
+    model: torch.nn.Module, layers: list, failed: list, watched: Products | None = None
+) -> frozenset:
     """The names of the matrices in the MoE blocks (experts, shared experts; routers included
     but never found) that are multiplied only with non-negative inputs, on a fixed random input
     with the parameters :func:`.probes.stand_ins` (what the model holds is neither read nor
-    written)."""
+    written). ``watched``: the products of that same forward run by another probe (the combine
+    probe's first: :func:`.combine.combine_gains`), read where it ran to its end; else the
+    forward is run here."""
+    if watched is not None and watched.ran:
+        return frozenset(name for name, ok in watched.seen.items() if ok)
     routers = moe_routers(layers)
     if not routers:
         return frozenset()
     params = stand_ins([(block, moe) for block, moe, _ in routers])
-    owners = {id(_root(t)): name for name, t in params.items() if t.dim() >= 2}
-    mode = _Products(owners)
+    mode = Products(params)
     with _removed(fixed_inputs(routers)), mode:
         why = forward(model, params)
     if why:

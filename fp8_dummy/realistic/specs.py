@@ -45,9 +45,13 @@ def model_specs(
         prefix, _, local = name.rpartition(".")
         siblings.setdefault(prefix, {})[local] = (tuple(shape), t.dtype)
     # tensor_spec reads a name's last two parts only (the tensor's and its owner's): a model's
-    # experts and layers are a few kinds of tensor, each spec made once
+    # experts and layers are a few kinds of tensor, each spec made once. A kind's key holds
+    # what tensor_spec reads (its owner's tensors by a number per set of them: hashed once).
+    sets: dict[tuple, int] = {}
+    near = {prefix: sets.setdefault(tuple(sorted(d.items())), len(sets))
+            for prefix, d in siblings.items()}  # fmt: skip
     kinds: dict[int, str] = {}  # id(module) -> module_kind
-    frozen = {prefix: tuple(sorted(near.items())) for prefix, near in siblings.items()}
+    residual, gains, centered, combine = arch.residual, arch.gains, arch.centered, arch.combine
     made: dict[tuple, Spec] = {}
     specs = {}
     for module, name, t, shape in tensors:
@@ -56,13 +60,14 @@ def model_specs(
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
         value = getattr(t, "dummy_weight_value", None)
-        kw = dict(layers=num_layers, module=kind, value=value, residual=owner in arch.residual)
-        kw.update(norm=arch.norm_value(owner, num_layers), gain=name in arch.gains)
-        kw.update(combine=arch.combine.get(owner, 1.0), centered=name in arch.centered)
-        key = (".".join(name.rsplit(".", 2)[-2:]), tuple(shape), t.dtype, frozen[owner])
-        key += tuple(kw.values())
+        norm = arch.norm_value(owner, num_layers)
+        key = (".".join(name.rsplit(".", 2)[-2:]), tuple(shape), t.dtype, near[owner], kind,
+               value, owner in residual, norm, name in gains, combine.get(owner, 1.0),
+               name in centered)  # fmt: skip
         spec = made.get(key)
         if spec is None:
+            kw = dict(layers=num_layers, module=kind, value=value, residual=key[6], norm=norm)
+            kw.update(gain=key[8], combine=key[9], centered=key[10])
             spec = made[key] = tensor_spec(
                 name, shape, t.dtype, embed_scale=arch.embed_scale, siblings=siblings[owner], **kw
             )

@@ -12,6 +12,7 @@ generator is left as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -31,8 +32,11 @@ _INIT_MODULES = ("torch.nn.init", "transformers.initialization")
 
 def build_twin(cls: type, config: Any, dtype: torch.dtype) -> torch.nn.Module:
     """``cls`` built from ``config`` on the CPU in ``dtype``, its normal and uniform draws
-    made by the stateless fill (:class:`_Draws`)."""
-    with torch.device("cpu"), _Draws():
+    made by the stateless fill (:class:`_Draws`): in a device context where the caller's
+    makes tensors elsewhere (an engine's), in none where they are made on the CPU already (a
+    context is a Python call in every torch call of the build)."""
+    elsewhere = torch.empty(()).device.type != "cpu"
+    with torch.device("cpu") if elsewhere else contextlib.nullcontext(), _Draws():
         return cls._from_config(config, dtype=dtype)
 
 
