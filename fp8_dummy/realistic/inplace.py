@@ -26,7 +26,7 @@ from .hf_model import (
 from .lazy_tensor import Block
 from .logical import LogicalModel, logical_model
 from .routing import parse_routing, plan_routing
-from .rules import Spec
+from .rules import Spec, module_kind
 from .specs import model_specs, model_tensors
 from .speculative import parse_acceptance, plan_acceptance
 from .values import fill_
@@ -82,6 +82,7 @@ def initialize_realistic_dummy_weights(
         replaced, more, _ = plan_acceptance(
             accept, seed, config, specs, shapes, dtypes, keys, projections=wide,
             tokenizer=tokenizer,
+            transposed={n for m, n, _, _ in tensors if module_kind(m) == "transposed"},
         )  # fmt: skip
         specs.update(replaced)
         for name, items in more.items():

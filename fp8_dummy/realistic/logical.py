@@ -28,7 +28,7 @@ from .formats import FORMATS, Format, meta_tensor, quantize
 from .hf_model import built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
 from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, parse_routing, plan_routing
-from .rules import Spec, tensor_spec
+from .rules import Spec, module_kind, tensor_spec
 from .specs import model_specs
 from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
 from .values import fill_
@@ -209,6 +209,7 @@ def logical_model(
         replaced, more, facts = plan_acceptance(
             accept, seed, config, specs, shapes, dtypes, keys,
             projections=part.projections if part is not None else None, tokenizer=tokenizer,
+            transposed={n for m, n, _, _ in entries if module_kind(m) == "transposed"},
         )  # fmt: skip
         specs.update(replaced)
         _extend(overrides, more)
