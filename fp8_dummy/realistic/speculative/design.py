@@ -192,7 +192,7 @@ def _find(specs: Mapping[str, Spec], shapes, role: str, shape: tuple) -> str | N
     return found[0] if found else None
 
 
-def added_tables(specs: Mapping[str, Spec], shapes, vocab: int, hidden: int) -> list[str]:
+def _added_tables(specs: Mapping[str, Spec], shapes, vocab: int, hidden: int) -> list[str]:
     """The tables of the residual's width that are not the vocabulary's (a learned or
     sinusoidal position table: OPT's, BART's, Marian's ``embed_positions``; a token-type
     table): the model adds a row of each to the lookup, so their rows on S and S2 would add a
@@ -259,7 +259,7 @@ def plan_design(
         dim = _out_dim(shapes[name], hidden, name in transposed) if out else None
         if dim is not None:
             overrides.setdefault(name, []).append((dim, lay.s, 0.0))
-    for name in added_tables(specs, shapes, v, hidden):
+    for name in _added_tables(specs, shapes, v, hidden):
         overrides.setdefault(name, []).extend([(1, lay.s, 0.0), (1, lay.s2, 0.0)])
     for name, start in (projections or {}).items():
         if tuple(shapes[name]) != (hidden, 2 * hidden):
