@@ -36,10 +36,6 @@ def build(model_type: str, layers: int, hidden: int = 64, vocab: int = 1024):
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
     finally:
         sweep.SMALL = old
-    if isinstance(getattr(config, "decoder_layers", None), int):
-        # an encoder-decoder family's causal LM (BART's, Marian's, ...) runs its decoder's
-        # layers, which num_hidden_layers (the encoder's there) leaves at the default 6 to 24
-        config.decoder_layers = layers
     try:
         text = config.get_text_config()
     except ValueError as e:  # several text configs: which one holds the vocabulary is unclear

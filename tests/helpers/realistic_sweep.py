@@ -43,7 +43,12 @@ def small_config(model_type: str, layers: int):
     if "qk_rope_head_dim" in known:  # multi-head latent attention: its head dims are its own
         kw.pop("head_dim", None)
         kw["num_key_value_heads"] = kw["num_attention_heads"]
-    return cls(num_hidden_layers=layers, **kw)
+    config = cls(num_hidden_layers=layers, **kw)
+    if isinstance(getattr(config, "decoder_layers", None), int):
+        # an encoder-decoder family's causal LM (BART's, Marian's, ...) runs its decoder's
+        # layers, which num_hidden_layers (the encoder's there) leaves at the default 6 to 24
+        config.decoder_layers = layers
+    return config
 
 
 def build(model_type: str, layers: int) -> tuple[torch.nn.Module | None, str]:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..rules import Spec
+from ..rules import Spec, added_tables
 from ..values import fill_
 from .stream import Stream
 
@@ -192,21 +192,6 @@ def _find(specs: Mapping[str, Spec], shapes, role: str, shape: tuple) -> str | N
     return found[0] if found else None
 
 
-def _added_tables(specs: Mapping[str, Spec], shapes, vocab: int, hidden: int) -> list[str]:
-    """The tables of the residual's width that are not the vocabulary's (a learned or
-    sinusoidal position table: OPT's, BART's, Marian's ``embed_positions``; a token-type
-    table): the model adds a row of each to the lookup, so their rows on S and S2 would add a
-    position's values to every token's code; they hold 0 there instead, and the rest of each
-    row is the rule's."""
-    found = []
-    for name, spec in specs.items():
-        shape = tuple(shapes[name])
-        if spec.role == "embedding" and len(shape) == 2 and shape[1] == hidden:
-            if shape[0] != vocab:  # the lookup itself and its copies (MTP's) hold the codes
-                found.append(name)
-    return found
-
-
 def plan_design(
     stream: Stream,
     specs: Mapping[str, Spec],
@@ -259,7 +244,9 @@ def plan_design(
         dim = _out_dim(shapes[name], hidden, name in transposed) if out else None
         if dim is not None:
             overrides.setdefault(name, []).append((dim, lay.s, 0.0))
-    for name in _added_tables(specs, shapes, v, hidden):
+    # a table added to the lookup (position, token type): its rows on S and S2 would add a
+    # position's values to every token's code; 0 there, the rest of each row the rule's
+    for name in added_tables(specs, shapes, v, hidden):
         overrides.setdefault(name, []).extend([(1, lay.s, 0.0), (1, lay.s2, 0.0)])
     for name, start in (projections or {}).items():
         if tuple(shapes[name]) != (hidden, 2 * hidden):
