@@ -156,9 +156,11 @@ if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 64
     types = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else None
     if "--before" in sys.argv:  # the rule before the architecture facts: plain pre-norm
+        import fp8_dummy.realistic.logical as logical
         import fp8_dummy.realistic.specs as specs
         from fp8_dummy.realistic import DEFAULT
 
-        specs.derive = lambda model: DEFAULT
+        # both callers: a transformers model's fill goes through the logical model's
+        specs.derive = logical.derive = lambda model: DEFAULT
     for mt, r in sweep(n, types).items():
         print(row(mt, r, n), f"{r.get('seconds', 0):.1f}s", flush=True)
