@@ -38,7 +38,8 @@ def _gpt2(hidden: int, vocab: int, positions: int, plain: bool) -> torch.nn.Modu
         return model
     body = torch.nn.Module()  # the same tensors in a module transformers does not place
     body.wte, body.wpe, body.h = model.transformer.wte, model.transformer.wpe, model.transformer.h
-    body.config = types.SimpleNamespace(num_experts_per_tok=2, vocab_size=vocab)
+    # no vocab_size: the vocabulary's table is then the largest of the residual's width
+    body.config = types.SimpleNamespace(num_experts_per_tok=2)
     return body
 
 
