@@ -7,7 +7,9 @@ This package's face: the names below are its public API. Its files, from the rul
 bytes on disk:
 
 - ``rules.py``: the rule per tensor: name, shape, dtype and module to a :class:`Spec` (role,
-  distribution, codes, scales); pure, nothing read or written;
+  distribution, codes, scales), and the tensors the routing's carrier and the speculative
+  design both place by (the weights stored (in, out), the tables added to the lookup); pure,
+  nothing read or written;
 - ``specs.py``: the rule over a whole model (every tensor's spec, the layer count, the
   architecture's facts applied); which tensors vLLM's dummy loader fills;
 - ``arch.py``: the architecture facts found by probing the model (post-norms, norm offsets,

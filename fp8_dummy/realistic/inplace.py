@@ -26,7 +26,7 @@ from .hf_model import (
 from .lazy_tensor import Block
 from .logical import LogicalModel, logical_model
 from .routing import parse_routing, plan_routing
-from .rules import Spec
+from .rules import Spec, stored_in_out
 from .specs import model_specs, model_tensors
 from .speculative import parse_acceptance, plan_acceptance
 from .values import fill_
@@ -75,13 +75,17 @@ def initialize_realistic_dummy_weights(
     shapes = {name: tuple(shape) for _, name, _, shape in tensors}
     config = getattr(model, "config", None)
     dtypes = {name: t.dtype for _, name, t, _ in tensors}
-    _, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    transposed = stored_in_out(tensors)
+    _, overrides = plan_routing(
+        profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed
+    )
     if accept is not None:
         keys = {name: tensor_seed(seed, name) for name in shapes}
         wide = {n: 0 for n in shapes if _PROJECTION.search(n) and len(shapes[n]) == 2}
         replaced, more, _ = plan_acceptance(
             accept, seed, config, specs, shapes, dtypes, keys, projections=wide,
             tokenizer=tokenizer,
+            transposed=transposed,
         )  # fmt: skip
         specs.update(replaced)
         for name, items in more.items():

@@ -28,7 +28,7 @@ from .formats import FORMATS, Format, meta_tensor, quantize
 from .hf_model import built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
 from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, parse_routing, plan_routing
-from .rules import Spec, tensor_spec
+from .rules import Spec, stored_in_out, tensor_spec
 from .specs import model_specs
 from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
 from .values import fill_
@@ -201,7 +201,10 @@ def logical_model(
     keys = {n: tensor_seed(seed, n) for n in shapes}
     if part is not None:
         profile = _mtp_rows(profile, part, specs, shapes, config)
-    routers, overrides = plan_routing(profile, seed, config, specs, shapes, dtypes=dtypes)
+    transposed = stored_in_out(entries)
+    routers, overrides = plan_routing(
+        profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed
+    )
     if part is not None and any(r.realize == "residual" for r in routers):
         _extend(overrides, carrier_rows(part.projections, routers[0].hidden))
     facts = None
@@ -209,6 +212,7 @@ def logical_model(
         replaced, more, facts = plan_acceptance(
             accept, seed, config, specs, shapes, dtypes, keys,
             projections=part.projections if part is not None else None, tokenizer=tokenizer,
+            transposed=transposed,
         )  # fmt: skip
         specs.update(replaced)
         _extend(overrides, more)

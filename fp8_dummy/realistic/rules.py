@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
 
 from ..tensors import BYTE_VIEWED, E8M0, FLOAT8, PACKED_FP4
 
-__all__ = ["LAYER_INDEX", "Spec", "module_kind", "tensor_spec"]
+__all__ = ["LAYER_INDEX", "Spec", "added_tables", "module_kind", "stored_in_out", "tensor_spec"]
 
 # NVFP4's activation scale: amax 6 (unit RMS, 6 sigma) / (e2m1's top 6 x e4m3's top 448)
 NVFP4_INPUT_SCALE = 6.0 / (6.0 * 448.0)
@@ -61,6 +61,31 @@ def module_kind(module: torch.nn.Module) -> str:
     if isinstance(module, torch.nn.Embedding) or name.endswith("Embedding"):
         return "" if "Rotary" in name else "embedding"  # rotary tables are no embeddings
     return ""
+
+
+def stored_in_out(entries: Iterable[tuple]) -> set[str]:
+    """The names of the weights stored (in, out) among ``entries`` ((module, full name, ...)):
+    the one list the writers that pick a weight's input or output dimension by role share (the
+    routing's carrier, the speculative design's code columns), since a square one's shape
+    alone cannot tell (GPT-2's attention ``c_proj``)."""
+    return {name for module, name, *_ in entries if module_kind(module) == "transposed"}
+
+
+def added_tables(
+    specs: Mapping[str, Spec], shapes: Mapping[str, Sequence[int]], vocab: int, hidden: int
+) -> list[str]:
+    """The embedding-role tables of the residual's width that are not the vocabulary's (a
+    learned or sinusoidal position table: GPT-2's ``wpe``, OPT's, BART's, Marian's
+    ``embed_positions``; a token-type table): the model adds a row of each to the lookup, so
+    a column the writers reserve in the lookup (the routing's carrier, the speculative
+    design's code columns) holds 0 in them."""
+    found = []
+    for name, spec in specs.items():
+        shape = tuple(shapes[name])
+        if spec.role == "embedding" and len(shape) == 2 and shape[1] == hidden:
+            if shape[0] != vocab:  # the lookup itself and its copies (MTP's) hold the column
+                found.append(name)
+    return found
 
 
 def _fp8_bound(dtype: torch.dtype) -> float:

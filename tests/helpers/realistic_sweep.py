@@ -43,7 +43,12 @@ def small_config(model_type: str, layers: int):
     if "qk_rope_head_dim" in known:  # multi-head latent attention: its head dims are its own
         kw.pop("head_dim", None)
         kw["num_key_value_heads"] = kw["num_attention_heads"]
-    return cls(num_hidden_layers=layers, **kw)
+    config = cls(num_hidden_layers=layers, **kw)
+    if isinstance(getattr(config, "decoder_layers", None), int):
+        # an encoder-decoder family's causal LM (BART's, Marian's, ...) runs its decoder's
+        # layers, which num_hidden_layers (the encoder's there) leaves at the default 6 to 24
+        config.decoder_layers = layers
+    return config
 
 
 def build(model_type: str, layers: int) -> tuple[torch.nn.Module | None, str]:
@@ -151,9 +156,11 @@ if __name__ == "__main__":
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 64
     types = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else None
     if "--before" in sys.argv:  # the rule before the architecture facts: plain pre-norm
+        import fp8_dummy.realistic.logical as logical
         import fp8_dummy.realistic.specs as specs
         from fp8_dummy.realistic import DEFAULT
 
-        specs.derive = lambda model: DEFAULT
+        # both callers: a transformers model's fill goes through the logical model's
+        specs.derive = logical.derive = lambda model: DEFAULT
     for mt, r in sweep(n, types).items():
         print(row(mt, r, n), f"{r.get('seconds', 0):.1f}s", flush=True)

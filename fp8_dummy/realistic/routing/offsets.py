@@ -4,23 +4,25 @@ and the overrides of the fill that realize each router's offsets: into the route
 it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
 selection adds one to the sigmoid scores (DeepSeek-V3/R1, GLM-4.5), grouped top-k included;
 for routers without a bias (Mixtral, Qwen2/3-MoE, OLMoE), through the residual stream: the last
-hidden dimension ``j`` carries a constant (the embeddings' column ``j`` is 1, no residual
-branch writes row ``j``, no other projection reads column ``j``), so after the norm ``h_j`` is
-the same for every token and the router's column ``j``, set to ``b``, adds ``b`` to the logits.
+hidden dimension ``j`` carries a constant (the vocabulary's column ``j`` is 1, a table added
+to the lookup (position, token type) holds 0 there, no residual branch writes output ``j``, no
+other projection reads input ``j``; a weight stored (in, out) along its own dimensions), so
+after the norm ``h_j`` is the same for every token and the router's column ``j``, set to ``b``,
+adds ``b`` to the logits.
 
 Everything is a pure function of (seed, layer index, profile, router shape, config), so every
 layout and every engine that names its layers ``layers.<i>`` gets the same routing."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from ...stateless import row_major_strides
-from ..rules import LAYER_INDEX
+from ..rules import LAYER_INDEX, added_tables
 from .profiles import Profile, RoutingError, layer_targets
 from .solve import Router
 
@@ -97,11 +99,13 @@ def plan_routing(
     shapes: Mapping[str, Sequence[int]],
     progress: Any = None,
     dtypes: Mapping[str, torch.dtype] | None = None,
+    transposed: Collection[str] = (),
 ) -> tuple[list[Router], dict[str, list[Override]]]:
     """The routers, each with its offsets, and the overrides of the fill that realize them
     (full name -> overrides of the logical tensor), all checked before anything is written;
     ``progress(layers solved)``, if given, as the offsets are solved; ``dtypes``: each
-    tensor's, to refuse a router whose offsets would have to go into 1-byte codes."""
+    tensor's, to refuse a router whose offsets would have to go into 1-byte codes;
+    ``transposed``: the names of the weights stored (in, out) (:func:`.rules.stored_in_out`)."""
     if profile.kind == "balanced":
         return [], {}
     roles = {n: s.role for n, s in specs.items()}
@@ -130,21 +134,38 @@ def plan_routing(
     if residual:
         hidden = residual[0].hidden
         j = hidden - 1
+        tables = set(added_tables(specs, shapes, _vocab(config, specs, shapes, hidden), hidden))
         for name, spec in specs.items():
             shape = list(shapes[name])
             if spec.kind != "uniform" or len(shape) < 2:
                 continue  # constants, codes of packed formats: left as the role says
+            # a weight stored (in, out) (GPT-2's Conv1D, transformers' transposed experts)
+            # has its outputs last: a square one's shape alone cannot tell which is which
+            last, before = len(shape) - 1, len(shape) - 2
+            out, inp = (last, before) if name in transposed else (before, last)
             if spec.role == "embedding" and shape[-1] == hidden:
-                overrides.setdefault(name, []).append((len(shape) - 1, j, CARRIER))
-            elif spec.role == "residual_out" and shape[-2] == hidden:
-                overrides.setdefault(name, []).append((len(shape) - 2, j, 0.0))
-            elif spec.role in ("linear", "router", "unknown") and shape[-1] == hidden:
-                overrides.setdefault(name, []).append((len(shape) - 1, j, 0.0))
+                # a table added to the lookup (position, token type) holds 0: the carrier
+                # stays CARRIER whatever the position
+                value = 0.0 if name in tables else CARRIER
+                overrides.setdefault(name, []).append((len(shape) - 1, j, value))
+            elif spec.role == "residual_out" and shape[out] == hidden:
+                overrides.setdefault(name, []).append((out, j, 0.0))
+            elif spec.role in ("linear", "router", "unknown") and shape[inp] == hidden:
+                overrides.setdefault(name, []).append((inp, j, 0.0))
         for r in residual:
             if r.hidden != hidden:
                 raise RoutingError(f"fp8_dummy: {r.weight}: hidden size {r.hidden} != {hidden}")
             overrides.setdefault(r.weight, []).append((1, j, r.offsets / CARRIER))
     return routers, overrides
+
+
+def _vocab(config: Any, specs: Mapping[str, Any], shapes, hidden: int) -> int:
+    """The vocabulary: the config's, else the rows of the largest embedding of the width."""
+    v = _config_value(config, ("vocab_size",))
+    if isinstance(v, int):
+        return v
+    tables = [tuple(shapes[n]) for n, s in specs.items() if s.role == "embedding"]
+    return max((int(t[0]) for t in tables if len(t) == 2 and t[1] == hidden), default=0)
 
 
 def _check_finite(r: Router, dtype: torch.dtype | None) -> None:

@@ -27,7 +27,7 @@ package's face; its files:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -57,18 +57,19 @@ def plan_acceptance(
     acceptance: Acceptance, seed: int, config: Any, specs: Mapping[str, Spec],
     shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, torch.dtype],
     keys: Mapping[str, int], *, projections: Mapping[str, int] | None = None,
-    tokenizer: Any = None,
+    tokenizer: Any = None, transposed: Collection[str] = (),
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:  # fmt: skip
     """The spec replacements, overrides and facts that write the designed stream of
-    ``acceptance`` into a model's logical tensors (full name -> spec, shape, dtype, key);
-    all checked before anything is written."""
+    ``acceptance`` into a model's logical tensors (full name -> spec, shape, dtype, key;
+    ``transposed``: the names of the weights stored (in, out)); all checked before anything
+    is written."""
     vocab, hidden = vocab_hidden(config, specs, shapes)
     layout(hidden)  # refuses a model too narrow before the tokenizer is read
     allowed, where = allowed_tokens(vocab, config, tokenizer)
     stream = design_stream(acceptance, seed, vocab, allowed, where)
     replaced, overrides, facts = plan_design(
         stream, specs, shapes, dtypes, keys, hidden, draft=is_draft(config),
-        projections=projections, multiplier=logit_multiplier(config),
+        projections=projections, multiplier=logit_multiplier(config), transposed=transposed,
     )  # fmt: skip
     facts.update(stream=stream, acceptance=acceptance)
     return replaced, overrides, facts

@@ -24,14 +24,14 @@ model's own embedding holds the view's code in its S directly."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..rules import Spec
+from ..rules import Spec, added_tables
 from ..values import fill_
 from .stream import Stream
 
@@ -80,6 +80,9 @@ def code_block(spec: Spec, key: int, shape: Sequence[int], dtype: torch.dtype, c
     v, h = shape
     block = torch.empty(v, len(cols), dtype=torch.float64)
     fill_(block, spec, key, element_offset=cols.start, element_strides=[h, 1])
+    # each code sums to 0: a LayerNorm's mean, subtracted from every column of S alike (a
+    # post-norm residual's at each branch: BART's), then adds no token a logit of its own
+    block -= block.mean(dim=1, keepdim=True)
     block *= math.sqrt(len(cols)) / block.norm(dim=1, keepdim=True).clamp_min(1e-30)
     return block.to(dtype).double().numpy()
 
@@ -160,8 +163,12 @@ def logit_multiplier(config: Any) -> float:
     return float(value) ** power
 
 
-def _out_dim(shape: Sequence[int], hidden: int) -> int | None:
-    """The dimension of a residual branch's output weight that indexes the hidden size."""
+def _out_dim(shape: Sequence[int], hidden: int, transposed: bool = False) -> int | None:
+    """The dimension of a residual branch's output weight that indexes the hidden size; the
+    last one of a weight stored (in, out) (GPT-2's ``Conv1D``, transformers' transposed
+    experts), whose square ones (GPT-2's attention ``c_proj``) the shape alone cannot tell."""
+    if transposed and len(shape) >= 2 and shape[-1] == hidden:
+        return len(shape) - 1
     if len(shape) >= 2 and shape[-2] == hidden:
         return len(shape) - 2
     if len(shape) >= 2 and shape[-1] == hidden:
@@ -196,12 +203,14 @@ def plan_design(
     draft: bool = False,
     projections: Mapping[str, int] | None = None,
     multiplier: float = 1.0,
+    transposed: Collection[str] = (),
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:
     """(spec replacements, overrides, facts) that write ``stream`` into the logical tensors;
     ``draft``: a draft model (its embedding holds the view's code); ``projections``: the MTP
     layers' input projections [hidden, 2·hidden], each with the column its input's (normalized)
     embedding half starts at (0, or hidden where the hidden state comes first); ``multiplier``:
-    what the model multiplies the lm_head's product by (:func:`logit_multiplier`)."""
+    what the model multiplies the lm_head's product by (:func:`logit_multiplier`);
+    ``transposed``: the names of the weights stored (in, out)."""
     lay = layout(hidden)
     v = stream.vocab
     embed = _find(specs, shapes, "embedding", (v, hidden))
@@ -231,9 +240,14 @@ def plan_design(
             view = codes[stream.view, i] * lookup
             overrides[embed].append((1, col, view.astype(np.float32)))
     for name, spec in specs.items():
-        dim = _out_dim(shapes[name], hidden) if spec.role == "residual_out" else None
+        out = spec.role == "residual_out"
+        dim = _out_dim(shapes[name], hidden, name in transposed) if out else None
         if dim is not None:
             overrides.setdefault(name, []).append((dim, lay.s, 0.0))
+    # a table added to the lookup (position, token type): its rows on S and S2 would add a
+    # position's values to every token's code; 0 there, the rest of each row the rule's
+    for name in added_tables(specs, shapes, v, hidden):
+        overrides.setdefault(name, []).extend([(1, lay.s, 0.0), (1, lay.s2, 0.0)])
     for name, start in (projections or {}).items():
         if tuple(shapes[name]) != (hidden, 2 * hidden):
             continue
