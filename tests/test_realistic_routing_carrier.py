@@ -26,7 +26,7 @@ import fp8_dummy  # noqa: E402
 from fp8_dummy.realistic.routing import CARRIER  # noqa: E402
 
 
-def _gpt2(hidden: int, vocab: int, positions: int, plain: bool) -> torch.nn.Module:
+def _gpt2(hidden: int, vocab: int, positions: int, plain: bool | str) -> torch.nn.Module:
     cfg = tf.GPT2Config(n_embd=hidden, n_layer=2, n_head=4, vocab_size=vocab,
                         n_positions=positions, bos_token_id=0, eos_token_id=0)  # fmt: skip
     cfg.num_experts_per_tok = 2
@@ -38,8 +38,11 @@ def _gpt2(hidden: int, vocab: int, positions: int, plain: bool) -> torch.nn.Modu
         return model
     body = torch.nn.Module()  # the same tensors in a module transformers does not place
     body.wte, body.wpe, body.h = model.transformer.wte, model.transformer.wpe, model.transformer.h
-    # no vocab_size: the vocabulary's table is then the largest of the residual's width
+    # no vocab_size, or one the table's rows exceed (an engine pads its table to a multiple,
+    # or splits it across ranks): the vocabulary's table is then the largest of the width
     body.config = types.SimpleNamespace(num_experts_per_tok=2)
+    if plain == "padded":
+        body.config.vocab_size = vocab - 5
     return body
 
 
@@ -48,7 +51,7 @@ OUT_LAST = ("attn.c_proj.weight", "mlp.c_proj.weight")
 IN_FIRST = ("attn.c_attn.weight", "mlp.c_fc.weight")
 
 
-@pytest.mark.parametrize("plain", [False, True], ids=["logical", "in-place"])
+@pytest.mark.parametrize("plain", [False, True, "padded"], ids=["logical", "in-place", "padded"])
 def test_the_carrier_on_in_out_weights_and_position_tables(plain):
     rng = np.random.default_rng(zlib.crc32(str(plain).encode()))
     hidden = int(rng.choice([64, 96, 128]))

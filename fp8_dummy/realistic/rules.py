@@ -72,20 +72,25 @@ def stored_in_out(entries: Iterable[tuple]) -> set[str]:
 
 
 def added_tables(
-    specs: Mapping[str, Spec], shapes: Mapping[str, Sequence[int]], vocab: int, hidden: int
+    specs: Mapping[str, Spec], shapes: Mapping[str, Sequence[int]], vocab: int | None, hidden: int
 ) -> list[str]:
     """The embedding-role tables of the residual's width that are not the vocabulary's (a
     learned or sinusoidal position table: GPT-2's ``wpe``, OPT's, BART's, Marian's
     ``embed_positions``; a token-type table): the model adds a row of each to the lookup, so
     a column the writers reserve in the lookup (the routing's carrier, the speculative
-    design's code columns) holds 0 in them."""
-    found = []
+    design's code columns) holds 0 in them. The vocabulary's tables are those of ``vocab``
+    rows (the lookup and its copies, MTP's); where none has (no vocabulary given, an engine's
+    table padded or split across ranks), the largest: a table the lookup is taken for loses
+    nothing, the lookup taken for an added one would lose the reserved column."""
+    rows = {}
     for name, spec in specs.items():
         shape = tuple(shapes[name])
         if spec.role == "embedding" and len(shape) == 2 and shape[1] == hidden:
-            if shape[0] != vocab:  # the lookup itself and its copies (MTP's) hold the column
-                found.append(name)
-    return found
+            rows[name] = int(shape[0])
+    if not rows:
+        return []
+    lookup = vocab if vocab in rows.values() else max(rows.values())
+    return [name for name, r in rows.items() if r != lookup]
 
 
 def _fp8_bound(dtype: torch.dtype) -> float:

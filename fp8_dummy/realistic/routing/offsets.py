@@ -134,7 +134,8 @@ def plan_routing(
     if residual:
         hidden = residual[0].hidden
         j = hidden - 1
-        tables = set(added_tables(specs, shapes, _vocab(config, specs, shapes, hidden), hidden))
+        vocab = _config_value(config, ("vocab_size",))
+        tables = set(added_tables(specs, shapes, vocab if isinstance(vocab, int) else None, hidden))
         for name, spec in specs.items():
             shape = list(shapes[name])
             if spec.kind != "uniform" or len(shape) < 2:
@@ -157,15 +158,6 @@ def plan_routing(
                 raise RoutingError(f"fp8_dummy: {r.weight}: hidden size {r.hidden} != {hidden}")
             overrides.setdefault(r.weight, []).append((1, j, r.offsets / CARRIER))
     return routers, overrides
-
-
-def _vocab(config: Any, specs: Mapping[str, Any], shapes, hidden: int) -> int:
-    """The vocabulary: the config's, else the rows of the largest embedding of the width."""
-    v = _config_value(config, ("vocab_size",))
-    if isinstance(v, int):
-        return v
-    tables = [tuple(shapes[n]) for n, s in specs.items() if s.role == "embedding"]
-    return max((int(t[0]) for t in tables if len(t) == 2 and t[1] == hidden), default=0)
 
 
 def _check_finite(r: Router, dtype: torch.dtype | None) -> None:
