@@ -66,7 +66,7 @@ TORCH_LIBRARY(fp8_dummy_internal, m) {
   // A new plan's two calls with the list turned into an argument once: tensor_kinds, and
   // the list held (no handle copied) until init_many_held fills the tensors `fill` names
   // (int64, ascending; None: all) through fp8_dummy::init_many_ (its checks, version
-  // counters, autograd).
+  // counters, autograd). Eager only: the writes are init_many_'s, which no schema here shows.
   m.class_<HeldTensors>("HeldTensors");
   m.def(
       "tensor_kinds_held(Tensor[] tensors) -> "

@@ -266,7 +266,9 @@ def run(
             with torch._C.DisableTorchFunctionSubclass():
                 for (low, high, seed, sem), idx in prog.batches[first:]:
                     rows = sem.temp == ROWS
-                    if held is not None:  # a new plan's list, held since its facts
+                    # A new plan's list, held since its facts: the operator's own message on
+                    # a refusal, which the plan's checks of every tensor leave unreached.
+                    if held is not None:
                         seed = as_int64(seed, "seed", "init_many_")
                         init_many_held(held, len(planned), idx, low, high, seed, rows)
                         if fault(sem.path):

@@ -71,7 +71,7 @@ class KeptFill(NamedTuple):
     kept: Kept  # its names are the tensors' (:meth:`Kept.named`)
     tensors: list[torch.Tensor]
     unchecked: bool = False  # the tensors' facts are the fill's to check first
-    held: Any = None  # a new plan's list as its facts' call held it (kinds.init_many_held)
+    held: torch.ScriptObject | None = None  # a new plan's list, held by its facts' call
 
     def __len__(self) -> int:
         return len(self.tensors)

@@ -41,7 +41,9 @@ def dispatching(t: torch.Tensor | type) -> bool:
     return known
 
 
-def tensor_facts(tensors: list[torch.Tensor], hold: bool = False) -> Any:
+def tensor_facts(
+    tensors: list[torch.Tensor], hold: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.ScriptObject] | None:
     """Each tensor's kind number, then the facts a kept plan is checked against, as one int64
     tensor (see common/model_facts.cpp); None where a tensor dispatches itself. ``hold``:
     (facts, the list held for :func:`init_many_held`), or None."""
@@ -70,11 +72,13 @@ def init_many_kept(tensors: list[torch.Tensor], facts: torch.Tensor, fill: list[
         return _KEPT(tensors, facts, fill, low, high, seed, contiguous_temp)
 
 
-def init_many_held(held: Any, count: int, fill: list[int], low: float, high: float, seed: int,
-                   contiguous_temp: bool) -> None:  # fmt: skip
+def init_many_held(held: torch.ScriptObject, count: int, fill: list[int], low: float,
+                   high: float, seed: int, contiguous_temp: bool) -> None:  # fmt: skip
     """``init_many_`` on the tensors ``fill`` names (ascending, distinct) of the ``count``
     tensors :func:`tensor_facts` held, without turning the list into an operator's argument
     again (all of them: the list itself)."""
+    if not fill:
+        return
     every = len(fill) == count and fill[0] == 0 and fill[-1] == count - 1
     # A tensor, not a list: torch's call of an operator taking a held object looks through
     # each list argument's items in Python.
@@ -100,7 +104,7 @@ class Kinds(NamedTuple):
     firsts: list[int]  # per kind: its first tensor (the plan asks it)
     facts: torch.Tensor | None  # None: the plan is not kept
     attrs: list | None = None  # per tensor: the rule's attributes (a tuple each if several)
-    held: Any = None  # the list held for its fill (kinds_of's ``hold``)
+    held: torch.ScriptObject | None = None  # the list held for its fill (kinds_of's ``hold``)
 
 
 def kinds_of(names: list[str] | None, tensors: list[torch.Tensor], reads: Any,
