@@ -71,6 +71,7 @@ echo "ci_engines: engines ready in $(( $(date +%s) - start )) s"
 # fp8_dummy for this torch: the CUDA compile job's package, else a CPU-only build here.
 if ! ls "$PKG"/fp8_dummy/_C*.so > /dev/null 2>&1; then
   echo "ci_engines: building fp8_dummy (CPU only) for $("$PY" -c 'import torch; print(torch.__version__)')"
+  mkdir -p "$ROOT/build"  # a fresh clone has none
   (cd "$ROOT" && FP8_DUMMY_CUDA=0 MAX_JOBS="${MAX_JOBS:-$(nproc)}" "$PY" setup.py build_ext \
     --build-temp "$ROOT/build/engines-temp" --build-lib "$ROOT/build/engines-lib" > "$ROOT/build/engines-build.log" 2>&1) ||
     { tail -n 30 "$ROOT/build/engines-build.log"; exit 1; }
