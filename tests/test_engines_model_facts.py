@@ -401,16 +401,21 @@ def reference_bytes(t: torch.Tensor, low: float, high: float, seed: int) -> torc
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
-@pytest.mark.parametrize("seed", range(4))
-def test_the_kept_call_checks_every_fact_before_its_first_write(seed, device):
-    rng = random.Random(seed)
+def random_matrices(rng: random.Random, device: str) -> list[torch.Tensor]:
+    """3-12 matrices of random sizes and dtypes, some of them transposed."""
     dtypes = [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float32]
     tensors = [
         torch.empty(rng.randint(1, 9), rng.randint(1, 7), dtype=rng.choice(dtypes), device=device)
         for _ in range(rng.randint(3, 12))
     ]
-    tensors = [t if rng.random() < 0.7 else t.t() for t in tensors]
+    return [t if rng.random() < 0.7 else t.t() for t in tensors]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kept_call_checks_every_fact_before_its_first_write(seed, device):
+    rng = random.Random(seed)
+    tensors = random_matrices(rng, device)
     facts = core.kinds.tensor_facts(tensors)
     fill = sorted(rng.sample(range(len(tensors)), rng.randint(1, len(tensors))))
     low, high, s = -rng.random(), rng.random(), rng.randint(0, 2**40)
@@ -452,12 +457,7 @@ def test_the_kept_call_refuses_a_fill_list_out_of_order():
 @pytest.mark.parametrize("seed", range(4))
 def test_the_held_list_has_the_facts_and_fills_what_it_is_told(seed, device):
     rng = random.Random(seed)
-    dtypes = [torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float32]
-    tensors = [
-        torch.empty(rng.randint(1, 9), rng.randint(1, 7), dtype=rng.choice(dtypes), device=device)
-        for _ in range(rng.randint(3, 12))
-    ]
-    tensors = [t if rng.random() < 0.7 else t.t() for t in tensors]
+    tensors = random_matrices(rng, device)
     facts, held = core.kinds.tensor_facts(tensors, hold=True)
     assert torch.equal(facts, core.kinds.tensor_facts(tensors))
     n = len(tensors)
