@@ -68,7 +68,15 @@ def stored_in_out(entries: Iterable[tuple]) -> set[str]:
     the one list the writers that pick a weight's input or output dimension by role share (the
     routing's carrier, the speculative design's code columns), since a square one's shape
     alone cannot tell (GPT-2's attention ``c_proj``)."""
-    return {name for module, name, *_ in entries if module_kind(module) == "transposed"}
+    kinds: dict[int, str] = {}  # a module's kind, read once (a model's experts share theirs)
+    found = set()
+    for module, name, *_ in entries:
+        kind = kinds.get(id(module))
+        if kind is None:
+            kind = kinds[id(module)] = module_kind(module)
+        if kind == "transposed":
+            found.add(name)
+    return found
 
 
 def added_tables(
