@@ -378,6 +378,12 @@ def test_a_program_by_kinds_is_the_entries(seed):
         assert [(k, sorted(i)) for k, i in by_kinds.batches] == [
             (k, sorted(i)) for k, i in walked.batches
         ]
+    one = (actions[0], metas[0], None, False, True, True)  # one batch of every tensor
+    kept.decided = [one] * len(kinds.firsts)
+    planned = [(n, t, one[0], one[1]) for n, t in zip(names, ts)]
+    walked = core.execution.program(planned, "generator")
+    assert core.execution._program_by_kinds(kept, "generator") == walked
+    assert walked.batches[0][1] == list(range(len(ts)))
     shared = core.kinds.kinds_of(names + ["alias"], ts + [ts[0][:1]], ())
     kept.facts = shared.facts  # a storage two tensors share: the entries decide
     assert core.execution._program_by_kinds(kept, "generator") is None
