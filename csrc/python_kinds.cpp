@@ -3,11 +3,11 @@
 // number the keys; this reads the same objects and numbers them in the same dict, without a frame
 // per tensor.
 #ifdef FP8_DUMMY_PYTHON_MODULE
-#include "python_api.h"
-#include "python_functions.h"
-
 #include <cstdint>
 #include <vector>
+
+#include "python_api.h"
+#include "python_functions.h"
 
 namespace fp8_dummy::python {
 namespace {
