@@ -21,5 +21,9 @@ PyObject* walk_shape(PyObject* module, PyObject* args);
 // what the dict raises (TypeError: a key that does not hash).
 PyObject* kinds(PyObject* module, PyObject* args);
 
+// fp8_dummy._C._classes(tensors), python_classes.cpp: the distinct classes of a list's items, in
+// order of first appearance (a list; raises SystemError for anything but a list).
+PyObject* classes(PyObject* module, PyObject* items);
+
 }  // namespace fp8_dummy::python
 #endif  // FP8_DUMMY_PYTHON_MODULE

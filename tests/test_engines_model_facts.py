@@ -256,6 +256,27 @@ def python_kinds(locals_, tensors, fact_kinds, attr):
     return kind_of, firsts
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_the_classes_are_the_distinct_types(seed):
+    """The plan's question of which classes a list holds, in C where the library has it: each
+    item's class once, in order of first appearance, past the few it scans as well."""
+    found = getattr(core.kinds, "_C_CLASSES", None)
+    if found is None:
+        pytest.skip("the library has no _classes (no Python API in the process)")
+    rng = random.Random(seed)
+    pool = [type(f"T{i}", (torch.Tensor,), {}) for i in range(rng.randint(1, 20))]
+    items = []
+    for _ in range(rng.randint(0, 300)):
+        kind = rng.choice(pool + [torch.nn.Parameter, torch.Tensor])
+        items.append(torch.empty(1).as_subclass(kind) if kind is not torch.nn.Parameter
+                     else torch.nn.Parameter(torch.empty(1)))  # fmt: skip
+    assert found(items) == list(dict.fromkeys(map(type, items)))
+    wrapper = type("Dispatching", (torch.Tensor,), {"__torch_dispatch__": classmethod(
+        lambda cls, func, types, args=(), kwargs=None: func(*args, **(kwargs or {})))})  # fmt: skip
+    items.insert(rng.randint(0, len(items)), torch.empty(1).as_subclass(wrapper))
+    assert core.kinds.any_dispatching(items)
+
+
 @pytest.mark.parametrize("c", [True, False], ids=["c", "python"])
 @pytest.mark.parametrize("seed", range(12))
 def test_kinds_are_numbered_by_the_rule(seed, c, monkeypatch):
@@ -382,8 +403,9 @@ def test_a_program_by_kinds_is_the_entries(seed):
     kept.decided = [one] * len(kinds.firsts)
     planned = [(n, t, one[0], one[1]) for n, t in zip(names, ts)]
     walked = core.execution.program(planned, "generator")
-    assert core.execution._program_by_kinds(kept, "generator") == walked
-    assert walked.batches[0][1] == list(range(len(ts)))
+    by_kinds = core.execution._program_by_kinds(kept, "generator")
+    assert (by_kinds.others, by_kinds.batches[0][0]) == (walked.others, walked.batches[0][0])
+    assert list(by_kinds.batches[0][1]) == walked.batches[0][1] == list(range(len(ts)))
     shared = core.kinds.kinds_of(names + ["alias"], ts + [ts[0][:1]], ())
     kept.facts = shared.facts  # a storage two tensors share: the entries decide
     assert core.execution._program_by_kinds(kept, "generator") is None

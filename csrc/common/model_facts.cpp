@@ -48,9 +48,9 @@ bool strided_with_storage(const at::Tensor& t) {
   return true;
 }
 
-// The kind's facts in one number; -1: a kind of its own (no strides to read).
-int64_t kind_code(const at::Tensor& t) {
-  if (!strided_with_storage(t)) return -1;
+// The kind's facts in one number; -1: a kind of its own (no strides to read: `strided` false).
+int64_t kind_code(const at::Tensor& t, bool strided) {
+  if (!strided) return -1;
   const auto overlap = at::has_internal_overlap(t);
   const bool distinct =
       overlap == at::MemOverlap::No ||
@@ -70,8 +70,8 @@ int64_t kind_code(const at::Tensor& t) {
 // What a kept plan is checked against, appended to `out`: where the bytes are and how they
 // are laid out (the kind is a function of these: dtype, device, dimensions, meta, inference,
 // storage, data pointer, offset, sizes, strides); a tensor without strides: -1 and its place.
-void append_facts(const at::Tensor& t, int64_t index, std::vector<int64_t>& out) {
-  if (!strided_with_storage(t)) {
+void append_facts(const at::Tensor& t, bool strided, int64_t index, std::vector<int64_t>& out) {
+  if (!strided) {
     out.push_back(-1);
     out.push_back(index);
     return;
@@ -131,6 +131,38 @@ class StorageIds {
   int64_t next_ = 0;
 };
 
+// Whether storages are each met once, in a table of one word per slot: the data pointer with
+// the device folded in. Two storages whose words are equal are taken as one: at worst a storage
+// taken as shared that is not (the plan then reads its entries), never the reverse.
+class DistinctStorages {
+ public:
+  explicit DistinctStorages(size_t n) {
+    while ((size_t{1} << bits_) < 2 * n) ++bits_;
+    slots_.resize(size_t{1} << bits_);
+  }
+  // False where the storage (or one whose word is equal) was met before.
+  bool add(const at::Tensor& t) {
+    const auto device = static_cast<uint64_t>(t.device().type()) << 8 |
+                        static_cast<uint64_t>(t.device().index() + 1);
+    const auto base = reinterpret_cast<uint64_t>(t.storage().data());
+    const uint64_t word = base ^ device << 48;
+    if (word == 0) return std::exchange(zero_, true) == false;  // 0 marks a free slot
+    const size_t mask = slots_.size() - 1;
+    for (size_t at = (word * 0x9E3779B97F4A7C15ull) >> (64 - bits_);; at = (at + 1) & mask) {
+      if (slots_[at] == 0) {
+        slots_[at] = word;
+        return true;
+      }
+      if (slots_[at] == word) return false;
+    }
+  }
+
+ private:
+  int bits_ = 4;
+  std::vector<uint64_t> slots_;
+  bool zero_ = false;
+};
+
 StorageKey storage_key(const at::Tensor& t) {
   return {static_cast<int64_t>(t.device().type()), t.device().index(),
           reinterpret_cast<uintptr_t>(t.storage().data())};
@@ -143,16 +175,17 @@ at::Tensor kinds_of(int64_t n, const At& at) {
   out.reserve(static_cast<size_t>(n) * 8 + 1);
   std::map<int64_t, int64_t> ids;
   int64_t next = 0;
-  StorageIds storages(static_cast<size_t>(n));
+  DistinctStorages storages(static_cast<size_t>(n));
   bool own_storages = true;
   for (int64_t i = 0; i < n; ++i) {
     const at::Tensor& t = at(i);
-    const int64_t code = kind_code(t);
+    const bool strided = strided_with_storage(t);
+    const int64_t code = kind_code(t, strided);
     const int64_t id = code < 0 ? next++ : ids.try_emplace(code, next).first->second;
     if (id == next) ++next;
     out[static_cast<size_t>(i)] = id;
-    append_facts(t, i, out);
-    own_storages = own_storages && code >= 0 && storages.number(storage_key(t)).second;
+    append_facts(t, strided, i, out);
+    own_storages = own_storages && strided && storages.add(t);
   }
   // The last word: 1 where every tensor has strides and a storage no other tensor of the list
   // has (no alias, nothing to fill in order: the plan's program by kinds alone), else 0.
@@ -197,7 +230,7 @@ bool match_facts(at::TensorList tensors, const at::Tensor& kinds, at::IntArrayRe
   std::vector<int64_t> facts;
   for (int64_t i = 0; i < n; ++i) {
     facts.clear();
-    append_facts(tensors[i], i, facts);
+    append_facts(tensors[i], strided_with_storage(tensors[i]), i, facts);
     const auto size = static_cast<int64_t>(facts.size());
     if (at + size > end || !std::equal(facts.begin(), facts.end(), want + at)) return false;
     at += size;

@@ -7,7 +7,7 @@ from __future__ import annotations
 import array
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -21,7 +21,7 @@ from ...tensors import is_plain
 from . import kept
 from .checks import distinct
 from .kept import STALE, Kept, KeptFill
-from .kinds import dispatching, init_many_held, init_many_kept, reads_only
+from .kinds import any_dispatching, dispatching, init_many_held, init_many_kept, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
 
 __all__ = ["PROGRESS_BATCH_BYTES", "PROGRESS_THRESHOLD_BYTES", "Program", "apply", "program"]
@@ -65,7 +65,7 @@ def _fill_order(live: list[Planned], mode: str, numbers: dict[int, int]) -> list
     actions = [numbers[id(e[2])] for e in live]
     tensors = [e[1] for e in live]
     flags = [0] * len(live)
-    if any([dispatching(kind) for kind in set(map(type, tensors))]):
+    if any_dispatching(tensors):
         for i, t in enumerate(tensors):
             if dispatching(t):
                 if hasattr(t, "to_local"):  # a DTensor writes its local shard
@@ -131,7 +131,7 @@ class Program(NamedTuple):
     the bytes it writes once counted (a kept plan's tensors keep their sizes and dtypes)."""
 
     others: list[tuple[int, bool]]
-    batches: list[tuple[tuple, list[int]]]
+    batches: list[tuple[tuple, Sequence[int]]]  # a range: every tensor, in order
     size: list[int]
 
 
@@ -196,7 +196,7 @@ def _program_by_kinds(kept: Kept, mode: str) -> Program | None:
         return Program([], [], [])
     count = len(keys)
     if count == 1 and min(group) == 0:  # one batch of every tensor (vLLM's loop): no sort
-        return Program([], [(next(iter(keys)), list(range(len(kept.kind_of))))], [])
+        return Program([], [(next(iter(keys)), range(len(kept.kind_of)))], [])
     of_kind = torch.tensor([g if g >= 0 else count - 1 - g for g in group], dtype=torch.long)
     kinds = torch.frombuffer(array.array("q", kept.kind_of), dtype=torch.long)
     groups = of_kind[kinds]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -18,7 +19,7 @@ from ..._library import C as _C
 from ...tensors import shape_locals
 
 __all__ = ["Kinds", "dispatching", "facts_match", "init_many_kept", "kinds_of", "reads_only"]
-__all__ += ["init_many_held", "tensor_facts"]
+__all__ += ["any_dispatching", "init_many_held", "tensor_facts"]
 
 _KINDS = torch.ops.fp8_dummy_internal.tensor_kinds
 _MATCH = torch.ops.fp8_dummy_internal.facts_match
@@ -26,6 +27,7 @@ _KEPT = torch.ops.fp8_dummy_internal.init_many_kept
 _KINDS_HELD = torch.ops.fp8_dummy_internal.tensor_kinds_held.default
 _HELD = torch.ops.fp8_dummy_internal.init_many_held.default
 _C_KINDS = getattr(_C, "_kinds", None)  # kinds_of's numbering in C (python_kinds.cpp)
+_C_CLASSES = getattr(_C, "_classes", None)  # a list's distinct classes (python_classes.cpp)
 _own_dispatch: dict[type, bool] = {}
 
 
@@ -41,13 +43,23 @@ def dispatching(t: torch.Tensor | type) -> bool:
     return known
 
 
+def any_dispatching(tensors: list[torch.Tensor]) -> bool:
+    """Whether any of the tensors' classes dispatches itself (:func:`dispatching`), asked once
+    per class: the classes found in C where the library can (a model holds one to three)."""
+    if _C_CLASSES is not None and type(tensors) is list:
+        classes = _C_CLASSES(tensors)
+    else:
+        classes = set(map(type, tensors))
+    return any([dispatching(kind) for kind in classes])
+
+
 def tensor_facts(
     tensors: list[torch.Tensor], hold: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.ScriptObject] | None:
     """Each tensor's kind number, then the facts a kept plan is checked against, as one int64
     tensor (see common/model_facts.cpp); None where a tensor dispatches itself. ``hold``:
     (facts, the list held for :func:`init_many_held`), or None."""
-    if not tensors or any([dispatching(t) for t in set(map(type, tensors))]):
+    if not tensors or any_dispatching(tensors):
         return None
     # No autograd: its fallback would look at every tensor of the list for gradients.
     with torch.no_grad(), reads_only():
@@ -57,13 +69,13 @@ def tensor_facts(
 def facts_match(tensors: list[torch.Tensor], facts: torch.Tensor) -> bool:
     """Whether the tensors' facts are still ``facts`` (a :func:`tensor_facts` answer), compared
     in C++ as they are read."""
-    if not tensors or any([dispatching(t) for t in set(map(type, tensors))]):
+    if not tensors or any_dispatching(tensors):
         return False
     with torch.no_grad(), reads_only():
         return _MATCH(tensors, facts)
 
 
-def init_many_kept(tensors: list[torch.Tensor], facts: torch.Tensor, fill: list[int],
+def init_many_kept(tensors: list[torch.Tensor], facts: torch.Tensor, fill: Sequence[int],
                    low: float, high: float, seed: int, contiguous_temp: bool) -> bool:  # fmt: skip
     """:func:`facts_match` and, where it holds, ``init_many_`` on ``tensors[i] for i in fill``
     (ascending), in one C++ call reading the list once; False: nothing written. Called
@@ -72,7 +84,7 @@ def init_many_kept(tensors: list[torch.Tensor], facts: torch.Tensor, fill: list[
         return _KEPT(tensors, facts, fill, low, high, seed, contiguous_temp)
 
 
-def init_many_held(held: torch.ScriptObject, count: int, fill: list[int], low: float,
+def init_many_held(held: torch.ScriptObject, count: int, fill: Sequence[int], low: float,
                    high: float, seed: int, contiguous_temp: bool) -> None:  # fmt: skip
     """``init_many_`` on the tensors ``fill`` names (ascending, distinct) of the ``count``
     tensors :func:`tensor_facts` held, without turning the list into an operator's argument
