@@ -55,6 +55,8 @@ Api look_up(bool& found) {
       {&a.attribute_error, "PyExc_AttributeError"},
       {&a.value_error, "PyExc_ValueError"},
       {&a.long_type, "PyLong_Type"},
+      {&a.type_slot, "PyType_GetSlot"},
+      {&a.object_type, "PyBaseObject_Type"},
   };
   // Every field is one pointer, so the table covers the struct exactly when the counts agree.
   static_assert(sizeof(slots) / sizeof(Slot) == sizeof(Api) / sizeof(void*));

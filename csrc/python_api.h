@@ -44,11 +44,13 @@ struct Api {
   int (*error_matches)(PyObject*);
   void (*error_clear)();
   void (*error_set)(PyObject*, const char*);
-  PyObject* none;              // Py_None
-  PyObject* false_;            // Py_False
-  PyObject** attribute_error;  // PyExc_AttributeError
-  PyObject** value_error;      // PyExc_ValueError
-  PyTypeObject* long_type;     // PyLong_Type: a shape's module places
+  PyObject* none;                          // Py_None
+  PyObject* false_;                        // Py_False
+  PyObject** attribute_error;              // PyExc_AttributeError
+  PyObject** value_error;                  // PyExc_ValueError
+  PyTypeObject* long_type;                 // PyLong_Type: a shape's module places
+  void* (*type_slot)(PyTypeObject*, int);  // PyType_GetSlot: a class's hash and comparison
+  PyTypeObject* object_type;               // PyBaseObject_Type
 };
 
 // The API, or nullptr where the process does not have all of it (no Python).

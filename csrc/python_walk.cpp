@@ -4,6 +4,7 @@
 // the same two lists of the same objects. What it does not read as that loop does (a
 // container that is not an exact dict, a dictionary missing) it leaves to the Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,65 @@ const Names* names(const Api& py) {
   return made ? &n : nullptr;
 }
 
+// The modules met, by identity: a set of pointers, which is Python's set for modules whose class
+// keeps object's hash and equality (a module is then equal to itself alone).
+class MetModules {
+ public:
+  // False where `m` was met before; else it is now.
+  bool add(PyObject* m) {
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    if (!place(m)) return false;
+    ++used_;
+    return true;
+  }
+
+ private:
+  bool place(PyObject* m) {
+    const size_t mask = slots_.size() - 1;
+    const auto h = reinterpret_cast<uintptr_t>(m) * 0x9E3779B97F4A7C15ull;
+    for (size_t at = static_cast<size_t>(h >> 32) & mask;; at = (at + 1) & mask) {
+      if (slots_[at] == nullptr) {
+        slots_[at] = m;
+        return true;
+      }
+      if (slots_[at] == m) return false;
+    }
+  }
+  void grow() {
+    std::vector<PyObject*> old(slots_.size() * 2, nullptr);
+    old.swap(slots_);
+    for (PyObject* m : old) {
+      if (m != nullptr) place(m);
+    }
+  }
+  std::vector<PyObject*> slots_ = std::vector<PyObject*>(1024, nullptr);
+  size_t used_ = 0;
+};
+
+// The module classes one walk has checked (a model holds a few dozen): asked once per class, not
+// per module.
+class CheckedClasses {
+ public:
+  bool has(PyObject* kind) {
+    if (kind == last_) return true;
+    for (PyObject* k : classes_) {
+      if (k == kind) {
+        last_ = kind;
+        return true;
+      }
+    }
+    return false;
+  }
+  void add(PyObject* kind) {
+    classes_.push_back(kind);
+    last_ = kind;
+  }
+
+ private:
+  std::vector<PyObject*> classes_;
+  PyObject* last_ = nullptr;
+};
+
 struct Walk {
   const Api& py;
   const Names& name;
@@ -60,9 +120,11 @@ struct Walk {
   }
 
   // One module's place and tensors; its children onto `stack`, the first on top.
-  Step visit(Py_ssize_t parent, PyObject* key, PyObject* m, Py_ssize_t place,
-             std::vector<Pending>& stack) const {
-    PyObject* kind = reinterpret_cast<PyObject*>(Py_TYPE(m));
+  // A module class's first meeting in this walk: whether the walk may read its modules (torch's
+  // named_modules, kept in own_order), and whether they are met by identity (object's hash and
+  // equality; else the Python loop walks: its set asks the class).
+  Step check_class(PyTypeObject* type) const {
+    auto* kind = reinterpret_cast<PyObject*>(type);
     const int known = py.set_contains(own_order, kind);
     if (known < 0) return Step::kError;
     if (known == 0) {
@@ -71,6 +133,14 @@ struct Walk {
       if (own.get() != named_modules) return Step::kNone;
       if (py.set_add(own_order, kind) < 0) return Step::kError;
     }
+    const bool identity =
+        py.type_slot(type, Py_tp_hash) == py.type_slot(py.object_type, Py_tp_hash) &&
+        py.type_slot(type, Py_tp_richcompare) == py.type_slot(py.object_type, Py_tp_richcompare);
+    return identity ? Step::kDone : Step::kPython;
+  }
+
+  Step visit(Py_ssize_t parent, PyObject* key, PyObject* m, Py_ssize_t place,
+             std::vector<Pending>& stack) const {
     Ref d(py, py.get_attr(m, name.dict));
     if (d.get() == nullptr) return Step::kError;
     if (!exact_dict(d.get())) return Step::kPython;
@@ -140,20 +210,27 @@ PyObject* walk_shape(PyObject* /*module*/, PyObject* args) {
   if (!arguments(py, args, {&model, &own_order, &named_modules, &root_key})) return nullptr;
   const Names* name = names(py);
   if (name == nullptr) return nullptr;  // Python's MemoryError
-  Ref shape(py, py.list_new(0)), tensors(py, py.list_new(0)), seen(py, py.set_new(nullptr));
-  if (shape.get() == nullptr || tensors.get() == nullptr || seen.get() == nullptr) return nullptr;
+  Ref shape(py, py.list_new(0)), tensors(py, py.list_new(0));
+  if (shape.get() == nullptr || tensors.get() == nullptr) return nullptr;
   const Walk w{py, *name, own_order, named_modules, shape.get(), tensors.get()};
   std::vector<Pending> stack;
   stack.push_back({-1, strong(py, root_key), strong(py, model)});
+  MetModules seen;  // each held by the model for the walk
+  CheckedClasses checked;
   Py_ssize_t place = 0;
   while (!stack.empty()) {
     Pending next = std::move(stack.back());
     stack.pop_back();
-    const int met = py.set_contains(seen.get(), next.module.get());
-    if (met < 0) return nullptr;
-    if (met == 1) continue;
-    if (py.set_add(seen.get(), next.module.get()) < 0) return nullptr;
-    switch (w.visit(next.parent, next.key.get(), next.module.get(), place, stack)) {
+    PyTypeObject* type = Py_TYPE(next.module.get());
+    Step step = Step::kDone;
+    if (!checked.has(reinterpret_cast<PyObject*>(type))) {
+      step = w.check_class(type);
+      if (step == Step::kDone) checked.add(reinterpret_cast<PyObject*>(type));
+    }
+    if (step == Step::kDone && !seen.add(next.module.get())) continue;
+    if (step == Step::kDone)
+      step = w.visit(next.parent, next.key.get(), next.module.get(), place, stack);
+    switch (step) {
       case Step::kDone:
         break;
       case Step::kNone:

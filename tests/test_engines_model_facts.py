@@ -144,6 +144,33 @@ def test_the_c_walk_leaves_odd_dictionaries_to_python():
         tensors.walk_shape(model)
 
 
+class AllEqual(torch.nn.Module):
+    """A module class whose modules are all equal: named_modules' set meets only the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(2))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AllEqual)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def test_the_c_walk_leaves_modules_of_their_own_equality_to_python():
+    """The C walk meets modules by identity, which is Python's set only where their class
+    keeps object's hash and equality: another class's model is walked by the Python loop."""
+    model = random_tree(random.Random(5))
+    model.first, model.second = AllEqual(), AllEqual()
+    assert tensors._C_WALK(model, tensors._OWN_ORDER, tensors._NAMED_MODULES, "") is False
+    ours = tensors.walk_shape(model)
+    same_walk(ours, tensors.walk_shape_python(model))
+    names = shape_names(ours[0])
+    assert "first.weight" in names and "second.weight" not in names  # as named_modules
+    assert names == [n for n, _ in named_modules_walk(model)]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_the_state_dict_walk_is_state_dicts(seed):
     # Shared modules walked under each name, tied tensors under each, None and non-persistent
