@@ -8,7 +8,10 @@ MTP layer and two), ``Glm4MoeLiteMTP`` (GLM-4.7-Flash, whose draft config says n
 shows what it reached), ``MiMoV2MTP`` (MiMo-V2-Flash: a dense sliding-attention block, bf16 and
 FP8 block, three MTP layers in the checkpoint of which vLLM reads the first),
 ``LongCatFlashMTP`` (LongCat-Flash: one MLA attention and a dense MLP; its own ``lm_head`` no
-loader writes, vLLM's proposer gives it the target's), built on the CPU as vLLM's proposer
+loader writes, vLLM's proposer gives it the target's), ``BailingMoeV3MTPModel`` (Ling-3.0, the
+model transformers' ``bailing_hybrid`` is, its config naming ``BailingMoeV3ForCausalLM``: one
+MTP layer, and two in FP8 block, whose ``eh_proj`` vLLM builds unquantized as the export keeps
+it), built on the CPU as vLLM's proposer
 builds its draft (helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's
 Llama from its config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
 ``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
@@ -45,6 +48,7 @@ CLASSES["glm_ocr"] = "GlmOcrMTP"
 CLASSES["exaone4_5"] = "Exaone4_5_MTP"
 CLASSES["mimo_v2_flash"] = "MiMoV2MTP"
 CLASSES["longcat_flash"] = "LongCatFlashMTP"
+CLASSES["bailing_v3"] = "BailingMoeV3MTPModel"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 

@@ -3,14 +3,14 @@ ERNIE 4.5 MoE, EXAONE-MoE, HY-V3: their configs declare no ``num_mtp_layers``; B
 and Nemotron-H: stateful models, which assisted generation refuses), run independently of
 fp8_dummy and of any engine, as vLLM's MTP classes compute them (``Qwen3NextMTP``,
 ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``ExaoneMoeMTP``, ``BailingMoeV25MTPModel``,
-``Glm4MoeLiteMTP``, ``GlmOcrMTP``, ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``,
-``HYV3MTP``): the input projection of the normalized embedding and the target's last hidden
-state, the MTP decoder block (transformers' own decoder layer, full attention (EXAONE-MoE's: the
-config's first layer type), loaded from the export as a one-layer model of the target's class:
-GLM-OCR's and EXAONE 4.5's multimodal one; Nemotron-H's step: its attention and MoE layers as a
-two-layer model), the MTP layer's final norm (ERNIE: none) and the lm_head; reused for k draft
-tokens, each on the sequence with the drafts so far, and verified against the target's greedy
-tokens."""
+``BailingMoeV3MTPModel``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``, ``Exaone4_5_MTP``, ``NemotronHMTP``,
+``ErnieMTP``, ``HYV3MTP``): the input projection of the normalized embedding and the target's
+last hidden state, the MTP decoder block (transformers' own decoder layer, full attention
+(EXAONE-MoE's: the config's first layer type), loaded from the export as a one-layer model of the
+target's class: GLM-OCR's and EXAONE 4.5's multimodal one; Nemotron-H's step: its attention and
+MoE layers as a two-layer model), the MTP layer's final norm (ERNIE: none) and the lm_head;
+reused for k draft tokens, each on the sequence with the drafts so far, and verified against the
+target's greedy tokens."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ LAYOUTS = {
                            embed="model.layers.{L}.enorm", hidden="model.layers.{L}.hnorm",
                            out="model.layers.{L}.final_layernorm", offset=0.0),
 }  # fmt: skip
+# Ling-3.0 (vLLM's BailingMoeV3MTPModel): the same names and computation, but the embedding at
+# position 0 as it is (BailingMoeV25MTPModel masks it to zero)
+LAYOUTS["bailing_v3"] = dict(LAYOUTS["bailing_hybrid"])
+LAYOUTS["bailing_hybrid"]["mask_first"] = True
 # Nemotron-H: its MTP step (attention, MoE: mtp.layers.0-1.) run as a model of those two layers
 LAYOUTS["nemotron_h"] = dict(block="mtp.layers.", fc="mtp.layers.0.eh_proj",
                              embed="mtp.layers.0.enorm", hidden="mtp.layers.0.hnorm",

@@ -1,18 +1,19 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
 ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
-``LongCatFlashMTP``) built on this CPU from tiny configs with MTP layers, for
-tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily). Built as vLLM
-builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which
-turns the target's config into the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``,
-``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``,
-``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``, ``NemotronHMTPModel``,
-``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``,
-``LongCatFlashMTPModel``), a ``VllmConfig`` holding both, then the model loader's
-``create_model`` with the draft's model config, the way its proposer's ``get_model`` does. The
-replacements of tests/helpers/vllm_invariant_models.py (``prepare``) apply, and two of
-transformers' image modules where torchvision is missing (:func:`build`); the oracle is the
-same: the export of the config, read by vLLM's own safetensors loader into a twin."""
+``LongCatFlashMTP``, ``BailingMoeV3MTPModel``) built on this CPU from tiny configs with MTP
+layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily).
+Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method
+``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
+``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``,
+``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``,
+``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``,
+``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``), a ``VllmConfig`` holding both, then the
+model loader's ``create_model`` with the draft's model config, the way its proposer's
+``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
+apply, and two of transformers' image modules where torchvision is missing (:func:`build`); the
+oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
+twin."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ ARCHITECTURES["glm_ocr"] = "GlmOcrForConditionalGeneration"  # vLLM's only GLM-O
 ARCHITECTURES["exaone4_5"] = "Exaone4_5_ForConditionalGeneration"
 ARCHITECTURES["mimo_v2_flash"] = "MiMoV2FlashForCausalLM"
 ARCHITECTURES["longcat_flash"] = "LongcatFlashForCausalLM"
+# Ling-3.0's own class (transformers' bailing_hybrid is Ling-3.0's KDA/MLA model): vLLM drafts
+# with BailingMoeV3MTPModel where the config names it, BailingMoeV25MTPModel where it names 2.5's
+ARCHITECTURES["bailing_v3"] = "BailingMoeV3ForCausalLM"
 # Parameters of a draft class that no loader writes: vLLM's proposer replaces them with the
 # target's (``_maybe_share_lm_head``: an MTP model shares the target's lm_head). LongCat's
 # ``load_weights`` reads only ``model.mtp.`` names, so its own ``lm_head`` is never loaded.
@@ -46,14 +50,17 @@ def fields(model: str) -> dict:
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
     DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
     text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-MoE,
-    HY-V3, MiMo-V2-Flash and LongCat-Flash as tests/helpers/speculative.py makes them."""
+    HY-V3, MiMo-V2-Flash and LongCat-Flash as tests/helpers/speculative.py makes them; Ling-3.0
+    (``bailing_v3``): Ling's hybrid config naming its own class."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
 
+    arch = ARCHITECTURES[model]
+    model = {"bailing_v3": "bailing_hybrid"}.get(model, model)  # one config, another class
     mtp = 1 if model in H.MORE or model in ("glm_ocr", "exaone4_5") else 0
     cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256, mtp=mtp)
-    out = dict(cfg.to_dict(), architectures=[ARCHITECTURES[model]], torch_dtype="bfloat16")
+    out = dict(cfg.to_dict(), architectures=[arch], torch_dtype="bfloat16")
     if model == "nemotron_h":  # as its checkpoints' config.json: the patterns (SGLang reads them)
         out["hybrid_override_pattern"] = cfg.hybrid_override_pattern
         out["mtp_hybrid_override_pattern"] = cfg.mtp_hybrid_override_pattern
@@ -111,6 +118,8 @@ CASES = [
     ("mimo_v2_flash", "bf16", 1, 1, 0.6),
     ("mimo_v2_flash", "blk", 3, 2, "0.8,0.5"),
     ("longcat_flash", "bf16", 1, 1, 0.6),
+    ("bailing_v3", "bf16", 1, 1, 0.6),
+    ("bailing_v3", "blk", 2, 2, "0.8,0.5"),
 ]
 
 

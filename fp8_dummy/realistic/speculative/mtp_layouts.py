@@ -12,8 +12,9 @@ one layout per family of checkpoints (the tensors themselves are made by :mod:`.
   the embedding: the same values, as DeepSeek's checkpoints hold them);
 - ``bailing``: Ling/Ring hybrid (``bailing_hybrid``), HY-V3 (``hy_v3``,
   ``num_nextn_predict_layers``): ``model.layers.{L+i}.`` the block and
-  ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``
-  and ``HYV3MTP`` take the embedding and the lm_head from the model's own);
+  ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (vLLM's ``BailingMoeV25MTPModel``,
+  ``BailingMoeV3MTPModel``, where the config names Ling-3.0's class, and ``HYV3MTP`` take the
+  embedding and the lm_head from the model's own);
 - ``qwen``: Qwen3-Next (one MTP layer unless ``num_nextn_predict_layers`` says otherwise, as
   vLLM reads it), Qwen3.5 and Qwen3.5-MoE (``mtp_num_hidden_layers``, else one; the
   multimodal checkpoint keeps them at the top level too), Mellum, EXAONE-MoE (as Qwen3-Next,
