@@ -119,7 +119,6 @@ struct Walk {
     return Step::kDone;
   }
 
-  // One module's place and tensors; its children onto `stack`, the first on top.
   // A module class's first meeting in this walk: whether the walk may read its modules (torch's
   // named_modules, kept in own_order), and whether they are met by identity (object's hash and
   // equality; else the Python loop walks: its set asks the class).
@@ -139,6 +138,7 @@ struct Walk {
     return identity ? Step::kDone : Step::kPython;
   }
 
+  // One module's place and tensors; its children onto `stack`, the first on top.
   Step visit(Py_ssize_t parent, PyObject* key, PyObject* m, Py_ssize_t place,
              std::vector<Pending>& stack) const {
     Ref d(py, py.get_attr(m, name.dict));
@@ -215,7 +215,7 @@ PyObject* walk_shape(PyObject* /*module*/, PyObject* args) {
   const Walk w{py, *name, own_order, named_modules, shape.get(), tensors.get()};
   std::vector<Pending> stack;
   stack.push_back({-1, strong(py, root_key), strong(py, model)});
-  MetModules seen;  // each held by the model for the walk
+  MetModules seen;  // each held by its parent's dictionary (or the stack) for the walk
   CheckedClasses checked;
   Py_ssize_t place = 0;
   while (!stack.empty()) {
