@@ -26,7 +26,7 @@ def _run(rank: int, port: int, out: Path) -> dict:
     base = M.start(rank, port, str(out))
     folder = out / "export"
     if rank == 0:
-        _export(folder)
+        export(folder)
     found: dict = {}
     _barrier()
     if rank == 0:
@@ -54,7 +54,9 @@ TARGET = dict(
 )  # fmt: skip
 
 
-def _export(folder: Path) -> None:
+def export(folder: Path) -> None:
+    """The target (TARGET) exported with acceptance 0.6 and its EAGLE-3 draft of width 512
+    (also tests/test_engines_sglang_eagle3.py's)."""
     import json
 
     from fp8_dummy.realistic.export import main
