@@ -1,8 +1,8 @@
 """One process of tests/test_engines_sglang_eagle3.py: rank RANK of a WORLD-rank gloo group
-(TP=WORLD). The EAGLE-3 draft that ``export --draft-layout eagle3`` wrote (ROOT/export/draft,
-made by the test: helpers/vllm_eagle3_worker.py's target and draft), built by SGLang 0.5.23 as
-its scheduler builds the draft of ``--speculative-algorithm EAGLE3`` (``ServerArgs`` of the
-exported target naming the draft's folder, the draft's ``ModelConfig`` with
+(TP=WORLD). For each case, the EAGLE-3 draft that ``export --draft-layout eagle3`` wrote
+(ROOT/CASE/draft, made by the test: helpers/vllm_eagle3_worker.py's target and draft), built
+by SGLang 0.5.23 as its scheduler builds the draft of ``--speculative-algorithm EAGLE3``
+(``ServerArgs`` of the exported target naming the draft's folder, the draft's ``ModelConfig`` with
 ``is_draft_model``, the loader's ``_initialize_model``: SGLang's ``LlamaForCausalLMEagle3``),
 poisoned 0x55, then loaded by SGLang's own safetensors reader and the class's ``load_weights``.
 The oracle: the export's tensors read with the safetensors library and placed as SGLang's
@@ -10,7 +10,7 @@ parallel layers place a checkpoint (helpers/vllm_eagle3_worker.py's ``expected``
 parameter names, stacking and vocabulary padding (64) are vLLM's). Also recorded: what the
 class reads of the draft's config, and whether SGLang's EAGLE worker, handing the draft the
 target's embedding (``set_embed``), would replace the draft's own. Findings go to
-OUT/<world>-<rank>.json."""
+OUT/<world>-<rank>.json as {case: {...}}."""
 
 from __future__ import annotations
 
@@ -52,15 +52,20 @@ def build_draft(S, target: Path, draft: Path, world: int, rank: int):
 
 
 def _run(world: int, rank: int, port: int, root: Path) -> dict:
+    from helpers import sglang_models as S
+
+    cases = sorted(p.name for p in root.iterdir() if (p / "draft").is_dir())
+    S.prepare()
+    S.start(root / cases[0] / "target", world, rank, port, **spec_args(root / cases[0] / "draft"))
+    return {case: _case(S, root / case, world, rank) for case in cases}
+
+
+def _case(S, folder: Path, world: int, rank: int) -> dict:
     import torch
 
-    from helpers import sglang_models as S
     from helpers import vllm_eagle3_worker as E
     from helpers import vllm_invariant_models as V
 
-    folder = root / "export"
-    S.prepare()
-    S.start(folder / "target", world, rank, port, **spec_args(folder / "draft"))
     model = build_draft(S, folder / "target", folder / "draft", world, rank)
     params = dict(model.named_parameters())
     for p in params.values():
