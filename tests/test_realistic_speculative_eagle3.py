@@ -126,6 +126,25 @@ def test_sglangs_math_proposes_the_design_at_the_first_step_only(tmp_path):
     assert sum(g == int(want[x]) for g, x in zip(got, tokens)) < 20  # 10 here
 
 
+def test_with_the_targets_embedding_the_first_step_proposes_the_targets_successor(tmp_path):
+    """SGLang's EAGLE worker gives a draft of the target's width the target's embedding: the
+    draft's view (its embedding's S) is not read, and its first step proposes what the target
+    makes (the first position accepted at about 1, not A), by either engine's math."""
+    cfg = H.config("llama", hidden=128, vocab=1024, layers=4)
+    target, eagle = _export(tmp_path, cfg, 0.6)
+    t = H.read(target)
+    succ = H.weight_maps(t, 128)["successor"]
+    rng = np.random.default_rng(2)
+    tokens = rng.choice(1024, 60, replace=False)
+    context = [int(x) for x in rng.integers(0, 1024, 40)]
+    own = _proposals(Eagle3(eagle, engine="sglang"), tokens, context, False)
+    assert sum(g == int(succ[x]) for g, x in zip(own, tokens)) < 45  # A = 0.6: 35 here
+    draft = Eagle3(eagle, engine="sglang")
+    draft.w["embed_tokens.weight"] = torch.from_numpy(t["model.embed_tokens.weight"]).float()
+    got = _proposals(draft, tokens, context, False)
+    assert got == [int(succ[x]) for x in tokens]
+
+
 def test_without_norm_before_residual_the_second_step_is_wrong(tmp_path):
     """The hidden state's code reaches S where the residual is the raw hidden state: the check
     above can fail."""
@@ -155,6 +174,27 @@ def test_a_target_eagle3_cannot_serve_is_refused_before_any_write(tmp_path, caps
 # design was not developed on (other widths, vocabularies, layers, seeds, a MoE target).
 CASES = [(("llama", 256, 1024, 4), 0, 3, a) for a in (0.3, 0.6, 0.9)]
 CASES += [(("llama", 384, 6000, 5), 5, 2, 0.75), (("qwen3_moe", 192, 4096, 4), 7, 1, 0.5)]
+
+
+# SGLang's math (draft width, draft tokens, acceptance): a draft wider than the target keeps its
+# own embedding; one of the target's width is given the target's (helpers/eagle3_forward.py)
+SGLANG = [(320, 3, 0.6), (256, 2, 0.6)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width,k,acceptance", SGLANG)
+def test_greedy_eagle3_decoding_by_sglangs_math(width, k, acceptance, tmp_path):
+    """Its own embedding: the first position at A, the later ones far below (the residual
+    holds the previous token's code); the target's embedding: the first position at about 1."""
+    cfg = H.config("llama", hidden=256, vocab=1024, layers=4)
+    target, draft = _export(tmp_path, cfg, acceptance, "eagle3", "--draft-hidden", str(width))
+    rates = H.conditional(eagle3_acceptance(target, draft, k, engine="sglang"), k)
+    print(f"\nSGLang's math, draft width {width} k={k} A={acceptance}: "
+          f"{[round(r, 3) for r in rates]}")  # fmt: skip
+    if width == 256:
+        assert rates[0] > 0.95, rates
+    else:
+        assert abs(rates[0] - acceptance) <= 0.05 and max(rates[1:]) < acceptance - 0.2, rates
 
 
 @pytest.mark.slow

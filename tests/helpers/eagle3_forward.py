@@ -14,8 +14,9 @@ tokens (transformers' forward of the exported target).
 ``engine="sglang"``: SGLang 0.5.23's ``LlamaForCausalLMEagle3`` (llama_eagle3.py, and its
 target's capture in llama.py), whose math is vLLM's but for two readings of the config: the
 residual is the raw hidden state whatever ``norm_before_residual`` says, and auxiliary layer
-id i is layer i's output (the residual stream before layer i + 1). Both engines capture each
-listed layer once, in ascending order."""
+id i is layer i's output (the residual stream before layer i + 1); and, run, where the
+draft's width is the target's, its EAGLE worker gives the draft the target's embedding
+(``set_embed``). Both engines capture each listed layer once, in ascending order."""
 
 from __future__ import annotations
 
@@ -101,6 +102,8 @@ def eagle3_acceptance(target_dir: Path, draft_dir: Path, k: int, prompts: int = 
     ``engine``'s math."""
     target = tf.AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     draft = Eagle3(draft_dir, engine)
+    if engine == "sglang" and draft.c["hidden_size"] == draft.c["target_hidden_size"]:
+        draft.w["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().float()
     counts = []
     with torch.no_grad():
         for start, seq in greedy_sequences(target, prompts, tokens + k + 1, vocab):
