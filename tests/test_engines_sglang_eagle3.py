@@ -59,7 +59,8 @@ def test_sglangs_class_holds_the_export(runs, where, case):
 def test_sglang_reads_the_config_as_vllm_does(runs, case):
     r, draft = runs[(1, 0)][case], runs["configs"][case]
     ids = draft["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
-    assert r["aux"] == len(ids) == 3 and r["fc_in"] == 3 * draft["target_hidden_size"]
+    assert draft["target_hidden_size"] == E.TARGET["hidden_size"]
+    assert r["aux"] == len(ids) == 3 and r["fc_in"] == 3 * E.TARGET["hidden_size"]
     assert r["head_vocab"] == draft["vocab_size"] == draft["draft_vocab_size"]
     assert not r["head_from_target"] and not r["hot_token_id"]
     assert not r["norm_before_fc"] and not r["fc_norm"]
