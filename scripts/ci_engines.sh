@@ -98,7 +98,8 @@ for i in "${!engines[@]}"; do
       tests/test_engines_vllm_mtp.py tests/test_engines_vllm_eagle3.py
       tests/test_engines_vllm_exports.py)
   [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py
-    tests/test_engines_sglang_realistic.py tests/test_engines_sglang_mtp.py)
+    tests/test_engines_sglang_realistic.py tests/test_engines_sglang_mtp.py
+    tests/test_engines_sglang_eagle3.py)
   echo "== $engine"
   env -u FP8_DUMMY_VLLM -u FP8_DUMMY_SGLANG -u VLLM_PLUGINS -u SGLANG_PLUGINS \
     PYTHONPATH="$PKG:${paths[$i]}" FP8_DUMMY_REQUIRE_ENGINES=1 \

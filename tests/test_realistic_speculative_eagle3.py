@@ -3,9 +3,10 @@
 tensor names; its greedy proposal after every token, through an independent forward written
 from vLLM's class's math (helpers/eagle3_forward.py), equal to the plain draft model's of the
 same target (the view's successor) whatever hidden state it is given, at the first draft step
-and the next; a target it cannot serve refused before anything is written; and (slow tier) the
-acceptance per position of greedy EAGLE-3 decoding verified against the exported target's own
-greedy tokens (transformers' forward), within 0.05 of A."""
+and the next (by SGLang's math, which reads no ``norm_before_residual``, at the first only);
+auxiliary layers both engines capture; a target it cannot serve refused before anything is
+written; and (slow tier) the acceptance per position of greedy EAGLE-3 decoding verified
+against the exported target's own greedy tokens (transformers' forward), within 0.05 of A."""
 
 from __future__ import annotations
 
@@ -47,12 +48,27 @@ def test_the_layout_is_eagle3s(tmp_path):
     assert c["architectures"] == ["LlamaForCausalLMEagle3"] and c["num_hidden_layers"] == 1
     assert c["vocab_size"] == c["draft_vocab_size"] == 1024 and c["target_hidden_size"] == 128
     assert c["hidden_size"] == 192 and c["norm_before_residual"] is True
-    assert c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 2, 2]
+    assert c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 3]
     t = H.read(draft)
     assert set(t) == NAMES
     assert t["fc.weight"].shape == (192, 3 * 128)
     assert t["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * 192
     assert t["midlayer.self_attn.o_proj.weight"].shape == (192, 192)
+
+
+@pytest.mark.parametrize("layers", range(2, 12))
+def test_the_auxiliary_layers_are_ones_both_engines_capture(layers):
+    """Distinct and ascending (each engine captures a listed layer once, in order, while fc's
+    width counts the list), at most L-2 (SGLang's id i is layer i's output), three from four
+    layers on, the engines' default (2, L/2, L-3) from seven."""
+    from fp8_dummy.realistic.speculative.eagle3 import eagle3_config
+
+    c = eagle3_config(H.config("llama", hidden=128, vocab=1024, layers=layers))
+    ids = c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert ids == sorted(set(ids)) and 0 <= ids[0] and ids[-1] <= layers - 2, ids
+    assert len(ids) == min(3, layers - 1)
+    if layers >= 7:
+        assert ids == [2, layers // 2, layers - 3]
 
 
 def _proposals(draft, tokens, context, second: bool) -> list[int]:
@@ -92,6 +108,43 @@ def test_the_proposal_is_the_views_successor_whatever_the_hidden_state(tmp_path,
     assert got == [int(want[x]) for x in tokens]
 
 
+def test_sglangs_math_proposes_the_design_at_the_first_step_only(tmp_path):
+    """SGLang's residual is the raw hidden state: fc's (S rows 0) at the first draft step, where
+    the proposal is the view's successor; the previous step's output at the next, whose S holds
+    the previous token's code, where it mostly is not (a lower acceptance from the second draft
+    position on)."""
+    cfg = H.config("llama", hidden=128, vocab=1024, layers=4)
+    _, eagle = _export(tmp_path, cfg, 0.6)
+    _, plain = _export(tmp_path, cfg, 0.6, "llama")
+    want = H.draft_proposal(H.read(plain))
+    draft = Eagle3(eagle, engine="sglang")
+    rng = np.random.default_rng(2)
+    tokens = rng.choice(1024, 60, replace=False)
+    context = [int(x) for x in rng.integers(0, 1024, 40)]
+    assert _proposals(draft, tokens, context, False) == [int(want[x]) for x in tokens]
+    got = _proposals(draft, tokens, context, True)
+    assert sum(g == int(want[x]) for g, x in zip(got, tokens)) < 20  # 10 here
+
+
+def test_with_the_targets_embedding_the_first_step_proposes_the_targets_successor(tmp_path):
+    """SGLang's EAGLE worker gives a draft of the target's width the target's embedding: the
+    draft's view (its embedding's S) is not read, and its first step proposes what the target
+    makes (the first position accepted at about 1, not A), by either engine's math."""
+    cfg = H.config("llama", hidden=128, vocab=1024, layers=4)
+    target, eagle = _export(tmp_path, cfg, 0.6)
+    t = H.read(target)
+    succ = H.weight_maps(t, 128)["successor"]
+    rng = np.random.default_rng(2)
+    tokens = rng.choice(1024, 60, replace=False)
+    context = [int(x) for x in rng.integers(0, 1024, 40)]
+    own = _proposals(Eagle3(eagle, engine="sglang"), tokens, context, False)
+    assert sum(g == int(succ[x]) for g, x in zip(own, tokens)) < 45  # A = 0.6: 35 here
+    draft = Eagle3(eagle, engine="sglang")
+    draft.w["embed_tokens.weight"] = torch.from_numpy(t["model.embed_tokens.weight"]).float()
+    got = _proposals(draft, tokens, context, False)
+    assert got == [int(succ[x]) for x in tokens]
+
+
 def test_without_norm_before_residual_the_second_step_is_wrong(tmp_path):
     """The hidden state's code reaches S where the residual is the raw hidden state: the check
     above can fail."""
@@ -109,7 +162,7 @@ def test_without_norm_before_residual_the_second_step_is_wrong(tmp_path):
 
 def test_a_target_eagle3_cannot_serve_is_refused_before_any_write(tmp_path, capsys):
     cfg = H.config("llama", hidden=128, vocab=1024, layers=2)
-    cfg.num_hidden_layers = 0
+    cfg.num_hidden_layers = 1
     cfg.save_pretrained(tmp_path / "src")
     args = [str(tmp_path / "src"), str(tmp_path / "t"), "--acceptance", "0.6", "--quiet"]
     assert export_main([*args, "--draft", str(tmp_path / "d"), "--draft-layout", "eagle3"]) == 2
@@ -121,6 +174,27 @@ def test_a_target_eagle3_cannot_serve_is_refused_before_any_write(tmp_path, caps
 # design was not developed on (other widths, vocabularies, layers, seeds, a MoE target).
 CASES = [(("llama", 256, 1024, 4), 0, 3, a) for a in (0.3, 0.6, 0.9)]
 CASES += [(("llama", 384, 6000, 5), 5, 2, 0.75), (("qwen3_moe", 192, 4096, 4), 7, 1, 0.5)]
+
+
+# SGLang's math (draft width, draft tokens, acceptance): a draft wider than the target keeps its
+# own embedding; one of the target's width is given the target's (helpers/eagle3_forward.py)
+SGLANG = [(320, 3, 0.6), (256, 2, 0.6)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width,k,acceptance", SGLANG)
+def test_greedy_eagle3_decoding_by_sglangs_math(width, k, acceptance, tmp_path):
+    """Its own embedding: the first position at A, the later ones far below (the residual
+    holds the previous token's code); the target's embedding: the first position at about 1."""
+    cfg = H.config("llama", hidden=256, vocab=1024, layers=4)
+    target, draft = _export(tmp_path, cfg, acceptance, "eagle3", "--draft-hidden", str(width))
+    rates = H.conditional(eagle3_acceptance(target, draft, k, engine="sglang"), k)
+    print(f"\nSGLang's math, draft width {width} k={k} A={acceptance}: "
+          f"{[round(r, 3) for r in rates]}")  # fmt: skip
+    if width == 256:
+        assert rates[0] > 0.95, rates
+    else:
+        assert abs(rates[0] - acceptance) <= 0.05 and max(rates[1:]) < acceptance - 0.2, rates
 
 
 @pytest.mark.slow

@@ -9,7 +9,14 @@ the residual ``hidden_norm(h)`` where ``norm_before_residual`` (else h), ``o_pro
 draft vocabulary). Position i of the first pass holds the token after target position i and
 the target's hidden states at i; each later draft step appends the previous proposal with the
 previous step's pre-norm output, one position on. Verified against the target's greedy
-tokens (transformers' forward of the exported target)."""
+tokens (transformers' forward of the exported target).
+
+``engine="sglang"``: SGLang 0.5.23's ``LlamaForCausalLMEagle3`` (llama_eagle3.py, and its
+target's capture in llama.py), whose math is vLLM's but for two readings of the config: the
+residual is the raw hidden state whatever ``norm_before_residual`` says, and auxiliary layer
+id i is layer i's output (the residual stream before layer i + 1); and, run, where the
+draft's width is the target's, its EAGLE worker gives the draft the target's embedding
+(``set_embed``). Both engines capture each listed layer once, in ascending order."""
 
 from __future__ import annotations
 
@@ -41,9 +48,18 @@ def _rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
 class Eagle3:
     """The draft's forward over a sequence of (token, hidden state, position) entries."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, engine: str = "vllm"):
+        assert engine in ("vllm", "sglang"), engine
+        self.engine = engine
         self.c = json.loads((folder / "config.json").read_text())
         self.w = {n: torch.from_numpy(v).float() for n, v in read(folder).items()}
+
+    def aux_states(self, states: tuple) -> list[torch.Tensor]:
+        """The auxiliary hidden states the engine captures from transformers' ``hidden_states``
+        (entry i: the residual stream before layer i) of one sequence."""
+        shift = 1 if self.engine == "sglang" else 0
+        ids = sorted(set(self.c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]))
+        return [states[i + shift][0] for i in ids]
 
     def combine(self, aux: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(aux, -1) @ self.w["fc.weight"].T
@@ -55,7 +71,7 @@ class Eagle3:
         nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
         e = _rms(w["embed_tokens.weight"][ids], w[p + "input_layernorm.weight"], eps)
         h = _rms(hidden, w[p + "hidden_norm.weight"], eps)
-        residual = h if c.get("norm_before_residual") else hidden
+        residual = h if c.get("norm_before_residual") and self.engine == "vllm" else hidden
         x = torch.cat([e, h], -1)
         n = x.shape[0]
         q = (x @ w[p + "self_attn.q_proj.weight"].T).view(n, nh, hd)
@@ -80,16 +96,19 @@ class Eagle3:
 
 
 def eagle3_acceptance(target_dir: Path, draft_dir: Path, k: int, prompts: int = 4,
-                      tokens: int = 150, vocab: int = 1024) -> np.ndarray:  # fmt: skip
-    """The tokens accepted per step of greedy EAGLE-3 decoding with k draft tokens."""
+                      tokens: int = 150, vocab: int = 1024,
+                      engine: str = "vllm") -> np.ndarray:  # fmt: skip
+    """The tokens accepted per step of greedy EAGLE-3 decoding with k draft tokens, by the
+    ``engine``'s math."""
     target = tf.AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    draft = Eagle3(draft_dir)
-    layers = draft.c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    draft = Eagle3(draft_dir, engine)
+    if engine == "sglang" and draft.c["hidden_size"] == draft.c["target_hidden_size"]:
+        draft.w["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().float()
     counts = []
     with torch.no_grad():
         for start, seq in greedy_sequences(target, prompts, tokens + k + 1, vocab):
             states = target(seq[None], output_hidden_states=True).hidden_states
-            hidden = draft.combine([states[i][0] for i in layers])
+            hidden = draft.combine(draft.aux_states(states))
             n = start  # the target has made seq[n]: the drafts start after it
             while n < start + tokens:
                 toks, hs, pos = seq[1 : n + 1], hidden[:n], torch.arange(n)

@@ -26,7 +26,7 @@ def _run(rank: int, port: int, out: Path) -> dict:
     base = M.start(rank, port, str(out))
     folder = out / "export"
     if rank == 0:
-        _export(folder)
+        export(folder)
     found: dict = {}
     _barrier()
     if rank == 0:
@@ -54,7 +54,9 @@ TARGET = dict(
 )  # fmt: skip
 
 
-def _export(folder: Path) -> None:
+def export(folder: Path, hidden: int | None = 512) -> None:
+    """The target (TARGET) exported with acceptance 0.6 and its EAGLE-3 draft of width
+    ``hidden`` (None: the target's; also tests/test_engines_sglang_eagle3.py's)."""
     import json
 
     from fp8_dummy.realistic.export import main
@@ -63,7 +65,8 @@ def _export(folder: Path) -> None:
     source.mkdir(parents=True, exist_ok=True)
     (source / "config.json").write_text(json.dumps(TARGET))
     args = [str(source), str(folder / "target"), "--acceptance", "0.6", "--quiet"]
-    args += ["--draft", str(folder / "draft"), "--draft-layout", "eagle3", "--draft-hidden", "512"]
+    args += ["--draft", str(folder / "draft"), "--draft-layout", "eagle3"]
+    args += [] if hidden is None else ["--draft-hidden", str(hidden)]
     assert main(args) == 0
 
 

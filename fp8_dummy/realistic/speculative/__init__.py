@@ -20,8 +20,9 @@ package's face; its files:
   target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
   with the target's tokenizer files;
 - ``eagle3.py``: ``--draft-layout eagle3``: the draft in EAGLE-3's layout (vLLM's
-  ``Eagle3LlamaForCausalLM``): its config, and its tensors from its one-layer Llama twin's,
-  the attention designed to carry the input token's view to the head;
+  ``Eagle3LlamaForCausalLM``, SGLang's ``LlamaForCausalLMEagle3``): its config, and its
+  tensors from its one-layer Llama twin's, the attention designed to carry the input
+  token's view to the head;
 - ``report.py``: ``python -m fp8_dummy acceptance``: the acceptance per position a config and
   an engine's number of draft tokens give, and the next-token entropy."""
 

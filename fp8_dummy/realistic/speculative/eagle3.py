@@ -1,5 +1,6 @@
 """``export --draft DRAFT --draft-layout eagle3``: the draft in EAGLE-3's layout, as vLLM's
-``Eagle3LlamaForCausalLM`` reads it (docs/realistic.md#speculative-decoding): one decoder layer
+``Eagle3LlamaForCausalLM`` and SGLang's ``LlamaForCausalLMEagle3`` read it
+(docs/realistic.md#speculative-decoding): one decoder layer
 ``midlayer.*`` whose attention reads ``[input_layernorm(embed), hidden_norm(h)]`` (2·H wide),
 ``fc`` over the target's auxiliary hidden states, ``norm``, ``lm_head`` and its own
 ``embed_tokens``, the target's vocabulary (``draft_vocab_size`` = ``vocab_size``: no
@@ -21,6 +22,10 @@ alone, whatever hidden state ``fc`` or the previous draft step gives:
 - ``hidden_norm``'s weight is 0 on S and the config says ``norm_before_residual`` (vLLM reads
   it: the residual is ``hidden_norm(h)``), so nothing of the hidden state (``fc`` of the
   target's, or the previous step's output) reaches S; the MLP writes no S (the twin's rule);
+- ``fc``'s S rows are 0: SGLang reads no ``norm_before_residual`` (its residual is the raw
+  hidden state), and so its first draft step, whose hidden state is ``fc``'s, gets no S from
+  it either (its later steps' hidden state, the previous step's output, holds the previous
+  token's code in S: there SGLang's proposal is not the design's);
 - ``norm`` and the lm_head then propose the view's successor, as the target's design does."""
 
 from __future__ import annotations
@@ -43,9 +48,14 @@ Entry = tuple  # (shape, dtype, spec, key, overrides): a logical tensor before i
 
 
 def _aux_layers(layers: int) -> list[int]:
-    """vLLM's default auxiliary layers (2, L/2, L-3), kept below the target's last layer (the
-    residual stream before a layer)."""
-    return [min(2, layers - 1), layers // 2, max(0, layers - 3)]
+    """The auxiliary layers: distinct and ascending, as both engines capture them (once per
+    layer, in the layers' order, while ``fc``'s width counts the list), each at most L-2, since
+    SGLang reads id i as layer i's output (the input of i+1) and vLLM as layer i's input: the
+    engines' default (2, L/2, L-3) where those are distinct (L >= 7), else spread over
+    0..L-2 (fewer than three below four layers)."""
+    if layers >= 7:
+        return [2, layers // 2, layers - 3]
+    return sorted({round(i * (layers - 2) / 2) for i in range(3)})
 
 
 def eagle3_config(target: Any, hidden: int | None = None) -> dict:
@@ -63,9 +73,10 @@ def eagle3_config(target: Any, hidden: int | None = None) -> dict:
             "size and vocabulary (num_hidden_layers, hidden_size, vocab_size): EAGLE-3 reads "
             "the target's decoder layers' hidden states"
         )
-    if layers < 1:
+    if layers < 2:
         raise DesignError(f"fp8_dummy: --draft-layout eagle3: {layers} decoder layers in the "
-                          "target: EAGLE-3 reads hidden states of at least one")  # fmt: skip
+                          "target: EAGLE-3 reads hidden states of at least one layer's output "
+                          "below the last (SGLang's id i), so the target needs two")  # fmt: skip
     hidden = width if hidden is None else hidden
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 64 or hidden % 32:
         raise ValueError(f"fp8_dummy: --draft-hidden {hidden!r}: a multiple of 32, at least 64")
@@ -141,5 +152,5 @@ def eagle3_tensors(twin: Mapping[str, Entry], config: Any, seed: int) -> dict[st
                  [(0, lay.s, 0.0)])  # fmt: skip
     fc = (hidden, aux * config.target_hidden_size)
     out["fc.weight"] = (fc, embed[1], tensor_spec("fc.weight", fc, embed[1]),
-                        tensor_seed(seed, "fc.weight"), [])  # fmt: skip
+                        tensor_seed(seed, "fc.weight"), [(0, lay.s, 0.0)])  # fmt: skip
     return out
