@@ -19,6 +19,7 @@ from oracles import engines as oracle
 
 import fp8_dummy
 from fp8_dummy.engines import core
+from fp8_dummy.engines.vllm import rules
 
 
 @pytest.fixture
@@ -278,3 +279,42 @@ def test_a_new_plan_asks_each_tensor_at_most_once(asked, monkeypatch, case):
         assert 0 < len(asked) < count
     if case != "stateless":
         assert_same_bytes(a, loader(b, seed=5))
+
+
+def loader_call(local: str) -> tuple:
+    """vLLM 0.33's loop's arguments after the tensor (one function: the plan's call is the same
+    at each fill)."""
+    return (), {"name": local}
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "own-storages"])
+def test_kinds_the_engine_fills_itself_run_from_the_kinds(plans, monkeypatch, tied):
+    # vLLM's function fills some kinds itself (a dummy_weight_value, its byte and integer
+    # branches): its call bound to each such tensor as the run reaches it, so the plan is made
+    # and kept from its kinds alone (no entries made), with vLLM's loader's bytes, new and kept;
+    # with every storage its own the program comes from the kinds too.
+    made, by_kinds = [], []
+    real_entries, real_program = core.planning.entries, core.execution._program_by_kinds
+
+    def entries(*a):  # the fill's (a probe's plan of one tensor makes its one entry)
+        made.extend([1] * (len(a[1]) > 1))
+        return real_entries(*a)
+
+    monkeypatch.setattr(core.planning, "entries", entries)
+    monkeypatch.setattr(core.execution, "_program_by_kinds",
+                        lambda *a: by_kinds.append(p := real_program(*a)) or p)  # fmt: skip
+    change = None if tied else CHANGES["the tie undone"]
+    a, b = twin(change)
+    bound = []
+    real_bound = core.deciding.bound
+    monkeypatch.setattr(core.kept, "bound", lambda *x: bound.append(1) or real_bound(*x))
+    sem, call, counts = rules.semantics(33), loader_call, []
+    for i in range(3):
+        for t in all_tensors(a).values():
+            poison(t)
+        core.fill(a, sem, call, engine=oracle.vllm_single)
+        assert assert_same_bytes(a, loader(b, seed=1234)) > 40
+        assert len(plans) == 1 and made == [], i  # one plan, from its kinds, kept
+        counts.append(len(bound))  # vLLM's own branches, bound as each fill runs them
+    assert counts[2] - counts[1] == counts[1] - counts[0] > 0
+    assert len(by_kinds) == 1 and (by_kinds[0] is None) == tied

@@ -147,6 +147,7 @@ def spy_calls(monkeypatch) -> tuple[list, list]:
 
     per_tensor, batches = [], []
     fill_single, init_many_ = fvllm.fill_single, core.execution.init_many_
+    held, kept = core.execution.init_many_held, core.execution.init_many_kept
 
     def one(t, *args, **kwargs):
         per_tensor.append(t)
@@ -156,6 +157,16 @@ def spy_calls(monkeypatch) -> tuple[list, list]:
         batches.append(len(tensors))
         return init_many_(tensors, *args, **kwargs)
 
+    def held_batch(lst, count, fill, *args):  # a new plan's, from the list its facts held
+        batches.append(len(fill))
+        return held(lst, count, fill, *args)
+
+    def kept_batch(tensors, facts, fill, *args):  # a kept plan's, checked and filled at once
+        batches.extend([len(fill)] * bool(fill))
+        return kept(tensors, facts, fill, *args)
+
     monkeypatch.setattr(fvllm, "fill_single", one)
     monkeypatch.setattr(core.execution, "init_many_", batch)
+    monkeypatch.setattr(core.execution, "init_many_held", held_batch)
+    monkeypatch.setattr(core.execution, "init_many_kept", kept_batch)
     return per_tensor, batches

@@ -16,9 +16,22 @@ from ...tensors import is_plain, refusal
 from .checks import checked, fusable
 from .semantics import ROWS, Action, Kind, Planned, bind, error
 
-__all__ = ["decider", "entries"]
+__all__ = ["bound", "decider", "entries", "kindwise"]
 
 _OURS = (Kind.UNIFORM, Kind.SKIP, Kind.ERROR)
+
+
+def kindwise(d: tuple) -> bool:
+    """Whether a kind's decision gives each of its tensors' entries without asking the tensor:
+    nothing of its own, or only the engine's function bound to it (a per-tensor engine's
+    branch: no stateless check, no refusal, as :func:`entries` makes it)."""
+    return d[5] or (d[2] is not None and not d[3])
+
+
+def bound(bind_engine: tuple, t: torch.Tensor) -> Action:
+    """The action of a tensor whose kind keeps the engine's branch: its function bound to it."""
+    engine, args, kwargs = bind_engine
+    return Action(Kind.ENGINE, value=functools.partial(engine, t, *args, **kwargs))
 
 
 def entries(names, ts, kind_of, decided, decide, mode, check) -> list[Planned] | None:
@@ -42,8 +55,7 @@ def entries(names, ts, kind_of, decided, decide, mode, check) -> list[Planned] |
             continue
         action, meta, bind_engine, stateless = d[:4]
         if bind_engine is not None:  # a per-tensor engine keeps its branches
-            engine, args, kwargs = bind_engine
-            action = Action(Kind.ENGINE, value=functools.partial(engine, t, *args, **kwargs))
+            action = bound(bind_engine, t)
         if stateless and check and is_plain(t):
             # no engine path to leave a refused layout to: the op's checks, up front
             check_stateless = torch.ops.fp8_dummy_internal.check_stateless_args

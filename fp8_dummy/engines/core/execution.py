@@ -20,6 +20,7 @@ from ...stateless import init_stateless_
 from ...tensors import is_plain
 from . import kept
 from .checks import distinct
+from .deciding import kindwise
 from .kept import STALE, Kept, KeptFill
 from .kinds import any_dispatching, dispatching, init_many_held, init_many_kept, reads_only
 from .semantics import ROWS, Action, Kind, Planned, Semantics
@@ -175,18 +176,21 @@ def program(planned: list[Planned], mode: str) -> Program:
 
 def _program_by_kinds(kept: Kept, mode: str) -> Program | None:
     """:func:`program` of a kept plan from its kinds, without a pass of Python over its
-    entries, where the kinds say it all: every entry is its kind's decision (shared), and every
-    tensor has a storage of its own (the facts' last word): no alias to fill once, no storage
+    entries, where the kinds say it all: every entry is its kind's decision (shared; or the
+    engine's function bound to its tensor, run with the others), and every tensor has a
+    storage of its own (the facts' last word): no alias to fill once, no storage
     to fill in order. Each kind goes to a group (its batch: bounds, seed and semantics; the
     others; or skipped) and the tensors to their kind's group by one stable sort: in each
     group, the plan's order. None: :func:`program` walks the entries."""
     facts, decided = kept.facts, kept.decided
-    if facts is None or int(facts[-1]) != 1 or not all(d[5] for d in decided):
+    if facts is None or int(facts[-1]) != 1 or not all(map(kindwise, decided)):
         return None
     keys: dict[tuple, int] = {}  # a batch's key: its group, numbered as its first kind comes
     group: list[int] = []  # per kind; -1: the others, -2: skipped
-    for action, meta in (d[:2] for d in decided):
-        if action.kind is Kind.SKIP:
+    for action, meta, bind_engine in (d[:3] for d in decided):
+        if bind_engine is not None:  # the engine's function, bound to each tensor
+            group.append(-1)
+        elif action.kind is Kind.SKIP:
             group.append(-2)
         elif action.kind is Kind.UNIFORM and mode == "generator":
             group.append(keys.setdefault((action.low, action.high, meta[1], meta[0]), len(keys)))

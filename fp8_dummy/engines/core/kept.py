@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ...tensors import shape_names
+from .deciding import bound
 from .kinds import Kinds, dispatching, facts_match
 
 __all__ = ["Kept", "KeptFill", "KeptPlan", "find", "find_one", "forget", "keep", "keep_one"]
@@ -64,8 +65,8 @@ class KeptPlan(list):
 
 class KeptFill(NamedTuple):
     """A kept plan found for a fill whose every kind's decision is all there is to it (no
-    engine function bound per tensor, no check per tensor): run as it is, without making its
-    entries (:func:`.execution.run`). ``unchecked``: its facts are checked by the fill's first
+    check per tensor; at most the engine's function bound to it: :func:`.deciding.kindwise`):
+    run as it is, each entry made only where the run asks for it (:func:`.execution.run`). ``unchecked``: its facts are checked by the fill's first
     call, which writes nothing where they changed (run() then returns :data:`STALE`)."""
 
     kept: Kept  # its names are the tensors' (:meth:`Kept.named`)
@@ -77,8 +78,11 @@ class KeptFill(NamedTuple):
         return len(self.tensors)
 
     def entry(self, i: int) -> tuple:
-        action, meta = self.kept.decided[self.kept.kind_of[i]][:2]
-        return self.kept.named()[i], self.tensors[i], action, meta
+        action, meta, bind_engine = self.kept.decided[self.kept.kind_of[i]][:3]
+        t = self.tensors[i]
+        if bind_engine is not None:  # its kind keeps the engine's branch: bound to it here
+            action = bound(bind_engine, t)
+        return self.kept.named()[i], t, action, meta
 
 
 def _attrs(tensors: list[torch.Tensor], reads: tuple) -> list | None:

@@ -18,7 +18,7 @@ from ... import _proof
 from ...collector import no_cycle_collection
 from ...tensors import shape_names, shape_names_at
 from . import execution, kept
-from .deciding import decider, entries
+from .deciding import decider, entries, kindwise
 from .execution import run
 from .kinds import kinds_of
 from .plugins import enabled
@@ -229,7 +229,7 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     defer = lazy == 2 and torch._C._len_torch_dispatch_stack() == 0
     on = (context, names, ts, sem.reads)
     found = kept.find(*on, not defer, shape) if keep and one is None else None
-    if found is not None and lazy and all(d[5] for d in found.decided):
+    if found is not None and lazy and all(map(kindwise, found.decided)):
         return kept.KeptFill(found, ts, defer)  # its names: the same (or the same shape)
     if found is not None and defer:
         found = kept.find(*on, True, shape)
@@ -244,15 +244,16 @@ def _plan(tensors, sem, call, engine, prove, mode, neutral, check, lazy=False):
     decided: list = [None] * len(kinds.firsts)
     if new_fill and kinds.facts is not None:
         # A fill's new plan: each kind decided at its first tensor, in order; where every
-        # decision holds for its kind with nothing of a tensor's own, the plan is kept and run
-        # from its kinds: no entry per tensor, no dotted name but the firsts'.
+        # decision holds for its kind with nothing of a tensor's own but the engine's function
+        # bound to it, the plan is kept and run from its kinds: no entry per tensor made
+        # before the run asks for it, no dotted name but the firsts'.
         firsts = kinds.firsts
         at = shape_names_at(shape, firsts) if names is None else [names[i] for i in firsts]
         for k, i in enumerate(firsts):
             d = decide(at[k], ts[i])
             if d is None:
                 return None  # a whole-model engine fills the model itself
-            if not (d[4] and d[5]):
+            if not (d[4] and kindwise(d)):
                 decide = _first_given(d, decide)  # the entries' first question: this one
                 break
             decided[k] = d
