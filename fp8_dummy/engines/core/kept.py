@@ -66,8 +66,9 @@ class KeptPlan(list):
 class KeptFill(NamedTuple):
     """A kept plan found for a fill whose every kind's decision is all there is to it (no
     check per tensor; at most the engine's function bound to it: :func:`.deciding.kindwise`):
-    run as it is, each entry made only where the run asks for it (:func:`.execution.run`). ``unchecked``: its facts are checked by the fill's first
-    call, which writes nothing where they changed (run() then returns :data:`STALE`)."""
+    run as it is, each entry made only where the run asks for it (:func:`.execution.run`).
+    ``unchecked``: its facts are checked by the fill's first call, which writes nothing where
+    they changed (run() then returns :data:`STALE`)."""
 
     kept: Kept  # its names are the tensors' (:meth:`Kept.named`)
     tensors: list[torch.Tensor]
