@@ -48,7 +48,9 @@ def model_specs(
     # experts and layers are a few kinds of tensor, each spec made once. A kind's key holds
     # what tensor_spec reads (its owner's tensors by a number per set of them: hashed once).
     sets: dict[tuple, int] = {}
-    near = {prefix: sets.setdefault(tuple(sorted(d.items())), len(sets))
+    # (an owner of one tensor, most of a MoE's, needs no sort)
+    near = {prefix: sets.setdefault(tuple(sorted(d.items()) if len(d) > 1 else d.items()),
+                                    len(sets))
             for prefix, d in siblings.items()}  # fmt: skip
     kinds: dict[int, str] = {}  # id(module) -> module_kind
     residual, gains, centered, combine = arch.residual, arch.gains, arch.centered, arch.combine
