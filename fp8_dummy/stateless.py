@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
 from .ops import as_index, as_int64, init_stateless_
 
 __all__ = ["init_shard_", "init_stateless_", "shard_slices", "split_bounds", "tensor_seed"]
+__all__ += ["tensor_seeds"]
 
 
 def row_major_strides(shape: Sequence[int]) -> list[int]:
@@ -79,3 +80,11 @@ def tensor_seed(seed: int, name: str) -> int:
     seed = as_int64(seed, "seed", "tensor_seed") % (1 << 64)
     digest = hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+def tensor_seeds(seed: int, names: Iterable[str]) -> dict[str, int]:
+    """Name -> :func:`tensor_seed` of each of ``names``, the seed read once."""
+    seed = as_int64(seed, "seed", "tensor_seed") % (1 << 64)
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+    return {n: from_bytes(blake2b(f"{seed}:{n}".encode(), digest_size=8).digest(), "little")
+            for n in names}  # fmt: skip

@@ -6,6 +6,8 @@ values and the realistic load format's (vLLM's --seed), the engines' whole-model
 
 from __future__ import annotations
 
+import hashlib
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +17,7 @@ import fp8_dummy
 from fp8_dummy.engines.core import Action, Kind
 from fp8_dummy.engines.vllm.invariant import stateless_values
 from fp8_dummy.engines.vllm.realistic import load_checkpoint
-from fp8_dummy.stateless import tensor_seed
+from fp8_dummy.stateless import tensor_seed, tensor_seeds
 
 SAME = [(-1, 2**64 - 1), (-(2**63), 2**63), (-12345, 2**64 - 12345)]
 REFUSED = [(2**64, ValueError), (-(2**63) - 1, ValueError), (1.5, TypeError),
@@ -69,6 +71,25 @@ def test_a_tensors_stateless_key_reads_the_seed_as_torch_does(a, b):
 def test_a_tensors_stateless_key_refuses_a_seed_outside_the_domain(seed, error):
     with pytest.raises(error, match="seed"):
         tensor_seed(seed, "x")
+    with pytest.raises(error, match="seed"):
+        tensor_seeds(seed, ["x"])
+
+
+def blake2b_key(seed: int, name: str) -> int:
+    """The documented key, computed here: BLAKE2b-64 of "seed:name", little-endian."""
+    raw = hashlib.blake2b(f"{seed % 2**64}:{name}".encode(), digest_size=8).digest()
+    return sum(b << (8 * i) for i, b in enumerate(raw))
+
+
+@pytest.mark.parametrize("a,b", SAME)
+def test_many_tensors_keys_are_each_ones_key(a, b):
+    g = random.Random(a)
+    names = ["".join(g.choice("ab.0_9é") for _ in range(g.randint(0, 12))) for _ in range(64)]
+    names += ["model.layers.3.mlp.experts.17.down_proj.weight", ""]
+    keys = tensor_seeds(a, names)
+    assert list(keys) == list(dict.fromkeys(names))
+    assert keys == tensor_seeds(b, iter(names))
+    assert all(keys[n] == tensor_seed(a, n) == blake2b_key(a, n) for n in names)
 
 
 def write(values, t: torch.Tensor) -> torch.Tensor:

@@ -194,8 +194,10 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
     of the unquantized checkpoint."""
     if fmt.quant == "mxfp4":
         return _quantize_mxfp4(entries, specs, fmt.keep)
-    out, skipped, done = [], [], 0
+    out, skipped, done, linear = [], [], 0, False
     kinds: dict[int, str] = {}  # id(module) -> module_kind: a MoE's experts share a few modules
+    # a weight's tensors by its shape, named after its owner (experts repeat a few shapes)
+    made: dict[tuple, list[tuple[str, tuple, torch.Tensor]]] = {}
     for module, name, t, shape in entries:
         spec = specs[name]
         owner = name[: -len(".weight")]
@@ -205,18 +207,25 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
         # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
         # its scales and packing along those axes.
         plain = kept(owner, fmt.keep) or kind == "transposed"
-        if not quantized(name, shape, spec) or plain:
+        linear_weight = quantized(name, shape, spec)
+        linear |= linear_weight
+        if not linear_weight or plain:
             out.append((module, name, t, shape))
             if (
                 name.endswith(".weight")
                 and len(shape) == 2
-                and (spec.role in ("router", "lm_head") or quantized(name, shape, spec))
+                and (spec.role in ("router", "lm_head") or linear_weight)
             ):
                 skipped.append(owner)
             continue
         done += 1
-        out += [(module, n, meta_tensor(s, d), s) for n, s, d in _tensors(fmt, name, shape)]
-    if not done and any(quantized(n, s, specs[n]) for _, n, _, s in entries):
+        tensors = made.get(tuple(shape))
+        if tensors is None:  # the first of its shape: the format's own errors name it
+            tensors = made[tuple(shape)] = [
+                (n[len(owner) :], s, meta_tensor(s, d)) for n, s, d in _tensors(fmt, name, shape)
+            ]  # fmt: skip
+        out += [(module, owner + local, m, s) for local, s, m in tensors]
+    if not done and linear:
         raise UnsupportedFormatError(
             f"fp8_dummy: {fmt.name}: no linear weight of this model is left to quantize (each "
             "is stored [in, out], as transformers' Conv1D, or kept unquantized by the config)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ from .lazy_tensor import Block, NotAffineError, view_map
 from .meta_views import meta_view_map
 
 __all__ = ["UnplacedTensorError", "build_model", "built_dtype", "checkpoint_names"]
-__all__ += ["checkpoint_state", "config_of", "is_transformers_model", "kept_fp32"]
+__all__ += ["checkpoint_state", "config_of", "fp32_rule", "is_transformers_model", "kept_fp32"]
 __all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views"]
 
 
@@ -178,10 +178,22 @@ def kept_fp32(model: torch.nn.Module, name: str, dtype: torch.dtype, built: torc
     built narrower (a parameter the class makes in float32 itself: Hunyuan-MoE's router; a
     narrower copy loaded into it would not be the in-memory fill's bytes), or one transformers'
     ``_keep_in_fp32_modules_strict`` names (DeepSeek's correction bias)."""
-    if dtype == torch.float32 and built != torch.float32:
-        return True
+    return fp32_rule(model, built)(name, dtype)
+
+
+def fp32_rule(model: torch.nn.Module, built: torch.dtype) -> Callable[[str, torch.dtype], bool]:
+    """:func:`kept_fp32` of ``model`` built in ``built`` as a function of (name, in-memory
+    dtype), its module list read once (a checkpoint's every tensor asks)."""
     keep = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
-    return any(re.search(rf"(?:^|\.){re.escape(k)}(?:\.|$)", name) for k in keep)
+    named = re.compile("|".join(rf"(?:^|\.){re.escape(k)}(?:\.|$)" for k in keep)) if keep else None
+    narrower = built != torch.float32
+
+    def kept(name: str, dtype: torch.dtype) -> bool:
+        if dtype == torch.float32 and narrower:
+            return True
+        return named is not None and named.search(name) is not None
+
+    return kept
 
 
 def on_meta(model: torch.nn.Module) -> bool:

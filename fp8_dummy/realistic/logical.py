@@ -22,10 +22,10 @@ import torch
 
 from ..collector import paused
 from ..ops import as_int64
-from ..stateless import tensor_seed
+from ..stateless import tensor_seeds
 from .arch import Arch, derive, derive_twin
 from .formats import FORMATS, Format, meta_tensor, quantize
-from .hf_model import built_dtype, kept_fp32, memory_blocks, on_meta, own_tensors
+from .hf_model import built_dtype, fp32_rule, memory_blocks, on_meta, own_tensors
 from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, parse_routing, plan_routing
 from .rules import Spec, stored_in_out, tensor_spec
@@ -129,12 +129,12 @@ class LogicalModel:
 
 
 def _module(modules: Mapping[str, torch.nn.Module], name: str, fallback: str) -> torch.nn.Module:
-    """The module owning the checkpoint tensor ``name``, else its in-memory tensor's
-    (``fallback``: a fused expert tensor's), else a plain one; ``modules``: by name."""
-    for path in (name.rpartition(".")[0], fallback.rpartition(".")[0]):
-        if path in modules:
-            return modules[path]
-    return torch.nn.Module()
+    """The module owning the checkpoint tensor ``name``, else ``fallback`` (its in-memory
+    tensor's owner: a fused expert tensor's), else a plain one; ``modules``: by name."""
+    module = modules.get(name.rpartition(".")[0])
+    if module is None:
+        module = modules.get(fallback)
+    return torch.nn.Module() if module is None else module
 
 
 @paused
@@ -172,13 +172,18 @@ def logical_model(
     arch = (derive(model) if not on_meta(model) else derive_twin(model)) if arch is None else arch
     entries = []
     built = built_dtype(own)
+    kept = fp32_rule(model, built)
     modules = dict(model.named_modules(remove_duplicate=False))
+    sources: dict[str, tuple] = {}  # in-memory name -> its dtype and owner (experts share one)
     for name, b in blocks.items():
-        dtype = own[b.source].dtype
+        source = sources.get(b.source)
+        if source is None:
+            source = sources[b.source] = (own[b.source].dtype, b.source.rpartition(".")[0])
+        dtype = source[0]
         if fmt is not None and dtype.is_floating_point:
-            dtype = torch.float32 if kept_fp32(model, name, dtype, built) else fmt.dtype
+            dtype = torch.float32 if kept(name, dtype) else fmt.dtype
         stand_in = meta_tensor(b.shape, dtype)  # read for its dtype only: one per kind
-        entries.append((_module(modules, name, b.source), name, stand_in, b.shape))
+        entries.append((_module(modules, name, source[1]), name, stand_in, b.shape))
     arch = _renamed(arch, blocks)
     config = getattr(model, "config", None)
     part = None
@@ -198,7 +203,7 @@ def logical_model(
         _add_mtp_own(part, entries, specs, skipped, fmt)
     shapes = {n: tuple(s) for _, n, _, s in entries}
     dtypes = {n: t.dtype for _, n, t, _ in entries}
-    keys = {n: tensor_seed(seed, n) for n in shapes}
+    keys = tensor_seeds(seed, shapes)
     if part is not None:
         profile = _mtp_rows(profile, part, specs, shapes, config)
     transposed = stored_in_out(entries)
@@ -280,6 +285,9 @@ def _add_copies(part, tensors: dict, specs: Mapping[str, Spec]) -> None:
         )
 
 
+_NONE = object()  # no such fact
+
+
 def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
     """The facts (found on in-memory module and tensor names) under the checkpoint's names:
     each checkpoint tensor's owner gets its in-memory tensor's owner's facts."""
@@ -287,20 +295,33 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
     offset.update(arch.offset)
     combine, centered = dict(arch.combine), set(arch.centered)
     multiplier = dict(arch.multiplier)
+    facts: dict[str, tuple | None] = {}  # in-memory name -> its facts (None: none to rename)
     for name, b in blocks.items():
-        owner, source = name.rpartition(".")[0], b.source.rpartition(".")[0]
         if name == b.source:
             continue
-        post.update([owner] if source in arch.post else [])
-        residual.update([owner] if source in arch.residual else [])
-        gains.update([name] if b.source in arch.gains else [])
-        centered.update([name] if b.source in arch.centered else [])
-        if source in arch.offset:
-            offset[owner] = arch.offset[source]
-        if source in arch.combine:
-            combine[owner] = arch.combine[source]
-        if source in arch.multiplier:
-            multiplier[owner] = arch.multiplier[source]
+        if b.source not in facts:
+            source = b.source.rpartition(".")[0]
+            found = (
+                source in arch.post, source in arch.residual, b.source in arch.gains,
+                b.source in arch.centered, arch.offset.get(source, _NONE),
+                arch.combine.get(source, _NONE), arch.multiplier.get(source, _NONE),
+            )  # fmt: skip
+            facts[b.source] = found if any(found[:4]) or found[4:] != (_NONE,) * 3 else None
+        found = facts[b.source]
+        if found is None:
+            continue
+        owner = name.rpartition(".")[0]
+        if found[0]:
+            post.add(owner)
+        if found[1]:
+            residual.add(owner)
+        if found[2]:
+            gains.add(name)
+        if found[3]:
+            centered.add(name)
+        for into, value in zip((offset, combine, multiplier), found[4:]):
+            if value is not _NONE:
+                into[owner] = value
     return arch._replace(
         post=frozenset(post), residual=frozenset(residual), gains=frozenset(gains),
         offset=offset, combine=combine, centered=frozenset(centered), multiplier=multiplier,

@@ -41,27 +41,31 @@ def model_specs(
         raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
     arch = derive(model) if arch is None else arch
     siblings: dict[str, dict] = {}
-    for _, name, t, shape in tensors:
-        prefix, _, local = name.rpartition(".")
+    split = [name.rpartition(".") for _, name, _, _ in tensors]  # (owner, ".", local)
+    for (_, _, t, shape), (prefix, _, local) in zip(tensors, split):
         siblings.setdefault(prefix, {})[local] = (tuple(shape), t.dtype)
     # tensor_spec reads a name's last two parts only (the tensor's and its owner's): a model's
     # experts and layers are a few kinds of tensor, each spec made once. A kind's key holds
     # what tensor_spec reads (its owner's tensors by a number per set of them: hashed once).
     sets: dict[tuple, int] = {}
-    near = {prefix: sets.setdefault(tuple(sorted(d.items())), len(sets))
+    # (an owner of one tensor, most of a MoE's, needs no sort)
+    near = {prefix: sets.setdefault(tuple(sorted(d.items()) if len(d) > 1 else d.items()),
+                                    len(sets))
             for prefix, d in siblings.items()}  # fmt: skip
     kinds: dict[int, str] = {}  # id(module) -> module_kind
     residual, gains, centered, combine = arch.residual, arch.gains, arch.centered, arch.combine
+    normed = {*arch.post, *arch.multiplier, *arch.offset}  # norm_value is 1 for the others
     made: dict[tuple, Spec] = {}
     specs = {}
-    for module, name, t, shape in tensors:
-        owner = name.rpartition(".")[0]
+    for (module, name, t, shape), (owner, dot, local) in zip(tensors, split):
         kind = kinds.get(id(module))
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
         value = getattr(t, "dummy_weight_value", None)
-        norm = arch.norm_value(owner, num_layers)
-        key = (".".join(name.rsplit(".", 2)[-2:]), tuple(shape), t.dtype, near[owner], kind,
+        norm = arch.norm_value(owner, num_layers) if owner in normed else 1.0
+        # the name's last two parts, as name.rsplit(".", 2)[-2:] joined
+        tail = f"{owner.rpartition('.')[2]}.{local}" if dot else local
+        key = (tail, tuple(shape), t.dtype, near[owner], kind,
                value, owner in residual, norm, name in gains, combine.get(owner, 1.0),
                name in centered)  # fmt: skip
         spec = made.get(key)
