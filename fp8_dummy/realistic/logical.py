@@ -128,6 +128,24 @@ class LogicalModel:
         return {n: t.spec for n, t in self.tensors.items()}
 
 
+def _renamed_heads(model: torch.nn.Module, blocks: Mapping[str, Block]) -> set[str]:
+    """The checkpoint names of the class's output embedding (what its
+    ``get_output_embeddings`` returns), where the checkpoint renames it (DeepSeek-V4's
+    ``head.weight``, in memory ``lm_head.weight``): the lm_head by what the class says, since
+    no name rule knows the checkpoint's name. Where the name is the class's own, the rule
+    by name holds (unchanged, so the export and the in-place fill agree)."""
+    get = getattr(model, "get_output_embeddings", None)
+    try:
+        head = get() if callable(get) else None
+    except (AttributeError, NotImplementedError):  # a class that keeps none
+        head = None
+    weight = getattr(head, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        return set()
+    source = next((f"{n}.weight" for n, m in model.named_modules() if m is head), None)
+    return {name for name, b in blocks.items() if b.source == source and name != source}
+
+
 def _module(modules: Mapping[str, torch.nn.Module], name: str, fallback: str) -> torch.nn.Module:
     """The module owning the checkpoint tensor ``name``, else its in-memory tensor's
     (``fallback``: a fused expert tensor's), else a plain one; ``modules``: by name."""
@@ -187,13 +205,14 @@ def logical_model(
     if part is not None:
         entries += part.block
         arch = _merged(arch, part.arch)
-    specs = model_specs(model, entries, num_layers, arch)
+    heads = _renamed_heads(model, blocks)
+    specs = model_specs(model, entries, num_layers, arch, heads)
     skipped: list[str] = []
     if fmt is not None and fmt.quant is not None:
         # the MTP block's modules the engines build unquantized stay so (listed as skipped)
         plain = replace(fmt, keep=fmt.keep + part.plain) if part is not None else fmt
         entries, skipped = quantize(entries, specs, plain)
-        specs = model_specs(model, entries, num_layers, arch)
+        specs = model_specs(model, entries, num_layers, arch, heads)
     if part is not None:
         _add_mtp_own(part, entries, specs, skipped, fmt)
     shapes = {n: tuple(s) for _, n, _, s in entries}
