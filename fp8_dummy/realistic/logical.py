@@ -73,6 +73,9 @@ class LogicalModel:
     def write(self, dst: torch.Tensor, block: Block) -> None:
         """Fill ``dst`` with the elements ``block`` names of its checkpoint tensor."""
         t = self.tensors[block.source]
+        if t.spec.kind == "skip":  # no values of its own: 0, not what the buffer held before
+            # (the in-place fill does not write it: :func:`.inplace.fill_model`)
+            dst.data.zero_()
         where = dict(element_offset=block.offset, element_strides=list(block.strides))
         fill_(dst, t.spec, t.key, **where, overrides=t.overrides, logical_shape=t.shape)
 
@@ -98,9 +101,8 @@ class LogicalModel:
         out = []
         for name in names:
             t = self.tensors[name]
-            out.append(
-                fill_(torch.empty(t.shape, dtype=t.dtype), t.spec, t.key, overrides=t.overrides)
-            )
+            empty = torch.zeros if t.spec.kind == "skip" else torch.empty  # as write's
+            out.append(fill_(empty(t.shape, dtype=t.dtype), t.spec, t.key, overrides=t.overrides))
         return out
 
     def items(self, eager_bytes: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
