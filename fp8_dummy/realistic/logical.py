@@ -133,9 +133,10 @@ class LogicalModel:
 def _renamed_heads(model: torch.nn.Module, blocks: Mapping[str, Block]) -> set[str]:
     """The checkpoint names of the class's output embedding (what its
     ``get_output_embeddings`` returns), where the checkpoint renames it (DeepSeek-V4's
-    ``head.weight``, in memory ``lm_head.weight``): the lm_head by what the class says, since
-    no name rule knows the checkpoint's name. Where the name is the class's own, the rule
-    by name holds (unchanged, so the export and the in-place fill agree)."""
+    ``head.weight``, GPT-NeoX's ``embed_out.weight``, in memory ``lm_head.weight``): the
+    lm_head by what the class says, since no name rule knows the checkpoint's name. Where the
+    checkpoint keeps the class's own name, the name rule alone decides (a BERT-style
+    ``cls.predictions.decoder``, behind a transform of its own, stays a linear)."""
     get = getattr(model, "get_output_embeddings", None)
     try:
         head = get() if callable(get) else None
