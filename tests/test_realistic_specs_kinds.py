@@ -26,7 +26,7 @@ BLK = dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[1
 ARCHS = ["inkling_text", "olmo2", "gemma", "qwen3_moe"]
 
 
-def _oracle(entries, layers: int, arch) -> dict:
+def _oracle(entries, layers: int, arch, heads=()) -> dict:
     siblings: dict = {}
     for _, name, t, shape in entries:
         owner, _, local = name.rpartition(".")
@@ -35,7 +35,8 @@ def _oracle(entries, layers: int, arch) -> dict:
     for module, name, t, shape in entries:
         owner = name.rpartition(".")[0]
         out[name] = tensor_spec(
-            name, shape, t.dtype, layers=layers, module=module_kind(module),
+            name, shape, t.dtype, layers=layers,
+            module="lm_head" if name in heads else module_kind(module),
             siblings=siblings[owner], value=getattr(t, "dummy_weight_value", None),
             norm=arch.norm_value(owner, layers), embed_scale=arch.embed_scale,
             residual=owner in arch.residual, gain=name in arch.gains,
@@ -51,28 +52,29 @@ def test_each_spec_is_the_tensors_own(arch, quant, monkeypatch):
     calls = []
     own = specs.model_specs
 
-    def recorded(model, entries, num_layers, found):
-        calls.append((model, list(entries), num_layers, found))
-        return own(model, entries, num_layers, found)
+    def recorded(model, entries, num_layers, found, heads=()):
+        calls.append((model, list(entries), num_layers, found, heads))
+        return own(model, entries, num_layers, found, heads)
 
     monkeypatch.setattr(logical, "model_specs", recorded)
     fmt = config_format(config)
     logical.logical_model(build_model(config, dtype=fmt.dtype), 0, format=fmt)
     assert len(calls) == (2 if quant == "blk" else 1)
-    for model, entries, num_layers, found in calls:
+    for model, entries, num_layers, found, heads in calls:
         n = num_layers or specs._layers(model, [name for _, name, _, _ in entries])
-        made = own(model, entries, n, found)
-        assert made == _oracle(entries, n, found)
+        made = own(model, entries, n, found, heads)
+        assert made == _oracle(entries, n, found, heads)
         assert len(set(map(id, made.values()))) < len(made)  # kinds shared: made once each
     facts = calls[0][3]
     assert {"inkling_text": facts.combine, "olmo2": facts.post, "gemma": facts.offset,
             "qwen3_moe": True}[arch]  # fmt: skip
 
 
-def _random_entries(rng: random.Random) -> tuple[list, Arch]:
+def _random_entries(rng: random.Random) -> tuple[list, Arch, frozenset]:
     """Linear weights of one local name and shape in several modules, in bfloat16 or FP8 with
     scales of a random name, dtype and size beside them, norms of one name and shape; random
-    facts."""
+    facts; random names that are the lm_head whatever they are called (a checkpoint's name of
+    the class's output embedding), beside others of their kind."""
     entries, linears, norms = [], [], []
     for i in range(rng.randint(2, 4)):
         for part in ("mlp.experts.0.down_proj", "mlp.experts.1.down_proj", "self_attn.o_proj"):
@@ -104,12 +106,13 @@ def _random_entries(rng: random.Random) -> tuple[list, Arch]:
         gains=some(names), combine={n: 8.0 for n in some(linears)}, centered=some(names),
         multiplier={n: 2.0 for n in some(norms)},
     )  # fmt: skip
-    return entries, arch
+    return entries, arch, frozenset(n for n in names if rng.random() < 0.1)
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_each_spec_of_random_entries_is_the_tensors_own(seed):
     rng = random.Random(seed)
-    entries, arch = _random_entries(rng)
+    entries, arch, heads = _random_entries(rng)
     layers = rng.randint(1, 6)
-    assert specs.model_specs(None, entries, layers, arch) == _oracle(entries, layers, arch)
+    made = specs.model_specs(None, entries, layers, arch, heads)
+    assert made == _oracle(entries, layers, arch, heads)

@@ -129,7 +129,8 @@ def _fill_logical(model, seed, num_layers, profile, blocks, accept, tokenizer) -
 
 def fill_model(model: torch.nn.Module, lm: LogicalModel, blocks: Mapping[str, Block]) -> None:
     """Write each checkpoint tensor of ``lm`` where ``blocks`` puts it in ``model``: every view
-    placed before the first is written (a tensor that cannot be placed is refused first)."""
+    placed before the first is written (a tensor that cannot be placed is refused first); one
+    the rule leaves untouched (an integer tensor) is left as it is."""
     for name, view in list(placed_views(own_tensors(model), blocks)):
-        if not view.is_meta:
+        if not view.is_meta and lm.tensors[name].spec.kind != "skip":
             lm.write(view, Block.whole(name, lm.tensors[name].shape))

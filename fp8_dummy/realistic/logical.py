@@ -73,6 +73,9 @@ class LogicalModel:
     def write(self, dst: torch.Tensor, block: Block) -> None:
         """Fill ``dst`` with the elements ``block`` names of its checkpoint tensor."""
         t = self.tensors[block.source]
+        if t.spec.kind == "skip":  # no values of its own: 0, not what the buffer held before
+            # (the in-place fill does not write it: :func:`.inplace.fill_model`)
+            dst.data.zero_()
         where = dict(element_offset=block.offset, element_strides=list(block.strides))
         fill_(dst, t.spec, t.key, **where, overrides=t.overrides, logical_shape=t.shape)
 
@@ -98,9 +101,8 @@ class LogicalModel:
         out = []
         for name in names:
             t = self.tensors[name]
-            out.append(
-                fill_(torch.empty(t.shape, dtype=t.dtype), t.spec, t.key, overrides=t.overrides)
-            )
+            empty = torch.zeros if t.spec.kind == "skip" else torch.empty  # as write's
+            out.append(fill_(empty(t.shape, dtype=t.dtype), t.spec, t.key, overrides=t.overrides))
         return out
 
     def items(self, eager_bytes: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
@@ -126,6 +128,25 @@ class LogicalModel:
     @property
     def specs(self) -> dict[str, Spec]:
         return {n: t.spec for n, t in self.tensors.items()}
+
+
+def _renamed_heads(model: torch.nn.Module, blocks: Mapping[str, Block]) -> set[str]:
+    """The checkpoint names of the class's output embedding (what its
+    ``get_output_embeddings`` returns), where the checkpoint renames it (DeepSeek-V4's
+    ``head.weight``, GPT-NeoX's ``embed_out.weight``, in memory ``lm_head.weight``): the
+    lm_head by what the class says, since no name rule knows the checkpoint's name. Where the
+    checkpoint keeps the class's own name, the name rule alone decides (a BERT-style
+    ``cls.predictions.decoder``, behind a transform of its own, stays a linear)."""
+    get = getattr(model, "get_output_embeddings", None)
+    try:
+        head = get() if callable(get) else None
+    except (AttributeError, NotImplementedError):  # a class that keeps none
+        head = None
+    weight = getattr(head, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        return set()
+    source = next((f"{n}.weight" for n, m in model.named_modules() if m is head), None)
+    return {name for name, b in blocks.items() if b.source == source and name != source}
 
 
 def _module(modules: Mapping[str, torch.nn.Module], name: str, fallback: str) -> torch.nn.Module:
@@ -192,13 +213,14 @@ def logical_model(
     if part is not None:
         entries += part.block
         arch = _merged(arch, part.arch)
-    specs = model_specs(model, entries, num_layers, arch)
+    heads = _renamed_heads(model, blocks)
+    specs = model_specs(model, entries, num_layers, arch, heads)
     skipped: list[str] = []
     if fmt is not None and fmt.quant is not None:
         # the MTP block's modules the engines build unquantized stay so (listed as skipped)
         plain = replace(fmt, keep=fmt.keep + part.plain) if part is not None else fmt
         entries, skipped = quantize(entries, specs, plain)
-        specs = model_specs(model, entries, num_layers, arch)
+        specs = model_specs(model, entries, num_layers, arch, heads)
     if part is not None:
         _add_mtp_own(part, entries, specs, skipped, fmt)
     shapes = {n: tuple(s) for _, n, _, s in entries}

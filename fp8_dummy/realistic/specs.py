@@ -4,7 +4,7 @@ logical shape, dtype, module, its module's other tensors and the architecture's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 
@@ -31,10 +31,13 @@ def model_specs(
     tensors: Sequence[tuple[torch.nn.Module, str, torch.Tensor, Sequence[int]]],
     num_layers: int | None = None,
     arch: Arch | None = None,
+    heads: Collection[str] = (),
 ) -> dict[str, Spec]:
     """Full name -> :func:`tensor_spec` for each ``(module, full name, tensor, logical shape)``
     (a sharded loader passes the TP=1 shapes: every layout gets the same specs); ``arch``:
-    the architecture's facts, by default :func:`.arch.derive` of ``model``."""
+    the architecture's facts, by default :func:`.arch.derive` of ``model``; ``heads``: names
+    that are the lm_head whatever they are called (a checkpoint's name of the class's output
+    embedding: DeepSeek-V4's ``head.weight``)."""
     if num_layers is None:
         num_layers = _layers(model, [name for _, name, _, _ in tensors])
     if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
@@ -61,6 +64,8 @@ def model_specs(
         kind = kinds.get(id(module))
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
+        if name in heads:
+            kind = "lm_head"
         value = getattr(t, "dummy_weight_value", None)
         norm = arch.norm_value(owner, num_layers) if owner in normed else 1.0
         # the name's last two parts, as name.rsplit(".", 2)[-2:] joined
