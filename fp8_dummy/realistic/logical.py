@@ -130,13 +130,16 @@ class LogicalModel:
         return {n: t.spec for n, t in self.tensors.items()}
 
 
-def _renamed_heads(model: torch.nn.Module, blocks: Mapping[str, Block]) -> set[str]:
+def _renamed_heads(
+    model: torch.nn.Module, modules: Mapping[str, torch.nn.Module], blocks: Mapping[str, Block]
+) -> set[str]:
     """The checkpoint names of the class's output embedding (what its
     ``get_output_embeddings`` returns), where the checkpoint renames it (DeepSeek-V4's
     ``head.weight``, GPT-NeoX's ``embed_out.weight``, in memory ``lm_head.weight``): the
     lm_head by what the class says, since no name rule knows the checkpoint's name. Where the
     checkpoint keeps the class's own name, the name rule alone decides (a BERT-style
-    ``cls.predictions.decoder``, behind a transform of its own, stays a linear)."""
+    ``cls.predictions.decoder``, behind a transform of its own, stays a linear). ``modules``:
+    the model's, by name."""
     get = getattr(model, "get_output_embeddings", None)
     try:
         head = get() if callable(get) else None
@@ -145,7 +148,7 @@ def _renamed_heads(model: torch.nn.Module, blocks: Mapping[str, Block]) -> set[s
     weight = getattr(head, "weight", None)
     if not isinstance(weight, torch.Tensor):
         return set()
-    source = next((f"{n}.weight" for n, m in model.named_modules() if m is head), None)
+    source = next((f"{n}.weight" for n, m in modules.items() if m is head), None)
     return {name for name, b in blocks.items() if b.source == source and name != source}
 
 
@@ -213,7 +216,7 @@ def logical_model(
     if part is not None:
         entries += part.block
         arch = _merged(arch, part.arch)
-    heads = _renamed_heads(model, blocks)
+    heads = _renamed_heads(model, modules, blocks)
     specs = model_specs(model, entries, num_layers, arch, heads)
     skipped: list[str] = []
     if fmt is not None and fmt.quant is not None:
