@@ -19,7 +19,7 @@ from .meta_views import meta_view_map
 
 __all__ = ["UnplacedTensorError", "build_model", "built_dtype", "checkpoint_names"]
 __all__ += ["checkpoint_state", "config_of", "is_transformers_model", "kept_fp32"]
-__all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views"]
+__all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views", "vocabulary_tensors"]
 
 
 class UnplacedTensorError(ValueError):
@@ -111,6 +111,25 @@ def own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             seen.add(id(t))
             out[name] = t
     return out
+
+
+def vocabulary_tensors(model: torch.nn.Module) -> set[str]:
+    """The in-memory names (:func:`own_tensors`') of the tensors the transformers class itself
+    says are the vocabulary's: its ``get_input_embeddings()``'s and ``get_output_embeddings()``'s
+    weights. Empty where the class does not say: not a transformers model (an engine's class,
+    whose ``get_input_embeddings`` embeds token ids instead), or one whose class raises."""
+    if not is_transformers_model(model):
+        return set()
+    wanted = set()
+    for getter in ("get_input_embeddings", "get_output_embeddings"):
+        try:
+            module = getattr(model, getter)()
+        except (NotImplementedError, AttributeError, TypeError):  # a class that does not say
+            continue
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.Tensor):
+            wanted.add(id(weight))
+    return {n for n, t in own_tensors(model).items() if id(t) in wanted}
 
 
 def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
