@@ -115,21 +115,32 @@ def own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def vocabulary_tensors(model: torch.nn.Module) -> set[str]:
     """The in-memory names (:func:`own_tensors`') of the tensors the transformers class itself
-    says are the vocabulary's: its ``get_input_embeddings()``'s and ``get_output_embeddings()``'s
-    weights. Empty where the class does not say: not a transformers model (an engine's class,
-    whose ``get_input_embeddings`` embeds token ids instead), or one whose class raises."""
+    says are the vocabulary's: the ``get_input_embeddings()`` weights of the model and of its
+    encoder and decoder (``get_encoder()``, ``get_decoder()``: an encoder-decoder whose stacks
+    hold tables of their own, T5Gemma's), its ``get_output_embeddings()``'s. Empty where the
+    class does not say: not a transformers model (an engine's class, whose
+    ``get_input_embeddings`` embeds token ids instead), or one whose class raises."""
     if not is_transformers_model(model):
         return set()
-    wanted = set()
-    for getter in ("get_input_embeddings", "get_output_embeddings"):
-        try:
-            module = getattr(model, getter)()
-        except (NotImplementedError, AttributeError, TypeError):  # a class that does not say
-            continue
-        weight = getattr(module, "weight", None)
-        if isinstance(weight, torch.Tensor):
-            wanted.add(id(weight))
+    holders = [model]
+    for getter in ("get_encoder", "get_decoder"):
+        holders.append(_asked(model, getter))
+    modules = [_asked(m, "get_input_embeddings") for m in holders if m is not None]
+    modules.append(_asked(model, "get_output_embeddings"))
+    wanted = {id(w) for m in modules if isinstance(w := getattr(m, "weight", None), torch.Tensor)}
     return {n for n, t in own_tensors(model).items() if id(t) in wanted}
+
+
+def _asked(model: Any, getter: str) -> Any:
+    """``model.getter()``, or None where the class does not say (no such method, one that
+    raises for this class: transformers' defaults raise NotImplementedError or ValueError)."""
+    method = getattr(model, getter, None)
+    if not callable(method):
+        return None
+    try:
+        return method()
+    except (NotImplementedError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
