@@ -22,6 +22,7 @@ from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
 
 import fp8_dummy  # noqa: E402
 from fp8_dummy.realistic import speculative as S  # noqa: E402
+from fp8_dummy.realistic.hf_model import build_model, vocabulary_tensors  # noqa: E402
 from fp8_dummy.realistic.routing import CARRIER  # noqa: E402
 from fp8_dummy.realistic.rules import Spec, added_tables  # noqa: E402
 
@@ -99,3 +100,15 @@ def test_the_class_names_the_lookup_whatever_the_row_counts():
         old = added_tables(specs, shapes, vocab, hidden)
         assert old == [n for n, r in rows.items() if r != vocab]
         assert added_tables(specs, shapes, vocab, hidden, {"elsewhere.weight"}) == old
+
+
+def test_an_encoder_decoders_stacks_each_name_their_own_lookup():
+    """T5Gemma's encoder and decoder hold untied tables of the vocabulary's rows: the
+    model's ``get_input_embeddings()`` names the encoder's, its decoder's its own; neither
+    is an added table. An engine's class (any non-transformers module) names none."""
+    model = build_model(sweep.small_config("t5gemma", 2))  # on meta: no memory
+    own = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
+    assert vocabulary_tensors(model) == own
+    engine = torch.nn.Module()
+    engine.embed_tokens = torch.nn.Embedding(8, 4, device="meta")
+    assert vocabulary_tensors(engine) == set()
