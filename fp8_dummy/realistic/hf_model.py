@@ -19,7 +19,7 @@ from .meta_views import meta_view_map
 
 __all__ = ["UnplacedTensorError", "build_model", "built_dtype", "checkpoint_names"]
 __all__ += ["checkpoint_state", "config_of", "fp32_rule", "is_transformers_model", "kept_fp32"]
-__all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views"]
+__all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views", "vocabulary_tensors"]
 
 
 class UnplacedTensorError(ValueError):
@@ -111,6 +111,36 @@ def own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             seen.add(id(t))
             out[name] = t
     return out
+
+
+def vocabulary_tensors(model: torch.nn.Module) -> set[str]:
+    """The in-memory names (:func:`own_tensors`') of the tensors the transformers class itself
+    says are the vocabulary's: the ``get_input_embeddings()`` weights of the model and of its
+    encoder and decoder (``get_encoder()``, ``get_decoder()``: an encoder-decoder whose stacks
+    hold tables of their own, T5Gemma's), its ``get_output_embeddings()``'s. Empty where the
+    class does not say: not a transformers model (an engine's class, whose
+    ``get_input_embeddings`` embeds token ids instead), or one whose class raises."""
+    if not is_transformers_model(model):
+        return set()
+    holders = [model]
+    for getter in ("get_encoder", "get_decoder"):
+        holders.append(_asked(model, getter))
+    modules = [_asked(m, "get_input_embeddings") for m in holders if m is not None]
+    modules.append(_asked(model, "get_output_embeddings"))
+    wanted = {id(w) for m in modules if isinstance(w := getattr(m, "weight", None), torch.Tensor)}
+    return {n for n, t in own_tensors(model).items() if id(t) in wanted}
+
+
+def _asked(model: Any, getter: str) -> Any:
+    """``model.getter()``, or None where the class does not say (no such method, one that
+    raises for this class: transformers' defaults raise NotImplementedError or ValueError)."""
+    method = getattr(model, getter, None)
+    if not callable(method):
+        return None
+    try:
+        return method()
+    except (NotImplementedError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:

@@ -22,6 +22,7 @@ from .hf_model import (
     memory_blocks,
     own_tensors,
     placed_views,
+    vocabulary_tensors,
 )
 from .lazy_tensor import Block
 from .logical import LogicalModel, logical_model
@@ -76,16 +77,18 @@ def initialize_realistic_dummy_weights(
     config = getattr(model, "config", None)
     dtypes = {name: t.dtype for _, name, t, _ in tensors}
     transposed = stored_in_out(tensors)
+    # the vocabulary's tables by the class where it is transformers' (its tensors unplaced),
+    # else (an engine's class) by row count (rules.added_tables)
+    lookup = vocabulary_tensors(model)
     _, overrides = plan_routing(
-        profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed
+        profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed, lookup=lookup
     )
     if accept is not None:
         keys = {name: tensor_seed(seed, name) for name in shapes}
         wide = {n: 0 for n in shapes if _PROJECTION.search(n) and len(shapes[n]) == 2}
         replaced, more, _ = plan_acceptance(
             accept, seed, config, specs, shapes, dtypes, keys, projections=wide,
-            tokenizer=tokenizer,
-            transposed=transposed,
+            tokenizer=tokenizer, transposed=transposed, lookup=lookup,
         )  # fmt: skip
         specs.update(replaced)
         for name, items in more.items():

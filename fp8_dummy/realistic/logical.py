@@ -14,7 +14,7 @@ their tensors beside each quantized linear weight (:mod:`.formats`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,7 +25,14 @@ from ..ops import as_int64
 from ..stateless import tensor_seeds
 from .arch import Arch, derive, derive_twin
 from .formats import FORMATS, Format, meta_tensor, quantize
-from .hf_model import built_dtype, fp32_rule, memory_blocks, on_meta, own_tensors
+from .hf_model import (
+    built_dtype,
+    fp32_rule,
+    memory_blocks,
+    on_meta,
+    own_tensors,
+    vocabulary_tensors,
+)
 from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, parse_routing, plan_routing
 from .rules import Spec, stored_in_out, tensor_spec
@@ -232,8 +239,9 @@ def logical_model(
     if part is not None:
         profile = _mtp_rows(profile, part, specs, shapes, config)
     transposed = stored_in_out(entries)
+    lookup = _lookup(model, blocks, part)
     routers, overrides = plan_routing(
-        profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed
+        profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed, lookup=lookup
     )
     if part is not None and any(r.realize == "residual" for r in routers):
         _extend(overrides, carrier_rows(part.projections, routers[0].hidden))
@@ -242,7 +250,7 @@ def logical_model(
         replaced, more, facts = plan_acceptance(
             accept, seed, config, specs, shapes, dtypes, keys,
             projections=part.projections if part is not None else None, tokenizer=tokenizer,
-            transposed=transposed,
+            transposed=transposed, lookup=lookup,
         )  # fmt: skip
         specs.update(replaced)
         _extend(overrides, more)
@@ -251,8 +259,18 @@ def logical_model(
         for _, n, _, _ in entries
     }
     if part is not None:
-        _add_copies(part, tensors, specs)
+        _add_copies(part, tensors, lookup)
     return LogicalModel(tensors, config, seed, fmt, skipped, facts)
+
+
+def _lookup(model: torch.nn.Module, blocks: Mapping[str, Block], part) -> set[str]:
+    """The checkpoint names of the vocabulary's tables: those the model's class says are its
+    input and output embeddings (:func:`.hf_model.vocabulary_tensors`), and the MTP layers'
+    copies of them (their layouts': :mod:`.speculative.mtp_layouts`). A table added to the
+    lookup may have as many rows as the vocabulary: its row count cannot tell."""
+    vocabulary = vocabulary_tensors(model)
+    found = {name for name, b in blocks.items() if b.source in vocabulary}
+    return found | set(part.copies if part is not None else ())
 
 
 def _mtp_rows(profile: Profile, part, specs: Mapping[str, Spec], shapes, config) -> Profile:
@@ -296,21 +314,26 @@ def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> None:
         entries.append((module, name, t, shape))
 
 
-def _add_copies(part, tensors: dict, specs: Mapping[str, Spec]) -> None:
+def _add_copies(part, tensors: dict, lookup: Collection[str]) -> None:
     """The MTP layers' copies of the embedding and the lm_head: the same values (spec, key,
-    overrides) under their own names."""
+    overrides) under their own names, copied from the tensor of the role the model's class
+    names (``lookup``), else the first of the role."""
+    named = set(lookup) - set(part.copies)
     for name, role in part.copies.items():
-        source = next(
-            (t for t in tensors.values() if t.spec.role == role and len(t.shape) == 2), None
-        )
-        if source is None:  # tied: the lm_head is the embedding
-            source = next(t for t in tensors.values() if t.spec.role == "embedding")
+        # tied: the lm_head is the embedding
+        source = _of_role(tensors, role, named) or _of_role(tensors, "embedding", named)
         tensors[name] = CheckpointTensor(
             name, source.shape, source.dtype, source.spec, source.key, source.overrides
         )
 
 
 _NONE = object()  # no such fact
+
+
+def _of_role(tensors: Mapping[str, CheckpointTensor], role: str, named: Collection[str]):
+    """The 2-D tensor of ``role`` among ``named``, else the first one of ``role`` (or None)."""
+    found = [t for t in tensors.values() if t.spec.role == role and len(t.shape) == 2]
+    return next((t for t in found if t.name in named), found[0] if found else None)
 
 
 def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:

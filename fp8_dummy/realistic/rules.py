@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -80,14 +80,18 @@ def stored_in_out(entries: Iterable[tuple]) -> set[str]:
 
 
 def added_tables(
-    specs: Mapping[str, Spec], shapes: Mapping[str, Sequence[int]], vocab: int | None, hidden: int
-) -> list[str]:
+    specs: Mapping[str, Spec], shapes: Mapping[str, Sequence[int]], vocab: int | None,
+    hidden: int, lookup: Collection[str] = (),
+) -> list[str]:  # fmt: skip
     """The embedding-role tables of the residual's width that are not the vocabulary's (a
     learned or sinusoidal position table: GPT-2's ``wpe``, OPT's, BART's, Marian's
     ``embed_positions``; a token-type table): the model adds a row of each to the lookup, so
     a column the writers reserve in the lookup (the routing's carrier, the speculative
-    design's code columns) holds 0 in them. The vocabulary's tables are those of ``vocab``
-    rows (the lookup and its copies, MTP's); where none has (no vocabulary given, an engine's
+    design's code columns) holds 0 in them. The vocabulary's tables are ``lookup`` (the names
+    the model's class says are its lookup and its copies: :func:`.hf_model.vocabulary_tensors`)
+    where one of them is such a table, whatever the others' row counts (a position table may
+    have as many rows as the vocabulary). Where the class does not say (an engine's class),
+    by row count: those of ``vocab`` rows; where none has (no vocabulary given, an engine's
     table padded or split across ranks), the largest: a table the lookup is taken for loses
     nothing, the lookup taken for an added one would lose the reserved column."""
     rows = {}
@@ -95,10 +99,12 @@ def added_tables(
         shape = tuple(shapes[name])
         if spec.role == "embedding" and len(shape) == 2 and shape[1] == hidden:
             rows[name] = int(shape[0])
+    if any(name in lookup for name in rows):
+        return [name for name in rows if name not in lookup]
     if not rows:
         return []
-    lookup = vocab if vocab in rows.values() else max(rows.values())
-    return [name for name, r in rows.items() if r != lookup]
+    lookup_rows = vocab if vocab in rows.values() else max(rows.values())
+    return [name for name, r in rows.items() if r != lookup_rows]
 
 
 def _fp8_bound(dtype: torch.dtype) -> float:

@@ -100,12 +100,15 @@ def plan_routing(
     progress: Any = None,
     dtypes: Mapping[str, torch.dtype] | None = None,
     transposed: Collection[str] = (),
+    lookup: Collection[str] = (),
 ) -> tuple[list[Router], dict[str, list[Override]]]:
     """The routers, each with its offsets, and the overrides of the fill that realize them
     (full name -> overrides of the logical tensor), all checked before anything is written;
     ``progress(layers solved)``, if given, as the offsets are solved; ``dtypes``: each
     tensor's, to refuse a router whose offsets would have to go into 1-byte codes;
-    ``transposed``: the names of the weights stored (in, out) (:func:`.rules.stored_in_out`)."""
+    ``transposed``: the names of the weights stored (in, out) (:func:`.rules.stored_in_out`);
+    ``lookup``: the vocabulary's tables as the model's class names them
+    (:func:`.rules.added_tables`)."""
     if profile.kind == "balanced":
         return [], {}
     roles = {n: s.role for n, s in specs.items()}
@@ -135,7 +138,8 @@ def plan_routing(
         hidden = residual[0].hidden
         j = hidden - 1
         vocab = _config_value(config, ("vocab_size",))
-        tables = set(added_tables(specs, shapes, vocab if isinstance(vocab, int) else None, hidden))
+        vocab = vocab if isinstance(vocab, int) else None
+        tables = set(added_tables(specs, shapes, vocab, hidden, lookup))
         for name, spec in specs.items():
             shape = list(shapes[name])
             if spec.kind != "uniform" or len(shape) < 2:

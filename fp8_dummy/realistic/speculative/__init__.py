@@ -58,12 +58,12 @@ def plan_acceptance(
     acceptance: Acceptance, seed: int, config: Any, specs: Mapping[str, Spec],
     shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, torch.dtype],
     keys: Mapping[str, int], *, projections: Mapping[str, int] | None = None,
-    tokenizer: Any = None, transposed: Collection[str] = (),
+    tokenizer: Any = None, transposed: Collection[str] = (), lookup: Collection[str] = (),
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:  # fmt: skip
     """The spec replacements, overrides and facts that write the designed stream of
     ``acceptance`` into a model's logical tensors (full name -> spec, shape, dtype, key;
-    ``transposed``: the names of the weights stored (in, out)); all checked before anything
-    is written."""
+    ``transposed``: the names of the weights stored (in, out); ``lookup``: the vocabulary's
+    tables as the model's class names them); all checked before anything is written."""
     vocab, hidden = vocab_hidden(config, specs, shapes)
     layout(hidden)  # refuses a model too narrow before the tokenizer is read
     allowed, where = allowed_tokens(vocab, config, tokenizer)
@@ -71,6 +71,7 @@ def plan_acceptance(
     replaced, overrides, facts = plan_design(
         stream, specs, shapes, dtypes, keys, hidden, draft=is_draft(config),
         projections=projections, multiplier=logit_multiplier(config), transposed=transposed,
+        lookup=lookup,
     )  # fmt: skip
     facts.update(stream=stream, acceptance=acceptance)
     return replaced, overrides, facts

@@ -186,9 +186,14 @@ def _lookup_std(spec: Spec) -> float:
     return 1.0 if abs(std - 1) < 1e-6 else std
 
 
-def _find(specs: Mapping[str, Spec], shapes, role: str, shape: tuple) -> str | None:
+def _find(
+    specs: Mapping[str, Spec], shapes, role: str, shape: tuple, lookup: Collection[str] = ()
+) -> str | None:
+    """The first tensor of ``role`` and ``shape``: one the model's class names (``lookup``)
+    where there is one, else one whose name is no position table's."""
     found = [n for n, s in specs.items() if s.role == role and tuple(shapes[n]) == shape]
-    found = [n for n in found if "position" not in n and ".wpe." not in f".{n}"]
+    named = [n for n in found if n in lookup]
+    found = named or [n for n in found if "position" not in n and ".wpe." not in f".{n}"]
     return found[0] if found else None
 
 
@@ -204,16 +209,18 @@ def plan_design(
     projections: Mapping[str, int] | None = None,
     multiplier: float = 1.0,
     transposed: Collection[str] = (),
+    lookup: Collection[str] = (),
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:
     """(spec replacements, overrides, facts) that write ``stream`` into the logical tensors;
     ``draft``: a draft model (its embedding holds the view's code); ``projections``: the MTP
     layers' input projections [hidden, 2·hidden], each with the column its input's (normalized)
     embedding half starts at (0, or hidden where the hidden state comes first); ``multiplier``:
     what the model multiplies the lm_head's product by (:func:`logit_multiplier`);
-    ``transposed``: the names of the weights stored (in, out)."""
+    ``transposed``: the names of the weights stored (in, out); ``lookup``: the vocabulary's
+    tables as the model's class names them (:func:`..rules.added_tables`)."""
     lay = layout(hidden)
     v = stream.vocab
-    embed = _find(specs, shapes, "embedding", (v, hidden))
+    embed = _find(specs, shapes, "embedding", (v, hidden), lookup)
     head = _find(specs, shapes, "lm_head", (v, hidden))
     if embed is None or head is None:
         what = "embedding" if embed is None else "untied lm_head (tie_word_embeddings off)"
@@ -231,13 +238,13 @@ def plan_design(
     overrides: dict[str, list] = {embed: [], head: []}
     # the lookup's σ: 1/m where the model multiplies the lookup by m (Gemma's √hidden), so that
     # the code the first layer sees has length √d as the lm_head's rows assume
-    lookup = _lookup_std(specs[embed])
+    sigma = _lookup_std(specs[embed])
     for i, col in enumerate(lay.s):
-        overrides[embed].append((1, col, (codes[held, i] * lookup).astype(np.float32)))
+        overrides[embed].append((1, col, (codes[held, i] * sigma).astype(np.float32)))
         overrides[head].append((1, col, head_cols[:, i].astype(np.float32)))
     if not draft:
         for i, col in enumerate(lay.s2):
-            view = codes[stream.view, i] * lookup
+            view = codes[stream.view, i] * sigma
             overrides[embed].append((1, col, view.astype(np.float32)))
     for name, spec in specs.items():
         out = spec.role == "residual_out"
@@ -246,7 +253,7 @@ def plan_design(
             overrides.setdefault(name, []).append((dim, lay.s, 0.0))
     # a table added to the lookup (position, token type): its rows on S and S2 would add a
     # position's values to every token's code; 0 there, the rest of each row the rule's
-    for name in added_tables(specs, shapes, v, hidden):
+    for name in added_tables(specs, shapes, v, hidden, lookup):
         overrides.setdefault(name, []).extend([(1, lay.s, 0.0), (1, lay.s2, 0.0)])
     for name, start in (projections or {}).items():
         if tuple(shapes[name]) != (hidden, 2 * hidden):
