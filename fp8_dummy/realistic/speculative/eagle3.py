@@ -38,12 +38,14 @@ import numpy as np
 
 from ...stateless import tensor_seed
 from ..rules import Spec, tensor_spec
-from .design import DesignError, code_block, layout
+from .design import RHO, DesignError, code_block, layout
 
 __all__ = ["EAGLE3", "eagle3_config", "eagle3_tensors", "is_eagle3"]
 
 EAGLE3 = "LlamaForCausalLMEagle3"  # the architecture vLLM and SGLang map to their EAGLE-3 class
 SELF_SCORE = 192.0  # a position's attention score with itself at unit RMS (the key code's)
+MARKER = 1024.0  # the embedding's constant column Z: its rows' RMS set by it
+WEIGHT = 128.0  # hidden_norm's weight on S and Z: the RMS of a draft step's output
 Entry = tuple  # (shape, dtype, spec, key, overrides): a logical tensor before it is named
 
 
@@ -137,20 +139,38 @@ def eagle3_tensors(twin: Mapping[str, Entry], config: Any, seed: int) -> dict[st
     embed = out["embed_tokens.weight"]
     codes = code_block(embed[2], embed[3], embed[0], embed[1], kcols)  # [V, head], length √head
     embed[4].extend((1, c, codes[:, i].astype(np.float32)) for i, c in enumerate(kcols))
-    b = math.sqrt(SELF_SCORE / math.sqrt(head))  # score B²·head/√head at unit RMS
+    rows = math.sqrt(hidden) / MARKER  # the normalized embedding's scale (the marker's share)
+    b = math.sqrt(SELF_SCORE / math.sqrt(head)) / rows  # score B²·head/√head at unit RMS
+    z, heads = kcols.start - 1, config.num_attention_heads
+    kv = config.num_key_value_heads
+    mark = (0, lay.d) if lay.d < head else (1, 0)  # (KV head, dim) of the marker's value
     q, k = out["midlayer.self_attn.q_proj.weight"], out["midlayer.self_attn.k_proj.weight"]
-    for j, c in enumerate(kcols):  # query and key head 0: B x the key code, nothing else
-        q[4].append((0, j, _rows(2 * hidden, {c: b})))
-        k[4].append((0, j, _rows(2 * hidden, {c: b})))
     v, o = out["midlayer.self_attn.v_proj.weight"], out["midlayer.self_attn.o_proj.weight"]
+    for t in (q, k, v):  # no other row reads the hidden state's S and Z (W times its share)
+        t[4].extend((1, hidden + c, 0.0) for c in (*lay.s, z))
+    for g in sorted({0, mark[0]}):  # query head g·group and KV head g: the token's positions
+        for j, c in enumerate(kcols):
+            q[4].append((0, g * heads // kv * head + j, _rows(2 * hidden, {c: b})))
+            k[4].append((0, g * head + j, _rows(2 * hidden, {c: b})))
     width = o[0][1]
-    for i, c in enumerate(lay.s):  # value head 0 copies S of the embedding half; o_proj back
-        v[4].append((0, i, _rows(2 * hidden, {c: 1.0})))
+    for i, c in enumerate(lay.s):  # the view's code, less the hidden state's S (W times it)
+        v[4].append((0, i, _rows(2 * hidden, {c: 1.0 / rows, hidden + c: -1.0})))
         o[4].append((0, c, _rows(width, {i: 1.0})))
+    n = WEIGHT * math.sqrt(hidden)  # the marker: N in Z, less the hidden state's Z
+    v[4].append((0, mark[0] * head + mark[1], _rows(2 * hidden, {z: n / math.sqrt(hidden),
+                                                                  hidden + z: -1.0})))
+    o[4].append((0, z, _rows(width, {(heads // kv * mark[0]) * head + mark[1]: 1.0})))
     norm = "midlayer.hidden_norm.weight"
     out[norm] = ((hidden,), embed[1], Spec("norm", "const", 1.0), tensor_seed(seed, norm),
-                 [(0, lay.s, 0.0)])  # fmt: skip
+                 [(0, lay.s, WEIGHT), (0, z, WEIGHT)])  # fmt: skip
+    embed[4].append((1, z, float(MARKER)))
+    inorm = out["midlayer.input_layernorm.weight"]
+    inorm[4].extend([(0, kcols, 1.0), (0, lay.s, 1.0), (0, z, 1.0)])
+    down = out["midlayer.mlp.down_proj.weight"]
+    down[4].append((0, z, 0.0))
+    final = out["norm.weight"]
+    final[4].append((0, lay.s, WEIGHT / RHO))
     fc = (hidden, aux * config.target_hidden_size)
     out["fc.weight"] = (fc, embed[1], tensor_spec("fc.weight", fc, embed[1]),
-                        tensor_seed(seed, "fc.weight"), [(0, lay.s, 0.0)])  # fmt: skip
+                        tensor_seed(seed, "fc.weight"), [(0, lay.s, 0.0), (0, z, 0.0)])  # fmt: skip
     return out
