@@ -56,6 +56,20 @@ def test_the_layout_is_eagle3s(tmp_path):
     assert t["midlayer.self_attn.o_proj.weight"].shape == (192, 192)
 
 
+@pytest.mark.parametrize("target", [64, 128, 256, 448, 4096])
+def test_the_default_width_is_not_the_targets_and_its_heads_group(target):
+    """SGLang gives a draft of the target's width the target's embedding (no codes): the
+    default is the target's plus 64; its KV heads divide its query heads at every width."""
+    from fp8_dummy.realistic.speculative.eagle3 import eagle3_config
+
+    c = eagle3_config(H.config("llama", hidden=target, vocab=1024, layers=4))
+    assert c["hidden_size"] == target + 64 != c["target_hidden_size"] == target
+    for width in range(64, 2049, 32):
+        c = eagle3_config(H.config("llama", hidden=target, vocab=1024, layers=4), width)
+        heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+        assert heads % kv == 0 and (kv >= 2 or width < 512), (width, heads, kv)
+
+
 @pytest.mark.parametrize("layers", range(2, 12))
 def test_the_auxiliary_layers_are_ones_both_engines_capture(layers):
     """Distinct and ascending (each engine captures a listed layer once, in order, while fc's
@@ -114,8 +128,8 @@ def test_sglangs_math_proposes_the_design_at_every_step(tmp_path, second):
     step; the previous step's output at the next, whose S holds the previous token's code and
     which the layer subtracts (hidden_norm's W times it, the output's RMS W by the marker)."""
     cfg = H.config("llama", hidden=128, vocab=1024, layers=4)
-    _, eagle = _export(tmp_path, cfg, 0.6, "eagle3", "--draft-hidden", "192")
-    _, plain = _export(tmp_path, cfg, 0.6, "llama", "--draft-hidden", "192")
+    _, eagle = _export(tmp_path, cfg, 0.6, "eagle3", "--draft-hidden", "576")
+    _, plain = _export(tmp_path, cfg, 0.6, "llama", "--draft-hidden", "576")
     want = H.draft_proposal(H.read(plain))
     rng = np.random.default_rng(2)
     tokens = rng.choice(1024, 60, replace=False)
@@ -129,7 +143,7 @@ def test_with_the_targets_embedding_the_first_step_proposes_the_targets_successo
     draft's view (its embedding's S) is not read, and its first step proposes what the target
     makes (the first position accepted at about 1, not A), by either engine's math."""
     cfg = H.config("llama", hidden=128, vocab=1024, layers=4)
-    target, eagle = _export(tmp_path, cfg, 0.6)
+    target, eagle = _export(tmp_path, cfg, 0.6, "eagle3", "--draft-hidden", "128")
     t = H.read(target)
     succ = H.weight_maps(t, 128)["successor"]
     rng = np.random.default_rng(2)
@@ -152,8 +166,9 @@ def test_without_the_subtraction_the_second_step_is_wrong(tmp_path):
     _, plain = _export(tmp_path, cfg, 0.6, "llama")
     want = H.draft_proposal(H.read(plain))
     draft = Eagle3(eagle, engine="sglang")
-    s = range(128 - 1 - 16, 128 - 1)  # S of width 128 (design.layout)
-    draft.w["midlayer.self_attn.v_proj.weight"][:, [128 + c for c in s]] = 0.0
+    width = draft.c["hidden_size"]
+    s = range(width - 1 - width // 8, width - 1)  # S (design.layout: d = width/8 here)
+    draft.w["midlayer.self_attn.v_proj.weight"][:, [width + c for c in s]] = 0.0
     rng = np.random.default_rng(2)
     tokens = rng.choice(1024, 60, replace=False)
     context = [int(x) for x in rng.integers(0, 1024, 40)]
@@ -180,7 +195,8 @@ CASES += [(("llama", 384, 6000, 5), 5, 2, 0.75), (("qwen3_moe", 192, 4096, 4), 7
 
 # SGLang's math (draft width, draft tokens, acceptance): a draft wider than the target keeps its
 # own embedding; one of the target's width is given the target's (helpers/eagle3_forward.py)
-SGLANG = [(320, 3, a) for a in (0.3, 0.6, 0.9)] + [(256, 2, 0.6)]
+# (the export's default width, the target's plus 64: 320; then another)
+SGLANG = [(None, 3, a) for a in (0.3, 0.6, 0.9)] + [(448, 2, 0.6), (256, 2, 0.6)]
 
 
 @pytest.mark.slow
@@ -189,7 +205,8 @@ def test_greedy_eagle3_decoding_by_sglangs_math(width, k, acceptance, tmp_path):
     """Its own embedding: every position at A; the target's embedding: the first position at
     about 1 (the target's own successor)."""
     cfg = H.config("llama", hidden=256, vocab=1024, layers=4)
-    target, draft = _export(tmp_path, cfg, acceptance, "eagle3", "--draft-hidden", str(width))
+    more = [] if width is None else ["--draft-hidden", str(width)]
+    target, draft = _export(tmp_path, cfg, acceptance, "eagle3", *more)
     m = eagle3_acceptance(target, draft, k, engine="sglang")
     rates = H.conditional(m, k)
     print(f"\nSGLang's math, draft width {width} k={k} A={acceptance}: "

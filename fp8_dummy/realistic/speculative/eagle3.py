@@ -61,8 +61,10 @@ def _aux_layers(layers: int) -> list[int]:
 
 
 def eagle3_config(target: Any, hidden: int | None = None) -> dict:
-    """The draft's config.json: one layer of width ``hidden`` (default the target's, as
-    trained EAGLE-3 drafts have), head size 64 (32 below 256), a quarter as many KV heads, the
+    """The draft's config.json: one layer of width ``hidden`` (default the target's plus 64:
+    SGLang gives a draft of the target's width the target's embedding, which holds none of the
+    draft's codes), head size 64 (32 below 256), a quarter as many KV heads (as many as query
+    heads where a quarter does not divide them), the
     target's vocabulary, special ids, context length, dtype; the auxiliary layers and the
     target's width; a target it cannot serve refused (:class:`DesignError`)."""
     get = getattr(target, "get_text_config", None)
@@ -79,15 +81,17 @@ def eagle3_config(target: Any, hidden: int | None = None) -> dict:
         raise DesignError(f"fp8_dummy: --draft-layout eagle3: {layers} decoder layers in the "
                           "target: EAGLE-3 reads hidden states of at least one layer's output "
                           "below the last (SGLang's id i), so the target needs two")  # fmt: skip
-    hidden = width if hidden is None else hidden
+    hidden = width + 64 if hidden is None else hidden
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 64 or hidden % 32:
         raise ValueError(f"fp8_dummy: --draft-hidden {hidden!r}: a multiple of 32, at least 64")
     head = 64 if hidden >= 256 else 32
     heads = hidden // head
+    kv = max(1, heads // 4)
+    kv = kv if heads % kv == 0 else heads  # grouped query heads need a divisor
     cfg: dict[str, Any] = dict(
         architectures=[EAGLE3], model_type="llama", hidden_size=hidden, num_hidden_layers=1,
         intermediate_size=hidden * 8 // 3 // 32 * 32, num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 4), head_dim=head, hidden_act="silu",
+        num_key_value_heads=kv, head_dim=head, hidden_act="silu",
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, vocab_size=vocab,
         draft_vocab_size=vocab, target_hidden_size=width, norm_before_residual=True,
         eagle_config={"eagle_aux_hidden_state_layer_ids": _aux_layers(layers),
