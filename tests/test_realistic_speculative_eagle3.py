@@ -3,10 +3,11 @@
 tensor names; its greedy proposal after every token, through an independent forward written
 from vLLM's class's math (helpers/eagle3_forward.py), equal to the plain draft model's of the
 same target (the view's successor) whatever hidden state it is given, at the first draft step
-and the next (by SGLang's math, which reads no ``norm_before_residual``, at the first only);
+and the next, by vLLM's math and SGLang's (which reads no ``norm_before_residual``);
 auxiliary layers both engines capture; a target it cannot serve refused before anything is
 written; and (slow tier) the acceptance per position of greedy EAGLE-3 decoding verified
-against the exported target's own greedy tokens (transformers' forward), within 0.05 of A."""
+against the exported target's own greedy tokens (transformers' forward), within 0.05 of A by
+both engines' math, at the default width and others."""
 
 from __future__ import annotations
 
@@ -227,4 +228,20 @@ def test_greedy_eagle3_decoding_accepts_at_the_rate(arch, seed, k, acceptance, t
     rates = H.conditional(m, k)
     print(f"\n{arch} seed {seed} k={k} A={acceptance}: {[round(r, 3) for r in rates]}, "
           f"{len(m)} steps")  # fmt: skip
+    assert all(abs(r - acceptance) <= 0.05 for r in rates), rates
+
+
+# vLLM's math at widths other than the default (it keeps the draft's own embedding at any)
+VLLM = [(256, 3, a) for a in (0.3, 0.6, 0.9)] + [(448, 2, 0.6)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width,k,acceptance", VLLM)
+def test_greedy_eagle3_decoding_at_other_widths_by_vllms_math(width, k, acceptance, tmp_path):
+    cfg = H.config("llama", hidden=256, vocab=1024, layers=4)
+    target, draft = _export(tmp_path, cfg, acceptance, "eagle3", "--draft-hidden", str(width))
+    m = eagle3_acceptance(target, draft, k)
+    rates = H.conditional(m, k)
+    print(f"\nvLLM's math, draft width {width} k={k} A={acceptance}: "
+          f"{[round(r, 3) for r in rates]}, {len(m)} steps")  # fmt: skip
     assert all(abs(r - acceptance) <= 0.05 for r in rates), rates

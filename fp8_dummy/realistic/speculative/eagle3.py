@@ -14,18 +14,22 @@ alone, whatever hidden state ``fc`` or the previous draft step gives:
 - the token reaches the layer only through attention, so one attention head (query head 0, its
   KV head 0) attends to the positions holding the same token: its query and key rows read a
   *key code* (``hd`` embedding columns K before S, each row's realistic values scaled to length
-  √hd) times ``B``, so a position's score with itself (B²·hd/√hd at unit RMS) exceeds its score
-  with any other token's position by a margin that makes their softmax weight ~0; positions of
-  the same token hold the same value;
-- that head's value rows 0..d-1 copy the embedding half's S columns, and ``o_proj``'s S rows
-  copy them back: the attention writes the input token's view code into S of the residual;
-- ``hidden_norm``'s weight is 0 on S and the config says ``norm_before_residual`` (vLLM reads
-  it: the residual is ``hidden_norm(h)``), so nothing of the hidden state (``fc`` of the
-  target's, or the previous step's output) reaches S; the MLP writes no S (the twin's rule);
-- ``fc``'s S rows are 0: SGLang reads no ``norm_before_residual`` (its residual is the raw
-  hidden state), and so its first draft step, whose hidden state is ``fc``'s, gets no S from
-  it either (its later steps' hidden state, the previous step's output, holds the previous
-  token's code in S: there SGLang's proposal is not the design's);
+  √hd) times ``B``, so a position's score with itself (B²·hd/√hd) exceeds its score with any
+  other token's position by a margin that makes their softmax weight ~0;
+- the embedding's column Z (before K) is ``MARKER`` in every row, so every normalized row is
+  the same multiple √H/MARKER of the stored one (Z itself √H): B and the value rows are scaled
+  back by it;
+- that head's value rows 0..d-1 copy the embedding half's S columns less the hidden half's,
+  and ``o_proj``'s S rows copy them back: the attention writes the input token's view code into
+  S of the residual, less what the hidden state brings there. ``hidden_norm``'s weight is W on
+  S, so vLLM's residual (``norm_before_residual``: ``hidden_norm(h)``) cancels exactly, and
+  SGLang's (the raw h: it reads no ``norm_before_residual``) where RMS(h) = W: a marker value
+  row (the same head, or KV head 1 where S fills the head) writes N = W·√H into Z less the
+  hidden half's Z (weight W), nothing else writes or reads Z (``o_proj``'s, ``down_proj``'s
+  and ``fc``'s Z rows; q/k/v's hidden S and Z columns), so every step's output has Z = N and
+  RMS W, to N's dominance over the rest; ``fc`` writes no S or Z (a first step's hidden state
+  brings nothing); the MLP writes no S (the twin's rule);
+- the final ``norm``'s weight on S is W/ρ, the target design's final RMS at RMS W;
 - ``norm`` and the lm_head then propose the view's successor, as the target's design does."""
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from .design import RHO, DesignError, code_block, layout
 __all__ = ["EAGLE3", "eagle3_config", "eagle3_tensors", "is_eagle3"]
 
 EAGLE3 = "LlamaForCausalLMEagle3"  # the architecture vLLM and SGLang map to their EAGLE-3 class
-SELF_SCORE = 192.0  # a position's attention score with itself at unit RMS (the key code's)
+SELF_SCORE = 192.0  # a position's attention score with itself (the key code's)
 MARKER = 1024.0  # the embedding's constant column Z: its rows' RMS set by it
 WEIGHT = 128.0  # hidden_norm's weight on S and Z: the RMS of a draft step's output
 Entry = tuple  # (shape, dtype, spec, key, overrides): a logical tensor before it is named
@@ -144,7 +148,7 @@ def eagle3_tensors(twin: Mapping[str, Entry], config: Any, seed: int) -> dict[st
     codes = code_block(embed[2], embed[3], embed[0], embed[1], kcols)  # [V, head], length √head
     embed[4].extend((1, c, codes[:, i].astype(np.float32)) for i, c in enumerate(kcols))
     rows = math.sqrt(hidden) / MARKER  # the normalized embedding's scale (the marker's share)
-    b = math.sqrt(SELF_SCORE / math.sqrt(head)) / rows  # score B²·head/√head at unit RMS
+    b = math.sqrt(SELF_SCORE / math.sqrt(head)) / rows  # score B²·head/√head
     z, heads = kcols.start - 1, config.num_attention_heads
     kv = config.num_key_value_heads
     mark = (0, lay.d) if lay.d < head else (1, 0)  # (KV head, dim) of the marker's value
@@ -161,8 +165,8 @@ def eagle3_tensors(twin: Mapping[str, Entry], config: Any, seed: int) -> dict[st
         v[4].append((0, i, _rows(2 * hidden, {c: 1.0 / rows, hidden + c: -1.0})))
         o[4].append((0, c, _rows(width, {i: 1.0})))
     n = WEIGHT * math.sqrt(hidden)  # the marker: N in Z, less the hidden state's Z
-    v[4].append((0, mark[0] * head + mark[1], _rows(2 * hidden, {z: n / math.sqrt(hidden),
-                                                                  hidden + z: -1.0})))
+    marker = _rows(2 * hidden, {z: n / math.sqrt(hidden), hidden + z: -1.0})
+    v[4].append((0, mark[0] * head + mark[1], marker))
     o[4].append((0, z, _rows(width, {(heads // kv * mark[0]) * head + mark[1]: 1.0})))
     norm = "midlayer.hidden_norm.weight"
     out[norm] = ((hidden,), embed[1], Spec("norm", "const", 1.0), tensor_seed(seed, norm),
