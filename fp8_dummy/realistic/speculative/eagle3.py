@@ -167,7 +167,9 @@ def eagle3_tensors(twin: Mapping[str, Entry], config: Any, seed: int) -> dict[st
     n = WEIGHT * math.sqrt(hidden)  # the marker: N in Z, less the hidden state's Z
     marker = _rows(2 * hidden, {z: n / math.sqrt(hidden), hidden + z: -1.0})
     v[4].append((0, mark[0] * head + mark[1], marker))
-    o[4].append((0, z, _rows(width, {(heads // kv * mark[0]) * head + mark[1]: 1.0})))
+    group = heads // kv  # the query heads reading the marker's KV head: only Z reads theirs
+    o[4].extend((1, (group * mark[0] + g) * head + mark[1], 0.0) for g in range(group))
+    o[4].append((0, z, _rows(width, {group * mark[0] * head + mark[1]: 1.0})))
     norm = "midlayer.hidden_norm.weight"
     out[norm] = ((hidden,), embed[1], Spec("norm", "const", 1.0), tensor_seed(seed, norm),
                  [(0, lay.s, WEIGHT), (0, z, WEIGHT)])  # fmt: skip
