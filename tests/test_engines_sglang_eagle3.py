@@ -6,7 +6,7 @@ helpers/sglang_eagle3_worker.py): every parameter equal byte for byte to the exp
 placed as SGLang's parallel layers place a checkpoint, none left as poisoned; the class reads
 the config as vLLM's does (three auxiliary hidden states, ``fc`` 3 x the target's width, its
 own head over the target's vocabulary, no vocabulary map). Two drafts: of width 512 (vLLM's
-test's), which keeps its own embedding, and of the target's width (the default), whose
+test's), which keeps its own embedding, and of the target's width (``--draft-hidden 128``), whose
 embedding SGLang's EAGLE worker replaces with the target's (``set_embed``: the draft's key and
 view codes unused, docs/realistic.md#eagle-3s-layout says what that does to acceptance).
 Without SGLang: skipped, with why."""
@@ -43,7 +43,7 @@ def runs(tmp_path_factory) -> dict:
     return dict(found, configs=configs)
 
 
-CASES = {"wide": 512, "same": None}  # the draft's width: 512, the target's (128)
+CASES = {"wide": 512, "same": 128}  # the draft's width: 512, the target's
 
 
 @pytest.mark.parametrize("case", CASES)

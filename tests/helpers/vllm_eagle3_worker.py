@@ -56,7 +56,7 @@ TARGET = dict(
 
 def export(folder: Path, hidden: int | None = 512) -> None:
     """The target (TARGET) exported with acceptance 0.6 and its EAGLE-3 draft of width
-    ``hidden`` (None: the target's; also tests/test_engines_sglang_eagle3.py's)."""
+    ``hidden`` (None: the export's default)."""
     import json
 
     from fp8_dummy.realistic.export import main
