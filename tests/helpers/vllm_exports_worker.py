@@ -125,10 +125,13 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
     files: dict[str, torch.Tensor] = {}
     for f in ckpt.glob("*.safetensors"):
         files.update(load_file(f))
-    # Tensors vLLM keeps under the checkpoint's own name: their values must be the file's
-    # (a per-tensor scale: a 0-d tensor in the file, one entry per shard in vLLM).
+    # Tensors vLLM keeps under the checkpoint's own name, as its weights mapper renames it
+    # (DeepSeek-V4's: the base model's prefix, ``embed``, ``head``): their values must be the
+    # file's (a per-tensor scale: a 0-d tensor in the file, one entry per shard in vLLM).
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
     for name, t in files.items():
-        p = params.get(name)
+        mapped = list(mapper.apply([(name, t)])) if mapper is not None else [(name, t)]
+        p = params.get(mapped[0][0]) if mapped else None
         if p is None or p.dtype != t.dtype or p.numel() != t.numel():
             continue
         if not torch.equal(M.as_bytes(p).reshape(-1), M.as_bytes(t).reshape(-1)):
