@@ -1,7 +1,8 @@
 """vLLM 0.33 reads fp8_dummy's exports as they are written: configs as callers write them
 (DeepSeek-V3 made by transformers' DeepseekV3Config, without topk_method/scoring_func;
 Qwen3-MoE with num_experts and rope_theta; Llama in the per-tensor fp8 format; Llama in FP8
-block with modules_to_not_convert) exported, then built by vLLM from the exported config.json
+block with modules_to_not_convert; DeepSeek-V4 under its real checkpoint's names, vLLM's CPU
+class) exported, then built by vLLM from the exported config.json
 alone and loaded by its own safetensors loader (helpers/vllm_exports_worker.py): every
 parameter reached, the file's bytes where vLLM keeps a tensor under its name, DeepSeek-V3's
 e_score_correction_bias built and loaded (before: vLLM built none and its loader raised a
@@ -25,6 +26,7 @@ from helpers.engine_required import require
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_exports_worker.py"
 CASES = [
+    "deepseek_v4 under its real checkpoint's names, bf16",
     "deepseek_v3 from transformers' DeepseekV3Config, bf16",
     "qwen3_moe with num_experts and rope_theta, bf16",
     "llama, fp8 per tensor",

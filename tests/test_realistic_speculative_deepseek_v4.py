@@ -51,7 +51,7 @@ def test_deepseek_v4_main_model_follows_the_design(case, tmp_path):
     gen = torch.Generator().manual_seed(seed)
     out = H.export(cfg, tmp_path, 0.6)
     t = H.read(out)
-    head, embed = t["head.weight"], t["model.embed_tokens.weight"]
+    head, embed = t["head.weight"], t["embed.weight"]
     assert "lm_head.weight" not in t  # the checkpoint's own name, which no name rule knows
     codes = np.flatnonzero(np.abs(head).sum(0))  # what the lm_head reads
     assert 0 < codes.size < hidden // 2, codes

@@ -16,7 +16,7 @@ from test_realistic_speculative_deepseek_v4 import config  # noqa: E402
 import fp8_dummy  # noqa: E402
 from fp8_dummy.realistic import Block, config_checkpoint  # noqa: E402
 
-NAME = "model.layers.0.ffn.gate.tid2eid"
+NAME = "layers.0.ffn.gate.tid2eid"  # the checkpoint's name (no "model.")
 
 
 def test_untouched_tensor_is_zero_in_the_logical_checkpoint():

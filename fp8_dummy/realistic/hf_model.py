@@ -18,6 +18,7 @@ from .lazy_tensor import Block, NotAffineError, view_map
 from .meta_views import meta_view_map
 
 __all__ = ["UnplacedTensorError", "build_model", "built_dtype", "checkpoint_names"]
+__all__ += ["checkpoint_root"]
 __all__ += ["checkpoint_state", "config_of", "fp32_rule", "is_transformers_model", "kept_fp32"]
 __all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views", "vocabulary_tensors"]
 
@@ -151,8 +152,12 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
         return {n: Block.whole(n, tuple(t.shape)) for n, t in own.items()}
     from transformers.core_model_loading import revert_weight_conversion
 
+    prefix = checkpoint_root(model, own)
+
     def convert(tensors: dict[str, torch.Tensor]) -> Any:
-        return revert_weight_conversion(model, tensors)
+        if prefix:
+            tensors = {n.removeprefix(prefix): t for n, t in tensors.items()}
+        return _unmerged(model, revert_weight_conversion(model, tensors))
 
     found = meta_view_map(convert, own)  # the quick way; the stand-ins where it cannot place
     if found is not None:
@@ -164,6 +169,67 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
             f"fp8_dummy: {type(model).__name__}: transformers' checkpoint conversion of this "
             f"model is not views of its tensors ({e}), so its checkpoint names cannot be placed"
         ) from None
+
+
+# Renamings transformers' conversion merges: two checkpoint names its load renames to one
+# in-memory form, which its save then reverts to one of them for both. DeepSeek-V4's
+# ``\.norm\.`` -> ``.kv_norm.`` is for the compressors' ``norm``, yet its reverse takes
+# attention's own ``attn.kv_norm`` (a name the load leaves as it is) for one too: model type ->
+# (the reverted form, the checkpoint's) for the names the reverse over-renames.
+_MERGED = {"deepseek_v4": ((re.compile(r"(^|\.)attn\.norm\.weight$"), r"\1attn.kv_norm.weight"),)}
+
+
+def _unmerged(model: torch.nn.Module, state: Mapping[str, Any]) -> Mapping[str, Any]:
+    fixes = _MERGED.get(getattr(getattr(model, "config", None), "model_type", None), ())
+    if not fixes:
+        return state
+    out = {}
+    for name, t in state.items():
+        for pattern, name_in_checkpoint in fixes:
+            name = pattern.sub(name_in_checkpoint, name)
+        out[name] = t
+    return out
+
+
+def checkpoint_root(model: torch.nn.Module, own: Mapping[str, torch.Tensor]) -> str:
+    """The base-model prefix (``"model."``) the checkpoint's names go without, or "".
+    Transformers' load renames a checkpoint name first and then prefixes the base model's
+    name where the model holds it only so; its save reverts the renamings on the in-memory
+    names, prefix included. A conversion whose renaming places an in-memory name only once
+    the prefix is off (DeepSeek-V4's ``^hc_head_fn$`` for ``model.hc_head.hc_fn``, its
+    ``^embed\\.weight$``) is written against names without it, its other renamings too
+    (its ``\\.norm\\.``, for a compressor's norm, would rename the final ``model.norm``):
+    the checkpoint's names are then the base model's without the prefix, as its real
+    checkpoints write them and engines' name mappers read them."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import PrefixChange, WeightRenaming
+
+    base = getattr(model, "base_model_prefix", "")
+    if not base or not isinstance(getattr(model, base, None), torch.nn.Module):
+        return ""
+    prefix = f"{base}."
+    inner = [n for n in own if n.startswith(prefix)]
+    if any(n.removeprefix(prefix) in own for n in inner):  # a name both ways: keep them apart
+        return ""
+    try:
+        conversions = get_model_conversion_mapping(model, add_legacy=False) or []
+    except Exception:  # noqa: BLE001 (no conversion known for the model: its names as they are)
+        return ""
+    reverse = [
+        c.reverse_transform()
+        for c in conversions
+        if isinstance(c, WeightRenaming) and not isinstance(c, PrefixChange)
+    ]
+    # an unanchored pattern that finds the name without the prefix finds it with it too
+    renamings = [r for r in reverse if any(p.startswith("^") for p in r.source_patterns)]
+    for name in inner:
+        for r in renamings:
+            if (
+                r.rename_source_key(name)[1] is None
+                and r.rename_source_key(name.removeprefix(prefix))[1] is not None
+            ):
+                return prefix
+    return ""
 
 
 def checkpoint_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

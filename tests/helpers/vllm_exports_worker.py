@@ -50,7 +50,16 @@ def _configs() -> dict[str, tuple[dict, str | None, dict]]:
     block = dict(M.QUANTS["blk"], modules_to_not_convert=keep)
     qkv = "model.layers.{}.self_attn.qkv_proj.weight"
     fp8, bf16 = "torch.float8_e4m3fn", "torch.bfloat16"
+    # DeepSeek-V4 at the sizes vLLM's CPU class takes (its compressor's cache: head_dim 512,
+    # the indexer's 128), with the real configs' noaux_tc (vLLM's gates build their
+    # e_score_correction_bias only then)
+    from test_realistic_speculative_deepseek_v4 import config as deepseek_v4
+
+    v4 = deepseek_v4(128, 1024, 2, 4)
+    v4.head_dim, v4.index_head_dim, v4.topk_method = 512, 128, "noaux_tc"
+    v4 = json.loads(v4.to_json_string(use_diff=True))
     return {
+        "deepseek_v4 under its real checkpoint's names, bf16": (v4, None, {}),
         "deepseek_v3 from transformers' DeepseekV3Config, bf16": (ds, None, {}),
         "qwen3_moe with num_experts and rope_theta, bf16": (
             model("qwen3_moe", rope_theta=54321.0),
@@ -101,7 +110,9 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
     source.mkdir(parents=True)
     (source / "config.json").write_text(json.dumps(raw))
     ckpt = folder / "checkpoint"
-    export(source, ckpt, format=fmt, progress=False)
+    # DeepSeek-V4's hyper-connections (hc_*) are tensors no role covers
+    unknown = raw.get("model_type") == "deepseek_v4"
+    export(source, ckpt, format=fmt, progress=False, allow_unknown=unknown)
     model, vllm_config, model_config = M.build_from(ckpt, 1)
     M.poison(model)
     with set_current_vllm_config(vllm_config):
@@ -114,10 +125,13 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
     files: dict[str, torch.Tensor] = {}
     for f in ckpt.glob("*.safetensors"):
         files.update(load_file(f))
-    # Tensors vLLM keeps under the checkpoint's own name: their values must be the file's
-    # (a per-tensor scale: a 0-d tensor in the file, one entry per shard in vLLM).
+    # Tensors vLLM keeps under the checkpoint's own name, as its weights mapper renames it
+    # (DeepSeek-V4's: the base model's prefix, ``embed``, ``head``): their values must be the
+    # file's (a per-tensor scale: a 0-d tensor in the file, one entry per shard in vLLM).
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
     for name, t in files.items():
-        p = params.get(name)
+        mapped = list(mapper.apply([(name, t)])) if mapper is not None else [(name, t)]
+        p = params.get(mapped[0][0]) if mapped else None
         if p is None or p.dtype != t.dtype or p.numel() != t.numel():
             continue
         if not torch.equal(M.as_bytes(p).reshape(-1), M.as_bytes(t).reshape(-1)):
@@ -141,6 +155,8 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
         if key in raw and getattr(hf, key, None) != raw[key]:
             found.append(f"vLLM reads {key} {getattr(hf, key, None)!r}, the caller's {raw[key]!r}")
     rope = (getattr(hf, "rope_parameters", None) or {}).get("rope_theta")
+    if rope is None:  # DeepSeek-V4's nest one dict per layer type; its rope reads the flat one
+        rope = getattr(hf, "rope_theta", None)
     if "rope_theta" in raw and rope != raw["rope_theta"]:
         found.append(f"vLLM reads rope_theta {rope!r}, the caller's {raw['rope_theta']!r}")
     return found
