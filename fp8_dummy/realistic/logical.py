@@ -35,7 +35,7 @@ from .hf_model import (
 )
 from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, parse_routing, plan_routing
-from .rules import Spec, stored_in_out, tensor_spec
+from .rules import Spec, residual_by_name, stored_in_out, tensor_spec
 from .specs import model_specs
 from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
 from .values import fill_
@@ -338,7 +338,9 @@ def _of_role(tensors: Mapping[str, CheckpointTensor], role: str, named: Collecti
 
 def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
     """The facts (found on in-memory module and tensor names) under the checkpoint's names:
-    each checkpoint tensor's owner gets its in-memory tensor's owner's facts."""
+    each checkpoint tensor's owner gets its in-memory tensor's owner's facts, and the branch
+    output role its in-memory name gives it (GraniteMoE's ``output_linear.weight``: in memory
+    ``experts.down_proj``)."""
     post, residual, gains, offset = set(arch.post), set(arch.residual), set(arch.gains), {}
     offset.update(arch.offset)
     combine, centered = dict(arch.combine), set(arch.centered)
@@ -350,7 +352,9 @@ def _renamed(arch: Arch, blocks: Mapping[str, Block]) -> Arch:
         if b.source not in facts:
             source = b.source.rpartition(".")[0]
             found = (
-                source in arch.post, source in arch.residual, b.source in arch.gains,
+                # a branch output by its in-memory name is one under the checkpoint's too
+                source in arch.post, source in arch.residual or residual_by_name(b.source),
+                b.source in arch.gains,
                 b.source in arch.centered, arch.offset.get(source, _NONE),
                 arch.combine.get(source, _NONE), arch.multiplier.get(source, _NONE),
             )  # fmt: skip

@@ -144,9 +144,10 @@ def dataflow(model: torch.nn.Module, layers: list, failed: list) -> tuple[frozen
     (OLMo 2's ``post_attention_layernorm(self_attn(x))``; a pre-norm takes the residual
     stream, which no child returned), or a norm inside a non-norm child whose output is that
     child's output (AXK1's ``mlp.post_mlp_layernorm``). A branch output is the last module
-    with a 2-D weight run inside a non-norm child whose output has the layer's width
-    (GPT-NeoX's and Phi's ``dense``, BERT's ``output.dense``): what the residual gets from
-    that branch."""
+    with a weight of two dimensions or more (not a convolution's) run inside a non-norm child
+    whose output has the layer's width (GPT-NeoX's and Phi's ``dense``, BERT's
+    ``output.dense``, JetMoE's experts' ``output_linear`` [E, out, in], which its attention
+    runs after its ``kv_proj``): what the residual gets from that branch."""
     outputs: dict[int, torch.Tensor] = {}  # id -> tensor (kept alive so ids stay unique)
     normed: dict[int, tuple[str, torch.Tensor]] = {}  # a branch's inner norms' outputs
     post: set[str] = set()
@@ -211,7 +212,7 @@ def dataflow(model: torch.nn.Module, layers: list, failed: list) -> tuple[frozen
                     w = getattr(m, "weight", None)
                     if is_norm(sub, m):
                         hooks.append(m.register_forward_hook(inner_norm_hook(sub)))
-                    elif isinstance(w, torch.Tensor) and w.dim() == 2:
+                    elif isinstance(w, torch.Tensor) and w.dim() >= 2 and not _conv(m):
                         hooks.append(m.register_forward_hook(linear_hook(prefix, branch, sub)))
         hooks.append(layers[-1][1].register_forward_hook(stop))
         why = forward(model)
@@ -227,6 +228,11 @@ def dataflow(model: torch.nn.Module, layers: list, failed: list) -> tuple[frozen
         )
         return frozenset(), frozenset()
     return frozenset(post), frozenset(last.values())
+
+
+def _conv(module: torch.nn.Module) -> bool:
+    """A convolution (``nn.Conv*d``): its output's last dimension is a length, not a width."""
+    return isinstance(module, torch.nn.modules.conv._ConvNd)
 
 
 def by_name(model: torch.nn.Module, layers: list) -> set:

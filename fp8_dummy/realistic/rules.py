@@ -15,7 +15,8 @@ import torch
 
 from ..tensors import BYTE_VIEWED, E8M0, FLOAT8, PACKED_FP4
 
-__all__ = ["LAYER_INDEX", "Spec", "added_tables", "module_kind", "stored_in_out", "tensor_spec"]
+__all__ = ["LAYER_INDEX", "Spec", "added_tables", "module_kind", "residual_by_name"]
+__all__ += ["stored_in_out", "tensor_spec"]
 
 # NVFP4's activation scale: amax 6 (unit RMS, 6 sigma) / (e2m1's top 6 x e4m3's top 448)
 NVFP4_INPUT_SCALE = 6.0 / (6.0 * 448.0)
@@ -119,6 +120,22 @@ def _moment(dtype: torch.dtype) -> float:
     return INT8_MOMENT if dtype == torch.int8 else _fp8_bound(dtype) ** 2 / 3
 
 
+def _stem(name: str) -> str:
+    """What a tensor's role is read from: its owner's name for ``<owner>.weight``, else its own
+    name without ``_weight``/``_blocks`` (``w2_weight``, ``experts.down_proj``)."""
+    parts = name.split(".")
+    local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
+    return owner if local == "weight" else re.sub(r"_?(?:weight|blocks)$", "", local)
+
+
+def residual_by_name(name: str) -> bool:
+    """Whether the tensor ``name`` (full) is a residual branch's output by its name alone
+    (:data:`RESIDUAL`): a checkpoint tensor that transformers' conversion loads into it is one
+    too, whatever the checkpoint calls it (GraniteMoE's ``output_linear.weight`` is in memory
+    ``experts.down_proj``)."""
+    return _stem(name) in RESIDUAL
+
+
 def _role(
     name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int,
     embed: float = 1.0, residual: bool = False, combine: float = 1.0,
@@ -127,9 +144,7 @@ def _role(
     in the model's code (its lookup then gets σ = 1/embed); ``residual``: a branch's output
     whatever its name; ``combine``: what the code multiplies a branch's output by (a MoE's
     combine weights' sum: its experts' outputs get σ/combine)."""
-    parts = name.split(".")
-    local, owner = parts[-1], (parts[-2] if len(parts) > 1 else "")
-    stem = owner if local == "weight" else re.sub(r"_?(?:weight|blocks)$", "", local)
+    local, stem = name.rsplit(".", 1)[-1], _stem(name)
     if _is_mxfp4_blocks(local, shape, dtype):  # [..., N, K/32, 16]: its own layout
         fan_in = shape[-2] * shape[-1] * 2
         local = stem
