@@ -316,5 +316,7 @@ def test_kinds_the_engine_fills_itself_run_from_the_kinds(plans, monkeypatch, ti
         assert assert_same_bytes(a, loader(b, seed=1234)) > 40
         assert len(plans) == 1 and made == [], i  # one plan, from its kinds, kept
         counts.append(len(bound))  # vLLM's own branches, bound as each fill runs them
+        if not tied:  # its program from the kinds: no dotted name made for the run
+            assert core.kept._plans[-1].names is None
     assert counts[2] - counts[1] == counts[1] - counts[0] > 0
     assert len(by_kinds) == 1 and (by_kinds[0] is None) == tied

@@ -226,10 +226,10 @@ def run(
     :data:`.kept.STALE`: an unchecked kept plan whose facts changed, nothing written."""
     kept = getattr(planned, "kept", None)
     if isinstance(planned, KeptFill):  # a kept plan found as it is: entries made on demand
-        entry, tensor = planned.entry, planned.tensors.__getitem__
-        prog = _kept_program(kept, mode, lambda: list(map(entry, range(len(planned)))))
+        step, tensor = planned.step, planned.tensors.__getitem__
+        prog = _kept_program(kept, mode, lambda: list(map(planned.entry, range(len(planned)))))
     else:
-        entry, tensor = planned.__getitem__, lambda i: planned[i][1]
+        step, tensor = lambda i: planned[i][1:], lambda i: planned[i][1]
         if kept is not None and len(planned) == len(kept.kind_of):
             prog = _kept_program(kept, mode, lambda: planned)
         else:
@@ -254,7 +254,7 @@ def run(
     try:
         with torch.no_grad(), no_cycle_collection():
             for i, _ in prog.others:
-                _, t, action, (sem, seed) = entry(i)
+                t, action, (sem, seed) = step(i)
                 kind, low, high = action.kind, action.low, action.high
                 fused = kind is Kind.UNIFORM and mode == "generator"
                 if kind is Kind.UNIFORM and not fused:

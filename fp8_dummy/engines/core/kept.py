@@ -79,11 +79,16 @@ class KeptFill(NamedTuple):
         return len(self.tensors)
 
     def entry(self, i: int) -> tuple:
+        return self.kept.named()[i], *self.step(i)
+
+    def step(self, i: int) -> tuple:
+        """:meth:`entry` without the name, which a run reads nowhere: a new plan's dotted names
+        are made only where something asks for them."""
         action, meta, bind_engine = self.kept.decided[self.kept.kind_of[i]][:3]
         t = self.tensors[i]
         if bind_engine is not None:  # its kind keeps the engine's branch: bound to it here
             action = bound(bind_engine, t)
-        return self.kept.named()[i], t, action, meta
+        return t, action, meta
 
 
 def _attrs(tensors: list[torch.Tensor], reads: tuple) -> list | None:
