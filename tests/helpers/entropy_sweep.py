@@ -11,6 +11,7 @@ import math
 import sys
 import time
 import warnings
+import zlib
 
 import numpy as np
 import torch
@@ -54,6 +55,29 @@ def build(model_type: str, layers: int, hidden: int = 64, vocab: int = 1024):
             return cls(config).eval(), ""
         except Exception as e:  # noqa: BLE001
             return None, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
+
+
+def greedy_against_stream(arch: str, length: int, acceptance: float = 0.6) -> tuple:
+    """A small ``arch`` (two layers, random width and vocabulary, seeded by its name) filled
+    with ``acceptance``: (model, hidden, its greedy tokens after 24 random prompts of
+    ``length``, the designed stream's successors of the tokens there)."""
+    import fp8_dummy
+    from fp8_dummy.realistic import speculative as S
+
+    rng = np.random.default_rng(zlib.crc32(arch.encode()))
+    hidden = int(rng.choice([64, 96, 128]))
+    model, why = build(arch, 2, hidden, int(rng.choice([512, 1024, 1500])))
+    assert model is not None, why
+    config = model.config
+    vocab = config.get_text_config().vocab_size
+    seed = int(rng.integers(0, 1000))
+    fp8_dummy.initialize_realistic_dummy_weights(model, seed, acceptance=acceptance)
+    allowed, where = S.allowed_tokens(vocab, config)
+    stream = S.design_stream(S.parse_acceptance(acceptance), seed, vocab, allowed, where)
+    ids = torch.as_tensor(rng.integers(0, vocab, (24, length)))
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits[..., :vocab]
+    return model, hidden, logits.argmax(-1).numpy(), stream.successor[ids.numpy()]
 
 
 def entropies(model: torch.nn.Module, vocab: int) -> np.ndarray:

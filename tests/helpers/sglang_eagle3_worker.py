@@ -14,20 +14,15 @@ OUT/<world>-<rank>.json as {case: {...}}."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+# Run as a script: this folder is sys.path[0], so the realistic worker's set-up is importable.
+from sglang_models_worker import main as set_up_and_report
+
 
 def main(world: int, rank: int, port: int, root: str, out: str, repo: str) -> None:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    here = os.path.dirname(os.path.abspath(__file__))  # not sys.path[0]: helpers/ shadows
-    sys.path[:] = [repo, os.path.join(repo, "tests")] + [
-        p for p in sys.path if os.path.abspath(p or ".") != here
-    ]
-    from helpers.workers import report
-
-    report(Path(out) / f"{world}-{rank}.json", _run, world, rank, port, Path(root))
+    set_up_and_report(world, rank, port, root, out, repo, run=_run)
 
 
 def spec_args(draft: Path) -> dict:

@@ -14,7 +14,9 @@ import traceback
 from pathlib import Path
 
 
-def main(world: int, rank: int, port: int, root: str, out: str, repo: str) -> None:
+def main(world: int, rank: int, port: int, root: str, out: str, repo: str, run=None) -> None:
+    """This rank's process set up (the repository's tests first on the path, helpers/ not
+    shadowing them), then ``run`` (default: this worker's cases) reported to OUT."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     here = os.path.dirname(os.path.abspath(__file__))  # not sys.path[0]: helpers/ shadows
     sys.path[:] = [repo, os.path.join(repo, "tests")] + [
@@ -22,7 +24,7 @@ def main(world: int, rank: int, port: int, root: str, out: str, repo: str) -> No
     ]
     from helpers.workers import report
 
-    report(Path(out) / f"{world}-{rank}.json", _run, world, rank, port, Path(root))
+    report(Path(out) / f"{world}-{rank}.json", run or _run, world, rank, port, Path(root))
 
 
 def _run(world: int, rank: int, port: int, root: Path) -> dict:
