@@ -199,7 +199,7 @@ def _program_by_kinds(kept: Kept, mode: str) -> Program | None:
     if not kept.kind_of:
         return Program([], [], [])
     count = len(keys)
-    if count == 1 and min(group) == 0:  # one batch of every tensor (vLLM's loop): no sort
+    if count == 1 and min(group) == 0:  # one batch of every tensor (a loop alike for all): no sort
         return Program([], [(next(iter(keys)), range(len(kept.kind_of)))], [])
     of_kind = torch.tensor([g if g >= 0 else count - 1 - g for g in group], dtype=torch.long)
     kinds = torch.frombuffer(array.array("q", kept.kind_of), dtype=torch.long)
