@@ -19,7 +19,8 @@ from .meta_views import meta_view_map
 
 __all__ = ["UnplacedTensorError", "build_model", "built_dtype", "checkpoint_names"]
 __all__ += ["checkpoint_root"]
-__all__ += ["checkpoint_state", "config_of", "fp32_rule", "is_transformers_model", "kept_fp32"]
+__all__ += ["asked", "checkpoint_state", "config_of", "fp32_rule", "is_transformers_model"]
+__all__ += ["kept_fp32"]
 __all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views", "vocabulary_tensors"]
 
 
@@ -125,14 +126,14 @@ def vocabulary_tensors(model: torch.nn.Module) -> set[str]:
         return set()
     holders = [model]
     for getter in ("get_encoder", "get_decoder"):
-        holders.append(_asked(model, getter))
-    modules = [_asked(m, "get_input_embeddings") for m in holders if m is not None]
-    modules.append(_asked(model, "get_output_embeddings"))
+        holders.append(asked(model, getter))
+    modules = [asked(m, "get_input_embeddings") for m in holders if m is not None]
+    modules.append(asked(model, "get_output_embeddings"))
     wanted = {id(w) for m in modules if isinstance(w := getattr(m, "weight", None), torch.Tensor)}
     return {n for n, t in own_tensors(model).items() if id(t) in wanted}
 
 
-def _asked(model: Any, getter: str) -> Any:
+def asked(model: Any, getter: str) -> Any:
     """``model.getter()``, or None where the class does not say (no such method, one that
     raises for this class: transformers' defaults raise NotImplementedError or ValueError)."""
     method = getattr(model, getter, None)

@@ -26,6 +26,7 @@ from ..stateless import tensor_seeds
 from .arch import Arch, derive, derive_twin
 from .formats import FORMATS, Format, meta_tensor, quantize
 from .hf_model import (
+    asked,
     built_dtype,
     fp32_rule,
     memory_blocks,
@@ -147,11 +148,7 @@ def _renamed_heads(
     checkpoint keeps the class's own name, the name rule alone decides (a BERT-style
     ``cls.predictions.decoder``, behind a transform of its own, stays a linear). ``modules``:
     the model's, by name."""
-    get = getattr(model, "get_output_embeddings", None)
-    try:
-        head = get() if callable(get) else None
-    except (AttributeError, NotImplementedError):  # a class that keeps none
-        head = None
+    head = asked(model, "get_output_embeddings")  # None: a class that keeps none
     weight = getattr(head, "weight", None)
     if not isinstance(weight, torch.Tensor):
         return set()
