@@ -30,10 +30,12 @@ class OpenTable {
  public:
   using Slot = typename Traits::Slot;
   using Key = typename Traits::Key;
-  static_assert(std::is_trivially_copyable_v<Slot>, "slots are copied when the table grows");
+  // Slots are copied when the table grows, and freed without a destructor.
+  static_assert(std::is_trivially_copyable_v<Slot>);
 
   // Room for `keys` keys without growing; false where memory is short (the table is unchanged).
   bool reserve(size_t keys) noexcept {
+    if (keys > (SIZE_MAX >> 2)) return false;  // 2 * keys slots: more than memory holds
     int bits = kMinBits;
     while ((size_t{1} << bits) < 2 * keys) ++bits;
     return bits <= bits_ || rehash(bits);
@@ -70,11 +72,11 @@ class OpenTable {
   }
 
   size_t size() const noexcept { return used_; }
+  size_t capacity() const noexcept { return slots_ == nullptr ? 0 : size_t{1} << bits_; }
 
  private:
   static constexpr int kMinBits = 4;
 
-  size_t capacity() const noexcept { return slots_ == nullptr ? 0 : size_t{1} << bits_; }
   size_t start(const Key& key) const noexcept {
     return static_cast<size_t>((Traits::word(key) * 0x9E3779B97F4A7C15ull) >> (64 - bits_));
   }
@@ -84,11 +86,15 @@ class OpenTable {
     while (!Traits::vacant(slots_[at])) at = next(at);
     return at;
   }
-  // Every key moved into a table of 2^bits free slots.
+  // Every key moved into a table of 2^bits vacant slots. The slots' memory comes from the
+  // non-throwing operator new (an array new-expression throws for a length beyond its limit).
   bool rehash(int bits) noexcept {
-    std::unique_ptr<Slot[]> made(new (std::nothrow) Slot[size_t{1} << bits]());
+    if ((PTRDIFF_MAX >> bits) < static_cast<ptrdiff_t>(sizeof(Slot))) return false;  // too long
+    const size_t n = size_t{1} << bits;
+    Slots made(static_cast<Slot*>(::operator new(n * sizeof(Slot), std::nothrow)));
     if (made == nullptr) return false;
-    std::unique_ptr<Slot[]> old = std::exchange(slots_, std::move(made));
+    std::uninitialized_value_construct_n(made.get(), n);
+    Slots old = std::exchange(slots_, std::move(made));
     const size_t old_capacity = old == nullptr ? 0 : size_t{1} << bits_;
     bits_ = bits;
     for (size_t i = 0; i < old_capacity; ++i) {
@@ -97,7 +103,12 @@ class OpenTable {
     return true;
   }
 
-  std::unique_ptr<Slot[]> slots_;
+  struct Free {
+    void operator()(Slot* p) const noexcept { ::operator delete(p); }
+  };
+  using Slots = std::unique_ptr<Slot[], Free>;
+
+  Slots slots_;
   int bits_ = 0;
   size_t used_ = 0;
 };
