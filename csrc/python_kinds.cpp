@@ -33,7 +33,9 @@ struct SeenKeys {
   static bool vacant(const Slot& s) { return s.number == nullptr; }
   static uint64_t word(const Key& k) {
     uint64_t h = reinterpret_cast<uintptr_t>(k.local);
-    for (PyObject* p : {k.kind, k.facts}) h = (h ^ reinterpret_cast<uintptr_t>(p)) * 0x9E3779B97F4A7C15ull;
+    for (PyObject* p : {k.kind, k.facts}) {
+      h = (h ^ reinterpret_cast<uintptr_t>(p)) * 0x9E3779B97F4A7C15ull;
+    }
     return h ^ reinterpret_cast<uintptr_t>(k.value);
   }
 };

@@ -130,9 +130,10 @@ class DistinctStorages {
     const auto base = reinterpret_cast<uint64_t>(t.storage().data());
     const uint64_t word = base ^ device << 48;
     if (word == 0) return std::exchange(zero_, true) == false;  // 0 marks a vacant slot
+    // Never grows: room for n reserved.
     const auto [slot, added] = words_.insert(word);
     TORCH_CHECK_WITH(OutOfMemoryError, slot != nullptr,
-                     "fp8_dummy: tensor_kinds: no memory for the storages");  // not reached: reserved
+                     "fp8_dummy: tensor_kinds: no memory for the storages");
     return added;
   }
 
@@ -320,9 +321,10 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
       continue;
     }
     const auto next = static_cast<int64_t>(storage_ids.size());
+    // Never grows: room for n reserved.
     const auto [slot, added] = storage_ids.insert({storage_key(t), next});
     TORCH_CHECK_WITH(OutOfMemoryError, slot != nullptr,
-                     "fp8_dummy: fill_order: no memory for the storages");  // not reached: reserved
+                     "fp8_dummy: fill_order: no memory for the storages");
     if (added) count.push_back(0);
     storage[i] = slot->id;
     ++count[static_cast<size_t>(slot->id)];

@@ -6,12 +6,12 @@
 // One array of slots, a power of two long (at least 16), probed linearly from the top bits of
 // the key's word times the golden ratio (Fibonacci hashing: the top bits depend on every bit of
 // the word, and the low bits of aligned pointers are alike). It is kept at most half full, so a
-// probe always meets a free slot and ends; it doubles when a new key would fill more than half.
+// probe always meets a vacant slot and ends; it doubles when a new key would fill more than half.
 // Nothing is ever removed: no tombstones. Torch-free and exception-free (includable from .cu):
 // where memory is short, `reserve` and `insert` say so and leave the table as it was, and each
 // user decides what that means (an error, or the slower path it has).
 //
-// Traits: `Slot` (trivially copyable; `Slot{}` is free), `Key` (with ==), and
+// Traits: `Slot` (trivially copyable; `Slot{}` is vacant), `Key` (with ==), and
 //   static Key key(const Slot&);      the key a slot holds
 //   static bool vacant(const Slot&);  whether a slot holds no key
 //   static uint64_t word(const Key&); the key in one word (the table multiplies it)
@@ -80,7 +80,7 @@ class OpenTable {
   size_t start(const Key& key) const noexcept {
     return static_cast<size_t>((Traits::word(key) * 0x9E3779B97F4A7C15ull) >> (64 - bits_));
   }
-  size_t next(size_t at) const noexcept { return (at + 1) & (capacity() - 1); }
+  size_t next(size_t at) const noexcept { return (at + 1) & ((size_t{1} << bits_) - 1); }
   size_t free_slot(const Key& key) const noexcept {
     size_t at = start(key);
     while (!Traits::vacant(slots_[at])) at = next(at);
