@@ -7,6 +7,9 @@ against the rule in plain Python."""
 from __future__ import annotations
 
 import random
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from ext import test_ops
 from fp8_dummy import tensors as walks
 from fp8_dummy.engines import core
 
+ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = 0x9E3779B97F4A7C15
 INVERSE = pow(GOLDEN, -1, 2**64)  # a key k with k * GOLDEN = j (mod 2^64): INVERSE * j
 
@@ -69,6 +73,49 @@ def test_a_reserve_beyond_memory_says_so_and_the_table_still_works():
     # have; 2^62 keys: twice as many slots, more than a size_t counts
     for reserve in (2**57, 2**62 - 1, 2**62):
         assert test_ops.open_table(keys, reserve) == table_rule(keys, reserve, False)
+
+
+PROGRAM = r"""
+#include <cstdio>
+#include "common/open_table.h"
+struct Numbered {
+  struct Slot {
+    uint64_t word = 0;
+    long long number = -1;
+  };
+  using Key = uint64_t;
+  static Key key(const Slot& s) { return s.word; }
+  static bool vacant(const Slot& s) { return s.number < 0; }
+  static uint64_t word(const Key& k) { return k; }
+};
+int main() {
+  fp8_dummy::OpenTable<Numbered> table;
+  std::printf("%d", table.reserve(%RESERVE%) ? 1 : 0);
+  const unsigned long long keys[] = {%KEYS%};
+  for (const unsigned long long k : keys) {
+    const auto [slot, added] = table.insert({k, static_cast<long long>(table.size())});
+    std::printf(" %lld %d %zu", slot->number, added ? 1 : 0, table.capacity());
+  }
+  for (const unsigned long long k : keys) std::printf(" %lld", table.find(k)->number);
+  std::printf("\n");
+}
+"""
+
+
+@pytest.mark.slow  # compiles a program with g++
+def test_the_table_compiles_and_works_without_torch(tmp_path):
+    """The header is torch-free (the CUDA sources may include it): g++ alone, -Werror."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    keys = [k % 2**64 for k in colliding_keys(random.Random(5), 30)]
+    src, exe = tmp_path / "table.cpp", tmp_path / "table"
+    text = PROGRAM.replace("%RESERVE%", "3").replace("%KEYS%", ", ".join(f"{k}ull" for k in keys))
+    src.write_text(text)
+    flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
+    subprocess.run([cxx, *flags, f"-I{ROOT / 'csrc'}", str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    assert [int(x) for x in out.split()] == table_rule(keys, 3, True)
 
 
 # ---- the kinds' keys seen ------------------------------------------------------------------
