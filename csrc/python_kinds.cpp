@@ -4,8 +4,9 @@
 // per tensor.
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <cstdint>
-#include <vector>
+#include <initializer_list>
 
+#include "common/open_table.h"
 #include "python_api.h"
 #include "python_functions.h"
 
@@ -16,54 +17,27 @@ namespace {
 // fact kind, attribute): the same objects are the same dict key (a dict compares by identity
 // first), so the tuple and the dict's hashing are made once per distinct set of objects, not
 // once per tensor. A miss goes to the dict, which decides equality as the Python loop does.
-class SeenKeys {
- public:
-  struct Key {
-    PyObject *local, *kind, *facts, *value;
-    bool operator==(const Key& o) const {
-      return local == o.local && kind == o.kind && facts == o.facts && value == o.value;
-    }
-  };
-  // The number (borrowed from the dict, which holds it for the call), or nullptr.
-  PyObject* find(const Key& key) const {
-    for (size_t at = slot(key);; at = (at + 1) & (slots_.size() - 1)) {
-      const Slot& s = slots_[at];
-      if (s.number == nullptr) return nullptr;
-      if (s.key == key) return s.number;
-    }
+struct SeenKey {
+  PyObject *local, *kind, *facts, *value;
+  bool operator==(const SeenKey& o) const {
+    return local == o.local && kind == o.kind && facts == o.facts && value == o.value;
   }
-  void add(const Key& key, PyObject* number) {
-    if (2 * (used_ + 1) > slots_.size()) grow();
-    place(key, number);
-    ++used_;
-  }
-
- private:
+};
+struct SeenKeys {
   struct Slot {
-    Key key{};
-    PyObject* number = nullptr;
+    SeenKey key{};
+    PyObject* number = nullptr;  // borrowed from the dict, which holds it for the call
   };
-  size_t slot(const Key& key) const {
-    uint64_t h = reinterpret_cast<uintptr_t>(key.local);
-    for (PyObject* p : {key.kind, key.facts, key.value}) {
+  using Key = SeenKey;
+  static Key key(const Slot& s) { return s.key; }
+  static bool vacant(const Slot& s) { return s.number == nullptr; }
+  static uint64_t word(const Key& k) {
+    uint64_t h = reinterpret_cast<uintptr_t>(k.local);
+    for (PyObject* p : {k.kind, k.facts}) {
       h = (h ^ reinterpret_cast<uintptr_t>(p)) * 0x9E3779B97F4A7C15ull;
     }
-    return static_cast<size_t>(h >> 32) & (slots_.size() - 1);
+    return h ^ reinterpret_cast<uintptr_t>(k.value);
   }
-  void place(const Key& key, PyObject* number) {
-    size_t at = slot(key);
-    while (slots_[at].number != nullptr) at = (at + 1) & (slots_.size() - 1);
-    slots_[at] = {key, number};
-  }
-  void grow() {
-    std::vector<Slot> old(slots_.size() * 2);
-    old.swap(slots_);
-    for (const Slot& s : old) {
-      if (s.number != nullptr) place(s.key, s.number);
-    }
-  }
-  std::vector<Slot> slots_ = std::vector<Slot>(64);
-  size_t used_ = 0;
 };
 
 // getattr(t, attr, None): a new reference, or nullptr on an error other than AttributeError.
@@ -103,7 +77,8 @@ PyObject* kinds(PyObject* /*module*/, PyObject* args) {
   Ref index(py, py.dict_new()), kind_of(py, py.list_new(0)), firsts(py, py.list_new(0));
   Ref attrs(py, reads ? py.list_new(0) : strong(py, py.none).release());
   if (!index.get() || !kind_of.get() || !firsts.get() || !attrs.get()) return nullptr;
-  SeenKeys seen;
+  OpenTable<SeenKeys> seen;
+  seen.reserve(32);  // where memory is short, no key is kept: each asks the dict
   Py_ssize_t i = 0;
   bool module_key = false;  // the shape's next item is a module's key
   for (Py_ssize_t at = 0; at < count && i < n; ++at) {
@@ -131,9 +106,9 @@ PyObject* kinds(PyObject* /*module*/, PyObject* args) {
     const Ref hold_value(py, value);
     if (reads && py.list_append(attrs.get(), value) < 0) return nullptr;
     // The attribute is held by `attrs` for the call, the other items by the argument lists.
-    const SeenKeys::Key seen_key{local, kind, facts, value};
-    if (PyObject* number = seen.find(seen_key)) {
-      if (py.list_append(kind_of.get(), number) < 0) return nullptr;
+    const SeenKey seen_key{local, kind, facts, value};
+    if (const SeenKeys::Slot* met = seen.find(seen_key)) {
+      if (py.list_append(kind_of.get(), met->number) < 0) return nullptr;
       ++i;
       continue;
     }
@@ -153,7 +128,7 @@ PyObject* kinds(PyObject* /*module*/, PyObject* args) {
     } else if (py.list_append(kind_of.get(), number) < 0) {
       return nullptr;
     }
-    seen.add(seen_key, number);  // the dict holds it for the call
+    seen.insert({seen_key, number});  // where memory is short, not kept: the dict is asked again
     ++i;
   }
   if (i != n) {

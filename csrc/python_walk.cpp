@@ -4,10 +4,10 @@
 // the same two lists of the same objects. What it does not read as that loop does (a
 // container that is not an exact dict, a dictionary missing) it leaves to the Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
-#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "common/open_table.h"
 #include "python_api.h"
 #include "python_functions.h"
 
@@ -37,41 +37,6 @@ const Names* names(const Api& py) {
       n.dict && n.parameters && n.buffers && n.modules && n.non_persistent && n.named_modules;
   return made ? &n : nullptr;
 }
-
-// The modules met, by identity: a set of pointers, which is Python's set for modules whose class
-// keeps object's hash and equality (a module is then equal to itself alone).
-class MetModules {
- public:
-  // False where `m` was met before; else it is now.
-  bool add(PyObject* m) {
-    if (2 * (used_ + 1) > slots_.size()) grow();
-    if (!place(m)) return false;
-    ++used_;
-    return true;
-  }
-
- private:
-  bool place(PyObject* m) {
-    const size_t mask = slots_.size() - 1;
-    const auto h = reinterpret_cast<uintptr_t>(m) * 0x9E3779B97F4A7C15ull;
-    for (size_t at = static_cast<size_t>(h >> 32) & mask;; at = (at + 1) & mask) {
-      if (slots_[at] == nullptr) {
-        slots_[at] = m;
-        return true;
-      }
-      if (slots_[at] == m) return false;
-    }
-  }
-  void grow() {
-    std::vector<PyObject*> old(slots_.size() * 2, nullptr);
-    old.swap(slots_);
-    for (PyObject* m : old) {
-      if (m != nullptr) place(m);
-    }
-  }
-  std::vector<PyObject*> slots_ = std::vector<PyObject*>(1024, nullptr);
-  size_t used_ = 0;
-};
 
 // The module classes one walk has checked (a model holds a few dozen): asked once per class, not
 // per module.
@@ -215,7 +180,11 @@ PyObject* walk_shape(PyObject* /*module*/, PyObject* args) {
   const Walk w{py, *name, own_order, named_modules, shape.get(), tensors.get()};
   std::vector<Pending> stack;
   stack.push_back({-1, strong(py, root_key), strong(py, model)});
-  MetModules seen;  // each held by its parent's dictionary (or the stack) for the walk
+  // The modules met, by identity: Python's set for modules whose class keeps object's hash and
+  // equality (a module is then equal to itself alone). Each is held by its parent's dictionary
+  // (or the stack) for the walk.
+  OpenTable<NonzeroSet<PyObject*>> seen;
+  seen.reserve(512);  // where memory is short, the first insert says so
   CheckedClasses checked;
   Py_ssize_t place = 0;
   while (!stack.empty()) {
@@ -227,7 +196,11 @@ PyObject* walk_shape(PyObject* /*module*/, PyObject* args) {
       step = w.check_class(type);
       if (step == Step::kDone) checked.add(reinterpret_cast<PyObject*>(type));
     }
-    if (step == Step::kDone && !seen.add(next.module.get())) continue;
+    if (step == Step::kDone) {
+      const auto [met, added] = seen.insert(next.module.get());
+      if (met == nullptr) step = Step::kPython;  // no memory for the table: Python's set
+      if (met != nullptr && !added) continue;
+    }
     if (step == Step::kDone)
       step = w.visit(next.parent, next.key.get(), next.module.get(), place, stack);
     switch (step) {

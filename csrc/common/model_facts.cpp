@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/held_tensors.h"
+#include "common/open_table.h"
 #include "common/reference.h"
 
 namespace fp8_dummy {
@@ -98,37 +99,19 @@ struct StorageKey {
   }
 };
 
-// Storages numbered in order of first appearance, in one open-addressed table: a node per
-// tensor (a node-based map's) made the allocator most of the pass's time.
-class StorageIds {
- public:
-  explicit StorageIds(size_t n) {
-    while ((size_t{1} << bits_) < n + n / 2) ++bits_;
-    slots_.resize(size_t{1} << bits_);
-  }
-  // The key's number and whether it is new.
-  std::pair<int64_t, bool> number(const StorageKey& key) {
-    const size_t mask = slots_.size() - 1;
-    // Fibonacci hashing: data pointers are aligned, their low bits alike.
-    uint64_t h = static_cast<uint64_t>(key.base) ^ static_cast<uint64_t>(key.type * 31 + key.index);
-    for (size_t at = (h * 0x9E3779B97F4A7C15ull) >> (64 - bits_);; at = (at + 1) & mask) {
-      Slot& s = slots_[at];
-      if (s.id < 0) {
-        s = {key, next_};
-        return {next_++, true};
-      }
-      if (s.key == key) return {s.id, false};
-    }
-  }
-
- private:
+// Storages numbered in order of first appearance (a node per tensor, a node-based map's, made the
+// allocator most of the pass's time).
+struct StorageIds {
   struct Slot {
     StorageKey key{};
-    int64_t id = -1;
+    int64_t id = -1;  // -1: vacant
   };
-  int bits_ = 4;
-  std::vector<Slot> slots_;
-  int64_t next_ = 0;
+  using Key = StorageKey;
+  static Key key(const Slot& s) { return s.key; }
+  static bool vacant(const Slot& s) { return s.id < 0; }
+  static uint64_t word(const Key& k) {
+    return static_cast<uint64_t>(k.base) ^ static_cast<uint64_t>(k.type * 31 + k.index);
+  }
 };
 
 // Whether storages are each met once, in a table of one word per slot: the data pointer with
@@ -137,8 +120,8 @@ class StorageIds {
 class DistinctStorages {
  public:
   explicit DistinctStorages(size_t n) {
-    while ((size_t{1} << bits_) < 2 * n) ++bits_;
-    slots_.resize(size_t{1} << bits_);
+    TORCH_CHECK_WITH(OutOfMemoryError, words_.reserve(n),
+                     "fp8_dummy: tensor_kinds: no memory for the storages of ", n, " tensors");
   }
   // False where the storage (or one whose word is equal) was met before.
   bool add(const at::Tensor& t) {
@@ -146,20 +129,16 @@ class DistinctStorages {
                         static_cast<uint64_t>(t.device().index() + 1);
     const auto base = reinterpret_cast<uint64_t>(t.storage().data());
     const uint64_t word = base ^ device << 48;
-    if (word == 0) return std::exchange(zero_, true) == false;  // 0 marks a free slot
-    const size_t mask = slots_.size() - 1;
-    for (size_t at = (word * 0x9E3779B97F4A7C15ull) >> (64 - bits_);; at = (at + 1) & mask) {
-      if (slots_[at] == 0) {
-        slots_[at] = word;
-        return true;
-      }
-      if (slots_[at] == word) return false;
-    }
+    if (word == 0) return std::exchange(zero_, true) == false;  // 0 marks a vacant slot
+    // Never grows: room for n reserved.
+    const auto [slot, added] = words_.insert(word);
+    TORCH_CHECK_WITH(OutOfMemoryError, slot != nullptr,
+                     "fp8_dummy: tensor_kinds: no memory for the storages");
+    return added;
   }
 
  private:
-  int bits_ = 4;
-  std::vector<uint64_t> slots_;
+  OpenTable<NonzeroSet<uint64_t>> words_;
   bool zero_ = false;
 };
 
@@ -330,7 +309,9 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
   const size_t n = tensors.size();
   TORCH_CHECK(actions.size() == n && flags.size() == n,
               "fp8_dummy: fill_order needs an action and a flag per tensor");
-  StorageIds storage_ids(n);
+  OpenTable<StorageIds> storage_ids;
+  TORCH_CHECK_WITH(OutOfMemoryError, storage_ids.reserve(n),
+                   "fp8_dummy: fill_order: no memory for the storages of ", n, " tensors");
   std::vector<int64_t> storage(n), view(n, -1), count;
   int64_t own = -1;  // opaque tensors: a storage and a view of their own (negative ids)
   for (size_t i = 0; i < n; ++i) {
@@ -339,10 +320,14 @@ std::vector<int64_t> fill_order_op(at::TensorList tensors, at::IntArrayRef actio
       storage[i] = view[i] = own--;
       continue;
     }
-    const auto [id, added] = storage_ids.number(storage_key(t));
+    const auto next = static_cast<int64_t>(storage_ids.size());
+    // Never grows: room for n reserved.
+    const auto [slot, added] = storage_ids.insert({storage_key(t), next});
+    TORCH_CHECK_WITH(OutOfMemoryError, slot != nullptr,
+                     "fp8_dummy: fill_order: no memory for the storages");
     if (added) count.push_back(0);
-    storage[i] = id;
-    ++count[static_cast<size_t>(id)];
+    storage[i] = slot->id;
+    ++count[static_cast<size_t>(slot->id)];
   }
   // Views are told apart only within a storage that several entries touch (most storages
   // hold one tensor of the model: nothing to number there).

@@ -4,7 +4,8 @@
 // kernels' headers) and linked against the product library, whose functions (argument
 // checks, the proof registry, the reference path) the kernels below call, so an emulated
 // proof lands in the product's fp8_dummy.self_check_report(). Kernels: emulator/,
-// stream_test_ops.cpp, philox_roofline.cu. Schemas may change at any time.
+// stream_test_ops.cpp, open_table_test_ops.cpp, philox_roofline.cu. Schemas may change at
+// any time.
 #include <torch/library.h>
 
 TORCH_LIBRARY(fp8_dummy_test, m) {
@@ -91,6 +92,13 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
   m.def("pick_fp8_mode(Tensor table, ScalarType dtype, Tensor? hw_table=None) -> int[]");
   // Philox4x32-10 of one counter under one key (known-answer tests).
   m.def("philox4x32_10(int[] counter, int[] key) -> int[]");
+
+  // ---- The host path's hash table (open_table_test_ops.cpp, csrc/common/open_table.h).
+  // A table of (word, number) made with room for `reserve` keys, then each key inserted with
+  // the number of keys before it: [whether the reserve found memory (0/1), per key its slot's
+  // number, whether it went in now (0/1) and the table's capacity after it, then per key the
+  // number the finished table finds (-1: none)].
+  m.def("open_table(int[] keys, int reserve) -> int[]");
 
   // ---- CUDA only (philox_roofline.cu), for benchmarks/bench_cuda.py: the Philox work of init_ on
   // `numel` elements with no stores but one folded word per thread into `out` (int32, at
