@@ -29,14 +29,15 @@ EXPERTS = 16
 
 # The parameters of vLLM's MTP layer at index L (its modules' registered names) -> the
 # checkpoint tensors its loader writes into each (stacked or fused ones several)
-LAYER = ["enorm.weight", "hnorm.weight", "e_proj.weight", "h_proj.weight", "hc_head_fn",
-         "hc_head_base", "hc_head_scale", "shared_head.norm.weight", "shared_head.head.weight"]  # fmt: skip
+LAYER = ["enorm.weight", "hnorm.weight", "e_proj.weight", "h_proj.weight", "hc_head_fn"]
+LAYER += ["hc_head_base", "hc_head_scale", "shared_head.norm.weight", "shared_head.head.weight"]
 BLOCK = ["attn.attn_sink", "attn.fused_wqa_wkv.weight", "attn.q_norm.weight", "attn.wq_b.weight",
          "attn.kv_norm.weight", "attn.wo_a.weight", "attn.wo_b.weight", "attn_norm.weight",
          "ffn_norm.weight", "hc_attn_fn", "hc_attn_base", "hc_attn_scale", "hc_ffn_fn",
-         "hc_ffn_base", "hc_ffn_scale", "ffn.gate.weight", "ffn.gate.e_score_correction_bias",
-         "ffn.shared_experts.gate_up_proj.weight", "ffn.shared_experts.down_proj.weight",
-         "ffn.experts.routed_experts.w13_weight", "ffn.experts.routed_experts.w2_weight"]  # fmt: skip
+         "hc_ffn_base", "hc_ffn_scale", "ffn.gate.weight"]  # fmt: skip
+BLOCK += ["ffn.gate.e_score_correction_bias"]
+BLOCK += ["ffn.shared_experts.gate_up_proj.weight", "ffn.shared_experts.down_proj.weight"]
+BLOCK += ["ffn.experts.routed_experts.w13_weight", "ffn.experts.routed_experts.w2_weight"]
 
 
 def vllm_parameters(main: int, n: int) -> list[str]:

@@ -26,8 +26,8 @@ from safetensors.torch import save_file
 from .speculative_forward import accepted, greedy_sequences
 
 # The MTP layer's own tensors (the rest under its prefix is its block)
-OWN = ("enorm.weight", "hnorm.weight", "e_proj.weight", "h_proj.weight", "norm.weight",
-       "head.weight", "emb.tok_emb.weight", "hc_head_fn", "hc_head_base", "hc_head_scale")  # fmt: skip
+OWN = ("enorm.weight", "hnorm.weight", "e_proj.weight", "h_proj.weight", "norm.weight")
+OWN += ("head.weight", "emb.tok_emb.weight", "hc_head_fn", "hc_head_base", "hc_head_scale")
 
 
 def files(out: Path) -> dict[str, torch.Tensor]:

@@ -19,8 +19,8 @@ the token the draft sees (:attr:`.stream.Stream.view`), and each MTP layer's inp
 (``eh_proj``, ``fc``, ``input_proj``) copies S2 of the normalized embedding (the input's first
 half, or its second where the hidden state comes first) into S of its output (DeepSeek-V4's
 ``e_proj`` of the embedding alone; its ``h_proj``, of each hidden stream, writes no S), which
-its block does not write either; its head (the same lm_head) then proposes the view's successor. A draft
-model's own embedding holds the view's code in its S directly."""
+its block does not write either; its head (the same lm_head) then proposes the view's
+successor. A draft model's own embedding holds the view's code in its S directly."""
 
 from __future__ import annotations
 

@@ -134,7 +134,10 @@ ARCHS = {
     # DeepSeek-V4: vLLM builds the MTP block's attention without a compressor (sliding) and
     # its MoE with the learned router (no hash routing)
     "deepseek_v4": MtpArch(
-        "deepseek_v4", ("num_nextn_predict_layers",), attention="sliding_attention", moe="moe",
+        "deepseek_v4",
+        ("num_nextn_predict_layers",),
+        attention="sliding_attention",
+        moe="moe",
         heads=("hc_head_fn", "hc_head_base", "hc_head_scale"),
     ),
 }
