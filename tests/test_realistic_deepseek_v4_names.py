@@ -43,7 +43,9 @@ def test_deepseek_v4_export_names_are_the_checkpoints(hidden, layers, hc, tmp_pa
     files = _files(out)
     assert HEAD <= set(files), sorted(HEAD - set(files))
     assert not [n for n in files if n.startswith("model.")]
-    assert all(n.startswith("layers.") for n in set(files) - HEAD), sorted(set(files) - HEAD)
+    # the main layers, and the MTP layer (the config's one), which transformers' class drops
+    assert all(n.startswith(("layers.", "mtp.0.")) for n in set(files) - HEAD)
+    assert "mtp.0.e_proj.weight" in files and "mtp.0.attn.kv_norm.weight" in files
     # attention's own kv_norm keeps its name; the compressors' norm is ``norm`` in the checkpoint
     assert {f"layers.{i}.attn.kv_norm.weight" for i in range(layers)} <= set(files)
     assert not [n for n in files if n.endswith(".attn.norm.weight")]

@@ -241,7 +241,7 @@ def logical_model(
         profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed, lookup=lookup
     )
     if part is not None and any(r.realize == "residual" for r in routers):
-        _extend(overrides, carrier_rows(part.projections, routers[0].hidden))
+        _extend(overrides, carrier_rows(part.projections, routers[0].hidden, shapes))
     facts = None
     if accept is not None:
         replaced, more, facts = plan_acceptance(
@@ -300,7 +300,7 @@ def _merged(arch: Arch, more: Arch) -> Arch:
 def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> None:
     """The MTP layers' norms (the final norm's value) and input projections (linear, never
     quantized: listed with the modules a quantized checkpoint leaves alone)."""
-    final = next((s for n, s in specs.items() if n.endswith("model.norm.weight")), None)
+    final = next((s for n, s in specs.items() if _final_norm(n)), None)
     for module, name, t, shape in part.own:
         if name in part.norms:
             specs[name] = final or Spec("norm", "const", 1.0)
@@ -309,6 +309,12 @@ def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> None:
             if fmt is not None and fmt.quant is not None:
                 skipped.append(name[: -len(".weight")])
         entries.append((module, name, t, shape))
+
+
+def _final_norm(name: str) -> bool:
+    """The model's final norm: ``model.norm``, or ``norm`` where the checkpoint's names go
+    without the base model's prefix (DeepSeek-V4's)."""
+    return name.endswith("model.norm.weight") or name == "norm.weight"
 
 
 def _add_copies(part, tensors: dict, lookup: Collection[str]) -> None:

@@ -29,8 +29,9 @@ EMBEDDING = {"embed_tokens", "wte", "wpe", "word_embeddings", "tok_embeddings", 
 ROUTER = {"gate", "router"}
 SINK = {"sinks"}  # GPT-OSS's per-head attention sink logits
 _SCALE = re.compile(r"(?:^|_)scale(?:_inv|_2)?$")
-# A decoder layer's tensors: ``model.layers.<i>.``, GPT-2's ``h.<i>.``, ``blocks.<i>.``
-LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+# A decoder layer's tensors: ``model.layers.<i>.``, GPT-2's ``h.<i>.``, ``blocks.<i>.``, and
+# DeepSeek-V4's MTP layers ``mtp.<i>.`` (their block a decoder layer's: quantized, routed alike)
+LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|mtp)\.(\d+)\.")
 
 
 class Spec(NamedTuple):

@@ -57,7 +57,7 @@ __all__ += ["mtp_prefixes", "parse_acceptance", "plan_acceptance", "predict", "s
 def plan_acceptance(
     acceptance: Acceptance, seed: int, config: Any, specs: Mapping[str, Spec],
     shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, torch.dtype],
-    keys: Mapping[str, int], *, projections: Mapping[str, int] | None = None,
+    keys: Mapping[str, int], *, projections: Mapping[str, int | None] | None = None,
     tokenizer: Any = None, transposed: Collection[str] = (), lookup: Collection[str] = (),
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:  # fmt: skip
     """The spec replacements, overrides and facts that write the designed stream of

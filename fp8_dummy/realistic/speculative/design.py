@@ -17,9 +17,10 @@ is the successor whatever ρ is, and the entropy at temperature 1 is set by ``sc
 The draft's view: for the MTP layers, the embedding's next ``d`` columns (S2) hold the code of
 the token the draft sees (:attr:`.stream.Stream.view`), and each MTP layer's input projection
 (``eh_proj``, ``fc``, ``input_proj``) copies S2 of the normalized embedding (the input's first
-half, or its second where the hidden state comes first) into S of its output, which its block
-does not write either; its head (the same lm_head) then proposes the view's successor. A draft
-model's own embedding holds the view's code in its S directly."""
+half, or its second where the hidden state comes first) into S of its output (DeepSeek-V4's
+``e_proj`` of the embedding alone; its ``h_proj``, of each hidden stream, writes no S), which
+its block does not write either; its head (the same lm_head) then proposes the view's
+successor. A draft model's own embedding holds the view's code in its S directly."""
 
 from __future__ import annotations
 
@@ -206,7 +207,7 @@ def plan_design(
     hidden: int,
     *,
     draft: bool = False,
-    projections: Mapping[str, int] | None = None,
+    projections: Mapping[str, int | None] | None = None,
     multiplier: float = 1.0,
     transposed: Collection[str] = (),
     lookup: Collection[str] = (),
@@ -214,7 +215,9 @@ def plan_design(
     """(spec replacements, overrides, facts) that write ``stream`` into the logical tensors;
     ``draft``: a draft model (its embedding holds the view's code); ``projections``: the MTP
     layers' input projections [hidden, 2·hidden], each with the column its input's (normalized)
-    embedding half starts at (0, or hidden where the hidden state comes first); ``multiplier``:
+    embedding half starts at (0, or hidden where the hidden state comes first), or DeepSeek-V4's
+    two [hidden, hidden]: ``e_proj`` of the embedding (0), ``h_proj`` of the hidden state alone
+    (None: its S rows 0, so that S of their sum is the embedding's S2); ``multiplier``:
     what the model multiplies the lm_head's product by (:func:`logit_multiplier`);
     ``transposed``: the names of the weights stored (in, out); ``lookup``: the vocabulary's
     tables as the model's class names them (:func:`..rules.added_tables`)."""
@@ -256,10 +259,14 @@ def plan_design(
     for name in added_tables(specs, shapes, v, hidden, lookup):
         overrides.setdefault(name, []).extend([(1, lay.s, 0.0), (1, lay.s2, 0.0)])
     for name, start in (projections or {}).items():
-        if tuple(shapes[name]) != (hidden, 2 * hidden):
+        width = _input_width(shapes[name], hidden)
+        if width is None:
+            continue
+        if start is None:  # of the hidden state alone (DeepSeek-V4's h_proj): nothing in S
+            overrides.setdefault(name, []).append((0, lay.s, 0.0))
             continue
         for i, row in enumerate(lay.s):
-            unit = np.zeros(2 * hidden, dtype=np.float32)
+            unit = np.zeros(width, dtype=np.float32)
             unit[start + lay.s2[i]] = 1.0  # S of the output: S2 of the normalized embedding
             overrides.setdefault(name, []).append((0, row, unit))
     replaced = {head: Spec("lm_head", "const", 0.0)}
@@ -280,14 +287,31 @@ def vocab_hidden(config: Any, specs: Mapping[str, Spec], shapes) -> tuple[int, i
     raise DesignError("fp8_dummy: acceptance: the model has no embedding")
 
 
-def carrier_rows(projections: Mapping[str, int], hidden: int) -> dict[str, list]:
+def _input_width(shape: Sequence[int], hidden: int) -> int | None:
+    """The input width of an MTP input projection [hidden, 2·hidden] or [hidden, hidden]."""
+    if len(shape) == 2 and shape[0] == hidden and shape[1] in (hidden, 2 * hidden):
+        return int(shape[1])
+    return None
+
+
+def carrier_rows(
+    projections: Mapping[str, int | None], hidden: int, shapes: Mapping[str, Sequence[int]]
+) -> dict[str, list]:
     """The routing's carrier (the residual's last dimension, a constant) through the MTP
-    layers' input projections (name -> the column their embedding half starts at): output j
-    is input j of the normalized embedding, and no other output reads either half's column j."""
+    layers' input projections (name -> the column their embedding part starts at; None: one
+    of the hidden state alone, whose output j is 0, added to the embedding's): output j is
+    input j of the normalized embedding, and no other output reads column j of either part."""
     j = hidden - 1
     rows = {}
     for name, start in projections.items():
-        unit = np.zeros(2 * hidden, dtype=np.float32)
+        width = _input_width(shapes[name], hidden)
+        if width is None:
+            continue
+        rows[name] = [(1, c, 0.0) for c in range(j, width, hidden)]
+        if start is None:
+            rows[name].append((0, j, 0.0))
+            continue
+        unit = np.zeros(width, dtype=np.float32)
         unit[start + j] = 1.0
-        rows[name] = [(1, j, 0.0), (1, hidden + j, 0.0), (0, j, unit)]
+        rows[name].append((0, j, unit))
     return rows

@@ -25,6 +25,7 @@ from .mtp_layouts import (
     block_name,
     mtp_layers,
     own_names,
+    split_projections,
     text_config,
     where,
 )
@@ -40,8 +41,9 @@ class MtpPart:
     block: list  # the decoder blocks' tensors (quantized as a decoder layer's)
     own: list  # the MTP layers' norms and input projections (never quantized)
     copies: dict[str, str] = field(default_factory=dict)  # name -> "embedding" | "lm_head"
-    # the [H, 2H] input projections -> where their input's embedding half starts (0 or H)
-    projections: dict[str, int] = field(default_factory=dict)
+    # the input projections [H, 2H] (or DeepSeek-V4's two [H, H]) -> where the normalized
+    # embedding starts in their input (0 or H; None: a projection of the hidden state alone)
+    projections: dict[str, int | None] = field(default_factory=dict)
     norms: list[str] = field(default_factory=list)  # the MTP layers' own norms
     # the block's modules the engines build unquantized whatever the format (full names)
     plain: tuple[str, ...] = ()
@@ -65,7 +67,7 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
         types = getattr(text, "mtp_layer_types", None) or [arch.attention] * n
         cfg.layer_types = list(types)[:n]
     if getattr(cfg, "mlp_layer_types", None) is not None:  # DeepSeek-V3.2, GLM-5: by name
-        cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or ["sparse"] * n)
+        cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or [arch.moe] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
     if arch.dense:  # ERNIE's by index, EXAONE's and MiMo's by name
@@ -95,8 +97,11 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
         rest = block_name(arch, name[m.end() :]) if m is not None else None
         if rest is not None:
             rename[name] = where(arch, text, int(m.group(1)))[1] + rest
+    # the model's own tensors each MTP layer has a copy of (made as the model's: their role)
+    pairs = list(rename.items())
+    pairs += [(name, where(arch, text, i)[0] + name) for i in range(n) for name in arch.heads]
     block = []
-    for name, new in rename.items():
+    for name, new in pairs:
         b = blocks[name]
         t_dtype = own[b.source].dtype
         if t_dtype.is_floating_point:
@@ -118,6 +123,10 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             wide = torch.empty(h, 2 * h, dtype=dtype, device="meta")
             part.own.append((torch.nn.Module(), proj, wide, (h, 2 * h)))
             part.projections[proj] = h if hidden_first else 0
+        for name, start in split_projections(style, where(arch, text, i)[0]).items():
+            square = torch.empty(h, h, dtype=dtype, device="meta")
+            part.own.append((torch.nn.Module(), name, square, (h, h)))
+            part.projections[name] = start
     return part
 
 

@@ -45,7 +45,16 @@ one layout per family of checkpoints (the tensors themselves are made by :mod:`.
   a block of parts of the class's decoder layer (its first MLA attention ``self_attn.*``, its
   first dense MLP as ``transformer_layer.mlp.*``, their two norms; not its second attention,
   MLP or MoE), ``enorm.m``, ``hnorm.m``, ``eh_proj`` [H, 2H] (the normalized embedding
-  first), ``model.mtp.norm``, ``model.mtp.embed_tokens`` (a copy of the embedding)."""
+  first), ``model.mtp.norm``, ``model.mtp.embed_tokens`` (a copy of the embedding);
+- ``deepseek_v4``: DeepSeek-V4 (``num_nextn_predict_layers`` = n; vLLM's ``DeepSeekV4MTP``,
+  SGLang's ``DeepseekV4ForCausalLMNextN``): ``mtp.{i}.`` the block under the main layers'
+  names (a hyper-connected decoder layer: sliding attention, a routed MoE), ``enorm``,
+  ``hnorm``, ``norm`` (the head's), two input projections [H, H], ``e_proj`` of the normalized
+  embedding and ``h_proj`` of each normalized stream of the target's (its sum with ``e_proj``'s
+  output is every stream of the block's input), the head's stream collapse ``hc_head_fn``,
+  ``hc_head_base``, ``hc_head_scale`` (the model's own, renamed), and ``head``,
+  ``emb.tok_emb`` (copies of the lm_head and the embedding, as DeepSeek-V4-Flash-Base holds
+  them)."""
 
 from __future__ import annotations
 
@@ -53,7 +62,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ALL_COUNTS", "ARCHS", "MtpArch", "arch_of", "block_name", "mtp_layers", "mtp_prefixes"]
-__all__ += ["own_names", "text_config", "where"]
+__all__ += ["own_names", "split_projections", "text_config", "where"]
 
 _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 
@@ -62,7 +71,7 @@ _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 class MtpArch:
     """Where one architecture's checkpoint keeps its MTP layers and how its config counts them."""
 
-    layout: str  # deepseek | bailing | qwen | inkling | nemotron | ernie | mimo (the docstring)
+    layout: str  # deepseek | bailing | qwen | inkling | ... | deepseek_v4 (the docstring)
     counts: tuple[str, ...] = _COUNTS  # the keys that count them: the first one set
     default: int = 0  # the count where the config names none (vLLM's reading)
     dense: bool = False  # a dense block whatever the main layers are (vLLM's class builds one)
@@ -79,6 +88,10 @@ class MtpArch:
     # checkpoint's); with ``only``, the block is these parts of the class's decoder layer alone
     parts: tuple[tuple[str, str], ...] = ()
     only: bool = False
+    moe: str = "sparse"  # the config's name of a MoE layer in ``mlp_layer_types``
+    # the model's own tensors (outside its decoder layers) each MTP layer has a renamed copy of
+    # under its prefix: made as the model's are (DeepSeek-V4's head's stream collapse)
+    heads: tuple[str, ...] = ()
 
 
 _QWEN = MtpArch("qwen", default=1)
@@ -118,6 +131,15 @@ ARCHS = {
     "longcat_flash": MtpArch(
         "longcat", default=1, most=1, layers="num_layers", parts=_LONGCAT, only=True
     ),
+    # DeepSeek-V4: vLLM builds the MTP block's attention without a compressor (sliding) and
+    # its MoE with the learned router (no hash routing)
+    "deepseek_v4": MtpArch(
+        "deepseek_v4",
+        ("num_nextn_predict_layers",),
+        attention="sliding_attention",
+        moe="moe",
+        heads=("hc_head_fn", "hc_head_base", "hc_head_scale"),
+    ),
 }
 ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
 
@@ -156,7 +178,7 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 # The layouts that keep their MTP tensors apart from the decoder layers (the others: after
 # them, as more layers): the prefix of every MTP tensor's name
 _APART = {"qwen": "mtp.", "nemotron": "mtp.", "ernie": "model.mtp_", "inkling": "model.mtp.",
-          "mimo": "model.mtp.", "longcat": "model.mtp."}  # fmt: skip
+          "mimo": "model.mtp.", "longcat": "model.mtp.", "deepseek_v4": "mtp."}  # fmt: skip
 
 
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
@@ -174,6 +196,9 @@ def own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | N
         copies = {p + "shared_head.head.weight": "lm_head", p + "embed_tokens.weight": "embedding"}
         norms = [p + "enorm.weight", p + "hnorm.weight", p + "shared_head.norm.weight"]
         return norms, p + "eh_proj.weight", copies
+    if style == "deepseek_v4":  # two input projections: :func:`split_projections`
+        copies = {p + "head.weight": "lm_head", p + "emb.tok_emb.weight": "embedding"}
+        return [p + "enorm.weight", p + "hnorm.weight", p + "norm.weight"], None, copies
     if style in ("bailing", "mimo"):
         norms = [p + n for n in ("enorm.weight", "hnorm.weight", "final_layernorm.weight")]
         return norms, p + "eh_proj.weight", {}
@@ -199,9 +224,20 @@ def own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | N
     return norms + ["mtp.norm.weight"], "mtp.fc.weight", {}
 
 
+def split_projections(style: str, p: str) -> dict[str, int | None]:
+    """The input projections [H, H] of an MTP layer under ``p`` that keeps them apart (none for
+    the others: one [H, 2H] of both, :func:`own_names`), each with where the normalized
+    embedding starts in its input (0) or None for one that reads the hidden state alone."""
+    if style == "deepseek_v4":
+        return {p + "e_proj.weight": 0, p + "h_proj.weight": None}
+    return {}
+
+
 def where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
     """(MTP layer i's prefix, its decoder block's prefix) in the checkpoint of ``text``."""
     style = arch.layout
+    if style == "deepseek_v4":
+        return f"mtp.{i}.", f"mtp.{i}."
     if style in ("deepseek", "bailing"):
         p = f"{arch.main}{text.num_hidden_layers + i}."
         return p, p
