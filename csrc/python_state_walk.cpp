@@ -158,14 +158,21 @@ struct Walk {
     return Step::kDone;
   }
 
-  // put(k); add(t, or its detach()) where t is not None (and, with `skip`, k not in skip).
-  // `from`: the dictionary read, whose size a detach() that changes it is told by.
-  Step put_tensor(PyObject* k, PyObject* t, PyObject* skip, PyObject* from) {
+  // put(k); add(t, or its detach()) where t is not None. `from`: the dictionary read, whose
+  // size a detach() that changes it is told by; for a buffer (`params`: its module's
+  // parameters), also where k is not in skip, and the model declined where a parameter is
+  // under the same name.
+  Step put_tensor(PyObject* k, PyObject* t, PyObject* from, PyObject* skip = nullptr,
+                  PyObject* params = nullptr) {
     if (t == py.none) return Step::kDone;
     if (skip != nullptr) {
       const int in = py.contains(skip, k);
       if (in < 0) return Step::kError;
       if (in == 1) return Step::kDone;
+    }
+    if (params != nullptr) {  // state_dict() keeps one entry, the buffer in the parameter's place
+      PyObject* param = py.dict_get(params, k);
+      if (param != nullptr && param != py.none) return Step::kNone;
     }
     Take take = Take::kItself;
     if (const Step s = take_of(t, take); s != Step::kDone) return s;
@@ -230,12 +237,12 @@ struct Walk {
     std::vector<std::pair<Ref, Ref>> pairs;
     items(params, pairs);
     for (const auto& [k, t] : pairs) {
-      if (const Step s = put_tensor(k.get(), t.get(), nullptr, params); s != Step::kDone) return s;
+      if (const Step s = put_tensor(k.get(), t.get(), params); s != Step::kDone) return s;
     }
     if (py.dict_size(buffers) > 0) {
       items(buffers, pairs);
       for (const auto& [k, t] : pairs) {
-        if (const Step s = put_tensor(k.get(), t.get(), skip, buffers); s != Step::kDone) return s;
+        if (const Step s = put_tensor(k.get(), t.get(), buffers, skip, params); s != Step::kDone) return s;
       }
     }
     // Python pushes reversed(children.items()): the first child on top of the stack.
