@@ -59,13 +59,13 @@ PyObject* set_warning_hook(PyObject* /*module*/, PyObject* hook) {
   return hook;
 }
 
-PyMethodDef methods[] = {{"_set_warning_hook", set_warning_hook, METH_O, nullptr},
-                         {"_walk_shape", fp8_dummy::python::walk_shape, METH_VARARGS, nullptr},
-                         {"_state_dict_shape", fp8_dummy::python::state_dict_shape, METH_VARARGS,
-                          nullptr},
-                         {"_kinds", fp8_dummy::python::kinds, METH_VARARGS, nullptr},
-                         {"_classes", fp8_dummy::python::classes, METH_O, nullptr},
-                         {nullptr, nullptr, 0, nullptr}};
+PyMethodDef methods[] = {
+    {"_set_warning_hook", set_warning_hook, METH_O, nullptr},
+    {"_walk_shape", fp8_dummy::python::walk_shape, METH_VARARGS, nullptr},
+    {"_state_dict_shape", fp8_dummy::python::state_dict_shape, METH_VARARGS, nullptr},
+    {"_kinds", fp8_dummy::python::kinds, METH_VARARGS, nullptr},
+    {"_classes", fp8_dummy::python::classes, METH_O, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
 PyMethodDef hook_only[] = {methods[0], {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -23,8 +23,8 @@ enum class Step { kDone, kNone, kPython, kError };
 
 // The names the walk reads, made once (interned: a lookup compares them by identity).
 struct Names {
-  PyObject *dict, *pre_hooks, *hooks, *parameters, *buffers, *modules, *non_persistent,
-      *state_dict, *save, *extra_state, *torch_function, *detach, *empty;
+  PyObject *dict, *pre_hooks, *hooks, *parameters, *buffers, *modules, *non_persistent, *state_dict,
+      *save, *extra_state, *torch_function, *detach, *empty;
 };
 
 const Names* names(const Api& py) {
@@ -41,9 +41,9 @@ const Names* names(const Api& py) {
                        py.intern("__torch_function__"),
                        py.intern("detach"),
                        py.intern("")};  // the root's key: Python's one empty str
-  for (PyObject* o : {n.dict, n.pre_hooks, n.hooks, n.parameters, n.buffers, n.modules,
-                      n.non_persistent, n.state_dict, n.save, n.extra_state, n.torch_function,
-                      n.detach, n.empty}) {
+  for (PyObject* o :
+       {n.dict, n.pre_hooks, n.hooks, n.parameters, n.buffers, n.modules, n.non_persistent,
+        n.state_dict, n.save, n.extra_state, n.torch_function, n.detach, n.empty}) {
     if (o == nullptr) return nullptr;
   }
   return &n;
@@ -242,7 +242,8 @@ struct Walk {
     if (py.dict_size(buffers) > 0) {
       items(buffers, pairs);
       for (const auto& [k, t] : pairs) {
-        if (const Step s = put_tensor(k.get(), t.get(), buffers, skip, params); s != Step::kDone) return s;
+        if (const Step s = put_tensor(k.get(), t.get(), buffers, skip, params); s != Step::kDone)
+          return s;
       }
     }
     // Python pushes reversed(children.items()): the first child on top of the stack.
@@ -280,8 +281,8 @@ PyObject* state_dict_shape(PyObject* /*module*/, PyObject* args) {
   if (name == nullptr) return nullptr;  // Python's MemoryError
   Ref shape(py, py.list_new(0)), tensors(py, py.list_new(0));
   if (shape.get() == nullptr || tensors.get() == nullptr) return nullptr;
-  Walk w{py, *name, plain_state, module_type, own, plain, disabled, deepest, shape.get(),
-         tensors.get()};
+  Walk w{py,    *name,    plain_state, module_type, own,
+         plain, disabled, deepest,     shape.get(), tensors.get()};
   std::vector<Pending> stack;
   stack.push_back({-1, strong(py, name->empty), strong(py, model)});
   std::vector<Py_ssize_t> depths;

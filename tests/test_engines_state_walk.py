@@ -123,7 +123,9 @@ def same_as_state_dict(model: torch.nn.Module, shaped) -> None:
         assert (ours.storage_offset(), ours.shape, ours.stride(), ours.dtype) == (
             t.storage_offset(), t.shape, t.stride(), t.dtype)  # fmt: skip
         assert torch.equal(as_bytes(ours.detach()), as_bytes(t))
-        assert type(ours) is type(t) or (type(ours) is torch.nn.Parameter and type(t) is torch.Tensor)
+        assert type(ours) is type(t) or (
+            type(ours) is torch.nn.Parameter and type(t) is torch.Tensor
+        )
 
 
 def same_walk(c, python) -> None:
@@ -230,10 +232,11 @@ def test_odd_dictionaries_are_left_to_the_python_loop():
     same_walk(state_dict_shape(model), state_dict_shape_python(model))
 
 
-@pytest.mark.parametrize(
-    "missing", ["_state_dict_hooks", "_state_dict_pre_hooks", "_non_persistent_buffers_set",
-                "_parameters", "_buffers", "_modules"]  # fmt: skip
-)
+DICTIONARIES = ["_state_dict_hooks", "_state_dict_pre_hooks", "_non_persistent_buffers_set"]
+DICTIONARIES += ["_parameters", "_buffers", "_modules"]
+
+
+@pytest.mark.parametrize("missing", DICTIONARIES)
 def test_a_module_without_a_dictionary_declines(missing):
     # Python's KeyError: not a Module's dictionaries, state_dict() decides (and raises).
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
