@@ -94,6 +94,7 @@ struct Walk {
   PyObject* tensors;
   MetClasses<bool> modules_met{};  // true: state_dict() is Module's own
   MetClasses<Take> tensors_met{};
+  std::vector<std::pair<Ref, Ref>> pairs_{};  // one dictionary's items at a time
 
   bool exact_dict(PyObject* o) const { return o != nullptr && Py_TYPE(o) == py.dict_type; }
 
@@ -234,7 +235,7 @@ struct Walk {
         py.list_append(shape, next.key.get()) < 0) {
       return Step::kError;
     }
-    std::vector<std::pair<Ref, Ref>> pairs;
+    std::vector<std::pair<Ref, Ref>>& pairs = pairs_;
     items(params, pairs);
     for (const auto& [k, t] : pairs) {
       if (const Step s = put_tensor(k.get(), t.get(), params); s != Step::kDone) return s;
@@ -250,7 +251,7 @@ struct Walk {
     items(children, pairs);
     for (auto it = pairs.rbegin(); it != pairs.rend(); ++it) {
       if (it->second.get() == py.none) continue;
-      stack.push_back({place, strong(py, it->first.get()), strong(py, it->second.get())});
+      stack.push_back({place, std::move(it->first), std::move(it->second)});
     }
     return Step::kDone;
   }
