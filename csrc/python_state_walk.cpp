@@ -53,25 +53,26 @@ const Names* names(const Api& py) {
 enum class Take { kItself, kDetached, kNone };
 
 // The classes one walk has met with what it decided (a model holds a few dozen module classes
-// and one to three tensor classes): asked once per class, not per module or tensor.
+// and one to three tensor classes): asked once per class, not per module or tensor. Each class
+// held, so that its address names it for the whole walk.
 template <typename Value>
 class MetClasses {
  public:
   const Value* find(PyObject* kind) const {
     if (kind == last_) return &last_value_;
     for (const auto& [k, v] : met_) {
-      if (k == kind) return &v;
+      if (k.get() == kind) return &v;
     }
     return nullptr;
   }
-  void add(PyObject* kind, Value v) {
-    met_.emplace_back(kind, v);
+  void add(const Api& py, PyObject* kind, Value v) {
+    met_.emplace_back(strong(py, kind), v);
     last_ = kind;
     last_value_ = v;
   }
 
  private:
-  std::vector<std::pair<PyObject*, Value>> met_;  // each class held by a module or tensor met
+  std::vector<std::pair<Ref, Value>> met_;
   PyObject* last_ = nullptr;
   Value last_value_{};
 };
@@ -121,12 +122,12 @@ struct Walk {
         same = found.get() == py.tuple_item(own, 2);
       }
       if (!same) {
-        modules_met.add(kind, false);
+        modules_met.add(py, kind, false);
         return Step::kNone;
       }
       if (py.set_add(plain_state, kind) < 0) return Step::kError;
     }
-    modules_met.add(kind, true);
+    modules_met.add(py, kind, true);
     return Step::kDone;
   }
 
@@ -155,7 +156,7 @@ struct Walk {
       if (own_function.get() == nullptr) return Step::kError;
       take = own_function.get() == disabled ? Take::kDetached : Take::kNone;
     }
-    tensors_met.add(kind, take);
+    tensors_met.add(py, kind, take);
     return Step::kDone;
   }
 
