@@ -1,11 +1,11 @@
 // fp8_dummy._C._state_dict_shape: the loop of fp8_dummy.tensors.state_dict_shape over a model's
 // modules (state_dict()'s walk: a module reached twice is walked twice), in C. SGLang's dummy
-// fill walks its model in state_dict() order at every load; the Python loop costs a frame's
-// work per module and per tensor, most of a kept plan's host cost. This reads the same
+// fill walks its model in state_dict() order at every load, a kept plan too, where the Python
+// loop's work per module and per tensor is paid each time. This reads the same
 // dictionaries in the same order, asks the same questions of the same objects (each class
 // once per walk), and builds the same two lists of the same objects; what it does not read as
-// that loop does (a container that is not an exact dict, a dictionary changed while read) it
-// leaves to the Python loop.
+// that loop does (a container that is not an exact dict, a dictionary whose size a class's own
+// detach() changed while it is read) it leaves to the Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <cstdint>
 #include <utility>
