@@ -57,6 +57,11 @@ Api look_up(bool& found) {
       {&a.long_type, "PyLong_Type"},
       {&a.type_slot, "PyType_GetSlot"},
       {&a.object_type, "PyBaseObject_Type"},
+      {&a.is_true, "PyObject_IsTrue"},
+      {&a.contains, "PySequence_Contains"},
+      {&a.is_instance, "PyObject_IsInstance"},
+      {&a.call_method, "PyObject_CallMethodObjArgs"},
+      {&a.long_as, "PyLong_AsSsize_t"},
   };
   // Every field is one pointer, so the table covers the struct exactly when the counts agree.
   static_assert(sizeof(slots) / sizeof(Slot) == sizeof(Api) / sizeof(void*));

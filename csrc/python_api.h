@@ -51,6 +51,13 @@ struct Api {
   PyTypeObject* long_type;                 // PyLong_Type: a shape's module places
   void* (*type_slot)(PyTypeObject*, int);  // PyType_GetSlot: a class's hash and comparison
   PyTypeObject* object_type;               // PyBaseObject_Type
+  int (*is_true)(PyObject*);               // PyObject_IsTrue: Python's `if o`
+  int (*contains)(PyObject*, PyObject*);   // PySequence_Contains: Python's `in`
+  // PyObject_IsInstance
+  int (*is_instance)(PyObject*, PyObject*);
+  // PyObject_CallMethodObjArgs: o.name(*args), the arguments ending with nullptr
+  PyObject* (*call_method)(PyObject*, PyObject*, ...);
+  Py_ssize_t (*long_as)(PyObject*);  // PyLong_AsSsize_t
 };
 
 // The API, or nullptr where the process does not have all of it (no Python).

@@ -12,6 +12,13 @@ namespace fp8_dummy::python {
 // container that is not an exact dict).
 PyObject* walk_shape(PyObject* module, PyObject* args);
 
+// fp8_dummy._C._state_dict_shape((model, plain_state, module_type, own, plain, disabled,
+// deepest)), python_state_walk.cpp: the state_dict() walk of fp8_dummy.tensors.state_dict_shape
+// (its shape and tensors, a tuple of two lists), None where that walk returns None, False where
+// the Python loop is to walk (a container that is not an exact dict). Run with torch's
+// subclass functions disabled (the detach of a Parameter's subclass gives a plain tensor).
+PyObject* state_dict_shape(PyObject* module, PyObject* args);
+
 // fp8_dummy._C._kinds((items, from_shape, tensors, fact_kinds, attr)), python_kinds.cpp: the
 // numbering of fp8_dummy.engines.core.kinds.kinds_of in C. A tensor's key is (its local name, its
 // class, its facts' kind, and where `attr` is a str, its value of that attribute or None), numbered

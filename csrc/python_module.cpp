@@ -1,8 +1,8 @@
 // The Python module fp8_dummy._C, where setup.py builds one (FP8_DUMMY_PYTHON_MODULE; CMake
 // builds the library without Python): importing it loads this library, which registers the
 // operators (ops.cpp, internal_ops.cpp), and it routes the proof's refusal warnings to
-// Python's `warnings`; it has the module walk of fp8_dummy.tensors (python_walk.cpp) and the
-// numbering of the engines' plan's kinds (python_kinds.cpp).
+// Python's `warnings`; it has the module walks of fp8_dummy.tensors (python_walk.cpp,
+// python_state_walk.cpp) and the numbering of the engines' plan's kinds (python_kinds.cpp).
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <Python.h>  // first, as Python asks
 #include <c10/util/Exception.h>
@@ -59,11 +59,13 @@ PyObject* set_warning_hook(PyObject* /*module*/, PyObject* hook) {
   return hook;
 }
 
-PyMethodDef methods[] = {{"_set_warning_hook", set_warning_hook, METH_O, nullptr},
-                         {"_walk_shape", fp8_dummy::python::walk_shape, METH_VARARGS, nullptr},
-                         {"_kinds", fp8_dummy::python::kinds, METH_VARARGS, nullptr},
-                         {"_classes", fp8_dummy::python::classes, METH_O, nullptr},
-                         {nullptr, nullptr, 0, nullptr}};
+PyMethodDef methods[] = {
+    {"_set_warning_hook", set_warning_hook, METH_O, nullptr},
+    {"_walk_shape", fp8_dummy::python::walk_shape, METH_VARARGS, nullptr},
+    {"_state_dict_shape", fp8_dummy::python::state_dict_shape, METH_VARARGS, nullptr},
+    {"_kinds", fp8_dummy::python::kinds, METH_VARARGS, nullptr},
+    {"_classes", fp8_dummy::python::classes, METH_O, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
 PyMethodDef hook_only[] = {methods[0], {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -131,8 +131,30 @@ def state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] 
     metadata and a detached tensor per plain tensor: the parameters and buffers themselves,
     detached (as state_dict) where of another class, past its ``__torch_function__`` where
     that is Parameter's (disabled: torch's detach then gives a plain tensor either way). None
-    where a module has hooks, its own state_dict, _save_to_state_dict or extra state, or a
-    tensor's class a ``__torch_function__`` of its own (state_dict() decides)."""
+    where a module has hooks, its own state_dict, _save_to_state_dict or extra state, a
+    buffer under a parameter's name (set in the dictionaries directly: state_dict() keeps one
+    entry, in the parameter's place, with the buffer), or a tensor's class a
+    ``__torch_function__`` of its own (state_dict() decides). Its loop in C
+    where the library has it (``fp8_dummy._C._state_dict_shape``: the same dictionaries read
+    in the same order, the same questions asked of the same objects), the Python loop
+    (:func:`state_dict_shape_python`) where it has not or leaves the model to it (a container
+    that is not an exact dict)."""
+    if _C_STATE_WALK is not None:
+        with torch._C.DisableTorchFunctionSubclass():
+            shaped = _C_STATE_WALK(
+                model, _PLAIN_STATE, _MODULE, _OWN_STATE, _PLAIN_TENSORS, _DISABLED, _DEEPEST
+            )
+        if shaped is not False:
+            return shaped
+    return state_dict_shape_python(model)
+
+
+_C_STATE_WALK = getattr(_C, "_state_dict_shape", None)
+_OWN_STATE = (_MODULE.state_dict, _MODULE._save_to_state_dict, _MODULE.get_extra_state)
+
+
+def state_dict_shape_python(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
+    """:func:`state_dict_shape`'s walk in plain loops over each module's own dictionaries."""
     try:
         with torch._C.DisableTorchFunctionSubclass():
             return _state_dict_shape(model)
@@ -181,6 +203,8 @@ def _state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]]
         if buffers:
             for k, t in buffers.items():
                 if t is not None and k not in skip:
+                    if params.get(k) is not None:  # state_dict's one entry: the buffer
+                        return None
                     put(k)
                     add(t if type(t) in plain else _detached(t))
         if children:

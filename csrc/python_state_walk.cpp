@@ -1,0 +1,309 @@
+// fp8_dummy._C._state_dict_shape: the loop of fp8_dummy.tensors.state_dict_shape over a model's
+// modules (state_dict()'s walk: a module reached twice is walked twice), in C. SGLang's dummy
+// fill walks its model in state_dict() order at every load, a kept plan too, where the Python
+// loop's work per module and per tensor is paid each time. This reads the same
+// dictionaries in the same order, asks the same questions of the same objects (each class
+// once per walk), and builds the same two lists of the same objects; what it does not read as
+// that loop does (a container that is not an exact dict, a dictionary whose size a class's own
+// detach() changed while it is read) it leaves to the Python loop.
+#ifdef FP8_DUMMY_PYTHON_MODULE
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "python_api.h"
+#include "python_functions.h"
+
+namespace fp8_dummy::python {
+namespace {
+
+// What the walk returns: the walk made, None (state_dict() decides), False (the Python loop
+// walks), or Python's error set.
+enum class Step { kDone, kNone, kPython, kError };
+
+// The names the walk reads, made once (interned: a lookup compares them by identity).
+struct Names {
+  PyObject *dict, *pre_hooks, *hooks, *parameters, *buffers, *modules, *non_persistent, *state_dict,
+      *save, *extra_state, *torch_function, *detach, *empty;
+};
+
+const Names* names(const Api& py) {
+  static const Names n{py.intern("__dict__"),
+                       py.intern("_state_dict_pre_hooks"),
+                       py.intern("_state_dict_hooks"),
+                       py.intern("_parameters"),
+                       py.intern("_buffers"),
+                       py.intern("_modules"),
+                       py.intern("_non_persistent_buffers_set"),
+                       py.intern("state_dict"),
+                       py.intern("_save_to_state_dict"),
+                       py.intern("get_extra_state"),
+                       py.intern("__torch_function__"),
+                       py.intern("detach"),
+                       py.intern("")};  // the root's key: Python's one empty str
+  for (PyObject* o :
+       {n.dict, n.pre_hooks, n.hooks, n.parameters, n.buffers, n.modules, n.non_persistent,
+        n.state_dict, n.save, n.extra_state, n.torch_function, n.detach, n.empty}) {
+    if (o == nullptr) return nullptr;
+  }
+  return &n;
+}
+
+// What the walk does with a tensor of a class: add it, add its detach(), or decline the model.
+enum class Take { kItself, kDetached, kNone };
+
+// The classes one walk has met with what it decided (a model holds a few dozen module classes
+// and one to three tensor classes): asked once per class, not per module or tensor. Each class
+// held, so that its address names it for the whole walk.
+template <typename Value>
+class MetClasses {
+ public:
+  const Value* find(PyObject* kind) const {
+    if (kind == last_) return &last_value_;
+    for (const auto& [k, v] : met_) {
+      if (k.get() == kind) return &v;
+    }
+    return nullptr;
+  }
+  void add(const Api& py, PyObject* kind, Value v) {
+    met_.emplace_back(strong(py, kind), v);
+    last_ = kind;
+    last_value_ = v;
+  }
+
+ private:
+  std::vector<std::pair<Ref, Value>> met_;
+  PyObject* last_ = nullptr;
+  Value last_value_{};
+};
+
+struct Pending {
+  Py_ssize_t parent;
+  Ref key, module;
+};
+
+struct Walk {
+  const Api& py;
+  const Names& name;
+  PyObject* plain_state;  // fp8_dummy.tensors._PLAIN_STATE: module classes already checked
+  PyObject* module_type;  // torch.nn.Module
+  PyObject* own;          // Module's (state_dict, _save_to_state_dict, get_extra_state)
+  PyObject* plain;        // fp8_dummy.tensors._PLAIN_TENSORS: (Tensor, Parameter)
+  PyObject* disabled;     // torch._C._disabled_torch_function_impl
+  Py_ssize_t deepest;     // fp8_dummy.tensors._DEEPEST
+  PyObject* shape;
+  PyObject* tensors;
+  MetClasses<bool> modules_met{};  // true: state_dict() is Module's own
+  MetClasses<Take> tensors_met{};
+  std::vector<std::pair<Ref, Ref>> pairs_{};  // one dictionary's items at a time
+
+  bool exact_dict(PyObject* o) const { return o != nullptr && Py_TYPE(o) == py.dict_type; }
+
+  // `kind not in _PLAIN_STATE` and then Python's checks of it, in their order: isinstance,
+  // then state_dict, _save_to_state_dict and get_extra_state each Module's own.
+  Step check_module(PyObject* m) {
+    auto* kind = reinterpret_cast<PyObject*>(Py_TYPE(m));
+    if (const bool* known = modules_met.find(kind)) return *known ? Step::kDone : Step::kNone;
+    const int in = py.set_contains(plain_state, kind);
+    if (in < 0) return Step::kError;
+    if (in == 0) {
+      const int module = py.is_instance(m, module_type);
+      if (module < 0) return Step::kError;
+      bool same = module == 1;
+      PyObject* const asked[] = {name.state_dict, name.save};
+      for (Py_ssize_t i = 0; same && i < 2; ++i) {
+        Ref found(py, py.get_attr(kind, asked[i]));
+        if (found.get() == nullptr) return Step::kError;
+        same = found.get() == py.tuple_item(own, i);
+      }
+      if (same) {  // getattr(kind, "get_extra_state", None)
+        Ref found(py, attribute_or_none(kind, name.extra_state));
+        if (found.get() == nullptr) return Step::kError;
+        same = found.get() == py.tuple_item(own, 2);
+      }
+      if (!same) {
+        modules_met.add(py, kind, false);
+        return Step::kNone;
+      }
+      if (py.set_add(plain_state, kind) < 0) return Step::kError;
+    }
+    modules_met.add(py, kind, true);
+    return Step::kDone;
+  }
+
+  // getattr(o, attr, None): a new reference, or nullptr (Python's error set).
+  PyObject* attribute_or_none(PyObject* o, PyObject* attr) const {
+    PyObject* value = py.get_attr(o, attr);
+    if (value != nullptr || !py.error_matches(*py.attribute_error)) return value;
+    py.error_clear();
+    return strong(py, py.none).release();
+  }
+
+  // `type(t) in plain`, else whether the class's __torch_function__ is Parameter's (disabled:
+  // state_dict's detach then runs torch's own), else the model is declined.
+  Step take_of(PyObject* t, Take& take) {
+    auto* kind = reinterpret_cast<PyObject*>(Py_TYPE(t));
+    if (const Take* known = tensors_met.find(kind)) {
+      take = *known;
+      return Step::kDone;
+    }
+    const int in = py.contains(plain, kind);
+    if (in < 0) return Step::kError;
+    if (in == 1) {
+      take = Take::kItself;
+    } else {
+      Ref own_function(py, py.get_attr(kind, name.torch_function));
+      if (own_function.get() == nullptr) return Step::kError;
+      take = own_function.get() == disabled ? Take::kDetached : Take::kNone;
+    }
+    tensors_met.add(py, kind, take);
+    return Step::kDone;
+  }
+
+  // put(k); add(t, or its detach()) where t is not None. `from`: the dictionary read, whose
+  // size a detach() that changes it is told by; for a buffer (`params`: its module's
+  // parameters), also where k is not in skip, and the model declined where a parameter is
+  // under the same name.
+  Step put_tensor(PyObject* k, PyObject* t, PyObject* from, PyObject* skip = nullptr,
+                  PyObject* params = nullptr) {
+    if (t == py.none) return Step::kDone;
+    if (skip != nullptr) {
+      const int in = py.contains(skip, k);
+      if (in < 0) return Step::kError;
+      if (in == 1) return Step::kDone;
+    }
+    if (params != nullptr) {  // state_dict() keeps one entry, the buffer in the parameter's place
+      PyObject* param = py.dict_get(params, k);
+      if (param != nullptr && param != py.none) return Step::kNone;
+    }
+    Take take = Take::kItself;
+    if (const Step s = take_of(t, take); s != Step::kDone) return s;
+    if (take == Take::kNone) return Step::kNone;
+    if (py.list_append(shape, k) < 0) return Step::kError;
+    if (take == Take::kItself) return py.list_append(tensors, t) < 0 ? Step::kError : Step::kDone;
+    const Py_ssize_t size = py.dict_size(from);
+    Ref detached(py, py.call_method(t, name.detach, nullptr));
+    if (detached.get() == nullptr || py.list_append(tensors, detached.get()) < 0) {
+      return Step::kError;
+    }
+    // A detach() of a class's own that changed the dictionary read: Python's loop decides (its
+    // iteration raises where the size changed).
+    return py.dict_size(from) == size ? Step::kDone : Step::kPython;
+  }
+
+  // The items of an exact dict, held: a detach() may run Python code that changes it.
+  void items(PyObject* d, std::vector<std::pair<Ref, Ref>>& out) const {
+    out.clear();
+    PyObject *k = nullptr, *v = nullptr;
+    Py_ssize_t pos = 0;
+    while (py.dict_next(d, &pos, &k, &v)) out.emplace_back(strong(py, k), strong(py, v));
+  }
+
+  // One module's checks, place and tensors; its children onto `stack`, the first on top.
+  // `depths`: each visited module's nesting, by its place.
+  Step visit(const Pending& next, std::vector<Py_ssize_t>& depths, std::vector<Pending>& stack) {
+    PyObject* m = next.module.get();
+    if (const Step s = check_module(m); s != Step::kDone) return s;
+    Ref d(py, py.get_attr(m, name.dict));
+    if (d.get() == nullptr) return Step::kError;
+    if (!exact_dict(d.get())) return Step::kPython;
+    for (PyObject* hooks : {name.pre_hooks, name.hooks}) {  // d[...] or d[...]: None
+      PyObject* found = py.dict_get(d.get(), hooks);
+      if (found == nullptr) return Step::kNone;  // Python's KeyError
+      const Ref hold = strong(py, found);
+      const int any = py.is_true(found);
+      if (any < 0) return Step::kError;
+      if (any == 1) return Step::kNone;
+    }
+    PyObject* params = py.dict_get(d.get(), name.parameters);
+    PyObject* buffers = py.dict_get(d.get(), name.buffers);
+    PyObject* children = py.dict_get(d.get(), name.modules);
+    PyObject* skip = py.dict_get(d.get(), name.non_persistent);
+    if (params == nullptr || buffers == nullptr || children == nullptr || skip == nullptr) {
+      return Step::kNone;  // Python's KeyError
+    }
+    if (!exact_dict(params) || !exact_dict(buffers) || !exact_dict(children)) {
+      return Step::kPython;
+    }
+    const Ref hold_params = strong(py, params), hold_buffers = strong(py, buffers),
+              hold_children = strong(py, children), hold_skip = strong(py, skip);
+    const Py_ssize_t depth = next.parent >= 0 ? depths[next.parent] + 1 : 0;
+    if (depth > deepest) return Step::kNone;
+    const auto place = static_cast<Py_ssize_t>(depths.size());
+    depths.push_back(depth);
+    Ref where(py, py.long_from(next.parent));
+    if (where.get() == nullptr || py.list_append(shape, where.get()) < 0 ||
+        py.list_append(shape, next.key.get()) < 0) {
+      return Step::kError;
+    }
+    std::vector<std::pair<Ref, Ref>>& pairs = pairs_;
+    items(params, pairs);
+    for (const auto& [k, t] : pairs) {
+      if (const Step s = put_tensor(k.get(), t.get(), params); s != Step::kDone) return s;
+    }
+    if (py.dict_size(buffers) > 0) {
+      items(buffers, pairs);
+      for (const auto& [k, t] : pairs) {
+        if (const Step s = put_tensor(k.get(), t.get(), buffers, skip, params); s != Step::kDone)
+          return s;
+      }
+    }
+    // Python pushes reversed(children.items()): the first child on top of the stack.
+    items(children, pairs);
+    for (auto it = pairs.rbegin(); it != pairs.rend(); ++it) {
+      if (it->second.get() == py.none) continue;
+      stack.push_back({place, std::move(it->first), std::move(it->second)});
+    }
+    return Step::kDone;
+  }
+};
+
+}  // namespace
+
+// args: (model, plain_state, module_type, own, plain, disabled, deepest); see
+// python_functions.h.
+PyObject* state_dict_shape(PyObject* /*module*/, PyObject* args) {
+  const Api* api = python::api();
+  if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes this
+  const Api& py = *api;
+  PyObject *model, *plain_state, *module_type, *own, *plain, *disabled, *deepest_arg;
+  if (!arguments(py, args,
+                 {&model, &plain_state, &module_type, &own, &plain, &disabled, &deepest_arg})) {
+    return nullptr;
+  }
+  const Py_ssize_t deepest = py.long_as(deepest_arg);
+  if (deepest < 0) {
+    py.error_set(*py.value_error, "_state_dict_shape: the deepest nesting, an int >= 0");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < 3; ++i) {
+    if (py.tuple_item(own, i) == nullptr) return nullptr;  // Python's IndexError or TypeError
+  }
+  const Names* name = names(py);
+  if (name == nullptr) return nullptr;  // Python's MemoryError
+  Ref shape(py, py.list_new(0)), tensors(py, py.list_new(0));
+  if (shape.get() == nullptr || tensors.get() == nullptr) return nullptr;
+  Walk w{py,    *name,    plain_state, module_type, own,
+         plain, disabled, deepest,     shape.get(), tensors.get()};
+  std::vector<Pending> stack;
+  stack.push_back({-1, strong(py, name->empty), strong(py, model)});
+  std::vector<Py_ssize_t> depths;
+  while (!stack.empty()) {
+    Pending next = std::move(stack.back());
+    stack.pop_back();
+    switch (w.visit(next, depths, stack)) {
+      case Step::kDone:
+        break;
+      case Step::kNone:
+        return strong(py, py.none).release();
+      case Step::kPython:
+        return strong(py, py.false_).release();
+      case Step::kError:
+        return nullptr;
+    }
+  }
+  return py.tuple_pack(2, shape.get(), tensors.get());
+}
+
+}  // namespace fp8_dummy::python
+#endif  // FP8_DUMMY_PYTHON_MODULE
