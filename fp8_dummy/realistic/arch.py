@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from .combine import combine_gains
+from .combine import block_calls, combine_gains, moe_routers
 from .hf_model import is_transformers_model, own_tensors
 from .multipliers import norm_multipliers
 from .nonnegative import Products, nonnegative_inputs
@@ -97,14 +97,22 @@ def derive(model: torch.nn.Module) -> Arch:
     failed: list[str] = []
     try:
         with torch.no_grad():
-            post, residual = dataflow(model, layers, failed)
+            # the dataflow's forward also records how the model calls its MoE blocks: the
+            # combine probe then calls them so, alone (:func:`.combine.combine_gains`)
+            hooks, calls = block_calls(moe_routers(layers))
+            try:
+                post, residual = dataflow(model, layers, failed)
+            finally:
+                for h in hooks:
+                    h.remove()
+            calls = calls if not failed else {}
             if post and shrinks_residual(model, layers[0], post, failed):
                 post = frozenset()  # the code keeps the variance itself (Beam): gain 1
             gains = layer_gains(layers)
             embed = embed_scale(model, layers[0], failed)
             # the combine probe's first forward is the experts' activations probe's: run once
             watched: list[Products] = []
-            combine = combine_gains(model, layers, failed, watch=_watch(watched))
+            combine = combine_gains(model, layers, failed, watch=_watch(watched), calls=calls)
             centered = nonnegative_inputs(model, layers, failed, *watched[:1])
             multiplier = norm_multipliers(model, layers, failed)
             offsets = norm_offsets(model)
