@@ -68,10 +68,10 @@ def derive_twin(model: torch.nn.Module) -> Arch:
     (docs/export.md); its random draws the stateless fill's (:mod:`.twin`)."""
     if not is_transformers_model(model):
         return DEFAULT
-    size = sum(t.numel() for t in own_tensors(model).values()) * 4
-    if size > TWIN_BUDGET_BYTES:
+    own = own_tensors(model).values()  # a walk of the model's state_dict: once
+    if sum(t.numel() for t in own) * 4 > TWIN_BUDGET_BYTES:
         return DEFAULT
-    floats = [t.dtype for t in own_tensors(model).values() if t.dtype.is_floating_point]
+    floats = [t.dtype for t in own if t.dtype.is_floating_point]
     dtype = max(set(floats), key=floats.count) if floats else torch.float32
     try:  # in the model's own dtype: the probes are run in it
         twin = build_twin(type(model), model.config, dtype)
