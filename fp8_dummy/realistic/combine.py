@@ -132,9 +132,16 @@ def _run_alone(blocks: list, params: dict[str, torch.Tensor]) -> str:
     """Each block of ``blocks`` (:func:`_alone`) called as the model's forward calls it, on an
     input of its shape (the probe's hooks put the fixed input in its place) with its
     parameters of ``params``: "", or why one failed (:func:`.probes.forward`'s words)."""
+    owned: dict[str, dict[str, torch.Tensor]] = {block: {} for block, _, _ in blocks}
+    for name, t in params.items():  # each parameter under its block's own name
+        block, _, local = name.rpartition(".")
+        while block and block not in owned:
+            block, _, more = block.rpartition(".")
+            local = f"{more}.{local}"
+        if block:
+            owned[block][local] = t
     for block, moe, (shape, dtype, device) in blocks:
-        prefix = f"{block}."
-        own = {n[len(prefix) :]: t for n, t in params.items() if n.startswith(prefix)}
+        own = owned[block]
         try:
             torch.func.functional_call(moe, own, (torch.zeros(shape, dtype=dtype, device=device),))
         except Exception as e:  # noqa: BLE001 (a probe never raises: the plain rule instead)
