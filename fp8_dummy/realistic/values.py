@@ -4,7 +4,9 @@ the block's element offset and strides), then the routing's overrides of the log
 where the block holds them. A centered weight's second half along its inputs holds its first
 half's values negated (its rows sum to zero exactly, in every format). The in-place fill, the
 logical model's stand-ins in the engines' loaders and the export's buffers all write through
-:func:`fill_`."""
+:func:`fill_`; the small tensors an engine's loader is handed whole are made by
+:func:`made_whole`, the same bytes with the plain draws and constants written by the operator
+itself."""
 
 from __future__ import annotations
 
