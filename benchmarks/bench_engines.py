@@ -36,6 +36,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -44,10 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import json_out  # noqa: E402
 from measure import run_meta, summarize, time_calls  # noqa: E402
 
+CLOCK = time.perf_counter  # --cpu-time: time.process_time
+
 
 def timed(fn, repeats: int) -> dict:
-    """Median (and spread) of ``repeats`` calls after one warm-up."""
-    return summarize(time_calls(lambda _i: fn(), torch.device("cpu"), repeats))
+    """Median (and spread) of ``repeats`` calls after one warm-up, by :data:`CLOCK`."""
+    return summarize(time_calls(lambda _i: fn(), torch.device("cpu"), repeats, clock=CLOCK))
 
 
 def same(a: dict, b: dict) -> bool:
@@ -296,8 +299,14 @@ def main() -> int:
     parser.add_argument("--experts", type=int, default=128, help="realistic: per MoE layer")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time the rows in the process's CPU time (user + system, "
+                        "time.process_time), not wall time: robust to other work on a "
+                        "shared machine")  # fmt: skip
     args = parser.parse_args()
     json_out.check(parser, args.json)
+    global CLOCK
+    CLOCK = time.process_time if args.cpu_time else time.perf_counter
     args.cases = args.cases.split(",")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="fp8_dummy_bench_engines.") as tmp:

@@ -27,18 +27,23 @@ def _model(arch: str):
 
 
 def _counted(monkeypatch, module, fail_first: bool = False) -> list:
-    """Calls of ``module``'s forward (the probes' model forward); the first one failed
-    without running where ``fail_first``."""
+    """Calls of ``module``'s forwards (the probes' model forward, and the combine probe's
+    blocks called alone: one run of every block); the first one failed without running where
+    ``fail_first``."""
     calls: list = []
-    own = module.forward
 
-    def forward(model, params=None):
-        calls.append(1)
-        if fail_first and len(calls) == 1:
-            return "RuntimeError: made to fail"
-        return own(model, params)
+    def counted(own):
+        def run(*args):
+            calls.append(1)
+            if fail_first and len(calls) == 1:
+                return "RuntimeError: made to fail"
+            return own(*args)
 
-    monkeypatch.setattr(module, "forward", forward)
+        return run
+
+    monkeypatch.setattr(module, "forward", counted(module.forward))
+    if hasattr(module, "_run_alone"):
+        monkeypatch.setattr(module, "_run_alone", counted(module._run_alone))
     return calls
 
 

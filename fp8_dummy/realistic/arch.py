@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from .combine import combine_gains
+from .combine import block_calls, combine_gains, moe_routers
 from .hf_model import is_transformers_model, own_tensors
 from .multipliers import norm_multipliers
 from .nonnegative import Products, nonnegative_inputs
@@ -68,10 +68,10 @@ def derive_twin(model: torch.nn.Module) -> Arch:
     (docs/export.md); its random draws the stateless fill's (:mod:`.twin`)."""
     if not is_transformers_model(model):
         return DEFAULT
-    size = sum(t.numel() for t in own_tensors(model).values()) * 4
-    if size > TWIN_BUDGET_BYTES:
+    own = own_tensors(model).values()  # a walk of the model's state_dict: once
+    if sum(t.numel() for t in own) * 4 > TWIN_BUDGET_BYTES:
         return DEFAULT
-    floats = [t.dtype for t in own_tensors(model).values() if t.dtype.is_floating_point]
+    floats = [t.dtype for t in own if t.dtype.is_floating_point]
     dtype = max(set(floats), key=floats.count) if floats else torch.float32
     try:  # in the model's own dtype: the probes are run in it
         twin = build_twin(type(model), model.config, dtype)
@@ -97,14 +97,22 @@ def derive(model: torch.nn.Module) -> Arch:
     failed: list[str] = []
     try:
         with torch.no_grad():
-            post, residual = dataflow(model, layers, failed)
+            # the dataflow's forward also records how the model calls its MoE blocks: the
+            # combine probe then calls them so, alone (:func:`.combine.combine_gains`)
+            hooks, calls = block_calls(moe_routers(layers))
+            try:
+                post, residual = dataflow(model, layers, failed)
+            finally:
+                for h in hooks:
+                    h.remove()
+            calls = calls if not failed else {}
             if post and shrinks_residual(model, layers[0], post, failed):
                 post = frozenset()  # the code keeps the variance itself (Beam): gain 1
             gains = layer_gains(layers)
             embed = embed_scale(model, layers[0], failed)
             # the combine probe's first forward is the experts' activations probe's: run once
             watched: list[Products] = []
-            combine = combine_gains(model, layers, failed, watch=_watch(watched))
+            combine = combine_gains(model, layers, failed, watch=_watch(watched), calls=calls)
             centered = nonnegative_inputs(model, layers, failed, *watched[:1])
             multiplier = norm_multipliers(model, layers, failed)
             offsets = norm_offsets(model)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
 from .probes import forward, input_of, stand_ins
 from .rules import ROUTER
 
-__all__ = ["combine_gains", "fixed_inputs", "moe_routers"]
+__all__ = ["block_calls", "combine_gains", "fixed_inputs", "moe_routers"]
 
 _TOLERANCE = 1e-3  # a sum constant per token to this (relative): the code normalizes it
 _GRID = 1024  # c rounded to 1/1024: float32's rounding never moves it (2.5 and 8 are exact)
@@ -87,8 +87,74 @@ def fixed_inputs(routers: list) -> list:
     return hooks
 
 
+def block_calls(routers: list) -> tuple[list, dict[str, list]]:
+    """Hooks recording how a forward calls each MoE block of ``routers``
+    (:func:`moe_routers`), and the record: block name -> one entry per call, (shape, dtype,
+    device) of its input where the call passes that one tensor alone (``block(x)``), else
+    None."""
+    calls: dict[str, list] = {}
+
+    def on_block(block):
+        def hook(_, args, kwargs):
+            x = args[0] if len(args) == 1 and not kwargs else None
+            plain = isinstance(x, torch.Tensor) and type(x) is torch.Tensor
+            calls.setdefault(block, []).append((x.shape, x.dtype, x.device) if plain else None)
+
+        return hook
+
+    seen: set[int] = set()
+    hooks = []
+    for block, moe, _ in routers:
+        if id(moe) not in seen:
+            seen.add(id(moe))
+            hooks.append(moe.register_forward_pre_hook(on_block(block), with_kwargs=True))
+    return hooks, calls
+
+
+def _alone(routers: list, calls: Mapping[str, list] | None) -> list | None:
+    """(block name, block, its input's (shape, dtype, device)) of each MoE block, in the
+    forward's order, where a forward of the model (``calls``: :func:`block_calls`' record) called
+    every block once with its input alone; else None."""
+    if not calls:
+        return None
+    blocks: dict[str, tuple] = {}
+    for block, moe, _ in routers:
+        made = calls.get(block, [])
+        if len(made) != 1 or made[0] is None or blocks.get(block, (None, moe))[1] is not moe:
+            return None
+        blocks[block] = (block, moe, made[0])
+    if len(calls) != len(blocks) or len({id(b[1]) for b in blocks.values()}) != len(blocks):
+        return None
+    return list(blocks.values())
+
+
+def _run_alone(blocks: list, params: dict[str, torch.Tensor]) -> str:
+    """Each block of ``blocks`` (:func:`_alone`) called as the model's forward calls it, on an
+    input of its shape (the probe's hooks put the fixed input in its place) with its
+    parameters of ``params``: "", or why one failed (:func:`.probes.forward`'s words)."""
+    owned: dict[str, dict[str, torch.Tensor]] = {block: {} for block, _, _ in blocks}
+    for name, t in params.items():  # each parameter under its block's own name
+        block, _, local = name.rpartition(".")
+        while block and block not in owned:
+            block, _, more = block.rpartition(".")
+            local = f"{more}.{local}"
+        if block:
+            owned[block][local] = t
+    for block, moe, (shape, dtype, device) in blocks:
+        own = owned[block]
+        try:
+            torch.func.functional_call(moe, own, (torch.zeros(shape, dtype=dtype, device=device),))
+        except Exception as e:  # noqa: BLE001 (a probe never raises: the plain rule instead)
+            return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return ""
+
+
 def combine_gains(
-    model: torch.nn.Module, layers: list, failed: list, watch: Callable | None = None
+    model: torch.nn.Module,
+    layers: list,
+    failed: list,
+    watch: Callable | None = None,
+    calls: Mapping[str, list] | None = None,
 ) -> dict[str, float]:
     """Module name -> c for each module holding weights that a MoE block's combine weights
     multiply, where those weights sum to a constant c != 1 per token, on a fixed random
@@ -98,7 +164,11 @@ def combine_gains(
     shared expert the code adds unweighted keeps its output). ``watch``: called with those
     parameters, a context the first forward runs in (its hooks return nothing: the forward is
     the plain one on these inputs and parameters), whose ``ran`` is set True where that
-    forward ran to its end."""
+    forward ran to its end. ``calls``: how a forward of the model that ran to the last decoder
+    layer called the MoE blocks (:func:`block_calls`); where it called each once with its input
+    alone, the forwards are the blocks' own, called so (what runs in a block is its own code
+    on the fixed input and the stand-ins: what comes before it is never read), else the
+    model's."""
     routers = moe_routers(layers)
     if not routers:
         return {}
@@ -140,17 +210,21 @@ def combine_gains(
             if child is not router:
                 hooks.append(child.register_forward_hook(on_child(f"{block}.{local}")))
     params = stand_ins([(block, moe) for block, moe, _ in routers])
+    alone = _alone(routers, calls)
+    run = (lambda: forward(model, params)) if alone is None else (
+        lambda: _run_alone(alone, params)
+    )  # fmt: skip
     watcher = watch(params) if watch is not None else None
     try:
         with watcher if watcher is not None else contextlib.nullcontext():
-            why = forward(model, params)
+            why = run()
         if watcher is not None:
             watcher.ran = not why
         double[0] = True
         # the second names the experts a sum c != 1 multiplies: none to name where every sum
         # is 1 or no constant (their experts get the plain rule either way)
         if not why and any(abs(c - 1) >= _TOLERANCE for c in sums.values()):
-            why = forward(model, params)
+            why = run()
     finally:
         for h in hooks:
             h.remove()

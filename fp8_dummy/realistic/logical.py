@@ -39,7 +39,7 @@ from .routing import Profile, find_routers, parse_routing, plan_routing
 from .rules import Spec, residual_by_name, stored_in_out, tensor_spec
 from .specs import model_specs
 from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
-from .values import fill_
+from .values import fill_, made_whole
 
 __all__ = ["EAGER_BYTES", "CheckpointTensor", "LogicalModel", "logical_model"]
 
@@ -106,12 +106,10 @@ class LogicalModel:
     def made(self, names: Sequence[str]) -> list[torch.Tensor]:
         """The checkpoint tensors ``names``, each whole in a tensor of its own (the writer's
         default element order is the whole tensor's: no block to describe)."""
-        out = []
-        for name in names:
-            t = self.tensors[name]
-            empty = torch.zeros if t.spec.kind == "skip" else torch.empty  # as write's
-            out.append(fill_(empty(t.shape, dtype=t.dtype), t.spec, t.key, overrides=t.overrides))
-        return out
+        tensors = self.tensors
+        return made_whole(
+            (t.shape, t.dtype, t.spec, t.key, t.overrides) for t in map(tensors.__getitem__, names)
+        )
 
     def items(self, eager_bytes: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """(checkpoint name, tensor) in the checkpoint's order, a weights iterator: tensors of

@@ -4,20 +4,25 @@ the block's element offset and strides), then the routing's overrides of the log
 where the block holds them. A centered weight's second half along its inputs holds its first
 half's values negated (its rows sum to zero exactly, in every format). The in-place fill, the
 logical model's stand-ins in the engines' loaders and the export's buffers all write through
-:func:`fill_`."""
+:func:`fill_`; the small tensors an engine's loader is handed whole are made by
+:func:`made_whole`, the same bytes with the plain draws and constants written by the operator
+itself."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
+from ..ops import as_float, as_int64
 from ..stateless import init_stateless_, row_major_strides
 from ..tensors import BYTE_VIEWED, FLOAT8, PACKED_FP4
 from .routing import apply_overrides
 from .rules import Spec
 
-__all__ = ["fill_"]
+__all__ = ["fill_", "made_whole"]
+
+_DRAWN = ("uniform", "codes")  # the kinds a single draw writes whole (no post-processing)
 
 
 @torch.no_grad()
@@ -49,6 +54,34 @@ def fill_(
     if overrides:
         apply_overrides(t.data, shape, overrides, element_offset, element_strides)
     return t
+
+
+@torch.no_grad()
+def made_whole(entries: Iterable[tuple]) -> list[torch.Tensor]:
+    """Each (shape, dtype, spec, key, overrides) of ``entries`` made whole in a tensor of its
+    own, the bytes :func:`fill_` writes into a new tensor (zeros for a skip): a plain draw (no
+    center, no overrides) by the operator itself and a constant by ``fill_``, the draw's
+    arguments read as
+    :func:`init_stateless_` reads them, in one ``no_grad`` (a small tensor's bytes cost less
+    than a call of the checked writer); any other through :func:`fill_`."""
+    op = torch.ops.fp8_dummy.init_stateless_.default
+    out = []
+    for shape, dtype, spec, key, overrides in entries:
+        if spec.kind in _DRAWN and not spec.center and not overrides:
+            low, high = spec.low, spec.high
+            if spec.kind != "uniform":
+                low, high = int(low), int(high)
+            t = torch.empty(shape, dtype=dtype)
+            raw = t.view(torch.uint8) if dtype in BYTE_VIEWED else t
+            op(raw, as_float(low, "low"), as_float(high, "high"), as_int64(key, "seed"))
+        elif spec.kind == "const" and not overrides:
+            t = torch.empty(shape, dtype=dtype)
+            (t.view(torch.uint8) if dtype in BYTE_VIEWED else t).fill_(spec.low)
+        else:
+            t = (torch.zeros if spec.kind == "skip" else torch.empty)(shape, dtype=dtype)
+            fill_(t, spec, key, overrides=overrides)
+        out.append(t)
+    return out
 
 
 def _mirrored(raw, dtype, draw, shape, center, offset, strides) -> None:
