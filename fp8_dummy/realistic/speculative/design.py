@@ -210,6 +210,7 @@ def plan_design(
     multiplier: float = 1.0,
     transposed: Collection[str] = (),
     lookup: Collection[str] = (),
+    rho: float = RHO,
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:
     """(spec replacements, overrides, facts) that write ``stream`` into the logical tensors;
     ``draft``: a draft model (its embedding holds the view's code); ``projections``: the MTP
@@ -217,7 +218,8 @@ def plan_design(
     embedding half starts at (0, or hidden where the hidden state comes first); ``multiplier``:
     what the model multiplies the lm_head's product by (:func:`logit_multiplier`);
     ``transposed``: the names of the weights stored (in, out); ``lookup``: the vocabulary's
-    tables as the model's class names them (:func:`..rules.added_tables`)."""
+    tables as the model's class names them (:func:`..rules.added_tables`); ``rho``: the final
+    residual RMS the lm_head's scale is centred for (:func:`.code_gain.code_rho`)."""
     lay = layout(hidden)
     v = stream.vocab
     embed = _find(specs, shapes, "embedding", (v, hidden), lookup)
@@ -230,7 +232,7 @@ def plan_design(
         )
     codes = code_block(specs[embed], keys[embed], (v, hidden), dtypes[embed], lay.s)
     held = stream.view if draft else stream.source
-    scale = logit_scale(codes, stream)
+    scale = logit_scale(codes, stream, rho)
     pred = stream.predecessor
     rows = codes[pred] * (scale / multiplier)
     head_cols = np.zeros((v, lay.d))
