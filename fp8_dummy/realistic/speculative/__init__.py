@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from ..rules import Spec
+from . import design
 from .acceptance import (
     DEFAULT,
     ENV,
@@ -47,7 +48,6 @@ from .acceptance import (
 )
 from .code_gain import code_rho
 from .design import RHO, DesignError, carrier_rows, layout, logit_multiplier, plan_design
-from .design import vocab_hidden
 from .draft import DRAFT_KEY, LAYOUTS, draft_config, is_draft, stage_draft
 from .mtp import MtpPart, mtp_part
 from .mtp_layouts import mtp_layers, mtp_prefixes
@@ -69,7 +69,7 @@ def plan_acceptance(
     ``acceptance`` into a model's logical tensors (full name -> spec, shape, dtype, key;
     ``transposed``: the names of the weights stored (in, out); ``lookup``: the vocabulary's
     tables as the model's class names them); all checked before anything is written."""
-    vocab, hidden = vocab_hidden(config, specs, shapes)
+    vocab, hidden = design.vocab_hidden(config, specs, shapes)
     layout(hidden)  # refuses a model too narrow before the tokenizer is read
     allowed, where = allowed_tokens(vocab, config, tokenizer)
     stream = design_stream(acceptance, seed, vocab, allowed, where)

@@ -265,7 +265,8 @@ def plan_design(
             unit[start + lay.s2[i]] = 1.0  # S of the output: S2 of the normalized embedding
             overrides.setdefault(name, []).append((0, row, unit))
     replaced = {head: Spec("lm_head", "const", 0.0)}
-    facts = {"d": lay.d, "scale": scale, "embedding": embed, "lm_head": head, "codes": lay.s}
+    facts = {"d": lay.d, "scale": scale, "rho": rho, "embedding": embed, "lm_head": head}
+    facts["codes"] = lay.s
     return replaced, overrides, facts
 
 
