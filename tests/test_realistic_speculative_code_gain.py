@@ -86,3 +86,29 @@ def test_a_plain_stack_keeps_its_scale():
 def _rho(model) -> float:
     """The ρ the logical model's lm_head scale is centred for (its design's facts)."""
     return logical_model(model, 0, acceptance=0.6).speculative["rho"]
+
+
+def test_the_report_prints_the_entropy_around_the_class_rho(tmp_path, capsys):
+    """``python -m fp8_dummy acceptance``: the entropy by ρ around the one the scale is
+    centred for: Beam's √(2L + 1) for two layers (√5), a plain stack's 1.2 (Llama)."""
+    import json
+
+    from helpers import realistic_sweep as sweep
+
+    from fp8_dummy.realistic.speculative.report import main
+
+    found = {}
+    for mt in ("beam", "llama"):
+        cfg = sweep.small_config(mt, 2)
+        cfg.tie_word_embeddings = False
+        cfg.save_pretrained(tmp_path / mt)
+        out = tmp_path / f"{mt}.json"
+        assert main([str(tmp_path / mt), "--acceptance", "0.6", "--json", str(out)]) == 0
+        found[mt] = json.loads(out.read_text())["entropy"]
+    capsys.readouterr()
+    root5 = math.sqrt(5)
+    assert list(found["beam"]) == [f"{root5 * r / 1.2:.3g}" for r in (1.0, 1.2, 1.4)]
+    assert list(found["llama"]) == ["1", "1.2", "1.4"]
+    # the same codes and stream (seed 0, the same sizes): the same distributions at each
+    for b, p in zip(found["beam"].values(), found["llama"].values()):
+        assert b["mean"] == pytest.approx(p["mean"], abs=0.02)
