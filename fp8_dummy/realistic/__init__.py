@@ -12,6 +12,8 @@ bytes on disk:
   nothing read or written;
 - ``specs.py``: the rule over a whole model (every tensor's spec, the layer count, the
   architecture's facts applied); which tensors vLLM's dummy loader fills;
+- ``ssm.py``: what an SSM scan without an output norm multiplies its input by (its C . B
+  products' RMS: Jamba, Falcon-H1), from the config, divided out of its output projection;
 - ``arch.py``: the architecture facts found by probing the model (post-norms, norm offsets,
   the embedding's multiplier, a MoE's combine-weight sum), for a meta model on a CPU twin;
   ``probes.py``: the probes themselves (forwards with hooks, nothing written); ``combine.py``:

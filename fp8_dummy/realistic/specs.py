@@ -11,6 +11,7 @@ import torch
 from ..tensors import walk
 from .arch import Arch, derive
 from .rules import LAYER_INDEX, Spec, module_kind, tensor_spec
+from .ssm import scan_gains
 
 __all__ = ["model_specs", "model_tensors"]
 
@@ -57,6 +58,10 @@ def model_specs(
             for prefix, d in siblings.items()}  # fmt: skip
     kinds: dict[int, str] = {}  # id(module) -> module_kind
     residual, gains, centered, combine = arch.residual, arch.gains, arch.centered, arch.combine
+    # an SSM scan's output projection reads its C . B products' RMS (:mod:`.ssm`): by the config
+    scans = scan_gains(getattr(model, "config", None), siblings)
+    if scans:
+        combine = {**combine, **{o: combine.get(o, 1.0) * g for o, g in scans.items()}}
     normed = {*arch.post, *arch.multiplier, *arch.offset}  # norm_value is 1 for the others
     made: dict[tuple, Spec] = {}
     specs = {}

@@ -8,6 +8,9 @@ package's face; its files:
   list, ``"default"``), the engines' choice (their configuration, ``$FP8_DUMMY_ACCEPTANCE``);
 - ``stream.py``: the designed process: the stream's tokens (a tokenizer's, or the fallback),
   their cycle, where the draft is right, the acceptance an engine drafting k tokens measures;
+- ``code_gain.py``: what of the code a class's structure lets reach the lm_head (BART's
+  normalized lookup, Beam's depth-scaled adds, Qwen4-Exp's gated stream mix), the final
+  residual RMS the lm_head's scale is then centred for;
 - ``design.py``: the weights that realize it: the reserved code subspace, the lm_head's rows
   and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
 - ``mtp_layouts.py``: which checkpoints carry MTP layers (DeepSeek-V3/V3.2, GLM-4.5, GLM-OCR,
@@ -34,6 +37,7 @@ from typing import Any
 import torch
 
 from ..rules import Spec
+from . import design
 from .acceptance import (
     DEFAULT,
     ENV,
@@ -42,7 +46,8 @@ from .acceptance import (
     chosen_acceptance,
     parse_acceptance,
 )
-from .design import DesignError, carrier_rows, layout, logit_multiplier, plan_design, vocab_hidden
+from .code_gain import code_rho
+from .design import RHO, DesignError, carrier_rows, layout, logit_multiplier, plan_design
 from .draft import DRAFT_KEY, LAYOUTS, draft_config, is_draft, stage_draft
 from .mtp import MtpPart, mtp_part
 from .mtp_layouts import mtp_layers, mtp_prefixes
@@ -64,14 +69,15 @@ def plan_acceptance(
     ``acceptance`` into a model's logical tensors (full name -> spec, shape, dtype, key;
     ``transposed``: the names of the weights stored (in, out); ``lookup``: the vocabulary's
     tables as the model's class names them); all checked before anything is written."""
-    vocab, hidden = vocab_hidden(config, specs, shapes)
+    vocab, hidden = design.vocab_hidden(config, specs, shapes)
     layout(hidden)  # refuses a model too narrow before the tokenizer is read
     allowed, where = allowed_tokens(vocab, config, tokenizer)
     stream = design_stream(acceptance, seed, vocab, allowed, where)
+    rho = code_rho(config, specs, shapes, vocab, hidden, layout(hidden).d, RHO, lookup)
     replaced, overrides, facts = plan_design(
         stream, specs, shapes, dtypes, keys, hidden, draft=is_draft(config),
         projections=projections, multiplier=logit_multiplier(config), transposed=transposed,
-        lookup=lookup,
+        lookup=lookup, rho=rho,
     )  # fmt: skip
     facts.update(stream=stream, acceptance=acceptance)
     return replaced, overrides, facts

@@ -211,6 +211,7 @@ def plan_design(
     multiplier: float = 1.0,
     transposed: Collection[str] = (),
     lookup: Collection[str] = (),
+    rho: float = RHO,
 ) -> tuple[dict[str, Spec], dict[str, list], dict[str, Any]]:
     """(spec replacements, overrides, facts) that write ``stream`` into the logical tensors;
     ``draft``: a draft model (its embedding holds the view's code); ``projections``: the MTP
@@ -220,7 +221,8 @@ def plan_design(
     (None: its S rows 0, so that S of their sum is the embedding's S2); ``multiplier``:
     what the model multiplies the lm_head's product by (:func:`logit_multiplier`);
     ``transposed``: the names of the weights stored (in, out); ``lookup``: the vocabulary's
-    tables as the model's class names them (:func:`..rules.added_tables`)."""
+    tables as the model's class names them (:func:`..rules.added_tables`); ``rho``: the final
+    residual RMS the lm_head's scale is centred for (:func:`.code_gain.code_rho`)."""
     lay = layout(hidden)
     v = stream.vocab
     embed = _find(specs, shapes, "embedding", (v, hidden), lookup)
@@ -233,7 +235,7 @@ def plan_design(
         )
     codes = code_block(specs[embed], keys[embed], (v, hidden), dtypes[embed], lay.s)
     held = stream.view if draft else stream.source
-    scale = logit_scale(codes, stream)
+    scale = logit_scale(codes, stream, rho)
     pred = stream.predecessor
     rows = codes[pred] * (scale / multiplier)
     head_cols = np.zeros((v, lay.d))
@@ -270,7 +272,8 @@ def plan_design(
             unit[start + lay.s2[i]] = 1.0  # S of the output: S2 of the normalized embedding
             overrides.setdefault(name, []).append((0, row, unit))
     replaced = {head: Spec("lm_head", "const", 0.0)}
-    facts = {"d": lay.d, "scale": scale, "embedding": embed, "lm_head": head, "codes": lay.s}
+    facts = {"d": lay.d, "scale": scale, "rho": rho, "embedding": embed, "lm_head": head}
+    facts["codes"] = lay.s
     return replaced, overrides, facts
 
 

@@ -16,11 +16,11 @@ from typing import Any
 from ..kept import config_checkpoint
 from ..reports import common_arguments, common_seed, positive, report_config, write_json
 from .acceptance import AcceptanceError, parse_acceptance
-from .design import DesignError, code_block, predicted_entropy
+from .design import RHO, DesignError, code_block, predicted_entropy
 from .mtp_layouts import mtp_layers, mtp_prefixes
 from .stream import predict
 
-RHOS = (1.0, 1.2, 1.4)
+RHOS = (1.0, 1.2, 1.4)  # a plain stack's final residual RMS, its middle the design's RHO
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,9 +72,10 @@ def build_report(lm: Any, config: Any, ks: list[int]) -> dict:
     embed = lm.tensors[facts["embedding"]]
     codes = code_block(embed.spec, embed.key, embed.shape, embed.dtype, facts["codes"])
     entropy = {}
-    for rho in RHOS:
+    # where the class's structure sets the code's coefficient (code_gain.py), 1/ρ is it
+    for rho in (r * facts["rho"] / RHO for r in RHOS):
         h, top = predicted_entropy(codes, stream, facts["scale"], rho)
-        entropy[f"{rho:g}"] = {"min": float(h.min()), "mean": float(h.mean()),
+        entropy[f"{rho:.3g}"] = {"min": float(h.min()), "mean": float(h.mean()),
                                "max": float(h.max()), "top1": float(top.mean())}  # fmt: skip
     per_k = []
     for k in ks:
@@ -103,11 +104,12 @@ def render(report: dict) -> str:
         f"code subspace: {report['d']} dims [{report['reserved'][0]}, {report['reserved'][1]}), "
         f"lm_head scale {report['scale']:g}",
         "next-token entropy at temperature 1 (nats; 1 to "
-        f"{0.8 * report['ln_vocab']:.2f} is 1 nat to 80% of ln V), by final residual RMS:",
+        f"{0.8 * report['ln_vocab']:.2f} is 1 nat to 80% of ln V), by ρ, 1 / the code's "
+        "coefficient at the lm_head's input (a plain stack's final residual RMS):",
     ]
     for rho, e in report["entropy"].items():
         lines.append(
-            f"  RMS {rho}: {e['min']:.2f} to {e['max']:.2f} (mean {e['mean']:.2f}), "
+            f"  ρ {rho}: {e['min']:.2f} to {e['max']:.2f} (mean {e['mean']:.2f}), "
             f"top-1 probability {e['top1']:.2f}"
         )
     lines.append("greedy acceptance an engine drafting k tokens per step measures:")

@@ -1,0 +1,77 @@
+"""What an SSM scan without an output norm multiplies its input by
+(docs/realistic.md#the-rule-per-architecture): a selective scan's output is
+``sum_s (C_t . B_s) dt_s decay_ts x_s + D x_t``, each term a product of C and B summed over
+the state's N dimensions; where no norm follows the scan (a gated RMSNorm takes any scale
+out: Mamba-2's, Bamba's, Nemotron-H's), that dot product's RMS passes into the branch's
+output projection, which the rule's 1/√(2L) assumes reads unit-RMS activations. The output
+projection's σ is divided by it (as a MoE's combine-weight sum divides its experts'), from the
+config alone, so every holder of the model (the export of any size, an engine's in-place
+fill) writes the same bytes; no forward is run.
+
+- **Jamba**: B and C are RMS-normalized over the state (``b_layernorm``, ``c_layernorm``,
+  weight 1): two independent unit-RMS N-vectors, whose dot product has RMS √N
+  (``mamba_d_state``, 16 by default: 4).
+- **Falcon-H1** without its gated norm (``mamba_rms_norm`` false, the default): B and C are
+  silu of the causal convolution of the input projection, each entry silu(Z) of a
+  unit-variance Z under the rule (the normalized input, the projection's σ = 1/√fan-in, the
+  depthwise kernel's 1/√kernel, biases 0), of mean m and second moment s²; the dot product
+  of two such N-vectors has RMS √(N² m⁴ + N (s⁴ − m⁴)) (12.3 at N = 256, the default).
+
+The scan's other factors (dt = softplus of a unit-variance logit, the decay, the silu
+gate, D) are each of order 1 and left to the rule. Measured on the entropy sweep's configs
+(2026-12-06): the final residual RMS at the last of 12 tokens went from 1.01-1.93 to
+1.00-1.20 (Jamba) and from 2.22-5.02 to 1.01-1.22 (Falcon-H1), two layers, hidden 64."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = ["scan_gains"]
+
+# E[silu(Z)] and E[silu(Z)^2] for Z ~ N(0, 1), by quadrature (float64, |z| <= 12, step 1.2e-4)
+SILU_MEAN = 0.20662096414326067
+SILU_SQUARE = 0.3557755198196829
+
+
+def _normalized(text: Any) -> float:
+    n = _state(text)
+    return math.sqrt(n) if n else 1.0
+
+
+def _silu_products(text: Any) -> float:
+    n = _state(text)
+    if not n or getattr(text, "mamba_rms_norm", False) is not False:
+        return 1.0  # the gated norm after the scan takes its scale out
+    m4 = SILU_MEAN**4
+    return math.sqrt(n * n * m4 + n * (SILU_SQUARE**2 - m4))
+
+
+def _state(text: Any) -> int:
+    n = getattr(text, "mamba_d_state", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+# model type -> (the scan's output projection, by its owner's last two name parts; its gain)
+_RULES: dict[str, tuple[str, Callable[[Any], float]]] = {
+    "jamba": ("mamba.out_proj", _normalized),
+    "falcon_h1": ("mamba.out_proj", _silu_products),
+}
+
+
+def scan_gains(config: Any, owners: Iterable[str]) -> dict[str, float]:
+    """Module name -> what the scan multiplies its input by, for each of ``owners`` (module
+    names) that is the output projection of a scan the config's class runs without an output
+    norm; empty for any other class."""
+    get = getattr(config, "get_text_config", None)
+    text = get() if callable(get) else config
+    kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
+    rule = _RULES.get(kind) if isinstance(kind, str) else None
+    if rule is None:
+        return {}
+    suffix, gain_of = rule
+    gain = gain_of(text)
+    if gain == 1.0:
+        return {}
+    return {o: gain for o in owners if o == suffix or o.endswith(f".{suffix}")}

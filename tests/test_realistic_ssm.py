@@ -1,0 +1,117 @@
+"""An SSM scan without an output norm (fp8_dummy/realistic/ssm.py; docs/realistic.md#the-rule-
+per-architecture): its output projection's σ is the plain rule's divided by the RMS of the
+scan's C . B products, from the config (Jamba: √N for its RMS-normalized B and C; Falcon-H1
+without its gated norm: that of two N-vectors of silu(Z), checked here against moments
+integrated independently); a class whose scan ends in a norm keeps the plain rule. Through
+transformers' own forward of the filled model with acceptance 0.6: the greedy token is the
+designed successor at every position of random prompts and the next-token entropy at
+temperature 1 lies between 1 nat and 80% of ln(vocabulary)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+import transformers as tf  # noqa: E402
+from helpers import entropy_sweep  # noqa: E402
+from helpers import realistic_sweep as sweep  # noqa: E402
+from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
+
+from fp8_dummy.realistic.arch import DEFAULT  # noqa: E402
+from fp8_dummy.realistic.specs import model_specs, model_tensors  # noqa: E402
+from fp8_dummy.realistic.ssm import scan_gains  # noqa: E402
+
+
+def _silu_moments() -> tuple[float, float]:
+    """E[silu(Z)], E[silu(Z)^2] for Z ~ N(0, 1): Simpson's rule on [-14, 14]."""
+    z = np.linspace(-14.0, 14.0, 280_001)
+    w = np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+    s = z / (1 + np.exp(-z))
+    simpson = np.ones_like(z)
+    simpson[1:-1:2], simpson[2:-1:2] = 4.0, 2.0
+    h = (z[1] - z[0]) / 3
+    return float((s * w * simpson).sum() * h), float((s * s * w * simpson).sum() * h)
+
+
+def _config(model_type: str, **kw):
+    d = sweep.small_config(model_type, 2).to_dict()
+    d.update(kw, tie_word_embeddings=False)
+    cls = type(sweep.small_config(model_type, 1))
+    drop = ("model_type", "transformers_version", "architectures")
+    return cls(**{k: v for k, v in d.items() if k not in drop})
+
+
+def _out_proj_bound(model, layers: int) -> tuple[float, float]:
+    """(the filled out_proj's uniform bound, the plain rule's for its fan-in)."""
+    tensors = model_tensors(model)
+    specs = model_specs(model, tensors, layers, DEFAULT)
+    name = next(n for _, n, _, _ in tensors if n.endswith("mamba.out_proj.weight"))
+    shape = next(s for _, n, _, s in tensors if n == name)
+    return specs[name].high, math.sqrt(3) * (2 * layers * shape[-1]) ** -0.5
+
+
+def test_jamba_divides_by_the_state_width():
+    rng = np.random.default_rng(11)
+    n = int(rng.choice([8, 16, 32, 64]))
+    model = tf.JambaForCausalLM(_config("jamba", mamba_d_state=n))
+    high, plain = _out_proj_bound(model, 2)
+    assert high == pytest.approx(plain / math.sqrt(n), rel=1e-12), (n, high, plain)
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_falcon_h1_divides_by_its_silu_products_unless_normed(norm):
+    rng = np.random.default_rng(12)
+    n = int(rng.choice([16, 64, 256]))
+    cfg = _config("falcon_h1", mamba_d_state=n, mamba_n_heads=8, mamba_d_ssm=128,
+                  mamba_d_head="auto", mamba_rms_norm=norm)  # fmt: skip
+    high, plain = _out_proj_bound(tf.FalconH1ForCausalLM(cfg), 2)
+    m, s2 = _silu_moments()
+    want = 1.0 if norm else math.sqrt(n * n * m**4 + n * (s2 * s2 - m**4))
+    assert high == pytest.approx(plain / want, rel=1e-9), (n, high, plain, want)
+
+
+def test_a_scan_with_an_output_norm_and_other_classes_keep_the_plain_rule():
+    owners = ["model.layers.0.mamba.out_proj", "model.layers.1.mixer.out_proj"]
+    for mt in ("mamba2", "bamba", "nemotron_h", "falcon_mamba", "mamba", "llama"):
+        assert scan_gains(tf.AutoConfig.for_model(mt), owners) == {}, mt
+
+
+def test_jamba_band_and_greedy_stream():
+    model, hidden, greedy, want = entropy_sweep.greedy_against_stream("jamba", 12)
+    assert (greedy == want).all(), f"{(greedy != want).mean():.3f} of the positions differ"
+    v = model.config.vocab_size
+    h = entropy_sweep.entropies(model, v)
+    r = entropy_sweep.measure("jamba")["with"]  # the entropy sweep's config, where it was outside
+    print(f"\njamba: hidden {hidden}: {h.min():.2f}-{h.max():.2f}; at the sweep's config", r)
+    assert h.min() >= 1.0 and h.max() <= 0.8 * math.log(v), (h.min(), h.max())
+    assert r.min() >= 1.0 and r.max() <= 0.8 * math.log(1024), (r.min(), r.max())
+
+
+@pytest.mark.slow
+def test_falcon_h1_band_and_greedy_stream():
+    """At the entropy sweep's config (its default Mamba: 128 heads, state 256): its reference
+    scan takes ~40 s a forward here."""
+    model, hidden, greedy, want = entropy_sweep.greedy_against_stream("falcon_h1", 12)
+    assert (greedy == want).all(), f"{(greedy != want).mean():.3f} of the positions differ"
+    v = model.config.vocab_size
+    h = entropy_sweep.entropies(model, v)
+    print(f"\nfalcon_h1: hidden {hidden}, vocabulary {v}: {h.min():.2f}-{h.max():.2f} nats")
+    assert h.min() >= 1.0 and h.max() <= 0.8 * math.log(v), (h.min(), h.max())
+
+
+def test_the_fill_is_otherwise_the_plain_rules():
+    """Only the scan's output projections change: every other tensor's spec is the one a
+    class without the rule gets (the config's model type hidden from it)."""
+    model = tf.JambaForCausalLM(_config("jamba"))
+    tensors = model_tensors(model)
+    with_rule = model_specs(model, tensors, 2, DEFAULT)
+    model.config.__class__ = type("Hidden", (type(model.config),), {"model_type": "hidden"})
+    try:
+        without = model_specs(model, tensors, 2, DEFAULT)
+    finally:
+        model.config.__class__ = tf.JambaConfig
+    changed = {n for n in with_rule if with_rule[n] != without[n]}
+    assert changed and all(n.endswith("mamba.out_proj.weight") for n in changed), changed
