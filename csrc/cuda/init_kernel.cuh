@@ -30,8 +30,8 @@ struct PieceArgs {
 // Under a bare __launch_bounds__(kBlock), ptxas held the strided kernel (its layout walk's 64-bit
 // divisions) to 64 registers on sm_100 and spilled 16 bytes; asking for one block per SM
 // lets it take 96. The linear kernel's item holds 16 Philox calls' words (64 registers) at
-// once: at 3 blocks per SM (80 registers) ptxas spilled 188 bytes on sm_90; at 2 it takes 128,
-// and 16 independent calls per thread keep the multiply pipe fed with 16 warps per SM.
+// once: at 3 blocks per SM (80 registers) ptxas spilled 188 bytes on sm_90; at 2 it takes 128
+// (16 warps per SM, each with 16 independent calls in flight).
 template <cuda::Fp8Format F, bool kLinear>
 __global__ void __launch_bounds__(kBlock, kLinear ? 2 : 1) init_fp8_kernel(const PieceArgs a) {
   // Graph-capture safe: the seed and offset are read from device memory when captured.

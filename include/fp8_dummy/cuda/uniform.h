@@ -134,7 +134,7 @@ FP8_DUMMY_HD uint32_t uniform_half2(uint32_t word_lo, uint32_t word_hi, const Un
   const __half to = __ushort_as_half(p.to_h);
   const uint32_t equal = __heq2_mask(pair, __halves2half2(to, to));  // 0xffff per equal lane
   // The pair's 32 bits as they are (low half first): taking the halves apart and joining them
-  // again cost sm_100 code two byte permutes per pair.
+  // again cost sm_100 code about three byte permutes per pair.
   uint32_t v;
   memcpy(&v, &pair, sizeof(v));
   return (v & ~equal) | ((p.from_h * 0x10001u) & equal);
