@@ -75,6 +75,33 @@ def test_kernel_emulation_walks_every_item_across_steps(sm, mt, grid):
     assert np.array_equal(t.view(torch.uint8).numpy(), want)
 
 
+@pytest.mark.parametrize("start", [0, 4, 8, 12, 1, 2, 3])
+def test_kernel_emulation_linear_starts_and_tails(start):
+    # the linear kernel's work items of 16 subsequences store a word's 16 bytes at once only
+    # where data + start is 16-byte aligned and the whole item is inside the piece; 4-byte
+    # aligned starts, odd ones and the tails take the checked stores: every start modulo 16
+    # class, sizes around an item, a grid step (4T) and random ones
+    sm, mt = 2, 1024
+    rng = np.random.default_rng(1000 + start)
+    t4 = 4 * sm * (mt // 256) * 256
+    sizes = [1, 15, 16, 17, 63, 64, 65, t4 - 1, t4, t4 + 1, 2 * t4 + 63, 2 * t4 + 64]
+    sizes += [int(n) for n in rng.integers(1, 3 * t4, size=4)]
+    seed = int(rng.integers(0, 2**40))
+    # offset 2^34 - 4: the Philox position (offset / 4 + step) carries into its high word
+    for n, offset in [(n, offset) for n in sizes for offset in (4, 2**34 - 4)]:
+        base = poison(torch.empty(n + 32, dtype=torch.float8_e4m3fn))
+        assert base.data_ptr() % 16 == 0
+        v = base[start : start + n]
+        after = emulator.emulate_cuda_kernel_init_(
+            v, -2.0, 2.0, seed, offset=offset, sm_count=sm, max_threads_per_sm=mt
+        )
+        want, want_after = _oracle_bytes(n, -2.0, 2.0, seed, offset, sm, mt)
+        assert after == want_after
+        assert np.array_equal(v.view(torch.uint8).numpy(), want), (start, n)
+        outside = storage_bytes(base).numpy()
+        assert (outside[:start] == 0x55).all() and (outside[start + n :] == 0x55).all(), n
+
+
 def test_kernel_emulation_on_gaps_and_odd_addresses():
     sm, mt = 2, 1024
     base = poison(torch.empty(3001, 12, dtype=torch.float8_e5m2))

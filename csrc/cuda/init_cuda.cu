@@ -77,7 +77,9 @@ void launch_piece(const at::Tensor& self, PieceArgs args, int64_t start, int64_t
   const bool linear = args.item.layout.linear();
   args.item.count = count;
   args.item.threads = grid.threads;
-  args.item.aligned = linear && reinterpret_cast<uintptr_t>(args.item.data + start) % 4 == 0;
+  const auto address = reinterpret_cast<uintptr_t>(args.item.data + start);
+  args.item.aligned = linear && address % 4 == 0;
+  args.item.wide_count = linear && address % 16 == 0 ? static_cast<uint32_t>(count) : 0;
   if (linear) {  // the linear kernel takes the piece's first byte as data (its start is 0)
     args.item.data += start;
   } else {
@@ -86,7 +88,8 @@ void launch_piece(const at::Tensor& self, PieceArgs args, int64_t start, int64_t
   args.steps = grid.steps;
   args.philox = philox;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const int64_t items = cuda_kernels::work_items(args.item.threads, args.steps);
+  const int64_t items =
+      cuda_kernels::work_items(args.item.threads, args.steps, cuda_kernels::item_group(linear));
   const int64_t wanted = (items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock;
   with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
     constexpr auto F = decltype(f)::value;

@@ -29,28 +29,23 @@ struct PieceArgs {
 
 // Under a bare __launch_bounds__(kBlock), ptxas held the strided kernel (its layout walk's 64-bit
 // divisions) to 64 registers on sm_100 and spilled 16 bytes; asking for one block per SM
-// lets it take 96. The linear kernel keeps the 64-register cap (4 blocks per SM).
+// lets it take 96. The linear kernel's item holds 16 Philox calls' words (64 registers) at
+// once: at 3 blocks per SM (80 registers) ptxas spilled 188 bytes on sm_90; at 2 it takes 128
+// (16 warps per SM, each with 16 independent calls in flight).
 template <cuda::Fp8Format F, bool kLinear>
-__global__ void __launch_bounds__(kBlock, kLinear ? 3 : 1) init_fp8_kernel(const PieceArgs a) {
+__global__ void __launch_bounds__(kBlock, kLinear ? 2 : 1) init_fp8_kernel(const PieceArgs a) {
   // Graph-capture safe: the seed and offset are read from device memory when captured.
   const auto seeds = at::cuda::philox::unpack(a.philox);
   const uint64_t seed = std::get<0>(seeds);
   const uint64_t offset = std::get<1>(seeds);
   const cuda::PhiloxKeys keys =
       cuda::philox_keys(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  const auto steps = static_cast<uint32_t>(a.steps);
   ItemArgs item = a.item;
   // Linear: element m of the piece is byte start + m, and the host passes data + start with
   // start 0 (launch_piece); the sum made in the kernel was remade by ptxas per work item.
   if (kLinear) item.start = 0;
-  for (WorkWalk walk(static_cast<uint32_t>(a.item.threads / kGroup),
-                     blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
-       walk.step < steps; walk.next()) {
-    // groups * steps < 2^28 (work_items): told to the compiler, the subsequences' high words
-    // are 0 and their index a 32-bit shift, not a wide multiply per item.
-    __builtin_assume(walk.group < (1u << 28));
-    fill_item<F, kLinear>(item, keys, offset, static_cast<int64_t>(walk.group) * kGroup, walk.step);
-  }
+  fill_thread<F, kLinear>(item, keys, offset, static_cast<uint32_t>(a.steps),
+                          blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
 }  // namespace cuda_kernels

@@ -89,6 +89,35 @@ FP8_DUMMY_HD Words4 philox_words(const PhiloxKeys& keys, uint64_t subsequence, u
   return philox4x32_10(counter, keys);
 }
 
+// philox_words of the N consecutive subsequences first .. first + N - 1 (below 2^32: their
+// high words are 0) at one position: out[q] for subsequence first + q. The first round's
+// products are shared: position's once for all N, and subsequence first + q's as
+// M1 * first + M1 * q, a 64-bit add of a constant (exact: the product is below 2^64) instead
+// of a multiply per call. Then rounds 2 to 10 per call.
+template <int N>
+FP8_DUMMY_HD void philox_words_run(const PhiloxKeys& keys, uint32_t first, uint64_t skip,
+                                   uint64_t step, Words4 (&out)[N]) {
+  const uint64_t position = skip / 4 + step;
+  const auto pos_lo = static_cast<uint32_t>(position);
+  const auto pos_hi = static_cast<uint32_t>(position >> 32);
+  uint32_t hi0, lo0;
+  mul_hi_lo(kPhiloxM0, pos_lo, &hi0, &lo0);
+  const uint64_t first_product = static_cast<uint64_t>(kPhiloxM1) * first;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int q = 0; q < N; ++q) {
+    const uint64_t product = first_product + static_cast<uint64_t>(kPhiloxM1) * q;
+    Words4 c{{static_cast<uint32_t>(product >> 32) ^ pos_hi ^ keys.k0[0],
+              static_cast<uint32_t>(product), hi0 ^ keys.k1[0], lo0}};
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int round = 1; round < 10; ++round) c = philox_round(c, keys.k0[round], keys.k1[round]);
+    out[q] = c;
+  }
+}
+
 FP8_DUMMY_HD Words4 philox_words(uint64_t seed, uint64_t subsequence, uint64_t skip,
                                  uint64_t step) {
   return philox_words(philox_keys(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)),

@@ -12,19 +12,22 @@
 namespace fp8_dummy {
 namespace cuda_kernels {
 
-// The benchmark's roofline: the same Philox calls, folded into one word per thread.
+// The benchmark's roofline: the linear kernel's Philox calls (its work items of kLinearGroup
+// subsequences, philox_words_run), folded into one word per thread.
 __global__ void __launch_bounds__(kBlock)
     philox_roofline_kernel(int32_t* out, int64_t threads, int64_t steps, uint64_t seed) {
   uint32_t fold = 0;
   const auto last = static_cast<uint32_t>(steps);
-  for (WorkWalk walk(static_cast<uint32_t>(threads / kGroup), blockIdx.x * blockDim.x + threadIdx.x,
-                     gridDim.x * blockDim.x);
+  const cuda::PhiloxKeys keys = cuda::philox_keys(seed);
+  for (WorkWalk walk(static_cast<uint32_t>(threads / kLinearGroup),
+                     blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
        walk.step < last; walk.next()) {
-    const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
+    __builtin_assume(walk.group < (1u << 28));
+    cuda::Words4 words[kLinearGroup];
+    cuda::philox_words_run<kLinearGroup>(keys, walk.group * kLinearGroup, 0, walk.step, words);
 #pragma unroll
-    for (int q = 0; q < kGroup; ++q) {
-      const cuda::Words4 words = cuda::philox_words(seed, idx + q, 0, walk.step);
-      fold ^= words.w[0] ^ words.w[1] ^ words.w[2] ^ words.w[3];
+    for (int q = 0; q < kLinearGroup; ++q) {
+      fold ^= words[q].w[0] ^ words[q].w[1] ^ words[q].w[2] ^ words[q].w[3];
     }
   }
   out[blockIdx.x * blockDim.x + threadIdx.x] = static_cast<int32_t>(fold);
@@ -46,7 +49,8 @@ int64_t philox_roofline(at::Tensor& out, int64_t numel, int64_t seed) {
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(out.device().index());
   const cuda::ReferenceGrid grid =
       cuda::reference_grid(numel, props->multiProcessorCount, props->maxThreadsPerMultiProcessor);
-  const int64_t items = cuda_kernels::work_items(grid.threads, grid.steps);
+  const int64_t items =
+      cuda_kernels::work_items(grid.threads, grid.steps, cuda_kernels::kLinearGroup);
   const int64_t blocks =
       std::min((items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock,
                resident_blocks<cuda_kernels::philox_roofline_kernel>(props->multiProcessorCount));

@@ -1,5 +1,5 @@
 // The CUDA paths' proofs run on the CPU: our per-tensor kernel emulated work item by work
-// item (the kernel's own WorkWalk and fill_item from cuda_plan/cuda_work_item.h, on a
+// item (the kernel's own fill_thread from cuda_plan/cuda_work_item.h, on a
 // simulated grid), and emulate_proven_cuda_init_ / emulate_proven_cuda_init_many_, which put
 // the emulated kernels through the very probe planning and verdicts the CUDA launchers use
 // (cuda_plan/cuda_proof.h, common/proof.h) against the emulated reference
@@ -25,7 +25,6 @@ namespace fp8_dummy {
 namespace {
 
 using cuda_kernels::ItemArgs;
-using cuda_kernels::kGroup;
 
 // The reference emulation (emulate_cuda_init_, another file) through the dispatcher.
 int64_t reference_emulation(at::Tensor& t, double low, double high, int64_t seed, int64_t offset,
@@ -52,7 +51,7 @@ int64_t many_emulation(std::vector<at::Tensor>& ts, double low, double high, int
 // One launch of our per-tensor kernel (cuda/init_kernel.cuh) on the CPU: elements [start,
 // start + count) of the temp's order, the launch's work items visited by the simulated
 // threads of a grid of `grid` blocks (0: the wave a GPU of `sm_count` SMs holds at 8 blocks
-// per SM), thread after thread, each through WorkWalk.
+// per SM), thread after thread, each through the kernel's fill_thread.
 void emulate_launch(const at::Tensor& self, ItemArgs item, int64_t start, int64_t count,
                     const cuda::ReferenceGrid& g, uint64_t seed, uint64_t at, int64_t sm_count,
                     int64_t grid) {
@@ -60,21 +59,23 @@ void emulate_launch(const at::Tensor& self, ItemArgs item, int64_t start, int64_
   item.start = start;
   item.count = count;
   item.threads = g.threads;
-  item.aligned = linear && reinterpret_cast<uintptr_t>(item.data + start) % 4 == 0;
-  const uint32_t items = cuda_kernels::work_items(g.threads, g.steps);
+  const auto address = reinterpret_cast<uintptr_t>(item.data + start);
+  item.aligned = linear && address % 4 == 0;
+  item.wide_count = linear && address % 16 == 0 ? static_cast<uint32_t>(count) : 0;
+  const uint32_t items =
+      cuda_kernels::work_items(g.threads, g.steps, cuda_kernels::item_group(linear));
   const int64_t blocks = grid > 0 ? grid : std::min<int64_t>((items + 255) / 256, sm_count * 8);
   const auto stride = static_cast<uint32_t>(blocks * 256);
-  const auto groups = static_cast<uint32_t>(g.threads / kGroup);
+  const cuda::PhiloxKeys keys = cuda::philox_keys(seed);
   with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
     constexpr auto F = decltype(f)::value;
     for (uint32_t w = 0; w < stride; ++w) {
-      for (cuda_kernels::WorkWalk walk(groups, w, stride); walk.step < g.steps; walk.next()) {
-        const int64_t idx = static_cast<int64_t>(walk.group) * kGroup;
-        if (linear) {
-          cuda_kernels::fill_item<F, true>(item, seed, at, idx, walk.step);
-        } else {
-          cuda_kernels::fill_item<F, false>(item, seed, at, idx, walk.step);
-        }
+      if (linear) {
+        cuda_kernels::fill_thread<F, true>(item, keys, at, static_cast<uint32_t>(g.steps), w,
+                                           stride);
+      } else {
+        cuda_kernels::fill_thread<F, false>(item, keys, at, static_cast<uint32_t>(g.steps), w,
+                                            stride);
       }
     }
   });
