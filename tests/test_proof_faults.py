@@ -241,6 +241,21 @@ SCENARIOS = {
             checks += [len(keys) == 1, keys[0].unproven if seed == 9 else keys[0].proven]
         refusals = 0
     """,
+    # A fault of the linear kernel's checked stores alone (dense, not 16-byte aligned): the
+    # key is proven by an aligned call, and its probe runs that branch too, so the proof
+    # refuses it there and the later unaligned call gets the reference's bytes.
+    "cuda.init_:checked-stores": """
+        checks = []
+        for seed, skip in ((9, 0), (10, 4), (11, 1), (12, 0)):
+            n = 30_001
+            t = poison(torch.empty(n + skip, dtype=torch.float8_e4m3fn))[skip:]
+            emulator.emulate_proven_cuda_init_(t, -1.0, 1.0, seed, sm_count=2,
+                                               max_threads_per_sm=1024)
+            checks.append(same(t.view(torch.uint8), fp8_oracle(n, seed, 2, 1024)))
+        keys = [e for e in fp8_dummy.self_check_report() if e.path == "cuda.init_"]
+        checks += [len(keys) == 2, not any(e.proven for e in keys)]
+        refusals = 2
+    """,
     # A forced path proves itself like any other: a fault gives the reference's bytes and
     # one warning (init_ and random_).
     "cpu.init_,cpu.random_": """

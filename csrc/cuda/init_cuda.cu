@@ -111,6 +111,10 @@ void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& so
                              launch_piece(self, args, start, count, grid, philox);
                            });
   if (proof::fault("cuda.init_")) proof::corrupt(self);
+  if (layout.linear() && reinterpret_cast<uintptr_t>(self.const_data_ptr()) % 16 != 0 &&
+      proof::fault("cuda.init_:checked-stores")) {
+    proof::corrupt(self);
+  }
 }
 
 // Whether the fused kernel is proven for self's key (no probe inside graph capture).

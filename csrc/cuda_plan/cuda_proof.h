@@ -66,17 +66,35 @@ inline std::string offsets_differ(uint64_t ours, uint64_t ref) {
          std::to_string(ref);
 }
 
+// A dense probe `skip` elements into its storage (its filler bytes before it).
+inline at::Tensor make_dense_probe_past(const at::TensorOptions& options, int64_t n, int64_t skip) {
+  return make_probe(options, n + skip, Layout::kDense).narrow(0, skip, n);
+}
+
 // init_'s probe (at most 2^30 elements): from a generator in use (offset 8) or the seed form's
-// fresh one (0); bytes and offset afterwards.
+// fresh one (0); bytes and offset afterwards. A dense tensor takes the linear kernel's 16-byte
+// stores where it starts 16-byte aligned and its checked stores where it starts 4 bytes past
+// that, so the dense layout is probed at both starts.
 inline proof::Verdict init_probe(const at::TensorOptions& options, int64_t n, Layout layout,
                                  bool generator_form, const Fill& ours, const Fill& ref) {
   const uint64_t seed = 20240607, offset = generator_form ? 8 : 0;
-  at::Tensor a = make_probe(options, n, layout), b = make_probe(options, n, layout);
-  const uint64_t after_ours = ours(a, seed, offset), after_ref = ref(b, seed, offset);
-  auto verdict = proof::same_bytes(a, b, "bytes of " + std::to_string(n) + " elements");
-  if (verdict.passed && after_ours != after_ref)
-    return {false, offsets_differ(after_ours, after_ref)};
-  return verdict;
+  const int64_t size = static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
+  const int64_t past = std::max<int64_t>(1, 4 / size);  // 4 bytes, or one wider element
+  for (const int64_t skip : {int64_t{0}, past}) {
+    if (skip != 0 && layout != Layout::kDense) break;
+    at::Tensor a =
+        skip == 0 ? make_probe(options, n, layout) : make_dense_probe_past(options, n, skip);
+    at::Tensor b =
+        skip == 0 ? make_probe(options, n, layout) : make_dense_probe_past(options, n, skip);
+    const uint64_t after_ours = ours(a, seed, offset), after_ref = ref(b, seed, offset);
+    auto verdict = proof::same_bytes(
+        a, b,
+        "bytes of " + std::to_string(n) + " elements" +
+            (skip == 0 ? "" : " starting " + std::to_string(skip * size) + " bytes in"));
+    if (!verdict.passed) return verdict;
+    if (after_ours != after_ref) return {false, offsets_differ(after_ours, after_ref)};
+  }
+  return {true, ""};
 }
 
 // The split's probe: two pieces (the second at the other alignment) at non-zero offsets, ours
