@@ -10,7 +10,7 @@ import torch
 
 from ..tensors import walk
 from .arch import Arch, derive
-from .rules import LAYER_INDEX, Spec, module_kind, tensor_spec
+from .rules import LAYER_INDEX, Spec, module_kind, router_holders, tensor_spec
 
 __all__ = ["model_specs", "model_tensors"]
 
@@ -56,6 +56,7 @@ def model_specs(
                                     len(sets))
             for prefix, d in siblings.items()}  # fmt: skip
     kinds: dict[int, str] = {}  # id(module) -> module_kind
+    routers = router_holders(model)  # the modules whose weight is a router's, whatever its name
     residual, gains, centered, combine = arch.residual, arch.gains, arch.centered, arch.combine
     normed = {*arch.post, *arch.multiplier, *arch.offset}  # norm_value is 1 for the others
     made: dict[tuple, Spec] = {}
@@ -72,11 +73,11 @@ def model_specs(
         tail = f"{owner.rpartition('.')[2]}.{local}" if dot else local
         key = (tail, tuple(shape), t.dtype, near[owner], kind,
                value, owner in residual, norm, name in gains, combine.get(owner, 1.0),
-               name in centered)  # fmt: skip
+               name in centered, id(module) in routers and local == "weight")  # fmt: skip
         spec = made.get(key)
         if spec is None:
             kw = dict(layers=num_layers, module=kind, value=value, residual=key[6], norm=norm)
-            kw.update(gain=key[8], combine=key[9], centered=key[10])
+            kw.update(gain=key[8], combine=key[9], centered=key[10], router=key[11])
             spec = made[key] = tensor_spec(
                 name, shape, t.dtype, embed_scale=arch.embed_scale, siblings=siblings[owner], **kw
             )

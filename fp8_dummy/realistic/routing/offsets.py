@@ -82,7 +82,10 @@ def find_routers(
             r.groups, r.topk_group = groups, topk_group
             r.group_score = "max" if method == "group_limited_greedy" else "top2"
         routers.append(r)
-    return sorted(routers, key=lambda r: (r.layer, r.weight))
+    routers.sort(key=lambda r: (r.layer, r.weight))
+    for before, r in zip(routers, routers[1:]):
+        r.index = before.index + 1 if before.layer == r.layer else 0
+    return routers
 
 
 # An override: (dimension, index along it, value): a float, or a vector along the other

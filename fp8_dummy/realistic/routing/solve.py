@@ -36,6 +36,9 @@ class Router:
     group_score: str = "top2"  # top2 (sum of a group's two best) | max
     realize: str = "residual"  # bias | correction | residual
     bias: str = ""  # the tensor the offsets go to (bias, correction)
+    # its place among its layer's routers (JetMoE's attention and MLP each route): 0 for the
+    # first, which keys the layer's draws alone
+    index: int = 0
     target: np.ndarray | None = field(default=None, repr=False)
     offsets: np.ndarray | None = field(default=None, repr=False)
 
