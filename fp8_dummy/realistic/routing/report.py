@@ -128,8 +128,14 @@ def build_report(
     zipf = profile.kind == "zipf"
     layers = []
     bar = _Bar(len(routers), "predicting")
+    shapes = {n: s for _, n, _, s in tensors}
     for i, r in enumerate(routers):
-        predicted = solve.simulate(r, r.offsets, tokens, key=(seed + 1) % (1 << 64)) * tokens
+        if r.realize == "hash":  # the table's own rows, every id drawn equally often
+            vocab = int(shapes[r.bias][0])
+            table = offsets.hash_table(r.target, vocab, r.top_k, 0)
+            predicted = np.bincount(table.ravel(), minlength=r.experts) * (tokens / vocab)
+        else:
+            predicted = solve.simulate(r, r.offsets, tokens, key=(seed + 1) % (1 << 64)) * tokens
         layers.append({
             "layer": r.layer, "router": r.weight, "experts": r.experts, "top_k": r.top_k,
             "kind": solve.describe(r), "target": _stats(r.target, r.target, ep, zipf),

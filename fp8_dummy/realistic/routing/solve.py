@@ -34,8 +34,8 @@ class Router:
     groups: int = 1
     topk_group: int = 1
     group_score: str = "top2"  # top2 (sum of a group's two best) | max
-    realize: str = "residual"  # bias | correction | residual
-    bias: str = ""  # the tensor the offsets go to (bias, correction)
+    realize: str = "residual"  # bias | correction | residual | hash
+    bias: str = ""  # the tensor the offsets go to (bias, correction); hash: the router's table
     # its place among its layer's routers (JetMoE's attention and MLP each route): 0 for the
     # first, which keys the layer's draws alone
     index: int = 0
@@ -45,6 +45,8 @@ class Router:
 
 def describe(r: Router) -> str:
     """The router kind in a few words: its scoring, grouping, and where the offsets go."""
+    if r.realize == "hash":  # the table picks: no scoring selects
+        return "token hash -> table"
     group = f" {r.topk_group}/{r.groups} groups" if r.groups > 1 else ""
     return f"{r.score}{group} -> {r.realize}"
 
