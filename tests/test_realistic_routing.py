@@ -141,21 +141,37 @@ def configs(h: int = 64, experts: int = 64, k: int = 8, layers: int = 3) -> dict
             num_key_value_heads=2, num_local_experts=experts, num_experts_per_tok=k, **c
         ),
         "granitemoeshared": tf.GraniteMoeSharedConfig(
-            num_key_value_heads=2, num_local_experts=experts, num_experts_per_tok=k,
-            shared_intermediate_size=64, **c,
+            num_key_value_heads=2,
+            num_local_experts=experts,
+            num_experts_per_tok=k,
+            shared_intermediate_size=64,
+            **c,
         ),  # fmt: skip
         "granitemoehybrid": tf.GraniteMoeHybridConfig(
-            num_key_value_heads=2, num_local_experts=experts, num_experts_per_tok=k,
-            shared_intermediate_size=64, mamba_d_head=16, mamba_n_heads=8, mamba_d_state=16,
-            layer_types=(["mamba", "attention"] * layers)[:layers], **c,
+            num_key_value_heads=2,
+            num_local_experts=experts,
+            num_experts_per_tok=k,
+            shared_intermediate_size=64,
+            mamba_d_head=16,
+            mamba_n_heads=8,
+            mamba_d_state=16,
+            layer_types=(["mamba", "attention"] * layers)[:layers],
+            **c,
         ),  # fmt: skip
         "jetmoe": tf.JetMoeConfig(  # its attention's experts: a head per expert picked
-            num_key_value_heads=2, kv_channels=h // 4, num_local_experts=experts,
-            num_experts_per_tok=k, **{**c, "num_attention_heads": 2 * k},
+            num_key_value_heads=2,
+            kv_channels=h // 4,
+            num_local_experts=experts,
+            num_experts_per_tok=k,
+            **{**c, "num_attention_heads": 2 * k},
         ),  # fmt: skip
         "hunyuan_v1_moe": tf.HunYuanMoEV1Config(
-            num_key_value_heads=2, head_dim=16, num_experts=experts, moe_topk=k,
-            moe_intermediate_size=32, **c,
+            num_key_value_heads=2,
+            head_dim=16,
+            num_experts=experts,
+            moe_topk=k,
+            moe_intermediate_size=32,
+            **c,
         ),  # fmt: skip
     }
 
