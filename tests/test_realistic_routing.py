@@ -153,7 +153,7 @@ def configs(h: int = 64, experts: int = 64, k: int = 8, layers: int = 3) -> dict
             num_experts_per_tok=k,
             shared_intermediate_size=64,
             mamba_d_head=16,
-            mamba_n_heads=8,
+            mamba_n_heads=h // 8,  # its Mamba width: 2h in heads of 16
             mamba_d_state=16,
             layer_types=(["mamba", "attention"] * layers)[:layers],
             **c,
