@@ -252,7 +252,10 @@ def tv_sorted(load: np.ndarray, target: np.ndarray) -> float:
 
 
 def check_zipf(arch: str, alpha: float, seed: int = 0, **kw) -> list[float]:
-    model = build(arch, **kw)
+    return check_zipf_of(build(arch, **kw), alpha, seed)
+
+
+def check_zipf_of(model: torch.nn.Module, alpha: float, seed: int = 0) -> list[float]:
     fp8_dummy.initialize_realistic_dummy_weights(model, seed, routing=f"zipf:{alpha}")
     k = top_k(model.config)
     one, two = measure(model, 0), measure(model, 1)
@@ -280,6 +283,23 @@ def test_zipf_through_each_router_kind(arch):
     routers, _ = R.plan_routing(R.parse_routing("zipf:1"), 0, model.config, specs, shapes)
     assert {R.describe(r) for r in routers} == {KIND[arch]}
     check_zipf(arch, 1.2)
+
+
+def test_zipf_through_longcats_router():
+    """LongCat-Flash's router (its weight ``router.classifier``; 16 experts and 4 zero experts
+    it picks among alike, top-2): the speculative tests' config, whose forward runs here."""
+    from helpers import speculative as H
+
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(
+        H.config("longcat_flash", hidden=128, vocab=1024, layers=2)
+    ).eval()
+    specs = model_specs(model, _tensors(model))
+    shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+    routers, _ = R.plan_routing(R.parse_routing("zipf:1"), 0, model.config, specs, shapes)
+    assert [r.weight.rpartition(".")[0].rpartition(".")[2] for r in routers] == ["classifier"] * 2
+    assert {R.describe(r) for r in routers} == {"softmax -> residual"}
+    check_zipf_of(model, 1.2)
 
 
 @pytest.mark.slow
