@@ -265,9 +265,13 @@ def check_zipf_of(model: torch.nn.Module, alpha: float, seed: int = 0) -> list[f
     tvs, hot = [], []
     for a, b in zip(one["loads"], two["loads"]):
         tvs.append(tv_sorted(a, target))
-        assert tvs[-1] <= 0.08, (arch, tvs)
+        assert tvs[-1] <= 0.08, (type(model).__name__, tvs)
         want = target.max() / target.mean()
-        assert abs(a.max() / a.mean() / want - 1) <= 0.25, (arch, a.max() / a.mean(), want)
+        assert abs(a.max() / a.mean() / want - 1) <= 0.25, (
+            type(model).__name__,
+            a.max() / a.mean(),
+            want,
+        )
         top_a, top_b = set(np.argsort(-a)[:3]), set(np.argsort(-b)[:3])
         assert len(top_a & top_b) >= 2, "hot experts the same on two disjoint batches"
         hot.append(frozenset(top_a))
