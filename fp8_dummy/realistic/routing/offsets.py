@@ -57,7 +57,7 @@ def find_routers(
     method = _config_value(config, ("topk_method",))
     vocab = _config_value(config, ("vocab_size",))
     # a hash router's table: an integer tensor (role untouched) [vocab, k] beside its weight
-    tables = {n.rpartition(".")[0]: n for n, role in roles.items() if role == "untouched"
+    tables = {n.rpartition(".")[0]: n for n, role in roles.items() if role in ("untouched", "hash")
               and isinstance(k, int) and tuple(shapes[n]) == (vocab, k)}  # fmt: skip
     routers = []
     for name, role in roles.items():
@@ -86,9 +86,13 @@ def find_routers(
             continue
         if f"{owner}.e_score_correction_bias" in roles:
             r.realize, r.bias = "correction", f"{owner}.e_score_correction_bias"
+            # the scores the correction is added to: sigmoid's, sqrt(softplus)'s (DeepSeek-V4's)
             r.score = "sigmoid" if score in (None, "sigmoid") else "softmax"
+            r.score = "sqrtsoftplus" if score == "sqrtsoftplus" else r.score
         elif f"{owner}.bias" in roles:
             r.realize, r.bias = "bias", f"{owner}.bias"
+            if score == "sqrtsoftplus":  # DeepSeek-V4's checkpoint name of the correction bias
+                r.realize, r.score = "correction", score  # its class adds to the scores
         if groups > 1 and topk_group < groups and r.experts % groups == 0:
             r.groups, r.topk_group = groups, topk_group
             r.group_score = "max" if method == "group_limited_greedy" else "top2"
