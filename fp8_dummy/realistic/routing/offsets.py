@@ -1,8 +1,10 @@
-"""Where the routing's offsets are written: the routers among a model's tensors (a 2-D
-``gate``/``router`` weight in ``layers.<i>``, its top-k, scoring and grouping from the config)
+"""Where the routing's offsets are written: the routers among a model's tensors (the weights
+of role ``router`` in ``layers.<i>``: :func:`.rules.router_holders`; its top-k, scoring and
+grouping from the config)
 and the overrides of the fill that realize each router's offsets: into the router's bias where
 it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
 selection adds one to the sigmoid scores (DeepSeek-V3/R1, GLM-4.5), grouped top-k included;
+into the table of a hash router (DeepSeek-V4's ``tid2eid``: :func:`hash_table`);
 for routers without a bias (Mixtral, Qwen2/3-MoE, OLMoE), through the residual stream: the last
 hidden dimension ``j`` carries a constant (the vocabulary's column ``j`` is 1, a table added
 to the lookup (position, token type) holds 0 there, no residual branch writes output ``j``, no
@@ -137,7 +139,8 @@ def plan_routing(
     if not routers:
         raise RoutingError(
             f"fp8_dummy: routing {profile.source!r}: the model has no router the realistic fill "
-            "recognises (a 2-D weight of a module named gate or router in layers.<i>)"
+            "recognises (in layers.<i>, the 2-D weight of a module named gate or router, or the "
+            "one 2-D weight inside it)"
         )
     for r in routers:
         dtype = (dtypes or {}).get(r.weight)
