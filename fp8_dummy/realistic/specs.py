@@ -56,7 +56,8 @@ def model_specs(
                                     len(sets))
             for prefix, d in siblings.items()}  # fmt: skip
     kinds: dict[int, str] = {}  # id(module) -> module_kind
-    routers = router_holders(model)  # the modules whose weight is a router's, whatever its name
+    # the modules whose weight is a router's, whatever its name (none known without the model)
+    routers = router_holders(model) if model is not None else set()
     residual, gains, centered, combine = arch.residual, arch.gains, arch.centered, arch.combine
     normed = {*arch.post, *arch.multiplier, *arch.offset}  # norm_value is 1 for the others
     made: dict[tuple, Spec] = {}
