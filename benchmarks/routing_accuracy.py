@@ -4,7 +4,7 @@ layers, the worst layer's total variation to the target (sorted for zipf), the r
 The models and the measurement are tests/test_realistic_routing.py's; the default sizes first,
 then sizes not used in development. Prints markdown rows.
 
-  python benchmarks/routing_accuracy.py
+  python benchmarks/routing_accuracy.py [ARCH,ARCH...]   (default: every one, then the sizes)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ OTHER_SIZES = [
 def row(arch: str, kw: dict, alpha: float, profile: str) -> str:
     model = T.build(arch, **kw)
     fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing=profile)
-    k = model.config.num_experts_per_tok
+    k = T.top_k(model.config)
     m = T.measure(model, 0)
     experts = len(m["loads"][0])
     zipf = profile != "balanced"
@@ -49,7 +49,9 @@ def main() -> int:
     print("| model | router | hidden | E | k | routing | target max/mean | measured max/mean "
           "| worst TV | residual RMS |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for arch, kw, alpha in [(a, {}, 1.2) for a in T.KIND] + OTHER_SIZES:
+    chosen = sys.argv[1].split(",") if len(sys.argv) > 1 else None
+    runs = [(a, {}, 1.2) for a in T.KIND] + ([] if chosen else OTHER_SIZES)
+    for arch, kw, alpha in [r for r in runs if chosen is None or r[0] in chosen]:
         for profile in (f"zipf:{alpha}", "balanced"):
             print(row(arch, kw, alpha, profile), flush=True)
     return 0

@@ -60,10 +60,7 @@ def test_deepseek_v4_export_names_are_the_checkpoints(hidden, layers, hc, tmp_pa
     filled = tf.AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     fp8_dummy.initialize_realistic_dummy_weights(filled, 0)
     ours = filled.state_dict()
-    for name, t in loaded.state_dict().items():
-        if not t.dtype.is_floating_point:  # the hash router's table: 0 in the export
-            assert not t.any(), name
-            continue
+    for name, t in loaded.state_dict().items():  # the hash router's table included
         # the class keeps some in float32 when it loads (the sinks), built narrower in place:
         # the narrower values widened, exactly
         mine = ours[name].to(t.dtype)

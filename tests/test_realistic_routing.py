@@ -59,7 +59,10 @@ def configs(h: int = 64, experts: int = 64, k: int = 8, layers: int = 3) -> dict
     """Every router kind: softmax top-k with (Qwen3-MoE, Mixtral) and without renormalization
     (Qwen2-MoE, OLMoE), grouped softmax (DeepSeek-V2's group_limited_greedy), sigmoid with
     grouped top-k and correction bias (DeepSeek-V3) or without groups (GLM-4.5), a biased
-    router (GPT-OSS); shared experts beside (Qwen2-MoE, DeepSeek, GLM)."""
+    router (GPT-OSS); shared experts beside (Qwen2-MoE, DeepSeek, GLM); routers whose weight
+    the checkpoint or the class names otherwise: GraniteMoE's and its shared and hybrid
+    variants' (``router.layer.weight`` in the checkpoint), JetMoE's (a ``router.layer`` in its
+    MLP and in its attention, each routing), HunYuan-MoE's (``gate.wg``)."""
     c = _common(h, layers)
     mla = dict(q_lora_rank=32, kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16,
                v_head_dim=16, num_key_value_heads=4)  # fmt: skip
@@ -134,6 +137,42 @@ def configs(h: int = 64, experts: int = 64, k: int = 8, layers: int = 3) -> dict
             layer_types=["full_attention"] * layers,
             **c,
         ),  # fmt: skip
+        "granitemoe": tf.GraniteMoeConfig(
+            num_key_value_heads=2, num_local_experts=experts, num_experts_per_tok=k, **c
+        ),
+        "granitemoeshared": tf.GraniteMoeSharedConfig(
+            num_key_value_heads=2,
+            num_local_experts=experts,
+            num_experts_per_tok=k,
+            shared_intermediate_size=64,
+            **c,
+        ),  # fmt: skip
+        "granitemoehybrid": tf.GraniteMoeHybridConfig(
+            num_key_value_heads=2,
+            num_local_experts=experts,
+            num_experts_per_tok=k,
+            shared_intermediate_size=64,
+            mamba_d_head=16,
+            mamba_n_heads=h // 8,  # its Mamba width: 2h in heads of 16
+            mamba_d_state=16,
+            layer_types=(["mamba", "attention"] * layers)[:layers],
+            **c,
+        ),  # fmt: skip
+        "jetmoe": tf.JetMoeConfig(  # its attention's experts: a head per expert picked
+            num_key_value_heads=2,
+            kv_channels=h // 4,
+            num_local_experts=experts,
+            num_experts_per_tok=k,
+            **{**c, "num_attention_heads": 2 * k},
+        ),  # fmt: skip
+        "hunyuan_v1_moe": tf.HunYuanMoEV1Config(
+            num_key_value_heads=2,
+            head_dim=16,
+            num_experts=experts,
+            moe_topk=k,
+            moe_intermediate_size=32,
+            **c,
+        ),  # fmt: skip
     }
 
 
@@ -146,6 +185,11 @@ KIND = {  # what each architecture's router is, and where the offsets must go
     "deepseek_v3": "sigmoid 4/8 groups -> correction",
     "glm4_moe": "sigmoid -> correction",
     "gpt_oss": "softmax -> bias",
+    "granitemoe": "softmax -> residual",
+    "granitemoeshared": "softmax -> residual",
+    "granitemoehybrid": "softmax -> residual",
+    "jetmoe": "softmax -> residual",
+    "hunyuan_v1_moe": "softmax -> residual",
 }
 
 
@@ -154,32 +198,47 @@ def build(arch: str, **kw) -> torch.nn.Module:
     return tf.AutoModelForCausalLM.from_config(configs(**kw)[arch]).eval()
 
 
-def routers_of(model: torch.nn.Module) -> list[torch.nn.Module]:
+def top_k(config) -> int:
+    return config.num_experts_per_tok if hasattr(config, "num_experts_per_tok") else config.moe_topk
+
+
+def routers_of(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int]]:
+    """(router module, its expert count): each module named gate/router holding one 2-D
+    parameter (its own weight, or its one linear's: JetMoE's ``router.layer``)."""
     found = []
     for name, m in model.named_modules():
-        w = getattr(m, "weight", None)
-        if name.rsplit(".", 1)[-1] in ("gate", "router") and w is not None and w.dim() == 2:
-            found.append(m)
+        wide = [p for p in m.parameters() if p.dim() == 2]
+        if name.rsplit(".", 1)[-1] in ("gate", "router") and len(wide) == 1:
+            # the routed experts: the correction bias's where the router also scores shared ones
+            found.append((m, len(getattr(m, "e_score_correction_bias", wide[0]))))
     return found
 
 
 def measure(model: torch.nn.Module, batch: int) -> dict:
-    """Per MoE layer the router's own top-k counts (its integer output), residual RMS."""
+    """Per MoE router the experts its own top-k picked (its integer output of k per token;
+    JetMoE's router returns its own count per expert instead), residual RMS."""
     loads: list = []
+    k = top_k(model.config)
 
-    def record(module, _, out):
-        picked = next(o for o in out if torch.is_tensor(o) and not o.is_floating_point())
-        # the routed experts: the correction bias's where the router also scores shared ones
-        experts = len(getattr(module, "e_score_correction_bias", module.weight))
-        loads.append(np.bincount(picked.flatten().numpy(), minlength=experts))
+    def on(experts: int):
+        def record(_module, _, out):
+            counts = next((o for o in out if isinstance(o, list) and len(o) == experts), None)
+            if counts is not None:  # JetMoE's: the tokens of each expert, its own count
+                loads.append(np.asarray(counts))
+                return
+            picked = next(o for o in out if torch.is_tensor(o) and not o.is_floating_point()
+                          and o.shape[-1] == k)  # fmt: skip
+            loads.append(np.bincount(picked.flatten().numpy(), minlength=experts))
 
-    hooks = [m.register_forward_hook(record) for m in routers_of(model)]
+        return record
+
+    hooks = [m.register_forward_hook(on(experts)) for m, experts in routers_of(model)]
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(batch)
     ids = torch.randint(0, vocab, (TOKENS // 256, 256), generator=gen)
     try:
         with torch.no_grad():
-            out = model(ids, output_hidden_states=True)
+            out = model(ids, output_hidden_states=True, use_cache=False)
     finally:
         for h in hooks:
             h.remove()
@@ -193,9 +252,12 @@ def tv_sorted(load: np.ndarray, target: np.ndarray) -> float:
 
 
 def check_zipf(arch: str, alpha: float, seed: int = 0, **kw) -> list[float]:
-    model = build(arch, **kw)
+    return check_zipf_of(build(arch, **kw), alpha, seed)
+
+
+def check_zipf_of(model: torch.nn.Module, alpha: float, seed: int = 0) -> list[float]:
     fp8_dummy.initialize_realistic_dummy_weights(model, seed, routing=f"zipf:{alpha}")
-    k = model.config.num_experts_per_tok
+    k = top_k(model.config)
     one, two = measure(model, 0), measure(model, 1)
     assert one["finite"] and all(0.25 <= r <= 4 for r in one["rms"]), one["rms"]
     experts = len(one["loads"][0])
@@ -203,9 +265,13 @@ def check_zipf(arch: str, alpha: float, seed: int = 0, **kw) -> list[float]:
     tvs, hot = [], []
     for a, b in zip(one["loads"], two["loads"]):
         tvs.append(tv_sorted(a, target))
-        assert tvs[-1] <= 0.08, (arch, tvs)
+        assert tvs[-1] <= 0.08, (type(model).__name__, tvs)
         want = target.max() / target.mean()
-        assert abs(a.max() / a.mean() / want - 1) <= 0.25, (arch, a.max() / a.mean(), want)
+        assert abs(a.max() / a.mean() / want - 1) <= 0.25, (
+            type(model).__name__,
+            a.max() / a.mean(),
+            want,
+        )
         top_a, top_b = set(np.argsort(-a)[:3]), set(np.argsort(-b)[:3])
         assert len(top_a & top_b) >= 2, "hot experts the same on two disjoint batches"
         hot.append(frozenset(top_a))
@@ -221,6 +287,23 @@ def test_zipf_through_each_router_kind(arch):
     routers, _ = R.plan_routing(R.parse_routing("zipf:1"), 0, model.config, specs, shapes)
     assert {R.describe(r) for r in routers} == {KIND[arch]}
     check_zipf(arch, 1.2)
+
+
+def test_zipf_through_longcats_router():
+    """LongCat-Flash's router (its weight ``router.classifier``; 16 experts and 4 zero experts
+    it picks among alike, top-2): the speculative tests' config, whose forward runs here."""
+    from helpers import speculative as H
+
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(
+        H.config("longcat_flash", hidden=128, vocab=1024, layers=2)
+    ).eval()
+    specs = model_specs(model, _tensors(model))
+    shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+    routers, _ = R.plan_routing(R.parse_routing("zipf:1"), 0, model.config, specs, shapes)
+    assert [r.weight.rpartition(".")[0].rpartition(".")[2] for r in routers] == ["classifier"] * 2
+    assert {R.describe(r) for r in routers} == {"softmax -> residual"}
+    check_zipf_of(model, 1.2)
 
 
 @pytest.mark.slow

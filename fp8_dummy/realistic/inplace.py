@@ -26,7 +26,7 @@ from .hf_model import (
 )
 from .lazy_tensor import Block
 from .logical import LogicalModel, logical_model
-from .routing import parse_routing, plan_routing
+from .routing import hash_specs, parse_routing, plan_routing
 from .rules import Spec, stored_in_out
 from .specs import model_specs, model_tensors
 from .speculative import parse_acceptance, plan_acceptance
@@ -80,9 +80,10 @@ def initialize_realistic_dummy_weights(
     # the vocabulary's tables by the class where it is transformers' (its tensors unplaced),
     # else (an engine's class) by row count (rules.added_tables)
     lookup = vocabulary_tensors(model)
-    _, overrides = plan_routing(
+    routers, overrides = plan_routing(
         profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed, lookup=lookup
     )
+    specs.update(hash_specs(routers))  # a hash router's table: the plan writes it
     if accept is not None:
         keys = {name: tensor_seed(seed, name) for name in shapes}
         wide = {n: 0 for n in shapes if _PROJECTION.search(n) and len(shapes[n]) == 2}

@@ -35,7 +35,7 @@ from .hf_model import (
     vocabulary_tensors,
 )
 from .lazy_tensor import Block, LazyTensor
-from .routing import Profile, find_routers, parse_routing, plan_routing
+from .routing import Profile, find_routers, hash_specs, parse_routing, plan_routing
 from .rules import Spec, residual_by_name, stored_in_out, tensor_spec
 from .specs import model_specs
 from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
@@ -238,6 +238,7 @@ def logical_model(
     routers, overrides = plan_routing(
         profile, seed, config, specs, shapes, dtypes=dtypes, transposed=transposed, lookup=lookup
     )
+    specs.update(hash_specs(routers))  # a hash router's table: the plan writes it
     if part is not None and any(r.realize == "residual" for r in routers):
         _extend(overrides, carrier_rows(part.projections, routers[0].hidden, shapes))
     facts = None

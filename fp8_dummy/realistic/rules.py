@@ -16,7 +16,7 @@ import torch
 from ..tensors import BYTE_VIEWED, E8M0, FLOAT8, PACKED_FP4
 
 __all__ = ["LAYER_INDEX", "Spec", "added_tables", "module_kind", "residual_by_name"]
-__all__ += ["stored_in_out", "tensor_spec"]
+__all__ += ["router_holders", "stored_in_out", "tensor_spec"]
 
 # NVFP4's activation scale: amax 6 (unit RMS, 6 sigma) / (e2m1's top 6 x e4m3's top 448)
 NVFP4_INPUT_SCALE = 6.0 / (6.0 * 448.0)
@@ -63,6 +63,33 @@ def module_kind(module: torch.nn.Module) -> str:
     if isinstance(module, torch.nn.Embedding) or name.endswith("Embedding"):
         return "" if "Rotary" in name else "embedding"  # rotary tables are no embeddings
     return ""
+
+
+def router_holders(model: torch.nn.Module) -> set[int]:
+    """The ids of the modules whose ``weight`` is a router's: a module named ``gate``/``router``
+    (:data:`ROUTER`) with a 2-D weight of its own (Mixtral's ``gate``, GraniteMoE's ``router``,
+    whose checkpoint calls that weight ``router.layer.weight``), else the one module holding a
+    2-D parameter inside such a module whose other parameters are biases (JetMoE's and DBRX's
+    ``router.layer``, HunYuan-MoE's ``gate.wg``, LongCat-Flash's ``router.classifier``). A
+    router module of more 2-D parameters (Zaya's MLP router) or of vectors that scale its input
+    or output (Gemma 4's ``scale``, ``per_expert_scale``) holds none: the routing's offsets
+    would not reach its logits as they are written."""
+    found = set()
+    for name, m in model.named_modules():
+        if name.rpartition(".")[2] not in ROUTER:
+            continue
+        own = getattr(m, "weight", None)
+        if isinstance(own, torch.Tensor) and own.dim() == 2:
+            found.add(id(m))
+            continue
+        params = list(m.named_parameters())
+        wide = [n for n, p in params if p.dim() == 2]
+        if len(wide) != 1 or wide[0].rpartition(".")[2] != "weight":
+            continue
+        others = [n for n, p in params if n != wide[0]]
+        if all(n.rpartition(".")[2].endswith("bias") for n in others):
+            found.add(id(m.get_submodule(wide[0].rpartition(".")[0])))
+    return found
 
 
 def stored_in_out(entries: Iterable[tuple]) -> set[str]:
@@ -139,11 +166,12 @@ def residual_by_name(name: str) -> bool:
 
 def _role(
     name: str, shape: Sequence[int], dtype: torch.dtype, kind: str, layers: int,
-    embed: float = 1.0, residual: bool = False, combine: float = 1.0,
+    embed: float = 1.0, residual: bool = False, combine: float = 1.0, router: bool = False,
 ):  # fmt: skip
     """(role, standard deviation) of a weight-like tensor; ``embed``: the embedding's multiplier
     in the model's code (its lookup then gets σ = 1/embed); ``residual``: a branch's output
-    whatever its name; ``combine``: what the code multiplies a branch's output by (a MoE's
+    whatever its name; ``router``: a router's weight whatever its name
+    (:func:`router_holders`); ``combine``: what the code multiplies a branch's output by (a MoE's
     combine weights' sum: its experts' outputs get σ/combine)."""
     local, stem = name.rsplit(".", 1)[-1], _stem(name)
     if _is_mxfp4_blocks(local, shape, dtype):  # [..., N, K/32, 16]: its own layout
@@ -155,7 +183,7 @@ def _role(
         return "lm_head", 1.0
     if kind == "embedding" or stem in EMBEDDING:
         return "embedding", 1.0 / embed
-    if stem in ROUTER:
+    if stem in ROUTER or (router and len(shape) == 2):
         return "router", fan_in**-0.5
     if len(shape) >= 2 and (stem in RESIDUAL or residual):
         return "residual_out", (2 * layers * fan_in) ** -0.5 / combine
@@ -191,7 +219,7 @@ def tensor_spec(
     name: str, shape: Sequence[int], dtype: torch.dtype, *, layers: int = 1, module: str = "",
     siblings: Siblings | None = None, value: float | None = None, norm: float = 1.0,
     embed_scale: float = 1.0, residual: bool = False, gain: bool = False, combine: float = 1.0,
-    centered: bool = False,
+    centered: bool = False, router: bool = False,
 ) -> Spec:  # fmt: skip
     """The fill of the tensor ``name`` (full) of logical ``shape`` and ``dtype``; ``module``:
     :func:`module_kind`; ``siblings``: its module's tensors; ``value``: dummy_weight_value;
@@ -199,7 +227,7 @@ def tensor_spec(
     the embedding's multiplier, a residual branch's output by the dataflow, a decoder layer's
     own vector or scalar, what a MoE's combine weights sum to, an expert weight of non-negative
     inputs, its rows then of zero sum (:class:`Arch`; the defaults: by name, as in a plain
-    pre-norm model)."""
+    pre-norm model); ``router``: a router's weight whatever its name (:func:`router_holders`)."""
     siblings = siblings or {}
     local = name.rsplit(".", 1)[-1]
     prefix = name[: len(name) - len(local)]
@@ -223,7 +251,7 @@ def tensor_spec(
         return Spec("norm", "const", norm)
     if local in SINK and len(shape) <= 1:  # a logit each head's softmax also sums over:
         return Spec("sink", "const", 0.0)  # 0, a typical key's score at unit-variance q, k
-    role, std = _role(name, shape, dtype, module, layers, embed_scale, residual, combine)
+    role, std = _role(name, shape, dtype, module, layers, embed_scale, residual, combine, router)
     center = _center(local, shape, dtype, module) if centered else 0
     if dtype in BYTE_VIEWED:
         return Spec(role, "codes", 0, 256, center)

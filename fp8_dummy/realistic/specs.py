@@ -10,7 +10,7 @@ import torch
 
 from ..tensors import walk
 from .arch import Arch, derive
-from .rules import LAYER_INDEX, Spec, module_kind, tensor_spec
+from .rules import LAYER_INDEX, Spec, module_kind, router_holders, tensor_spec
 from .ssm import scan_gains
 
 __all__ = ["model_specs", "model_tensors"]
@@ -57,6 +57,8 @@ def model_specs(
                                     len(sets))
             for prefix, d in siblings.items()}  # fmt: skip
     kinds: dict[int, str] = {}  # id(module) -> module_kind
+    # the modules whose weight is a router's, whatever its name (none known without the model)
+    routers = router_holders(model) if model is not None else set()
     residual, gains, centered, combine = arch.residual, arch.gains, arch.centered, arch.combine
     # an SSM scan's output projection reads its C . B products' RMS (:mod:`.ssm`): by the config
     scans = scan_gains(getattr(model, "config", None), siblings)
@@ -77,11 +79,11 @@ def model_specs(
         tail = f"{owner.rpartition('.')[2]}.{local}" if dot else local
         key = (tail, tuple(shape), t.dtype, near[owner], kind,
                value, owner in residual, norm, name in gains, combine.get(owner, 1.0),
-               name in centered)  # fmt: skip
+               name in centered, id(module) in routers and local == "weight")  # fmt: skip
         spec = made.get(key)
         if spec is None:
             kw = dict(layers=num_layers, module=kind, value=value, residual=key[6], norm=norm)
-            kw.update(gain=key[8], combine=key[9], centered=key[10])
+            kw.update(gain=key[8], combine=key[9], centered=key[10], router=key[11])
             spec = made[key] = tensor_spec(
                 name, shape, t.dtype, embed_scale=arch.embed_scale, siblings=siblings[owner], **kw
             )

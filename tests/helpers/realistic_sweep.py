@@ -83,14 +83,22 @@ def _top_k(config) -> int:
 
 def measure(model: torch.nn.Module, vocab: int = 1024) -> dict:
     """finite logits; residual RMS per hidden state; each router's max/mean expert load (its
-    indices where it returns them, else the top-k of its logits)."""
+    indices where it returns them, its own count per expert where it returns that, else the
+    top-k of its logits)."""
     loads: list[torch.Tensor] = []
     k = _top_k(model.config)
 
     def record(module, _, out):
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        idx = [t for t in outs if isinstance(t, torch.Tensor) and not t.is_floating_point()]
-        logits = [t for t in outs if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        # its experts' indices, k per token (JetMoE's first integer output orders its tokens)
+        idx = [t for t in outs if isinstance(t, torch.Tensor) and not t.is_floating_point()
+               and t.dim() and t.shape[-1] == k]  # fmt: skip
+        logits = [t for t in outs if isinstance(t, torch.Tensor) and t.is_floating_point()
+                  and t.dim() >= 2]  # fmt: skip
+        counts = [t for t in outs if isinstance(t, list) and t and isinstance(t[0], int)]
+        if counts and logits and len(counts[0]) == logits[0].shape[-1]:  # its own count (JetMoE)
+            loads.append(torch.tensor(counts[0], dtype=torch.float32))
+            return
         if idx:
             chosen, n = idx[0], (logits[0].shape[-1] if logits else int(idx[0].max()) + 1)
         elif logits and logits[0].dim() >= 2 and logits[0].shape[-1] > k:

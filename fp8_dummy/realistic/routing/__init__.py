@@ -17,7 +17,16 @@ into the weights. This package's face; its files:
 
 from __future__ import annotations
 
-from .offsets import CARRIER, Override, apply_overrides, find_routers, plan_routing
+from .offsets import (
+    CARRIER,
+    HASH,
+    Override,
+    apply_overrides,
+    find_routers,
+    hash_specs,
+    hash_table,
+    plan_routing,
+)
 from .profiles import (
     ENV,
     Profile,
@@ -30,7 +39,8 @@ from .profiles import (
 )
 from .solve import Router, describe, inclusion_probabilities, select, simulate, solve_offsets
 
-__all__ = ["CARRIER", "ENV", "Override", "Profile", "Router", "RoutingError", "apply_overrides"]
-__all__ += ["chosen_routing", "describe", "find_routers", "inclusion_probabilities"]
-__all__ += ["layer_targets", "parse_routing", "permutation", "plan_routing", "select"]
+__all__ = ["CARRIER", "ENV", "HASH", "Override", "Profile", "Router", "RoutingError"]
+__all__ += ["apply_overrides", "chosen_routing", "describe", "find_routers"]
+__all__ += ["hash_specs", "hash_table", "inclusion_probabilities", "layer_targets"]
+__all__ += ["parse_routing", "permutation", "plan_routing", "select"]
 __all__ += ["simulate", "solve_offsets", "zipf_target"]

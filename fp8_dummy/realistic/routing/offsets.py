@@ -1,8 +1,10 @@
-"""Where the routing's offsets are written: the routers among a model's tensors (a 2-D
-``gate``/``router`` weight in ``layers.<i>``, its top-k, scoring and grouping from the config)
+"""Where the routing's offsets are written: the routers among a model's tensors (the weights
+of role ``router`` in ``layers.<i>``: :func:`.rules.router_holders`; its top-k, scoring and
+grouping from the config)
 and the overrides of the fill that realize each router's offsets: into the router's bias where
 it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
 selection adds one to the sigmoid scores (DeepSeek-V3/R1, GLM-4.5), grouped top-k included;
+into the table of a hash router (DeepSeek-V4's ``tid2eid``: :func:`hash_table`);
 for routers without a bias (Mixtral, Qwen2/3-MoE, OLMoE), through the residual stream: the last
 hidden dimension ``j`` carries a constant (the vocabulary's column ``j`` is 1, a table added
 to the lookup (position, token type) holds 0 there, no residual branch writes output ``j``, no
@@ -21,17 +23,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...stateless import row_major_strides
-from ..rules import LAYER_INDEX, added_tables
+from ...stateless import row_major_strides, tensor_seed
+from ..rules import LAYER_INDEX, Spec, added_tables
 from .profiles import Profile, RoutingError, layer_targets
 from .solve import Router
 
-__all__ = ["CARRIER", "Override", "apply_overrides", "find_routers", "plan_routing"]
+__all__ = ["CARRIER", "HASH", "Override", "apply_overrides", "find_routers", "hash_specs"]
+__all__ += ["hash_table", "plan_routing"]
 
 _TOPK = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k", "moe_k")
 
 
 CARRIER = 1.0  # the constant the residual stream's last dimension carries
+# a hash router's table (token id -> its k experts): 0, then every column written by the plan
+HASH = Spec("hash", "const", 0.0)
 
 
 def _config_value(config: Any, names: Sequence[str]) -> Any:
@@ -52,6 +57,10 @@ def find_routers(
     groups = int(_config_value(config, ("n_group",)) or 1)
     topk_group = int(_config_value(config, ("topk_group",)) or groups)
     method = _config_value(config, ("topk_method",))
+    vocab = _config_value(config, ("vocab_size",))
+    # a hash router's table: an integer tensor (role untouched) [vocab, k] beside its weight
+    tables = {n.rpartition(".")[0]: n for n, role in roles.items() if role in ("untouched", "hash")
+              and isinstance(k, int) and tuple(shapes[n]) == (vocab, k)}  # fmt: skip
     routers = []
     for name, role in roles.items():
         shape = shapes[name]
@@ -73,16 +82,27 @@ def find_routers(
                 f"({'/'.join(_TOPK)}) in [1, {experts}]"
             )
         r = Router(int(found.group(1)), name, experts, int(shape[1]), k)
+        if owner in tables:  # DeepSeek-V4's first layers: the table picks, the weight weighs
+            r.realize, r.bias = "hash", tables[owner]
+            routers.append(r)
+            continue
         if f"{owner}.e_score_correction_bias" in roles:
             r.realize, r.bias = "correction", f"{owner}.e_score_correction_bias"
+            # the scores the correction is added to: sigmoid's, sqrt(softplus)'s (DeepSeek-V4's)
             r.score = "sigmoid" if score in (None, "sigmoid") else "softmax"
+            r.score = "sqrtsoftplus" if score == "sqrtsoftplus" else r.score
         elif f"{owner}.bias" in roles:
             r.realize, r.bias = "bias", f"{owner}.bias"
+            if score == "sqrtsoftplus":  # DeepSeek-V4's checkpoint name of the correction bias
+                r.realize, r.score = "correction", score  # its class adds to the scores
         if groups > 1 and topk_group < groups and r.experts % groups == 0:
             r.groups, r.topk_group = groups, topk_group
             r.group_score = "max" if method == "group_limited_greedy" else "top2"
         routers.append(r)
-    return sorted(routers, key=lambda r: (r.layer, r.weight))
+    routers.sort(key=lambda r: (r.layer, r.weight))
+    for before, r in zip(routers, routers[1:]):
+        r.index = before.index + 1 if before.layer == r.layer else 0
+    return routers
 
 
 # An override: (dimension, index along it, value): a float, or a vector along the other
@@ -109,14 +129,18 @@ def plan_routing(
     ``transposed``: the names of the weights stored (in, out) (:func:`.rules.stored_in_out`);
     ``lookup``: the vocabulary's tables as the model's class names them
     (:func:`.rules.added_tables`)."""
-    if profile.kind == "balanced":
-        return [], {}
     roles = {n: s.role for n, s in specs.items()}
+    if profile.kind == "balanced":  # the fill's own bytes; a hash router's table balanced
+        routers = [r for r in find_routers(roles, shapes, config) if r.realize == "hash"]
+        for r, (pi, _) in zip(routers, layer_targets(profile, routers, seed)):
+            r.target = pi
+        return routers, _hash_overrides(routers, seed, shapes)
     routers = find_routers(roles, shapes, config)
     if not routers:
         raise RoutingError(
             f"fp8_dummy: routing {profile.source!r}: the model has no router the realistic fill "
-            "recognises (a 2-D weight of a module named gate or router in layers.<i>)"
+            "recognises (in layers.<i>, the 2-D weight of a module named gate or router, or the "
+            "one 2-D weight inside it)"
         )
     for r in routers:
         dtype = (dtypes or {}).get(r.weight)
@@ -128,11 +152,12 @@ def plan_routing(
             )
     for r, (pi, b) in zip(routers, layer_targets(profile, routers, seed, progress)):
         r.target, r.offsets = pi, b
-        _check_finite(r, (dtypes or {}).get(r.weight if r.realize == "residual" else r.bias))
-    overrides: dict[str, list[Override]] = {}
+        if r.realize != "hash":  # a table's entries are experts' indices, no offsets
+            _check_finite(r, (dtypes or {}).get(r.weight if r.realize == "residual" else r.bias))
+    overrides = _hash_overrides(routers, seed, shapes)
     residual = [r for r in routers if r.realize == "residual"]
     for r in routers:
-        if r.realize != "residual":
+        if r.realize in ("bias", "correction"):
             overrides.setdefault(r.bias, []).append((0, None, r.offsets))
     if residual:
         hidden = residual[0].hidden
@@ -162,6 +187,62 @@ def plan_routing(
                 raise RoutingError(f"fp8_dummy: {r.weight}: hidden size {r.hidden} != {hidden}")
             overrides.setdefault(r.weight, []).append((1, j, r.offsets / CARRIER))
     return routers, overrides
+
+
+def hash_table(target: np.ndarray, vocab: int, k: int, key: int) -> np.ndarray:
+    """A hash router's table [vocab, k]: k distinct experts per token id, expert e in
+    vocab · target[e] rows (``target`` normalized to sum k, each at most 1; rounded by largest
+    remainder, ties to the lower expert), so that tokens drawn uniformly from the vocabulary
+    give each expert its target share, exactly where every id is drawn equally often. The
+    experts, each repeated its count, fill the table column by column in an order drawn from
+    ``key``: a run of at most ``vocab`` never meets a row twice, so a row's k experts are
+    distinct. The rows are then dealt to the token ids by a permutation drawn from ``key``,
+    independent of any token's meaning: any large set of ids (the designed stream's, a
+    tokenizer's ordinary tokens) sees a uniform sample of the rows."""
+    target = np.asarray(target, dtype=np.float64)
+    experts = target.size
+    want = np.minimum(target * (vocab * k / target.sum()), vocab)
+    counts = np.floor(want).astype(np.int64)
+    short = vocab * k - int(counts.sum())
+    # the largest remainders first (ties: the lower expert), never past vocab rows
+    first = np.lexsort((np.arange(experts), -(want - counts), counts >= vocab))
+    counts[first[:short]] += 1
+    order = _shuffle(key, experts)
+    table = np.repeat(order, counts[order]).reshape(k, vocab).T
+    out = np.empty_like(table)
+    out[_shuffle(key + 1, vocab)] = table
+    return out
+
+
+def _shuffle(key: int, n: int) -> np.ndarray:
+    """A permutation of range(n) from a 64-bit key: the order of SplitMix64's outputs at 1..n
+    (numpy's uint64 arithmetic wraps as the mix means it to: the same on every machine)."""
+    z = np.uint64(key & 0xFFFFFFFFFFFFFFFF) + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(
+        0x9E3779B97F4A7C15
+    )
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return np.argsort(z ^ (z >> np.uint64(31)), kind="stable")
+
+
+def _hash_overrides(
+    routers: Sequence[Router], seed: int, shapes: Mapping[str, Sequence[int]]
+) -> dict[str, list[Override]]:
+    """Each hash router's table (:func:`hash_table` of its target, keyed by the table's name
+    and ``seed``), column by column."""
+    out: dict[str, list[Override]] = {}
+    for r in routers:
+        if r.realize == "hash":
+            vocab = int(shapes[r.bias][0])
+            table = hash_table(r.target, vocab, r.top_k, tensor_seed(seed, r.bias))
+            out[r.bias] = [(1, c, table[:, c]) for c in range(table.shape[1])]
+    return out
+
+
+def hash_specs(routers: Sequence[Router]) -> dict[str, Spec]:
+    """The specs of the hash routers' tables among ``routers`` (:data:`HASH`): written by the
+    plan's overrides, not left untouched."""
+    return {r.bias: HASH for r in routers if r.realize == "hash"}
 
 
 def _check_finite(r: Router, dtype: torch.dtype | None) -> None:

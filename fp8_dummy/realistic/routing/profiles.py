@@ -181,7 +181,8 @@ def layer_targets(
         size = r.experts // r.groups
         base = permutation(tensor_seed(seed, "routing.groups"), r.experts) if r.groups > 1 else None
         pi_c, b_c = _canonical(r.experts, r.top_k, profile.alpha, _kind(r), tuple(base or ()))
-        key = tensor_seed(seed, f"routing.layers.{r.layer}")
+        # a layer's second router (JetMoE's) draws its own hot experts
+        key = tensor_seed(seed, f"routing.layers.{r.layer}" + (f".{r.index}" if r.index else ""))
         groups = permutation(key, r.groups)
         where = np.empty(r.experts, dtype=np.int64)
         for g in range(r.groups):

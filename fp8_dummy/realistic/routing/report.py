@@ -20,6 +20,7 @@ import torch
 from ..hf_model import UnplacedTensorError
 from ..inplace import initialize_realistic_dummy_weights
 from ..reports import common_arguments, common_seed, positive, report_config, write_json
+from ..rules import ROUTER
 from ..specs import model_specs, model_tensors
 from . import offsets, profiles, solve
 
@@ -127,8 +128,14 @@ def build_report(
     zipf = profile.kind == "zipf"
     layers = []
     bar = _Bar(len(routers), "predicting")
+    shapes = {n: s for _, n, _, s in tensors}
     for i, r in enumerate(routers):
-        predicted = solve.simulate(r, r.offsets, tokens, key=(seed + 1) % (1 << 64)) * tokens
+        if r.realize == "hash":  # the table's own rows, every id drawn equally often
+            vocab = int(shapes[r.bias][0])
+            table = offsets.hash_table(r.target, vocab, r.top_k, 0)
+            predicted = np.bincount(table.ravel(), minlength=r.experts) * (tokens / vocab)
+        else:
+            predicted = solve.simulate(r, r.offsets, tokens, key=(seed + 1) % (1 << 64)) * tokens
         layers.append({
             "layer": r.layer, "router": r.weight, "experts": r.experts, "top_k": r.top_k,
             "kind": solve.describe(r), "target": _stats(r.target, r.target, ep, zipf),
@@ -151,18 +158,20 @@ def measured_loads(config, profile, seed, tokens, routers) -> list[np.ndarray]:
     modules = dict(model.named_modules())
     counts = {r.weight: np.zeros(r.experts) for r in routers}
 
-    def hook(name: str, experts: int):
-        def record(_m, _i, out):  # the router's own top-k: its integer output
+    def hook(r: solve.Router):
+        def record(_m, _i, out):  # the router's own top-k: its integer output, k per token
             outs = out if isinstance(out, (tuple, list)) else (out,)
-            picked = next(o for o in outs if torch.is_tensor(o) and not o.is_floating_point())
-            counts[name] += np.bincount(picked.flatten().numpy(), minlength=experts)
+            count = next((o for o in outs if isinstance(o, list) and len(o) == r.experts), None)
+            if count is not None:  # its own count per expert (JetMoE's router returns it)
+                counts[r.weight] += np.asarray(count)
+                return
+            picked = next(o for o in outs if torch.is_tensor(o) and not o.is_floating_point()
+                          and o.dim() and o.shape[-1] == r.top_k)  # fmt: skip
+            counts[r.weight] += np.bincount(picked.flatten().numpy(), minlength=r.experts)
 
         return record
 
-    hooks = [
-        modules[r.weight.rpartition(".")[0]].register_forward_hook(hook(r.weight, r.experts))
-        for r in routers
-    ]
+    hooks = [modules[_router_module(r.weight)].register_forward_hook(hook(r)) for r in routers]
     vocab = int(getattr(config, "vocab_size", None) or config.get_text_config().vocab_size)
     gen = torch.Generator().manual_seed(seed)
     seq = 256
@@ -178,6 +187,16 @@ def measured_loads(config, profile, seed, tokens, routers) -> list[np.ndarray]:
         for h in hooks:
             h.remove()
     return [counts[r.weight] for r in routers]
+
+
+def _router_module(weight: str) -> str:
+    """The router module of a router weight: the nearest module named ``gate``/``router`` that
+    holds it (JetMoE's ``router``, whose ``layer`` returns logits only)."""
+    parts = weight.split(".")[:-1]
+    for end in range(len(parts), 0, -1):
+        if parts[end - 1] in ROUTER:
+            return ".".join(parts[:end])
+    return ".".join(parts)
 
 
 def render(report: dict) -> str:

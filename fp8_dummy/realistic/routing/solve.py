@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 __all__ = ["Router", "describe", "inclusion_probabilities", "leave_one_out", "select"]
 __all__ += ["simulate", "solve_offsets"]
@@ -30,18 +31,25 @@ class Router:
     experts: int
     hidden: int
     top_k: int
-    score: str = "softmax"  # softmax (selection on logits) | sigmoid (on sigmoid scores)
+    # softmax (selection on logits) | sigmoid (on sigmoid scores) | sqrtsoftplus (on
+    # sqrt(softplus) scores: DeepSeek-V4's)
+    score: str = "softmax"
     groups: int = 1
     topk_group: int = 1
     group_score: str = "top2"  # top2 (sum of a group's two best) | max
-    realize: str = "residual"  # bias | correction | residual
-    bias: str = ""  # the tensor the offsets go to (bias, correction)
+    realize: str = "residual"  # bias | correction | residual | hash
+    bias: str = ""  # the tensor the offsets go to (bias, correction); hash: the router's table
+    # its place among its layer's routers (JetMoE's attention and MLP each route): 0 for the
+    # first, which keys the layer's draws alone
+    index: int = 0
     target: np.ndarray | None = field(default=None, repr=False)
     offsets: np.ndarray | None = field(default=None, repr=False)
 
 
 def describe(r: Router) -> str:
     """The router kind in a few words: its scoring, grouping, and where the offsets go."""
+    if r.realize == "hash":  # the table picks: no scoring selects
+        return "token hash -> table"
     group = f" {r.topk_group}/{r.groups} groups" if r.groups > 1 else ""
     return f"{r.score}{group} -> {r.realize}"
 
@@ -82,10 +90,14 @@ def _ndtr(x: np.ndarray) -> np.ndarray:
 
 
 def _score_cdf(x: np.ndarray, b: np.ndarray, score: str) -> np.ndarray:
-    """P(score_e <= x) for score_e = g(z) + b_e, z ~ N(0, 1), g the identity or sigmoid."""
+    """P(score_e <= x) for score_e = g(z) + b_e, z ~ N(0, 1), g the identity, sigmoid or
+    sqrt(softplus) (its inverse at u > 0: log(expm1(u²)))."""
     u = x[:, None] - b[None]
     if score == "softmax":
         return _ndtr(u)
+    if score == "sqrtsoftplus":
+        inside = np.clip(u, 1e-150, 30.0)
+        return np.where(u <= 0, 0.0, _ndtr(np.log(np.expm1(inside * inside))))
     inside = np.clip(u, 1e-300, 1 - 1e-16)
     cdf = _ndtr(np.log(inside) - np.log1p(-inside))
     return np.where(u <= 0, 0.0, np.where(u >= 1, 1.0, cdf))
@@ -102,7 +114,9 @@ def _inclusion(offsets: np.ndarray, k: int, score: str) -> tuple[np.ndarray, np.
     moves e's score distribution along x, against the others' count, so dπ_e/db_e is the sum
     over x of e's mass times the slope in x of P(fewer than k others above x)."""
     b = np.asarray(offsets, dtype=np.float64)
-    lo, hi = (b.min() - 9, b.max() + 9) if score == "softmax" else (b.min(), b.max() + 1)
+    # the scores' reach: z within ±9; sigmoid's (0, 1); sqrt(softplus)'s (0, 3.1) there
+    top = {"softmax": 9.0, "sigmoid": 1.0}.get(score, 3.1)
+    lo, hi = (b.min() - 9, b.max() + 9) if score == "softmax" else (b.min(), b.max() + top)
     edges = np.linspace(lo, hi, 401)
     mid = (edges[1:] + edges[:-1]) / 2
     cdf = _score_cdf(edges, b, score)
@@ -132,7 +146,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 def select(z: torch.Tensor, offsets: torch.Tensor, r: Router) -> torch.Tensor:
     """The experts the router picks for logits ``z`` [tokens, E]: its own algorithm."""
-    score = (z.sigmoid() if r.score == "sigmoid" else z) + offsets
+    g = {"sigmoid": torch.sigmoid, "sqrtsoftplus": lambda x: F.softplus(x).sqrt()}
+    score = g.get(r.score, lambda x: x)(z) + offsets
     if r.groups > 1:
         grouped = score.view(score.shape[0], r.groups, -1)
         g = grouped.max(-1).values if r.group_score == "max" else grouped.topk(2, -1)[0].sum(-1)
@@ -210,9 +225,9 @@ def solve_offsets(r: Router, target: np.ndarray) -> np.ndarray:
     if np.allclose(target, target[0]) and r.groups == 1:
         return np.zeros(r.experts)
     b = want - want.mean()
-    if r.score == "sigmoid":
-        b = b * 0.2
-    slope = 1.0 if r.score == "softmax" else 5.0
+    # the score's slope at z = 0: sigmoid's 1/4, sqrt(softplus)'s 0.30
+    b = b * {"softmax": 1.0, "sigmoid": 0.2, "sqrtsoftplus": 0.3}[r.score]
+    slope = {"softmax": 1.0, "sigmoid": 5.0, "sqrtsoftplus": 3.3}[r.score]
     b = _newton(b, want, target > floor, k, r.score)
     if r.groups > 1:
         z = _noise(r.experts, 8192, 12345)

@@ -20,7 +20,7 @@ from ..checkpoint_files import gather
 from ..config_file import read_config
 from .eagle3 import eagle3_config
 
-__all__ = ["DRAFT_KEY", "LAYOUTS", "draft_config", "is_draft", "stage_draft"]
+__all__ = ["DRAFT_KEY", "LAYOUTS", "draft_config", "is_draft", "kv_heads", "stage_draft"]
 
 DRAFT_KEY = "fp8_dummy_draft"
 LAYOUTS = ("llama", "eagle3")  # a plain causal LM; EAGLE-3's (:mod:`.eagle3`)
@@ -35,7 +35,7 @@ def _text(config: Any) -> Any:
 def draft_config(target: Any, layers: int = 2, hidden: int | None = None) -> Any:
     """The draft's transformers config: Llama, ``layers`` decoder layers of width ``hidden``
     (default: a quarter of the target's, within [128, 2048], a multiple of 64), head size 64
-    (32 below 512), a quarter as many KV heads, the target's vocabulary, special ids, context
+    (32 below 512), :func:`kv_heads` KV heads, the target's vocabulary, special ids, context
     length and dtype, untied."""
     import transformers
 
@@ -51,12 +51,20 @@ def draft_config(target: Any, layers: int = 2, hidden: int | None = None) -> Any
     kw = {n: getattr(text, n) for n in _TEXT if getattr(text, n, None) is not None}
     cfg = transformers.LlamaConfig(
         hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 32 * 32, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=max(1, heads // 4), head_dim=head,
+        num_attention_heads=heads, num_key_value_heads=kv_heads(heads), head_dim=head,
         tie_word_embeddings=False, **kw,
     )  # fmt: skip
     cfg.dtype = getattr(text, "dtype", None) or getattr(target, "dtype", None)
     setattr(cfg, DRAFT_KEY, True)
     return cfg
+
+
+def kv_heads(heads: int) -> int:
+    """A draft's KV heads for ``heads`` query heads: a quarter as many, or as many where a
+    quarter does not divide them (9 heads at width 576, 14 at 448): grouped query attention
+    needs a divisor, and every engine's and transformers' attention refuses another."""
+    kv = max(1, heads // 4)
+    return kv if heads % kv == 0 else heads
 
 
 def is_draft(config: Any) -> bool:

@@ -71,6 +71,8 @@ def eagle3_config(target: Any, hidden: int | None = None) -> dict:
     heads where a quarter does not divide them), the
     target's vocabulary, special ids, context length, dtype; the auxiliary layers and the
     target's width; a target it cannot serve refused (:class:`DesignError`)."""
+    from .draft import kv_heads  # the plain draft's rule (draft.py imports this module)
+
     get = getattr(target, "get_text_config", None)
     text = get() if callable(get) else target
     layers = getattr(text, "num_hidden_layers", None)
@@ -90,8 +92,7 @@ def eagle3_config(target: Any, hidden: int | None = None) -> dict:
         raise ValueError(f"fp8_dummy: --draft-hidden {hidden!r}: a multiple of 32, at least 64")
     head = 64 if hidden >= 256 else 32
     heads = hidden // head
-    kv = max(1, heads // 4)
-    kv = kv if heads % kv == 0 else heads  # grouped query heads need a divisor
+    kv = kv_heads(heads)
     cfg: dict[str, Any] = dict(
         architectures=[EAGLE3], model_type="llama", hidden_size=hidden, num_hidden_layers=1,
         intermediate_size=hidden * 8 // 3 // 32 * 32, num_attention_heads=heads,
