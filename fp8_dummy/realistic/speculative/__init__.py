@@ -15,13 +15,14 @@ package's face; its files:
   and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
 - ``mtp_layouts.py``: which checkpoints carry MTP layers (DeepSeek-V3/V3.2, GLM-4.5, GLM-OCR,
   EXAONE 4.5, Ling's hybrid, Qwen3-Next, Mellum, Inkling's text model, Nemotron-H, ERNIE 4.5
-  MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash, LongCat-Flash), how many and under which names: one
-  record per architecture;
+  MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash, LongCat-Flash, DeepSeek-V4), how many and under
+  which names: one record per architecture;
 - ``mtp.py``: their tensors, made for the logical model (the decoder block from the class's
   own decoder layer, the MTP layers' norms and input projections);
 - ``draft.py``: ``export --draft``'s draft model: its config (a plain causal LM of the
   target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
   with the target's tokenizer files;
+- ``draft_heads.py``: a draft's KV heads (a divisor of its query heads), for both layouts;
 - ``eagle3.py``: ``--draft-layout eagle3``: the draft in EAGLE-3's layout (vLLM's
   ``Eagle3LlamaForCausalLM``, SGLang's ``LlamaForCausalLMEagle3``): its config, and its
   tensors from its one-layer Llama twin's, the attention designed to carry the input

@@ -18,9 +18,10 @@ from typing import Any
 from ..._atomic_file import write_file
 from ..checkpoint_files import gather
 from ..config_file import read_config
+from .draft_heads import kv_heads
 from .eagle3 import eagle3_config
 
-__all__ = ["DRAFT_KEY", "LAYOUTS", "draft_config", "is_draft", "kv_heads", "stage_draft"]
+__all__ = ["DRAFT_KEY", "LAYOUTS", "draft_config", "is_draft", "stage_draft"]
 
 DRAFT_KEY = "fp8_dummy_draft"
 LAYOUTS = ("llama", "eagle3")  # a plain causal LM; EAGLE-3's (:mod:`.eagle3`)
@@ -57,14 +58,6 @@ def draft_config(target: Any, layers: int = 2, hidden: int | None = None) -> Any
     cfg.dtype = getattr(text, "dtype", None) or getattr(target, "dtype", None)
     setattr(cfg, DRAFT_KEY, True)
     return cfg
-
-
-def kv_heads(heads: int) -> int:
-    """A draft's KV heads for ``heads`` query heads: a quarter as many, or as many where a
-    quarter does not divide them (9 heads at width 576, 14 at 448): grouped query attention
-    needs a divisor, and every engine's and transformers' attention refuses another."""
-    kv = max(1, heads // 4)
-    return kv if heads % kv == 0 else heads
 
 
 def is_draft(config: Any) -> bool:

@@ -43,6 +43,7 @@ import numpy as np
 from ...stateless import tensor_seed
 from ..rules import Spec, tensor_spec
 from .design import RHO, DesignError, code_block, layout
+from .draft_heads import kv_heads
 
 __all__ = ["EAGLE3", "eagle3_config", "eagle3_tensors", "is_eagle3"]
 
@@ -71,7 +72,6 @@ def eagle3_config(target: Any, hidden: int | None = None) -> dict:
     heads where a quarter does not divide them), the
     target's vocabulary, special ids, context length, dtype; the auxiliary layers and the
     target's width; a target it cannot serve refused (:class:`DesignError`)."""
-    from .draft import kv_heads  # the plain draft's rule (draft.py imports this module)
 
     get = getattr(target, "get_text_config", None)
     text = get() if callable(get) else target
