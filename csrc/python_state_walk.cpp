@@ -8,6 +8,7 @@
 // detach() changed while it is read) it leaves to the Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <cstdint>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -260,9 +261,9 @@ struct Walk {
 
 }  // namespace
 
-// args: (model, plain_state, module_type, own, plain, disabled, deepest); see
-// python_functions.h.
-PyObject* state_dict_shape(PyObject* /*module*/, PyObject* args) {
+namespace {
+
+PyObject* state_dict_shape_walked(PyObject* args) {
   const Api* api = python::api();
   if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes this
   const Api& py = *api;
@@ -303,6 +304,20 @@ PyObject* state_dict_shape(PyObject* /*module*/, PyObject* args) {
     }
   }
   return py.tuple_pack(2, shape.get(), tensors.get());
+}
+
+}  // namespace
+
+// args: (model, plain_state, module_type, own, plain, disabled, deepest); see
+// python_functions.h. Where a vector cannot grow, the Python loop walks (False): no C++
+// exception crosses into the interpreter.
+PyObject* state_dict_shape(PyObject* /*module*/, PyObject* args) {
+  try {
+    return state_dict_shape_walked(args);
+  } catch (const std::bad_alloc&) {
+    const Api& py = *python::api();  // set: the walk got past its first line
+    return strong(py, py.false_).release();
+  }
 }
 
 }  // namespace fp8_dummy::python

@@ -246,15 +246,17 @@ SCENARIOS = {
     # refuses it there and the later unaligned call gets the reference's bytes.
     "cuda.init_:checked-stores": """
         checks = []
-        for seed, skip in ((9, 0), (10, 4), (11, 1), (12, 0)):
+        cases = ((9, 0, False), (10, 4, False), (11, 1, False), (12, 0, False), (13, 0, True),
+                 (14, 4, True))
+        for seed, skip, split in cases:
             n = 30_001
             t = poison(torch.empty(n + skip, dtype=torch.float8_e4m3fn))[skip:]
             emulator.emulate_proven_cuda_init_(t, -1.0, 1.0, seed, sm_count=2,
-                                               max_threads_per_sm=1024)
+                                               max_threads_per_sm=1024, split_probe=split)
             checks.append(same(t.view(torch.uint8), fp8_oracle(n, seed, 2, 1024)))
         keys = [e for e in fp8_dummy.self_check_report() if e.path == "cuda.init_"]
-        checks += [len(keys) == 2, not any(e.proven for e in keys)]
-        refusals = 2
+        checks += [len(keys) == 3, not any(e.proven for e in keys)]
+        refusals = 3
     """,
     # A forced path proves itself like any other: a fault gives the reference's bytes and
     # one warning (init_ and random_).

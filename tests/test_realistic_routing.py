@@ -203,11 +203,14 @@ def top_k(config) -> int:
 
 
 def routers_of(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int]]:
-    """(router module, its expert count): each module named gate/router holding one 2-D
-    parameter (its own weight, or its one linear's: JetMoE's ``router.layer``)."""
+    """(router module, its expert count): each module named gate/router with a 2-D weight of
+    its own (ERNIE's also holds a 2-D correction bias in a child), or one 2-D parameter in its
+    children (JetMoE's ``router.layer``)."""
     found = []
     for name, m in model.named_modules():
-        wide = [p for p in m.parameters() if p.dim() == 2]
+        w = getattr(m, "weight", None)
+        own = torch.is_tensor(w) and w.dim() == 2
+        wide = [w] if own else [p for p in m.parameters() if p.dim() == 2]
         if name.rsplit(".", 1)[-1] in ("gate", "router") and len(wide) == 1:
             # the routed experts: the correction bias's where the router also scores shared ones
             found.append((m, len(getattr(m, "e_score_correction_bias", wide[0]))))

@@ -211,11 +211,12 @@ bool fault(const std::string& path) {
   return false;
 }
 
-void corrupt(const at::Tensor& t) {
+void corrupt(const at::Tensor& t, int64_t byte) {
   if (t.numel() == 0) return;
-  auto byte = at::empty({0}, t.options().dtype(at::kByte));  // t's first byte, any dtype
-  byte.set_(t.storage(), t.storage_offset() * static_cast<int64_t>(t.element_size()), {1}, {1});
-  byte.bitwise_xor_(1);
+  auto one = at::empty({0}, t.options().dtype(at::kByte));  // a byte of t, any dtype
+  one.set_(t.storage(), t.storage_offset() * static_cast<int64_t>(t.element_size()) + byte, {1},
+           {1});
+  one.bitwise_xor_(1);
 }
 
 at::Tensor make_probe(const at::TensorOptions& options, int64_t n, Layout layout) {

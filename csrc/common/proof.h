@@ -68,7 +68,8 @@ bool fault(const std::string& path);
 // Throws, naming the valid ones, if FP8_DUMMY_FAULT names an unknown fault: every operator's
 // argument checks call it, so a mistyped switch fails before anything is written.
 void check_fault_switch();
-void corrupt(const at::Tensor& t);
+// Flips the lowest bit of the byte `byte` bytes past t's first (its first by default).
+void corrupt(const at::Tensor& t, int64_t byte = 0);
 
 // Probe layouts, the kinds kernels branch on: one run of memory (aligned or odd address), a
 // view with gaps (every other column), a transposed one (a contiguous temp's strided walk).

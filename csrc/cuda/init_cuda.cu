@@ -97,6 +97,11 @@ void launch_piece(const at::Tensor& self, PieceArgs args, int64_t start, int64_t
                        : &launch_resident<cuda_kernels::init_fp8_kernel<F, false>, PieceArgs>;
     run(wanted, cuda_kernels::kBlock, sm_count, stream, args);
   });
+  // The linear kernel's checked stores alone (a piece not 16-byte aligned), faulted where the
+  // branch is chosen: every call and probe that runs it, split or not.
+  if (linear && args.item.wide_count == 0 && proof::fault("cuda.init_:checked-stores")) {
+    proof::corrupt(self, start);  // linear items are 1-byte elements: start is a byte count
+  }
 }
 
 // The fused kernel on self, as the reference launches uniform_ on its float16 temp.
@@ -111,10 +116,6 @@ void run_fused(const at::Tensor& self, double low, double high, PhiloxSource& so
                              launch_piece(self, args, start, count, grid, philox);
                            });
   if (proof::fault("cuda.init_")) proof::corrupt(self);
-  if (layout.linear() && reinterpret_cast<uintptr_t>(self.const_data_ptr()) % 16 != 0 &&
-      proof::fault("cuda.init_:checked-stores")) {
-    proof::corrupt(self);
-  }
 }
 
 // Whether the fused kernel is proven for self's key (no probe inside graph capture).

@@ -1,6 +1,7 @@
 // One work item of the fused CUDA kernels (torch-free; the kernels and their emulators run
-// these very functions): the Philox calls of 4 consecutive reference threads at one grid step,
-// word ii of them 4 consecutive elements (one 32-bit store on an aligned dense tensor).
+// these very functions): the Philox calls of G consecutive reference threads at one grid step,
+// word ii of them G consecutive elements: 16 for the linear kernel (one 16-byte store from a
+// 16-byte aligned start, else checked 4-byte stores), 4 for the strided and batched kernels.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +25,8 @@ namespace cuda_kernels {
 constexpr int kGroup = 4;  // reference threads per work item: the batched and strided kernels
 // The linear per-tensor kernel's work item: 16 reference threads, so that a word of their calls
 // fills 16 consecutive bytes (one 16-byte store); the round keys, the walk and the addresses are
-// made once per 64 elements, and the 16 calls share the first round's products and the second
-// round's product of word 2 (cuda::philox_words_run).
+// made once per 64 elements, and the 16 calls share the first round's products
+// (cuda::philox_words_run); products alike across them are left to the compiler to share.
 constexpr int kLinearGroup = 16;
 
 // The reference threads a kernel's work item takes: kLinearGroup for the linear per-tensor

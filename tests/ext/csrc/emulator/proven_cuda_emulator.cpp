@@ -79,6 +79,10 @@ void emulate_launch(const at::Tensor& self, ItemArgs item, int64_t start, int64_
       }
     }
   });
+  // As the launcher: the linear kernel's checked stores faulted where that branch is chosen.
+  if (linear && item.wide_count == 0 && proof::fault("cuda.init_:checked-stores")) {
+    proof::corrupt(self, start);
+  }
 }
 
 ItemArgs item_args(at::Tensor& self, double low, double high, bool saturate, bool contiguous_temp) {
@@ -141,11 +145,6 @@ int64_t emulate_proven_init(at::Tensor& self, double low, double high, int64_t s
         emulate_kernel(t, low, high, static_cast<int64_t>(s), static_cast<int64_t>(o), sm_count,
                        max_threads_per_sm, saturate, 0, contiguous_temp);
     if (proof::fault("cuda.init_")) proof::corrupt(t);
-    if (memory_order(t, contiguous_temp).linear() &&
-        reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0 &&
-        proof::fault("cuda.init_:checked-stores")) {
-      proof::corrupt(t);
-    }
     return static_cast<uint64_t>(after);
   };
   auto piece = [&](at::Tensor& t, int64_t start, int64_t count, uint64_t s,
