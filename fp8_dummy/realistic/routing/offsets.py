@@ -17,6 +17,7 @@ layout and every engine that names its layers ``layers.<i>`` gets the same routi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -49,9 +50,13 @@ def _config_value(config: Any, names: Sequence[str]) -> Any:
 
 
 def find_routers(
-    roles: Mapping[str, str], shapes: Mapping[str, Sequence[int]], config: Any
-) -> list[Router]:
-    """The routers among the tensors (full name -> role, logical shape), in layer order."""
+    roles: Mapping[str, str], shapes: Mapping[str, Sequence[int]], config: Any,
+    hashed_only: bool = False,
+) -> list[Router]:  # fmt: skip
+    """The routers among the tensors (full name -> role, logical shape), in layer order (an
+    MTP layer ``mtp.<i>`` after the main model's: :func:`_router_layer`); ``hashed_only``: the
+    hash routers alone, the others not looked at (their top-k unread: a balanced fill writes
+    no other router's offsets)."""
     k = _config_value(config, _TOPK)
     score = _config_value(config, ("scoring_func",))
     groups = int(_config_value(config, ("n_group",)) or 1)
@@ -61,6 +66,7 @@ def find_routers(
     # a hash router's table: an integer tensor (role untouched) [vocab, k] beside its weight
     tables = {n.rpartition(".")[0]: n for n, role in roles.items() if role in ("untouched", "hash")
               and isinstance(k, int) and tuple(shapes[n]) == (vocab, k)}  # fmt: skip
+    main = _main_layers(roles, config)
     routers = []
     for name, role in roles.items():
         shape = shapes[name]
@@ -70,6 +76,8 @@ def find_routers(
         if found is None:
             continue
         owner = name[: -len(".weight")]
+        if hashed_only and owner not in tables:
+            continue
         experts = int(shape[0])
         correction = shapes.get(f"{owner}.e_score_correction_bias")
         if correction is not None and len(correction) == 1 and 1 <= correction[0] < experts:
@@ -81,7 +89,7 @@ def find_routers(
                 f"fp8_dummy: {name}: the config gives no number of experts per token "
                 f"({'/'.join(_TOPK)}) in [1, {experts}]"
             )
-        r = Router(int(found.group(1)), name, experts, int(shape[1]), k)
+        r = Router(_router_layer(found, main), name, experts, int(shape[1]), k)
         if owner in tables:  # DeepSeek-V4's first layers: the table picks, the weight weighs
             r.realize, r.bias = "hash", tables[owner]
             routers.append(r)
@@ -103,6 +111,29 @@ def find_routers(
     for before, r in zip(routers, routers[1:]):
         r.index = before.index + 1 if before.layer == r.layer else 0
     return routers
+
+
+def _main_layers(roles: Mapping[str, str], config: Any) -> int:
+    """The main model's layer count: the config's, else one past the highest ``layers.<i>``
+    among the names."""
+    n = _config_value(config, ("num_hidden_layers",))
+    if isinstance(n, int):
+        return n
+    found = [LAYER_INDEX.search(name) for name in roles]
+    return 1 + max((int(m.group(1)) for m in found if m and not _mtp(m)), default=-1)
+
+
+def _mtp(found: re.Match) -> bool:
+    return found.group(0).lstrip(".").startswith("mtp.")
+
+
+def _router_layer(found: re.Match, main: int) -> int:
+    """A router's layer: ``layers.<i>``'s i; DeepSeek-V4's MTP layer ``mtp.<i>``: main + i, the
+    index the other MTP layouts give it (DeepSeek-V3's ``model.layers.<main + i>``), so that it
+    orders after the main model's layers (a recorded load's rows pair with the routers in that
+    order) and keys its own draws."""
+    index = int(found.group(1))
+    return main + index if _mtp(found) else index
 
 
 # An override: (dimension, index along it, value): a float, or a vector along the other
@@ -131,7 +162,7 @@ def plan_routing(
     (:func:`.rules.added_tables`)."""
     roles = {n: s.role for n, s in specs.items()}
     if profile.kind == "balanced":  # the fill's own bytes; a hash router's table balanced
-        routers = [r for r in find_routers(roles, shapes, config) if r.realize == "hash"]
+        routers = find_routers(roles, shapes, config, hashed_only=True)
         for r, (pi, _) in zip(routers, layer_targets(profile, routers, seed)):
             r.target = pi
         return routers, _hash_overrides(routers, seed, shapes)
