@@ -1,6 +1,7 @@
 """Where the routing's offsets are written: the routers among a model's tensors (the weights
-of role ``router`` in ``layers.<i>``: :func:`.rules.router_holders`; its top-k, scoring and
-grouping from the config)
+of role ``router``, :func:`.rules.router_holders`, in a decoder layer: ``layers.<i>``,
+``h.<i>``, ``blocks.<i>`` (:data:`.rules.LAYER_INDEX`), or DeepSeek-V4's MTP layer ``mtp.<i>``,
+counted after the main model's; its top-k, scoring and grouping from the config)
 and the overrides of the fill that realize each router's offsets: into the router's bias where
 it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
 selection adds one to the sigmoid scores (DeepSeek-V3/R1, GLM-4.5), grouped top-k included;
@@ -13,7 +14,7 @@ after the norm ``h_j`` is the same for every token and the router's column ``j``
 adds ``b`` to the logits.
 
 Everything is a pure function of (seed, layer index, profile, router shape, config), so every
-layout and every engine that names its layers ``layers.<i>`` gets the same routing."""
+layout and every engine that numbers its layers alike gets the same routing."""
 
 from __future__ import annotations
 
@@ -170,8 +171,8 @@ def plan_routing(
     if not routers:
         raise RoutingError(
             f"fp8_dummy: routing {profile.source!r}: the model has no router the realistic fill "
-            "recognises (in layers.<i>, the 2-D weight of a module named gate or router, or the "
-            "one 2-D weight inside it)"
+            "recognises (in a decoder layer: layers.<i>, h.<i>, blocks.<i> or mtp.<i>; the 2-D "
+            "weight of a module named gate or router, or the one 2-D weight inside it)"
         )
     for r in routers:
         dtype = (dtypes or {}).get(r.weight)
