@@ -1,10 +1,12 @@
-"""MTP layers' routers under a routing profile (docs/realistic.md#routing): DeepSeek-V4's
-``mtp.<i>`` routers come after the main model's layers, as the other MTP layouts' do
+"""MTP layers' routers under a routing profile (docs/realistic.md#routing): those kept apart
+from the main model's (DeepSeek-V4's ``mtp.<i>``, Qwen3-Next's and Nemotron-H's
+``mtp.layers.<i>``) come after the main model's layers, as those numbered on from them do
 (DeepSeek-V3's ``model.layers.<L + i>``): a recorded load's rows pair with the main MoE layers
 in order and each MTP layer gets the last one's; under zipf MTP layer i draws as a main layer
 L + i would. Checked by the written bytes: a hash table's expert counts (vocab · k · share),
-a correction bias's order (the more loaded expert never the lower offset), and the bytes of
-a model with L + i main layers, never by the pairing code itself."""
+a router's offsets' order (its correction bias, or its weight's carrier column: the more
+loaded expert never the lower offset), and the bytes of a model with L + i main layers, never
+by the pairing code itself."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 
 tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
 
+from helpers import speculative as H  # noqa: E402
 from test_realistic_speculative_deepseek_v4 import config  # noqa: E402
 
 from fp8_dummy.realistic import config_checkpoint  # noqa: E402
@@ -30,12 +33,17 @@ def _config(layers: int, mtp: int):
     return cfg
 
 
-def _rows(layers: int, seed: int) -> np.ndarray:
+def _rows(layers: int, seed: int, experts: int = EXPERTS) -> np.ndarray:
     """One distinct load per main MoE layer: geometric shares (ratio 1.2, none above 1/k),
     each layer's in its own random order."""
     rng = np.random.default_rng(seed)
-    base = 1.2 ** np.arange(EXPERTS)
-    return np.stack([base[rng.permutation(EXPERTS)] for _ in range(layers)])
+    base = 1.2 ** np.arange(experts)
+    return np.stack([base[rng.permutation(experts)] for _ in range(layers)])
+
+
+def _ordered_as(b: np.ndarray, load: np.ndarray) -> bool:
+    low, high = np.meshgrid(load, load, indexing="ij")
+    return np.ptp(b) > 0 and bool((b[:, None] <= b[None, :])[low < high].all())
 
 
 @pytest.mark.parametrize("layers, mtp, seed", [(3, 2, 0), (2, 1, 5)])
@@ -58,10 +66,7 @@ def test_a_recorded_load_pairs_each_router_with_its_row(layers, mtp, seed, tmp_p
     for name, row in zip(learned, expected):
         (bias,) = lm.made([name])
         b = bias.double().numpy()
-        load = rows[row]
-        assert np.ptp(b) > 0, name
-        low, high = np.meshgrid(load, load, indexing="ij")
-        assert (b[:, None] <= b[None, :])[low < high].all(), (name, row, b, load)
+        assert _ordered_as(b, rows[row]), (name, row, b, rows[row])
     # the routers' layers: the main model's, then L + i (each the first of its layer)
     specs = {n: x.spec.role for n, x in t.items()}
     shapes = {n: x.shape for n, x in t.items()}
@@ -83,3 +88,38 @@ def test_under_zipf_an_mtp_layer_draws_as_the_next_main_layer():
         made[i] = a
     (main,) = with_mtp.made([f"layers.{layers - 1}.ffn.gate.bias"])
     assert not torch.equal(made[0], main) and not torch.equal(made[0], made[1])
+
+
+# (arch, its main MoE routers, its MTP router): Qwen3-Next's offsets in the router weight's
+# carrier column (no bias), Nemotron-H's in its correction bias
+APART = {
+    "qwen3_next": ([f"model.layers.{i}.mlp.gate" for i in range(4)], "mtp.layers.0.mlp.gate"),
+    "nemotron_h": ([f"backbone.layers.{i}.mixer.gate" for i in (1, 3, 5)],
+                   "mtp.layers.1.mixer.gate"),
+}  # fmt: skip
+# six layers: Mamba, MoE, attention in turn (three MoE layers, so that an MTP router sorted
+# among them would shift a main layer's row)
+LAYERS = {"qwen3_next": 4, "nemotron_h": 6}
+
+
+@pytest.mark.parametrize("arch", list(APART))
+def test_mtp_layers_under_mtp_layers_come_after_the_main_ones(arch, tmp_path):
+    cfg = H.config(arch, layers=LAYERS[arch], mtp=1)
+    main, mtp = APART[arch]
+    experts = cfg.num_experts if arch == "qwen3_next" else cfg.n_routed_experts
+    rows = _rows(len(main), 1, experts)
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps({"expert_load": rows.tolist()}))
+    lm = config_checkpoint(cfg, 0, routing=str(path))
+
+    def offsets(router: str) -> torch.Tensor:
+        bias = f"{router}.e_score_correction_bias"
+        if bias in lm.tensors:
+            return lm.made([bias])[0]
+        return lm.made([f"{router}.weight"])[0][:, -1].contiguous()  # the carrier column
+
+    for router, row in zip(main + [mtp], list(range(len(main))) + [len(main) - 1]):
+        b = offsets(router)
+        assert _ordered_as(b.double().numpy(), rows[row]), (router, row)
+    last = offsets(main[-1])
+    assert torch.equal(offsets(mtp).view(torch.uint8), last.view(torch.uint8))

@@ -1,7 +1,8 @@
 """Where the routing's offsets are written: the routers among a model's tensors (the weights
 of role ``router``, :func:`.rules.router_holders`, in a decoder layer: ``layers.<i>``,
-``h.<i>``, ``blocks.<i>`` (:data:`.rules.LAYER_INDEX`), or DeepSeek-V4's MTP layer ``mtp.<i>``,
-counted after the main model's; its top-k, scoring and grouping from the config)
+``h.<i>``, ``blocks.<i>`` (:data:`.rules.LAYER_INDEX`), or an MTP layer kept apart
+(``mtp.<i>``, ``mtp.layers.<i>``), counted after the main model's; its top-k, scoring and
+grouping from the config)
 and the overrides of the fill that realize each router's offsets: into the router's bias where
 it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
 selection adds one to the sigmoid scores (DeepSeek-V3/R1, GLM-4.5), grouped top-k included;
@@ -55,7 +56,7 @@ def find_routers(
     hashed_only: bool = False,
 ) -> list[Router]:  # fmt: skip
     """The routers among the tensors (full name -> role, logical shape), in layer order (an
-    MTP layer ``mtp.<i>`` after the main model's: :func:`_router_layer`); ``hashed_only``: the
+    MTP layer's after the main model's: :func:`_router_layer`); ``hashed_only``: the
     hash routers alone, the others not looked at (their top-k unread: a balanced fill writes
     no other router's offsets)."""
     k = _config_value(config, _TOPK)
@@ -90,7 +91,7 @@ def find_routers(
                 f"fp8_dummy: {name}: the config gives no number of experts per token "
                 f"({'/'.join(_TOPK)}) in [1, {experts}]"
             )
-        r = Router(_router_layer(found, main), name, experts, int(shape[1]), k)
+        r = Router(_router_layer(name, found, main), name, experts, int(shape[1]), k)
         if owner in tables:  # DeepSeek-V4's first layers: the table picks, the weight weighs
             r.realize, r.bias = "hash", tables[owner]
             routers.append(r)
@@ -115,26 +116,32 @@ def find_routers(
 
 
 def _main_layers(roles: Mapping[str, str], config: Any) -> int:
-    """The main model's layer count: the config's, else one past the highest ``layers.<i>``
-    among the names."""
+    """The main model's layer count: the config's, or one past the highest main layer among
+    the names where that is more (a multimodal config whose own count is not its text
+    model's)."""
     n = _config_value(config, ("num_hidden_layers",))
-    if isinstance(n, int):
-        return n
-    found = [LAYER_INDEX.search(name) for name in roles]
-    return 1 + max((int(m.group(1)) for m in found if m and not _mtp(m)), default=-1)
+    found = ((name, LAYER_INDEX.search(name)) for name in roles)
+    named = 1 + max((int(m.group(1)) for name, m in found if m and not _mtp(name, m)), default=-1)
+    return max(n, named) if isinstance(n, int) else named
 
 
-def _mtp(found: re.Match) -> bool:
-    return found.group(0).lstrip(".").startswith("mtp.")
+# an MTP layer's tensors apart from the main model's: DeepSeek-V4's ``mtp.<i>.``, Qwen3-Next's
+# and Nemotron-H's ``mtp.layers.<i>.``, Inkling's ``model.mtp.layers.<i>.``
+_MTP = re.compile(r"(?:^|\.)mtp\.")
 
 
-def _router_layer(found: re.Match, main: int) -> int:
-    """A router's layer: ``layers.<i>``'s i; DeepSeek-V4's MTP layer ``mtp.<i>``: main + i, the
-    index the other MTP layouts give it (DeepSeek-V3's ``model.layers.<main + i>``), so that it
-    orders after the main model's layers (a recorded load's rows pair with the routers in that
-    order) and keys its own draws."""
+def _mtp(name: str, found: re.Match) -> bool:
+    return _MTP.search(name, 0, found.end()) is not None
+
+
+def _router_layer(name: str, found: re.Match, main: int) -> int:
+    """A router's layer: ``layers.<i>``'s i; in an MTP layer kept apart (``mtp.<i>``,
+    ``mtp.layers.<i>``): main + i, the index the layouts that number MTP layers on from the
+    main ones give it (DeepSeek-V3's ``model.layers.<main + i>``), so that it orders after the
+    main model's layers (a recorded load's rows pair with the routers in that order) and keys
+    its own draws as that layer."""
     index = int(found.group(1))
-    return main + index if _mtp(found) else index
+    return main + index if _mtp(name, found) else index
 
 
 # An override: (dimension, index along it, value): a float, or a vector along the other
