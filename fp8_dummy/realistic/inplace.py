@@ -62,17 +62,6 @@ def initialize_realistic_dummy_weights(
 
     tensors = model_tensors(model)
     specs = model_specs(model, tensors, num_layers)
-    for _, name, t, _ in tensors:
-        if t.device.type not in ("cpu", "cuda", "meta"):
-            raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
-        if t.device.type == "meta":
-            specs[name] = Spec("deferred", "skip")
-    for _, name, t, _ in tensors:  # every tensor checked before any is written
-        spec = specs[name]
-        raw = t.data.view(torch.uint8) if t.dtype in BYTE_VIEWED else t.data
-        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
-        if why is not None:
-            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {name}: {why}")
     shapes = {name: tuple(shape) for _, name, _, shape in tensors}
     config = getattr(model, "config", None)
     dtypes = {name: t.dtype for _, name, t, _ in tensors}
@@ -94,6 +83,19 @@ def initialize_realistic_dummy_weights(
         specs.update(replaced)
         for name, items in more.items():
             overrides.setdefault(name, []).extend(items)
+    # planned first, as the logical model is (_fill_logical): every spec final (a hash
+    # router's table written, a meta tensor's deferred whatever the plan) before the checks
+    for _, name, t, _ in tensors:
+        if t.device.type not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"fp8_dummy: {name}: device {t.device} (CPU, CUDA or meta)")
+        if t.device.type == "meta":
+            specs[name] = Spec("deferred", "skip")
+    for _, name, t, _ in tensors:  # every tensor checked before any is written
+        spec = specs[name]
+        raw = t.data.view(torch.uint8) if t.dtype in BYTE_VIEWED else t.data
+        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
+        if why is not None:
+            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {name}: {why}")
     done: set[int] = set()
     for _, name, t, _ in tensors:
         if id(t) not in done:

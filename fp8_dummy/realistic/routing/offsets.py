@@ -1,5 +1,7 @@
 """Where the routing's offsets are written: the routers among a model's tensors (the weights
-of role ``router`` in ``layers.<i>``: :func:`.rules.router_holders`; its top-k, scoring and
+of role ``router``, :func:`.rules.router_holders`, in a decoder layer: ``layers.<i>``,
+``h.<i>``, ``blocks.<i>`` (:data:`.rules.LAYER_INDEX`), or an MTP layer kept apart
+(``mtp.<i>``, ``mtp.layers.<i>``), counted after the main model's; its top-k, scoring and
 grouping from the config)
 and the overrides of the fill that realize each router's offsets: into the router's bias where
 it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
@@ -13,10 +15,11 @@ after the norm ``h_j`` is the same for every token and the router's column ``j``
 adds ``b`` to the logits.
 
 Everything is a pure function of (seed, layer index, profile, router shape, config), so every
-layout and every engine that names its layers ``layers.<i>`` gets the same routing."""
+layout and every engine that numbers its layers alike gets the same routing."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -49,9 +52,13 @@ def _config_value(config: Any, names: Sequence[str]) -> Any:
 
 
 def find_routers(
-    roles: Mapping[str, str], shapes: Mapping[str, Sequence[int]], config: Any
-) -> list[Router]:
-    """The routers among the tensors (full name -> role, logical shape), in layer order."""
+    roles: Mapping[str, str], shapes: Mapping[str, Sequence[int]], config: Any,
+    hashed_only: bool = False,
+) -> list[Router]:  # fmt: skip
+    """The routers among the tensors (full name -> role, logical shape), in layer order (an
+    MTP layer's after the main model's: :func:`_router_layer`); ``hashed_only``: the
+    hash routers alone, the others not looked at (their top-k unread: a balanced fill writes
+    no other router's offsets)."""
     k = _config_value(config, _TOPK)
     score = _config_value(config, ("scoring_func",))
     groups = int(_config_value(config, ("n_group",)) or 1)
@@ -61,6 +68,7 @@ def find_routers(
     # a hash router's table: an integer tensor (role untouched) [vocab, k] beside its weight
     tables = {n.rpartition(".")[0]: n for n, role in roles.items() if role in ("untouched", "hash")
               and isinstance(k, int) and tuple(shapes[n]) == (vocab, k)}  # fmt: skip
+    main = _main_layers(roles, config)
     routers = []
     for name, role in roles.items():
         shape = shapes[name]
@@ -70,6 +78,8 @@ def find_routers(
         if found is None:
             continue
         owner = name[: -len(".weight")]
+        if hashed_only and owner not in tables:
+            continue
         experts = int(shape[0])
         correction = shapes.get(f"{owner}.e_score_correction_bias")
         if correction is not None and len(correction) == 1 and 1 <= correction[0] < experts:
@@ -81,7 +91,7 @@ def find_routers(
                 f"fp8_dummy: {name}: the config gives no number of experts per token "
                 f"({'/'.join(_TOPK)}) in [1, {experts}]"
             )
-        r = Router(int(found.group(1)), name, experts, int(shape[1]), k)
+        r = Router(_router_layer(name, found, main), name, experts, int(shape[1]), k)
         if owner in tables:  # DeepSeek-V4's first layers: the table picks, the weight weighs
             r.realize, r.bias = "hash", tables[owner]
             routers.append(r)
@@ -103,6 +113,35 @@ def find_routers(
     for before, r in zip(routers, routers[1:]):
         r.index = before.index + 1 if before.layer == r.layer else 0
     return routers
+
+
+def _main_layers(roles: Mapping[str, str], config: Any) -> int:
+    """The main model's layer count: the config's, or one past the highest main layer among
+    the names where that is more (a multimodal config whose own count is not its text
+    model's)."""
+    n = _config_value(config, ("num_hidden_layers",))
+    found = ((name, LAYER_INDEX.search(name)) for name in roles)
+    named = 1 + max((int(m.group(1)) for name, m in found if m and not _mtp(name, m)), default=-1)
+    return max(n, named) if isinstance(n, int) else named
+
+
+# an MTP layer's tensors apart from the main model's: DeepSeek-V4's ``mtp.<i>.``, Qwen3-Next's
+# and Nemotron-H's ``mtp.layers.<i>.``, Inkling's ``model.mtp.layers.<i>.``
+_MTP = re.compile(r"(?:^|\.)mtp\.")
+
+
+def _mtp(name: str, found: re.Match) -> bool:
+    return _MTP.search(name, 0, found.end()) is not None
+
+
+def _router_layer(name: str, found: re.Match, main: int) -> int:
+    """A router's layer: ``layers.<i>``'s i; in an MTP layer kept apart (``mtp.<i>``,
+    ``mtp.layers.<i>``): main + i, the index the layouts that number MTP layers on from the
+    main ones give it (DeepSeek-V3's ``model.layers.<main + i>``), so that it orders after the
+    main model's layers (a recorded load's rows pair with the routers in that order) and keys
+    its own draws as that layer."""
+    index = int(found.group(1))
+    return main + index if _mtp(name, found) else index
 
 
 # An override: (dimension, index along it, value): a float, or a vector along the other
@@ -131,7 +170,7 @@ def plan_routing(
     (:func:`.rules.added_tables`)."""
     roles = {n: s.role for n, s in specs.items()}
     if profile.kind == "balanced":  # the fill's own bytes; a hash router's table balanced
-        routers = [r for r in find_routers(roles, shapes, config) if r.realize == "hash"]
+        routers = find_routers(roles, shapes, config, hashed_only=True)
         for r, (pi, _) in zip(routers, layer_targets(profile, routers, seed)):
             r.target = pi
         return routers, _hash_overrides(routers, seed, shapes)
@@ -139,8 +178,8 @@ def plan_routing(
     if not routers:
         raise RoutingError(
             f"fp8_dummy: routing {profile.source!r}: the model has no router the realistic fill "
-            "recognises (in layers.<i>, the 2-D weight of a module named gate or router, or the "
-            "one 2-D weight inside it)"
+            "recognises (in a decoder layer: layers.<i>, h.<i>, blocks.<i> or mtp.<i>; the 2-D "
+            "weight of a module named gate or router, or the one 2-D weight inside it)"
         )
     for r in routers:
         dtype = (dtypes or {}).get(r.weight)

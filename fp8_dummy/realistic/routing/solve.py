@@ -96,7 +96,9 @@ def _score_cdf(x: np.ndarray, b: np.ndarray, score: str) -> np.ndarray:
     if score == "softmax":
         return _ndtr(u)
     if score == "sqrtsoftplus":
-        inside = np.clip(u, 1e-150, 30.0)
+        # u² within float64's exp (below 709): past 26 the inverse (u² itself) is far beyond
+        # the normal CDF's reach, so the clip changes no value, and expm1 never overflows
+        inside = np.clip(u, 1e-150, 26.0)
         return np.where(u <= 0, 0.0, _ndtr(np.log(np.expm1(inside * inside))))
     inside = np.clip(u, 1e-300, 1 - 1e-16)
     cdf = _ndtr(np.log(inside) - np.log1p(-inside))

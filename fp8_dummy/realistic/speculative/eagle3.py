@@ -72,7 +72,6 @@ def eagle3_config(target: Any, hidden: int | None = None) -> dict:
     heads where a quarter does not divide them), the
     target's vocabulary, special ids, context length, dtype; the auxiliary layers and the
     target's width; a target it cannot serve refused (:class:`DesignError`)."""
-
     get = getattr(target, "get_text_config", None)
     text = get() if callable(get) else target
     layers = getattr(text, "num_hidden_layers", None)
