@@ -11,6 +11,15 @@ fill) writes the same bytes; no forward is run.
 - **Jamba**: B and C are RMS-normalized over the state (``b_layernorm``, ``c_layernorm``,
   weight 1): two independent unit-RMS N-vectors, whose dot product has RMS √N
   (``mamba_d_state``, 16 by default: 4).
+- **A mixer whose config carries ``mixer_rms_eps``** (FalconMamba's): that field is the
+  epsilon of the weightless RMS norms the mixer applies to B, C and dt over their own width
+  before the scan (the kernel path and the reference path alike), so B and C are unit-RMS
+  N-vectors as Jamba's and the gain is √N (``state_size``, 16 by default: 4). The config's
+  field, not the model type, selects it: it exists because the mixer has those norms, and
+  the norms' weights are non-persistent buffers, absent from a checkpoint's names. Plain
+  Mamba's config has no such field (its B and C are a linear map of silu of the
+  convolution, C·B of RMS √N E[silu(Z)²], 1.42 at N = 16) and keeps the plain rule: it is in
+  the entropy band without it (docs/realistic.md#speculative-decoding).
 - **Falcon-H1** without its gated norm (``mamba_rms_norm`` false, the default): B and C are
   silu of the causal convolution of the input projection, each entry silu(Z) of a
   unit-variance Z under the rule (the normalized input, the projection's σ = 1/√fan-in, the
@@ -20,7 +29,8 @@ fill) writes the same bytes; no forward is run.
 The scan's other factors (dt = softplus of a unit-variance logit, the decay, the silu
 gate, D) are each of order 1 and left to the rule. Measured on the entropy sweep's configs
 (2026-12-06): the final residual RMS at the last of 12 tokens went from 1.01-1.93 to
-1.00-1.20 (Jamba) and from 2.22-5.02 to 1.01-1.22 (Falcon-H1), two layers, hidden 64."""
+1.00-1.20 (Jamba), from 2.22-5.02 to 1.01-1.22 (Falcon-H1) and from 1.07-1.48 to
+0.96-1.10 (FalconMamba), two layers, hidden 64."""
 
 from __future__ import annotations
 
@@ -40,6 +50,11 @@ def _normalized(text: Any) -> float:
     return math.sqrt(n) if n else 1.0
 
 
+def _mixer_normalized(text: Any) -> float:
+    n = _state(text, "state_size")
+    return math.sqrt(n) if n else 1.0
+
+
 def _silu_products(text: Any) -> float:
     n = _state(text)
     if not n or getattr(text, "mamba_rms_norm", False) is not False:
@@ -48,9 +63,13 @@ def _silu_products(text: Any) -> float:
     return math.sqrt(n * n * m4 + n * (SILU_SQUARE**2 - m4))
 
 
-def _state(text: Any) -> int:
-    n = getattr(text, "mamba_d_state", None)
+def _state(text: Any, field: str = "mamba_d_state") -> int:
+    n = getattr(text, field, None)
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
 # model type -> (the scan's output projection, by its owner's last two name parts; its gain)
@@ -68,6 +87,9 @@ def scan_gains(config: Any, owners: Iterable[str]) -> dict[str, float]:
     text = get() if callable(get) else config
     kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
     rule = _RULES.get(kind) if isinstance(kind, str) else None
+    if rule is None and _number(getattr(text, "mixer_rms_eps", None)):
+        # the epsilon of a mixer's RMS norms of B, C and dt: the mixer has them (FalconMamba)
+        rule = ("mixer.out_proj", _mixer_normalized)
     if rule is None:
         return {}
     suffix, gain_of = rule

@@ -57,16 +57,20 @@ def build(model_type: str, layers: int, hidden: int = 64, vocab: int = 1024):
             return None, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
 
 
-def greedy_against_stream(arch: str, length: int, acceptance: float = 0.6) -> tuple:
-    """A small ``arch`` (two layers, random width and vocabulary, seeded by its name) filled
-    with ``acceptance``: (model, hidden, its greedy tokens after 24 random prompts of
-    ``length``, the designed stream's successors of the tokens there)."""
+def greedy_against_stream(arch: str, length: int, acceptance: float = 0.6, *,
+                          size: tuple[int, int, int] | None = None) -> tuple:  # fmt: skip
+    """A small ``arch`` (two layers, random width and vocabulary, seeded by its name; or
+    ``size``: (layers, hidden, vocabulary)) filled with ``acceptance``: (model, hidden, its
+    greedy tokens after 24 random prompts of ``length``, the designed stream's successors of
+    the tokens there)."""
     import fp8_dummy
     from fp8_dummy.realistic import speculative as S
 
     rng = np.random.default_rng(zlib.crc32(arch.encode()))
-    hidden = int(rng.choice([64, 96, 128]))
-    model, why = build(arch, 2, hidden, int(rng.choice([512, 1024, 1500])))
+    layers, hidden, vocab = 2, int(rng.choice([64, 96, 128])), int(rng.choice([512, 1024, 1500]))
+    if size is not None:  # the draws above are made anyway: the seed and prompts stay the same
+        layers, hidden, vocab = size
+    model, why = build(arch, layers, hidden, vocab)
     assert model is not None, why
     config = model.config
     vocab = config.get_text_config().vocab_size
