@@ -45,13 +45,9 @@ SILU_MEAN = 0.20662096414326067
 SILU_SQUARE = 0.3557755198196829
 
 
-def _normalized(text: Any) -> float:
-    n = _state(text)
-    return math.sqrt(n) if n else 1.0
-
-
-def _mixer_normalized(text: Any) -> float:
-    n = _state(text, "state_size")
+def _normalized(text: Any, field: str = "mamba_d_state") -> float:
+    """√N for unit-RMS B and C of N = the config's ``field`` entries."""
+    n = _state(text, field)
     return math.sqrt(n) if n else 1.0
 
 
@@ -89,7 +85,7 @@ def scan_gains(config: Any, owners: Iterable[str]) -> dict[str, float]:
     rule = _RULES.get(kind) if isinstance(kind, str) else None
     if rule is None and _number(getattr(text, "mixer_rms_eps", None)):
         # the epsilon of a mixer's RMS norms of B, C and dt: the mixer has them (FalconMamba)
-        rule = ("mixer.out_proj", _mixer_normalized)
+        rule = ("mixer.out_proj", lambda t: _normalized(t, "state_size"))
     if rule is None:
         return {}
     suffix, gain_of = rule
