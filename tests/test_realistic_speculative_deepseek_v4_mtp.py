@@ -198,24 +198,23 @@ def test_transformers_loads_the_export_and_leaves_the_mtp_layers_out(tmp_path):
 FORWARD = [(a, 1, {}) for a in (0.3, 0.6, 0.9)] + [(0.6, 2, {})]
 # a config the design was not developed on: other hidden size, vocabulary, streams, depth, k
 FORWARD += [(0.75, 3, dict(hidden=192, vocab=3000, layers=3, hc=2, seed=7))]
+# quantized exports (e_proj and h_proj quantized as vLLM's class builds them), read dequantized
+# from their bytes and scales: FP8 block as the real checkpoints, each other format at 0.6
+FORWARD += [(a, 1, dict(fmt="fp8-block")) for a in (0.3, 0.6, 0.9)]
+FORWARD += [(0.6, 1, dict(fmt=f)) for f in QUANTIZED if f != "fp8-block"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("acceptance,k,other", FORWARD)
 def test_deepseek_v4_mtp_by_an_independent_forward(acceptance, k, other, tmp_path):
-    from fp8_dummy.realistic.export import export
-
     other = dict(other)
-    seed = other.pop("seed", 0)
+    seed, fmt = other.pop("seed", 0), other.pop("fmt", "bf16")
     cfg = _config(**other)
-    (tmp_path / "c").mkdir()
-    cfg.save_pretrained(tmp_path / "c")
-    export(tmp_path / "c", tmp_path / "out", seed=seed, acceptance=acceptance, progress=False,
-           allow_unknown=True)  # fmt: skip
-    m = independent_v4_mtp_acceptance(tmp_path / "out", k, tmp_path, prompts=4, tokens=120,
+    out = _export(cfg, tmp_path, acceptance, fmt, seed)
+    m = independent_v4_mtp_acceptance(out, k, tmp_path, prompts=4, tokens=120,
                                       vocab=cfg.vocab_size)  # fmt: skip
     got = H.conditional(m, k)
-    print(f"\ndeepseek_v4 {other or ''} MTP (independent forward), k={k}, A={acceptance}: "
+    print(f"\ndeepseek_v4 {other or ''} {fmt} MTP (independent forward), k={k}, A={acceptance}: "
           f"measured {[round(g, 3) for g in got]}, {len(m)} steps")  # fmt: skip
     assert all(abs(g - acceptance) <= 0.05 for g in got), (got, acceptance)
 
