@@ -146,8 +146,9 @@ def test_vllm_deepseek_v4_mtp_loader_reads_every_mtp_tensor(n, fmt, tmp_path, mo
         listed = q.get("ignored_layers") or q.get("ignore") or q.get("exclude_modules")
         assert not any(x.endswith(("e_proj", "h_proj")) for x in listed), listed
         # as vLLM resolves them: DeepSeek-V4's FP8 config, ModelOpt's NVFP4 one
-        method = {"fp8": "deepseek_v4_fp8", "modelopt": "modelopt_fp4"}.get(q["quant_method"],
-                                                                          q["quant_method"])
+        method = {"fp8": "deepseek_v4_fp8", "modelopt": "modelopt_fp4"}.get(
+            q["quant_method"], q["quant_method"]
+        )
         quant = get_quantization_config(method).from_config(q)
         for i in range(n):
             for proj in ("e_proj", "h_proj"):
