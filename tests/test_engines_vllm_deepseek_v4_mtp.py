@@ -106,6 +106,24 @@ def _stand_in(cfg, names: list[str], quant=None):
 FORMATS = ["bf16", "fp8-block", "fp8", "fp8-channel", "nvfp4"]
 
 
+def _skips(quant, prefix: str) -> bool:
+    """Whether vLLM's quantization config leaves the linear module ``prefix`` unquantized, by
+    its own matching (FP8's ``ignored_layers``, compressed-tensors' ``ignore``, ModelOpt's
+    ``exclude_modules``)."""
+    from vllm.model_executor.layers.quantization.compressed_tensors.utils import (
+        should_ignore_layer,
+    )
+    from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
+
+    if hasattr(quant, "is_layer_excluded"):
+        return quant.is_layer_excluded(prefix)
+    fused = quant.packed_modules_mapping
+    if hasattr(quant, "ignored_layers"):
+        mode = quant.ignored_layers_match_mode
+        return is_layer_skipped(prefix, quant.ignored_layers, fused, match_mode=mode)
+    return should_ignore_layer(prefix, ignore=quant.ignore, fused_mapping=fused)
+
+
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
@@ -150,6 +168,10 @@ def test_vllm_deepseek_v4_mtp_loader_reads_every_mtp_tensor(n, fmt, tmp_path, mo
             q["quant_method"], q["quant_method"]
         )
         quant = get_quantization_config(method).from_config(q)
+        # vLLM's own matching builds them quantized (under its module names)
+        for layer in range(cfg.num_hidden_layers, cfg.num_hidden_layers + n):
+            for proj in ("e_proj", "h_proj"):
+                assert not _skips(quant, f"model.layers.{layer}.{proj}"), proj
         for i in range(n):
             for proj in ("e_proj", "h_proj"):
                 assert t[f"mtp.{i}.{proj}.weight"].dtype in (torch.float8_e4m3fn, torch.uint8)
