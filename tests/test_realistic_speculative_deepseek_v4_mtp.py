@@ -21,6 +21,7 @@ tf = pytest.importorskip("transformers", reason="transformers is installed by se
 import torch  # noqa: E402
 from helpers import speculative as H  # noqa: E402
 from helpers.deepseek_v4_mtp_forward import files, independent_v4_mtp_acceptance  # noqa: E402
+from helpers.dequantize import unquantized  # noqa: E402
 from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
 from test_realistic_speculative_deepseek_v4 import config  # noqa: E402
 
@@ -102,14 +103,34 @@ def test_the_mtp_layer_is_valued_as_the_main_models():
         assert b.overrides, "the designed codes"
 
 
-@pytest.mark.parametrize("hidden, vocab, layers, hc", [(128, 1024, 2, 4), (192, 2048, 3, 2)])
-def test_the_exported_mtp_layer_carries_the_design(hidden, vocab, layers, hc, tmp_path):
-    """From the exported files alone: ``e_proj``'s rows on the code columns S each read one
-    column of S2 (the view's code) of the normalized embedding, ``h_proj``'s rows on S are 0,
-    no residual writer of the MTP block (``wo_b``, the experts' ``w2``) writes S; so S of every
-    stream the block reads, and of its output, is the view's code times a positive factor,
-    and the head (the lm_head's copy) reads S only."""
-    out = H.export(_config(hidden, vocab, layers, hc), tmp_path, 0.6)
+def _export(cfg, folder, acceptance, fmt: str = "bf16", seed: int = 0, routing="balanced"):
+    """``cfg`` exported in ``fmt``; a quantized export dequantized from its bytes and scales
+    (tests/helpers/dequantize.py) as a consumer reads it."""
+    from fp8_dummy.realistic.export import export
+
+    (folder / "c").mkdir(parents=True)
+    cfg.save_pretrained(folder / "c")
+    export(folder / "c", folder / "out", seed=seed, acceptance=acceptance, format=fmt,
+           routing=routing, progress=False, allow_unknown=True)  # fmt: skip
+    if FORMATS[fmt].quant is None:
+        return folder / "out"
+    return unquantized(folder / "out", folder / "dequantized")
+
+
+QUANTIZED = [f for f in FORMATS if FORMATS[f].quant not in (None, "mxfp4")]
+DESIGN = [(128, 1024, 2, 4, "bf16"), (192, 2048, 3, 2, "bf16")]
+DESIGN += [(128, 1024, 2, 4, f) for f in QUANTIZED] + [(256, 1024, 2, 2, "fp8-block")]
+
+
+@pytest.mark.parametrize("hidden, vocab, layers, hc, fmt", DESIGN)
+def test_the_exported_mtp_layer_carries_the_design(hidden, vocab, layers, hc, fmt, tmp_path):
+    """From the exported files alone (a quantized export's weights decoded from their bytes
+    and scales): ``e_proj``'s rows on the code columns S each read one column of S2 (the
+    view's code) of the normalized embedding with weight exactly 1, ``h_proj``'s rows on S are
+    0, no residual writer of the MTP block (``wo_b``, the experts' ``w2``) writes S; so S of
+    every stream the block reads, and of its output, is the view's code times a positive
+    factor, and the head (the lm_head's copy) reads S only."""
+    out = _export(_config(hidden, vocab, layers, hc), tmp_path, 0.6, fmt)
     t = H.read(out)
     head = t["mtp.0.head.weight"]
     assert np.array_equal(head, t["head.weight"])
@@ -121,6 +142,9 @@ def test_the_exported_mtp_layer_carries_the_design(hidden, vocab, layers, hc, tm
     assert np.array_equal(e[codes][:, view], np.eye(codes.size))
     assert not np.any(np.delete(e[codes], view, axis=1))
     assert not np.any(h[codes])
+    # the rest of each projection keeps the rule's spread (1/sqrt(hidden)), not all zeros
+    rest = np.delete(e, codes, axis=0)
+    assert 0.9 < rest.std() * np.sqrt(hidden) < 1.1, rest.std()
     ends = (".wo_b.weight", ".w2.weight")
     writers = [n for n in t if n.startswith("mtp.0.") and n.endswith(ends)]
     assert len(writers) == EXPERTS + 2
@@ -132,9 +156,10 @@ def test_the_exported_mtp_layer_carries_the_design(hidden, vocab, layers, hc, tm
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "mxfp4"])
 def test_every_format_holds_the_mtp_layer(fmt):
     """In every format the MTP tensors are under the same names: the block quantized as a
-    decoder layer (its linears' scales beside them), ``e_proj`` and ``h_proj`` unquantized and
-    listed with the modules the quantized checkpoint leaves alone (vLLM builds them with the
-    quantization config, which then leaves them unquantized), the rest as they are."""
+    decoder layer (its linears' scales beside them), ``e_proj`` and ``h_proj`` quantized too
+    (vLLM's ``DeepSeekV4MTP`` builds them with the quantization config, and the real
+    checkpoints hold them in FP8) with the unit scale 2^-8 and not listed with the modules the
+    checkpoint leaves alone, the rest as they are."""
     model = build_model(_config(hidden=256), dtype=torch.bfloat16)
     made = logical_model(model, 0, format=fmt, acceptance=0.6, mtp=True)
     t = made.tensors
@@ -143,12 +168,21 @@ def test_every_format_holds_the_mtp_layer(fmt):
     extra = mtp - names(1)
     quantized = FORMATS[fmt].quant is not None
     assert bool(extra) == quantized, extra
-    assert all(n.startswith(("mtp.0.attn.", "mtp.0.ffn.")) for n in extra), extra
+    proj = ("mtp.0.e_proj.", "mtp.0.h_proj.")
+    assert all(n.startswith(("mtp.0.attn.", "mtp.0.ffn.", *proj)) for n in extra), extra
+    assert not any(s.startswith(("mtp.0.e_proj", "mtp.0.h_proj")) for s in made.skipped)
     if quantized:
-        assert {"mtp.0.e_proj", "mtp.0.h_proj"} <= set(made.skipped)
         assert any(n.startswith("mtp.0.attn.wo_b.") for n in extra)
         main = {n for n in t if n.startswith("layers.1.attn.wo_b.")}
         assert {n.replace("layers.1.", "mtp.0.") for n in main} <= mtp
+        for p in proj:  # the same tensors as the block's linear weights
+            assert {n[len(p) :] for n in extra if n.startswith(p)} == {
+                n[len("mtp.0.attn.wo_b.") :] for n in extra if n.startswith("mtp.0.attn.wo_b.")
+            }
+            assert t[p + "weight"].dtype == t["mtp.0.attn.wo_b.weight"].dtype
+            scale = p + ("weight_scale_2" if fmt == "nvfp4" else
+                         "weight_scale_inv" if fmt == "fp8-block" else "weight_scale")  # fmt: skip
+            assert t[scale].spec.low == 2.0**-8, t[scale].spec
 
 
 def test_transformers_loads_the_export_and_leaves_the_mtp_layers_out(tmp_path):
@@ -164,24 +198,23 @@ def test_transformers_loads_the_export_and_leaves_the_mtp_layers_out(tmp_path):
 FORWARD = [(a, 1, {}) for a in (0.3, 0.6, 0.9)] + [(0.6, 2, {})]
 # a config the design was not developed on: other hidden size, vocabulary, streams, depth, k
 FORWARD += [(0.75, 3, dict(hidden=192, vocab=3000, layers=3, hc=2, seed=7))]
+# quantized exports (e_proj and h_proj quantized as vLLM's class builds them), read dequantized
+# from their bytes and scales: FP8 block as the real checkpoints, each other format at 0.6
+FORWARD += [(a, 1, dict(fmt="fp8-block")) for a in (0.3, 0.6, 0.9)]
+FORWARD += [(0.6, 1, dict(fmt=f)) for f in QUANTIZED if f != "fp8-block"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("acceptance,k,other", FORWARD)
 def test_deepseek_v4_mtp_by_an_independent_forward(acceptance, k, other, tmp_path):
-    from fp8_dummy.realistic.export import export
-
     other = dict(other)
-    seed = other.pop("seed", 0)
+    seed, fmt = other.pop("seed", 0), other.pop("fmt", "bf16")
     cfg = _config(**other)
-    (tmp_path / "c").mkdir()
-    cfg.save_pretrained(tmp_path / "c")
-    export(tmp_path / "c", tmp_path / "out", seed=seed, acceptance=acceptance, progress=False,
-           allow_unknown=True)  # fmt: skip
-    m = independent_v4_mtp_acceptance(tmp_path / "out", k, tmp_path, prompts=4, tokens=120,
+    out = _export(cfg, tmp_path, acceptance, fmt, seed)
+    m = independent_v4_mtp_acceptance(out, k, tmp_path, prompts=4, tokens=120,
                                       vocab=cfg.vocab_size)  # fmt: skip
     got = H.conditional(m, k)
-    print(f"\ndeepseek_v4 {other or ''} MTP (independent forward), k={k}, A={acceptance}: "
+    print(f"\ndeepseek_v4 {other or ''} {fmt} MTP (independent forward), k={k}, A={acceptance}: "
           f"measured {[round(g, 3) for g in got]}, {len(m)} steps")  # fmt: skip
     assert all(abs(g - acceptance) <= 0.05 for g in got), (got, acceptance)
 

@@ -39,6 +39,7 @@ from .routing import Profile, find_routers, hash_specs, parse_routing, plan_rout
 from .rules import Spec, residual_by_name, stored_in_out, tensor_spec
 from .specs import model_specs
 from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
+from .speculative.unit_codes import unit_overrides, unit_specs
 from .values import fill_, made_whole
 
 __all__ = ["EAGER_BYTES", "CheckpointTensor", "LogicalModel", "logical_model"]
@@ -226,9 +227,12 @@ def logical_model(
         plain = replace(fmt, keep=fmt.keep + part.plain) if part is not None else fmt
         entries, skipped = quantize(entries, specs, plain)
         specs = model_specs(model, entries, num_layers, arch, heads)
+    units: list[str] = []  # the MTP input projections quantized (their 1s the unit's codes)
     if part is not None:
-        _add_mtp_own(part, entries, specs, skipped, fmt)
+        units = _add_mtp_own(part, entries, specs, skipped, fmt)
     shapes = {n: tuple(s) for _, n, _, s in entries}
+    # the design reads the MTP input projections' logical [out, in] (NVFP4 packs two a byte)
+    logical = {**shapes, **{n: tuple(s) for _, n, _, s in part.own}} if part else shapes
     dtypes = {n: t.dtype for _, n, t, _ in entries}
     keys = tensor_seeds(seed, shapes)
     if part is not None:
@@ -240,16 +244,19 @@ def logical_model(
     )
     specs.update(hash_specs(routers))  # a hash router's table: the plan writes it
     if part is not None and any(r.realize == "residual" for r in routers):
-        _extend(overrides, carrier_rows(part.projections, routers[0].hidden, shapes))
+        _extend(overrides, carrier_rows(part.projections, routers[0].hidden, logical))
     facts = None
     if accept is not None:
         replaced, more, facts = plan_acceptance(
-            accept, seed, config, specs, shapes, dtypes, keys,
+            accept, seed, config, specs, logical, dtypes, keys,
             projections=part.projections if part is not None else None, tokenizer=tokenizer,
             transposed=transposed, lookup=lookup,
         )  # fmt: skip
         specs.update(replaced)
         _extend(overrides, more)
+    for name in units:  # the design's 0s and 1s as the quantized tensors' codes and scales
+        if name in overrides:
+            _extend(overrides, unit_overrides(name, overrides.pop(name), fmt))
     tensors = {
         n: CheckpointTensor(n, shapes[n], dtypes[n], specs[n], keys[n], overrides.get(n))
         for _, n, _, _ in entries
@@ -296,18 +303,38 @@ def _merged(arch: Arch, more: Arch) -> Arch:
     )  # fmt: skip
 
 
-def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> None:
-    """The MTP layers' norms (the final norm's value) and input projections (linear, never
-    quantized: listed with the modules a quantized checkpoint leaves alone)."""
+def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> list[str]:
+    """The MTP layers' norms (the final norm's value) and input projections (linear): in a
+    quantized format, those the engines build with its config (``part.quantized``) quantized
+    with the unit scale (:mod:`.speculative.unit_codes`), the others unquantized and listed
+    with the modules a quantized checkpoint leaves alone. Returns the quantized ones."""
     final = next((s for n, s in specs.items() if _final_norm(n)), None)
+    units = []
     for module, name, t, shape in part.own:
         if name in part.norms:
             specs[name] = final or Spec("norm", "const", 1.0)
-        else:
-            specs[name] = tensor_spec(name, shape, t.dtype)  # linear: 1/√(2·hidden)
-            if fmt is not None and fmt.quant is not None:
-                skipped.append(name[: -len(".weight")])
-        entries.append((module, name, t, shape))
+            entries.append((module, name, t, shape))
+            continue
+        specs[name] = tensor_spec(name, shape, t.dtype)  # linear: 1/√(2·hidden)
+        if fmt is None or fmt.quant is None:
+            entries.append((module, name, t, shape))
+            continue
+        if name not in part.quantized or fmt.quant == "mxfp4":  # MXFP4: the experts only
+            skipped.append(name[: -len(".weight")])
+            entries.append((module, name, t, shape))
+            continue
+        made, left = quantize([(module, name, t, shape)], {name: specs[name]}, fmt)
+        skipped += left
+        entries += made
+        if left:  # the config's own list keeps it
+            continue
+        owner = name[: -len("weight")]
+        siblings = {n[len(owner) :]: (tuple(s), m.dtype) for _, n, m, s in made}
+        for _, n, m, s in made:
+            specs[n] = tensor_spec(n, s, m.dtype, siblings=siblings)
+        specs.update(unit_specs(name, specs, fmt))
+        units.append(name)
+    return units
 
 
 def _final_norm(name: str) -> bool:

@@ -19,6 +19,8 @@ package's face; its files:
   which names: one record per architecture;
 - ``mtp.py``: their tensors, made for the logical model (the decoder block from the class's
   own decoder layer, the MTP layers' norms and input projections);
+- ``unit_codes.py``: the MTP input projections a quantized format quantizes (DeepSeek-V4's
+  ``e_proj``/``h_proj``) with scales under which the design's 1s are exact codes;
 - ``draft.py``: ``export --draft``'s draft model: its config (a plain causal LM of the
   target's vocabulary whose greedy proposals the target accepts at the chosen rate), staged
   with the target's tokenizer files;

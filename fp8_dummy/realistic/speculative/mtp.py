@@ -39,7 +39,7 @@ class MtpPart:
 
     layers: int
     block: list  # the decoder blocks' tensors (quantized as a decoder layer's)
-    own: list  # the MTP layers' norms and input projections (never quantized)
+    own: list  # the MTP layers' norms and input projections
     copies: dict[str, str] = field(default_factory=dict)  # name -> "embedding" | "lm_head"
     # the input projections [H, 2H] (or DeepSeek-V4's two [H, H]) -> where the normalized
     # embedding starts in their input (0 or H; None: a projection of the hidden state alone)
@@ -47,6 +47,11 @@ class MtpPart:
     norms: list[str] = field(default_factory=list)  # the MTP layers' own norms
     # the block's modules the engines build unquantized whatever the format (full names)
     plain: tuple[str, ...] = ()
+    # the input projections the engines build with the quantization config, quantized where the
+    # format quantizes (DeepSeek-V4's two [H, H]: vLLM's ``DeepSeekV4MTP`` builds them as
+    # ``ReplicatedLinear`` with it, and its real checkpoints hold them in FP8); the others
+    # stay unquantized, listed with the modules a quantized checkpoint leaves alone
+    quantized: tuple[str, ...] = ()
     arch: Arch = Arch()  # the blocks' facts, under the checkpoint's names
 
 
@@ -127,6 +132,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             square = torch.empty(h, h, dtype=dtype, device="meta")
             part.own.append((torch.nn.Module(), name, square, (h, h)))
             part.projections[name] = start
+            part.quantized += (name,)
     return part
 
 
