@@ -7,6 +7,7 @@
 #include <Python.h>  // first, as Python asks
 
 #include <initializer_list>
+#include <new>
 #include <utility>
 
 namespace fp8_dummy::python {
@@ -102,6 +103,20 @@ inline bool arguments(const Api& py, PyObject* args, std::initializer_list<PyObj
     if (*o == nullptr) return false;
   }
   return true;
+}
+
+// The entry of a module walk (python_walk.cpp, python_state_walk.cpp): walked(py, args) with
+// Python's API. Where a vector cannot grow, the Python loop walks (False), as where a walk's
+// table cannot: no C++ exception crosses into the interpreter.
+template <typename Walked>
+PyObject* walk_entry(PyObject* args, Walked&& walked) {
+  const Api* api = python::api();
+  if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes a walk
+  try {
+    return walked(*api, args);
+  } catch (const std::bad_alloc&) {
+    return strong(*api, api->false_).release();
+  }
 }
 
 }  // namespace fp8_dummy::python

@@ -8,7 +8,6 @@
 // detach() changed while it is read) it leaves to the Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <cstdint>
-#include <new>
 #include <utility>
 #include <vector>
 
@@ -263,10 +262,7 @@ struct Walk {
 
 namespace {
 
-PyObject* state_dict_shape_walked(PyObject* args) {
-  const Api* api = python::api();
-  if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes this
-  const Api& py = *api;
+PyObject* state_dict_shape_walked(const Api& py, PyObject* args) {
   PyObject *model, *plain_state, *module_type, *own, *plain, *disabled, *deepest_arg;
   if (!arguments(py, args,
                  {&model, &plain_state, &module_type, &own, &plain, &disabled, &deepest_arg})) {
@@ -309,15 +305,9 @@ PyObject* state_dict_shape_walked(PyObject* args) {
 }  // namespace
 
 // args: (model, plain_state, module_type, own, plain, disabled, deepest); see
-// python_functions.h. Where a vector cannot grow, the Python loop walks (False): no C++
-// exception crosses into the interpreter.
+// python_functions.h.
 PyObject* state_dict_shape(PyObject* /*module*/, PyObject* args) {
-  try {
-    return state_dict_shape_walked(args);
-  } catch (const std::bad_alloc&) {
-    const Api& py = *python::api();  // set: the walk got past its first line
-    return strong(py, py.false_).release();
-  }
+  return walk_entry(args, state_dict_shape_walked);
 }
 
 }  // namespace fp8_dummy::python

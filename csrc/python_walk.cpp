@@ -4,7 +4,6 @@
 // the same two lists of the same objects. What it does not read as that loop does (a
 // container that is not an exact dict, a dictionary missing) it leaves to the Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
-#include <new>
 #include <utility>
 #include <vector>
 
@@ -169,10 +168,7 @@ struct Walk {
 
 namespace {
 
-PyObject* walk_shape_walked(PyObject* args) {
-  const Api* api = python::api();
-  if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes this
-  const Api& py = *api;
+PyObject* walk_shape_walked(const Api& py, PyObject* args) {
   PyObject *model, *own_order, *named_modules, *root_key;
   if (!arguments(py, args, {&model, &own_order, &named_modules, &root_key})) return nullptr;
   const Names* name = names(py);
@@ -222,16 +218,9 @@ PyObject* walk_shape_walked(PyObject* args) {
 
 }  // namespace
 
-// args: (model, own_order, named_modules, root_key); see python_functions.h. Where a vector
-// cannot grow, the Python loop walks (False), as where the table of modules met cannot: no C++
-// exception crosses into the interpreter.
+// args: (model, own_order, named_modules, root_key); see python_functions.h.
 PyObject* walk_shape(PyObject* /*module*/, PyObject* args) {
-  try {
-    return walk_shape_walked(args);
-  } catch (const std::bad_alloc&) {
-    const Api& py = *python::api();  // set: the walk got past its first line
-    return strong(py, py.false_).release();
-  }
+  return walk_entry(args, walk_shape_walked);
 }
 
 }  // namespace fp8_dummy::python
