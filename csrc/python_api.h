@@ -10,6 +10,8 @@
 #include <new>
 #include <utility>
 
+#include "common/made_once.h"
+
 namespace fp8_dummy::python {
 
 struct Api {
@@ -103,6 +105,14 @@ inline bool arguments(const Api& py, PyObject* args, std::initializer_list<PyObj
     if (*o == nullptr) return false;
   }
   return true;
+}
+
+// Each empty slot given its text interned (a lookup by an interned str compares by identity),
+// kept for the process; false, Python's error set, where one fails: that slot stays empty, so
+// the next call interns it again (not a nullptr read with no error set ever after).
+inline bool interned(const Api& py,
+                     std::initializer_list<std::pair<PyObject**, const char*>> slots) {
+  return made_once(slots, py.intern);
 }
 
 // The entry of a module walk (python_walk.cpp, python_state_walk.cpp): walked(py, args) with

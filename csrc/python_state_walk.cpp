@@ -21,32 +21,29 @@ namespace {
 // walks), or Python's error set.
 enum class Step { kDone, kNone, kPython, kError };
 
-// The names the walk reads, made once (interned: a lookup compares them by identity).
+// The names the walk reads, interned once (a lookup compares them by identity).
 struct Names {
   PyObject *dict, *pre_hooks, *hooks, *parameters, *buffers, *modules, *non_persistent, *state_dict,
       *save, *extra_state, *torch_function, *detach, *empty;
 };
 
+// nullptr, Python's error set, where one cannot be made (tried again at the next call).
 const Names* names(const Api& py) {
-  static const Names n{py.intern("__dict__"),
-                       py.intern("_state_dict_pre_hooks"),
-                       py.intern("_state_dict_hooks"),
-                       py.intern("_parameters"),
-                       py.intern("_buffers"),
-                       py.intern("_modules"),
-                       py.intern("_non_persistent_buffers_set"),
-                       py.intern("state_dict"),
-                       py.intern("_save_to_state_dict"),
-                       py.intern("get_extra_state"),
-                       py.intern("__torch_function__"),
-                       py.intern("detach"),
-                       py.intern("")};  // the root's key: Python's one empty str
-  for (PyObject* o :
-       {n.dict, n.pre_hooks, n.hooks, n.parameters, n.buffers, n.modules, n.non_persistent,
-        n.state_dict, n.save, n.extra_state, n.torch_function, n.detach, n.empty}) {
-    if (o == nullptr) return nullptr;
-  }
-  return &n;
+  static Names n{};
+  const bool made = interned(py, {{&n.dict, "__dict__"},
+                                  {&n.pre_hooks, "_state_dict_pre_hooks"},
+                                  {&n.hooks, "_state_dict_hooks"},
+                                  {&n.parameters, "_parameters"},
+                                  {&n.buffers, "_buffers"},
+                                  {&n.modules, "_modules"},
+                                  {&n.non_persistent, "_non_persistent_buffers_set"},
+                                  {&n.state_dict, "state_dict"},
+                                  {&n.save, "_save_to_state_dict"},
+                                  {&n.extra_state, "get_extra_state"},
+                                  {&n.torch_function, "__torch_function__"},
+                                  {&n.detach, "detach"},
+                                  {&n.empty, ""}});  // the root's key: Python's one empty str
+  return made ? &n : nullptr;
 }
 
 // What the walk does with a tensor of a class: add it, add its detach(), or decline the model.

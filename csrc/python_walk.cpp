@@ -21,20 +21,20 @@ struct Pending {
 
 enum class Step { kDone, kNone, kPython, kError };
 
-// The names the walk reads, made once (interned: a lookup compares them by identity).
+// The names the walk reads, interned once (a lookup compares them by identity).
 struct Names {
   PyObject *dict, *parameters, *buffers, *modules, *non_persistent, *named_modules;
 };
 
+// nullptr, Python's error set, where one cannot be made (tried again at the next call).
 const Names* names(const Api& py) {
-  static const Names n{py.intern("__dict__"),
-                       py.intern("_parameters"),
-                       py.intern("_buffers"),
-                       py.intern("_modules"),
-                       py.intern("_non_persistent_buffers_set"),
-                       py.intern("named_modules")};
-  const bool made =
-      n.dict && n.parameters && n.buffers && n.modules && n.non_persistent && n.named_modules;
+  static Names n{};
+  const bool made = interned(py, {{&n.dict, "__dict__"},
+                                  {&n.parameters, "_parameters"},
+                                  {&n.buffers, "_buffers"},
+                                  {&n.modules, "_modules"},
+                                  {&n.non_persistent, "_non_persistent_buffers_set"},
+                                  {&n.named_modules, "named_modules"}});
   return made ? &n : nullptr;
 }
 

@@ -4,8 +4,8 @@
 // kernels' headers) and linked against the product library, whose functions (argument
 // checks, the proof registry, the reference path) the kernels below call, so an emulated
 // proof lands in the product's fp8_dummy.self_check_report(). Kernels: emulator/,
-// stream_test_ops.cpp, open_table_test_ops.cpp, philox_roofline.cu. Schemas may change at
-// any time.
+// stream_test_ops.cpp, open_table_test_ops.cpp, made_once_test_ops.cpp, philox_roofline.cu.
+// Schemas may change at any time.
 #include <torch/library.h>
 
 TORCH_LIBRARY(fp8_dummy_test, m) {
@@ -99,6 +99,12 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
   // number, whether it went in now (0/1) and the table's capacity after it, then per key the
   // number the finished table finds (-1: none)].
   m.def("open_table(int[] keys, int reserve) -> int[]");
+
+  // ---- Objects made once, a failure not kept (made_once_test_ops.cpp, csrc/common/made_once.h).
+  // Four slots made by a maker whose calls numbered in `failing` fail, made_once called until it
+  // makes them: per call [made (0/1), the maker's calls so far], then per slot the number of
+  // the call that made it (-1: none).
+  m.def("made_once(int[] failing) -> int[]");
 
   // ---- CUDA only (philox_roofline.cu), for benchmarks/bench_cuda.py: the Philox work of init_ on
   // `numel` elements with no stores but one folded word per thread into `out` (int32, at
