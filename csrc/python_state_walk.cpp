@@ -4,8 +4,9 @@
 // loop's work per module and per tensor is paid each time. This reads the same
 // dictionaries in the same order, asks the same questions of the same objects (each class
 // once per walk), and builds the same two lists of the same objects; what it does not read as
-// that loop does (a container that is not an exact dict, a dictionary whose size a class's own
-// detach() changed while it is read) it leaves to the Python loop.
+// that loop does (a container that is not an exact dict, a dictionary that a class's own
+// detach() changed while it is read: a value replaced as much as its size) it leaves to the
+// Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <cstdint>
 #include <utility>
@@ -157,11 +158,11 @@ struct Walk {
     return Step::kDone;
   }
 
-  // put(k); add(t, or its detach()) where t is not None. `from`: the dictionary read, whose
-  // size a detach() that changes it is told by; for a buffer (`params`: its module's
-  // parameters), also where k is not in skip, and the model declined where a parameter is
-  // under the same name.
-  Step put_tensor(PyObject* k, PyObject* t, PyObject* from, PyObject* skip = nullptr,
+  // put(k); add(t, or its detach()) where t is not None; `ran` set where a detach() ran (a
+  // class's own may run Python code that changes any dictionary). For a buffer (`params`: its
+  // module's parameters), also where k is not in skip, and the model declined where a
+  // parameter is under the same name.
+  Step put_tensor(PyObject* k, PyObject* t, bool& ran, PyObject* skip = nullptr,
                   PyObject* params = nullptr) {
     if (t == py.none) return Step::kDone;
     if (skip != nullptr) {
@@ -178,14 +179,12 @@ struct Walk {
     if (take == Take::kNone) return Step::kNone;
     if (py.list_append(shape, k) < 0) return Step::kError;
     if (take == Take::kItself) return py.list_append(tensors, t) < 0 ? Step::kError : Step::kDone;
-    const Py_ssize_t size = py.dict_size(from);
+    ran = true;
     Ref detached(py, py.call_method(t, name.detach, nullptr));
     if (detached.get() == nullptr || py.list_append(tensors, detached.get()) < 0) {
       return Step::kError;
     }
-    // A detach() of a class's own that changed the dictionary read: Python's loop decides (its
-    // iteration raises where the size changed).
-    return py.dict_size(from) == size ? Step::kDone : Step::kPython;
+    return Step::kDone;
   }
 
   // The items of an exact dict, held: a detach() may run Python code that changes it.
@@ -194,6 +193,40 @@ struct Walk {
     PyObject *k = nullptr, *v = nullptr;
     Py_ssize_t pos = 0;
     while (py.dict_next(d, &pos, &k, &v)) out.emplace_back(strong(py, k), strong(py, v));
+  }
+
+  // Whether the exact dict d holds `pairs` and nothing else, in their order: the same key and
+  // value objects.
+  bool holds(PyObject* d, const std::vector<std::pair<Ref, Ref>>& pairs) const {
+    if (py.dict_size(d) != static_cast<Py_ssize_t>(pairs.size())) return false;
+    PyObject *k = nullptr, *v = nullptr;
+    Py_ssize_t pos = 0;
+    size_t i = 0;
+    while (py.dict_next(d, &pos, &k, &v)) {
+      if (i == pairs.size() || pairs[i].first.get() != k || pairs[i].second.get() != v) {
+        return false;
+      }
+      ++i;
+    }
+    return i == pairs.size();
+  }
+
+  // put(k, t, ran) for each item of the exact dict d, in order, read as Python's loop over
+  // d.items() reads them, or the model left to that loop: from the items held, each still d's
+  // (the same value under its key) where a detach() ran before it, and d holding them all and
+  // nothing else after them. A detach() that replaced a value (which Python's loop would read
+  // where it comes after), or added or removed a key (Python's iteration raises where d's size
+  // changed, and may where its keys did), leaves the model to the Python loop; the same value
+  // put back is the same read.
+  template <typename Put>
+  Step put_items(PyObject* d, Put&& put) {
+    items(d, pairs_);
+    bool ran = false;
+    for (const auto& [k, t] : pairs_) {
+      if (ran && py.dict_get(d, k.get()) != t.get()) return Step::kPython;
+      if (const Step s = put(k.get(), t.get(), ran); s != Step::kDone) return s;
+    }
+    return !ran || holds(d, pairs_) ? Step::kDone : Step::kPython;
   }
 
   // One module's checks, place and tensors; its children onto `stack`, the first on top.
@@ -233,19 +266,17 @@ struct Walk {
         py.list_append(shape, next.key.get()) < 0) {
       return Step::kError;
     }
-    std::vector<std::pair<Ref, Ref>>& pairs = pairs_;
-    items(params, pairs);
-    for (const auto& [k, t] : pairs) {
-      if (const Step s = put_tensor(k.get(), t.get(), params); s != Step::kDone) return s;
-    }
+    const Step put_params = put_items(
+        params, [&](PyObject* k, PyObject* t, bool& ran) { return put_tensor(k, t, ran); });
+    if (put_params != Step::kDone) return put_params;
     if (py.dict_size(buffers) > 0) {
-      items(buffers, pairs);
-      for (const auto& [k, t] : pairs) {
-        if (const Step s = put_tensor(k.get(), t.get(), buffers, skip, params); s != Step::kDone)
-          return s;
-      }
+      const Step put_buffers = put_items(buffers, [&](PyObject* k, PyObject* t, bool& ran) {
+        return put_tensor(k, t, ran, skip, params);
+      });
+      if (put_buffers != Step::kDone) return put_buffers;
     }
     // Python pushes reversed(children.items()): the first child on top of the stack.
+    std::vector<std::pair<Ref, Ref>>& pairs = pairs_;
     items(children, pairs);
     for (auto it = pairs.rbegin(); it != pairs.rend(); ++it) {
       if (it->second.get() == py.none) continue;

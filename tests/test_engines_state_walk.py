@@ -284,3 +284,79 @@ def test_a_parameter_subclass_is_detached_as_state_dict_detaches_it():
 def test_the_walk_runs_in_c():
     # setup.py's build has the state_dict walk in fp8_dummy._C.
     assert tensors._C_STATE_WALK is not None
+
+
+class Swapper(torch.nn.Parameter):
+    """A Parameter's subclass whose detach replaces one value of a module's dictionary (its
+    size unchanged) with another tensor, once per arming."""
+
+    swap: tuple[dict, str, torch.Tensor] | None = None
+
+    def detach(self):
+        if Swapper.swap is not None:
+            held, key, value = Swapper.swap
+            held[key] = value
+            Swapper.swap = None
+        return super().detach()
+
+
+def swapped_model(seed: int):
+    """A random tree with a Swapper at a random module and a target: a random tensor entry of
+    a random module's parameters or buffers, or (even seeds) a parameter after the Swapper in
+    its own dictionary. `arm()` puts the target's first value back and arms the swap to its
+    replacement; the third item: whether the target is that later parameter."""
+    rng = random.Random(seed)
+    model = random_tree(rng)
+    model.last = torch.nn.Linear(2, 2)  # a target at least
+    holder = rng.choice(list(model.modules()))
+    holder.register_parameter(f"swapper{seed}", Swapper(tensor(rng), False))
+    entries = [
+        (d, k)
+        for m in model.modules()
+        for d in (m._parameters, m._buffers)
+        for k, t in d.items()
+        if t is not None and type(t) is not Swapper
+    ]
+    if seed % 2 == 0:  # read after the swap, in the same dictionary
+        holder.register_parameter("after", torch.nn.Parameter(tensor(rng), False))
+        entries = [(holder._parameters, "after")]
+    held, key = rng.choice(entries)
+    first = held[key]
+    again = type(first)(tensor(rng), False) if type(first) is not torch.Tensor else tensor(rng)
+
+    def arm() -> None:
+        held[key] = first
+        Swapper.swap = (held, key, again)
+
+    return model, arm, seed % 2 == 0
+
+
+def same_as(theirs: dict, shaped) -> None:
+    """same_as_state_dict against a state_dict() made before (its tensors: the same memory)."""
+    assert shape_names(shaped[0]) == list(theirs)
+    for ours, t in zip(shaped[1], theirs.values(), strict=True):
+        assert ours.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+        assert (ours.storage_offset(), ours.shape, ours.stride(), ours.dtype) == (
+            t.storage_offset(), t.shape, t.stride(), t.dtype)  # fmt: skip
+        assert torch.equal(as_bytes(ours.detach()), as_bytes(t))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_a_detach_that_replaces_a_value_is_read_as_state_dict_reads_it(seed):
+    # The dictionary keeps its size: the C loop tells the change by its values, not its size.
+    model, arm, later = swapped_model(seed)
+    arm()
+    theirs = model.state_dict()
+    arm()
+    ours = c_walk(model)
+    if later:  # read after the swap: the C loop leaves the model to the Python loop
+        assert ours is False
+    if ours is not False:  # the swap read before it, or in a module walked before
+        same_as(theirs, ours)
+    arm()
+    same_as(theirs, state_dict_shape_python(model))
+    arm()
+    shaped = state_dict_shape(model)
+    # Where the C loop declines, its detach has swapped: the Python loop reads the model as
+    # it is now, as state_dict() now reads it (nothing armed).
+    same_as(theirs if ours is not False else model.state_dict(), shaped)
