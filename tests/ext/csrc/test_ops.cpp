@@ -46,8 +46,9 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0, *, "
       "bool contiguous_temp=False) -> int");
   // Our per-tensor CUDA kernel on the CPU (1-byte dtypes): every work item through the kernel's
-  // own WorkWalk and per-item code, on a simulated grid of `grid` blocks (0: a wave of 8
-  // blocks per SM); returns the generator offset afterwards, as emulate_cuda_init_.
+  // own WorkWalk and per-item code, on a simulated grid of `grid` blocks (0: the launcher's
+  // wave at the blocks per SM the kernel's launch bounds ask for, cuda_kernel_grid); returns
+  // the generator offset afterwards, as emulate_cuda_init_.
   m.def(
       "emulate_cuda_kernel_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0, *, "
@@ -73,6 +74,10 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
   // Elements of the CUDA init_ probe of a call of `numel` elements on a GPU of these
   // properties (cuda_plan/cuda_proof.h: at most 7 device bytes each).
   m.def("cuda_probe_numel(int sm_count, int max_threads_per_sm, int numel=1) -> int");
+  // Per reference launch of `numel` elements, the blocks of emulate_cuda_kernel_init_'s default
+  // grid for the linear or the strided kernel: the launcher's one resident wave at the blocks
+  // per SM the kernel's __launch_bounds__ ask for (cuda_plan/cuda_work_item.h).
+  m.def("cuda_kernel_grid(int numel, int sm_count, int max_threads_per_sm, bool linear) -> int[]");
   // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
   // then per piece: tensor, start, count, threads, steps, offset, first tile].
   m.def("cuda_batch_table(int[] numels, int sm_count, int max_threads_per_sm) -> int[]");
