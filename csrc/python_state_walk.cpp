@@ -78,6 +78,7 @@ class MetClasses {
 struct Pending {
   Py_ssize_t parent;
   Ref key, module;
+  Ref from;  // the parent's children (nullptr: the root)
 };
 
 struct Walk {
@@ -233,6 +234,11 @@ struct Walk {
   // `depths`: each visited module's nesting, by its place.
   Step visit(const Pending& next, std::vector<Py_ssize_t>& depths, std::vector<Pending>& stack) {
     PyObject* m = next.module.get();
+    // Still its parent's child under its key: state_dict() reads a parent's children as it comes
+    // to each, and a detach() in a module walked since this one was pushed may have replaced it.
+    if (next.from.get() != nullptr && py.dict_get(next.from.get(), next.key.get()) != m) {
+      return Step::kPython;
+    }
     if (const Step s = check_module(m); s != Step::kDone) return s;
     Ref d(py, py.get_attr(m, name.dict));
     if (d.get() == nullptr) return Step::kError;
@@ -280,7 +286,7 @@ struct Walk {
     items(children, pairs);
     for (auto it = pairs.rbegin(); it != pairs.rend(); ++it) {
       if (it->second.get() == py.none) continue;
-      stack.push_back({place, std::move(it->first), std::move(it->second)});
+      stack.push_back({place, std::move(it->first), std::move(it->second), strong(py, children)});
     }
     return Step::kDone;
   }
@@ -311,7 +317,7 @@ PyObject* state_dict_shape_walked(const Api& py, PyObject* args) {
   Walk w{py,    *name,    plain_state, module_type, own,
          plain, disabled, deepest,     shape.get(), tensors.get()};
   std::vector<Pending> stack;
-  stack.push_back({-1, strong(py, name->empty), strong(py, model)});
+  stack.push_back({-1, strong(py, name->empty), strong(py, model), Ref(py, nullptr)});
   std::vector<Py_ssize_t> depths;
   while (!stack.empty()) {
     Pending next = std::move(stack.back());

@@ -360,3 +360,48 @@ def test_a_detach_that_replaces_a_value_is_read_as_state_dict_reads_it(seed):
     # Where the C loop declines, its detach has swapped: the Python loop reads the model as
     # it is now, as state_dict() now reads it (nothing armed).
     same_as(theirs if ours is not False else model.state_dict(), shaped)
+
+
+class Replacer(torch.nn.Parameter):
+    """A Parameter's subclass whose detach replaces a module among its parent's children (the
+    dictionary's size unchanged), once per arming."""
+
+    swap: tuple[dict, str, torch.nn.Module] | None = None
+
+    def detach(self):
+        if Replacer.swap is not None:
+            held, key, module = Replacer.swap
+            held[key] = module
+            Replacer.swap = None
+        return super().detach()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_detach_that_replaces_a_child_still_to_walk_declines(seed):
+    # state_dict() walks the new child: neither loop has it, so neither walks the model.
+    rng = random.Random(seed)
+    model = torch.nn.Module()
+    model.first = random_tree(rng)
+    model.first.register_parameter("replacer", Replacer(tensor(rng), False))
+    model.second = random_tree(rng)
+    model.second.weight = torch.nn.Parameter(tensor(rng), False)
+    before, after = model.second, random_tree(rng)
+    after.other = torch.nn.Parameter(tensor(rng), False)
+
+    def arm() -> None:
+        model._modules["second"] = before
+        Replacer.swap = (model._modules, "second", after)
+
+    arm()
+    theirs = model.state_dict()
+    assert any(n.startswith("second.other") for n in theirs)
+    arm()
+    assert c_walk(model) is False
+    arm()
+    assert state_dict_shape_python(model) is None
+    arm()
+    shaped = state_dict_shape(model)
+    # The C loop's detach has replaced it: the Python loop reads the model as it is now, as
+    # state_dict() now reads it (nothing armed).
+    same_as(model.state_dict(), shaped)
+    assert model.second is after
