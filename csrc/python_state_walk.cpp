@@ -214,17 +214,20 @@ struct Walk {
 
   // put(k, t, ran) for each item of the exact dict d, in order, read as Python's loop over
   // d.items() reads them, or the model left to that loop: from the items held, each still d's
-  // (the same value under its key) where a detach() ran before it, and d holding them all and
-  // nothing else after them. A detach() that replaced a value (which Python's loop would read
-  // where it comes after), or added or removed a key (Python's iteration raises where d's size
-  // changed, and may where its keys did), leaves the model to the Python loop; the same value
-  // put back is the same read.
+  // (d's size kept, the same value under its key) where a detach() ran before it, and d holding
+  // them all and nothing else after them. A detach() that replaced a value (which Python's loop
+  // would read where it comes after), or added or removed a key (Python's iteration raises
+  // where d's size changed, and may where its keys did), leaves the model to the Python loop
+  // before another detach() runs; the same value put back is the same read.
   template <typename Put>
   Step put_items(PyObject* d, Put&& put) {
     items(d, pairs_);
+    const auto size = static_cast<Py_ssize_t>(pairs_.size());
     bool ran = false;
     for (const auto& [k, t] : pairs_) {
-      if (ran && py.dict_get(d, k.get()) != t.get()) return Step::kPython;
+      if (ran && (py.dict_size(d) != size || py.dict_get(d, k.get()) != t.get())) {
+        return Step::kPython;
+      }
       if (const Step s = put(k.get(), t.get(), ran); s != Step::kDone) return s;
     }
     return !ran || holds(d, pairs_) ? Step::kDone : Step::kPython;

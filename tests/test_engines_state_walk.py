@@ -405,3 +405,31 @@ def test_a_detach_that_replaces_a_child_still_to_walk_declines(seed):
     # state_dict() now reads it (nothing armed).
     same_as(model.state_dict(), shaped)
     assert model.second is after
+
+
+class Counting(torch.nn.Parameter):
+    """A Parameter's subclass that counts its detach() calls."""
+
+    calls = 0
+
+    def detach(self):
+        Counting.calls += 1
+        return super().detach()
+
+
+@pytest.mark.parametrize("how", ["grow", "swap"])
+def test_the_c_loop_declines_before_another_detach_runs(how):
+    # Python code that changed the dictionary runs no further in the C loop: the Python loop
+    # reads the model from there.
+    model = torch.nn.Module()
+    if how == "grow":
+        model.register_parameter("first", Growing(torch.empty(2), False))
+        Growing.holder = model
+    else:
+        model.register_parameter("first", Swapper(torch.empty(2), False))
+        model.register_parameter("other", torch.nn.Parameter(torch.empty(3), False))
+        Swapper.swap = (model._parameters, "other", torch.nn.Parameter(torch.empty(1), False))
+    model.register_parameter("counts", Counting(torch.empty(2), False))
+    Counting.calls = 0
+    assert c_walk(model) is False
+    assert Counting.calls == 0
