@@ -7,7 +7,10 @@
 #include <Python.h>  // first, as Python asks
 
 #include <initializer_list>
+#include <new>
 #include <utility>
+
+#include "common/made_once.h"
 
 namespace fp8_dummy::python {
 
@@ -102,6 +105,28 @@ inline bool arguments(const Api& py, PyObject* args, std::initializer_list<PyObj
     if (*o == nullptr) return false;
   }
   return true;
+}
+
+// Each empty slot given its text interned (a lookup by an interned str compares by identity),
+// kept for the process; false, Python's error set, where one fails: that slot stays empty, so
+// the next call interns it again (not a nullptr read with no error set ever after).
+inline bool interned(const Api& py,
+                     std::initializer_list<std::pair<PyObject**, const char*>> slots) {
+  return made_once(slots, py.intern);
+}
+
+// The entry of a module walk (python_walk.cpp, python_state_walk.cpp): walked(py, args) with
+// Python's API. Where a vector cannot grow, the Python loop walks (False), as where a walk's
+// table cannot: no C++ exception crosses into the interpreter.
+template <typename Walked>
+PyObject* walk_entry(PyObject* args, Walked&& walked) {
+  const Api* api = python::api();
+  if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes a walk
+  try {
+    return walked(*api, args);
+  } catch (const std::bad_alloc&) {
+    return strong(*api, api->false_).release();
+  }
 }
 
 }  // namespace fp8_dummy::python

@@ -4,11 +4,11 @@
 // loop's work per module and per tensor is paid each time. This reads the same
 // dictionaries in the same order, asks the same questions of the same objects (each class
 // once per walk), and builds the same two lists of the same objects; what it does not read as
-// that loop does (a container that is not an exact dict, a dictionary whose size a class's own
-// detach() changed while it is read) it leaves to the Python loop.
+// that loop does (a container that is not an exact dict, a dictionary that a class's own
+// detach() changed while it is read: a value replaced as much as its size) it leaves to the
+// Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
 #include <cstdint>
-#include <new>
 #include <utility>
 #include <vector>
 
@@ -22,32 +22,29 @@ namespace {
 // walks), or Python's error set.
 enum class Step { kDone, kNone, kPython, kError };
 
-// The names the walk reads, made once (interned: a lookup compares them by identity).
+// The names the walk reads, interned once (a lookup compares them by identity).
 struct Names {
   PyObject *dict, *pre_hooks, *hooks, *parameters, *buffers, *modules, *non_persistent, *state_dict,
       *save, *extra_state, *torch_function, *detach, *empty;
 };
 
+// nullptr, Python's error set, where one cannot be made (tried again at the next call).
 const Names* names(const Api& py) {
-  static const Names n{py.intern("__dict__"),
-                       py.intern("_state_dict_pre_hooks"),
-                       py.intern("_state_dict_hooks"),
-                       py.intern("_parameters"),
-                       py.intern("_buffers"),
-                       py.intern("_modules"),
-                       py.intern("_non_persistent_buffers_set"),
-                       py.intern("state_dict"),
-                       py.intern("_save_to_state_dict"),
-                       py.intern("get_extra_state"),
-                       py.intern("__torch_function__"),
-                       py.intern("detach"),
-                       py.intern("")};  // the root's key: Python's one empty str
-  for (PyObject* o :
-       {n.dict, n.pre_hooks, n.hooks, n.parameters, n.buffers, n.modules, n.non_persistent,
-        n.state_dict, n.save, n.extra_state, n.torch_function, n.detach, n.empty}) {
-    if (o == nullptr) return nullptr;
-  }
-  return &n;
+  static Names n{};
+  const bool made = interned(py, {{&n.dict, "__dict__"},
+                                  {&n.pre_hooks, "_state_dict_pre_hooks"},
+                                  {&n.hooks, "_state_dict_hooks"},
+                                  {&n.parameters, "_parameters"},
+                                  {&n.buffers, "_buffers"},
+                                  {&n.modules, "_modules"},
+                                  {&n.non_persistent, "_non_persistent_buffers_set"},
+                                  {&n.state_dict, "state_dict"},
+                                  {&n.save, "_save_to_state_dict"},
+                                  {&n.extra_state, "get_extra_state"},
+                                  {&n.torch_function, "__torch_function__"},
+                                  {&n.detach, "detach"},
+                                  {&n.empty, ""}});  // the root's key: Python's one empty str
+  return made ? &n : nullptr;
 }
 
 // What the walk does with a tensor of a class: add it, add its detach(), or decline the model.
@@ -81,6 +78,7 @@ class MetClasses {
 struct Pending {
   Py_ssize_t parent;
   Ref key, module;
+  Ref from;  // the parent's children (nullptr: the root)
 };
 
 struct Walk {
@@ -161,11 +159,11 @@ struct Walk {
     return Step::kDone;
   }
 
-  // put(k); add(t, or its detach()) where t is not None. `from`: the dictionary read, whose
-  // size a detach() that changes it is told by; for a buffer (`params`: its module's
-  // parameters), also where k is not in skip, and the model declined where a parameter is
-  // under the same name.
-  Step put_tensor(PyObject* k, PyObject* t, PyObject* from, PyObject* skip = nullptr,
+  // put(k); add(t, or its detach()) where t is not None; `ran` set where a detach() ran (a
+  // class's own may run Python code that changes any dictionary). For a buffer (`params`: its
+  // module's parameters), also where k is not in skip, and the model declined where a
+  // parameter is under the same name.
+  Step put_tensor(PyObject* k, PyObject* t, bool& ran, PyObject* skip = nullptr,
                   PyObject* params = nullptr) {
     if (t == py.none) return Step::kDone;
     if (skip != nullptr) {
@@ -182,14 +180,12 @@ struct Walk {
     if (take == Take::kNone) return Step::kNone;
     if (py.list_append(shape, k) < 0) return Step::kError;
     if (take == Take::kItself) return py.list_append(tensors, t) < 0 ? Step::kError : Step::kDone;
-    const Py_ssize_t size = py.dict_size(from);
+    ran = true;
     Ref detached(py, py.call_method(t, name.detach, nullptr));
     if (detached.get() == nullptr || py.list_append(tensors, detached.get()) < 0) {
       return Step::kError;
     }
-    // A detach() of a class's own that changed the dictionary read: Python's loop decides (its
-    // iteration raises where the size changed).
-    return py.dict_size(from) == size ? Step::kDone : Step::kPython;
+    return Step::kDone;
   }
 
   // The items of an exact dict, held: a detach() may run Python code that changes it.
@@ -200,10 +196,52 @@ struct Walk {
     while (py.dict_next(d, &pos, &k, &v)) out.emplace_back(strong(py, k), strong(py, v));
   }
 
+  // Whether the exact dict d holds `pairs` and nothing else, in their order: the same key and
+  // value objects.
+  bool holds(PyObject* d, const std::vector<std::pair<Ref, Ref>>& pairs) const {
+    if (py.dict_size(d) != static_cast<Py_ssize_t>(pairs.size())) return false;
+    PyObject *k = nullptr, *v = nullptr;
+    Py_ssize_t pos = 0;
+    size_t i = 0;
+    while (py.dict_next(d, &pos, &k, &v)) {
+      if (i == pairs.size() || pairs[i].first.get() != k || pairs[i].second.get() != v) {
+        return false;
+      }
+      ++i;
+    }
+    return i == pairs.size();
+  }
+
+  // put(k, t, ran) for each item of the exact dict d, in order, read as Python's loop over
+  // d.items() reads them, or the model left to that loop: from the items held, each still d's
+  // (d's size kept, the same value under its key) where a detach() ran before it, and d holding
+  // them all and nothing else after them. A detach() that replaced a value (which Python's loop
+  // would read where it comes after), or added or removed a key (Python's iteration raises
+  // where d's size changed, and may where its keys did), leaves the model to the Python loop
+  // before another detach() runs; the same value put back is the same read.
+  template <typename Put>
+  Step put_items(PyObject* d, Put&& put) {
+    items(d, pairs_);
+    const auto size = static_cast<Py_ssize_t>(pairs_.size());
+    bool ran = false;
+    for (const auto& [k, t] : pairs_) {
+      if (ran && (py.dict_size(d) != size || py.dict_get(d, k.get()) != t.get())) {
+        return Step::kPython;
+      }
+      if (const Step s = put(k.get(), t.get(), ran); s != Step::kDone) return s;
+    }
+    return !ran || holds(d, pairs_) ? Step::kDone : Step::kPython;
+  }
+
   // One module's checks, place and tensors; its children onto `stack`, the first on top.
   // `depths`: each visited module's nesting, by its place.
   Step visit(const Pending& next, std::vector<Py_ssize_t>& depths, std::vector<Pending>& stack) {
     PyObject* m = next.module.get();
+    // Still its parent's child under its key: state_dict() reads a parent's children as it comes
+    // to each, and a detach() in a module walked since this one was pushed may have replaced it.
+    if (next.from.get() != nullptr && py.dict_get(next.from.get(), next.key.get()) != m) {
+      return Step::kPython;
+    }
     if (const Step s = check_module(m); s != Step::kDone) return s;
     Ref d(py, py.get_attr(m, name.dict));
     if (d.get() == nullptr) return Step::kError;
@@ -237,23 +275,21 @@ struct Walk {
         py.list_append(shape, next.key.get()) < 0) {
       return Step::kError;
     }
-    std::vector<std::pair<Ref, Ref>>& pairs = pairs_;
-    items(params, pairs);
-    for (const auto& [k, t] : pairs) {
-      if (const Step s = put_tensor(k.get(), t.get(), params); s != Step::kDone) return s;
-    }
+    const Step put_params = put_items(
+        params, [&](PyObject* k, PyObject* t, bool& ran) { return put_tensor(k, t, ran); });
+    if (put_params != Step::kDone) return put_params;
     if (py.dict_size(buffers) > 0) {
-      items(buffers, pairs);
-      for (const auto& [k, t] : pairs) {
-        if (const Step s = put_tensor(k.get(), t.get(), buffers, skip, params); s != Step::kDone)
-          return s;
-      }
+      const Step put_buffers = put_items(buffers, [&](PyObject* k, PyObject* t, bool& ran) {
+        return put_tensor(k, t, ran, skip, params);
+      });
+      if (put_buffers != Step::kDone) return put_buffers;
     }
     // Python pushes reversed(children.items()): the first child on top of the stack.
+    std::vector<std::pair<Ref, Ref>>& pairs = pairs_;
     items(children, pairs);
     for (auto it = pairs.rbegin(); it != pairs.rend(); ++it) {
       if (it->second.get() == py.none) continue;
-      stack.push_back({place, std::move(it->first), std::move(it->second)});
+      stack.push_back({place, std::move(it->first), std::move(it->second), strong(py, children)});
     }
     return Step::kDone;
   }
@@ -263,10 +299,7 @@ struct Walk {
 
 namespace {
 
-PyObject* state_dict_shape_walked(PyObject* args) {
-  const Api* api = python::api();
-  if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes this
-  const Api& py = *api;
+PyObject* state_dict_shape_walked(const Api& py, PyObject* args) {
   PyObject *model, *plain_state, *module_type, *own, *plain, *disabled, *deepest_arg;
   if (!arguments(py, args,
                  {&model, &plain_state, &module_type, &own, &plain, &disabled, &deepest_arg})) {
@@ -287,7 +320,7 @@ PyObject* state_dict_shape_walked(PyObject* args) {
   Walk w{py,    *name,    plain_state, module_type, own,
          plain, disabled, deepest,     shape.get(), tensors.get()};
   std::vector<Pending> stack;
-  stack.push_back({-1, strong(py, name->empty), strong(py, model)});
+  stack.push_back({-1, strong(py, name->empty), strong(py, model), Ref(py, nullptr)});
   std::vector<Py_ssize_t> depths;
   while (!stack.empty()) {
     Pending next = std::move(stack.back());
@@ -309,15 +342,9 @@ PyObject* state_dict_shape_walked(PyObject* args) {
 }  // namespace
 
 // args: (model, plain_state, module_type, own, plain, disabled, deepest); see
-// python_functions.h. Where a vector cannot grow, the Python loop walks (False): no C++
-// exception crosses into the interpreter.
+// python_functions.h.
 PyObject* state_dict_shape(PyObject* /*module*/, PyObject* args) {
-  try {
-    return state_dict_shape_walked(args);
-  } catch (const std::bad_alloc&) {
-    const Api& py = *python::api();  // set: the walk got past its first line
-    return strong(py, py.false_).release();
-  }
+  return walk_entry(args, state_dict_shape_walked);
 }
 
 }  // namespace fp8_dummy::python

@@ -4,7 +4,6 @@
 // the same two lists of the same objects. What it does not read as that loop does (a
 // container that is not an exact dict, a dictionary missing) it leaves to the Python loop.
 #ifdef FP8_DUMMY_PYTHON_MODULE
-#include <new>
 #include <utility>
 #include <vector>
 
@@ -22,20 +21,20 @@ struct Pending {
 
 enum class Step { kDone, kNone, kPython, kError };
 
-// The names the walk reads, made once (interned: a lookup compares them by identity).
+// The names the walk reads, interned once (a lookup compares them by identity).
 struct Names {
   PyObject *dict, *parameters, *buffers, *modules, *non_persistent, *named_modules;
 };
 
+// nullptr, Python's error set, where one cannot be made (tried again at the next call).
 const Names* names(const Api& py) {
-  static const Names n{py.intern("__dict__"),
-                       py.intern("_parameters"),
-                       py.intern("_buffers"),
-                       py.intern("_modules"),
-                       py.intern("_non_persistent_buffers_set"),
-                       py.intern("named_modules")};
-  const bool made =
-      n.dict && n.parameters && n.buffers && n.modules && n.non_persistent && n.named_modules;
+  static Names n{};
+  const bool made = interned(py, {{&n.dict, "__dict__"},
+                                  {&n.parameters, "_parameters"},
+                                  {&n.buffers, "_buffers"},
+                                  {&n.modules, "_modules"},
+                                  {&n.non_persistent, "_non_persistent_buffers_set"},
+                                  {&n.named_modules, "named_modules"}});
   return made ? &n : nullptr;
 }
 
@@ -169,10 +168,7 @@ struct Walk {
 
 namespace {
 
-PyObject* walk_shape_walked(PyObject* args) {
-  const Api* api = python::api();
-  if (api == nullptr) return nullptr;  // not reached: the module checks before it exposes this
-  const Api& py = *api;
+PyObject* walk_shape_walked(const Api& py, PyObject* args) {
   PyObject *model, *own_order, *named_modules, *root_key;
   if (!arguments(py, args, {&model, &own_order, &named_modules, &root_key})) return nullptr;
   const Names* name = names(py);
@@ -222,16 +218,9 @@ PyObject* walk_shape_walked(PyObject* args) {
 
 }  // namespace
 
-// args: (model, own_order, named_modules, root_key); see python_functions.h. Where a vector
-// cannot grow, the Python loop walks (False), as where the table of modules met cannot: no C++
-// exception crosses into the interpreter.
+// args: (model, own_order, named_modules, root_key); see python_functions.h.
 PyObject* walk_shape(PyObject* /*module*/, PyObject* args) {
-  try {
-    return walk_shape_walked(args);
-  } catch (const std::bad_alloc&) {
-    const Api& py = *python::api();  // set: the walk got past its first line
-    return strong(py, py.false_).release();
-  }
+  return walk_entry(args, walk_shape_walked);
 }
 
 }  // namespace fp8_dummy::python

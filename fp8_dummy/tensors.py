@@ -134,11 +134,12 @@ def state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] 
     where a module has hooks, its own state_dict, _save_to_state_dict or extra state, a
     buffer under a parameter's name (set in the dictionaries directly: state_dict() keeps one
     entry, in the parameter's place, with the buffer), or a tensor's class a
-    ``__torch_function__`` of its own (state_dict() decides). Its loop in C
+    ``__torch_function__`` of its own, or a child that a ``detach()`` replaced before the
+    walk came to it (state_dict() decides). Its loop in C
     where the library has it (``fp8_dummy._C._state_dict_shape``: the same dictionaries read
     in the same order, the same questions asked of the same objects), the Python loop
     (:func:`state_dict_shape_python`) where it has not or leaves the model to it (a container
-    that is not an exact dict)."""
+    that is not an exact dict, a dictionary that a ``detach()`` changed while it is read)."""
     if _C_STATE_WALK is not None:
         with torch._C.DisableTorchFunctionSubclass():
             shaped = _C_STATE_WALK(
@@ -165,10 +166,14 @@ def state_dict_shape_python(model: torch.nn.Module) -> tuple[list, list[torch.Te
 def _state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]] | None:
     shape: list = []
     tensors: list[torch.Tensor] = []
-    put, add, stack, depths = shape.append, tensors.append, [(-1, "", model)], []
+    put, add, stack, depths = shape.append, tensors.append, [(-1, "", model, None)], []
     plain = _PLAIN_TENSORS
     while stack:
-        parent, key, m = stack.pop()
+        parent, key, m, held = stack.pop()
+        # state_dict() reads a parent's children as it comes to each: one a detach() replaced
+        # since it was pushed is not this walk's to read.
+        if held is not None and held.get(key) is not m:
+            return None
         kind = type(m)
         if kind not in _PLAIN_STATE:
             if (
@@ -210,7 +215,7 @@ def _state_dict_shape(model: torch.nn.Module) -> tuple[list, list[torch.Tensor]]
         if children:
             for k, child in reversed(children.items()):
                 if child is not None:
-                    stack.append((visit, k, child))
+                    stack.append((visit, k, child, children))
     return shape, tensors
 
 

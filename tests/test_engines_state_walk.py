@@ -284,3 +284,152 @@ def test_a_parameter_subclass_is_detached_as_state_dict_detaches_it():
 def test_the_walk_runs_in_c():
     # setup.py's build has the state_dict walk in fp8_dummy._C.
     assert tensors._C_STATE_WALK is not None
+
+
+class Swapper(torch.nn.Parameter):
+    """A Parameter's subclass whose detach replaces one value of a module's dictionary (its
+    size unchanged) with another tensor, once per arming."""
+
+    swap: tuple[dict, str, torch.Tensor] | None = None
+
+    def detach(self):
+        if Swapper.swap is not None:
+            held, key, value = Swapper.swap
+            held[key] = value
+            Swapper.swap = None
+        return super().detach()
+
+
+def swapped_model(seed: int):
+    """A random tree with a Swapper at a random module and a target: a random tensor entry of
+    a random module's parameters or buffers, or (even seeds) a parameter after the Swapper in
+    its own dictionary. `arm()` puts the target's first value back and arms the swap to its
+    replacement; the third item: whether the target is that later parameter."""
+    rng = random.Random(seed)
+    model = random_tree(rng)
+    model.last = torch.nn.Linear(2, 2)  # a target at least
+    holder = rng.choice(list(model.modules()))
+    holder.register_parameter(f"swapper{seed}", Swapper(tensor(rng), False))
+    entries = [
+        (d, k)
+        for m in model.modules()
+        for d in (m._parameters, m._buffers)
+        for k, t in d.items()
+        if t is not None and type(t) is not Swapper
+    ]
+    if seed % 2 == 0:  # read after the swap, in the same dictionary
+        holder.register_parameter("after", torch.nn.Parameter(tensor(rng), False))
+        entries = [(holder._parameters, "after")]
+    held, key = rng.choice(entries)
+    first = held[key]
+    again = type(first)(tensor(rng), False) if type(first) is not torch.Tensor else tensor(rng)
+
+    def arm() -> None:
+        held[key] = first
+        Swapper.swap = (held, key, again)
+
+    return model, arm, seed % 2 == 0
+
+
+def same_as(theirs: dict, shaped) -> None:
+    """same_as_state_dict against a state_dict() made before (its tensors: the same memory)."""
+    assert shape_names(shaped[0]) == list(theirs)
+    for ours, t in zip(shaped[1], theirs.values(), strict=True):
+        assert ours.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+        assert (ours.storage_offset(), ours.shape, ours.stride(), ours.dtype) == (
+            t.storage_offset(), t.shape, t.stride(), t.dtype)  # fmt: skip
+        assert torch.equal(as_bytes(ours.detach()), as_bytes(t))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_a_detach_that_replaces_a_value_is_read_as_state_dict_reads_it(seed):
+    # The dictionary keeps its size: the C loop tells the change by its values, not its size.
+    model, arm, later = swapped_model(seed)
+    arm()
+    theirs = model.state_dict()
+    arm()
+    ours = c_walk(model)
+    if later:  # read after the swap: the C loop leaves the model to the Python loop
+        assert ours is False
+    if ours is not False:  # the swap read before it, or in a module walked before
+        same_as(theirs, ours)
+    arm()
+    same_as(theirs, state_dict_shape_python(model))
+    arm()
+    shaped = state_dict_shape(model)
+    # Where the C loop declines, its detach has swapped: the Python loop reads the model as
+    # it is now, as state_dict() now reads it (nothing armed).
+    same_as(theirs if ours is not False else model.state_dict(), shaped)
+
+
+class Replacer(torch.nn.Parameter):
+    """A Parameter's subclass whose detach replaces a module among its parent's children (the
+    dictionary's size unchanged), once per arming."""
+
+    swap: tuple[dict, str, torch.nn.Module] | None = None
+
+    def detach(self):
+        if Replacer.swap is not None:
+            held, key, module = Replacer.swap
+            held[key] = module
+            Replacer.swap = None
+        return super().detach()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_detach_that_replaces_a_child_still_to_walk_declines(seed):
+    # state_dict() walks the new child: neither loop has it, so neither walks the model.
+    rng = random.Random(seed)
+    model = torch.nn.Module()
+    model.first = random_tree(rng)
+    model.first.register_parameter("replacer", Replacer(tensor(rng), False))
+    model.second = random_tree(rng)
+    model.second.weight = torch.nn.Parameter(tensor(rng), False)
+    before, after = model.second, random_tree(rng)
+    after.other = torch.nn.Parameter(tensor(rng), False)
+
+    def arm() -> None:
+        model._modules["second"] = before
+        Replacer.swap = (model._modules, "second", after)
+
+    arm()
+    theirs = model.state_dict()
+    assert any(n.startswith("second.other") for n in theirs)
+    arm()
+    assert c_walk(model) is False
+    arm()
+    assert state_dict_shape_python(model) is None
+    arm()
+    shaped = state_dict_shape(model)
+    # The C loop's detach has replaced it: the Python loop reads the model as it is now, as
+    # state_dict() now reads it (nothing armed).
+    same_as(model.state_dict(), shaped)
+    assert model.second is after
+
+
+class Counting(torch.nn.Parameter):
+    """A Parameter's subclass that counts its detach() calls."""
+
+    calls = 0
+
+    def detach(self):
+        Counting.calls += 1
+        return super().detach()
+
+
+@pytest.mark.parametrize("how", ["grow", "swap"])
+def test_the_c_loop_declines_before_another_detach_runs(how):
+    # Python code that changed the dictionary runs no further in the C loop: the Python loop
+    # reads the model from there.
+    model = torch.nn.Module()
+    if how == "grow":
+        model.register_parameter("first", Growing(torch.empty(2), False))
+        Growing.holder = model
+    else:
+        model.register_parameter("first", Swapper(torch.empty(2), False))
+        model.register_parameter("other", torch.nn.Parameter(torch.empty(3), False))
+        Swapper.swap = (model._parameters, "other", torch.nn.Parameter(torch.empty(1), False))
+    model.register_parameter("counts", Counting(torch.empty(2), False))
+    Counting.calls = 0
+    assert c_walk(model) is False
+    assert Counting.calls == 0

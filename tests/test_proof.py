@@ -7,6 +7,9 @@ themselves: tests/test_proof_faults.py."""
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -73,6 +76,37 @@ def test_kernel_emulation_walks_every_item_across_steps(sm, mt, grid):
     want, want_after = _oracle_bytes(n, -1.0, 1.0, 77, 8, sm, mt)
     assert after == want_after
     assert np.array_equal(t.view(torch.uint8).numpy(), want)
+
+
+# The blocks per SM the per-tensor kernel's __launch_bounds__ ask for (cuda/init_kernel.cuh),
+# which its launcher's resident wave holds at least: the linear kernel, the strided one.
+BLOCKS_PER_SM = {True: 2, False: 1}
+
+
+def test_the_kernels_launch_bounds_are_the_emulators_blocks_per_sm():
+    # One source: the kernel's launch bounds name the constants the emulator's grid reads.
+    root = Path(__file__).resolve().parents[1] / "csrc"
+    kernel = (root / "cuda" / "init_kernel.cuh").read_text()
+    assert "__launch_bounds__(kBlock, kLinear ? kLinearBlocksPerSm : kStridedBlocksPerSm)" in kernel
+    items = (root / "cuda_plan" / "cuda_work_item.h").read_text()
+    for name, linear in (("kLinearBlocksPerSm", True), ("kStridedBlocksPerSm", False)):
+        assert f"constexpr int {name} = {BLOCKS_PER_SM[linear]};" in items
+    assert "constexpr int kBlock = 256;" in items
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_kernel_emulation_grid_is_the_launchers_wave(seed):
+    # The default grid: one block per 256 work items, at most the launch bounds' blocks per SM.
+    rng = random.Random(seed)
+    sm, mt = rng.choice(GPUS)
+    numel = rng.choice([1, 255, rng.randint(2, 1 << 22), rng.randint(1 << 22, 1 << 31)])
+    linear = rng.random() < 0.5
+    launches, _ = emulator.cuda_launch_plan(numel, sm, mt)
+    group = 16 if linear else 4
+    want = [
+        min(-(-(r.threads // group * r.steps) // 256), sm * BLOCKS_PER_SM[linear]) for r in launches
+    ]
+    assert test_ops.cuda_kernel_grid(numel, sm, mt, linear) == want
 
 
 @pytest.mark.parametrize("start", [0, 4, 8, 12, 1, 2, 3])

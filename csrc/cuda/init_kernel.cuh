@@ -18,8 +18,6 @@
 namespace fp8_dummy {
 namespace cuda_kernels {
 
-constexpr int kBlock = 256;
-
 // One reference launch (one 32-bit piece) of the temp.
 struct PieceArgs {
   ItemArgs item;
@@ -33,7 +31,8 @@ struct PieceArgs {
 // once: at 3 blocks per SM (80 registers) ptxas spilled 188 bytes on sm_90; at 2 it takes 128
 // (16 warps per SM, each with 16 independent calls in flight).
 template <cuda::Fp8Format F, bool kLinear>
-__global__ void __launch_bounds__(kBlock, kLinear ? 2 : 1) init_fp8_kernel(const PieceArgs a) {
+__global__ void __launch_bounds__(kBlock, kLinear ? kLinearBlocksPerSm : kStridedBlocksPerSm)
+    init_fp8_kernel(const PieceArgs a) {
   // Graph-capture safe: the seed and offset are read from device memory when captured.
   const auto seeds = at::cuda::philox::unpack(a.philox);
   const uint64_t seed = std::get<0>(seeds);

@@ -33,6 +33,15 @@ constexpr int kLinearGroup = 16;
 // kernel, kGroup for the strided one.
 FP8_DUMMY_HD constexpr int item_group(bool linear) { return linear ? kLinearGroup : kGroup; }
 
+// The per-tensor kernels' block, and the blocks of it per SM their __launch_bounds__ ask for
+// (cuda/init_kernel.cuh says why: the linear kernel's 128 registers a thread, 2 blocks of 256
+// threads filling an SM's 64K; one block lets ptxas give the strided kernel's layout walk the
+// registers it needs). The launcher's grid is one resident wave (the occupancy API's blocks per
+// SM, at least these); the emulator's default grid is these blocks per SM.
+constexpr int kBlock = 256;
+constexpr int kLinearBlocksPerSm = 2;
+constexpr int kStridedBlocksPerSm = 1;
+
 // Work items of one launch: T / group groups times the steps, < 2^28: 32-bit indices suffice.
 FP8_DUMMY_HD uint32_t work_items(int64_t threads, int64_t steps, int group = kGroup) {
   return static_cast<uint32_t>(threads / group * steps);

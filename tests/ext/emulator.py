@@ -141,8 +141,9 @@ def emulate_cuda_kernel_init_(
 ) -> int:
     """Our per-tensor CUDA kernel (not the reference) on the CPU tensor ``t`` (1-byte): every
     work item through the kernel's own work walk and per-item code, thread after thread of
-    a simulated grid of ``grid`` blocks (0: 8 per SM). The same bytes and returned offset as
-    :func:`emulate_cuda_init_` when the kernel is right."""
+    a simulated grid of ``grid`` blocks (0: the launcher's wave at the blocks per SM the
+    kernel's launch bounds ask for, ``test_ops.cuda_kernel_grid``). The same bytes and
+    returned offset as :func:`emulate_cuda_init_` when the kernel is right."""
     return test_ops.emulate_cuda_kernel_init_(
         t,
         low,

@@ -4,8 +4,8 @@
 // kernels' headers) and linked against the product library, whose functions (argument
 // checks, the proof registry, the reference path) the kernels below call, so an emulated
 // proof lands in the product's fp8_dummy.self_check_report(). Kernels: emulator/,
-// stream_test_ops.cpp, open_table_test_ops.cpp, philox_roofline.cu. Schemas may change at
-// any time.
+// stream_test_ops.cpp, open_table_test_ops.cpp, made_once_test_ops.cpp, philox_roofline.cu.
+// Schemas may change at any time.
 #include <torch/library.h>
 
 TORCH_LIBRARY(fp8_dummy_test, m) {
@@ -46,8 +46,9 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0, *, "
       "bool contiguous_temp=False) -> int");
   // Our per-tensor CUDA kernel on the CPU (1-byte dtypes): every work item through the kernel's
-  // own WorkWalk and per-item code, on a simulated grid of `grid` blocks (0: a wave of 8
-  // blocks per SM); returns the generator offset afterwards, as emulate_cuda_init_.
+  // own WorkWalk and per-item code, on a simulated grid of `grid` blocks (0: the launcher's
+  // wave at the blocks per SM the kernel's launch bounds ask for, cuda_kernel_grid); returns
+  // the generator offset afterwards, as emulate_cuda_init_.
   m.def(
       "emulate_cuda_kernel_init_(Tensor(a!) self, float low, float high, int seed, int offset, "
       "int sm_count, int max_threads_per_sm, bool saturate_e4m3fn=True, int grid=0, *, "
@@ -73,6 +74,10 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
   // Elements of the CUDA init_ probe of a call of `numel` elements on a GPU of these
   // properties (cuda_plan/cuda_proof.h: at most 7 device bytes each).
   m.def("cuda_probe_numel(int sm_count, int max_threads_per_sm, int numel=1) -> int");
+  // Per reference launch of `numel` elements, the blocks of emulate_cuda_kernel_init_'s default
+  // grid for the linear or the strided kernel: the launcher's one resident wave at the blocks
+  // per SM the kernel's __launch_bounds__ ask for (cuda_plan/cuda_work_item.h).
+  m.def("cuda_kernel_grid(int numel, int sm_count, int max_threads_per_sm, bool linear) -> int[]");
   // The batched kernel's work table for tensors of these sizes (allocates nothing): [tiles,
   // then per piece: tensor, start, count, threads, steps, offset, first tile].
   m.def("cuda_batch_table(int[] numels, int sm_count, int max_threads_per_sm) -> int[]");
@@ -99,6 +104,12 @@ TORCH_LIBRARY(fp8_dummy_test, m) {
   // number, whether it went in now (0/1) and the table's capacity after it, then per key the
   // number the finished table finds (-1: none)].
   m.def("open_table(int[] keys, int reserve) -> int[]");
+
+  // ---- Objects made once, a failure not kept (made_once_test_ops.cpp, csrc/common/made_once.h).
+  // Four slots made by a maker whose calls numbered in `failing` fail, made_once called until it
+  // makes them: per call [made (0/1), the maker's calls so far], then per slot the number of
+  // the call that made it (-1: none).
+  m.def("made_once(int[] failing) -> int[]");
 
   // ---- CUDA only (philox_roofline.cu), for benchmarks/bench_cuda.py: the Philox work of init_ on
   // `numel` elements with no stores but one folded word per thread into `out` (int32, at

@@ -48,10 +48,21 @@ int64_t many_emulation(std::vector<at::Tensor>& ts, double low, double high, int
   return op.call(ts, low, high, seed, sm_count, max_threads_per_sm, saturate, 0, contiguous_temp);
 }
 
+// The blocks of our per-tensor kernel's launch of `items` work items on `sm_count` SMs, as its
+// launcher sizes it (one resident wave at most) at the blocks per SM its __launch_bounds__ ask
+// for: the same constants (cuda_plan/cuda_work_item.h), so that the emulated grid-stride split
+// is the launcher's wherever the occupancy API gives those blocks per SM.
+int64_t wave_blocks(int64_t items, int64_t sm_count, bool linear) {
+  const int64_t per_sm =
+      linear ? cuda_kernels::kLinearBlocksPerSm : cuda_kernels::kStridedBlocksPerSm;
+  return std::min<int64_t>((items + cuda_kernels::kBlock - 1) / cuda_kernels::kBlock,
+                           sm_count * per_sm);
+}
+
 // One launch of our per-tensor kernel (cuda/init_kernel.cuh) on the CPU: elements [start,
 // start + count) of the temp's order, the launch's work items visited by the simulated
-// threads of a grid of `grid` blocks (0: the wave a GPU of `sm_count` SMs holds at 8 blocks
-// per SM), thread after thread, each through the kernel's fill_thread.
+// threads of a grid of `grid` blocks (0: the launcher's wave, wave_blocks), thread after
+// thread, each through the kernel's fill_thread.
 void emulate_launch(const at::Tensor& self, ItemArgs item, int64_t start, int64_t count,
                     const cuda::ReferenceGrid& g, uint64_t seed, uint64_t at, int64_t sm_count,
                     int64_t grid) {
@@ -64,8 +75,8 @@ void emulate_launch(const at::Tensor& self, ItemArgs item, int64_t start, int64_
   item.wide_count = linear && address % 16 == 0 ? static_cast<uint32_t>(count) : 0;
   const uint32_t items =
       cuda_kernels::work_items(g.threads, g.steps, cuda_kernels::item_group(linear));
-  const int64_t blocks = grid > 0 ? grid : std::min<int64_t>((items + 255) / 256, sm_count * 8);
-  const auto stride = static_cast<uint32_t>(blocks * 256);
+  const int64_t blocks = grid > 0 ? grid : wave_blocks(items, sm_count, linear);
+  const auto stride = static_cast<uint32_t>(blocks * cuda_kernels::kBlock);
   const cuda::PhiloxKeys keys = cuda::philox_keys(seed);
   with_fp8_format(fp8_format(self.scalar_type()), [&](auto f) {
     constexpr auto F = decltype(f)::value;
@@ -213,6 +224,24 @@ int64_t emulate_proven_many(at::TensorList tensors, double low, double high, int
   return batched;
 }
 
+// Per reference launch of a call of `numel` elements, the blocks of the kernel's emulated grid
+// by default (wave_blocks).
+std::vector<int64_t> cuda_kernel_grid(int64_t numel, int64_t sm_count, int64_t max_threads_per_sm,
+                                      bool linear) {
+  TORCH_CHECK(numel > 0 && sm_count > 0 && max_threads_per_sm >= cuda::kBlockThreads,
+              "fp8_dummy_test.cuda_kernel_grid: bad arguments");
+  std::vector<int64_t> blocks;
+  FreshOffsets offsets{0};
+  cuda::reference_launches(
+      numel, sm_count, max_threads_per_sm, offsets,
+      [&](int64_t /*start*/, int64_t /*count*/, const cuda::ReferenceGrid& g, uint64_t /*at*/) {
+        const uint32_t items =
+            cuda_kernels::work_items(g.threads, g.steps, cuda_kernels::item_group(linear));
+        blocks.push_back(wave_blocks(items, sm_count, linear));
+      });
+  return blocks;
+}
+
 // The probe of a call of `numel` elements, as init_cuda.cu sizes it: one piece, or two.
 int64_t cuda_probe_numel(int64_t sm_count, int64_t max_threads_per_sm, int64_t numel) {
   const int64_t piece = cuda_proof::probe_piece(sm_count, max_threads_per_sm);
@@ -229,6 +258,7 @@ TORCH_LIBRARY_IMPL(fp8_dummy_test, CPU, m) {
 
 TORCH_LIBRARY_IMPL(fp8_dummy_test, CompositeExplicitAutograd, m) {
   m.impl("cuda_probe_numel", TORCH_FN(cuda_probe_numel));
+  m.impl("cuda_kernel_grid", TORCH_FN(cuda_kernel_grid));
 }
 
 }  // namespace fp8_dummy
