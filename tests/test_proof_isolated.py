@@ -33,8 +33,8 @@ from fp8_dummy._isolated import verdict
 from fp8_dummy._proof import proven as proof
 from fp8_dummy.reference import new_path
 
-probe, marker, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
-key, target = "vllm: stand-in engine " + probe, "helpers.isolated_probes:" + probe
+probe, marker, timeout, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+key, target = "vllm: stand-in engine " + name, "helpers.isolated_probes:" + probe
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     proven = proof(key, lambda: verdict(key, target, [marker], "cpu", timeout))
@@ -50,13 +50,15 @@ print("RESULT", json.dumps({"proven": proven, "again": again, "same": same, "rep
 """
 
 
-def start(tmp_path: Path, probe: str, timeout: float = 120.0) -> dict:
-    """One start of the stand-in engine (a fresh process), its cache under tmp_path."""
+def start(tmp_path: Path, probe: str, timeout: float = 120.0, key: str | None = None) -> dict:
+    """One start of the stand-in engine (a fresh process), its cache under tmp_path; its
+    proof's key names `key` (default: the probe), so that a later start can find a key's
+    first probe answering otherwise."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(TESTS))
     env.pop("FP8_DUMMY_FAULT", None)
     marker = tmp_path / "children.txt"
     proc = subprocess.run(
-        [sys.executable, "-c", ENGINE, probe, str(marker), str(timeout)],
+        [sys.executable, "-c", ENGINE, probe, str(marker), str(timeout), key or probe],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
@@ -107,8 +109,12 @@ def test_a_timeout_refuses_and_is_tried_again_at_the_next_start(tmp_path):
     assert first["proven"] is False and first["same"] and len(first["children"]) == 1
     assert "no answer in 30 s" in first["warnings"][0] and "not cached" in first["warnings"][0]
     assert cached(tmp_path) == []  # a busy machine's timeout must not refuse for good
-    second = start(tmp_path, "hangs", timeout=30)
-    assert second["proven"] is False and len(second["children"]) == 2
+    # The next start asks for the same key, whose child now answers (the machine is no longer
+    # busy): proven, in a second child. A cached timeout would refuse it with no child.
+    second = start(tmp_path, "holds", key="hangs")
+    assert second["proven"] and second["same"] and not second["warnings"], second
+    assert len(second["children"]) == 2 and second["children"][1].startswith("holds ")
+    assert [r["key"] for r in cached(tmp_path)] == ["vllm: stand-in engine hangs"]
 
 
 def test_a_child_out_of_memory_is_no_verdict_and_is_tried_again(tmp_path):

@@ -203,10 +203,11 @@ def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts
                 x = torch.cat([_rms(e, ne, c), _rms(hidden[:n], nh, c)], -1) @ fc.T
                 drafts = []
                 for _ in range(k):
-                    logits = block(inputs_embeds=x[None]).logits[0, -1]
-                    drafts.append(int(logits.argmax()))
-                    step = _rms(embed(torch.tensor([drafts[-1]])), ne, c)
+                    # One forward gives both the draft (its logits) and the hidden state that
+                    # feeds the next draft.
                     last = block(inputs_embeds=x[None], output_hidden_states=True)
+                    drafts.append(int(last.logits[0, -1].argmax()))
+                    step = _rms(embed(torch.tensor([drafts[-1]])), ne, c)
                     h = last.hidden_states[-1][0, -1:]
                     x = torch.cat([x, torch.cat([step, _rms(h, nh, c)], -1) @ fc.T])
                 counts.append(accepted(drafts, seq, n))
