@@ -149,7 +149,9 @@ def test_vllm_deepseek_v4_mtp_loader_reads_every_mtp_tensor(n, fmt, tmp_path, mo
     cfg = config(128, 1024, 2, 4)
     cfg.num_nextn_predict_layers = n
     cfg.topk_method = "noaux_tc"  # vLLM's gates build their correction bias only with it
-    cfg.expert_dtype = "fp8"  # FP8 block experts and float32 linear scales (default: MXFP4's)
+    # FP8 block experts and float32 linear scales (vLLM's default: MXFP4's); in fp8-block the
+    # export says so itself, over a caller's copy of DeepSeek-V4-Flash's "fp4"
+    cfg.expert_dtype = "fp4" if fmt == "fp8-block" else "fp8"
     cfg.save_pretrained(tmp_path / "c")
     export(tmp_path / "c", tmp_path / "out", acceptance=0.6, progress=False, allow_unknown=True,
            format=fmt)  # fmt: skip
@@ -158,7 +160,11 @@ def test_vllm_deepseek_v4_mtp_loader_reads_every_mtp_tensor(n, fmt, tmp_path, mo
     mtp = {k: v for k, v in t.items() if k.startswith("mtp.")}
     assert mtp
     quant = None
-    q = json.loads((tmp_path / "out" / "config.json").read_text()).get("quantization_config")
+    exported = json.loads((tmp_path / "out" / "config.json").read_text())
+    if fmt == "fp8-block":
+        assert exported["expert_dtype"] == "fp8"
+        cfg.expert_dtype = exported["expert_dtype"]  # vLLM reads the export's config
+    q = exported.get("quantization_config")
     if q is not None:
         # the ignore list no longer names the input projections: vLLM builds them quantized
         listed = q.get("ignored_layers") or q.get("ignore") or q.get("exclude_modules")

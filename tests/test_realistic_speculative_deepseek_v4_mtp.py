@@ -13,6 +13,8 @@ them."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -130,7 +132,12 @@ def test_the_exported_mtp_layer_carries_the_design(hidden, vocab, layers, hc, fm
     0, no residual writer of the MTP block (``wo_b``, the experts' ``w2``) writes S; so S of
     every stream the block reads, and of its output, is the view's code times a positive
     factor, and the head (the lm_head's copy) reads S only."""
-    out = _export(_config(hidden, vocab, layers, hc), tmp_path, 0.6, fmt)
+    cfg = _config(hidden, vocab, layers, hc)
+    cfg.expert_dtype = "fp4"  # a copy of DeepSeek-V4-Flash's: MXFP4 experts
+    out = _export(cfg, tmp_path, 0.6, fmt)
+    # vLLM reads FP8 block experts as such only where the config says so: the export's own
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["expert_dtype"] == ("fp8" if fmt == "fp8-block" else "fp4")
     t = H.read(out)
     head = t["mtp.0.head.weight"]
     assert np.array_equal(head, t["head.weight"])

@@ -82,6 +82,7 @@ def config_json(
     quant = lm.quantization_config()
     if quant is not None:
         data["quantization_config"] = quant
+        data.update(_expert_dtype(config, quant))
     return (json.dumps(data, indent=2) + "\n").encode()
 
 
@@ -112,6 +113,19 @@ def _mimo_v2_keys(config: Any) -> dict:
         if value is not None:
             keys[key] = value
     return keys
+
+
+def _expert_dtype(config: Any, quant: dict) -> dict:
+    """DeepSeek-V4's ``expert_dtype`` where the format writes its experts in FP8 blocks: vLLM
+    reads an FP8 checkpoint of that type through its own FP8 config, which takes the experts
+    for MXFP4 with E8M0 scales unless the config says ``fp8`` (as DeepSeek-V4-Flash-Base's
+    does). The key describes the tensors written, so it is the export's, whatever the caller's
+    config said (a copy of DeepSeek-V4-Flash's says ``fp4``)."""
+    if getattr(type(config), "model_type", None) != "deepseek_v4":
+        return {}
+    if quant.get("quant_method") == "fp8" and quant.get("weight_block_size"):
+        return {"expert_dtype": "fp8"}
+    return {}
 
 
 # model type -> its own config keys (of the config object) where the caller left them out
