@@ -106,10 +106,13 @@ class TrustedCache:
                 return None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):  # none yet (store warns if it cannot)
-            return None
         except OSError as e:
-            what = "is a symlink" if os.path.islink(path) else f"cannot be opened ({e.strerror})"
+            if os.path.islink(path):  # Linux says ENOTDIR or ELOOP for a link: never followed
+                what = "is a symlink"
+            elif isinstance(e, (FileNotFoundError, NotADirectoryError)):
+                return None  # none yet (store warns if it cannot make it)
+            else:
+                what = f"cannot be opened ({e.strerror})"
             self._warn_once(str(path), f"{path} {what}: it is not used; {self.again}")
             return None
         why = _trusted(os.fstat(fd), "directory")
