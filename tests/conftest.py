@@ -9,6 +9,9 @@ import torch
 
 # tests/ on the path: the test modules import conftest, oracles/ and helpers/.
 sys.path.insert(0, str(Path(__file__).parent))
+# The tests read nothing outside the repository: the architecture facts' disk cache is off
+# for them and their children (tests/test_realistic_facts_cache.py turns it on, in tmp_path).
+os.environ["FP8_DUMMY_FACTS_CACHE"] = "0"
 
 FP8_DTYPES = [
     getattr(torch, name)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8_dummy import _isolated
+from fp8_dummy import _isolated, _trusted_cache
 from fp8_dummy import _verdict_cache as cache
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,7 @@ KEY = "vllm: stand-in engine trust"
 def fresh(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("FP8_DUMMY_FAULT", raising=False)
-    monkeypatch.setattr(cache, "_warned", set())
+    monkeypatch.setattr(_trusted_cache, "_warned", set())
 
 
 def ask(tmp_path: Path, probe: str = "holds") -> tuple[str | None, int, list[str]]:
@@ -68,7 +68,7 @@ def plant(detail, *, key: str = KEY, env=None, mode: int = 0o600) -> Path:
     proofs().mkdir(parents=True, exist_ok=True, mode=0o700)
     path = verdict_file()
     env = cache.identity("cpu") if env is None else env
-    path.write_text(json.dumps({"key": key, "environment": env, "detail": detail}))
+    path.write_text(json.dumps({"key": key, "environment": env, "value": detail}))
     path.chmod(mode)
     return path
 
@@ -84,7 +84,7 @@ def test_a_clean_runs_verdict_is_not_used_by_a_faulted_run_nor_by_another_build(
     assert why is not None and "first differing byte" in why and children == 2
     assert "FP8_DUMMY_FAULT" in why and snapshot(tmp_path / "cache") == before  # nothing written
     monkeypatch.delenv("FP8_DUMMY_FAULT")
-    monkeypatch.setattr(cache, "_library_hash", lambda: "a rebuilt extension")
+    monkeypatch.setattr(cache, "library_hash", lambda: "a rebuilt extension")
     why, children, _ = ask(tmp_path, "differs")  # a rebuilt library proves again
     assert children == 3 and why is not None and "first differing byte" in why
 
@@ -128,7 +128,7 @@ def test_a_verdict_another_user_could_have_written_is_not_believed(tmp_path, att
     else:  # our own directory: the file replaced by ours, believed at the next start
         st = path.lstat()
         assert st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o600
-        assert json.loads(path.read_text())["detail"].startswith("first differing byte")
+        assert json.loads(path.read_text())["value"].startswith("first differing byte")
     assert ask(tmp_path, "differs")[1] == (2 if attack.startswith("directory") else 1)
 
 
@@ -152,7 +152,7 @@ def test_the_temporary_file_is_unpredictable_and_no_symlink_is_followed(tmp_path
     assert victim.read_bytes() == b"the victim's own file\n"
     path = verdict_file()
     assert not path.is_symlink() and path.lstat().st_uid == os.geteuid()
-    assert json.loads(path.read_text())["detail"].startswith("first differing byte")
+    assert json.loads(path.read_text())["value"].startswith("first differing byte")
     left = sorted(p.name for p in proofs().iterdir())
     assert left == sorted([name, f".{name}.{os.getpid()}.tmp", f".{name}.tmp"])  # theirs only
 
@@ -160,7 +160,7 @@ def test_the_temporary_file_is_unpredictable_and_no_symlink_is_followed(tmp_path
 def test_reading_never_follows_a_symlink_at_the_verdicts_name(tmp_path):
     elsewhere = tmp_path / "elsewhere.json"
     env = cache.identity("cpu")
-    elsewhere.write_text(json.dumps({"key": KEY, "environment": env, "detail": ""}))
+    elsewhere.write_text(json.dumps({"key": KEY, "environment": env, "value": ""}))
     elsewhere.chmod(0o600)
     proofs().mkdir(parents=True, mode=0o700)
     verdict_file().symlink_to(elsewhere)
@@ -187,7 +187,7 @@ def test_a_verdict_of_the_wrong_type_is_ignored_and_replaced(tmp_path, detail):
     path = plant(detail)
     why, children, _ = ask(tmp_path, "holds")
     assert why is None and children == 1  # proved again: it holds
-    assert json.loads(path.read_text())["detail"] == ""  # replaced
+    assert json.loads(path.read_text())["value"] == ""  # replaced
     assert ask(tmp_path, "holds")[:2] == (None, 1)
 
 

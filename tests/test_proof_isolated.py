@@ -87,7 +87,7 @@ def test_a_refusing_child_leaves_the_engine_running_with_its_own_weights(tmp_pat
     assert why[probe] in first["warnings"][0] and "in a child process" in first["warnings"][0]
     assert [e[2] for e in first["report"]] == [False] and why[probe] in first["report"][0][3]
     (record,) = cached(tmp_path)
-    assert record["key"] == f"vllm: stand-in engine {probe}" and why[probe] in record["detail"]
+    assert record["key"] == f"vllm: stand-in engine {probe}" and why[probe] in record["value"]
     # A second start: the cached verdict, no child, the same one warning naming the file.
     second = start(tmp_path, probe)
     assert second["proven"] is False and second["same"] and len(second["children"]) == 1
@@ -101,7 +101,7 @@ def test_a_proven_verdict_is_cached_and_the_next_start_runs_no_child(tmp_path):
     assert [e[2] for e in first["report"]] == [True]
     second = start(tmp_path, "holds")
     assert second["proven"] and not second["warnings"] and len(second["children"]) == 1
-    assert cached(tmp_path)[0]["detail"] == ""
+    assert cached(tmp_path)[0]["value"] == ""
 
 
 def test_a_timeout_refuses_and_is_tried_again_at_the_next_start(tmp_path):
@@ -134,7 +134,7 @@ def test_a_corrupt_cache_file_is_ignored_and_replaced(tmp_path):
     path.write_text('{"key": "vllm: stand-in engine holds", "det')  # a torn write, say
     again = start(tmp_path, "holds")
     assert again["proven"] and len(again["children"]) == 2  # proved again
-    assert json.loads(path.read_text())["detail"] == ""
+    assert json.loads(path.read_text())["value"] == ""
 
 
 def test_run_child_returns_the_result_or_says_why_none_came(monkeypatch):

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 
+from . import facts_cache
 from .combine import block_calls, combine_gains, moe_routers
 from .hf_model import is_transformers_model, own_tensors
 from .multipliers import norm_multipliers
@@ -65,7 +66,8 @@ def derive_twin(model: torch.nn.Module) -> Arch:
     """The facts of a model on the meta device: probed on a twin built on the CPU from the same
     config, in the model's dtype, where it takes at most :data:`TWIN_BUDGET_BYTES` in float32 (small
     and test models, so that their export is their in-memory fill), else the plain rule
-    (docs/export.md); its random draws the stateless fill's (:mod:`.twin`)."""
+    (docs/export.md); its random draws the stateless fill's (:mod:`.twin`). Facts probed
+    without a warning are kept on disk for later processes (:mod:`.facts_cache`)."""
     if not is_transformers_model(model):
         return DEFAULT
     own = own_tensors(model).values()  # a walk of the model's state_dict: once
@@ -73,28 +75,49 @@ def derive_twin(model: torch.nn.Module) -> Arch:
         return DEFAULT
     floats = [t.dtype for t in own if t.dtype.is_floating_point]
     dtype = max(set(floats), key=floats.count) if floats else torch.float32
+    key = facts_cache.key(type(model), model.config, dtype) if facts_cache.enabled() else None
+    cached = facts_cache.load(key) if key is not None else None
+    if cached is not None:
+        return cached
     try:  # in the model's own dtype: the probes are run in it
         twin = build_twin(type(model), model.config, dtype)
     except Exception:  # a class that cannot be built here: the plain rule, as for vLLM's
         return DEFAULT
-    return derive(twin)
+    arch, failed = _probed(twin)
+    _warn(twin, failed, 3)
+    if key is not None and not failed:
+        facts_cache.store(key, arch)
+    return arch
 
 
 def derive(model: torch.nn.Module) -> Arch:
     """The model's :class:`Arch`, by probes that write nothing; :data:`DEFAULT` for a model
     that is not a transformers model, has no decoder layers, or has a tensor on neither CPU
-    nor CUDA (the meta device included)."""
+    nor CUDA (the meta device included). A probe that fails warns and leaves its default."""
+    arch, failed = _probed(model)
+    _warn(model, failed, 4)
+    return arch
+
+
+def _warn(model: torch.nn.Module, failed: list[str], level: int) -> None:
+    """One warning per failed probe, attributed to the caller ``level`` frames up."""
+    for why in failed:
+        warnings.warn(f"fp8_dummy: {type(model).__name__}: {why}", RuntimeWarning, stacklevel=level)
+
+
+def _probed(model: torch.nn.Module) -> tuple[Arch, list[str]]:
+    """:func:`derive`'s facts and what failed on the way (its warnings)."""
+    failed: list[str] = []
     if not any(c.__module__.startswith("transformers.") for c in type(model).__mro__):
-        return DEFAULT
+        return DEFAULT, failed
     params = list(model.parameters())
     if not params or any(p.device.type not in ("cpu", "cuda") for p in params):
-        return DEFAULT  # meta (nothing to run) or a device the fill refuses anyway
+        return DEFAULT, failed  # meta (nothing to run) or a device the fill refuses anyway
     layers = decoder_layers(model)
     if not layers:
-        return DEFAULT
+        return DEFAULT, failed
     modes = {m: m.training for m in model.modules()}
     model.eval()
-    failed: list[str] = []
     try:
         with torch.no_grad():
             # the dataflow's forward also records how the model calls its MoE blocks: the
@@ -116,12 +139,11 @@ def derive(model: torch.nn.Module) -> Arch:
             centered = nonnegative_inputs(model, layers, failed, *watched[:1])
             multiplier = norm_multipliers(model, layers, failed)
             offsets = norm_offsets(model)
-            return Arch(embed, post, offsets, residual, gains, combine, centered, multiplier)
+            arch = Arch(embed, post, offsets, residual, gains, combine, centered, multiplier)
+            return arch, failed
     finally:
         for m, mode in modes.items():
             m.training = mode
-        for why in failed:
-            warnings.warn(f"fp8_dummy: {type(model).__name__}: {why}", RuntimeWarning, stacklevel=3)
 
 
 def _watch(watched: list) -> Callable:
