@@ -175,6 +175,23 @@ def _exaone4_5(text: dict, mtp: int, more: dict):
                                    num_nextn_predict_layers=mtp)  # fmt: skip
 
 
+# Inkling's multimodal checkpoint made small: its text model :func:`config`'s, its vision
+# tower's layers at least the steps of its scale plan (patch 2, temporal patch 2: three; with
+# fewer, transformers' class plans them with scipy, which is not installed), a small audio table
+INKLING_TOWERS = dict(vision_config=dict(num_hidden_layers=3, patch_size=2),
+                      audio_config=dict(n_mel_bins=8, mel_vocab_size=16))  # fmt: skip
+
+
+def inkling_mm(mtp: int = 0, **more):
+    """Inkling's multimodal config (``inkling_mm_model``) around :func:`config`'s Inkling text
+    model (``more`` goes to it), ``mtp`` MTP layers counted where its real checkpoints count
+    them: the top-level ``mtp_config``'s ``num_nextn_predict_layers`` (vLLM reads it there;
+    transformers' config copies it into the text config's ``num_mtp_layers``)."""
+    text = config("inkling_text", mtp=mtp, **more).to_dict()
+    return tf.AutoConfig.for_model("inkling_mm_model", text_config=text, **INKLING_TOWERS,
+                                   mtp_config={"num_nextn_predict_layers": mtp})  # fmt: skip
+
+
 def export(cfg, folder: Path, acceptance, *, routing: str = "balanced", tokenizer=None) -> Path:
     """``cfg`` saved in ``folder``/config (with ``tokenizer``'s files), exported to
     ``folder``/out by fp8_dummy's export with ``acceptance`` (Qwen3-Next's ``A_log``, which no

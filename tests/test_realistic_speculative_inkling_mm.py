@@ -1,0 +1,110 @@
+"""Inkling's multimodal checkpoint (``inkling_mm_model``) in the realistic wing, and why its MTP
+layers are not made (docs/realistic.md#speculative-decoding, the paragraph "Not made"): made
+small here (its vision and audio towers from small sub-configs), every tensor of its checkpoint
+but the MLPs' fused gate/up projections is a strided view of one in-memory tensor; those are
+not (transformers' conversion interleaves the rows of two in-memory tensors, or of the two
+halves of one, into each), so the export of the config is refused before anything is written,
+its MTP layers with it, and none are made under the text model's names instead."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+
+from helpers import speculative as H  # noqa: E402
+from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
+
+from fp8_dummy.realistic import speculative as S  # noqa: E402
+from fp8_dummy.realistic.hf_model import UnplacedTensorError  # noqa: E402
+
+# the fused gate/up projections of the checkpoint: a dense MLP's, the routed experts', the
+# shared experts'
+FUSED = re.compile(
+    r"\.mlp\.(w13_dn\.weight|experts\.w13_weight|shared_experts\.shared_w13_weight)$"
+)
+
+
+def _saved(cfg) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(the small real model's tensors, each element holding its own index in all of them
+    (float64: exact), the checkpoint transformers' own save conversion makes of them)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    model = tf.AutoModelForImageTextToText.from_config(cfg)
+    tagged, start = {}, 0
+    for name, t in model.state_dict().items():
+        tagged[name] = torch.arange(start, start + t.numel(), dtype=torch.float64).view(t.shape)
+        start += t.numel()
+    saved = revert_weight_conversion(model, dict(tagged))
+    return tagged, {n: (t[0] if isinstance(t, list) else t).long() for n, t in saved.items()}
+
+
+def _strided(ids: torch.Tensor) -> bool:
+    """Whether the indices are ``offset + Σ i_d · stride_d`` (a strided view) for some strides."""
+    flat = ids.reshape(-1)
+    expected = torch.full_like(ids, int(flat[0]))
+    for d, size in enumerate(ids.shape):
+        if size > 1:
+            step = int(ids.select(d, 1).reshape(-1)[0] - flat[0])
+            shape = [1] * ids.dim()
+            shape[d] = size
+            expected = expected + torch.arange(size).view(shape) * step
+    return torch.equal(expected, ids)
+
+
+def test_only_the_fused_gate_up_projections_are_no_views():
+    """The small multimodal model (a dense layer, then a MoE one with a shared expert; its
+    towers): transformers' save conversion run on tensors whose elements are their own indices.
+    Every checkpoint tensor but the fused gate/up projections is a strided view of one
+    in-memory tensor (the towers' included); each fused one interleaves rows: a dense MLP's
+    ``w13_dn`` and the shared experts' ``shared_w13_weight`` those of its ``gate_proj`` and
+    ``up_proj`` (two tensors), the experts' ``w13_weight`` those of ``gate_up_proj``'s two
+    halves (one tensor, in no strided order)."""
+    # the experts' width apart from the hidden size: the rows' dimension is unambiguous
+    cfg = H.inkling_mm(mtp=1, mlp_layer_types=["dense", "sparse"], moe_intermediate_size=48)
+    tagged, saved = _saved(cfg)
+    spans = [(int(t.reshape(-1)[0]), t.numel(), n) for n, t in tagged.items()]
+
+    def sources(ids: torch.Tensor) -> set[str]:
+        return {n for lo, k, n in spans if ((ids >= lo) & (ids < lo + k)).any()}
+
+    unplaced = {n for n, ids in saved.items() if len(sources(ids)) != 1 or not _strided(ids)}
+    assert unplaced == {n for n in saved if FUSED.search(n)}
+    assert {FUSED.search(n).group(1) for n in unplaced} == {
+        "w13_dn.weight", "experts.w13_weight", "shared_experts.shared_w13_weight"
+    }  # fmt: skip
+    assert any(n.startswith("model.visual.") for n in saved)
+    assert any(n.startswith("model.audio.") for n in saved)
+    mem = "model.language_model.layers"
+    for name in unplaced:
+        i = int(re.search(r"\.layers\.(\d+)\.", name).group(1))
+        ids = saved[name]
+        mlp = f"{mem}.{i}.mlp."
+        if name.endswith("w13_dn.weight"):
+            gate, up = tagged[mlp + "gate_proj.weight"], tagged[mlp + "up_proj.weight"]
+        elif "shared_w13" in name:
+            gate = tagged[mlp + "shared_experts.gate_proj"]
+            up = tagged[mlp + "shared_experts.up_proj"]
+        else:
+            gate, up = tagged[mlp + "experts.gate_up_proj"].chunk(2, dim=-2)
+        # the rows (the last but one dimension): the gate's and the up's in turn
+        assert ids.shape[-2] == 2 * gate.shape[-2] and ids.shape[-1] == gate.shape[-1]
+        assert torch.equal(ids[..., 0::2, :], gate.long())
+        assert torch.equal(ids[..., 1::2, :], up.long())
+
+
+def test_the_export_is_refused_before_anything_is_written(tmp_path):
+    """The export of the multimodal config with an MTP layer (its ``mtp_config``, as its real
+    checkpoints count them) stops at its logical model, naming the fused tensor, with nothing
+    written; no MTP layer is made for it under the text model's names (its text config's own
+    export has them)."""
+    cfg = H.inkling_mm(mtp=1)
+    assert cfg.text_config.num_mtp_layers == 1
+    assert S.mtp_layers(cfg) == (None, 0) and S.mtp_prefixes(cfg) == ()
+    assert S.mtp_layers(cfg.text_config) == ("inkling", 1)
+    with pytest.raises(UnplacedTensorError, match=r"mlp\.experts\.gate_up_proj.*not be placed"):
+        H.export(cfg, tmp_path, 0.6)
+    assert not (tmp_path / "out").exists()
