@@ -18,6 +18,7 @@ tf = pytest.importorskip("transformers", reason="transformers is installed by se
 from helpers import speculative as H  # noqa: E402
 from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
 
+import fp8_dummy  # noqa: E402
 from fp8_dummy.realistic import speculative as S  # noqa: E402
 from fp8_dummy.realistic.hf_model import UnplacedTensorError  # noqa: E402
 
@@ -100,7 +101,7 @@ def test_the_export_is_refused_before_anything_is_written(tmp_path):
     """The export of the multimodal config with an MTP layer (its ``mtp_config``, as its real
     checkpoints count them) stops at its logical model, naming the fused tensor, with nothing
     written; no MTP layer is made for it under the text model's names (its text config's own
-    export has them)."""
+    export has them). The in-memory fill keys its tensors by their in-memory names instead."""
     cfg = H.inkling_mm(mtp=1)
     assert cfg.text_config.num_mtp_layers == 1
     assert S.mtp_layers(cfg) == (None, 0) and S.mtp_prefixes(cfg) == ()
@@ -108,3 +109,7 @@ def test_the_export_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(UnplacedTensorError, match=r"mlp\.experts\.gate_up_proj.*not be placed"):
         H.export(cfg, tmp_path, 0.6)
     assert not (tmp_path / "out").exists()
+    # the in-memory fill: its tensors keyed by their in-memory names instead, with the warning
+    model = tf.AutoModelForImageTextToText.from_config(cfg)
+    with pytest.warns(UserWarning, match=r"gate_up_proj.*keyed by their in-memory names"):
+        fp8_dummy.initialize_realistic_dummy_weights(model, 0)
