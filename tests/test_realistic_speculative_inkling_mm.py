@@ -1,14 +1,15 @@
-"""Inkling's multimodal checkpoint (``inkling_mm_model``) in the realistic wing, and why its MTP
-layers are not made (docs/realistic.md#speculative-decoding, the paragraph "Not made"): made
-small here (its vision and audio towers from small sub-configs), every tensor of its checkpoint
-but the MLPs' fused gate/up projections is a strided view of one in-memory tensor; those are
-not (transformers' conversion interleaves the rows of two in-memory tensors, or of the two
-halves of one, into each), so the export of the config is refused before anything is written,
-its MTP layers with it, and none are made under the text model's names instead."""
+"""Inkling's multimodal checkpoint (``inkling_mm_model``) in the realistic wing
+(docs/realistic.md#speculative-decoding), made small here (its vision and audio towers from
+small sub-configs): every tensor of its checkpoint but the MLPs' fused gate/up projections is a
+strided view of one in-memory tensor; those interleave the rows of two in-memory tensors, or of
+the two halves of one (an independent oracle: transformers' save conversion of tensors holding
+their own indices), and are placed by parts (:mod:`fp8_dummy.realistic.interleaved`): the
+in-memory fill and the export hold the same model."""
 
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -19,8 +20,6 @@ from helpers import speculative as H  # noqa: E402
 from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
 
 import fp8_dummy  # noqa: E402
-from fp8_dummy.realistic import speculative as S  # noqa: E402
-from fp8_dummy.realistic.hf_model import UnplacedTensorError  # noqa: E402
 
 # the fused gate/up projections of the checkpoint: a dense MLP's, the routed experts', the
 # shared experts'
@@ -97,19 +96,24 @@ def test_only_the_fused_gate_up_projections_are_no_views():
         assert torch.equal(ids[..., 1::2, :], up.long())
 
 
-def test_the_export_is_refused_before_anything_is_written(tmp_path):
-    """The export of the multimodal config with an MTP layer (its ``mtp_config``, as its real
-    checkpoints count them) stops at its logical model, naming the fused tensor, with nothing
-    written; no MTP layer is made for it under the text model's names (its text config's own
-    export has them). The in-memory fill keys its tensors by their in-memory names instead."""
-    cfg = H.inkling_mm(mtp=1)
-    assert cfg.text_config.num_mtp_layers == 1
-    assert S.mtp_layers(cfg) == (None, 0) and S.mtp_prefixes(cfg) == ()
-    assert S.mtp_layers(cfg.text_config) == ("inkling", 1)
-    with pytest.raises(UnplacedTensorError, match=r"mlp\.experts\.gate_up_proj.*not be placed"):
-        H.export(cfg, tmp_path, 0.6)
-    assert not (tmp_path / "out").exists()
-    # the in-memory fill: its tensors keyed by their in-memory names instead, with the warning
-    model = tf.AutoModelForImageTextToText.from_config(cfg)
-    with pytest.warns(UserWarning, match=r"gate_up_proj.*keyed by their in-memory names"):
-        fp8_dummy.initialize_realistic_dummy_weights(model, 0)
+def test_in_memory_and_export_hold_the_same_model(tmp_path):
+    """The in-memory fill with acceptance and the export of the same small multimodal config
+    and seed (a dense layer, then a MoE one): the same bytes, every tensor, as transformers'
+    own load of the export (its conversion splitting each fused gate/up projection) holds
+    them; the checkpoint's names placed, no warning."""
+    cfg = H.inkling_mm(mlp_layer_types=["dense", "sparse"], moe_intermediate_size=48)
+    out = H.export(cfg, tmp_path, 0.6)
+    loaded = tf.AutoModelForImageTextToText.from_pretrained(out, dtype=torch.bfloat16)
+    model = tf.AutoModelForImageTextToText.from_config(loaded.config, dtype=torch.bfloat16)
+    for name, t in model.state_dict(keep_vars=True).items():
+        t.data = t.data.to(loaded.state_dict()[name].dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        fp8_dummy.initialize_realistic_dummy_weights(model, 0, acceptance=0.6)
+    theirs = loaded.state_dict()
+    assert set(theirs) == set(model.state_dict())
+    bad = [
+        n for n, t in model.state_dict().items()
+        if not torch.equal(t.view(torch.uint8), theirs[n].view(torch.uint8))
+    ]  # fmt: skip
+    assert not bad, bad
