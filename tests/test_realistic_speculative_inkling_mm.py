@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,7 @@ from helpers import speculative as H  # noqa: E402
 from helpers.speculative import one_thread  # noqa: E402, F401 (autouse)
 
 import fp8_dummy  # noqa: E402
+from fp8_dummy.realistic import speculative as S  # noqa: E402
 
 # the fused gate/up projections of the checkpoint: a dense MLP's, the routed experts', the
 # shared experts'
@@ -117,3 +119,97 @@ def test_in_memory_and_export_hold_the_same_model(tmp_path):
         if not torch.equal(t.view(torch.uint8), theirs[n].view(torch.uint8))
     ]  # fmt: skip
     assert not bad, bad
+
+
+# vLLM's InklingMTP loader's names of MTP layer i's block (``transformer_block.``), as the
+# multimodal checkpoint's main layers hold them (its ``use_global_scale``: the dense MLP's scale)
+BLOCK = ["attn_norm.weight", "attn.wq_du.weight", "attn.wk_dv.weight", "attn.wv_dv.weight",
+         "attn.wr_du.weight", "attn.wo_ud.weight", "attn.rel_logits_proj.proj",
+         "attn.q_norm.weight", "attn.k_norm.weight", "attn.k_sconv.weight", "attn.v_sconv.weight",
+         "attn_sconv.weight", "mlp_norm.weight", "mlp.w13_dn.weight", "mlp.w2_md.weight",
+         "mlp.global_scale", "mlp_sconv.weight"]  # fmt: skip
+
+
+def test_the_mtp_layers_under_the_checkpoints_names(tmp_path):
+    """Two MTP layers with the chained hidden state's norm, counted by the checkpoint's
+    ``mtp_config``: ``model.mtp.layers.{i}.`` ``hidden_norm``, ``embed_norm``, ``input_proj``
+    [H, 2H], the block under ``transformer_block.`` by the multimodal checkpoint's own names
+    (written out here from vLLM's loader), ``model.mtp.chain_norm``; the main model's names
+    unchanged (those of the export without MTP layers)."""
+    cfg = H.inkling_mm(mtp=2, chain_hidden_post_norm=True)
+    assert S.mtp_layers(cfg) == ("inkling", 2) and S.mtp_prefixes(cfg) == ("model.mtp.",)
+    out = H.export(cfg, tmp_path / "a", 0.6)
+    names = set(H.read(out))
+    want = {"model.mtp.chain_norm.weight"}
+    for i in range(2):
+        p = f"model.mtp.layers.{i}."
+        want |= {p + n for n in ("hidden_norm.weight", "embed_norm.weight", "input_proj.weight")}
+        want |= {f"{p}transformer_block.{n}" for n in BLOCK}
+    assert {n for n in names if n.startswith("model.mtp.")} == want
+    plain = H.inkling_mm(mtp=0, chain_hidden_post_norm=True)
+    assert S.mtp_layers(plain) == (None, 0)
+    assert names - want == set(H.read(H.export(plain, tmp_path / "b", None)))
+
+
+@pytest.mark.parametrize("acceptance", [0.3, 0.6, 0.9])
+def test_the_weights_alone_give_the_designed_acceptance(acceptance, tmp_path):
+    """From the export's files alone (tests/helpers/speculative.py's oracle: no fill code): no
+    residual branch writes the code columns (the attention's ``wo_ud``, the MLPs' ``w2_md``,
+    the experts' ``w2_weight`` and ``shared_w2_weight``), the target's greedy successors form
+    one cycle over the stream's tokens, the MTP input projection reads its embedding half only
+    (the hidden state first), and greedy verification replayed with it for k = 1 to 3 accepts
+    at the designed rate per position."""
+    cfg = H.inkling_mm(mtp=1)
+    t = H.read(H.export(cfg, tmp_path, acceptance))
+    text = cfg.get_text_config()
+    maps = H.weight_maps(t, text.hidden_size, hidden_first=True)
+    succ = maps["successor"]
+    x, seen = 2, set()
+    while x not in seen:
+        seen.add(x)
+        x = int(succ[x])
+    assert seen == set(range(2, text.vocab_size)), "one cycle over the stream's tokens"
+    (proposal,) = maps["proposals"].values()
+    starts = np.random.default_rng(0).integers(2, text.vocab_size, 40)
+    for k in (1, 2, 3):
+        got = H.conditional(H.simulate(succ, proposal, k, starts, 200), k)
+        assert all(abs(g - acceptance) < 0.03 for g in got), (k, got)
+
+
+def test_transformers_mtp_model_loads_the_mtp_layers(tmp_path):
+    """transformers' own ``MtpModel`` on the multimodal model finds every MTP tensor under the
+    checkpoint's names (it raises on a missing one; its conversion splits ``w13_dn``'s rows in
+    turn into ``gate_proj`` and ``up_proj``) and holds the export's values."""
+    from transformers.modeling_layers import MtpModel
+
+    cfg = H.inkling_mm(mtp=2, chain_hidden_post_norm=True)
+    out = H.export(cfg, tmp_path, "0.9,0.5")
+    t = H.read(out)
+    model = tf.AutoModelForImageTextToText.from_pretrained(out, dtype=torch.float32)
+    mtp = MtpModel.from_pretrained(model, device_map={"": "cpu"})
+    ours = {n: p.detach().double().numpy() for n, p in mtp.named_parameters()}
+    pairs = {"shared_post_norm.weight": t["model.mtp.chain_norm.weight"]}
+    for i in range(2):
+        p, b = f"model.mtp.layers.{i}.", f"model.mtp.layers.{i}.transformer_block."
+        pairs[f"layers.{i}.eh_proj.weight"] = t[p + "input_proj.weight"]
+        pairs[f"layers.{i}.enorm.weight"] = t[p + "embed_norm.weight"]
+        pairs[f"layers.{i}.hnorm.weight"] = t[p + "hidden_norm.weight"]
+        pairs[f"layers.{i}.mtp_block.self_attn.o_proj.weight"] = t[b + "attn.wo_ud.weight"]
+        pairs[f"layers.{i}.mtp_block.mlp.gate_proj.weight"] = t[b + "mlp.w13_dn.weight"][0::2]
+        pairs[f"layers.{i}.mtp_block.mlp.up_proj.weight"] = t[b + "mlp.w13_dn.weight"][1::2]
+        pairs[f"layers.{i}.mtp_block.mlp.down_proj.weight"] = t[b + "mlp.w2_md.weight"]
+    for mine, theirs in pairs.items():
+        assert np.array_equal(ours[mine], theirs), mine
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("acceptance", [0.3, 0.6, 0.9])
+def test_transformers_mtp_generation(acceptance, tmp_path, monkeypatch):
+    """transformers' own MTP speculative decoding (``generate(use_mtp=True)``, greedy) of the
+    multimodal export accepts its draft token at the designed rate, within 0.05 (several
+    minutes each: its short convolutions' reference implementation on the CPU)."""
+    out = H.export(H.inkling_mm(mtp=1), tmp_path, acceptance)
+    m = H.mtp_acceptance(out, 1, monkeypatch)
+    (got,) = H.conditional(m, 1)
+    print(f"\nInkling multimodal MTP, A={acceptance}: measured {got:.3f}, {len(m)} steps")
+    assert abs(got - acceptance) <= 0.05
