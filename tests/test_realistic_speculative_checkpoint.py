@@ -284,7 +284,8 @@ def test_inklings_multimodal_checkpoint_counts_its_mtp_layers_in_its_text_config
     config copies the checkpoint's ``mtp_config`` there), kept under ``model.mtp.`` by its own
     names (tests/test_realistic_speculative_inkling_mm.py); its text model's own record is
     for a text checkpoint alone."""
-    both = tf.AutoConfig.for_model("inkling_mm_model", mtp_config={"num_nextn_predict_layers": 1})
+    mtp = {"num_nextn_predict_layers": 1}
+    both = tf.AutoConfig.for_model("inkling_mm_model", text_config={}, mtp_config=mtp)
     assert S.mtp_layers(both) == ("inkling", 1) and S.mtp_prefixes(both) == ("model.mtp.",)
     assert S.mtp_layers(both.text_config) == ("inkling", 1)
     assert S.mtp_layers(tf.AutoConfig.for_model("inkling_mm_model")) == (None, 0)
