@@ -188,12 +188,17 @@ INKLING_TOWERS = dict(vision_config=dict(num_hidden_layers=3, patch_size=2),
 
 def inkling_mm(mtp: int = 0, **more):
     """Inkling's multimodal config (``inkling_mm_model``) around :func:`config`'s Inkling text
-    model (``more`` goes to it), ``mtp`` MTP layers counted where its real checkpoints count
-    them: the top-level ``mtp_config``'s ``num_nextn_predict_layers`` (vLLM reads it there;
-    transformers' config copies it into the text config's ``num_mtp_layers``)."""
+    model (``more`` goes to it), ``mtp`` MTP layers described where its real checkpoints
+    describe them: the top-level ``mtp_config`` (``num_nextn_predict_layers``,
+    ``chain_hidden_post_norm``, ``local_layer_ids``; vLLM reads them there, transformers'
+    config copies them into the text config), as the text config has them."""
     text = config("inkling_text", mtp=mtp, **more).to_dict()
+    mtp_config = {"num_nextn_predict_layers": mtp,
+                  "chain_hidden_post_norm": text.get("chain_hidden_post_norm", False)}  # fmt: skip
+    if text.get("mtp_local_layer_ids") is not None:
+        mtp_config["local_layer_ids"] = text["mtp_local_layer_ids"]
     return tf.AutoConfig.for_model("inkling_mm_model", text_config=text, **INKLING_TOWERS,
-                                   mtp_config={"num_nextn_predict_layers": mtp})  # fmt: skip
+                                   mtp_config=mtp_config)  # fmt: skip
 
 
 def export(cfg, folder: Path, acceptance, *, routing: str = "balanced", tokenizer=None) -> Path:
