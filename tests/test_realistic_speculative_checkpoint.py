@@ -279,13 +279,16 @@ def test_a_recorded_load_of_the_main_layers_routes_the_mtp_layer_too(tmp_path):
     assert not np.array_equal(t[f"model.layers.1.{bias}"], t[f"model.layers.2.{bias}"])
 
 
-def test_inklings_multimodal_checkpoint_gets_no_text_model_mtp_names():
-    """Inkling's multimodal checkpoint keeps its MTP layers under its own names
-    (``model.mtp.layers.{i}.transformer_block.attn.wq_du``, what vLLM's ``InklingMTP`` reads),
-    not the text model's: none are made for it rather than wrong ones."""
-    both = tf.AutoConfig.for_model("inkling_mm_model", text_config=dict(num_mtp_layers=1))
-    assert S.mtp_layers(both) == (None, 0) and S.mtp_prefixes(both) == ()
+def test_inklings_multimodal_checkpoint_counts_its_mtp_layers_in_its_text_config():
+    """Inkling's multimodal checkpoint: its text config counts the MTP layers (transformers'
+    config copies the checkpoint's ``mtp_config`` there), kept under ``model.mtp.`` by its own
+    names (tests/test_realistic_speculative_inkling_mm.py); its text model's own record is
+    for a text checkpoint alone."""
+    mtp = {"num_nextn_predict_layers": 1}
+    both = tf.AutoConfig.for_model("inkling_mm_model", text_config={}, mtp_config=mtp)
+    assert S.mtp_layers(both) == ("inkling", 1) and S.mtp_prefixes(both) == ("model.mtp.",)
     assert S.mtp_layers(both.text_config) == ("inkling", 1)
+    assert S.mtp_layers(tf.AutoConfig.for_model("inkling_mm_model")) == (None, 0)
 
 
 @pytest.mark.parametrize("steps", [1, 2])

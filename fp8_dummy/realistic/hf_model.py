@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .interleaved import InterleavedBlock, interleaved_blocks
 from .lazy_tensor import Block, NotAffineError, view_map
 from .meta_views import meta_view_map
 
@@ -166,10 +167,25 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
     try:
         return view_map(convert, own)
     except NotAffineError as e:
+        # rows interleaved by the conversion: each in-memory part a strided block of the
+        # checkpoint tensor (Inkling's fused gate/up projections)
+        found = interleaved_blocks(convert, own, _conversions(model))
+        if found is not None:
+            return found
         raise UnplacedTensorError(
             f"fp8_dummy: {type(model).__name__}: transformers' checkpoint conversion of this "
             f"model is not views of its tensors ({e}), so its checkpoint names cannot be placed"
         ) from None
+
+
+def _conversions(model: torch.nn.Module) -> list:
+    """transformers' checkpoint conversions of ``model`` (none where it knows none)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+
+    try:
+        return list(get_model_conversion_mapping(model, add_legacy=False) or [])
+    except Exception:  # noqa: BLE001 (no conversion known for the model)
+        return []
 
 
 # Renamings transformers' conversion merges: two checkpoint names its load renames to one
@@ -248,6 +264,10 @@ def checkpoint_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def placed_views(own: Mapping[str, torch.Tensor], blocks: Mapping[str, Block]):
     """(checkpoint name, the view of its in-memory tensor that holds it), meta ones too."""
     for name, b in blocks.items():
+        if isinstance(b, InterleavedBlock):
+            raise UnplacedTensorError(
+                f"fp8_dummy: {name}: its rows interleave in-memory tensors' (no view of one)"
+            )
         src = own[b.source].detach()
         if not src.is_meta and not src.is_contiguous():
             raise UnplacedTensorError(f"fp8_dummy: {b.source}: not contiguous in memory")

@@ -24,6 +24,7 @@ from .hf_model import (
     placed_views,
     vocabulary_tensors,
 )
+from .interleaved import InterleavedBlock, parts_of
 from .lazy_tensor import Block
 from .logical import LogicalModel, logical_model
 from .routing import hash_specs, parse_routing, plan_routing
@@ -114,17 +115,22 @@ def _fill_logical(model, seed, num_layers, profile, blocks, accept, tokenizer) -
     own = own_tensors(model)
     specs = lm.specs
     for name, b in blocks.items():
-        t = own[b.source]
-        if t.device.type not in ("cpu", "cuda", "meta"):
-            raise ValueError(f"fp8_dummy: {b.source}: device {t.device} (CPU, CUDA or meta)")
-        if t.device.type == "meta":
-            specs[name] = Spec("deferred", "skip")
+        for part in parts_of(name, b):
+            t = own[part.source]
+            if t.device.type not in ("cpu", "cuda", "meta"):
+                raise ValueError(f"fp8_dummy: {part.source}: device {t.device} (CPU, CUDA or meta)")
+            if t.device.type == "meta":
+                specs[name] = Spec("deferred", "skip")
     for name, b in blocks.items():  # every tensor checked before any is written
-        t, spec = own[b.source], specs[name]
-        raw = t.data.view(torch.uint8) if t.dtype in BYTE_VIEWED else t.data
-        why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
-        if why is not None:
-            raise RuntimeError(f"fp8_dummy.initialize_realistic_dummy_weights: {b.source}: {why}")
+        spec = specs[name]
+        for part in parts_of(name, b):
+            t = own[part.source]
+            raw = t.data.view(torch.uint8) if t.dtype in BYTE_VIEWED else t.data
+            why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
+            if why is not None:
+                raise RuntimeError(
+                    f"fp8_dummy.initialize_realistic_dummy_weights: {part.source}: {why}"
+                )
     fill_model(model, lm, blocks)
     first = {id(t): n for n, t in own.items()}
     for name, t in model.state_dict(keep_vars=True).items():  # tied names: their tensor's spec
@@ -137,6 +143,19 @@ def fill_model(model: torch.nn.Module, lm: LogicalModel, blocks: Mapping[str, Bl
     """Write each checkpoint tensor of ``lm`` where ``blocks`` puts it in ``model``: every view
     placed before the first is written (a tensor that cannot be placed is refused first); one
     the rule leaves untouched (an integer tensor) is left as it is."""
-    for name, view in list(placed_views(own_tensors(model), blocks)):
+    own = own_tensors(model)
+    plain = {n: b for n, b in blocks.items() if not isinstance(b, InterleavedBlock)}
+    writes = [(v, Block.whole(n, lm.tensors[n].shape), n) for n, v in placed_views(own, plain)]
+    for name, b in blocks.items():  # a tensor whose rows interleave in-memory ones: by parts
+        if isinstance(b, InterleavedBlock):
+            for part in b.parts:
+                src = own[part.source].detach()
+                if not src.is_meta and not src.is_contiguous():
+                    raise UnplacedTensorError(f"fp8_dummy: {part.source}: not contiguous in memory")
+                view = src.as_strided(
+                    part.block.shape, part.strides, src.storage_offset() + part.offset
+                )
+                writes.append((view, part.block, name))
+    for view, block, name in writes:
         if not view.is_meta and lm.tensors[name].spec.kind != "skip":
-            lm.write(view, Block.whole(name, lm.tensors[name].shape))
+            lm.write(view, block)

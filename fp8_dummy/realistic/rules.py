@@ -56,6 +56,9 @@ def module_kind(module: torch.nn.Module) -> str:
         return "transposed"
     if isinstance(module, torch.nn.modules.conv._ConvNd):  # (out, in / groups, *kernel)
         return "conv"
+    # a lookup whatever its class adds after it (Inkling's ``InklingNormedEmbedding``)
+    if isinstance(module, torch.nn.Embedding) and "Rotary" not in name:
+        return "embedding"
     if isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm)) or "Norm" in name:
         return "norm"
     if "LMHead" in name:

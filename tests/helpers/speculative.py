@@ -87,11 +87,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-# every residual branch's last linear, under the checkpoints' names (Bailing's attention.dense)
-WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj|attention\.dense)(\.weight|\.bias|$)")
+# every residual branch's last linear, under the checkpoints' names (Bailing's attention.dense;
+# Inkling's multimodal checkpoint's attention, dense MLP, routed and shared experts)
+WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj|attention\.dense|wo_ud|w2_md|w2_weight"
+                     r"|shared_w2_weight)(\.weight|\.bias|$)")  # fmt: skip
 # every MTP input projection, under the checkpoints' names (ERNIE's counted by a last index)
 PROJECTIONS = re.compile(r"(eh_proj|mtp\.fc|input_proj|mtp_linear_proj\.\d+)\.weight$")
 EMBEDDINGS = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddings.weight")
+EMBEDDINGS += ("model.llm.embed.weight",)  # Inkling's multimodal checkpoint's
+HEADS = ("lm_head.weight", "model.llm.unembed.weight")  # the lm_head: Inkling's multimodal's
 
 
 def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp: int = 0,
@@ -175,6 +179,28 @@ def _exaone4_5(text: dict, mtp: int, more: dict):
                                    num_nextn_predict_layers=mtp)  # fmt: skip
 
 
+# Inkling's multimodal checkpoint made small: its text model :func:`config`'s, its vision
+# tower's layers at least the steps of its scale plan (patch 2, temporal patch 2: three; with
+# fewer, transformers' class plans them with scipy, which is not installed), a small audio table
+INKLING_TOWERS = dict(vision_config=dict(num_hidden_layers=3, patch_size=2),
+                      audio_config=dict(n_mel_bins=8, mel_vocab_size=16))  # fmt: skip
+
+
+def inkling_mm(mtp: int = 0, **more):
+    """Inkling's multimodal config (``inkling_mm_model``) around :func:`config`'s Inkling text
+    model (``more`` goes to it), ``mtp`` MTP layers described where its real checkpoints
+    describe them: the top-level ``mtp_config`` (``num_nextn_predict_layers``,
+    ``chain_hidden_post_norm``, ``local_layer_ids``; vLLM reads them there, transformers'
+    config copies them into the text config), as the text config has them."""
+    text = config("inkling_text", mtp=mtp, **more).to_dict()
+    mtp_config = {"num_nextn_predict_layers": mtp,
+                  "chain_hidden_post_norm": text.get("chain_hidden_post_norm", False)}  # fmt: skip
+    if text.get("mtp_local_layer_ids") is not None:
+        mtp_config["local_layer_ids"] = text["mtp_local_layer_ids"]
+    return tf.AutoConfig.for_model("inkling_mm_model", text_config=text, **INKLING_TOWERS,
+                                   mtp_config=mtp_config)  # fmt: skip
+
+
 def export(cfg, folder: Path, acceptance, *, routing: str = "balanced", tokenizer=None) -> Path:
     """``cfg`` saved in ``folder``/config (with ``tokenizer``'s files), exported to
     ``folder``/out by fp8_dummy's export with ``acceptance`` (Qwen3-Next's ``A_log``, which no
@@ -224,7 +250,7 @@ def weight_maps(t: dict[str, np.ndarray], hidden: int, hidden_first: bool = Fals
     residual writer touches them, the target's greedy successor of every token and, per MTP
     input projection (its hidden half first where ``hidden_first``: Inkling's), the draft's
     proposal after every token."""
-    head = t["lm_head.weight"]
+    (head,) = [t[n] for n in HEADS if n in t]
     (embed,) = [w for n, w in t.items() if n.endswith(EMBEDDINGS) and not _mtp_copy(n)]
     copies = [n for n, w in t.items() if n.endswith(EMBEDDINGS) and _mtp_copy(n)]
     assert all(np.array_equal(t[n], embed) for n in copies), "an MTP layer's copy differs"
@@ -286,7 +312,7 @@ def mtp_acceptance(out: Path, layers: int, monkeypatch, prompts: int = 4, tokens
     candidate generator's own count."""
     from transformers.generation import candidate_generator as cg
 
-    model = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    model = _auto(out).from_pretrained(out, dtype=torch.float32)
     text = model.config.get_text_config()
     first = text.num_hidden_layers  # where this checkpoint keeps its MTP layers
     names = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
@@ -311,6 +337,12 @@ def mtp_acceptance(out: Path, layers: int, monkeypatch, prompts: int = 4, tokens
         model.generate(ids, use_mtp=True, do_sample=sample, max_new_tokens=tokens,
                        min_new_tokens=tokens, temperature=1.0 if sample else None)  # fmt: skip
     return np.asarray(counts)
+
+
+def _auto(out: Path):
+    """The auto class of the export's model: Inkling's multimodal one's image-text-to-text."""
+    kind = json.loads((out / "config.json").read_text()).get("model_type")
+    return tf.AutoModelForImageTextToText if kind == "inkling_mm_model" else tf.AutoModelForCausalLM
 
 
 def assisted_acceptance(out: Path, draft: Path, k: int, monkeypatch, prompts: int = 4,

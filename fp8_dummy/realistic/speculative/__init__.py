@@ -14,9 +14,9 @@ package's face; its files:
 - ``design.py``: the weights that realize it: the reserved code subspace, the lm_head's rows
   and scale (the entropy), the overrides of the embedding, the branches and the MTP layers;
 - ``mtp_layouts.py``: which checkpoints carry MTP layers (DeepSeek-V3/V3.2, GLM-4.5, GLM-OCR,
-  EXAONE 4.5, Ling's hybrid, Qwen3-Next, Mellum, Inkling's text model, Nemotron-H, ERNIE 4.5
-  MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash, LongCat-Flash, DeepSeek-V4), how many and under
-  which names: one record per architecture;
+  EXAONE 4.5, Ling's hybrid, Qwen3-Next, Mellum, Inkling's text model and multimodal
+  checkpoint, Nemotron-H, ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash, LongCat-Flash,
+  DeepSeek-V4), how many and under which names: one record per architecture;
 - ``mtp.py``: their tensors, made for the logical model (the decoder block from the class's
   own decoder layer, the MTP layers' norms and input projections);
 - ``unit_codes.py``: the MTP input projections a quantized format quantizes (DeepSeek-V4's

@@ -90,12 +90,13 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     if style is None:
         return None
     arch, text = arch_of(config)[0], text_config(config)
-    twin = build_model(_mtp_config(text, n, arch), dtype=dtype)
+    twin = build_model(_twin_config(config, _mtp_config(text, n, arch), arch), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)
-    # Nemotron-H's checkpoint names its model backbone; GLM-OCR's text model has no prefix
-    layer = re.compile(r"^(?:(?:model|backbone)\.)?layers\.(\d+)\.")
+    # Nemotron-H's checkpoint names its model backbone; GLM-OCR's text model has no prefix;
+    # Inkling's multimodal checkpoint its language model ``model.llm``
+    layer = re.compile(r"^(?:(?:model|backbone)\.)?(?:llm\.)?layers\.(\d+)\.")
     rename = {}
     for name in blocks:
         m = layer.match(name)
@@ -134,6 +135,17 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             part.projections[name] = start
             part.quantized += (name,)
     return part
+
+
+def _twin_config(config: Any, text: Any, arch: MtpArch) -> Any:
+    """What the MTP layers' twin is built from: their text config ``text``, or, where the
+    record says the whole model's conversion names the block (Inkling's multimodal
+    checkpoint), ``config`` around it."""
+    if not arch.whole:
+        return text
+    outer = copy.deepcopy(config)
+    outer.text_config = text
+    return outer
 
 
 def _owner(model: torch.nn.Module, name: str, source: str) -> torch.nn.Module:

@@ -21,10 +21,13 @@ one layout per family of checkpoints (the tensors themselves are made by :mod:`.
   its block dense: vLLM's ``ExaoneMoeMTP``), EXAONE 4.5 (``exaone4_5``: its top-level
   ``num_nextn_predict_layers``, else one): ``mtp.layers.{i}.`` the block, ``mtp.fc`` [H, 2H],
   ``mtp.pre_fc_norm_embedding``, ``mtp.pre_fc_norm_hidden``, ``mtp.norm``;
-- ``inkling``: Inkling's text model (``num_mtp_layers``): ``model.mtp.layers.{i}.`` its
-  ``hidden_norm``, ``embed_norm``, ``input_proj`` [H, 2H] (the hidden state first:
-  ``mtp_hidden_states_first``) and the block under ``transformer_block.``; ``model.mtp.
-  chain_norm`` where ``chain_hidden_post_norm`` is set;
+- ``inkling``: Inkling's text model and its multimodal checkpoint (``inkling_mm_model``, its
+  text config's ``num_mtp_layers``, which transformers' config copies from the checkpoint's
+  ``mtp_config``): ``model.mtp.layers.{i}.`` its ``hidden_norm``, ``embed_norm``,
+  ``input_proj`` [H, 2H] (the hidden state first: ``mtp_hidden_states_first``) and the block
+  under ``transformer_block.`` (the multimodal checkpoint's under its own names, as its main
+  layers': ``attn.wq_du``, ``mlp.w13_dn``...); ``model.mtp.chain_norm`` where
+  ``chain_hidden_post_norm`` is set;
 - ``nemotron``: Nemotron-H (``num_nextn_predict_layers`` = n, each MTP step the config's
   ``mtp_layers_block_type``, P layers: attention, MoE): ``mtp.layers.{j}.`` the n·P layers'
   tensors (``norm``, ``mixer.*``), the first of each step ``enorm``, ``hnorm``, ``eh_proj``
@@ -92,6 +95,9 @@ class MtpArch:
     # the model's own tensors (outside its decoder layers) each MTP layer has a renamed copy of
     # under its prefix: made as the model's are (DeepSeek-V4's head's stream collapse)
     heads: tuple[str, ...] = ()
+    # a multimodal config whose MTP layers its text config counts and whose own conversion
+    # names the block (its twin the whole model around the MTP layers' text config)
+    whole: bool = False
 
 
 _QWEN = MtpArch("qwen", default=1)
@@ -117,6 +123,7 @@ ARCHS = {
     "exaone_moe": MtpArch("qwen", default=1, dense=True),  # vLLM's ExaoneMoeMTP
     "exaone4_5": MtpArch("qwen", ("num_nextn_predict_layers",), default=1, outer=True),
     "inkling_text": MtpArch("inkling", text_only=True),
+    "inkling_mm_model": MtpArch("inkling", ("num_mtp_layers",), whole=True),
     "nemotron_h": MtpArch("nemotron"),
     "ernie4_5_moe": MtpArch("ernie", dense=True),  # vLLM's ErnieMTP
     # vLLM's MiMoV2MTP: the sliding attention (its quantization config for all but o_proj)
@@ -156,6 +163,8 @@ def arch_of(config: Any) -> tuple[MtpArch | None, Any]:
     if outer is not None and outer.outer:
         return outer, config
     text = text_config(config)
+    if outer is not None and outer.whole and text is not config:
+        return outer, text
     kind = getattr(type(text), "model_type", None) or getattr(text, "model_type", None)
     arch = ARCHS.get(kind)
     if arch is None or arch.outer or (arch.text_only and text is not config):
