@@ -3,7 +3,8 @@ CPU as its proposer builds the draft, at TP=1 and TP=2 (two gloo processes), fro
 the small multimodal config fp8_dummy's tests make (tests/helpers/speculative.py's
 ``inkling_mm``: one MTP layer with the chained hidden state's norm; vLLM's own keys
 ``use_global_scale`` and ``use_embed_norm``, which its class reads to build the dense MLP's
-scale and the backbone's embedding norm, set), its parameters poisoned, then its own
+scale and the backbone's embedding norm, left to the export to write), its parameters
+poisoned, then its own
 ``load_weights`` given every tensor of the export. Every parameter is reached (the loader
 reports it: ``model.mtp.layers.{i}.`` to ``model.layers.{i}.``, ``attn.wq_du``/``wk_dv``/
 ``wv_dv``/``wr_du`` stacked into ``attn.qkvr``, ``mlp.w13_dn`` into ``mlp.gate_up_proj``,
@@ -14,6 +15,7 @@ why."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -42,10 +44,11 @@ PARAMS |= {"model.chain_norm.weight", "model.backbone_embed_norm.weight"}
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("inkling")
-    cfg = H.inkling_mm(mtp=1, hidden=64, vocab=200, chain_hidden_post_norm=True,
-                       use_global_scale=True, use_embed_norm=True)  # fmt: skip
+    cfg = H.inkling_mm(mtp=1, hidden=64, vocab=200, chain_hidden_post_norm=True)
     cfg.architectures = ["InklingForConditionalGeneration"]
     out = H.export(cfg, tmp, 0.6)
+    text = json.loads((out / "config.json").read_text())["text_config"]
+    assert (text["use_global_scale"], text["use_embed_norm"]) == (True, True)  # the export's
     out.rename(tmp / "export")
     return W.pair(WORKER, tmp, ROOT)
 
