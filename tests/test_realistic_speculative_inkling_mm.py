@@ -8,6 +8,7 @@ in-memory fill and the export hold the same model."""
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 
@@ -146,6 +147,9 @@ def test_the_mtp_layers_under_the_checkpoints_names(tmp_path):
         want |= {p + n for n in ("hidden_norm.weight", "embed_norm.weight", "input_proj.weight")}
         want |= {f"{p}transformer_block.{n}" for n in BLOCK}
     assert {n for n in names if n.startswith("model.mtp.")} == want
+    # vLLM's own keys for the tensors transformers' model always holds (its defaults: off)
+    text = json.loads((out / "config.json").read_text())["text_config"]
+    assert (text["use_global_scale"], text["use_embed_norm"]) == (True, True)
     plain = H.inkling_mm(mtp=0, chain_hidden_post_norm=True)
     assert S.mtp_layers(plain) == (None, 0)
     assert names - want == set(H.read(H.export(plain, tmp_path / "b", None)))
