@@ -330,10 +330,10 @@ def test_only_facts_that_read_back_as_themselves_are_stored():
                 {"m": 8}, frozenset({"c"}), {"k": 0.125})  # fmt: skip
     key = "a key"
     assert facts_cache.store(key, full) is not None
-    assert facts_cache.load(key) == full
-    got = facts_cache.load(key)
+    assert facts_cache.load(key, Arch) == full
+    got = facts_cache.load(key, Arch)
     assert type(got.combine["m"]) is int and type(got.offset["n"]) is float
     for odd in (full._replace(embed_scale=np.float64(1.5)), full._replace(embed_scale=float("inf")),
                 full._replace(combine={"m": torch.tensor(8.0)})):  # fmt: skip
         assert facts_cache.store("another key", odd) is None
-    assert facts_cache.load("another key") is None
+    assert facts_cache.load("another key", Arch) is None

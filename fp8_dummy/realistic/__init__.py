@@ -24,6 +24,8 @@ bytes on disk:
   before a linear reads it (LongCat-Flash's MLA);
   ``offsets.py``: the probe of each norm's offset (norms alike run once);
   ``twin.py``: that CPU twin, built with its random draws made by the stateless fill;
+  ``facts_cache.py``: the facts kept on disk between processes (the package's one trusted
+  cache), keyed on everything they depend on;
 - ``values.py``: the one byte writer: a spec and a key written into a tensor or a block of
   it (``init_stateless_``), then the routing's overrides;
 - ``routing/``: MoE routing profiles realized by the weights (its own face and file map);
@@ -40,6 +42,8 @@ bytes on disk:
   ``lazy_views.py``: the layouts of the common view ops (squeeze, split, select, slice, ...)
   computed from a stand-in's block, without a meta op; ``meta_views.py``: the quick way to
   place a conversion's results (run on plain meta tensors; the stand-ins where it cannot);
+  ``interleaved.py``: a checkpoint tensor whose rows interleave in-memory tensors'
+  (Inkling's fused gate/up projections), placed as strided parts of it;
 - ``logical.py``: the logical model: each checkpoint tensor's spec, key and overrides, and
   its writer (every holder of the model takes its bytes from here); the weights iterator an
   engine's loader is fed (small tensors whole, a batch at a time; large ones stand-ins);

@@ -76,7 +76,7 @@ def derive_twin(model: torch.nn.Module) -> Arch:
     floats = [t.dtype for t in own if t.dtype.is_floating_point]
     dtype = max(set(floats), key=floats.count) if floats else torch.float32
     key = facts_cache.key(type(model), model.config, dtype) if facts_cache.enabled() else None
-    cached = facts_cache.load(key) if key is not None else None
+    cached = facts_cache.load(key, Arch) if key is not None else None
     if cached is not None:
         return cached
     try:  # in the model's own dtype: the probes are run in it

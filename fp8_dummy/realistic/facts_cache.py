@@ -97,11 +97,9 @@ def _encoded(arch: Any) -> dict:
     return out
 
 
-def _decoded(value: Any) -> Any:
-    """The :class:`.arch.Arch` of a record's value, or None where its fields or types are
-    not those :func:`_encoded` writes."""
-    from .arch import Arch
-
+def _decoded(value: Any, kind: type) -> Any:
+    """The ``kind`` (:class:`.arch.Arch`, handed in: this module is below it) of a record's
+    value, or None where its fields or types are not those :func:`_encoded` writes."""
     if not isinstance(value, dict) or set(value) != {"embed_scale", *_SETS, *_MAPS}:
         return None
     number = (int, float)
@@ -117,15 +115,16 @@ def _decoded(value: Any) -> Any:
         ):
             return None
     sets = {f: frozenset(value[f]) for f in _SETS}
-    return Arch(embed_scale=value["embed_scale"], **sets, **{f: dict(value[f]) for f in _MAPS})
+    return kind(embed_scale=value["embed_scale"], **sets, **{f: dict(value[f]) for f in _MAPS})
 
 
-def load(key: str) -> Any:
-    """The :class:`.arch.Arch` cached for ``key``, or None (none, none to believe, or off)."""
+def load(key: str, kind: type) -> Any:
+    """The facts cached for ``key`` as a ``kind`` (:class:`.arch.Arch`), or None (none, none
+    to believe, or off)."""
     if not enabled():
         return None
-    found = _CACHE.load(key, environment(), lambda v: _decoded(v) is not None)
-    return None if found is None else _decoded(found[0])
+    found = _CACHE.load(key, environment(), lambda v: _decoded(v, kind) is not None)
+    return None if found is None else _decoded(found[0], kind)
 
 
 def store(key: str, arch: Any) -> str | None:
@@ -137,7 +136,7 @@ def store(key: str, arch: Any) -> str | None:
         value = json.loads(json.dumps(_encoded(arch), allow_nan=False))
     except (TypeError, ValueError):  # a fact JSON cannot say exactly: probed at each load
         return None
-    back = _decoded(value)
+    back = _decoded(value, type(arch))
     if (
         back is None
         or back != arch
