@@ -30,8 +30,8 @@ fill) writes the same bytes; no forward is run.
   H heads' dt², each of relative variance v = E[dt⁴] / E[dt²]² − 1 (1.75), so it spreads
   across tokens by √(v / H) of its mean. The gain is further multiplied by √(1 + 2 √(v / H)),
   the RMS at that mean square plus two of its standard deviations (a normal's 97.7%: the
-  worst of 16 prompts' last tokens within): 1.21 at H = 8 (a prompt in 16 was at 5.87 nats
-  against the bound 5.55 there, its final residual RMS 1.99, with the mean alone), 1.06
+  worst of 16 prompts' last tokens within): 1.39 at H = 8 (a prompt in 16 was at 5.87 nats
+  against the bound 5.55 there, its final residual RMS 1.99, with the mean alone), 1.11
   at H = 128, the default.
 
 The scan's other factors (the decay, the silu gate, D, dt's mean square) are each of order 1
