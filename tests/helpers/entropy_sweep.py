@@ -32,10 +32,9 @@ def build(model_type: str, layers: int, hidden: int = 64, vocab: int = 1024,
     import transformers as tf
 
     small = dict(sweep.SMALL, hidden_size=hidden, intermediate_size=2 * hidden, vocab_size=vocab)
-    small.update(fields or {})
     old, sweep.SMALL = sweep.SMALL, small
     try:
-        config = sweep.small_config(model_type, layers)
+        config = sweep.small_config(model_type, layers, fields)
     except Exception as e:  # noqa: BLE001 - a config that cannot be made small is listed
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
     finally:
