@@ -118,9 +118,10 @@ def test_the_plain_rule_breaks_post_norm(monkeypatch):
 
 
 # Falcon-H1's default Mamba at hidden 64 is 128 heads of width 1,024 and state 256: its
-# reference scan of 1,024 tokens through 64 layers took 77 CPU-seconds (2026-12-06, this VM).
-# Eight heads of width 128, the state kept: the residual's max 1.13 against the default's 1.14
-# with the rule, 3.90 against 3.83 without the scan's gain (as close to the bound), 3.7 s
+# reference scan of 1,024 tokens through 64 layers took 77 CPU-seconds in chunks of 16 (one
+# thread, docs/realistic.md). Eight heads of width 128, the state kept: the residual's max 1.13
+# against the default's 1.14 with the rule, 3.90 against 3.83 without the scan's gain (as close
+# to the bound), 3.3 CPU-seconds
 AT_64 = {"falcon_h1": dict(mamba_n_heads=8, mamba_d_ssm=128, mamba_d_head="auto")}
 
 

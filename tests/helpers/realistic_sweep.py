@@ -24,8 +24,8 @@ SMALL = dict(  # what each config takes of these (its __init__ or its defaults n
     decoder_ffn_dim=128, encoder_ffn_dim=128,
     # the chunked scan's block (Falcon-H1's, Bamba's, GraniteMoeHybrid's): exact at any size
     # (the fill's bytes the same), its reference path pads the sequence to it and costs
-    # chunk² per head: at the default 256 the fill's probe of 8 tokens took 51 s on a 64-layer
-    # Falcon-H1, 0.7 s at 16
+    # chunk² per head: at the default 256 the fill's probe of 8 tokens took 22 CPU-seconds on
+    # a 64-layer Falcon-H1, 0.5 at 16 (docs/realistic.md)
     mamba_chunk_size=16,
 )  # fmt: skip
 MAX_PARAMS = 40_000_000  # at 64 layers, on the meta device first: "not small" beyond
