@@ -25,14 +25,16 @@ PROMPTS = 16
 LENGTH = 12
 
 
-def build(model_type: str, layers: int, hidden: int = 64, vocab: int = 1024):
-    """(model, "") with an untied lm_head, or (None, why it cannot be built small)."""
+def build(model_type: str, layers: int, hidden: int = 64, vocab: int = 1024,
+          fields: dict | None = None):  # fmt: skip
+    """(model, "") with an untied lm_head, or (None, why it cannot be built small); ``fields``
+    set on the config besides the small ones."""
     import transformers as tf
 
     small = dict(sweep.SMALL, hidden_size=hidden, intermediate_size=2 * hidden, vocab_size=vocab)
     old, sweep.SMALL = sweep.SMALL, small
     try:
-        config = sweep.small_config(model_type, layers)
+        config = sweep.small_config(model_type, layers, fields)
     except Exception as e:  # noqa: BLE001 - a config that cannot be made small is listed
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
     finally:
@@ -58,9 +60,11 @@ def build(model_type: str, layers: int, hidden: int = 64, vocab: int = 1024):
 
 
 def greedy_against_stream(arch: str, length: int, acceptance: float = 0.6, *,
-                          size: tuple[int, int, int] | None = None) -> tuple:  # fmt: skip
+                          size: tuple[int, int, int] | None = None,
+                          fields: dict | None = None) -> tuple:  # fmt: skip
     """A small ``arch`` (two layers, random width and vocabulary, seeded by its name; or
-    ``size``: (layers, hidden, vocabulary)) filled with ``acceptance``: (model, hidden, its
+    ``size``: (layers, hidden, vocabulary); ``fields`` set on its config) filled with
+    ``acceptance``: (model, hidden, its
     greedy tokens after 24 random prompts of ``length``, the designed stream's successors of
     the tokens there)."""
     import fp8_dummy
@@ -70,7 +74,7 @@ def greedy_against_stream(arch: str, length: int, acceptance: float = 0.6, *,
     layers, hidden, vocab = 2, int(rng.choice([64, 96, 128])), int(rng.choice([512, 1024, 1500]))
     if size is not None:  # the draws above are made anyway: the seed and prompts stay the same
         layers, hidden, vocab = size
-    model, why = build(arch, layers, hidden, vocab)
+    model, why = build(arch, layers, hidden, vocab, fields)
     assert model is not None, why
     config = model.config
     vocab = config.get_text_config().vocab_size
@@ -100,11 +104,11 @@ def entropies(model: torch.nn.Module, vocab: int) -> np.ndarray:
 
 
 def measure(model_type: str, layers: int = 2, hidden: int = 64, vocab: int = 1024,
-            seed: int = 0) -> dict:  # fmt: skip
+            seed: int = 0, fields: dict | None = None) -> dict:  # fmt: skip
     """{"without", "with": entropies, "bound": 80% of ln V} or {"skip": why}."""
     import fp8_dummy
 
-    model, why = build(model_type, layers, hidden, vocab)
+    model, why = build(model_type, layers, hidden, vocab, fields)
     if model is None:
         return {"skip": why}
     v = model.config.get_text_config().vocab_size

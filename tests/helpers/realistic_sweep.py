@@ -22,6 +22,11 @@ SMALL = dict(  # what each config takes of these (its __init__ or its defaults n
     qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, is_decoder=True, rotary_dim=8,
     ffn_dim=128, encoder_layers=1, decoder_attention_heads=4, encoder_attention_heads=4,
     decoder_ffn_dim=128, encoder_ffn_dim=128,
+    # the chunked scan's block (Falcon-H1's, Bamba's, GraniteMoeHybrid's): exact at any size
+    # (the fill's bytes the same), its reference path pads the sequence to it and costs
+    # chunk² per head: at the default 256 the fill's probe of 8 tokens took 22 CPU-seconds on
+    # a 64-layer Falcon-H1, 0.5 at 16 (docs/realistic.md)
+    mamba_chunk_size=16,
 )  # fmt: skip
 MAX_PARAMS = 40_000_000  # at 64 layers, on the meta device first: "not small" beyond
 TOKENS = (8, 128)  # 1,024 tokens: the max over 64 layers of 8 experts stays off noise
@@ -33,7 +38,9 @@ def causal_lm_types() -> dict[str, str]:
     return dict(sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()))
 
 
-def small_config(model_type: str, layers: int):
+def small_config(model_type: str, layers: int, fields: dict | None = None):
+    """``model_type``'s config of :data:`SMALL` where it takes them, ``layers`` layers and
+    ``fields`` (set whatever the class)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
@@ -43,7 +50,7 @@ def small_config(model_type: str, layers: int):
     if "qk_rope_head_dim" in known:  # multi-head latent attention: its head dims are its own
         kw.pop("head_dim", None)
         kw["num_key_value_heads"] = kw["num_attention_heads"]
-    config = cls(num_hidden_layers=layers, **kw)
+    config = cls(num_hidden_layers=layers, **(kw | (fields or {})))
     if isinstance(getattr(config, "decoder_layers", None), int):
         # an encoder-decoder family's causal LM (BART's, Marian's, ...) runs its decoder's
         # layers, which num_hidden_layers (the encoder's there) leaves at the default 6 to 24
@@ -51,14 +58,16 @@ def small_config(model_type: str, layers: int):
     return config
 
 
-def build(model_type: str, layers: int) -> tuple[torch.nn.Module | None, str]:
-    """(model, "") or (None, why it cannot be built small)."""
+def build(
+    model_type: str, layers: int, fields: dict | None = None
+) -> tuple[torch.nn.Module | None, str]:
+    """(model, "") or (None, why it cannot be built small); ``fields`` set on its config."""
     import transformers as tf
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            config = small_config(model_type, layers)
+            config = small_config(model_type, layers, fields)
             cls = getattr(tf, causal_lm_types()[model_type])
             with torch.device("meta"):
                 n = sum(p.numel() for p in cls(config).parameters())
