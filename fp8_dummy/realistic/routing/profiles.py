@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...stateless import tensor_seed
-from .solve import Router, leave_one_out, solve_offsets
+from .solve import Router, leave_one_out, solve_offsets, solve_zero
 
 __all__ = ["ENV", "Profile", "RoutingError", "chosen_routing", "layer_targets", "parse_routing"]
 __all__ += ["permutation", "zipf_target"]
@@ -165,7 +165,7 @@ def layer_targets(
     out = []
     if profile.kind == "file":
         for i, (r, pi) in enumerate(zip(routers, _file_targets(profile, routers))):
-            out.append((pi, solve_offsets(r, pi)))
+            out.append((pi, solve_zero(r, pi, solve_offsets(r, pi))[0] if r.zero else solve_offsets(r, pi)))
             if progress is not None:
                 progress(i + 1)
         return out
@@ -173,7 +173,8 @@ def layer_targets(
         if progress is not None:
             progress(len(out))
         if profile.kind == "balanced":
-            out.append((np.full(r.experts, r.top_k / r.experts), np.zeros(r.experts)))
+            pi = np.full(r.experts, r.top_k / r.experts)
+            out.append((pi, solve_zero(r, pi)[0] if r.zero else np.zeros(r.experts)))
             continue
         # Popularity ranks to experts: with grouped top-k, which ranks share a group is drawn
         # once per seed (so one solve serves every layer); each layer then permutes the groups
@@ -190,6 +191,8 @@ def layer_targets(
             where[g * size : (g + 1) * size] = [groups[g] * size + m for m in inner]
         pi, b = np.empty(r.experts), np.empty(r.experts)
         pi[where], b[where] = pi_c, b_c
+        if r.zero:  # the zero experts apart: a solve of its own for this layer's ranks
+            b = solve_zero(r, pi, b)[0]
         out.append((pi, b))
     return out
 
