@@ -134,6 +134,7 @@ def _inclusion(offsets: np.ndarray, k: int, score: str) -> tuple[np.ndarray, np.
     return (mass * loo).sum(0), (mass * np.gradient(loo, mid, axis=0)).sum(0)
 
 
+@functools.lru_cache(maxsize=2)
 def _noise(experts: int, tokens: int, key: int) -> torch.Tensor:
     """N(0, 1) samples from integer hashing (Box-Muller): the same on every machine."""
     n = experts * tokens
