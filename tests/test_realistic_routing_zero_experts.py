@@ -120,10 +120,12 @@ def test_through_longcats_class(profile):
     zero_weight, got, want = 0.0, [], []
     for (picks, weights), r in zip(seen, routers):
         zero = picks >= 8
-        # a layer's rate within 20% (2,048 picks; the deeper layers' offsets scaled by 1/RMS)
+        # a layer's zero picks per token within 0.1 of the target's (5% of the picks: 2,048
+        # picks, each layer's own router weight at hidden 64, the deeper layers' offsets
+        # scaled by 1/RMS), all layers' together within 5%
         got.append(zero.float().mean().item() * 2)
         want.append(r.target[8:].sum())
-        assert got[-1] == pytest.approx(want[-1], rel=0.2), (profile, r.layer)
+        assert abs(got[-1] - want[-1]) <= 0.1, (profile, r.layer, got[-1], want[-1])
         zero_weight += (weights * zero).sum(-1).mean().item()
     assert sum(got) == pytest.approx(sum(want), rel=0.05)
     assert zero_weight < 0.3, zero_weight
