@@ -37,7 +37,15 @@ from .profiles import (
     permutation,
     zipf_target,
 )
-from .solve import Router, describe, inclusion_probabilities, select, simulate, solve_offsets, solve_zero
+from .solve import (
+    Router,
+    describe,
+    inclusion_probabilities,
+    select,
+    simulate,
+    solve_offsets,
+    solve_zero,
+)
 
 __all__ = ["CARRIER", "ENV", "HASH", "Override", "Profile", "Router", "RoutingError"]
 __all__ += ["apply_overrides", "chosen_routing", "describe", "find_routers"]

@@ -108,7 +108,8 @@ def find_routers(
                 r.realize, r.score = "correction", score  # its class adds to the scores
         lifted = f"{owner.rpartition('.')[0]}.e_score_correction_bias"
         zero = _config_value(config, ("zero_expert_num",))
-        if isinstance(zero, int) and 0 < zero < experts and tuple(shapes.get(lifted, ())) == (experts,):
+        beside = tuple(shapes.get(lifted, ())) == (experts,)
+        if isinstance(zero, int) and 0 < zero < experts and beside:
             # LongCat-Flash's zero (identity) experts, the router's last rows; its correction
             # bias (beside the router's ``classifier``) is added to the softmax probabilities
             r.zero, r.lifted = zero, lifted

@@ -213,8 +213,8 @@ def _zero_layer(r: Router, alpha: float, seed: int) -> tuple[np.ndarray, np.ndar
     base = permutation(tensor_seed(seed, "routing.zero"), r.experts)
     pi_c, b_c, r.lift = _canonical_zero(r.experts, r.zero, r.top_k, alpha, r.shift, tuple(base))
     key = tensor_seed(seed, f"routing.layers.{r.layer}" + (f".{r.index}" if r.index else ""))
-    where = np.concatenate([permutation(key, routed),
-                            routed + np.asarray(permutation(key + 1, r.zero), dtype=np.int64)])  # fmt: skip
+    zeros = routed + np.asarray(permutation(key + 1, r.zero), dtype=np.int64)
+    where = np.concatenate([permutation(key, routed), zeros])
     pi, b = np.empty(r.experts), np.empty(r.experts)
     pi[where], b[where] = pi_c, b_c
     return pi, b

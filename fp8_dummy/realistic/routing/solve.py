@@ -158,7 +158,8 @@ def select(z: torch.Tensor, offsets: torch.Tensor, r: Router) -> torch.Tensor:
     """The experts the router picks for logits ``z`` [tokens, E]: its own algorithm."""
     if r.zero:  # softmax probabilities, the zero experts' lifted (the correction bias)
         p = torch.softmax(z + offsets, -1)
-        return torch.cat([p[:, : r.experts - r.zero], p[:, r.experts - r.zero :] + r.lift], -1).topk(r.top_k, -1)[1]
+        routed = r.experts - r.zero
+        return torch.cat([p[:, :routed], p[:, routed:] + r.lift], -1).topk(r.top_k, -1)[1]
     g = {"sigmoid": torch.sigmoid, "sqrtsoftplus": lambda x: F.softplus(x).sqrt()}
     score = g.get(r.score, lambda x: x)(z) + offsets
     if r.groups > 1:
