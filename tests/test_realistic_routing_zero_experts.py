@@ -127,5 +127,8 @@ def test_through_longcats_class(profile):
         want.append(r.target[8:].sum())
         assert abs(got[-1] - want[-1]) <= 0.1, (profile, r.layer, got[-1], want[-1])
         zero_weight += (weights * zero).sum(-1).mean().item()
+    print(f"\n{profile}: zero picks a token {min(got):.2f}-{max(got):.2f} (targets "
+          f"{min(want):.3f}-{max(want):.3f}), their weights {zero_weight:.3f} over every layer, "
+          f"residual RMS {min(rms):.2f}-{max(rms):.2f}")  # fmt: skip
     assert sum(got) == pytest.approx(sum(want), rel=0.05)
     assert zero_weight < 0.3, zero_weight
