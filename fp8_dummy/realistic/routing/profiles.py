@@ -181,6 +181,7 @@ def layer_targets(
             b = np.zeros(r.experts)
             if r.zero:  # every layer alike: one solve
                 b, r.lift = _balanced_zero(r.experts, r.zero, r.top_k, r.shift)
+                b = b.copy()  # the cached solve's own array stays unwritten
             out.append((pi, b))
             continue
         if r.zero:
