@@ -50,11 +50,24 @@ def small_config(model_type: str, layers: int, fields: dict | None = None):
     if "qk_rope_head_dim" in known:  # multi-head latent attention: its head dims are its own
         kw.pop("head_dim", None)
         kw["num_key_value_heads"] = kw["num_attention_heads"]
+        default = cls()
+        if "head_dim" in known and getattr(default, "head_dim", None) == default.qk_rope_head_dim:
+            # its rotary embedding reads head_dim (LongCat-Flash's): the real configs keep the two
+            # equal, and the class's constructor does not make them so
+            kw["head_dim"] = kw["qk_rope_head_dim"]
+    if "zero_expert_num" in known:
+        # LongCat-Flash's zero (identity) experts in its release's proportion (256 beside 512
+        # routed), not the class's default 256 beside these 8
+        kw["zero_expert_num"] = kw["n_routed_experts"] // 2
     config = cls(num_hidden_layers=layers, **(kw | (fields or {})))
     if isinstance(getattr(config, "decoder_layers", None), int):
         # an encoder-decoder family's causal LM (BART's, Marian's, ...) runs its decoder's
         # layers, which num_hidden_layers (the encoder's there) leaves at the default 6 to 24
         config.decoder_layers = layers
+    languages = getattr(config, "languages", None)
+    if languages and getattr(config, "default_language", "") is None:
+        # X-MOD's language adapters need one chosen before any forward, the probes' included
+        config.default_language = languages[0]
     return config
 
 

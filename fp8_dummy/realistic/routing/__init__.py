@@ -37,10 +37,18 @@ from .profiles import (
     permutation,
     zipf_target,
 )
-from .solve import Router, describe, inclusion_probabilities, select, simulate, solve_offsets
+from .solve import (
+    Router,
+    describe,
+    inclusion_probabilities,
+    select,
+    simulate,
+    solve_offsets,
+    solve_zero,
+)
 
 __all__ = ["CARRIER", "ENV", "HASH", "Override", "Profile", "Router", "RoutingError"]
 __all__ += ["apply_overrides", "chosen_routing", "describe", "find_routers"]
 __all__ += ["hash_specs", "hash_table", "inclusion_probabilities", "layer_targets"]
 __all__ += ["parse_routing", "permutation", "plan_routing", "select"]
-__all__ += ["simulate", "solve_offsets", "zipf_target"]
+__all__ += ["simulate", "solve_offsets", "solve_zero", "zipf_target"]

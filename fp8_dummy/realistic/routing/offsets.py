@@ -19,6 +19,7 @@ layout and every engine that numbers its layers alike gets the same routing."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -105,11 +106,29 @@ def find_routers(
             r.realize, r.bias = "bias", f"{owner}.bias"
             if score == "sqrtsoftplus":  # DeepSeek-V4's checkpoint name of the correction bias
                 r.realize, r.score = "correction", score  # its class adds to the scores
+        lifted = f"{owner.rpartition('.')[0]}.e_score_correction_bias"
+        zero = _config_value(config, ("zero_expert_num",))
+        beside = tuple(shapes.get(lifted, ())) == (experts,)
+        if isinstance(zero, int) and 0 < zero < experts and beside:
+            # LongCat-Flash's zero (identity) experts, the router's last rows; its correction
+            # bias (beside the router's ``classifier``) is added to the softmax probabilities
+            r.zero, r.lifted = zero, lifted
         if groups > 1 and topk_group < groups and r.experts % groups == 0:
             r.groups, r.topk_group = groups, topk_group
             r.group_score = "max" if method == "group_limited_greedy" else "top2"
         routers.append(r)
     routers.sort(key=lambda r: (r.layer, r.weight))
+    zeroed = [r for r in routers if r.zero]
+    if zeroed:
+        # the zero experts' logits this far below the routed ones': each one picked weighs its
+        # identity output (the normalized residual, in the residual's own direction, so that
+        # every layer's adds up) by s·p, p then at most e^(z - shift) / (the routed experts'
+        # sum), so that over every MoE layer they add about e^-2 (scale s, k picks a token)
+        scale = _config_value(config, ("routed_scaling_factor",))
+        scale = float(scale) if isinstance(scale, (int, float)) and scale > 0 else 1.0
+        shift = math.log(max(math.e, scale * k * len(zeroed))) + 2.0
+        for r in zeroed:
+            r.shift = round(shift * 4096) / 4096
     for before, r in zip(routers, routers[1:]):
         r.index = before.index + 1 if before.layer == r.layer else 0
     return routers
@@ -169,7 +188,9 @@ def plan_routing(
     ``lookup``: the vocabulary's tables as the model's class names them
     (:func:`.rules.added_tables`)."""
     roles = {n: s.role for n, s in specs.items()}
-    if profile.kind == "balanced":  # the fill's own bytes; a hash router's table balanced
+    zero = _config_value(config, ("zero_expert_num",))
+    if profile.kind == "balanced" and not (isinstance(zero, int) and zero > 0):
+        # the fill's own bytes; a hash router's table balanced
         routers = find_routers(roles, shapes, config, hashed_only=True)
         for r, (pi, _) in zip(routers, layer_targets(profile, routers, seed)):
             r.target = pi
@@ -198,6 +219,9 @@ def plan_routing(
     for r in routers:
         if r.realize in ("bias", "correction"):
             overrides.setdefault(r.bias, []).append((0, None, r.offsets))
+        if r.zero:
+            lift = np.where(np.arange(r.experts) >= r.experts - r.zero, r.lift, 0.0)
+            overrides.setdefault(r.lifted, []).append((0, None, lift))
     if residual:
         hidden = residual[0].hidden
         j = hidden - 1

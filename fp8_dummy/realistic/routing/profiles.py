@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...stateless import tensor_seed
-from .solve import Router, leave_one_out, solve_offsets
+from .solve import Router, leave_one_out, solve_offsets, solve_zero
 
 __all__ = ["ENV", "Profile", "RoutingError", "chosen_routing", "layer_targets", "parse_routing"]
 __all__ += ["permutation", "zipf_target"]
@@ -165,7 +165,11 @@ def layer_targets(
     out = []
     if profile.kind == "file":
         for i, (r, pi) in enumerate(zip(routers, _file_targets(profile, routers))):
-            out.append((pi, solve_offsets(r, pi)))
+            if r.zero:
+                b, r.lift = solve_zero(r, pi, solve_offsets(r, pi))
+            else:
+                b = solve_offsets(r, pi)
+            out.append((pi, b))
             if progress is not None:
                 progress(i + 1)
         return out
@@ -173,7 +177,15 @@ def layer_targets(
         if progress is not None:
             progress(len(out))
         if profile.kind == "balanced":
-            out.append((np.full(r.experts, r.top_k / r.experts), np.zeros(r.experts)))
+            pi = np.full(r.experts, r.top_k / r.experts)
+            b = np.zeros(r.experts)
+            if r.zero:  # every layer alike: one solve
+                b, r.lift = _balanced_zero(r.experts, r.zero, r.top_k, r.shift)
+                b = b.copy()  # the cached solve's own array stays unwritten
+            out.append((pi, b))
+            continue
+        if r.zero:
+            out.append(_zero_layer(r, profile.alpha, seed))
             continue
         # Popularity ranks to experts: with grouped top-k, which ranks share a group is drawn
         # once per seed (so one solve serves every layer); each layer then permutes the groups
@@ -192,6 +204,38 @@ def layer_targets(
         pi[where], b[where] = pi_c, b_c
         out.append((pi, b))
     return out
+
+
+def _zero_layer(r: Router, alpha: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Zipf's (target, offsets) for a layer of a router with zero experts: which popularity
+    ranks are zero experts is drawn once per seed (so one solve serves every layer, as with
+    groups); each layer then permutes the routed experts and the zero experts apart."""
+    routed = r.experts - r.zero
+    base = permutation(tensor_seed(seed, "routing.zero"), r.experts)
+    pi_c, b_c, r.lift = _canonical_zero(r.experts, r.zero, r.top_k, alpha, r.shift, tuple(base))
+    key = tensor_seed(seed, f"routing.layers.{r.layer}" + (f".{r.index}" if r.index else ""))
+    zeros = routed + np.asarray(permutation(key + 1, r.zero), dtype=np.int64)
+    where = np.concatenate([permutation(key, routed), zeros])
+    pi, b = np.empty(r.experts), np.empty(r.experts)
+    pi[where], b[where] = pi_c, b_c
+    return pi, b
+
+
+@functools.lru_cache(maxsize=16)
+def _canonical_zero(experts: int, zero: int, k: int, alpha: float, shift: float, base: tuple):
+    """Zipf's target, offsets and lift with the zero experts the last ``zero`` slots, rank r
+    at slot base[r]: started from the solve that ignores the classes."""
+    pi = np.empty(experts)
+    pi[list(base)] = zipf_target(experts, k, alpha)
+    r = Router(0, "", experts, 0, k, zero=zero, shift=shift)
+    b, lift = solve_zero(r, pi, solve_offsets(r, pi))
+    return pi, b, lift
+
+
+@functools.lru_cache(maxsize=16)
+def _balanced_zero(experts: int, zero: int, k: int, shift: float) -> tuple[np.ndarray, float]:
+    r = Router(0, "", experts, 0, k, zero=zero, shift=shift)
+    return solve_zero(r, np.full(experts, k / experts))
 
 
 def _kind(r: Router) -> tuple:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["Router", "describe", "inclusion_probabilities", "leave_one_out", "select"]
-__all__ += ["simulate", "solve_offsets"]
+__all__ += ["simulate", "solve_offsets", "solve_zero"]
 
 _GRID = 2.0**-12  # offsets are rounded to this grid: the same bytes on every machine
 
@@ -42,6 +42,13 @@ class Router:
     # its place among its layer's routers (JetMoE's attention and MLP each route): 0 for the
     # first, which keys the layer's draws alone
     index: int = 0
+    # zero (identity) experts: the last ``zero`` rows (LongCat-Flash's), selected on softmax
+    # probabilities with ``lift`` added to theirs (written into ``lifted``, its correction
+    # bias), their logits ``shift`` below the routed ones' (:func:`solve_zero`)
+    zero: int = 0
+    shift: float = 0.0
+    lift: float = 0.0
+    lifted: str = ""
     target: np.ndarray | None = field(default=None, repr=False)
     offsets: np.ndarray | None = field(default=None, repr=False)
 
@@ -127,6 +134,7 @@ def _inclusion(offsets: np.ndarray, k: int, score: str) -> tuple[np.ndarray, np.
     return (mass * loo).sum(0), (mass * np.gradient(loo, mid, axis=0)).sum(0)
 
 
+@functools.lru_cache(maxsize=2)
 def _noise(experts: int, tokens: int, key: int) -> torch.Tensor:
     """N(0, 1) samples from integer hashing (Box-Muller): the same on every machine."""
     n = experts * tokens
@@ -148,6 +156,10 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 def select(z: torch.Tensor, offsets: torch.Tensor, r: Router) -> torch.Tensor:
     """The experts the router picks for logits ``z`` [tokens, E]: its own algorithm."""
+    if r.zero:  # softmax probabilities, the zero experts' lifted (the correction bias)
+        p = torch.softmax(z + offsets, -1)
+        routed = r.experts - r.zero
+        return torch.cat([p[:, :routed], p[:, routed:] + r.lift], -1).topk(r.top_k, -1)[1]
     g = {"sigmoid": torch.sigmoid, "sqrtsoftplus": lambda x: F.softplus(x).sqrt()}
     score = g.get(r.score, lambda x: x)(z) + offsets
     if r.groups > 1:
@@ -240,3 +252,54 @@ def solve_offsets(r: Router, target: np.ndarray) -> np.ndarray:
 
         b = _fixed_point(b, want, target > floor, grouped, slope, iterations=30, tol=2e-2)
     return np.round(b / _GRID) * _GRID
+
+
+def _lift(z: torch.Tensor, b: np.ndarray, r: Router, picks: float) -> float:
+    """The zero experts' lift: the value below which ``picks`` of each token's top-k routed
+    probabilities lie on average (their pooled quantile at picks / k). The zero experts'
+    own probabilities are far below every routed top-k one (their logits ``shift`` lower),
+    so each routed one below the lift gives its slot to a zero expert: ``picks`` zero
+    experts per token."""
+    routed = r.experts - r.zero
+    p = torch.softmax(z + torch.as_tensor(b), -1)[:, :routed]
+    top = p.topk(min(r.top_k, routed), -1)[0]
+    pooled = np.sort(top.flatten().numpy())
+    missing = r.top_k - top.shape[1]  # fewer routed experts than k: zero experts fill those
+    n = int(round(picks * z.shape[0])) - missing * z.shape[0]
+    if n <= 0:
+        return 0.0
+    if n >= pooled.size:
+        return float(np.ceil(pooled[-1] / _LIFT_GRID) * _LIFT_GRID) + 1.0
+    return float(np.round((pooled[n - 1] + pooled[n]) / 2 / _LIFT_GRID) * _LIFT_GRID)
+
+
+_LIFT_GRID = 2.0**-30  # the lift's grid: the same bytes on every machine
+
+
+def solve_zero(r: Router, target: np.ndarray, start: np.ndarray | None = None) -> tuple:
+    """(logit offsets, lift) with which a router with zero experts (the last ``r.zero``) has
+    ``target``'s inclusion probabilities: the zero experts' logits ``r.shift`` below the
+    routed ones', so that their softmax probabilities, which weigh their identity output,
+    are small; the lift (:func:`_lift`) puts them in the top-k as often as the target
+    says, and which of them by their own offsets. Refined on fixed noise draws from
+    ``start`` (logit offsets that ignore the classes), the lift recomputed at every step."""
+    routed = r.experts - r.zero
+    z = _noise(r.experts, 8192, 12345)
+    picks = float(target[routed:].sum())
+    down = np.where(np.arange(r.experts) >= routed, -r.shift, 0.0)
+
+    def probabilities(x: np.ndarray) -> np.ndarray:
+        r.lift = _lift(z, x + down, r, picks)
+        picked = select(z, torch.as_tensor(x + down, dtype=torch.float64), r)
+        return np.bincount(picked.flatten().numpy(), minlength=r.experts) / z.shape[0]
+
+    b = np.zeros(r.experts) if start is None else np.asarray(start, dtype=np.float64)
+    k = r.top_k
+    floor = 1e-4 * k / r.experts
+    if not np.allclose(target[:routed], target[0]) or not np.allclose(target[routed:], target[-1]):
+        want = np.log(np.maximum(target, floor))
+        b = _fixed_point(b, want, target > floor, probabilities, 1.0, iterations=40, tol=2e-2)
+    b = np.round(b / _GRID) * _GRID + down
+    lift = _lift(z, b, r, picks)
+    r.lift = lift
+    return b, lift
