@@ -53,7 +53,7 @@ def library_hash() -> str:
                 for chunk in iter(lambda f=f: f.read(1 << 20), b""):
                     digest.update(chunk)
     except (OSError, AttributeError, TypeError):
-        return "unknown"
+        return ""  # unknown: the caches that need it are off (a constant would match a rebuild)
     return digest.hexdigest()
 
 
@@ -77,9 +77,19 @@ class TrustedCache:
     def __init__(self, folder: str, label: str, again: str) -> None:
         self.folder, self.label, self.again = folder, label, again
 
-    def directory(self) -> Path:
-        """Where the records live (read from the environment at each call)."""
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    def directory(self) -> Path | None:
+        """Where the records live (read from the environment at each call): None where no
+        absolute folder is known (a relative ``XDG_CACHE_HOME`` is ignored, as XDG says; no
+        home: not cached, never a folder under the server's working directory)."""
+        base = os.environ.get("XDG_CACHE_HOME", "")
+        if not os.path.isabs(base):
+            try:
+                home = Path.home()
+            except (RuntimeError, KeyError, OSError):
+                return None
+            if not home.is_absolute():
+                return None
+            base = str(home / ".cache")
         return Path(base) / "fp8_dummy" / self.folder
 
     @staticmethod
@@ -95,6 +105,9 @@ class TrustedCache:
         """A descriptor of the folder if it is trusted (created 0700 if ``create``); else
         None, and one warning where it exists but cannot be trusted or made."""
         path = self.directory()
+        if path is None:
+            self._warn_once("no folder", f"no absolute cache folder is known: {self.again}")
+            return None
         if create:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +141,7 @@ class TrustedCache:
         """(the value cached for ``key`` under ``env``, the file), or None: none cached, or
         none to believe (one warning says why where it is not plain absence, a value
         ``valid`` refuses, or a file that does not parse: those are replaced silently)."""
-        if faulted():
+        if faulted() or not library_hash():  # a library not hashed: no record is its own
             return None
         fd = self._open_directory(create=False)
         if fd is None:
@@ -157,7 +170,7 @@ class TrustedCache:
             return None
         try:
             record = json.loads(data.decode()) if len(data) <= _MAX_BYTES else None
-        except ValueError:  # a torn or foreign file: made again, then replaced
+        except (ValueError, RecursionError):  # a torn or foreign file: made again, replaced
             return None
         if (
             not isinstance(record, dict)
@@ -172,13 +185,16 @@ class TrustedCache:
     def store(self, key: str, env: list[Any], value: Any) -> str | None:
         """Caches ``value`` (JSON) for ``key`` under ``env``: the file written, or None
         (faulted, or the cache cannot be written: one warning)."""
-        if faulted():
+        if faulted() or not library_hash():
             return None
         fd = self._open_directory(create=True)
         if fd is None:
             return None
         name = self.file_name(key, env)
         data = json.dumps({"key": key, "environment": env, "value": value}).encode()
+        if len(data) > _MAX_BYTES:  # one load would not believe: not written
+            os.close(fd)
+            return None
         try:  # in the trusted folder's descriptor: never through a path swapped meanwhile
             write_file(name, data, mode=0o600, dir_fd=fd)
             return str(self.directory() / name)

@@ -170,7 +170,7 @@ def test_another_config_or_dtype_is_another_record(builds):
 
 @pytest.mark.parametrize(
     "damage", ["not json", "torn", "not an object", "a field's type", "another key",
-               "another environment", "too long"],
+               "another environment", "too long", "too deep", "infinite"],
 )  # fmt: skip
 def test_a_damaged_record_is_probed_again_and_replaced(damage, builds, monkeypatch):
     config = config_of("gemma2", False, random.Random(2))
@@ -194,6 +194,11 @@ def test_a_damaged_record_is_probed_again_and_replaced(damage, builds, monkeypat
         path.write_text(json.dumps(record))
     elif damage == "another environment":
         record["environment"][1][0] = "0.0.0"  # another torch
+        path.write_text(json.dumps(record))
+    elif damage == "too deep":  # JSON's reader recurses: no RecursionError reaches a caller
+        path.write_bytes(b"[" * 60_000)
+    elif damage == "infinite":  # JSON's reader takes Infinity; store never writes it
+        record["value"]["embed_scale"] = float("inf")
         path.write_text(json.dumps(record))
     else:
         path.write_bytes(good + b" " * (1 << 16))
@@ -337,3 +342,86 @@ def test_only_facts_that_read_back_as_themselves_are_stored():
                 full._replace(combine={"m": torch.tensor(8.0)})):  # fmt: skip
         assert facts_cache.store("another key", odd) is None
     assert facts_cache.load("another key", Arch) is None
+
+
+def test_a_package_source_that_cannot_be_read_turns_the_cache_off(builds, monkeypatch):
+    """An editor's dangling lock file, a source gone mid-upgrade: the sources' hash, part of
+    every record, cannot be made, so nothing is read or written, and the load goes on."""
+    config = config_of("gemma2", False, random.Random(11))
+    plain = uncached(config, monkeypatch)
+    read = Path.read_bytes
+
+    def unreadable(path):
+        if path.name == "arch.py":
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return read(path)
+
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    facts_cache._sources_hash.cache_clear()
+    try:
+        assert not facts_cache.enabled()
+        assert_same(plain, checkpoint(config))
+        assert_same(plain, checkpoint(config))
+    finally:
+        facts_cache._sources_hash.cache_clear()
+    assert records() == [] and len(builds) == 3
+
+
+def test_a_library_that_cannot_be_hashed_is_not_cached(builds, monkeypatch):
+    """A constant in place of the library's hash would match a rebuild: no record instead."""
+    config = config_of("gemma2", False, random.Random(12))
+    monkeypatch.setattr(_trusted_cache, "library_hash", lambda: "")
+    plain = uncached(config, monkeypatch)
+    assert_same(plain, checkpoint(config))
+    assert_same(plain, checkpoint(config))
+    assert records() == [] and len(builds) == 3
+
+
+def test_without_an_absolute_folder_nothing_is_written_anywhere(builds, monkeypatch, tmp_path):
+    """A relative XDG_CACHE_HOME is ignored (as XDG says) and a home that is not absolute is no
+    folder: one warning, nothing written under the server's working directory."""
+    config = config_of("gemma2", False, random.Random(13))
+    plain = uncached(config, monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: Path("~")))
+    assert facts_cache.directory() is None
+    made, said = made_with_warnings(config)
+    assert_same(plain, made)
+    assert any("no absolute cache folder" in w for w in said), said
+    assert list(work.iterdir()) == []
+
+
+def test_the_callers_generator_is_left_as_a_warm_read_leaves_it(builds):
+    """Nemotron-H's class draws from torch's generator while its twin is built: a cold load
+    leaves the caller's generator where a warm one does (untouched)."""
+    config = config_of("nemotron_h", False, random.Random(14))
+    for _ in range(2):  # cold, then warm
+        torch.manual_seed(7)
+        before = torch.get_rng_state()
+        checkpoint(config)
+        assert torch.equal(torch.get_rng_state(), before)
+    assert len(builds) == 1 and len(records()) == 1
+
+
+def test_a_class_patched_in_this_process_is_another_record(monkeypatch):
+    """A kernel library that replaces a module class's forward keeps its name: the key holds
+    each module class's forward too."""
+    from transformers import Qwen3MoeForCausalLM
+
+    config = config_of("qwen3_moe", False, random.Random(15))
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    before = facts_cache.key(Qwen3MoeForCausalLM, config, torch.bfloat16, model)
+    assert before == facts_cache.key(Qwen3MoeForCausalLM, config, torch.bfloat16, model)
+
+    def forward(self, x):
+        return x
+
+    monkeypatch.setattr(torch.nn.Linear, "forward", forward)
+    assert facts_cache.key(Qwen3MoeForCausalLM, config, torch.bfloat16, model) != before
+    config._attn_implementation = "eager"
+    eager = facts_cache.key(Qwen3MoeForCausalLM, config, torch.bfloat16, model)
+    config._attn_implementation = "sdpa"
+    assert facts_cache.key(Qwen3MoeForCausalLM, config, torch.bfloat16, model) != eager

@@ -75,15 +75,20 @@ def derive_twin(model: torch.nn.Module) -> Arch:
         return DEFAULT
     floats = [t.dtype for t in own if t.dtype.is_floating_point]
     dtype = max(set(floats), key=floats.count) if floats else torch.float32
-    key = facts_cache.key(type(model), model.config, dtype) if facts_cache.enabled() else None
+    key = (
+        facts_cache.key(type(model), model.config, dtype, model) if facts_cache.enabled() else None
+    )
     cached = facts_cache.load(key, Arch) if key is not None else None
     if cached is not None:
         return cached
-    try:  # in the model's own dtype: the probes are run in it
-        twin = build_twin(type(model), model.config, dtype)
-    except Exception:  # a class that cannot be built here: the plain rule, as for vLLM's
-        return DEFAULT
-    arch, failed = _probed(twin)
+    # the caller's generator left as it was, as a read from the cache leaves it (a class's
+    # own initialization can draw from it while the twin is built)
+    with torch.random.fork_rng(devices=[]):
+        try:  # in the model's own dtype: the probes are run in it
+            twin = build_twin(type(model), model.config, dtype)
+        except Exception:  # a class that cannot be built here: the plain rule, as for vLLM's
+            return DEFAULT
+        arch, failed = _probed(twin)
     _warn(twin, failed, 3)
     if key is not None and not failed:
         facts_cache.store(key, arch)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 from pathlib import Path
@@ -36,8 +37,9 @@ _MAPS = ("offset", "combine", "multiplier")  # Arch's name -> number
 
 
 def enabled() -> bool:
-    """Whether the cache is read and written (``FP8_DUMMY_FACTS_CACHE=0``: never)."""
-    return os.environ.get("FP8_DUMMY_FACTS_CACHE", "1").strip() != "0"
+    """Whether the cache is read and written (``FP8_DUMMY_FACTS_CACHE=0``: never; nor where
+    the package's sources cannot all be read: their hash is part of every record)."""
+    return os.environ.get("FP8_DUMMY_FACTS_CACHE", "1").strip() != "0" and bool(_sources_hash())
 
 
 def directory() -> Path:
@@ -51,9 +53,12 @@ def _sources_hash() -> str:
     another prober, whatever its version says)."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    try:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    except OSError:  # an editor's lock file, a file gone mid-upgrade: not cached
+        return ""
     return digest.hexdigest()
 
 
@@ -71,10 +76,15 @@ def environment() -> list[Any]:
             faulted()]  # fmt: skip
 
 
-def key(cls: type, config: Any, dtype: torch.dtype) -> str | None:
+def key(
+    cls: type, config: Any, dtype: torch.dtype, model: torch.nn.Module | None = None
+) -> str | None:
     """The key of ``cls``'s facts built from ``config`` in ``dtype``: the class's name, the
     config's class and every field but its folder (``_name_or_path``: a model built from a
-    config reads no file), the dtype; None where the class is not transformers' own or the
+    config reads no file), the attention and experts implementations the config chose (its
+    own and its sub-configs': ``to_dict`` leaves them out), the dtype, and where ``model`` is
+    given every module class in it with its ``forward`` (a class patched in this process by
+    a kernel library keeps its name); None where the class is not transformers' own or the
     config does not say all of itself as JSON (not cached)."""
     if not cls.__module__.startswith("transformers.models."):
         return None
@@ -82,12 +92,31 @@ def key(cls: type, config: Any, dtype: torch.dtype) -> str | None:
         fields = config.to_dict()
         fields.pop("_name_or_path", None)
         kind = type(config)
+        chosen = [_implementations(config)]
+        for sub in sorted(getattr(kind, "sub_configs", None) or {}):
+            chosen.append([sub, _implementations(getattr(config, sub, None))])
+        classes = sorted(_classes(model)) if model is not None else []
+        # allow_nan: a key is compared as text (Mamba's time_step_limit holds inf)
         return json.dumps(
             [cls.__module__, cls.__qualname__, kind.__module__, kind.__qualname__,
-             str(dtype), fields], sort_keys=True, allow_nan=False,
+             str(dtype), fields, chosen, classes], sort_keys=True,
         )  # fmt: skip
     except Exception:  # noqa: BLE001 (a config we cannot key: probed at each load)
         return None
+
+
+def _implementations(config: Any) -> list:
+    return [str(getattr(config, name, None)) for name in ("_attn_implementation",
+                                                          "_experts_implementation")]  # fmt: skip
+
+
+def _classes(model: torch.nn.Module) -> set[tuple[str, ...]]:
+    out = set()
+    for kind in {type(m) for m in model.modules()}:
+        forward = getattr(kind, "forward", None)
+        out.add((kind.__module__, kind.__qualname__, getattr(forward, "__module__", "") or "",
+                 getattr(forward, "__qualname__", "") or ""))  # fmt: skip
+    return out
 
 
 def _encoded(arch: Any) -> dict:
@@ -102,20 +131,22 @@ def _decoded(value: Any, kind: type) -> Any:
     value, or None where its fields or types are not those :func:`_encoded` writes."""
     if not isinstance(value, dict) or set(value) != {"embed_scale", *_SETS, *_MAPS}:
         return None
-    number = (int, float)
-    if not isinstance(value["embed_scale"], number) or isinstance(value["embed_scale"], bool):
+    if not _finite(value["embed_scale"]):
         return None
     for f in _SETS:
         if not isinstance(value[f], list) or not all(isinstance(n, str) for n in value[f]):
             return None
     for f in _MAPS:
         items = value[f]
-        if not isinstance(items, dict) or not all(
-            isinstance(c, number) and not isinstance(c, bool) for c in items.values()
-        ):
+        if not isinstance(items, dict) or not all(_finite(c) for c in items.values()):
             return None
     sets = {f: frozenset(value[f]) for f in _SETS}
     return kind(embed_scale=value["embed_scale"], **sets, **{f: dict(value[f]) for f in _MAPS})
+
+
+def _finite(c: Any) -> bool:
+    """A plain finite number (what :func:`store` writes; JSON's reader takes ``Infinity``)."""
+    return isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
 
 
 def load(key: str, kind: type) -> Any:
