@@ -192,6 +192,30 @@ def test_every_format_holds_the_mtp_layer(fmt):
             assert t[scale].spec.low == 2.0**-8, t[scale].spec
 
 
+BOTH = {"mtp.0.e_proj", "mtp.0.h_proj"}
+
+
+@pytest.mark.parametrize(
+    "listed, left",
+    [("e_proj", {"mtp.0.e_proj"}), ("mtp.0.h_proj", {"mtp.0.h_proj"}), ("re:mtp\\..*", BOTH)],
+)
+def test_a_projection_the_configs_list_keeps_stays_unquantized(listed, left):
+    """A quantized config whose list of modules left alone names an input projection (its
+    ``modules_to_not_convert``): that projection unquantized and listed, the design's 1s
+    written as they are, the other quantized as vLLM builds it."""
+    from dataclasses import replace
+
+    model = build_model(_config(hidden=256), dtype=torch.bfloat16)
+    fmt = replace(FORMATS["fp8-block"], keep=(listed,))
+    made = logical_model(model, 0, format=fmt, acceptance=0.6, mtp=True)
+    t = made.tensors
+    assert {s for s in made.skipped if s in BOTH} == left
+    for p in BOTH:
+        assert ((p + ".weight_scale_inv") in t) == (p not in left), p
+        want = torch.bfloat16 if p in left else torch.float8_e4m3fn
+        assert t[p + ".weight"].dtype == want, p
+
+
 def test_transformers_loads_the_export_and_leaves_the_mtp_layers_out(tmp_path):
     """transformers' class drops ``mtp.*`` (``_keys_to_ignore_on_load_unexpected``): the export
     with MTP layers loads with nothing missing, and its config keeps their count."""

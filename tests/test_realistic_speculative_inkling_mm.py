@@ -137,7 +137,7 @@ def test_the_mtp_layers_under_the_checkpoints_names(tmp_path):
     [H, 2H], the block under ``transformer_block.`` by the multimodal checkpoint's own names
     (written out here from vLLM's loader), ``model.mtp.chain_norm``; the main model's names
     unchanged (those of the export without MTP layers)."""
-    cfg = H.inkling_mm(mtp=2, chain_hidden_post_norm=True)
+    cfg = H.inkling_mm(mtp=2, chain_hidden_post_norm=True, use_global_scale=False)
     assert S.mtp_layers(cfg) == ("inkling", 2) and S.mtp_prefixes(cfg) == ("model.mtp.",)
     out = H.export(cfg, tmp_path / "a", 0.6)
     names = set(H.read(out))
@@ -147,7 +147,8 @@ def test_the_mtp_layers_under_the_checkpoints_names(tmp_path):
         want |= {p + n for n in ("hidden_norm.weight", "embed_norm.weight", "input_proj.weight")}
         want |= {f"{p}transformer_block.{n}" for n in BLOCK}
     assert {n for n in names if n.startswith("model.mtp.")} == want
-    # vLLM's own keys for the tensors transformers' model always holds (its defaults: off)
+    # vLLM's own keys for the tensors transformers' model always holds (its defaults: off),
+    # over the caller's false
     text = json.loads((out / "config.json").read_text())["text_config"]
     assert (text["use_global_scale"], text["use_embed_norm"]) == (True, True)
     plain = H.inkling_mm(mtp=0, chain_hidden_post_norm=True)

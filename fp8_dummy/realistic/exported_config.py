@@ -76,8 +76,7 @@ def config_json(
         data.setdefault(key, value)
     text = _OWN_TEXT_KEYS.get(getattr(type(config), "model_type", None))
     if text is not None and isinstance(data.get("text_config"), dict):
-        for key, value in text.items():
-            data["text_config"].setdefault(key, value)
+        data["text_config"].update(text)  # they describe the tensors written
     dtype = str(floats).removeprefix("torch.")
     data["dtype"] = dtype
     if "torch_dtype" in data:
@@ -135,7 +134,7 @@ def _expert_dtype(config: Any, quant: dict) -> dict:
 # model type -> its own config keys (of the config object) where the caller left them out
 _OWN_KEYS = {"mimo_v2_flash": _mimo_v2_keys}
 
-# model type -> its text config's keys where the caller left them out: Inkling's multimodal
+# model type -> its text config's keys, whatever the caller's said: Inkling's multimodal
 # checkpoint, whose text model transformers always builds with the dense MLP's global scale
 # and the embedding's norm; vLLM's own Inkling config builds neither unless its keys say so
 # (both off by default), and then refuses the checkpoint's `mlp.global_scale` and `embed_norm`

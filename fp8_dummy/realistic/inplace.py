@@ -115,16 +115,19 @@ def _fill_logical(model, seed, num_layers, profile, blocks, accept, tokenizer) -
     own = own_tensors(model)
     specs = lm.specs
     for name, b in blocks.items():
-        for part in parts_of(name, b):
+        parts = parts_of(name, b)
+        for part in parts:
             t = own[part.source]
             if t.device.type not in ("cpu", "cuda", "meta"):
                 raise ValueError(f"fp8_dummy: {part.source}: device {t.device} (CPU, CUDA or meta)")
-            if t.device.type == "meta":
-                specs[name] = Spec("deferred", "skip")
+        if all(own[part.source].device.type == "meta" for part in parts):
+            specs[name] = Spec("deferred", "skip")
     for name, b in blocks.items():  # every tensor checked before any is written
         spec = specs[name]
         for part in parts_of(name, b):
             t = own[part.source]
+            if t.is_meta:  # a part not in memory here is not written (fill_model skips it)
+                continue
             raw = t.data.view(torch.uint8) if t.dtype in BYTE_VIEWED else t.data
             why = None if spec.kind == "skip" else unwritable(raw, spec.kind != "const")
             if why is not None:

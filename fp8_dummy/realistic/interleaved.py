@@ -68,6 +68,8 @@ class _Sources(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is _CONTIGUOUS and args and type(args[0]) is torch.Tensor:
             return args[0]
+        if _mutates(func, kwargs):  # a result that shares memory would not hold its values
+            raise _Mutated(getattr(func, "__name__", repr(func)))
         out = func(*args, **kwargs)
         found: frozenset = frozenset()
         for a in tree_flatten((args, kwargs))[0]:
@@ -80,6 +82,25 @@ class _Sources(TorchFunctionMode):
         return out
 
 
+class _Mutated(Exception):
+    """A conversion wrote into a tensor: its results are placed by nobody here."""
+
+
+def _mutates(func: Any, kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``func`` writes into a tensor it is given: an in-place method (``mul_``,
+    ``copy_``, ``__setitem__``, ``__imul__``) or an ``out=``."""
+    name = getattr(func, "__name__", "")
+    if "out" in kwargs:
+        return True
+    if name.startswith("__") and name.endswith("__"):
+        return (
+            name == "__setitem__"
+            or name.startswith("__i")
+            and name not in ("__index__", "__init__", "__int__", "__invert__", "__iter__")
+        )
+    return name.endswith("_")
+
+
 def interleaved_blocks(
     convert: Callable[[dict[str, torch.Tensor]], Mapping[str, Any]],
     tensors: Mapping[str, torch.Tensor],
@@ -89,7 +110,8 @@ def interleaved_blocks(
     tensors, each result placed: a strided view of one in-memory tensor as its :class:`Block`,
     one made by an interleaving converter of ``conversions`` (the model's: transformers'
     ``WeightConverter``, its load ``Interleave(d)`` then maybe ``Chunk(d)``) as an
-    :class:`InterleavedBlock`; None where any result is neither."""
+    :class:`InterleavedBlock`; None where any result is neither, where the conversion writes
+    into a tensor, or where no result is interleaved (the caller's refusal stands)."""
     sources: dict[int, tuple[torch.Tensor, frozenset]] = {}
     owner, shapes = {}, {}
     metas = {}
@@ -121,6 +143,8 @@ def interleaved_blocks(
         if block is None:
             return None
         blocks[name] = block
+    if not any(isinstance(b, InterleavedBlock) for b in blocks.values()):
+        return None
     return blocks
 
 

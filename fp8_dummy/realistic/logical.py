@@ -24,7 +24,7 @@ from ..collector import paused
 from ..ops import as_int64
 from ..stateless import tensor_seeds
 from .arch import Arch, derive, derive_twin
-from .formats import FORMATS, Format, meta_tensor, quantize
+from .formats import FORMATS, Format, kept, meta_tensor, quantize
 from .hf_model import (
     asked,
     built_dtype,
@@ -319,15 +319,15 @@ def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> list[s
         if fmt is None or fmt.quant is None:
             entries.append((module, name, t, shape))
             continue
-        if name not in part.quantized or fmt.quant == "mxfp4":  # MXFP4: the experts only
-            skipped.append(name[: -len(".weight")])
+        module_name = name[: -len(".weight")]
+        # MXFP4: the experts only; the config's own list keeps what it names
+        if name not in part.quantized or fmt.quant == "mxfp4" or kept(module_name, fmt.keep):
+            skipped.append(module_name)
             entries.append((module, name, t, shape))
             continue
         made, left = quantize([(module, name, t, shape)], {name: specs[name]}, fmt)
         skipped += left
         entries += made
-        if left:  # the config's own list keeps it
-            continue
         owner = name[: -len("weight")]
         siblings = {n[len(owner) :]: (tuple(s), m.dtype) for _, n, m, s in made}
         for _, n, m, s in made:
