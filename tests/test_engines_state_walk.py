@@ -288,9 +288,9 @@ def test_the_walk_runs_in_c():
 
 class Swapper(torch.nn.Parameter):
     """A Parameter's subclass whose detach replaces one value of a module's dictionary (its
-    size unchanged) with another tensor, once per arming."""
+    size unchanged) with another object (a tensor, a child module), once per arming."""
 
-    swap: tuple[dict, str, torch.Tensor] | None = None
+    swap: tuple[dict, str, object] | None = None
 
     def detach(self):
         if Swapper.swap is not None:
@@ -362,27 +362,13 @@ def test_a_detach_that_replaces_a_value_is_read_as_state_dict_reads_it(seed):
     same_as(theirs if ours is not False else model.state_dict(), shaped)
 
 
-class Replacer(torch.nn.Parameter):
-    """A Parameter's subclass whose detach replaces a module among its parent's children (the
-    dictionary's size unchanged), once per arming."""
-
-    swap: tuple[dict, str, torch.nn.Module] | None = None
-
-    def detach(self):
-        if Replacer.swap is not None:
-            held, key, module = Replacer.swap
-            held[key] = module
-            Replacer.swap = None
-        return super().detach()
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_a_detach_that_replaces_a_child_still_to_walk_declines(seed):
     # state_dict() walks the new child: neither loop has it, so neither walks the model.
     rng = random.Random(seed)
     model = torch.nn.Module()
     model.first = random_tree(rng)
-    model.first.register_parameter("replacer", Replacer(tensor(rng), False))
+    model.first.register_parameter("replacer", Swapper(tensor(rng), False))
     model.second = random_tree(rng)
     model.second.weight = torch.nn.Parameter(tensor(rng), False)
     before, after = model.second, random_tree(rng)
@@ -390,7 +376,7 @@ def test_a_detach_that_replaces_a_child_still_to_walk_declines(seed):
 
     def arm() -> None:
         model._modules["second"] = before
-        Replacer.swap = (model._modules, "second", after)
+        Swapper.swap = (model._modules, "second", after)
 
     arm()
     theirs = model.state_dict()

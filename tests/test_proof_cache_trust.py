@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers.folder_snapshot import snapshot
 
 from fp8_dummy import _isolated, _trusted_cache
 from fp8_dummy import _verdict_cache as cache
@@ -51,16 +52,6 @@ def proofs() -> Path:
 
 def verdict_file() -> Path:
     return proofs() / cache.file_name(KEY, cache.identity("cpu"))
-
-
-def snapshot(root: Path) -> dict[str, tuple[bytes | str, int, int]]:
-    """Every entry under root: its bytes (a symlink: its target), owner and mode."""
-    out = {}
-    for p in sorted(root.rglob("*")) if root.exists() else []:
-        st = p.lstat()
-        what = os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else b"dir"
-        out[str(p.relative_to(root))] = (what, st.st_uid, stat.S_IMODE(st.st_mode))
-    return out
 
 
 def plant(detail, *, key: str = KEY, env=None, mode: int = 0o600) -> Path:

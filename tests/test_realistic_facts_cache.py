@@ -26,6 +26,7 @@ from fp8_dummy.realistic.kept import config_checkpoint, forget
 
 pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
 from helpers import realistic_sweep as sweep  # noqa: E402
+from helpers.folder_snapshot import snapshot  # noqa: E402
 
 ROOT = os.geteuid() == 0
 OTHER = 54321  # another user's uid
@@ -117,16 +118,6 @@ def records() -> list[Path]:
     return sorted(folder.iterdir()) if folder.exists() else []
 
 
-def snapshot(root: Path) -> dict:
-    """Every entry under root: its bytes (a symlink: its target), owner and mode."""
-    out = {}
-    for p in sorted(root.rglob("*")) if root.exists() else []:
-        st = p.lstat()
-        what = os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else b"dir"
-        out[str(p.relative_to(root))] = (what, st.st_uid, stat.S_IMODE(st.st_mode))
-    return out
-
-
 def made_with_warnings(config) -> tuple[dict, list[str]]:
     """(the checkpoint, the cache's warnings while it was made)."""
     with warnings.catch_warnings(record=True) as caught:
@@ -208,16 +199,23 @@ def test_a_damaged_record_is_probed_again_and_replaced(damage, builds, monkeypat
     assert path.read_bytes() == good  # and replaced by the probe's record
 
 
-@as_root
-@pytest.mark.parametrize("what", ["file", "directory"])
-def test_a_record_another_user_could_have_written_is_not_believed(what, builds, monkeypatch):
-    config = config_of("qwen3_moe", True, random.Random(3))
+def planted_lie(config, monkeypatch) -> tuple[dict, Path]:
+    """(the uncached checkpoint, its record) after the record was made to lie (another
+    embedding multiplier: other bytes where believed)."""
     plain = uncached(config, monkeypatch)
     checkpoint(config)
     (path,) = records()
     lie = json.loads(path.read_text())
     lie["value"]["embed_scale"] = 3.0
     path.write_text(json.dumps(lie))
+    return plain, path
+
+
+@as_root
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_record_another_user_could_have_written_is_not_believed(what, builds, monkeypatch):
+    config = config_of("qwen3_moe", True, random.Random(3))
+    plain, path = planted_lie(config, monkeypatch)
     assert not same(checkpoint(config), plain)  # believed: other bytes
     os.chown(path if what == "file" else path.parent, OTHER, -1)
     before = snapshot(path.parent.parent)
@@ -234,12 +232,7 @@ def test_a_record_another_user_could_have_written_is_not_believed(what, builds, 
 @pytest.mark.parametrize("what", ["file", "directory"])
 def test_a_record_others_can_write_is_not_believed(what, builds, monkeypatch):
     config = config_of("qwen3_moe", False, random.Random(4))
-    plain = uncached(config, monkeypatch)
-    checkpoint(config)
-    (path,) = records()
-    lie = json.loads(path.read_text())
-    lie["value"]["embed_scale"] = 3.0
-    path.write_text(json.dumps(lie))
+    plain, path = planted_lie(config, monkeypatch)
     (path if what == "file" else path.parent).chmod(0o666 if what == "file" else 0o777)
     probed = len(builds)
     made, warned = made_with_warnings(config)
