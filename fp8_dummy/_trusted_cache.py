@@ -101,9 +101,9 @@ class TrustedCache:
             _warned.add(what)
             warnings.warn(f"fp8_dummy: {self.label}: {message}", RuntimeWarning, stacklevel=4)
 
-    def _open_directory(self, create: bool) -> int | None:
-        """A descriptor of the folder if it is trusted (created 0700 if ``create``); else
-        None, and one warning where it exists but cannot be trusted or made."""
+    def _open_directory(self, create: bool) -> tuple[int, Path] | None:
+        """(a descriptor of the folder, its path) if it is trusted (created 0700 if
+        ``create``); else None, and one warning where it exists but cannot be trusted or made."""
         path = self.directory()
         if path is None:
             self._warn_once("no folder", f"no absolute cache folder is known: {self.again}")
@@ -133,7 +133,7 @@ class TrustedCache:
             os.close(fd)
             self._warn_once(str(path), f"{path} is {why}: not used; {self.again}")
             return None
-        return fd
+        return fd, path
 
     def load(
         self, key: str, env: list[Any], valid: Callable[[Any], bool]
@@ -143,11 +143,12 @@ class TrustedCache:
         ``valid`` refuses, or a file that does not parse: those are replaced silently)."""
         if faulted() or not library_hash():  # a library not hashed: no record is its own
             return None
-        fd = self._open_directory(create=False)
-        if fd is None:
+        opened = self._open_directory(create=False)
+        if opened is None:
             return None
+        fd, folder = opened
         name = self.file_name(key, env)
-        path = self.directory() / name
+        path = folder / name
         try:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
             try:
@@ -187,20 +188,19 @@ class TrustedCache:
         (faulted, or the cache cannot be written: one warning)."""
         if faulted() or not library_hash():
             return None
-        fd = self._open_directory(create=True)
-        if fd is None:
-            return None
-        name = self.file_name(key, env)
         data = json.dumps({"key": key, "environment": env, "value": value}).encode()
         if len(data) > _MAX_BYTES:  # one load would not believe: not written
-            os.close(fd)
             return None
+        opened = self._open_directory(create=True)
+        if opened is None:
+            return None
+        fd, folder = opened
+        name = self.file_name(key, env)
         try:  # in the trusted folder's descriptor: never through a path swapped meanwhile
             write_file(name, data, mode=0o600, dir_fd=fd)
-            return str(self.directory() / name)
+            return str(folder / name)
         except OSError as e:
-            where = self.directory()
-            self._warn_once(str(where), f"{where} is not writable ({e.strerror}): not cached")
+            self._warn_once(str(folder), f"{folder} is not writable ({e.strerror}): not cached")
             return None
         finally:
             os.close(fd)
