@@ -9,7 +9,6 @@ process its half of the cases) and TP=2. Findings go to OUT/<rank>.json as
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -103,8 +102,6 @@ def _case(M, out: Path, tp: int, rank: int, case: tuple, exported: dict) -> dict
         if case not in exported:
             exported[case] = export(case, out / f"export-{rank}" / key(case))
         ckpt = exported[case]
-        r["config"] = {k: v for k, v in json.loads((ckpt / "config.json").read_text()).items()
-                       if k in ("expert_dtype", "quantization_config")}  # fmt: skip
         # each its own vLLM config (an attention layer registers its name in it)
         vllm_config, draft_config = T.configs(ckpt, tp, case[1], eager=True)
         twin_config, twin_draft = T.configs(ckpt, tp, case[1], eager=True)
