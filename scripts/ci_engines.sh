@@ -92,8 +92,8 @@ for i in "${!engines[@]}"; do
   tests=(tests/test_engines_vllm.py)
   # vLLM 0.33's parallel layers in 1, 2 and 4 gloo processes, its model classes, MTP draft
   # classes and EAGLE-3 draft class in 1 and 2 (fp8_dummy_invariant, fp8_dummy_realistic), and
-  # its own loader reading the exports, DeepSeek-V4's MTP layers included, and Inkling's MTP
-  # class built (~7 min).
+  # its own loader reading the exports, and DeepSeek-V4's GPU MTP class and Inkling's MTP class
+  # built (~7 min).
   [[ "$engine" == vllm-0.33.* ]] &&
     tests+=(tests/test_engines_vllm_invariant.py tests/test_engines_vllm_invariant_models.py
       tests/test_engines_vllm_mtp.py tests/test_engines_vllm_eagle3.py

@@ -209,6 +209,23 @@ def build(folder: Path, world: int, k: int, method: str = "mtp", draft: Path | N
     (``export --draft``'s): its own model, as vLLM builds any."""
     if json.loads((folder / "config.json").read_text()).get("fp8_dummy_draft"):
         return M.build_from(folder, world)
+    from vllm.config import set_current_vllm_config
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import get_model_loader
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    vllm_config, draft = configs(folder, world, k, method, draft)
+    loader = get_model_loader(LoadConfig(load_format="dummy"))
+    with set_current_vllm_config(vllm_config):
+        with set_default_torch_dtype(draft.dtype), torch.device("cpu"):
+            model = loader.create_model(vllm_config=vllm_config, model_config=draft)
+    return model, vllm_config, draft
+
+
+def configs(folder: Path, world: int, k: int, method: str = "mtp", draft: Path | None = None,
+            eager: bool = False):  # fmt: skip
+    """(vllm_config, draft model_config) of :func:`build`'s draft; ``eager``: the target's
+    model config says ``enforce_eager`` (vLLM then registers no JIT kernel warmups)."""
     from vllm.config import (
         CacheConfig,
         DeviceConfig,
@@ -216,14 +233,11 @@ def build(folder: Path, world: int, k: int, method: str = "mtp", draft: Path | N
         ParallelConfig,
         SpeculativeConfig,
         VllmConfig,
-        set_current_vllm_config,
     )
-    from vllm.config.load import LoadConfig
-    from vllm.model_executor.model_loader import get_model_loader
-    from vllm.utils.torch_utils import set_default_torch_dtype
 
     _image_module_without_torchvision()
-    target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16")
+    target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16",
+                         enforce_eager=eager)  # fmt: skip
     parallel = ParallelConfig(tensor_parallel_size=world)
     spec = SpeculativeConfig(
         method=method, num_speculative_tokens=k, target_model_config=target,
@@ -236,9 +250,4 @@ def build(folder: Path, world: int, k: int, method: str = "mtp", draft: Path | N
         parallel_config=parallel, speculative_config=spec,
         cache_config=CacheConfig(enable_prefix_caching=False),
     )  # fmt: skip
-    loader = get_model_loader(LoadConfig(load_format="dummy"))
-    draft = spec.draft_model_config
-    with set_current_vllm_config(vllm_config):
-        with set_default_torch_dtype(draft.dtype), torch.device("cpu"):
-            model = loader.create_model(vllm_config=vllm_config, model_config=draft)
-    return model, vllm_config, draft
+    return vllm_config, spec.draft_model_config
