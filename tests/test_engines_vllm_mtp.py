@@ -11,7 +11,10 @@ FP8 block, three MTP layers in the checkpoint of which vLLM reads the first),
 loader writes, vLLM's proposer gives it the target's), ``BailingMoeV3MTPModel`` (Ling-3.0, the
 model transformers' ``bailing_hybrid`` is, its config naming ``BailingMoeV3ForCausalLM``: one
 MTP layer, and two in FP8 block, whose ``eh_proj`` vLLM builds unquantized as the export keeps
-it), built on the CPU as vLLM's proposer
+it), ``Qwen4ExpMTP`` (Qwen4-Exp: a hyper-connected QSA block, one MTP layer and two; its QSA
+attention built past its FlashAttention check: helpers/vllm_qsa_flash_attention_stub.py; the
+padding rows of its merged hyper-connection projections, which no checkpoint holds, left
+unwritten by both loaders), built on the CPU as vLLM's proposer
 builds its draft (helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's
 Llama from its config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
 ``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
@@ -49,6 +52,7 @@ CLASSES["exaone4_5"] = "Exaone4_5_MTP"
 CLASSES["mimo_v2_flash"] = "MiMoV2MTP"
 CLASSES["longcat_flash"] = "LongCatFlashMTP"
 CLASSES["bailing_v3"] = "BailingMoeV3MTPModel"
+CLASSES["qwen4_exp_text"] = "Qwen4ExpMTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 
@@ -79,6 +83,11 @@ def test_the_draft_holds_the_export(runs, case, tp):
         assert all(v < 0.5 for v in r["fp8_exact"].values()), r["fp8_exact"]
         if case[:2] == ("mimo_v2_flash", "blk"):
             assert r["fp8_exact"], "MiMoV2MTP's unquantized o_proj"
+        # Qwen4-Exp's padded hyper-connection projections: two a layer, 12 rows each (16 + 4
+        # held), which neither loader writes; every other row compared
+        want = 2 * case[2] if case[0] == "qwen4_exp_text" else 0
+        assert len(r["padding"]) == want, r["padding"]
+        assert all(rows == 12 and kept for _, rows, kept in r["padding"]), r["padding"]
 
 
 def test_two_ranks_hold_their_halves(runs):

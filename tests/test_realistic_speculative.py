@@ -231,15 +231,16 @@ def test_every_block_holds_the_whole_tensors_values():
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3", "mixtral", "gpt_oss", "mellum",
                                   "bailing_hybrid", "qwen3_5_moe_text", "glm4_moe_lite",
                                   "inkling_text", "ernie4_5_moe", "exaone_moe",
-                                  "hy_v3", "mimo_v2_flash"])  # fmt: skip
+                                  "hy_v3", "mimo_v2_flash", "qwen4_exp_text"])  # fmt: skip
 def test_routing_and_residual_rms_hold_with_acceptance(arch):
     """The routing tests' measurement (tests/test_realistic_routing.py) with acceptance set:
     every MoE layer within TV 0.08 of zipf:1.2, max/mean within 25%, residual RMS in [0.25, 4]
     (Mellum, Bailing, GLM-4.7-Flash, Inkling, ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash and
-    Qwen3.5-MoE: this file's configs with an MTP layer, three layers; Qwen3.5-MoE's four)."""
+    Qwen3.5-MoE: this file's configs with an MTP layer, three layers; Qwen3.5-MoE's and
+    Qwen4-Exp's four)."""
     from test_realistic_routing import build, measure, tv_sorted, zipf_oracle
 
-    if arch in H.MORE or arch in H.QWEN3_5:
+    if arch in H.MORE or arch in H.QWEN3_5 or arch == "qwen4_exp_text":
         model = tf.AutoModelForCausalLM.from_config(H.config(arch, layers=3, mtp=1)).eval()
     else:
         model = build(arch)

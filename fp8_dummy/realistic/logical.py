@@ -38,7 +38,7 @@ from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, hash_specs, parse_routing, plan_routing
 from .rules import Spec, residual_by_name, stored_in_out, tensor_spec
 from .specs import model_specs
-from .speculative import carrier_rows, mtp_part, parse_acceptance, plan_acceptance
+from .speculative import carrier_rows, gate_rows, mtp_part, parse_acceptance, plan_acceptance
 from .speculative.unit_codes import unit_overrides, unit_specs
 from .values import fill_, made_whole
 
@@ -254,6 +254,8 @@ def logical_model(
         )  # fmt: skip
         specs.update(replaced)
         _extend(overrides, more)
+        if part is not None:
+            _extend(overrides, gate_rows(part.gates, facts["codes"], logical))
     for name in units:  # the design's 0s and 1s as the quantized tensors' codes and scales
         if name in overrides:
             _extend(overrides, unit_overrides(name, overrides.pop(name), fmt))
@@ -309,6 +311,10 @@ def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> list[s
     with the unit scale (:mod:`.speculative.unit_codes`), the others unquantized and listed
     with the modules a quantized checkpoint leaves alone. Returns the quantized ones."""
     final = next((s for n, s in specs.items() if _final_norm(n)), None)
+    if part.final:  # a model without a final norm: the tensor its layout names (not the MTP's)
+        block = {n for _, n, _, _ in part.block}
+        named = (s for n, s in specs.items() if n.endswith(part.final) and n not in block)
+        final = next(named, final)
     units = []
     for module, name, t, shape in part.own:
         if name in part.norms:

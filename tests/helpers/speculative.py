@@ -73,6 +73,12 @@ MORE["longcat_flash"] = dict(n_routed_experts=16, zero_expert_num=4, moe_topk=2,
                              qk_nope_head_dim=16, qk_rope_head_dim=16, head_dim=16,
                              v_head_dim=32, num_key_value_heads=4, mla_scale_q_lora=True,
                              mla_scale_kv_lora=True, pad_token_id=None)  # fmt: skip
+# Qwen4-Exp's text model: Qwen3-Next's linear attention and experts, 4 hyper-connection streams
+# (a low rank of 16), the QSA indexer's fields (transformers' attention always builds the
+# indexer, vLLM's QSA attention where they are set: its MTP layer's)
+QWEN4_EXP = dict(QWEN3_NEXT, hc_count=4, hc_lowrank=16, indexer_n_heads=2, indexer_kv_heads=1,
+                 indexer_head_dim=32, indexer_budget=16, indexer_compress_ratio=4,
+                 pad_token_id=None)  # fmt: skip
 # their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's, LongCat's: one where the key
 # is absent)
 NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash", "longcat_flash")
@@ -103,9 +109,10 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     """A tiny untied config of ``arch`` with bos 0 and eos 1: Llama; Qwen3-MoE, DeepSeek-V3 and
     GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next and
     Qwen3.5's text models (at least four layers: three linear-attention ones, then a full one;
-    Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding layer, then a full one), Inkling, Bailing,
-    GLM-4.7-Flash, Nemotron-H, ERNIE 4.5 MoE, EXAONE-MoE and LongCat-Flash (:data:`MORE`) with
-    ``mtp`` MTP layers (``bailing_v3``: Bailing's, naming Ling-3.0's class); then ``more``."""
+    Qwen3.5 with ``mtp`` MTP layers; Qwen4-Exp's text model likewise, its fourth a QSA one);
+    Mellum (a sliding layer, then a full one), Inkling, Bailing, GLM-4.7-Flash, Nemotron-H,
+    ERNIE 4.5 MoE, EXAONE-MoE and LongCat-Flash (:data:`MORE`) with ``mtp`` MTP layers
+    (``bailing_v3``: Bailing's, naming Ling-3.0's class); then ``more``."""
     if arch == "bailing_v3":  # Ling-3.0: Ling's hybrid config naming its own class
         cfg = config("bailing_hybrid", hidden, vocab, layers, mtp, **more)
         cfg.architectures = ["BailingMoeV3ForCausalLM"]
@@ -123,6 +130,9 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         kw = dict(common, layers_block_type=kinds, num_nextn_predict_layers=mtp)
         del kw["num_hidden_layers"]  # the layer types count them
         cfg = tf.AutoConfig.for_model(arch, **kw, **NEMOTRON_H)
+    elif arch == "qwen4_exp_text":  # three linear-attention layers, then a QSA one; its MTP
+        kw = {**common, "num_hidden_layers": max(layers, 4), **QWEN4_EXP}  # count as 3.5's
+        cfg = tf.AutoConfig.for_model(arch, **kw, mtp_num_hidden_layers=mtp)
     elif arch in QWEN3_5:  # its MTP layer count the key vLLM reads (one where it is absent)
         kw = {**common, "num_hidden_layers": max(layers, 4), **QWEN3_5[arch]}
         cfg = tf.AutoConfig.for_model(arch, **kw, **({"mtp_num_hidden_layers": mtp} if mtp else {}))

@@ -1,19 +1,20 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
 ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
-``LongCatFlashMTP``, ``BailingMoeV3MTPModel``) built on this CPU from tiny configs with MTP
-layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily).
-Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method
-``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
-``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``,
-``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``,
-``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``,
-``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``), a ``VllmConfig`` holding both, then the
-model loader's ``create_model`` with the draft's model config, the way its proposer's
-``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
-apply, and two of transformers' image modules where torchvision is missing (:func:`build`); the
-oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
-twin."""
+``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``) built on this CPU from tiny
+configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is
+imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
+``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
+``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
+``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``,
+``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``,
+``MiMoV2MTPModel``, ``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``), a
+``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
+config, the way its proposer's ``get_model`` does. The replacements of
+tests/helpers/vllm_invariant_models.py (``prepare``) apply, two of transformers' image modules
+where torchvision is missing, and for Qwen4-Exp its QSA attention's FlashAttention check
+(helpers/vllm_qsa_flash_attention_stub.py) (:func:`build`); the oracle is the same: the export
+of the config, read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
@@ -39,10 +40,22 @@ ARCHITECTURES["longcat_flash"] = "LongcatFlashForCausalLM"
 # Ling-3.0's own class (transformers' bailing_hybrid is Ling-3.0's KDA/MLA model): vLLM drafts
 # with BailingMoeV3MTPModel where the config names it, BailingMoeV25MTPModel where it names 2.5's
 ARCHITECTURES["bailing_v3"] = "BailingMoeV3ForCausalLM"
+ARCHITECTURES["qwen4_exp_text"] = "Qwen4ExpForCausalLM"
 # Parameters of a draft class that no loader writes: vLLM's proposer replaces them with the
 # target's (``_maybe_share_lm_head``: an MTP model shares the target's lm_head). LongCat's
 # ``load_weights`` reads only ``model.mtp.`` names, so its own ``lm_head`` is never loaded.
 SHARED = {"longcat_flash": ("lm_head.weight",)}
+
+
+def padding(model: str, config) -> dict[str, int]:
+    """A draft class's parameters whose rows from the given one on no checkpoint tensor holds:
+    Qwen4-Exp's merged hyper-connection projection ``input_mix_weight_down_block_inject`` (the
+    down projection's ``hc_lowrank`` rows, the injection's ``hc_count``) is padded to a multiple
+    of 16 rows (``_input_mix_padding``), which its forward splits off unread; neither loader
+    writes them."""
+    if not model.startswith("qwen4_exp"):
+        return {}
+    return {"input_mix_weight_down_block_inject.weight": config.hc_lowrank + config.hc_count}
 
 
 def fields(model: str) -> dict:
@@ -50,8 +63,8 @@ def fields(model: str) -> dict:
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
     DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
     text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-MoE,
-    HY-V3, MiMo-V2-Flash and LongCat-Flash as tests/helpers/speculative.py makes them; Ling-3.0
-    (``bailing_v3``): Ling's hybrid config naming its own class."""
+    HY-V3, MiMo-V2-Flash, LongCat-Flash and Qwen4-Exp's text model as tests/helpers/speculative.py
+    makes them; Ling-3.0 (``bailing_v3``): Ling's hybrid config naming its own class."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -120,6 +133,8 @@ CASES = [
     ("longcat_flash", "bf16", 1, 1, 0.6),
     ("bailing_v3", "bf16", 1, 1, 0.6),
     ("bailing_v3", "blk", 2, 2, "0.8,0.5"),
+    ("qwen4_exp_text", "bf16", 1, 1, 0.6),
+    ("qwen4_exp_text", "bf16", 2, 2, "0.8,0.5"),
 ]
 
 
@@ -139,7 +154,8 @@ def write_config(case: tuple, folder: Path) -> Path:
     model, quant, layers, _, _ = case
     folder.mkdir(parents=True, exist_ok=True)
     # the MTP layer count under the key vLLM reads (Qwen3.5's own)
-    count = "mtp_num_hidden_layers" if model.startswith("qwen3_5") else "num_nextn_predict_layers"
+    own = model.startswith(("qwen3_5", "qwen4_exp"))
+    count = "mtp_num_hidden_layers" if own else "num_nextn_predict_layers"
     config = dict(fields(model), **{count: layers})
     if model == "glm_ocr":  # its text config's (vLLM's GlmOcrMTP reads it there)
         config["text_config"] = dict(config["text_config"], **{count: layers})
@@ -236,6 +252,10 @@ def configs(folder: Path, world: int, k: int, method: str = "mtp", draft: Path |
     )
 
     _image_module_without_torchvision()
+    if json.loads((folder / "config.json").read_text()).get("model_type", "").startswith("qwen4"):
+        from helpers import vllm_qsa_flash_attention_stub
+
+        vllm_qsa_flash_attention_stub.install()  # its MTP layer's QSA: the one GPU-only check
     target = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16",
                          enforce_eager=eager)  # fmt: skip
     parallel = ParallelConfig(tensor_parallel_size=world)

@@ -20,7 +20,11 @@ the token the draft sees (:attr:`.stream.Stream.view`), and each MTP layer's inp
 half, or its second where the hidden state comes first) into S of its output (DeepSeek-V4's
 ``e_proj`` of the embedding alone; its ``h_proj``, of each hidden stream, writes no S), which
 its block does not write either; its head (the same lm_head) then proposes the view's
-successor. A draft model's own embedding holds the view's code in its S directly."""
+successor. A draft model's own embedding holds the view's code in its S directly. Qwen4-Exp's
+MTP head collapses its ``hc_count`` streams by a gated mean whose gates are per element (the
+sigmoid of its ``input_mix_weight_up``'s rows): those rows are 0 on S of every stream
+(:func:`gate_rows`), so that every code column is gated by 1/2 alike and the collapse is the
+code times a positive factor, as a plain final norm leaves it."""
 
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ from ..rules import Spec, added_tables
 from ..values import fill_
 from .stream import Stream
 
-__all__ = ["DesignError", "Layout", "RHO", "carrier_rows", "code_block", "layout", "logit_scale"]
+__all__ = ["DesignError", "Layout", "RHO", "carrier_rows", "code_block", "gate_rows", "layout"]
+__all__ += ["logit_scale"]
 __all__ += ["logit_multiplier", "plan_design", "predicted_entropy", "vocab_hidden"]
 
 RHO = 1.2  # the final residual's typical RMS in realistic models (docs/realistic.md's sweep)
@@ -317,4 +322,20 @@ def carrier_rows(
         unit = np.zeros(width, dtype=np.float32)
         unit[start + j] = 1.0
         rows[name].append((0, j, unit))
+    return rows
+
+
+def gate_rows(
+    gates: Collection[str], codes: range, shapes: Mapping[str, Sequence[int]]
+) -> dict[str, list]:
+    """A stream mixer's gate projections [hc·hidden, r] (output stream k's column j at row
+    k·hidden + j): their rows on S (``codes``) of every stream 0, so that the sigmoid gates the
+    code's columns by 1/2 each."""
+    rows: dict[str, list] = {}
+    for name in gates:
+        width, hidden = int(shapes[name][0]), codes.stop + 1
+        if len(shapes[name]) != 2 or width % hidden:
+            continue
+        rows[name] = [(0, range(k + codes.start, k + codes.stop), 0.0)
+                      for k in range(0, width, hidden)]  # fmt: skip
     return rows

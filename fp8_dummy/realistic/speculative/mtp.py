@@ -24,6 +24,7 @@ from .mtp_layouts import (
     arch_of,
     block_name,
     mtp_layers,
+    norm_width,
     own_names,
     split_projections,
     text_config,
@@ -50,9 +51,16 @@ class MtpPart:
     # the input projections the engines build with the quantization config, quantized where the
     # format quantizes (DeepSeek-V4's two [H, H]: vLLM's ``DeepSeekV4MTP`` builds them as
     # ``ReplicatedLinear`` with it, and its real checkpoints hold them in FP8); the others
-    # stay unquantized, listed with the modules a quantized checkpoint leaves alone
+    # stay unquantized, listed with the modules a quantized checkpoint leaves alone (Qwen4-Exp's
+    # two [H, H] too: vLLM's draft reads that list, ``mtp.fc_embedding`` as the name it builds)
     quantized: tuple[str, ...] = ()
     arch: Arch = Arch()  # the blocks' facts, under the checkpoint's names
+    # the model's tensor (a name's end) whose value the own norms take where it has no final
+    # norm (:attr:`.mtp_layouts.MtpArch.final`)
+    final: str = ""
+    # the MTP layers' stream mixers' gate projections [hc·H, r] (Qwen4-Exp's
+    # ``input_mix_weight_up``): the design zeroes their rows on the code of every stream
+    gates: tuple[str, ...] = ()
 
 
 def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
@@ -90,6 +98,13 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     if style is None:
         return None
     arch, text = arch_of(config)[0], text_config(config)
+    missing = [key for key in arch.needs if getattr(text, key, None) is None]
+    if missing:
+        raise ValueError(
+            f"fp8_dummy: {n} MTP layer(s) ({arch.counts[0]}): the block's {arch.attention} "
+            f"layer needs the config's {', '.join(missing)}; set them, or set "
+            f"{arch.counts[0]} to 0 for a checkpoint without MTP layers"
+        )
     twin = build_model(_twin_config(config, _mtp_config(text, n, arch), arch), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
@@ -103,6 +118,9 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
         rest = block_name(arch, name[m.end() :]) if m is not None else None
         if rest is not None:
             rename[name] = where(arch, text, int(m.group(1)))[1] + rest
+        for old, new in arch.shared:  # the model's own tensors the MTP layers share a copy of
+            if name.startswith(old):
+                rename[name] = new + name[len(old) :]
     # the model's own tensors each MTP layer has a copy of (made as the model's: their role)
     pairs = list(rename.items())
     pairs += [(name, where(arch, text, i)[0] + name) for i in range(n) for name in arch.heads]
@@ -115,7 +133,10 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
         module = _owner(twin, name, b.source)
         block.append((module, new, torch.empty(b.shape, dtype=t_dtype, device="meta"), b.shape))
     plain = tuple(where(arch, text, i)[1] + m for i in range(n) for m in arch.plain)
-    part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename), plain=plain)
+    part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename), plain=plain, final=arch.final)
+    part.gates = tuple(new for new in rename.values()
+                       if arch.shared and new.endswith("input_mix_weight_up.weight")
+                       and any(new.startswith(s) for _, s in arch.shared))  # fmt: skip
     h = text.hidden_size
     hidden_first = style == "inkling" and getattr(text, "mtp_hidden_states_first", True)
     norm = torch.nn.Module()
@@ -123,7 +144,8 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
         norms, proj, copies = own_names(style, where(arch, text, i)[0], i, text)
         part.copies.update(copies)
         for name in norms:
-            part.own.append((norm, name, torch.empty(h, dtype=dtype, device="meta"), (h,)))
+            w = norm_width(style, name, text)
+            part.own.append((norm, name, torch.empty(w, dtype=dtype, device="meta"), (w,)))
             part.norms.append(name)
         if proj is not None:
             wide = torch.empty(h, 2 * h, dtype=dtype, device="meta")
@@ -133,7 +155,8 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             square = torch.empty(h, h, dtype=dtype, device="meta")
             part.own.append((torch.nn.Module(), name, square, (h, h)))
             part.projections[name] = start
-            part.quantized += (name,)
+            if style == "deepseek_v4":  # Qwen4-Exp's stay unquantized (no layer index)
+                part.quantized += (name,)
     return part
 
 

@@ -57,7 +57,17 @@ one layout per family of checkpoints (the tensors themselves are made by :mod:`.
   output is every stream of the block's input), the head's stream collapse ``hc_head_fn``,
   ``hc_head_base``, ``hc_head_scale`` (the model's own, renamed), and ``head``,
   ``emb.tok_emb`` (copies of the lm_head and the embedding, as DeepSeek-V4-Flash-Base holds
-  them)."""
+  them);
+- ``qwen4_exp``: Qwen4-Exp (its text config's ``mtp_num_hidden_layers``, else one, as vLLM's
+  ``Qwen4ExpMTP`` reads it): ``mtp.layers.{i}.`` the block (a hyper-connected decoder layer:
+  QSA attention, MoE, ``attn_hyper_connection``, ``mlp_hyper_connection``), and once for all
+  the MTP layers ``mtp.pre_fc_norm_embedding`` [H], ``mtp.pre_fc_norm_hidden`` [hc·H] (one
+  norm over the target's ``hc_count`` streams together), two input projections [H, H],
+  ``mtp.fc_embedding`` of the normalized embedding and ``mtp.fc_hidden`` of each normalized
+  stream (their sum every stream of the block's input), and the head's stream collapse
+  ``mtp.hyper_connection_mixer.*`` (the model's own final mixer, renamed: ``hc_norm``,
+  ``input_mix_weight_down``, ``input_mix_weight_up``); no final norm, the embedding and the
+  lm_head the model's."""
 
 from __future__ import annotations
 
@@ -65,7 +75,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ALL_COUNTS", "ARCHS", "MtpArch", "arch_of", "block_name", "mtp_layers", "mtp_prefixes"]
-__all__ += ["own_names", "split_projections", "text_config", "where"]
+__all__ += ["norm_width", "own_names", "split_projections", "text_config", "where"]
 
 _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 
@@ -98,6 +108,15 @@ class MtpArch:
     # a multimodal config whose MTP layers its text config counts and whose own conversion
     # names the block (its twin the whole model around the MTP layers' text config)
     whole: bool = False
+    # the model's own tensors (outside its decoder layers) the MTP layers share one renamed
+    # copy of, (in-memory prefix, checkpoint's): made as the model's are (Qwen4-Exp's mixer)
+    shared: tuple[tuple[str, str], ...] = ()
+    # the model's tensor whose value the MTP layers' own norms take where it has no final norm
+    # (a name's end; Qwen4-Exp's final mixer's norm, a (1 + w) one as its MTP norms are)
+    final: str = ""
+    # config fields the MTP block's layer type needs (Qwen4-Exp's QSA indexer's): refused
+    # without them, as neither transformers' decoder layer nor vLLM's QSA layer builds
+    needs: tuple[str, ...] = ()
 
 
 _QWEN = MtpArch("qwen", default=1)
@@ -106,6 +125,9 @@ _LONGCAT = (("self_attn.0.", "self_attn."), ("mlps.0.", "transformer_layer.mlp."
             ("input_layernorm.0.", "input_layernorm."),
             ("post_attention_layernorm.0.", "post_attention_layernorm."))  # fmt: skip
 _QWEN35 = MtpArch("qwen", ("mtp_num_hidden_layers",), default=1)
+# Qwen4-Exp's QSA indexer's config fields (its MTP block's attention needs them)
+_QSA = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget",
+        "indexer_compress_ratio")  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek"),
@@ -147,6 +169,17 @@ ARCHS = {
         moe="moe",
         heads=("hc_head_fn", "hc_head_base", "hc_head_scale"),
     ),
+    # Qwen4-Exp: vLLM builds the MTP block's attention as QSA (``qwen_sparse_attention``:
+    # transformers' ``indexed_attention``)
+    "qwen4_exp_text": MtpArch(
+        "qwen4_exp",
+        ("mtp_num_hidden_layers",),
+        default=1,
+        attention="indexed_attention",
+        shared=(("model.hyper_connection_mixer.", "mtp.hyper_connection_mixer."),),
+        final="hyper_connection_mixer.hc_norm.weight",
+        needs=_QSA,
+    ),
 }
 ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
 
@@ -187,7 +220,8 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 # The layouts that keep their MTP tensors apart from the decoder layers (the others: after
 # them, as more layers): the prefix of every MTP tensor's name
 _APART = {"qwen": "mtp.", "nemotron": "mtp.", "ernie": "model.mtp_", "inkling": "model.mtp.",
-          "mimo": "model.mtp.", "longcat": "model.mtp.", "deepseek_v4": "mtp."}  # fmt: skip
+          "mimo": "model.mtp.", "longcat": "model.mtp.", "deepseek_v4": "mtp.",
+          "qwen4_exp": "mtp."}  # fmt: skip
 
 
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
@@ -227,10 +261,20 @@ def own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | N
         first, last = f"mtp.layers.{i * size}.", f"mtp.layers.{i * size + size - 1}."
         norms = [first + "enorm.weight", first + "hnorm.weight", last + "final_layernorm.weight"]
         return norms, first + "eh_proj.weight", {}
-    if i > 0:  # qwen: one input projection and its norms for all the MTP layers
+    if i > 0:  # qwen, qwen4_exp: one input projection and its norms for all the MTP layers
         return [], None, {}
+    if style == "qwen4_exp":  # two input projections: :func:`split_projections`
+        return ["mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"], None, {}
     norms = ["mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight"]
     return norms + ["mtp.norm.weight"], "mtp.fc.weight", {}
+
+
+def norm_width(style: str, name: str, text: Any) -> int:
+    """The width of an MTP layer's own norm: the hidden size, but Qwen4-Exp's norm of the
+    target's ``hc_count`` streams together, ``hc_count`` times it."""
+    if style == "qwen4_exp" and name == "mtp.pre_fc_norm_hidden.weight":
+        return text.hc_count * text.hidden_size
+    return text.hidden_size
 
 
 def split_projections(style: str, p: str) -> dict[str, int | None]:
@@ -239,6 +283,8 @@ def split_projections(style: str, p: str) -> dict[str, int | None]:
     embedding starts in its input (0) or None for one that reads the hidden state alone."""
     if style == "deepseek_v4":
         return {p + "e_proj.weight": 0, p + "h_proj.weight": None}
+    if style == "qwen4_exp" and p == "mtp.layers.0.":  # one pair for all the MTP layers
+        return {"mtp.fc_embedding.weight": 0, "mtp.fc_hidden.weight": None}
     return {}
 
 
