@@ -149,9 +149,8 @@ def test_vllm_deepseek_v4_mtp_loader_reads_every_mtp_tensor(n, fmt, tmp_path, mo
     cfg = config(128, 1024, 2, 4)
     cfg.num_nextn_predict_layers = n
     cfg.topk_method = "noaux_tc"  # vLLM's gates build their correction bias only with it
-    # FP8 block experts and float32 linear scales (vLLM's default: MXFP4's); in fp8-block the
-    # export says so itself, over a caller's copy of DeepSeek-V4-Flash's "fp4"
-    cfg.expert_dtype = "fp4" if fmt == "fp8-block" else "fp8"
+    # a copy of DeepSeek-V4-Flash's "fp4" (MXFP4 experts): the export says "fp8" over it
+    cfg.expert_dtype = "fp4"
     cfg.save_pretrained(tmp_path / "c")
     export(tmp_path / "c", tmp_path / "out", acceptance=0.6, progress=False, allow_unknown=True,
            format=fmt)  # fmt: skip
@@ -161,9 +160,8 @@ def test_vllm_deepseek_v4_mtp_loader_reads_every_mtp_tensor(n, fmt, tmp_path, mo
     assert mtp
     quant = None
     exported = json.loads((tmp_path / "out" / "config.json").read_text())
-    if fmt == "fp8-block":
-        assert exported["expert_dtype"] == "fp8"
-        cfg.expert_dtype = exported["expert_dtype"]  # vLLM reads the export's config
+    assert exported["expert_dtype"] == "fp8"
+    cfg.expert_dtype = exported["expert_dtype"]  # vLLM reads the export's config
     q = exported.get("quantization_config")
     if q is not None:
         # the ignore list no longer names the input projections: vLLM builds them quantized
