@@ -98,7 +98,7 @@ for i in "${!engines[@]}"; do
     tests+=(tests/test_engines_vllm_invariant.py tests/test_engines_vllm_invariant_models.py
       tests/test_engines_vllm_mtp.py tests/test_engines_vllm_eagle3.py
       tests/test_engines_vllm_exports.py tests/test_engines_vllm_deepseek_v4_mtp.py
-      tests/test_engines_vllm_inkling_mtp.py)
+      tests/test_engines_vllm_deepseek_v4_expert_dtype.py tests/test_engines_vllm_inkling_mtp.py)
   [[ "$engine" == sglang-* ]] && tests=(tests/test_engines_sglang.py
     tests/test_engines_sglang_realistic.py tests/test_engines_sglang_mtp.py
     tests/test_engines_sglang_eagle3.py)

@@ -9,6 +9,9 @@ through transformers' own class: the router's own picks and weights, the residua
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import random
 
 import numpy as np
@@ -18,6 +21,7 @@ import torch
 import fp8_dummy
 from fp8_dummy.realistic import model_specs, model_tensors
 from fp8_dummy.realistic import routing as R
+from fp8_dummy.realistic.export import export
 
 tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
 
@@ -87,6 +91,45 @@ def test_a_model_without_zero_experts_plans_as_before():
     assert routers == [] and overrides == {}
     routers, _ = _plan(_config(64, 8, 0, 2, 2), "zipf:1.2")
     assert all(r.zero == 0 and r.lift == 0 for r in routers)
+
+
+def test_solve_zero_returns_the_lift_and_leaves_the_router_alone():
+    """The lift is solve_zero's return, stored by its caller; the router it is given keeps its
+    own (here 0) through the solve's steps and after."""
+    r = R.Router(0, "", 12, 0, 2, zero=4, shift=1.5)
+    before = dataclasses.replace(r)
+    target = np.array([0.5, 0.1, 0.3, 0.05, 0.2, 0.25, 0.05, 0.15, 0.2, 0.05, 0.1, 0.05])
+    b, lift = R.solve_zero(r, target, R.solve_offsets(r, target))
+    assert r == before and r.lift == 0.0
+    assert lift > 0 and b.shape == (12,)
+
+
+# sha256 of the one shard of each export below: the bytes these exports have had while the
+# solve's steps set the router's lift themselves (recorded 2026-12-06, torch 2.13 CPU); the
+# lift returned to the caller instead changes none of them
+LONGCAT_DIGESTS = {
+    "balanced": "00ed2c19a91422fbda93b0c4d5e4cc0330b0828cb00c7366ada77f72cbb0e618",
+    "zipf:1.2": "249bd0512bc21b97f47bd5e84e0127d5e083e20e95a5005ee3afbd4a90f7eff7",
+    "file": "8b9bdcea85b9a0a34d0e067f394c781255e2ec17305e85fbc340472cd7cbb566",
+}
+
+
+def longcat_digests(folder) -> dict[str, str]:
+    """The digests of a two-layer LongCat-Flash (8 experts, 4 zero experts, top-2) exported
+    with each profile (seed 5), the recorded load's router solved on the model's own router."""
+    load = folder / "load.json"
+    load.write_text(json.dumps({"expert_load": [[40, 5, 9, 1, 3, 7, 2, 11, 6, 1, 3, 2]] * 2}))
+    out = {}
+    for name, routing in (("balanced", "balanced"), ("zipf:1.2", "zipf:1.2"), ("file", load)):
+        to = folder / name.replace(":", "-")
+        export(_config(64, 8, 4, 2, 2), to, seed=5, routing=routing, progress=False)
+        (shard,) = to.glob("*.safetensors")
+        out[name] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    return out
+
+
+def test_longcat_bytes_as_recorded(tmp_path):
+    assert longcat_digests(tmp_path) == LONGCAT_DIGESTS
 
 
 @pytest.mark.slow

@@ -135,9 +135,10 @@ def test_the_exported_mtp_layer_carries_the_design(hidden, vocab, layers, hc, fm
     cfg = _config(hidden, vocab, layers, hc)
     cfg.expert_dtype = "fp4"  # a copy of DeepSeek-V4-Flash's: MXFP4 experts
     out = _export(cfg, tmp_path, 0.6, fmt)
-    # vLLM reads FP8 block experts as such only where the config says so: the export's own
+    # vLLM takes the experts as the quantization config says only where the config says
+    # "fp8" (fp8_dummy/realistic/exported_config.py): the export's own, in every format
     written = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert written["expert_dtype"] == ("fp8" if fmt == "fp8-block" else "fp4")
+    assert written["expert_dtype"] == "fp8"
     t = H.read(out)
     head = t["mtp.0.head.weight"]
     assert np.array_equal(head, t["head.weight"])

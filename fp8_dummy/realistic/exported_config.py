@@ -85,7 +85,7 @@ def config_json(
     quant = lm.quantization_config()
     if quant is not None:
         data["quantization_config"] = quant
-        data.update(_expert_dtype(config, quant))
+    data.update(_expert_dtype(config))
     return (json.dumps(data, indent=2) + "\n").encode()
 
 
@@ -118,17 +118,18 @@ def _mimo_v2_keys(config: Any) -> dict:
     return keys
 
 
-def _expert_dtype(config: Any, quant: dict) -> dict:
-    """DeepSeek-V4's ``expert_dtype`` where the format writes its experts in FP8 blocks: vLLM
-    reads an FP8 checkpoint of that type through its own FP8 config, which takes the experts
-    for MXFP4 with E8M0 scales unless the config says ``fp8`` (as DeepSeek-V4-Flash-Base's
-    does). The key describes the tensors written, so it is the export's, whatever the caller's
-    config said (a copy of DeepSeek-V4-Flash's says ``fp4``)."""
+def _expert_dtype(config: Any) -> dict:
+    """DeepSeek-V4's ``expert_dtype``: ``fp8`` in every format, whatever the caller's config
+    said (a copy of DeepSeek-V4-Flash's says ``fp4``). vLLM 0.33 reads the key as a switch:
+    ``fp4`` is DeepSeek-V4-Flash's MXFP4 experts (its FP8 config builds them with MXFP4's
+    method and reads the linear scales as E8M0; its CPU name mapper renames a linear's
+    ``weight_scale`` to ``weight_scale_inv``; its MegaMoE backends build MXFP4 experts),
+    ``fp8`` the experts quantized as the quantization config says, or not at all: what the
+    export writes (FP8 blocks, compressed-tensors' FP8, ModelOpt's NVFP4, bf16; ``mxfp4``
+    refuses DeepSeek-V4). Without the key vLLM reads ``fp4``."""
     if getattr(type(config), "model_type", None) != "deepseek_v4":
         return {}
-    if quant.get("quant_method") == "fp8" and quant.get("weight_block_size"):
-        return {"expert_dtype": "fp8"}
-    return {}
+    return {"expert_dtype": "fp8"}
 
 
 # model type -> its own config keys (of the config object) where the caller left them out

@@ -64,15 +64,16 @@ def config(fmt: str, n: int):
     layers take them (128 a block): the query's LoRA rank 128 (its merged projection with the
     KV's splits at a block), the experts' and shared expert's intermediate 256 and the o_proj's
     ``o_groups * o_lora_rank`` 256 (split at TP=2 by whole blocks); noaux_tc routing (vLLM's
-    gate builds its correction bias only with it); FP8 block experts (in fp8-block the export
-    says so itself, over a caller's copy of DeepSeek-V4-Flash's "fp4"), else FP8 ones."""
+    gate builds its correction bias only with it); a caller's copy of DeepSeek-V4-Flash's
+    ``expert_dtype`` "fp4", over which the export says "fp8" in every format (the experts it
+    writes)."""
     from test_realistic_speculative_deepseek_v4 import config as deepseek_v4
 
     cfg = deepseek_v4(128, 1024, 2, 4)
     cfg.num_nextn_predict_layers = n
     cfg.moe_intermediate_size, cfg.o_lora_rank, cfg.q_lora_rank = 256, 128, 128
     cfg.topk_method = "noaux_tc"
-    cfg.expert_dtype = "fp4" if fmt == "fp8-block" else "fp8"
+    cfg.expert_dtype = "fp4"
     return cfg
 
 

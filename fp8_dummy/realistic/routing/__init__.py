@@ -20,6 +20,7 @@ from __future__ import annotations
 from .offsets import (
     CARRIER,
     HASH,
+    Kept,
     Override,
     apply_overrides,
     find_routers,
@@ -47,7 +48,7 @@ from .solve import (
     solve_zero,
 )
 
-__all__ = ["CARRIER", "ENV", "HASH", "Override", "Profile", "Router", "RoutingError"]
+__all__ = ["CARRIER", "ENV", "HASH", "Kept", "Override", "Profile", "Router", "RoutingError"]
 __all__ += ["apply_overrides", "chosen_routing", "describe", "find_routers"]
 __all__ += ["hash_specs", "hash_table", "inclusion_probabilities", "layer_targets"]
 __all__ += ["parse_routing", "permutation", "plan_routing", "select"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -32,8 +32,8 @@ from ..rules import LAYER_INDEX, Spec, added_tables
 from .profiles import Profile, RoutingError, layer_targets
 from .solve import Router
 
-__all__ = ["CARRIER", "HASH", "Override", "apply_overrides", "find_routers", "hash_specs"]
-__all__ += ["hash_table", "plan_routing"]
+__all__ = ["CARRIER", "HASH", "Kept", "Override", "apply_overrides", "find_routers"]
+__all__ += ["hash_specs", "hash_table", "plan_routing"]
 
 _TOPK = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k", "moe_k")
 
@@ -165,8 +165,15 @@ def _router_layer(name: str, found: re.Match, main: int) -> int:
 
 # An override: (dimension, index along it, value): a float, or a vector along the other
 # dimension of a 2-D tensor (a 1-D tensor: along its only dimension, index None); a float
-# over a range of indices (a ``range`` of step 1).
+# over a range of indices (a ``range`` of step 1); a :class:`Kept` (an integer tensor's bits).
 Override = tuple[int, Any, Any]
+
+
+class Kept(NamedTuple):
+    """An override's value that keeps only the bits ``mask`` of each integer it names, the rest
+    zeroed: one of the two e2m1 codes a byte holds (NVFP4), the other code untouched."""
+
+    mask: int
 
 
 def plan_routing(
@@ -353,6 +360,9 @@ def apply_overrides(
         if mod or not 0 <= pos < view.shape[dim]:
             continue  # this block does not hold that index
         target = view.select(dim, pos)
+        if isinstance(value, Kept):
+            target.bitwise_and_(value.mask)
+            continue
         if np.ndim(value) == 0:
             target.fill_(float(value))
             continue

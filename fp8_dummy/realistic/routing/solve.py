@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -282,15 +282,17 @@ def solve_zero(r: Router, target: np.ndarray, start: np.ndarray | None = None) -
     routed ones', so that their softmax probabilities, which weigh their identity output,
     are small; the lift (:func:`_lift`) puts them in the top-k as often as the target
     says, and which of them by their own offsets. Refined on fixed noise draws from
-    ``start`` (logit offsets that ignore the classes), the lift recomputed at every step."""
+    ``start`` (logit offsets that ignore the classes), the lift recomputed at every step.
+    ``r`` is left as it is: the caller stores the lift (``r.lift``, which :func:`select` and
+    the correction bias read)."""
     routed = r.experts - r.zero
     z = _noise(r.experts, 8192, 12345)
     picks = float(target[routed:].sum())
     down = np.where(np.arange(r.experts) >= routed, -r.shift, 0.0)
 
     def probabilities(x: np.ndarray) -> np.ndarray:
-        r.lift = _lift(z, x + down, r, picks)
-        picked = select(z, torch.as_tensor(x + down, dtype=torch.float64), r)
+        lifted = replace(r, lift=_lift(z, x + down, r, picks))
+        picked = select(z, torch.as_tensor(x + down, dtype=torch.float64), lifted)
         return np.bincount(picked.flatten().numpy(), minlength=r.experts) / z.shape[0]
 
     b = np.zeros(r.experts) if start is None else np.asarray(start, dtype=np.float64)
@@ -300,6 +302,4 @@ def solve_zero(r: Router, target: np.ndarray, start: np.ndarray | None = None) -
         want = np.log(np.maximum(target, floor))
         b = _fixed_point(b, want, target > floor, probabilities, 1.0, iterations=40, tol=2e-2)
     b = np.round(b / _GRID) * _GRID + down
-    lift = _lift(z, b, r, picks)
-    r.lift = lift
-    return b, lift
+    return b, _lift(z, b, r, picks)

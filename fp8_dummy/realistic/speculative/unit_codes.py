@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..formats import Format
+from ..routing import Kept
 from ..rules import Spec
 
 __all__ = ["UNIT_SCALE", "unit_overrides", "unit_specs"]
@@ -64,8 +65,9 @@ def unit_overrides(weight: str, items: Sequence, fmt: Format) -> dict[str, list]
     for dim, index, value in items:
         _check(value, weight)
         if np.ndim(value) == 0:
-            if dim == 1:  # a column of zeros: its byte holds its neighbour's code too
-                packed.append((1, index // 2, 0.0))
+            if dim == 1:  # a column of zeros: its code only, its byte's other code kept
+                # (an even column's code the low nibble, as ModelOpt packs them)
+                packed.append((1, index // 2, Kept(0xF0 if index % 2 == 0 else 0x0F)))
             else:
                 packed.append((0, index, 0.0))
             continue
