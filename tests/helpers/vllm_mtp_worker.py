@@ -32,6 +32,9 @@ def _run(rank: int, port: int, out: Path) -> dict:
     from helpers import vllm_mtp_models as T
 
     base = M.start(rank, port, str(out))
+    from helpers import vllm_sparse_mla
+
+    vllm_sparse_mla.allow()  # the indexed sparse MLA's backend (DeepSeek-V3.2, GLM-5, GLM-5-Next)
     from vllm.config import set_current_vllm_config
     from vllm.distributed import initialize_model_parallel
     from vllm.distributed.parallel_state import destroy_model_parallel
@@ -78,6 +81,7 @@ def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
                 M.as_bytes(p).fill_(byte)
         params = dict(ours.named_parameters())
         r["class"] = type(ours).__name__
+        r["draft_class"] = _registered(draft_config, type(ours))
         with set_current_vllm_config(vllm_config), torch.no_grad():
             try:
                 _loader(case[4]).load_weights(ours, draft_config)
@@ -111,6 +115,22 @@ def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
         r["error"] = traceback.format_exc()
     r["seconds"] = round(time.perf_counter() - t0, 2)
     return r
+
+
+def _registered(draft_config, built: type) -> str:
+    """``module.class`` of the draft architecture vLLM's speculative config named, as vLLM's
+    registry resolves it, where that is the class built (else what was built instead)."""
+    import importlib
+
+    from vllm.model_executor.models.registry import _SPECULATIVE_DECODING_MODELS
+
+    entry = _SPECULATIVE_DECODING_MODELS.get(draft_config.hf_config.architectures[0])
+    if entry is None:
+        return f"unregistered: {built.__module__}.{built.__name__}"
+    module, name = entry
+    module = module if "." in module else f"vllm.model_executor.models.{module}"
+    same = getattr(importlib.import_module(module), name) is built
+    return f"{module}.{name}" if same else f"{built.__module__}.{built.__name__}"
 
 
 def _fp8_exact(t) -> float:
