@@ -14,15 +14,15 @@ MTP layer, and two in FP8 block, whose ``eh_proj`` vLLM builds unquantized as th
 it), ``DeepseekV32MTPModel`` (DeepSeek-V3.2 and GLM-5: on a CPU platform vLLM's
 ``DeepseekV32MTP`` is ``DeepSeekMTP``, its MTP block with the indexed sparse MLA),
 ``Glm5NextMTP`` (GLM-5-Next: its block without hyper-connections, the indexed sparse MLA),
-built on the CPU as vLLM's proposer builds its draft (helpers/vllm_mtp_models.py; the sparse MLA's
-backend choice as helpers/vllm_sparse_mla.py replaces it), and a draft model ``export --draft`` made (vLLM's
-Llama from its config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
-``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
-the same config and acceptance read by vLLM's own safetensors loader into a twin; every
-parameter reached by both (an FP8 standard attention's KV-cache scales excepted: no checkpoint
-holds them), every tensor byte for byte equal. A per-position acceptance of another length than
-vLLM's ``num_speculative_tokens`` is refused before anything is written. Without vLLM 0.33:
-skipped, with why."""
+built on the CPU as vLLM's proposer builds its draft (helpers/vllm_mtp_models.py; the sparse
+MLA's backend choice as helpers/vllm_sparse_mla.py replaces it), and a draft model
+``export --draft`` made (vLLM's Llama from its config), loaded by ``--load-format
+fp8_dummy_realistic`` with an acceptance in ``model_loader_extra_config``, at TP=1 and TP=2 (two
+gloo processes). The oracle: the export of the same config and acceptance read by vLLM's own
+safetensors loader into a twin; every parameter reached by both (an FP8 standard attention's
+KV-cache scales excepted: no checkpoint holds them), every tensor byte for byte equal. A
+per-position acceptance of another length than vLLM's ``num_speculative_tokens`` is refused
+before anything is written. Without vLLM 0.33: skipped, with why."""
 
 from __future__ import annotations
 
