@@ -124,7 +124,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     Qwen3.5's text models (at least four layers: three linear-attention ones, then a full one;
     Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding layer, then a full one), Inkling, Bailing,
     GLM-4.7-Flash, Nemotron-H, ERNIE 4.5 MoE, EXAONE-MoE, LongCat-Flash, DeepSeek-V3.2 and GLM-5
-    (:data:`MORE`), GLM-5-Next (:data:`GLM5_NEXT`) with ``mtp`` MTP layers (``bailing_v3``: Bailing's, naming Ling-3.0's class); then ``more``."""
+    (:data:`MORE`), GLM-5-Next (:data:`GLM5_NEXT`) with ``mtp`` MTP layers (``bailing_v3``:
+    Bailing's, naming Ling-3.0's class); then ``more``."""
     if arch == "bailing_v3":  # Ling-3.0: Ling's hybrid config naming its own class
         cfg = config("bailing_hybrid", hidden, vocab, layers, mtp, **more)
         cfg.architectures = ["BailingMoeV3ForCausalLM"]
