@@ -14,15 +14,18 @@ MTP layer, and two in FP8 block, whose ``eh_proj`` vLLM builds unquantized as th
 it), ``Qwen4ExpMTP`` (Qwen4-Exp: a hyper-connected QSA block, one MTP layer and two; its QSA
 attention built past its FlashAttention check: helpers/vllm_qsa_flash_attention_stub.py; the
 padding rows of its merged hyper-connection projections, which no checkpoint holds, left
-unwritten by both loaders), built on the CPU as vLLM's proposer
-builds its draft (helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's
-Llama from its config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
-``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
-the same config and acceptance read by vLLM's own safetensors loader into a twin; every
-parameter reached by both (an FP8 standard attention's KV-cache scales excepted: no checkpoint
-holds them), every tensor byte for byte equal. A per-position acceptance of another length than
-vLLM's ``num_speculative_tokens`` is refused before anything is written. Without vLLM 0.33:
-skipped, with why."""
+unwritten by both loaders), ``DeepseekV32MTPModel`` (DeepSeek-V3.2 and GLM-5: on a CPU platform
+vLLM's ``DeepseekV32MTP`` is ``DeepSeekMTP``, its MTP block with the indexed sparse MLA),
+``Glm5NextMTP`` (GLM-5-Next: its block without hyper-connections, the indexed sparse MLA),
+built on the CPU as vLLM's proposer builds its draft (helpers/vllm_mtp_models.py; the sparse
+MLA's backend choice as helpers/vllm_sparse_mla.py replaces it), and a draft model
+``export --draft`` made (vLLM's Llama from its config), loaded by ``--load-format
+fp8_dummy_realistic`` with an acceptance in ``model_loader_extra_config``, at TP=1 and TP=2 (two
+gloo processes). The oracle: the export of the same config and acceptance read by vLLM's own
+safetensors loader into a twin; every parameter reached by both (an FP8 standard attention's
+KV-cache scales excepted: no checkpoint holds them), every tensor byte for byte equal. A
+per-position acceptance of another length than vLLM's ``num_speculative_tokens`` is refused
+before anything is written. Without vLLM 0.33: skipped, with why."""
 
 from __future__ import annotations
 
@@ -53,7 +56,18 @@ CLASSES["mimo_v2_flash"] = "MiMoV2MTP"
 CLASSES["longcat_flash"] = "LongCatFlashMTP"
 CLASSES["bailing_v3"] = "BailingMoeV3MTPModel"
 CLASSES["qwen4_exp_text"] = "Qwen4ExpMTP"
+# DeepSeek-V3.2 and GLM-5: vLLM's speculative config names DeepseekV32MTPModel, whose class
+# (vllm.models.deepseek_v32.DeepseekV32MTP) on a CPU platform is the generic DeepSeekMTP
+CLASSES.update(deepseek_v32="DeepSeekMTP", glm_moe_dsa="DeepSeekMTP")
+CLASSES["glm5_next"] = "Glm5NextMTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
+# The architectures vLLM's speculative config gives these targets, as its registry resolves them
+# on this platform (module.class)
+SPARSE = {
+    "deepseek_v32": "vllm.models.deepseek_v32.DeepseekV32MTP",
+    "glm_moe_dsa": "vllm.models.deepseek_v32.DeepseekV32MTP",
+    "glm5_next": "vllm.models.glm5next.Glm5NextMTP",
+}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +85,9 @@ def test_the_draft_holds_the_export(runs, case, tp):
         r = cases[T.key(case)]
         assert "error" not in r, r["error"]
         assert r["class"] == CLASSES[case[0]]
+        if case[0] in SPARSE:  # the indexed sparse MLA, its indexer's parameters included
+            assert any(".indexer." in n for n in r["shapes"]), sorted(r["shapes"])
+            assert r["draft_class"] == SPARSE[case[0]], r["draft_class"]
         assert r["not_loaded"] == [] and r["mismatch"] == [], r
         kv = ("k_scale", "v_scale", "q_scale", "prob_scale")  # no checkpoint holds them
         assert all(n.endswith(kv) for n in r["kv_unloaded"]), r["kv_unloaded"]

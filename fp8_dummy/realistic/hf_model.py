@@ -54,6 +54,9 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
             config = transformers.AutoConfig.for_model(type(config).model_type, **fields)
         except (ValueError, KeyError, TypeError):  # no transformers config of that type
             pass
+    elif (own := _renamed_class(config)) is not None:
+        fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
+        config = getattr(transformers, own).from_dict(fields)
 
     kw = {"dtype": dtype} if dtype is not None else {}
     errors = []
@@ -71,6 +74,20 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
 
 # A value no config field holds by chance: what the engine's constructor does with a parameter
 _PROBE = 1_000_003
+
+
+def _renamed_class(config: Any) -> str | None:
+    """The name of transformers' own config class of ``config``'s model type where ``config`` is
+    an instance of another model type's class that an engine renamed (vLLM reads DeepSeek-V3.2's
+    config.json with DeepSeek-V3's class, whose model type it sets to ``deepseek_v32``): built
+    as it is, the model would be the other type's (DeepSeek-V3's, without the indexer)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    kind = getattr(type(config), "model_type", None)
+    # the model types transformers registers the class for (none: a class of its own)
+    types = {t for t, name in CONFIG_MAPPING_NAMES.items() if name == type(config).__name__}
+    renamed = types and kind not in types and kind in CONFIG_MAPPING_NAMES
+    return CONFIG_MAPPING_NAMES[kind] if renamed else None
 
 
 def _engine_fields(config: Any) -> dict[str, Any]:

@@ -79,9 +79,28 @@ MORE["longcat_flash"] = dict(n_routed_experts=16, zero_expert_num=4, moe_topk=2,
 QWEN4_EXP = dict(QWEN3_NEXT, hc_count=4, hc_lowrank=16, indexer_n_heads=2, indexer_kv_heads=1,
                  indexer_head_dim=32, indexer_budget=16, indexer_compress_ratio=4,
                  pad_token_id=None)  # fmt: skip
+# DeepSeek-V3.2 and GLM-5: MLA with the lightning indexer (top-k of 16 tokens), 16 experts top-2
+# and a shared one, a dense first layer
+DSA = dict(n_routed_experts=16, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=64,
+           q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
+           v_head_dim=32, num_key_value_heads=4, first_k_dense_replace=1, n_group=1,
+           topk_group=1, index_topk=16, index_head_dim=32, index_n_heads=2,
+           pad_token_id=None)  # fmt: skip
+MORE.update(deepseek_v32=DSA, glm_moe_dsa=DSA)
 # their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's, LongCat's: one where the key
 # is absent)
 NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash", "longcat_flash")
+NEXTN += ("deepseek_v32", "glm_moe_dsa")
+# GLM-5-Next's text model: a KDA layer, then an indexed MLA one (NoPE), dense then MoE (16 experts
+# top-2, a shared one), four hyper-connection streams; the indexer's top-k (64, in pools of 4) at
+# least the sequences the tests run, so that its selection keeps every earlier token
+GLM5_NEXT = dict(n_routed_experts=16, n_shared_experts=1, num_experts_per_tok=2,
+                 moe_intermediate_size=64, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=32,
+                 qk_rope_head_dim=0, v_head_dim=32, num_key_value_heads=4,
+                 layer_types=["linear_attention", "indexed_attention"],
+                 mlp_layer_types=["dense", "sparse"], index_topk=256, index_head_dim=16,
+                 index_n_heads=2, index_kpool=4, linear_head_dim=16, linear_num_heads=4,
+                 hc_mult=4, pad_token_id=None)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -111,8 +130,9 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     Qwen3.5's text models (at least four layers: three linear-attention ones, then a full one;
     Qwen3.5 with ``mtp`` MTP layers; Qwen4-Exp's text model likewise, its fourth a QSA one);
     Mellum (a sliding layer, then a full one), Inkling, Bailing, GLM-4.7-Flash, Nemotron-H,
-    ERNIE 4.5 MoE, EXAONE-MoE and LongCat-Flash (:data:`MORE`) with ``mtp`` MTP layers
-    (``bailing_v3``: Bailing's, naming Ling-3.0's class); then ``more``."""
+    ERNIE 4.5 MoE, EXAONE-MoE, LongCat-Flash, DeepSeek-V3.2 and GLM-5 (:data:`MORE`),
+    GLM-5-Next (:data:`GLM5_NEXT`) with ``mtp`` MTP layers (``bailing_v3``: Bailing's, naming
+    Ling-3.0's class); then ``more``."""
     if arch == "bailing_v3":  # Ling-3.0: Ling's hybrid config naming its own class
         cfg = config("bailing_hybrid", hidden, vocab, layers, mtp, **more)
         cfg.architectures = ["BailingMoeV3ForCausalLM"]
@@ -140,6 +160,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         return _glm_ocr(common, mtp, more)
     elif arch == "exaone4_5":
         return _exaone4_5(common, mtp, more)
+    elif arch == "glm5_next":
+        return _glm5_next(common, mtp, more)
     elif arch in MORE:
         count = "num_nextn_predict_layers" if arch in NEXTN else "num_mtp_layers"
         kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
@@ -171,6 +193,19 @@ def _glm_ocr(text: dict, mtp: int, more: dict):
     vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
                   out_hidden_size=text["hidden_size"])  # fmt: skip
     return tf.AutoConfig.for_model("glm_ocr", text_config=text, vision_config=vision,
+                                   tie_word_embeddings=False)  # fmt: skip
+
+
+def _glm5_next(text: dict, mtp: int, more: dict):
+    """GLM-5-Next: its text model (:data:`GLM5_NEXT`, two layers; ``mtp`` MTP layers counted in
+    its text config, as vLLM's ``Glm5NextMTP`` reads them) beside a one-block vision tower;
+    ``more`` and the untied settings go to the text config."""
+    text = dict(text, **GLM5_NEXT, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
+                num_nextn_predict_layers=mtp, **more)  # fmt: skip
+    text["num_hidden_layers"] = len(text["layer_types"])
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                  out_hidden_size=text["hidden_size"], projection_intermediate_size=64)  # fmt: skip
+    return tf.AutoConfig.for_model("glm5_next", text_config=text, vision_config=vision,
                                    tie_word_embeddings=False)  # fmt: skip
 
 

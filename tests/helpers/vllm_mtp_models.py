@@ -1,20 +1,22 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
 ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
-``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``) built on this CPU from tiny
-configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is
-imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
-``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
-``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
-``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``,
-``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``,
-``MiMoV2MTPModel``, ``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``), a
-``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
-config, the way its proposer's ``get_model`` does. The replacements of
+``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``'s class
+for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``) built on this CPU from tiny configs with MTP
+layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily).
+Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method
+``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
+``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``,
+``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``,
+``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``,
+``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``,
+``Glm5NextMTPModel``), a ``VllmConfig`` holding both, then the model loader's ``create_model``
+with the draft's model config, the way its proposer's ``get_model`` does. The replacements of
 tests/helpers/vllm_invariant_models.py (``prepare``) apply, two of transformers' image modules
-where torchvision is missing, and for Qwen4-Exp its QSA attention's FlashAttention check
-(helpers/vllm_qsa_flash_attention_stub.py) (:func:`build`); the oracle is the same: the export
-of the config, read by vLLM's own safetensors loader into a twin."""
+where torchvision is missing, for Qwen4-Exp its QSA attention's FlashAttention check
+(helpers/vllm_qsa_flash_attention_stub.py) and for the indexed sparse MLA its backend choice
+(helpers/vllm_sparse_mla.py) (:func:`build`); the oracle is the same: the export of the
+config, read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
@@ -41,6 +43,15 @@ ARCHITECTURES["longcat_flash"] = "LongcatFlashForCausalLM"
 # with BailingMoeV3MTPModel where the config names it, BailingMoeV25MTPModel where it names 2.5's
 ARCHITECTURES["bailing_v3"] = "BailingMoeV3ForCausalLM"
 ARCHITECTURES["qwen4_exp_text"] = "Qwen4ExpForCausalLM"
+# DeepSeek-V3.2 and GLM-5 (vLLM drafts both with DeepseekV32MTPModel), GLM-5-Next: their MTP
+# layers' attention is the indexed sparse MLA (helpers/vllm_sparse_mla.py builds it on the CPU)
+ARCHITECTURES["deepseek_v32"] = "DeepseekV32ForCausalLM"
+ARCHITECTURES["glm_moe_dsa"] = "GlmMoeDsaForCausalLM"
+ARCHITECTURES["glm5_next"] = "Glm5NextForConditionalGeneration"
+# Keys GLM-5-Next's config.json has in its text config, which vLLM's classes read (transformers'
+# config names none of them): the hyper-connections on, the NoPE MLA, the router's scoring
+GLM5_NEXT_KEYS = dict(mhc=True, mla_use_nope=True, indexer_rope_interleave=False,
+                      topk_method="noaux_tc", scoring_func="sigmoid")  # fmt: skip
 # Parameters of a draft class that no loader writes: vLLM's proposer replaces them with the
 # target's (``_maybe_share_lm_head``: an MTP model shares the target's lm_head). LongCat's
 # ``load_weights`` reads only ``model.mtp.`` names, so its own ``lm_head`` is never loaded.
@@ -71,13 +82,15 @@ def fields(model: str) -> dict:
 
     arch = ARCHITECTURES[model]
     model = {"bailing_v3": "bailing_hybrid"}.get(model, model)  # one config, another class
-    mtp = 1 if model in H.MORE or model in ("glm_ocr", "exaone4_5") else 0
+    mtp = 1 if model in H.MORE or model in ("glm_ocr", "exaone4_5", "glm5_next") else 0
     cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256, mtp=mtp)
     out = dict(cfg.to_dict(), architectures=[arch], torch_dtype="bfloat16")
     if model == "nemotron_h":  # as its checkpoints' config.json: the patterns (SGLang reads them)
         out["hybrid_override_pattern"] = cfg.hybrid_override_pattern
         out["mtp_hybrid_override_pattern"] = cfg.mtp_hybrid_override_pattern
         del out["layers_block_type"], out["mtp_layers_block_type"]
+    if model == "glm5_next":
+        out["text_config"] = dict(out["text_config"], **GLM5_NEXT_KEYS)
     if model == "hy_v3":  # keys HY-V3's config.json has, which vLLM reads (transformers: others)
         out.update(expert_hidden_dim=cfg.moe_intermediate_size, route_norm=True, qk_norm=True)
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
@@ -135,6 +148,9 @@ CASES = [
     ("bailing_v3", "blk", 2, 2, "0.8,0.5"),
     ("qwen4_exp_text", "bf16", 1, 1, 0.6),
     ("qwen4_exp_text", "bf16", 2, 2, "0.8,0.5"),
+    ("deepseek_v32", "bf16", 1, 1, 0.6),
+    ("glm_moe_dsa", "bf16", 1, 1, 0.6),
+    ("glm5_next", "bf16", 1, 1, 0.6),
 ]
 
 
@@ -157,7 +173,7 @@ def write_config(case: tuple, folder: Path) -> Path:
     own = model.startswith(("qwen3_5", "qwen4_exp"))
     count = "mtp_num_hidden_layers" if own else "num_nextn_predict_layers"
     config = dict(fields(model), **{count: layers})
-    if model == "glm_ocr":  # its text config's (vLLM's GlmOcrMTP reads it there)
+    if model in ("glm_ocr", "glm5_next"):  # its text config's (vLLM's MTP class reads it there)
         config["text_config"] = dict(config["text_config"], **{count: layers})
     if model == "mimo_v2_flash" and quant != "bf16":  # bf16: as transformers writes it (the
         config = as_released(config)  # export writes MiMo's own keys vLLM reads)

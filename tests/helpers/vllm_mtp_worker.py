@@ -32,6 +32,9 @@ def _run(rank: int, port: int, out: Path) -> dict:
     from helpers import vllm_mtp_models as T
 
     base = M.start(rank, port, str(out))
+    from helpers import vllm_sparse_mla
+
+    vllm_sparse_mla.allow()  # the indexed sparse MLA's backend (DeepSeek-V3.2, GLM-5, GLM-5-Next)
     from vllm.config import set_current_vllm_config
     from vllm.distributed import initialize_model_parallel
     from vllm.distributed.parallel_state import destroy_model_parallel
@@ -78,6 +81,7 @@ def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
                 M.as_bytes(p).fill_(byte)
         params = dict(ours.named_parameters())
         r["class"] = type(ours).__name__
+        r["draft_class"] = _registered(draft_config, type(ours))
         with set_current_vllm_config(vllm_config), torch.no_grad():
             try:
                 _loader(case[4]).load_weights(ours, draft_config)
@@ -118,8 +122,54 @@ def _case(M, T, out: Path, tp: int, rank: int, case: tuple) -> dict:
         r["shapes"] = {n: list(p.shape) for n, p in params.items()}
     except Exception:  # noqa: BLE001 (reported to the parent test)
         r["error"] = traceback.format_exc()
+    finally:
+        _config_classes_as_defined()
     r["seconds"] = round(time.perf_counter() - t0, 2)
     return r
+
+
+def _config_classes_as_defined() -> None:
+    """transformers' config classes under their own model types again. vLLM's config loading
+    renames a transformers class it reads another model type's config.json with, for the whole
+    process, and registers it for that type (DeepSeek-V3's class becomes ``deepseek_v32`` for a
+    DeepSeek-V3.2 checkpoint). A vLLM process loads one model; this worker loads every case's
+    in turn, so each starts from the classes and the registry as transformers defines them
+    (each class registered for one model type), as it would in a process of its own."""
+    import sys
+
+    from transformers import PreTrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    extra = CONFIG_MAPPING._extra_content  # AutoConfig.register's entries
+    for kind, c in list(extra.items()):
+        own = CONFIG_MAPPING_NAMES.get(kind)
+        if c.__module__.startswith("transformers.") and own is not None and own != c.__name__:
+            del extra[kind]  # a transformers class registered for another type than its own
+    types: dict[str, set] = {}
+    for kind, name in CONFIG_MAPPING_NAMES.items():
+        types.setdefault(name, set()).add(kind)
+    for module in [m for n, m in sys.modules.items() if n.startswith("transformers.models.")]:
+        for c in vars(module).values():
+            own = types.get(getattr(c, "__name__", None), ())
+            if isinstance(c, type) and issubclass(c, PreTrainedConfig) and len(own) == 1:
+                if c.__module__ == module.__name__ and c.model_type not in own:
+                    c.model_type = next(iter(own))
+
+
+def _registered(draft_config, built: type) -> str:
+    """``module.class`` of the draft architecture vLLM's speculative config named, as vLLM's
+    registry resolves it, where that is the class built (else what was built instead)."""
+    import importlib
+
+    from vllm.model_executor.models.registry import _SPECULATIVE_DECODING_MODELS
+
+    entry = _SPECULATIVE_DECODING_MODELS.get(draft_config.hf_config.architectures[0])
+    if entry is None:
+        return f"unregistered: {built.__module__}.{built.__name__}"
+    module, name = entry
+    module = module if "." in module else f"vllm.model_executor.models.{module}"
+    same = getattr(importlib.import_module(module), name) is built
+    return f"{module}.{name}" if same else f"{built.__module__}.{built.__name__}"
 
 
 def _fp8_exact(t) -> float:

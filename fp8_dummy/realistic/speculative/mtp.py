@@ -83,6 +83,8 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or [arch.moe] * n)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
+    if getattr(cfg, "indexer_types", None) is not None:  # GLM-5, GLM-5-Next: the engines' MTP
+        cfg.indexer_types = ["full"] * n  # layers run their own indexer, none shares another's
     if arch.dense:  # ERNIE's by index, EXAONE's and MiMo's by name
         if getattr(cfg, "moe_layer_start_index", None) is not None:
             cfg.moe_layer_start_index = n
@@ -142,7 +144,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     norm = torch.nn.Module()
     for i in range(n):
         norms, proj, copies = own_names(style, where(arch, text, i)[0], i, text)
-        part.copies.update(copies)
+        part.copies.update({n: c for n, c in copies.items() if arch.head_copy or c != "lm_head"})
         for name in norms:
             w = norm_width(style, name, text)
             part.own.append((norm, name, torch.empty(w, dtype=dtype, device="meta"), (w,)))

@@ -5,7 +5,10 @@ vLLM 0.33's MTP classes; SGLang 0.5.23's NextN): one record per architecture (:d
 one layout per family of checkpoints (the tensors themselves are made by :mod:`.mtp`):
 
 - ``deepseek``: DeepSeek-V3/V3.2, GLM-4.5/GLM-5, GLM-4.7-Flash (``glm4_moe_lite``), GLM-OCR
-  (``glm_ocr``: its text config counts them, its layers under ``model.language_model.``)
+  (``glm_ocr``: its text config counts them, its layers under ``model.language_model.``),
+  GLM-5-Next (``glm5_next``: likewise; its block the decoder layer without its
+  hyper-connections, its attention the indexed one, as vLLM's ``Glm5NextMTP`` builds it; no
+  ``shared_head.head``: vLLM's class has none and its loader fails on one)
   (``num_nextn_predict_layers`` = n): ``model.layers.{L+i}.`` the block's tensors and
   ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding first),
   ``shared_head.norm``, ``shared_head.head`` and ``embed_tokens`` (copies of the lm_head and
@@ -117,6 +120,9 @@ class MtpArch:
     # config fields the MTP block's layer type needs (Qwen4-Exp's QSA indexer's): refused
     # without them, as neither transformers' decoder layer nor vLLM's QSA layer builds
     needs: tuple[str, ...] = ()
+    # the MTP layer holds a copy of the lm_head (``shared_head.head``): not where the engine's
+    # class builds none and its loader fails on one (GLM-5-Next's: the target's is shared)
+    head_copy: bool = True
 
 
 _QWEN = MtpArch("qwen", default=1)
@@ -128,6 +134,10 @@ _QWEN35 = MtpArch("qwen", ("mtp_num_hidden_layers",), default=1)
 # Qwen4-Exp's QSA indexer's config fields (its MTP block's attention needs them)
 _QSA = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget",
         "indexer_compress_ratio")  # fmt: skip
+# GLM-5-Next's MTP block: its decoder layer without the hyper-connections (vLLM's MTP layer runs
+# one stream: ``is_mtp_layer``), under the same names
+_GLM5_NEXT = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
+                                    "post_attention_layernorm."))  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek"),
@@ -136,6 +146,15 @@ ARCHS = {
     "glm_moe_dsa": MtpArch("deepseek"),
     "glm4_moe_lite": MtpArch("deepseek"),
     "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
+    # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections
+    "glm5_next_text": MtpArch(
+        "deepseek",
+        main="model.language_model.layers.",
+        attention="indexed_attention",
+        parts=_GLM5_NEXT,
+        only=True,
+        head_copy=False,
+    ),
     "bailing_hybrid": MtpArch("bailing"),
     "hy_v3": MtpArch("bailing"),
     "qwen3_next": _QWEN,
