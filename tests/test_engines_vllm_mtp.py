@@ -11,7 +11,9 @@ FP8 block, three MTP layers in the checkpoint of which vLLM reads the first),
 loader writes, vLLM's proposer gives it the target's), ``BailingMoeV3MTPModel`` (Ling-3.0, the
 model transformers' ``bailing_hybrid`` is, its config naming ``BailingMoeV3ForCausalLM``: one
 MTP layer, and two in FP8 block, whose ``eh_proj`` vLLM builds unquantized as the export keeps
-it), built on the CPU as vLLM's proposer
+it), ``MiniMaxM3MTP`` (MiniMax-M3's multimodal checkpoint: the sparse-attention MoE block, one
+MTP layer and two; its experts' kernel choice replaced, helpers/vllm_swigluoai_moe_backend.py),
+built on the CPU as vLLM's proposer
 builds its draft (helpers/vllm_mtp_models.py), and a draft model ``export --draft`` made (vLLM's
 Llama from its config), loaded by ``--load-format fp8_dummy_realistic`` with an acceptance in
 ``model_loader_extra_config``, at TP=1 and TP=2 (two gloo processes). The oracle: the export of
@@ -49,6 +51,7 @@ CLASSES["exaone4_5"] = "Exaone4_5_MTP"
 CLASSES["mimo_v2_flash"] = "MiMoV2MTP"
 CLASSES["longcat_flash"] = "LongCatFlashMTP"
 CLASSES["bailing_v3"] = "BailingMoeV3MTPModel"
+CLASSES["minimax_m3_vl"] = "MiniMaxM3MTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 
 

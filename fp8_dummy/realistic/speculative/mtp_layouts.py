@@ -57,7 +57,14 @@ one layout per family of checkpoints (the tensors themselves are made by :mod:`.
   output is every stream of the block's input), the head's stream collapse ``hc_head_fn``,
   ``hc_head_base``, ``hc_head_scale`` (the model's own, renamed), and ``head``,
   ``emb.tok_emb`` (copies of the lm_head and the embedding, as DeepSeek-V4-Flash-Base holds
-  them)."""
+  them);
+- ``minimax``: MiniMax-M3's multimodal checkpoint (``minimax_m3_vl``, its text config's
+  ``num_mtp_modules``, else one, as vLLM's ``MiniMaxM3MTP`` reads it):
+  ``language_model.model.mtp.layers.{i}.`` the block under ``transformer_layer.`` (the sparse
+  attention with its indexer, MoE, named by the multimodal checkpoint's conversion as its main
+  layers: ``block_sparse_moe.experts.{e}.w1``...), ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H]
+  (the normalized embedding first), ``final_layernorm`` (the embedding and the lm_head the
+  model's)."""
 
 from __future__ import annotations
 
@@ -140,6 +147,11 @@ ARCHS = {
     ),
     # DeepSeek-V4: vLLM builds the MTP block's attention without a compressor (sliding) and
     # its MoE with the learned router (no hash routing)
+    # MiniMax-M3's multimodal checkpoint (vLLM's MiniMaxM3MTP: its text config's
+    # num_mtp_modules, else one): the block always the sparse (indexed) attention and MoE
+    "minimax_m3_vl": MtpArch(
+        "minimax", ("num_mtp_modules",), default=1, attention="minimax_m3_sparse", whole=True
+    ),
     "deepseek_v4": MtpArch(
         "deepseek_v4",
         ("num_nextn_predict_layers",),
@@ -187,7 +199,8 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 # The layouts that keep their MTP tensors apart from the decoder layers (the others: after
 # them, as more layers): the prefix of every MTP tensor's name
 _APART = {"qwen": "mtp.", "nemotron": "mtp.", "ernie": "model.mtp_", "inkling": "model.mtp.",
-          "mimo": "model.mtp.", "longcat": "model.mtp.", "deepseek_v4": "mtp."}  # fmt: skip
+          "mimo": "model.mtp.", "longcat": "model.mtp.", "deepseek_v4": "mtp.",
+          "minimax": "language_model.model.mtp."}  # fmt: skip
 
 
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
@@ -208,7 +221,7 @@ def own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | N
     if style == "deepseek_v4":  # two input projections: :func:`split_projections`
         copies = {p + "head.weight": "lm_head", p + "emb.tok_emb.weight": "embedding"}
         return [p + "enorm.weight", p + "hnorm.weight", p + "norm.weight"], None, copies
-    if style in ("bailing", "mimo"):
+    if style in ("bailing", "mimo", "minimax"):
         norms = [p + n for n in ("enorm.weight", "hnorm.weight", "final_layernorm.weight")]
         return norms, p + "eh_proj.weight", {}
     if style == "inkling":
@@ -253,6 +266,9 @@ def where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
     if style in ("inkling", "longcat", "mimo"):
         p = f"model.mtp.layers.{i}."
         return p, p + ("transformer_block." if style == "inkling" else "")
+    if style == "minimax":  # under the multimodal checkpoint's language model
+        p = f"language_model.model.mtp.layers.{i}."
+        return p, p + "transformer_layer."
     if style == "ernie":
         return "model.mtp_", f"model.mtp_block.{i}."
     return f"mtp.layers.{i}.", f"mtp.layers.{i}."
