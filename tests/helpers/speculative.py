@@ -199,9 +199,11 @@ def _minimax_m3(text: dict, mtp: int, more: dict):
                 mlp_layer_types=["dense"] + ["sparse"] * (layers - 1),
                 num_mtp_modules=mtp)  # fmt: skip
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-    return tf.AutoConfig.for_model("minimax_m3_vl", text_config=text, vision_config=vision,
-                                   projector_hidden_size=text["hidden_size"],
-                                   tie_word_embeddings=False)  # fmt: skip
+    # transformers' own class by name: vLLM, once imported, registers its own config class for
+    # this model type with transformers' AutoConfig (one without the indexer's fields)
+    return tf.MiniMaxM3VLConfig(text_config=text, vision_config=vision,
+                                projector_hidden_size=text["hidden_size"],
+                                tie_word_embeddings=False)  # fmt: skip
 
 
 # Inkling's multimodal checkpoint made small: its text model :func:`config`'s, its vision
