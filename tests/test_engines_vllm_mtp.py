@@ -17,6 +17,8 @@ padding rows of its merged hyper-connection projections, which no checkpoint hol
 unwritten by both loaders), ``DeepseekV32MTPModel`` (DeepSeek-V3.2 and GLM-5: on a CPU platform
 vLLM's ``DeepseekV32MTP`` is ``DeepSeekMTP``, its MTP block with the indexed sparse MLA),
 ``Glm5NextMTP`` (GLM-5-Next: its block without hyper-connections, the indexed sparse MLA),
+``MiniMaxM3MTP`` (MiniMax-M3's multimodal checkpoint: the sparse-attention MoE block, one
+MTP layer and two; its experts' kernel choice replaced, helpers/vllm_swigluoai_moe_backend.py),
 built on the CPU as vLLM's proposer builds its draft (helpers/vllm_mtp_models.py; the sparse
 MLA's backend choice as helpers/vllm_sparse_mla.py replaces it), and a draft model
 ``export --draft`` made (vLLM's Llama from its config), loaded by ``--load-format
@@ -60,6 +62,7 @@ CLASSES["qwen4_exp_text"] = "Qwen4ExpMTP"
 # (vllm.models.deepseek_v32.DeepseekV32MTP) on a CPU platform is the generic DeepSeekMTP
 CLASSES.update(deepseek_v32="DeepSeekMTP", glm_moe_dsa="DeepSeekMTP")
 CLASSES["glm5_next"] = "Glm5NextMTP"
+CLASSES["minimax_m3_vl"] = "MiniMaxM3MTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 # The architectures vLLM's speculative config gives these targets, as its registry resolves them
 # on this platform (module.class)

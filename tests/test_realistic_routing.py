@@ -221,7 +221,8 @@ def measure(model: torch.nn.Module, batch: int) -> dict:
     """Per MoE router the experts its own top-k picked (its integer output of k per token;
     JetMoE's router returns its own count per expert instead), residual RMS."""
     loads: list = []
-    k = top_k(model.config)
+    text = model.config.get_text_config()  # a multimodal model's (MiniMax-M3's): its text's
+    k = top_k(text)
 
     def on(experts: int):
         def record(_module, _, out):
@@ -236,7 +237,7 @@ def measure(model: torch.nn.Module, batch: int) -> dict:
         return record
 
     hooks = [m.register_forward_hook(on(experts)) for m, experts in routers_of(model)]
-    vocab = model.config.vocab_size
+    vocab = text.vocab_size
     gen = torch.Generator().manual_seed(batch)
     ids = torch.randint(0, vocab, (TOKENS // 256, 256), generator=gen)
     try:

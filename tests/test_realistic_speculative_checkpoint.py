@@ -547,3 +547,48 @@ def test_mimo_v2_flash_mtp_under_vllms_names(tmp_path):
             assert f'"{p}self_attn.o_proj"' in quant and f'"{p}eh_proj"' in quant, fmt
             for x in ("self_attn.q_proj", "mlp.down_proj"):
                 assert names[p + x + ".weight"] != torch.bfloat16, (fmt, x)
+
+
+def test_minimax_m3_mtp_under_vllms_names():
+    """MiniMax-M3's multimodal checkpoint: its text config's ``num_mtp_modules`` MTP layers (one
+    where it names none, as vLLM's ``MiniMaxM3MTP`` reads it) under the names that class's loader
+    reads (written out here from it: ``language_model.`` dropped, ``model.mtp.layers.{i}.``
+    its ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H], ``final_layernorm`` and the block under
+    ``transformer_layer.``: the sparse attention's q/k/v/o, q/k norms and indexer
+    ``index_q_proj``/``index_k_proj``/``index_q_norm``/``index_k_norm``; the MoE's ``gate``,
+    ``e_score_correction_bias``, ``experts.{e}.w1/w2/w3``, ``shared_experts.gate/up/down_proj``;
+    the two norms); the main tensors unchanged (the embedding and the lm_head are the model's:
+    vLLM's loader reads them from ``language_model.model.embed_tokens`` and
+    ``language_model.lm_head``)."""
+    from fp8_dummy.realistic import config_checkpoint
+
+    cfg = H.config("minimax_m3_vl", mtp=2)
+    t = config_checkpoint(cfg, 0, acceptance=0.5).tensors
+    experts = cfg.text_config.num_local_experts
+    want = set()
+    for i in range(2):
+        p = f"language_model.model.mtp.layers.{i}."
+        b = p + "transformer_layer."
+        want |= {p + f"{x}.weight" for x in ("enorm", "hnorm", "eh_proj", "final_layernorm")}
+        want |= {b + f"self_attn.{x}.weight" for x in ("q_proj", "k_proj", "v_proj", "o_proj",
+                                                       "q_norm", "k_norm", "index_q_proj",
+                                                       "index_k_proj", "index_q_norm",
+                                                       "index_k_norm")}  # fmt: skip
+        want |= {b + f"{x}_layernorm.weight" for x in ("input", "post_attention")}
+        m = b + "block_sparse_moe."
+        want |= {m + "gate.weight", m + "e_score_correction_bias"}
+        want |= {m + f"shared_experts.{x}_proj.weight" for x in ("gate", "up", "down")}
+        want |= {m + f"experts.{e}.w{w}.weight" for e in range(experts) for w in (1, 2, 3)}
+        assert t[p + "eh_proj.weight"].shape == (128, 256)
+    prefix = "language_model.model.mtp."
+    assert {n for n in t if n.startswith(prefix)} == want
+    main = config_checkpoint(H.config("minimax_m3_vl"), 0).tensors
+    assert {n for n in t if not n.startswith(prefix)} == set(main)
+    own = {"language_model.lm_head.weight", "language_model.model.embed_tokens.weight"}
+    assert own <= set(main)
+    assert S.mtp_layers(cfg) == ("minimax", 2) and S.mtp_prefixes(cfg) == (prefix,)
+    absent = H.config("minimax_m3_vl", mtp=1)
+    del absent.text_config.num_mtp_modules
+    assert S.mtp_layers(absent) == ("minimax", 1)
+    assert S.mtp_layers(H.config("minimax_m3_vl")) == (None, 0)
+    assert S.mtp_layers(cfg.text_config) == (None, 0)  # the text model's own checkpoint: none

@@ -6,10 +6,10 @@ prompts of 150 generated tokens each (400 where most drafts are accepted); the a
 position (given the position before was accepted) within 0.05 of the designed one for A in {0.3,
 0.6, 0.9}, per-position lists at two and three MTP layers, and configs of other sizes,
 vocabularies and draft lengths; without an acceptance, chance. Qwen3-Next, Qwen3.5,
-GLM-4.7-Flash, ERNIE 4.5 MoE, EXAONE-MoE, HY-V3 and MiMo-V2-Flash (their configs declare no
-``num_mtp_layers``), Bailing's hybrid (as Ling-2.5's and Ling-3.0's engine classes compute their
-MTP layer) and Nemotron-H (stateful models, which transformers'
-assisted generation refuses), whose MTP transformers cannot run, through an independent forward
+GLM-4.7-Flash, ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash and MiniMax-M3 (their configs
+declare no ``num_mtp_layers``), Bailing's hybrid (as Ling-2.5's and Ling-3.0's engine classes
+compute their MTP layer) and Nemotron-H (stateful models, which transformers' assisted generation
+refuses), whose MTP transformers cannot run, through an independent forward
 of their MTP layer (tests/helpers/speculative_forward.py). With sampling at temperature 1: the
 next-token entropy between 1 nat and 80% of ln(vocabulary), and the acceptance reported.
 ``pytest -s`` prints the numbers docs/realistic.md records."""
@@ -108,6 +108,8 @@ FORWARD += [("mimo_v2_flash", 0.6, 2, {})]
 FORWARD += [("longcat_flash", a, 1, {}) for a in (0.3, 0.6, 0.9)]
 FORWARD += [("longcat_flash", 0.6, 2, {})]
 FORWARD += [("bailing_v3", a, 1, {}) for a in (0.3, 0.6, 0.9)] + [("bailing_v3", 0.6, 2, {})]
+FORWARD += [("minimax_m3_vl", a, 1, {}) for a in (0.3, 0.6, 0.9)]
+FORWARD += [("minimax_m3_vl", 0.6, 2, {})]
 # sizes, vocabularies and seeds the design was not developed on
 FORWARD += [("bailing_hybrid", 0.75, 3, dict(hidden=256, vocab=6000, layers=4, seed=9))]
 FORWARD += [("nemotron_h", 0.7, 3, dict(hidden=192, vocab=5000, layers=6, seed=21))]
@@ -122,6 +124,7 @@ FORWARD += [("exaone4_5", 0.8, 2, dict(hidden=256, vocab=5500, layers=3, seed=31
 FORWARD += [("mimo_v2_flash", 0.7, 3, dict(hidden=320, vocab=6500, layers=3, seed=37))]
 FORWARD += [("longcat_flash", 0.7, 3, dict(hidden=320, vocab=8000, layers=3, seed=37))]
 FORWARD += [("bailing_v3", 0.65, 3, dict(hidden=192, vocab=7000, layers=4, seed=41))]
+FORWARD += [("minimax_m3_vl", 0.75, 2, dict(hidden=256, vocab=6000, layers=3, seed=43))]
 
 
 @pytest.mark.parametrize("arch,acceptance,k,other", FORWARD)

@@ -9,6 +9,8 @@ import json
 import os
 from typing import Any
 
+from .hf_model import transformers_config_class
+
 __all__ = ["ConfigError", "read_config"]
 
 
@@ -49,6 +51,8 @@ def read_config(path: str | os.PathLike) -> tuple[Any, dict, str]:
     try:  # as transformers reads it (its file name, else its directory)
         named = os.path.basename(file) != "config.json"
         config = transformers.AutoConfig.from_pretrained(file if named else folder)
+        if not type(config).__module__.startswith("transformers."):  # an engine registered its own
+            config = transformers_config_class(kind).from_pretrained(file if named else folder)
     except Exception as e:  # noqa: BLE001 (the config class's own check, named)
         raise ConfigError(f"fp8_dummy: {file}: {type(e).__name__}: {e}") from None
     return config, raw, folder

@@ -50,9 +50,10 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
         del config.model_type
     if not type(config).__module__.startswith("transformers."):  # an engine's own config class
         fields = _engine_fields(config)
+        own = transformers_config_class(type(config).model_type)
         try:
-            config = transformers.AutoConfig.for_model(type(config).model_type, **fields)
-        except (ValueError, KeyError, TypeError):  # no transformers config of that type
+            config = own(**fields) if own is not None else config
+        except (ValueError, KeyError, TypeError):  # fields transformers' config refuses
             pass
     elif (own := _renamed_class(config)) is not None:
         fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
@@ -70,6 +71,17 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
         except (ValueError, KeyError) as e:
             errors.append(f"{auto.__name__}: {e}")
     raise ValueError(f"fp8_dummy: no transformers model class for this config: {'; '.join(errors)}")
+
+
+def transformers_config_class(model_type: Any) -> type | None:
+    """transformers' own config class of ``model_type`` (None: it has none). Found by its name in
+    transformers' table, not through ``AutoConfig``, where an engine registers its own class for
+    the types it reads otherwise (vLLM's MiniMax-M3 config, once vLLM read one)."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    name = CONFIG_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) else None
+    return getattr(transformers, name, None) if name else None
 
 
 # A value no config field holds by chance: what the engine's constructor does with a parameter
@@ -342,6 +354,9 @@ def config_of(path: str | os.PathLike) -> Any:
     d = os.path.dirname(p) if os.path.isfile(p) else p
     if not os.path.isfile(os.path.join(d, "config.json")):
         raise FileNotFoundError(f"fp8_dummy: no config.json at {p}")
-    if os.path.isfile(p) and os.path.basename(p) != "config.json":
-        return transformers.AutoConfig.from_pretrained(p)
-    return transformers.AutoConfig.from_pretrained(d)
+    source = p if os.path.isfile(p) and os.path.basename(p) != "config.json" else d
+    config = transformers.AutoConfig.from_pretrained(source)
+    own = transformers_config_class(getattr(type(config), "model_type", None))
+    if not type(config).__module__.startswith("transformers.") and own is not None:
+        return own.from_pretrained(source)  # an engine registered its own class for the type
+    return config

@@ -120,7 +120,8 @@ WRITERS = re.compile(r"\.(o_proj|down_proj|out_proj|attention\.dense|wo_ud|w2_md
 PROJECTIONS = re.compile(r"(eh_proj|mtp\.fc|input_proj|mtp_linear_proj\.\d+)\.weight$")
 EMBEDDINGS = ("embed_tokens.weight", "word_embeddings.weight", "backbone.embeddings.weight")
 EMBEDDINGS += ("model.llm.embed.weight",)  # Inkling's multimodal checkpoint's
-HEADS = ("lm_head.weight", "model.llm.unembed.weight")  # the lm_head: Inkling's multimodal's
+# the lm_head: Inkling's multimodal checkpoint's, MiniMax-M3's
+HEADS = ("lm_head.weight", "model.llm.unembed.weight", "language_model.lm_head.weight")
 
 
 def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp: int = 0,
@@ -162,6 +163,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
         return _exaone4_5(common, mtp, more)
     elif arch == "glm5_next":
         return _glm5_next(common, mtp, more)
+    elif arch == "minimax_m3_vl":
+        return _minimax_m3(common, mtp, more)
     elif arch in MORE:
         count = "num_nextn_predict_layers" if arch in NEXTN else "num_mtp_layers"
         kw = {**common, **MORE[arch], count: mtp or (0 if "bailing" in arch else None)}
@@ -222,6 +225,30 @@ def _exaone4_5(text: dict, mtp: int, more: dict):
     return tf.AutoConfig.for_model("exaone4_5", text_config=text, vision_config=vision,
                                    tie_word_embeddings=False, vocab_size=text["vocab_size"],
                                    num_nextn_predict_layers=mtp)  # fmt: skip
+
+
+def _minimax_m3(text: dict, mtp: int, more: dict):
+    """MiniMax-M3's multimodal checkpoint: its text model (a dense full-attention first layer,
+    then sparse-attention MoE layers: the indexer's heads as many as the kv heads and as wide,
+    as vLLM's fused projection requires; 16 experts top-2 and a shared one) beside a one-layer
+    vision tower; ``mtp`` MTP layers counted in its text config (``num_mtp_modules``, as vLLM
+    reads them: 0 here says none); ``more`` and the untied settings go to the text config."""
+    text = dict(text, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False, **more)
+    head = text.get("head_dim", text["hidden_size"] // text["num_attention_heads"])
+    layers = text["num_hidden_layers"]
+    text.update(head_dim=head, rotary_dim=head // 2, index_n_heads=text["num_key_value_heads"],
+                index_head_dim=head, index_block_size=4, index_topk_blocks=2,
+                num_local_experts=16, num_experts_per_tok=2, intermediate_size=64,
+                shared_intermediate_size=64, dense_intermediate_size=2 * text["hidden_size"],
+                layer_types=["full_attention"] + ["minimax_m3_sparse"] * (layers - 1),
+                mlp_layer_types=["dense"] + ["sparse"] * (layers - 1),
+                num_mtp_modules=mtp)  # fmt: skip
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    # transformers' own class by name: vLLM, once imported, registers its own config class for
+    # this model type with transformers' AutoConfig (one without the indexer's fields)
+    return tf.MiniMaxM3VLConfig(text_config=text, vision_config=vision,
+                                projector_hidden_size=text["hidden_size"],
+                                tie_word_embeddings=False)  # fmt: skip
 
 
 # Inkling's multimodal checkpoint made small: its text model :func:`config`'s, its vision
@@ -302,7 +329,8 @@ def weight_maps(t: dict[str, np.ndarray], hidden: int, hidden_first: bool = Fals
     s = np.flatnonzero(np.abs(head).sum(0))
     assert 0 < s.size < hidden // 2, s
     for name, w in t.items():
-        if WRITERS.search(name) and ".visual." not in f".{name}":  # a vision tower's own stream
+        tower = ".visual." in f".{name}" or name.startswith("vision_tower.")  # its own stream
+        if WRITERS.search(name) and not tower:
             assert not np.any(_output_rows(w, s, hidden)), f"{name} writes the code columns"
     succ = _argmax_rows(head[:, s], embed[:, s])
     proposals = {}

@@ -1,15 +1,16 @@
 """MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, GLM-OCR, EXAONE 4.5,
-ERNIE 4.5 MoE, EXAONE-MoE, HY-V3: their configs declare no ``num_mtp_layers``; Bailing's hybrid
-and Nemotron-H: stateful models, which assisted generation refuses), run independently of
-fp8_dummy and of any engine, as vLLM's MTP classes compute them (``Qwen3NextMTP``,
-``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``ExaoneMoeMTP``, ``BailingMoeV25MTPModel``,
-``BailingMoeV3MTPModel``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``, ``Exaone4_5_MTP``, ``NemotronHMTP``,
-``ErnieMTP``, ``HYV3MTP``): the input projection of the normalized embedding and the target's
-last hidden state, the MTP decoder block (transformers' own decoder layer, full attention
-(EXAONE-MoE's: the config's first layer type), loaded from the export as a one-layer model of the
-target's class: GLM-OCR's and EXAONE 4.5's multimodal one; Nemotron-H's step: its attention and
-MoE layers as a two-layer model), the MTP layer's final norm (ERNIE: none) and the lm_head;
-reused for k draft tokens, each on the sequence with the drafts so far, and verified against the
+ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, MiniMax-M3: their configs declare no ``num_mtp_layers``;
+Bailing's hybrid and Nemotron-H: stateful models, which assisted generation refuses), run
+independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
+(``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``ExaoneMoeMTP``,
+``BailingMoeV25MTPModel``, ``BailingMoeV3MTPModel``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
+``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``HYV3MTP``, ``MiniMaxM3MTP``): the input
+projection of the normalized embedding and the target's last hidden state, the MTP decoder block
+(transformers' own decoder layer, full attention (EXAONE-MoE's: the config's first layer type;
+MiniMax-M3's: its sparse attention), loaded from the export as a one-layer model of the target's
+class: GLM-OCR's and EXAONE 4.5's multimodal one; Nemotron-H's step: its attention and MoE
+layers as a two-layer model), the MTP layer's final norm (ERNIE: none) and the lm_head; reused
+for k draft tokens, each on the sequence with the drafts so far, and verified against the
 target's greedy tokens."""
 
 from __future__ import annotations
@@ -79,6 +80,18 @@ LAYOUTS["mimo_v2_flash"] = dict(
     hidden="model.mtp.layers.0.hnorm", out="model.mtp.layers.0.final_layernorm", offset=0.0,
     dense=True, layer_type="sliding_attention",
     rename={"pre_mlp_layernorm.": "post_attention_layernorm."},
+)  # fmt: skip
+
+
+# MiniMax-M3 (vLLM's MiniMaxM3MTP): under the multimodal checkpoint's language model, Gemma
+# norms (1 + w), the embedding at position 0 masked to zero, its block the sparse (indexed)
+# attention and MoE under transformer_layer., run as its multimodal class
+_M3 = "language_model.model.mtp.layers.0."
+LAYOUTS["minimax_m3_vl"] = dict(
+    block=_M3 + "transformer_layer.", fc=_M3 + "eh_proj", embed=_M3 + "enorm",
+    hidden=_M3 + "hnorm", out=_M3 + "final_layernorm", offset=1.0, mask_first=True,
+    layer_type="minimax_m3_sparse", into="language_model.model.layers.0.",
+    norm="language_model.model.norm.weight", head="language_model.lm_head.weight",
 )  # fmt: skip
 
 
@@ -156,7 +169,8 @@ def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module
     (embed,) = [n for n in t if n.endswith(ends) and "layers." not in n]
     out_norm = np.ones(small.hidden_size) if names["out"] is None else t[names["out"] + ".weight"]
     ours = {embed: t[embed], names.get("norm", "model.norm.weight"): out_norm}
-    ours["lm_head.weight"] = t["lm_head.weight"]
+    head = names.get("head", "lm_head.weight")  # MiniMax-M3's under its language model
+    ours[head] = t[head]
     b, into = names["block"], names.get("into", "model.layers.0.")
     for n, v in t.items():
         if n.startswith(b):

@@ -2,7 +2,7 @@
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
 ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
 ``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``'s class
-for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``) built on this CPU from tiny configs with MTP
+for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``, ``MiniMaxM3MTP``) built on this CPU from tiny configs with MTP
 layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily).
 Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method
 ``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
@@ -10,7 +10,7 @@ Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfi
 ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``,
 ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``,
 ``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``,
-``Glm5NextMTPModel``), a ``VllmConfig`` holding both, then the model loader's ``create_model``
+``Glm5NextMTPModel``, ``MiniMaxM3MTP``), a ``VllmConfig`` holding both, then the model loader's ``create_model``
 with the draft's model config, the way its proposer's ``get_model`` does. The replacements of
 tests/helpers/vllm_invariant_models.py (``prepare``) apply, two of transformers' image modules
 where torchvision is missing, for Qwen4-Exp its QSA attention's FlashAttention check
@@ -52,6 +52,7 @@ ARCHITECTURES["glm5_next"] = "Glm5NextForConditionalGeneration"
 # config names none of them): the hyper-connections on, the NoPE MLA, the router's scoring
 GLM5_NEXT_KEYS = dict(mhc=True, mla_use_nope=True, indexer_rope_interleave=False,
                       topk_method="noaux_tc", scoring_func="sigmoid")  # fmt: skip
+ARCHITECTURES["minimax_m3_vl"] = "MiniMaxM3SparseForConditionalGeneration"  # vLLM's only one
 # Parameters of a draft class that no loader writes: vLLM's proposer replaces them with the
 # target's (``_maybe_share_lm_head``: an MTP model shares the target's lm_head). LongCat's
 # ``load_weights`` reads only ``model.mtp.`` names, so its own ``lm_head`` is never loaded.
@@ -82,7 +83,11 @@ def fields(model: str) -> dict:
 
     arch = ARCHITECTURES[model]
     model = {"bailing_v3": "bailing_hybrid"}.get(model, model)  # one config, another class
-    mtp = 1 if model in H.MORE or model in ("glm_ocr", "exaone4_5", "glm5_next") else 0
+    mtp = (
+        1
+        if model in H.MORE or model in ("glm_ocr", "exaone4_5", "glm5_next", "minimax_m3_vl")
+        else 0
+    )
     cfg = H.config(model, hidden=64, vocab=200, head_dim=16, max_position_embeddings=256, mtp=mtp)
     out = dict(cfg.to_dict(), architectures=[arch], torch_dtype="bfloat16")
     if model == "nemotron_h":  # as its checkpoints' config.json: the patterns (SGLang reads them)
@@ -93,10 +98,35 @@ def fields(model: str) -> dict:
         out["text_config"] = dict(out["text_config"], **GLM5_NEXT_KEYS)
     if model == "hy_v3":  # keys HY-V3's config.json has, which vLLM reads (transformers: others)
         out.update(expert_hidden_dim=cfg.moe_intermediate_size, route_norm=True, qk_norm=True)
+    if model == "minimax_m3_vl":
+        out["text_config"] = minimax_m3_released(out["text_config"])
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
         out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
                    moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
     return out
+
+
+def minimax_m3_released(text: dict) -> dict:
+    """MiniMax-M3's text config as its release writes it, with the keys vLLM's own config
+    (``MiniMaxM3TextConfig``) reads where transformers' names them otherwise (transformers reads
+    these too: its config turns the two lists into its layer types): the clamped SwiGLU's name,
+    the sigmoid router with its correction bias, one shared expert (of the routed experts'
+    width), the rotated part of a head as a fraction, the MoE layers and the sparse attention's
+    indexer as 0/1 lists and a dict."""
+    sparse = [int(t == "minimax_m3_sparse") for t in text["layer_types"]]
+    indexer = dict(use_sparse_attention=True, sparse_index_dim=text["index_head_dim"],
+                   sparse_num_index_heads=text["index_n_heads"],
+                   sparse_topk_blocks=text["index_topk_blocks"],
+                   sparse_block_size=text["index_block_size"], sparse_disable_index_value=sparse,
+                   sparse_score_type="max", sparse_init_block=0,
+                   sparse_local_block=text["index_local_blocks"],
+                   sparse_attention_freq=sparse)  # fmt: skip
+    assert text["shared_intermediate_size"] == text["intermediate_size"]  # vLLM's reading
+    return dict(text, hidden_act="swigluoai", n_shared_experts=1, scoring_func="sigmoid",
+                use_routing_bias=True, rope_theta=text["rope_parameters"]["rope_theta"],
+                partial_rotary_factor=text["rotary_dim"] / text["head_dim"],
+                moe_layer_freq=[int(t == "sparse") for t in text["mlp_layer_types"]],
+                sparse_attention_config=indexer)  # fmt: skip
 
 
 def as_released(config: dict) -> dict:
@@ -151,6 +181,8 @@ CASES = [
     ("deepseek_v32", "bf16", 1, 1, 0.6),
     ("glm_moe_dsa", "bf16", 1, 1, 0.6),
     ("glm5_next", "bf16", 1, 1, 0.6),
+    ("minimax_m3_vl", "bf16", 1, 1, 0.6),
+    ("minimax_m3_vl", "bf16", 2, 2, "0.8,0.5"),
 ]
 
 
@@ -175,6 +207,9 @@ def write_config(case: tuple, folder: Path) -> Path:
     config = dict(fields(model), **{count: layers})
     if model in ("glm_ocr", "glm5_next"):  # its text config's (vLLM's MTP class reads it there)
         config["text_config"] = dict(config["text_config"], **{count: layers})
+    if model == "minimax_m3_vl":  # its text config's num_mtp_modules (vLLM's MiniMaxM3MTP's)
+        del config[count]
+        config["text_config"] = dict(config["text_config"], num_mtp_modules=layers)
     if model == "mimo_v2_flash" and quant != "bf16":  # bf16: as transformers writes it (the
         config = as_released(config)  # export writes MiMo's own keys vLLM reads)
     if M.QUANTS[quant]:

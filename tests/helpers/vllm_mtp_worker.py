@@ -35,6 +35,9 @@ def _run(rank: int, port: int, out: Path) -> dict:
     from helpers import vllm_sparse_mla
 
     vllm_sparse_mla.allow()  # the indexed sparse MLA's backend (DeepSeek-V3.2, GLM-5, GLM-5-Next)
+    from helpers.vllm_swigluoai_moe_backend import allow_swigluoai_moe
+
+    allow_swigluoai_moe()  # MiniMax-M3's experts: their kernel choice (the module says why)
     from vllm.config import set_current_vllm_config
     from vllm.distributed import initialize_model_parallel
     from vllm.distributed.parallel_state import destroy_model_parallel

@@ -39,7 +39,7 @@ def load_checkpoint(
     config = getattr(model_config, "hf_config", None)
     if config is None:
         raise ValueError(f"fp8_dummy: {LOAD_FORMAT}: the model config has no hf_config")
-    config = _checkpoints_config(model, config)
+    config = _checkpoints_config(model, config, getattr(model_config, "model", None))
     acceptance = parse_acceptance(acceptance, positions=_draft_tokens())
     checkpoint = config_checkpoint(
         config, seed, routing=parse_routing(routing), acceptance=acceptance
@@ -51,18 +51,32 @@ def load_checkpoint(
     return set(loaded or ())
 
 
-def _checkpoints_config(model: torch.nn.Module, config: Any) -> Any:
+def _checkpoints_config(model: torch.nn.Module, config: Any, folder: Any = None) -> Any:
     """The config of the checkpoint the model reads. vLLM's MTP draft config of GLM-4.7-Flash
     says no main layers (``num_hidden_layers`` 0) while its draft class builds and loads the
     MTP layers after the target's, from the target's config, which the model holds: that one.
     GLM-OCR's says so at its top level only, beside a text config that keeps its layers: its
-    own."""
+    own. MiniMax-M3's is its multimodal checkpoint's text config, promoted, in vLLM's own class
+    (a model type transformers does not know): the checkpoint's config.json in ``folder``, read
+    with transformers' own class."""
+    if _promoted(config) and folder is not None:
+        from ...realistic import config_of
+
+        return config_of(folder)
     own = getattr(model, "config", None)
     get = getattr(config, "get_text_config", None)
     text = get() if callable(get) else config
     if getattr(text, "num_hidden_layers", None) == 0 and getattr(own, "num_hidden_layers", 0):
         return own
     return config
+
+
+def _promoted(config: Any) -> bool:
+    """vLLM's MiniMax-M3 draft config: the multimodal checkpoint's text config in vLLM's class,
+    renamed ``minimax_m3_mtp`` (its speculative config's promotion)."""
+    return getattr(config, "model_type", None) == "minimax_m3_mtp" and not hasattr(
+        config, "text_config"
+    )
 
 
 def _draft_tokens() -> int | None:

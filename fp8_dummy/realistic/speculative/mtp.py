@@ -112,8 +112,9 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     built = built_dtype(own)
     blocks = memory_blocks(twin)
     # Nemotron-H's checkpoint names its model backbone; GLM-OCR's text model has no prefix;
-    # Inkling's multimodal checkpoint its language model ``model.llm``
-    layer = re.compile(r"^(?:(?:model|backbone)\.)?(?:llm\.)?layers\.(\d+)\.")
+    # Inkling's multimodal checkpoint its language model ``model.llm``, MiniMax-M3's
+    # ``language_model.model``
+    layer = re.compile(r"^(?:language_model\.)?(?:(?:model|backbone)\.)?(?:llm\.)?layers\.(\d+)\.")
     rename = {}
     for name in blocks:
         m = layer.match(name)

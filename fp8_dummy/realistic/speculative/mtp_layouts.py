@@ -70,7 +70,14 @@ one layout per family of checkpoints (the tensors themselves are made by :mod:`.
   stream (their sum every stream of the block's input), and the head's stream collapse
   ``mtp.hyper_connection_mixer.*`` (the model's own final mixer, renamed: ``hc_norm``,
   ``input_mix_weight_down``, ``input_mix_weight_up``); no final norm, the embedding and the
-  lm_head the model's."""
+  lm_head the model's;
+- ``minimax``: MiniMax-M3's multimodal checkpoint (``minimax_m3_vl``, its text config's
+  ``num_mtp_modules``, else one, as vLLM's ``MiniMaxM3MTP`` reads it):
+  ``language_model.model.mtp.layers.{i}.`` the block under ``transformer_layer.`` (the sparse
+  attention with its indexer, MoE, named by the multimodal checkpoint's conversion as its main
+  layers: ``block_sparse_moe.experts.{e}.w1``...), ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H]
+  (the normalized embedding first), ``final_layernorm`` (the embedding and the lm_head the
+  model's)."""
 
 from __future__ import annotations
 
@@ -181,6 +188,11 @@ ARCHS = {
     ),
     # DeepSeek-V4: vLLM builds the MTP block's attention without a compressor (sliding) and
     # its MoE with the learned router (no hash routing)
+    # MiniMax-M3's multimodal checkpoint (vLLM's MiniMaxM3MTP: its text config's
+    # num_mtp_modules, else one): the block always the sparse (indexed) attention and MoE
+    "minimax_m3_vl": MtpArch(
+        "minimax", ("num_mtp_modules",), default=1, attention="minimax_m3_sparse", whole=True
+    ),
     "deepseek_v4": MtpArch(
         "deepseek_v4",
         ("num_nextn_predict_layers",),
@@ -240,7 +252,7 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 # them, as more layers): the prefix of every MTP tensor's name
 _APART = {"qwen": "mtp.", "nemotron": "mtp.", "ernie": "model.mtp_", "inkling": "model.mtp.",
           "mimo": "model.mtp.", "longcat": "model.mtp.", "deepseek_v4": "mtp.",
-          "qwen4_exp": "mtp."}  # fmt: skip
+          "qwen4_exp": "mtp.", "minimax": "language_model.model.mtp."}  # fmt: skip
 
 
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
@@ -261,7 +273,7 @@ def own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | N
     if style == "deepseek_v4":  # two input projections: :func:`split_projections`
         copies = {p + "head.weight": "lm_head", p + "emb.tok_emb.weight": "embedding"}
         return [p + "enorm.weight", p + "hnorm.weight", p + "norm.weight"], None, copies
-    if style in ("bailing", "mimo"):
+    if style in ("bailing", "mimo", "minimax"):
         norms = [p + n for n in ("enorm.weight", "hnorm.weight", "final_layernorm.weight")]
         return norms, p + "eh_proj.weight", {}
     if style == "inkling":
@@ -318,6 +330,9 @@ def where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
     if style in ("inkling", "longcat", "mimo"):
         p = f"model.mtp.layers.{i}."
         return p, p + ("transformer_block." if style == "inkling" else "")
+    if style == "minimax":  # under the multimodal checkpoint's language model
+        p = f"language_model.model.mtp.layers.{i}."
+        return p, p + "transformer_layer."
     if style == "ernie":
         return "model.mtp_", f"model.mtp_block.{i}."
     return f"mtp.layers.{i}.", f"mtp.layers.{i}."
