@@ -73,9 +73,18 @@ MORE["longcat_flash"] = dict(n_routed_experts=16, zero_expert_num=4, moe_topk=2,
                              qk_nope_head_dim=16, qk_rope_head_dim=16, head_dim=16,
                              v_head_dim=32, num_key_value_heads=4, mla_scale_q_lora=True,
                              mla_scale_kv_lora=True, pad_token_id=None)  # fmt: skip
+# HY-V4: MLA with the lightning indexer (the rope part head_dim, as transformers sets it), 16
+# experts top-2 and a shared one, its first layer dense, two iHC streams; no pad token (its
+# default is past a small vocabulary); one expert group, written out: vLLM's own HY-V4 config
+# class, which replaces transformers' once vLLM has read one, has no such default
+MORE["hy_v4"] = dict(n_routed_experts=16, n_shared_experts=1, q_lora_rank=32, kv_lora_rank=32,
+                     qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=32, index_head_dim=16,
+                     index_n_heads=2, hc_mult=2, n_group=1, topk_group=1, pad_token_id=None,
+                     **MOE)  # fmt: skip
 # their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's, LongCat's: one where the key
 # is absent)
 NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash", "longcat_flash")
+NEXTN += ("hy_v4",)
 
 
 @pytest.fixture(autouse=True)
@@ -104,8 +113,8 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     GLM-4.5 as tests/test_realistic_routing.py makes them (16 experts, top 2); Qwen3-Next and
     Qwen3.5's text models (at least four layers: three linear-attention ones, then a full one;
     Qwen3.5 with ``mtp`` MTP layers); Mellum (a sliding layer, then a full one), Inkling, Bailing,
-    GLM-4.7-Flash, Nemotron-H, ERNIE 4.5 MoE, EXAONE-MoE and LongCat-Flash (:data:`MORE`) with
-    ``mtp`` MTP layers (``bailing_v3``: Bailing's, naming Ling-3.0's class); then ``more``."""
+    GLM-4.7-Flash, Nemotron-H, ERNIE 4.5 MoE, EXAONE-MoE, LongCat-Flash and HY-V4 (:data:`MORE`)
+    with ``mtp`` MTP layers (``bailing_v3``: Bailing's, naming Ling-3.0's class); then ``more``."""
     if arch == "bailing_v3":  # Ling-3.0: Ling's hybrid config naming its own class
         cfg = config("bailing_hybrid", hidden, vocab, layers, mtp, **more)
         cfg.architectures = ["BailingMoeV3ForCausalLM"]
