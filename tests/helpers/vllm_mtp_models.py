@@ -1,28 +1,30 @@
 """vLLM 0.33's MTP draft classes (``DeepSeekMTP``, ``Glm4MoeMTP``, ``Qwen3NextMTP``,
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
 ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
-``LongCatFlashMTP``, ``BailingMoeV3MTPModel``) built on this CPU from tiny configs with MTP
-layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily).
-Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method
-``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
+``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``HYV4MTP``) built on this CPU from tiny configs
+with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported
+lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig``
+(method ``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
 ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``,
 ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``,
-``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``,
-``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``), a ``VllmConfig`` holding both, then the
-model loader's ``create_model`` with the draft's model config, the way its proposer's
-``get_model`` does. The replacements of tests/helpers/vllm_invariant_models.py (``prepare``)
-apply, and two of transformers' image modules where torchvision is missing (:func:`build`); the
-oracle is the same: the export of the config, read by vLLM's own safetensors loader into a
-twin."""
+``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``,
+``MiMoV2MTPModel``, ``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``HYV4MTPModel``), a
+``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
+config, the way its proposer's ``get_model`` does. The replacements of
+tests/helpers/vllm_invariant_models.py (``prepare``) apply, and two of transformers' image
+modules where torchvision is missing (:func:`build`); the oracle is the same: the export of the
+config, read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from helpers import vllm_invariant_models as M
+from helpers.vllm_sparse_mla_backend import sparse_as_dense
 
 ARCHITECTURES = {"glm4_moe": "Glm4MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM"}
 ARCHITECTURES["bailing_hybrid"] = "BailingMoeV2_5ForCausalLM"  # Ling/Ring-2.5's own
@@ -32,6 +34,7 @@ ARCHITECTURES["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"  # GLM-4.7-Flash
 ARCHITECTURES["ernie4_5_moe"] = "Ernie4_5_MoeForCausalLM"
 ARCHITECTURES["exaone_moe"] = "ExaoneMoeForCausalLM"
 ARCHITECTURES["hy_v3"] = "HYV3ForCausalLM"
+ARCHITECTURES["hy_v4"] = "HYV4ForCausalLM"
 ARCHITECTURES["glm_ocr"] = "GlmOcrForConditionalGeneration"  # vLLM's only GLM-OCR class
 ARCHITECTURES["exaone4_5"] = "Exaone4_5_ForConditionalGeneration"
 ARCHITECTURES["mimo_v2_flash"] = "MiMoV2FlashForCausalLM"
@@ -43,6 +46,9 @@ ARCHITECTURES["bailing_v3"] = "BailingMoeV3ForCausalLM"
 # target's (``_maybe_share_lm_head``: an MTP model shares the target's lm_head). LongCat's
 # ``load_weights`` reads only ``model.mtp.`` names, so its own ``lm_head`` is never loaded.
 SHARED = {"longcat_flash": ("lm_head.weight",)}
+# HY-V4's loader reads the checkpoint's lm_head into the first MTP layer's head alone: a second
+# MTP layer's (the config's two main layers: model.layers.3.) is the target's at run time too
+SHARED["hy_v4"] = ("model.layers.3.shared_head.head.weight",)
 
 
 def fields(model: str) -> dict:
@@ -50,7 +56,8 @@ def fields(model: str) -> dict:
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
     DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
     text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-MoE,
-    HY-V3, MiMo-V2-Flash and LongCat-Flash as tests/helpers/speculative.py makes them; Ling-3.0
+    HY-V3, MiMo-V2-Flash, LongCat-Flash and HY-V4 as tests/helpers/speculative.py makes them (HY-V4
+    with the keys of its config.json vLLM reads); Ling-3.0
     (``bailing_v3``): Ling's hybrid config naming its own class."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
@@ -67,6 +74,9 @@ def fields(model: str) -> dict:
         del out["layers_block_type"], out["mtp_layers_block_type"]
     if model == "hy_v3":  # keys HY-V3's config.json has, which vLLM reads (transformers: others)
         out.update(expert_hidden_dim=cfg.moe_intermediate_size, route_norm=True, qk_norm=True)
+    if model == "hy_v4":  # keys HY-V4's config.json has, which vLLM reads (transformers' class
+        # always builds the attention's output gate, elementwise, its sinks and the iHC streams)
+        out.update(gated_mla=True, gating_type="elementwise", learnable_sink=True, enable_ihc=True)
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
         out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
                    moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
@@ -113,6 +123,8 @@ CASES = [
     ("ernie4_5_moe", "bf16", 1, 1, 0.6),
     ("exaone_moe", "bf16", 1, 1, 0.6),
     ("hy_v3", "bf16", 1, 1, 0.6),
+    ("hy_v4", "bf16", 1, 1, 0.6),
+    ("hy_v4", "bf16", 2, 2, "0.8,0.5"),
     ("glm_ocr", "bf16", 1, 1, 0.6),
     ("exaone4_5", "bf16", 1, 1, 0.6),
     ("mimo_v2_flash", "bf16", 1, 1, 0.6),
@@ -238,7 +250,10 @@ def build(folder: Path, world: int, k: int, method: str = "mtp", draft: Path | N
     )  # fmt: skip
     loader = get_model_loader(LoadConfig(load_format="dummy"))
     draft = spec.draft_model_config
-    with set_current_vllm_config(vllm_config):
+    # HY-V4's MTP block asks for a sparse MLA backend, which this CPU has not: the one choice
+    # replaced (helpers/vllm_sparse_mla_backend.py)
+    sparse = "HYV4MTPModel" in (getattr(draft.hf_config, "architectures", None) or ())
+    with set_current_vllm_config(vllm_config), sparse_as_dense() if sparse else nullcontext():
         with set_default_torch_dtype(draft.dtype), torch.device("cpu"):
             model = loader.create_model(vllm_config=vllm_config, model_config=draft)
     return model, vllm_config, draft
