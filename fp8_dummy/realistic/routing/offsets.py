@@ -1,8 +1,8 @@
 """Where the routing's offsets are written: the routers among a model's tensors (the weights
 of role ``router``, :func:`.rules.router_holders`, in a decoder layer: ``layers.<i>``,
 ``h.<i>``, ``blocks.<i>`` (:data:`.rules.LAYER_INDEX`), or an MTP layer kept apart
-(``mtp.<i>``, ``mtp.layers.<i>``), counted after the main model's; its top-k, scoring and
-grouping from the config)
+(``mtp.<i>``, ``mtp.layers.<i>``, ``mtp_layers.<i>``), counted after the main model's; its
+top-k, scoring and grouping from the config)
 and the overrides of the fill that realize each router's offsets: into the router's bias where
 it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
 selection adds one to the sigmoid scores (DeepSeek-V3/R1, GLM-4.5), grouped top-k included;
@@ -145,8 +145,9 @@ def _main_layers(roles: Mapping[str, str], config: Any) -> int:
 
 
 # an MTP layer's tensors apart from the main model's: DeepSeek-V4's ``mtp.<i>.``, Qwen3-Next's
-# and Nemotron-H's ``mtp.layers.<i>.``, Inkling's ``model.mtp.layers.<i>.``
-_MTP = re.compile(r"(?:^|\.)mtp\.")
+# and Nemotron-H's ``mtp.layers.<i>.``, Inkling's ``model.mtp.layers.<i>.``, HY-V4's
+# ``model.mtp_layers.<i>.``
+_MTP = re.compile(r"(?:^|\.)mtp(?:_layers)?\.")
 
 
 def _mtp(name: str, found: re.Match) -> bool:
