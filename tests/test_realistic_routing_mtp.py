@@ -1,12 +1,12 @@
-"""MTP layers' routers under a routing profile (docs/realistic.md#routing): those kept apart
-from the main model's (DeepSeek-V4's ``mtp.<i>``, Qwen3-Next's and Nemotron-H's
-``mtp.layers.<i>``) come after the main model's layers, as those numbered on from them do
-(DeepSeek-V3's ``model.layers.<L + i>``): a recorded load's rows pair with the main MoE layers
-in order and each MTP layer gets the last one's; under zipf MTP layer i draws as a main layer
-L + i would. Checked by the written bytes: a hash table's expert counts (vocab · k · share),
-a router's offsets' order (its correction bias, or its weight's carrier column: the more
-loaded expert never the lower offset), and the bytes of a model with L + i main layers, never
-by the pairing code itself."""
+"""MTP layers' routers under a routing profile (docs/realistic.md#routing): those kept apart from
+the main model's (DeepSeek-V4's ``mtp.<i>``, Qwen3-Next's and Nemotron-H's ``mtp.layers.<i>``,
+HY-V4's ``model.mtp_layers.<i>``) come after the main model's layers, as those numbered on from
+them do (DeepSeek-V3's ``model.layers.<L + i>``): a recorded load's rows pair with the main MoE
+layers in order and each MTP layer gets the last one's; under zipf MTP layer i draws as a main
+layer L + i would. Checked by the written bytes: a hash table's expert counts (vocab · k ·
+share), a router's offsets' order (its correction bias, or its weight's carrier column: the more
+loaded expert never the lower offset), and the bytes of a model with L + i main layers, never by
+the pairing code itself."""
 
 from __future__ import annotations
 
@@ -96,10 +96,12 @@ APART = {
     "qwen3_next": ([f"model.layers.{i}.mlp.gate" for i in range(4)], "mtp.layers.0.mlp.gate"),
     "nemotron_h": ([f"backbone.layers.{i}.mixer.gate" for i in (1, 3, 5)],
                    "mtp.layers.1.mixer.gate"),
+    # HY-V4: a dense first layer, then MoE ones; its MTP layers under model.mtp_layers.<i>
+    "hy_v4": ([f"model.layers.{i}.mlp.gate" for i in (1, 2, 3)], "model.mtp_layers.0.mlp.gate"),
 }  # fmt: skip
 # six layers: Mamba, MoE, attention in turn (three MoE layers, so that an MTP router sorted
 # among them would shift a main layer's row)
-LAYERS = {"qwen3_next": 4, "nemotron_h": 6}
+LAYERS = {"qwen3_next": 4, "nemotron_h": 6, "hy_v4": 4}
 
 
 @pytest.mark.parametrize("arch", list(APART))

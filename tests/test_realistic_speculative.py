@@ -108,6 +108,7 @@ ARCHS += ["ernie4_5_moe", "exaone_moe"]  # ERNIE 4.5 MoE, EXAONE-MoE: one dense 
 ARCHS += ["hy_v3"]  # HY-V3: one MTP layer
 ARCHS += ["mimo_v2_flash"]  # MiMo-V2-Flash: one dense sliding-attention MTP layer
 ARCHS += ["longcat_flash"]  # LongCat-Flash: one MTP layer (its block parts of a decoder layer)
+ARCHS += ["hy_v4"]  # HY-V4: one MTP layer (its block the decoder layer without iHC)
 
 
 # GLM-OCR's, EXAONE 4.5's and MiniMax-M3's: one MTP layer each
@@ -232,12 +233,12 @@ def test_every_block_holds_the_whole_tensors_values():
 @pytest.mark.parametrize("arch", ["qwen3_moe", "deepseek_v3", "mixtral", "gpt_oss", "mellum",
                                   "bailing_hybrid", "qwen3_5_moe_text", "glm4_moe_lite",
                                   "inkling_text", "ernie4_5_moe", "exaone_moe",
-                                  "hy_v3", "mimo_v2_flash", "qwen4_exp_text"])  # fmt: skip
+                                  "hy_v3", "mimo_v2_flash", "qwen4_exp_text", "hy_v4"])  # fmt: skip
 def test_routing_and_residual_rms_hold_with_acceptance(arch):
     """The routing tests' measurement (tests/test_realistic_routing.py) with acceptance set:
     every MoE layer within TV 0.08 of zipf:1.2, max/mean within 25%, residual RMS in [0.25, 4]
-    (Mellum, Bailing, GLM-4.7-Flash, Inkling, ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash and
-    Qwen3.5-MoE: this file's configs with an MTP layer, three layers; Qwen3.5-MoE's and
+    (Mellum, Bailing, GLM-4.7-Flash, Inkling, ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, MiMo-V2-Flash, HY-V4
+    and Qwen3.5-MoE: this file's configs with an MTP layer, three layers; Qwen3.5-MoE's and
     Qwen4-Exp's four)."""
     from test_realistic_routing import build, measure, tv_sorted, zipf_oracle
 

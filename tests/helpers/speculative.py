@@ -87,10 +87,18 @@ DSA = dict(n_routed_experts=16, n_shared_experts=1, num_experts_per_tok=2, moe_i
            topk_group=1, index_topk=16, index_head_dim=32, index_n_heads=2,
            pad_token_id=None)  # fmt: skip
 MORE.update(deepseek_v32=DSA, glm_moe_dsa=DSA)
+# HY-V4: MLA with the lightning indexer (the rope part head_dim, as transformers sets it), 16
+# experts top-2 and a shared one, its first layer dense, two iHC streams; no pad token (its
+# default is past a small vocabulary); one expert group, written out: vLLM's own HY-V4 config
+# class, which replaces transformers' once vLLM has read one, has no such default
+MORE["hy_v4"] = dict(n_routed_experts=16, n_shared_experts=1, q_lora_rank=32, kv_lora_rank=32,
+                     qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=32, index_head_dim=16,
+                     index_n_heads=2, hc_mult=2, n_group=1, topk_group=1, pad_token_id=None,
+                     **MOE)  # fmt: skip
 # their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's, LongCat's: one where the key
 # is absent)
 NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash", "longcat_flash")
-NEXTN += ("deepseek_v32", "glm_moe_dsa")
+NEXTN += ("deepseek_v32", "glm_moe_dsa", "hy_v4")
 # GLM-5-Next's text model: a KDA layer, then an indexed MLA one (NoPE), dense then MoE (16 experts
 # top-2, a shared one), four hyper-connection streams; the indexer's top-k (64, in pools of 4) at
 # least the sequences the tests run, so that its selection keeps every earlier token
@@ -131,7 +139,7 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
     Qwen3.5's text models (at least four layers: three linear-attention ones, then a full one;
     Qwen3.5 with ``mtp`` MTP layers; Qwen4-Exp's text model likewise, its fourth a QSA one);
     Mellum (a sliding layer, then a full one), Inkling, Bailing, GLM-4.7-Flash, Nemotron-H,
-    ERNIE 4.5 MoE, EXAONE-MoE, LongCat-Flash, DeepSeek-V3.2 and GLM-5 (:data:`MORE`),
+    ERNIE 4.5 MoE, EXAONE-MoE, LongCat-Flash, DeepSeek-V3.2, GLM-5 and HY-V4 (:data:`MORE`),
     GLM-5-Next (:data:`GLM5_NEXT`) with ``mtp`` MTP layers (``bailing_v3``: Bailing's, naming
     Ling-3.0's class); then ``more``."""
     if arch == "bailing_v3":  # Ling-3.0: Ling's hybrid config naming its own class

@@ -2,21 +2,22 @@
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
 ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
 ``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``'s class
-for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``, ``MiniMaxM3MTP``) built on this CPU from tiny configs with MTP
-layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers: vLLM is imported lazily).
-Built as vLLM builds a draft: the target's ``ModelConfig``, a ``SpeculativeConfig`` (method
-``mtp``, which turns the target's config into the draft's: ``DeepSeekMTPModel``,
-``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``,
-``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``, ``Exaone4_5_MTP``,
-``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``,
-``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``,
-``Glm5NextMTPModel``, ``MiniMaxM3MTP``), a ``VllmConfig`` holding both, then the model loader's ``create_model``
-with the draft's model config, the way its proposer's ``get_model`` does. The replacements of
+for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``, ``MiniMaxM3MTP``, ``HYV4MTP``) built on this CPU
+from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers:
+vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
+``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
+``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
+``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``,
+``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``,
+``MiMoV2MTPModel``, ``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``,
+``DeepseekV32MTPModel``, ``Glm5NextMTPModel``, ``MiniMaxM3MTP``, ``HYV4MTPModel``), a
+``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
+config, the way its proposer's ``get_model`` does. The replacements of
 tests/helpers/vllm_invariant_models.py (``prepare``) apply, two of transformers' image modules
 where torchvision is missing, for Qwen4-Exp its QSA attention's FlashAttention check
 (helpers/vllm_qsa_flash_attention_stub.py) and for the indexed sparse MLA its backend choice
-(helpers/vllm_sparse_mla.py) (:func:`build`); the oracle is the same: the export of the
-config, read by vLLM's own safetensors loader into a twin."""
+(helpers/vllm_sparse_mla.py) (:func:`build`); the oracle is the same: the export of the config,
+read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ ARCHITECTURES["glm4_moe_lite"] = "Glm4MoeLiteForCausalLM"  # GLM-4.7-Flash
 ARCHITECTURES["ernie4_5_moe"] = "Ernie4_5_MoeForCausalLM"
 ARCHITECTURES["exaone_moe"] = "ExaoneMoeForCausalLM"
 ARCHITECTURES["hy_v3"] = "HYV3ForCausalLM"
+ARCHITECTURES["hy_v4"] = "HYV4ForCausalLM"
 ARCHITECTURES["glm_ocr"] = "GlmOcrForConditionalGeneration"  # vLLM's only GLM-OCR class
 ARCHITECTURES["exaone4_5"] = "Exaone4_5_ForConditionalGeneration"
 ARCHITECTURES["mimo_v2_flash"] = "MiMoV2FlashForCausalLM"
@@ -57,6 +59,9 @@ ARCHITECTURES["minimax_m3_vl"] = "MiniMaxM3SparseForConditionalGeneration"  # vL
 # target's (``_maybe_share_lm_head``: an MTP model shares the target's lm_head). LongCat's
 # ``load_weights`` reads only ``model.mtp.`` names, so its own ``lm_head`` is never loaded.
 SHARED = {"longcat_flash": ("lm_head.weight",)}
+# HY-V4's loader reads the checkpoint's lm_head into the first MTP layer's head alone: a second
+# MTP layer's (the config's two main layers: model.layers.3.) is the target's at run time too
+SHARED["hy_v4"] = ("model.layers.3.shared_head.head.weight",)
 
 
 def padding(model: str, config) -> dict[str, int]:
@@ -74,9 +79,10 @@ def fields(model: str) -> dict:
     """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
     DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
-    text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-MoE,
-    HY-V3, MiMo-V2-Flash, LongCat-Flash and Qwen4-Exp's text model as tests/helpers/speculative.py
-    makes them; Ling-3.0 (``bailing_v3``): Ling's hybrid config naming its own class."""
+    text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-
+    MoE, HY-V3, MiMo-V2-Flash, LongCat-Flash, Qwen4-Exp's text model and HY-V4 as
+    tests/helpers/speculative.py makes them (HY-V4 with the keys of its config.json vLLM reads);
+    Ling-3.0 (``bailing_v3``): Ling's hybrid config naming its own class."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -100,6 +106,9 @@ def fields(model: str) -> dict:
         out.update(expert_hidden_dim=cfg.moe_intermediate_size, route_norm=True, qk_norm=True)
     if model == "minimax_m3_vl":
         out["text_config"] = minimax_m3_released(out["text_config"])
+    if model == "hy_v4":  # keys HY-V4's config.json has, which vLLM reads (transformers' class
+        # always builds the attention's output gate, elementwise, its sinks and the iHC streams)
+        out.update(gated_mla=True, gating_type="elementwise", learnable_sink=True, enable_ihc=True)
     if model == "bailing_hybrid":  # keys Ling-2.5's config.json has, which vLLM reads
         out.update(use_bias=False, score_function="sigmoid", moe_router_enable_expert_bias=True,
                    moe_shared_expert_intermediate_size=cfg.moe_intermediate_size)  # fmt: skip
@@ -169,6 +178,8 @@ CASES = [
     ("ernie4_5_moe", "bf16", 1, 1, 0.6),
     ("exaone_moe", "bf16", 1, 1, 0.6),
     ("hy_v3", "bf16", 1, 1, 0.6),
+    ("hy_v4", "bf16", 1, 1, 0.6),
+    ("hy_v4", "bf16", 2, 2, "0.8,0.5"),
     ("glm_ocr", "bf16", 1, 1, 0.6),
     ("exaone4_5", "bf16", 1, 1, 0.6),
     ("mimo_v2_flash", "bf16", 1, 1, 0.6),

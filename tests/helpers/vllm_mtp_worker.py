@@ -34,7 +34,8 @@ def _run(rank: int, port: int, out: Path) -> dict:
     base = M.start(rank, port, str(out))
     from helpers import vllm_sparse_mla
 
-    vllm_sparse_mla.allow()  # the indexed sparse MLA's backend (DeepSeek-V3.2, GLM-5, GLM-5-Next)
+    # the indexed sparse MLA's backend (DeepSeek-V3.2, GLM-5, GLM-5-Next, HY-V4)
+    vllm_sparse_mla.allow()
     from helpers.vllm_swigluoai_moe_backend import allow_swigluoai_moe
 
     allow_swigluoai_moe()  # MiniMax-M3's experts: their kernel choice (the module says why)

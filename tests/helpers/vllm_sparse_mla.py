@@ -1,14 +1,14 @@
-"""vLLM 0.33's indexed sparse MLA (DeepSeek-V3.2's, GLM-5's and GLM-5-Next's attention with the
-lightning indexer) built on this CPU, for the tests that build vLLM's classes of those models
-(tests/helpers/vllm_mtp_worker.py).
+"""vLLM 0.33's indexed sparse MLA (DeepSeek-V3.2's, GLM-5's, GLM-5-Next's and HY-V4's attention
+with the lightning indexer) built on this CPU, for the tests that build vLLM's classes of those
+models (tests/helpers/vllm_mtp_worker.py).
 
 What is replaced, and why (:func:`allow`): ``CpuPlatform.get_attn_backend_cls``, the platform's
 choice of the attention backend, which ``MLAAttention`` calls at construction and which raises
 ``NotImplementedError("Sparse Attention is not supported on CPU.")`` when the layer asks for a
-sparse one (``use_sparse``). Where it is asked for a sparse MLA backend, the replacement
-answers the platform's own MLA choice for the same request without ``use_sparse`` (its CPU MLA
-backend). The backend is the kernel that runs attention: its implementation object holds no
-parameter and no loader reads it. Every parameter of the attention, its indexer included
+sparse one (``use_sparse``). Where it is asked for a sparse MLA backend, the replacement answers
+the platform's own MLA choice for the same request without ``use_sparse`` (its CPU MLA backend).
+The backend is the kernel that runs attention: its implementation object holds no parameter and
+no loader reads it. Every parameter of the attention, its indexer included
 (``fused_qkv_a_proj``, ``q_b_proj``, ``kv_b_proj``, ``o_proj``, the norms, ``wq_b``,
 ``wk_weights_proj``, ``k_norm``...), is created by the model's own modules whatever the backend,
 and loaded by the class's own ``load_weights`` and ``weight_loader``s. Every other request goes

@@ -1,8 +1,8 @@
 """Where the routing's offsets are written: the routers among a model's tensors (the weights
 of role ``router``, :func:`.rules.router_holders`, in a decoder layer: ``layers.<i>``,
 ``h.<i>``, ``blocks.<i>`` (:data:`.rules.LAYER_INDEX`), or an MTP layer kept apart
-(``mtp.<i>``, ``mtp.layers.<i>``), counted after the main model's; its top-k, scoring and
-grouping from the config)
+(``mtp.<i>``, ``mtp.layers.<i>``, ``mtp_layers.<i>``), counted after the main model's; its
+top-k, scoring and grouping from the config)
 and the overrides of the fill that realize each router's offsets: into the router's bias where
 it is added before the selection (GPT-OSS); into ``e_score_correction_bias`` where the
 selection adds one to the sigmoid scores (DeepSeek-V3/R1, GLM-4.5), grouped top-k included;
@@ -145,8 +145,9 @@ def _main_layers(roles: Mapping[str, str], config: Any) -> int:
 
 
 # an MTP layer's tensors apart from the main model's: DeepSeek-V4's ``mtp.<i>.``, Qwen3-Next's
-# and Nemotron-H's ``mtp.layers.<i>.``, Inkling's ``model.mtp.layers.<i>.``
-_MTP = re.compile(r"(?:^|\.)mtp\.")
+# and Nemotron-H's ``mtp.layers.<i>.``, Inkling's ``model.mtp.layers.<i>.``, HY-V4's
+# ``model.mtp_layers.<i>.``
+_MTP = re.compile(r"(?:^|\.)mtp(?:_layers)?\.")
 
 
 def _mtp(name: str, found: re.Match) -> bool:
@@ -337,29 +338,45 @@ def apply_overrides(
     element_strides: Sequence[int] | None = None,
 ) -> None:
     """Write ``overrides`` (of the logical tensor of ``shape``) into ``view``, the block at
-    ``element_offset``/``element_strides`` (row-major strides of ``shape`` times a step)."""
+    ``element_offset``/``element_strides``: each of its dimensions runs along one dimension of
+    ``shape`` with a step (a narrowed, strided or transposed block), or is fixed at the
+    offset's index there (a selected one: a loader's view of one expert of a fused tensor)."""
     logical = row_major_strides(shape)
     strides = list(element_strides) if element_strides is not None else logical
     origin, rest = [], element_offset
     for s in logical:
         origin.append(rest // s)
         rest %= s
-    step = [st // ls for st, ls in zip(strides, logical)]
+    axes = _axes(shape, logical, origin, view.shape, strides)
     for dim, index, value in overrides:
+        axis = axes.get(dim)  # (the view's dimension, its step), None: fixed at origin[dim]
         if index is None:  # a 1-D vector over the whole tensor
-            sel = torch.arange(view.shape[0]) * step[0] + origin[0]
+            if axis is None:
+                view.fill_(float(np.asarray(value)[origin[0]]))
+                continue
+            sel = torch.arange(view.shape[axis[0]]) * axis[1] + origin[0]
             view.copy_(torch.as_tensor(np.asarray(value)[sel.numpy()], dtype=view.dtype))
             continue
         if isinstance(index, range):  # a float over indices [start, stop): the block's share
-            first = max(0, -(-(index.start - origin[dim]) // step[dim]))
-            last = min(view.shape[dim], -(-(index.stop - origin[dim]) // step[dim]))
+            if axis is None:
+                if index.start <= origin[dim] < index.stop:
+                    view.fill_(float(value))
+                continue
+            d, step = axis
+            first = max(0, -(-(index.start - origin[dim]) // step))
+            last = min(view.shape[d], -(-(index.stop - origin[dim]) // step))
             if last > first:
-                view.narrow(dim, first, last - first).fill_(float(value))
+                view.narrow(d, first, last - first).fill_(float(value))
             continue
-        pos, mod = divmod(index - origin[dim], step[dim])
-        if mod or not 0 <= pos < view.shape[dim]:
-            continue  # this block does not hold that index
-        target = view.select(dim, pos)
+        if axis is None:
+            if index != origin[dim]:
+                continue  # this block does not hold that index
+            target = view
+        else:
+            pos, mod = divmod(index - origin[dim], axis[1])
+            if mod or not 0 <= pos < view.shape[axis[0]]:
+                continue  # this block does not hold that index
+            target = view.select(axis[0], pos)
         if isinstance(value, Kept):
             target.bitwise_and_(value.mask)
             continue
@@ -367,5 +384,30 @@ def apply_overrides(
             target.fill_(float(value))
             continue
         other = 0 if dim == 1 else 1
-        sel = torch.arange(view.shape[other]) * step[other] + origin[other]
+        across = axes.get(other)
+        if across is None:
+            target.fill_(float(np.asarray(value)[origin[other]]))
+            continue
+        sel = torch.arange(view.shape[across[0]]) * across[1] + origin[other]
         target.copy_(torch.as_tensor(np.asarray(value)[sel.numpy()], dtype=view.dtype))
+
+
+def _axes(shape, logical, origin, view_shape, strides) -> dict[int, tuple[int, int]]:
+    """The dimensions of ``shape`` a block runs along: dimension -> (the block's dimension, its
+    step). A block's dimension of stride s runs along the last dimension k whose stride
+    divides s and whose extent holds its steps (an earlier one's stride is a multiple of k's,
+    a later one's steps would leave its extent); one of size 1 or stride 0 along none."""
+    found: dict[int, tuple[int, int]] = {}
+    for d, (size, st) in enumerate(zip(view_shape, strides)):
+        if size == 1 or st == 0:
+            continue
+        for k in reversed(range(len(shape))):
+            step, mod = divmod(st, logical[k])
+            if not mod and origin[k] + step * (size - 1) < shape[k] and k not in found:
+                found[k] = (d, step)
+                break
+        else:
+            raise ValueError(
+                f"fp8_dummy: a block of stride {st} runs along no dimension of {tuple(shape)}"
+            )
+    return found

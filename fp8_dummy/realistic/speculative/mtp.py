@@ -81,6 +81,8 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
         cfg.layer_types = list(types)[:n]
     if getattr(cfg, "mlp_layer_types", None) is not None:  # DeepSeek-V3.2, GLM-5: by name
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or [arch.moe] * n)
+    if getattr(cfg, "indexer_types", None) is not None:  # HY-V4: each MTP layer its own indexer
+        cfg.indexer_types = ["full"] * n  # (vLLM builds one in every MTP layer)
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
     if getattr(cfg, "indexer_types", None) is not None:  # GLM-5, GLM-5-Next: the engines' MTP

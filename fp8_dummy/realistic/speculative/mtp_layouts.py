@@ -52,6 +52,11 @@ one layout per family of checkpoints (the tensors themselves are made by :mod:`.
   first dense MLP as ``transformer_layer.mlp.*``, their two norms; not its second attention,
   MLP or MoE), ``enorm.m``, ``hnorm.m``, ``eh_proj`` [H, 2H] (the normalized embedding
   first), ``model.mtp.norm``, ``model.mtp.embed_tokens`` (a copy of the embedding);
+- ``hy_v4``: HY-V4 (``num_nextn_predict_layers`` = n; vLLM's ``HYV4MTP``): ``model.mtp_layers.{i}.``
+  the block (the decoder layer without its iHC boundaries, which vLLM builds with
+  ``enable_ihc`` off: MLA attention with the lightning indexer, the output gate and the sinks,
+  the MoE), ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the normalized embedding first),
+  ``final_layernorm`` (the embedding and the lm_head the model's);
 - ``deepseek_v4``: DeepSeek-V4 (``num_nextn_predict_layers`` = n; vLLM's ``DeepSeekV4MTP``,
   SGLang's ``DeepseekV4ForCausalLMNextN``): ``mtp.{i}.`` the block under the main layers'
   names (a hyper-connected decoder layer: sliding attention, a routed MoE), ``enorm``,
@@ -94,7 +99,7 @@ _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 class MtpArch:
     """Where one architecture's checkpoint keeps its MTP layers and how its config counts them."""
 
-    layout: str  # deepseek | bailing | qwen | inkling | ... | deepseek_v4 (the docstring)
+    layout: str  # deepseek | bailing | qwen | inkling | ... | hy_v4 | deepseek_v4 (the docstring)
     counts: tuple[str, ...] = _COUNTS  # the keys that count them: the first one set
     default: int = 0  # the count where the config names none (vLLM's reading)
     dense: bool = False  # a dense block whatever the main layers are (vLLM's class builds one)
@@ -146,6 +151,12 @@ _QSA = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budg
 _GLM5_NEXT = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
                                     "post_attention_layernorm."))  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
+# HY-V4's MTP block: its decoder layer without the iHC boundaries (``hc_pre.*``), the shared
+# expert's gate under the name vLLM's loader reads (transformers' conversion writes every
+# ``gate_proj`` back as ``linear_gate``, the attention's output gate's name)
+_HY_V4 = (("mlp.shared_experts.linear_gate.", "mlp.shared_experts.gate_proj."),
+          ("self_attn.", "self_attn."), ("mlp.", "mlp."), ("input_layernorm.", "input_layernorm."),
+          ("post_attention_layernorm.", "post_attention_layernorm."))  # fmt: skip
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek"),
     "deepseek_v32": MtpArch("deepseek"),
@@ -185,6 +196,15 @@ ARCHS = {
     # LongCat-Flash: its num_hidden_layers counts two per decoder layer (its two attentions)
     "longcat_flash": MtpArch(
         "longcat", default=1, most=1, layers="num_layers", parts=_LONGCAT, only=True
+    ),
+    # HY-V4: vLLM builds the MTP block as the last main layer's type (the indexed attention,
+    # MoE) and without the iHC boundaries
+    "hy_v4": MtpArch(
+        "hy_v4",
+        ("num_nextn_predict_layers",),
+        attention="indexed_attention",
+        parts=_HY_V4,
+        only=True,
     ),
     # DeepSeek-V4: vLLM builds the MTP block's attention without a compressor (sliding) and
     # its MoE with the learned router (no hash routing)
@@ -252,7 +272,8 @@ def mtp_layers(config: Any) -> tuple[str | None, int]:
 # them, as more layers): the prefix of every MTP tensor's name
 _APART = {"qwen": "mtp.", "nemotron": "mtp.", "ernie": "model.mtp_", "inkling": "model.mtp.",
           "mimo": "model.mtp.", "longcat": "model.mtp.", "deepseek_v4": "mtp.",
-          "qwen4_exp": "mtp.", "minimax": "language_model.model.mtp."}  # fmt: skip
+          "qwen4_exp": "mtp.", "minimax": "language_model.model.mtp.",
+          "hy_v4": "model.mtp_layers."}  # fmt: skip
 
 
 def mtp_prefixes(config: Any) -> tuple[str, ...]:
@@ -273,7 +294,7 @@ def own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | N
     if style == "deepseek_v4":  # two input projections: :func:`split_projections`
         copies = {p + "head.weight": "lm_head", p + "emb.tok_emb.weight": "embedding"}
         return [p + "enorm.weight", p + "hnorm.weight", p + "norm.weight"], None, copies
-    if style in ("bailing", "mimo", "minimax"):
+    if style in ("bailing", "mimo", "minimax", "hy_v4"):
         norms = [p + n for n in ("enorm.weight", "hnorm.weight", "final_layernorm.weight")]
         return norms, p + "eh_proj.weight", {}
     if style == "inkling":
@@ -324,6 +345,8 @@ def where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
     style = arch.layout
     if style == "deepseek_v4":
         return f"mtp.{i}.", f"mtp.{i}."
+    if style == "hy_v4":
+        return f"model.mtp_layers.{i}.", f"model.mtp_layers.{i}."
     if style in ("deepseek", "bailing"):
         p = f"{arch.main}{text.num_hidden_layers + i}."
         return p, p
