@@ -97,7 +97,9 @@ def test_the_draft_holds_the_export(runs, case, tp):
         assert r["not_loaded"] == [] and r["mismatch"] == [], r
         kv = ("k_scale", "v_scale", "q_scale", "prob_scale")  # no checkpoint holds them
         assert all(n.endswith(kv) for n in r["kv_unloaded"]), r["kv_unloaded"]
-        assert r.get("shared", []) == sorted(set(T.SHARED.get(case[0], ())) & set(r["shapes"])), r
+        # the target's parameters: LongCat's lm_head, HY-V4's second MTP layer's head
+        shared = T.SHARED.get(case[0], ()) if case[0] != "hy_v4" or case[2] >= 2 else ()
+        assert r.get("shared", []) == sorted(shared), r
         assert r["poisoned"] == [], "a tensor the in-engine load never wrote"
         assert r["checked"] >= 15
         assert [n for n in r["shapes"] if ".layers." in n], "the decoder layers' tensors"

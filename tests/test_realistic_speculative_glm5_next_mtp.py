@@ -148,6 +148,7 @@ def independent_glm5_next_mtp_acceptance(out, k: int, prompts: int = 3, tokens: 
     the next step's hidden state. The target is transformers' class of the export."""
     target = tf.AutoModelForImageTextToText.from_pretrained(out, dtype=torch.float32).eval()
     text = target.config.text_config
+    assert text.num_nextn_predict_layers == 1, "vLLM uses the MTP layers in turn: one here"
     p = f"{MAIN}layers.{text.num_hidden_layers}."
     w = {n[len(p) :]: torch.from_numpy(v).float() for n, v in H.read(out).items()
          if n.startswith(p)}  # fmt: skip

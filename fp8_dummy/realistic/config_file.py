@@ -52,7 +52,15 @@ def read_config(path: str | os.PathLike) -> tuple[Any, dict, str]:
         named = os.path.basename(file) != "config.json"
         config = transformers.AutoConfig.from_pretrained(file if named else folder)
         if not type(config).__module__.startswith("transformers."):  # an engine registered its own
-            config = transformers_config_class(kind).from_pretrained(file if named else folder)
+            own = transformers_config_class(kind)
+            if own is None:  # a type only the engine's registry holds (vLLM's kimi_k2)
+                raise ConfigError(
+                    f"fp8_dummy: {file}: model_type {kind!r} is not one transformers "
+                    f"{transformers.__version__} ships (an engine registered its own class)"
+                )
+            config = own.from_pretrained(file if named else folder)
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 (the config class's own check, named)
         raise ConfigError(f"fp8_dummy: {file}: {type(e).__name__}: {e}") from None
     return config, raw, folder

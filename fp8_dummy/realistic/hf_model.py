@@ -21,7 +21,7 @@ from .meta_views import meta_view_map
 __all__ = ["UnplacedTensorError", "build_model", "built_dtype", "checkpoint_names"]
 __all__ += ["checkpoint_root"]
 __all__ += ["asked", "checkpoint_state", "config_of", "fp32_rule", "is_transformers_model"]
-__all__ += ["kept_fp32"]
+__all__ += ["kept_fp32", "transformers_config_class"]
 __all__ += ["memory_blocks", "on_meta", "own_tensors", "placed_views", "vocabulary_tensors"]
 
 
@@ -57,7 +57,7 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
             pass
     elif (own := _renamed_class(config)) is not None:
         fields = {k: v for k, v in config.to_dict().items() if k != "model_type"}
-        config = getattr(transformers, own).from_dict(fields)
+        config = own.from_dict(fields)
 
     kw = {"dtype": dtype} if dtype is not None else {}
     errors = []
@@ -88,18 +88,20 @@ def transformers_config_class(model_type: Any) -> type | None:
 _PROBE = 1_000_003
 
 
-def _renamed_class(config: Any) -> str | None:
-    """The name of transformers' own config class of ``config``'s model type where ``config`` is
-    an instance of another model type's class that an engine renamed (vLLM reads DeepSeek-V3.2's
-    config.json with DeepSeek-V3's class, whose model type it sets to ``deepseek_v32``): built
-    as it is, the model would be the other type's (DeepSeek-V3's, without the indexer)."""
+def _renamed_class(config: Any) -> type | None:
+    """transformers' own config class of ``config``'s model type where ``config`` is an instance
+    of another model type's class that an engine renamed (vLLM reads DeepSeek-V3.2's config.json
+    with DeepSeek-V3's class, whose model type it sets to ``deepseek_v32``): built as it is, the
+    model would be the other type's (DeepSeek-V3's, without the indexer). The renaming is the
+    class's, for the whole process: a DeepSeek-V3 config read after it is built as V3.2's too
+    (the engine's process reads one model's config)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     kind = getattr(type(config), "model_type", None)
     # the model types transformers registers the class for (none: a class of its own)
     types = {t for t, name in CONFIG_MAPPING_NAMES.items() if name == type(config).__name__}
     renamed = types and kind not in types and kind in CONFIG_MAPPING_NAMES
-    return CONFIG_MAPPING_NAMES[kind] if renamed else None
+    return transformers_config_class(kind) if renamed else None
 
 
 def _engine_fields(config: Any) -> dict[str, Any]:

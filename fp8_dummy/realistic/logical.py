@@ -313,8 +313,10 @@ def _add_mtp_own(part, entries: list, specs: dict, skipped: list, fmt) -> list[s
     final = next((s for n, s in specs.items() if _final_norm(n)), None)
     if part.final:  # a model without a final norm: the tensor its layout names (not the MTP's)
         block = {n for _, n, _, _ in part.block}
-        named = (s for n, s in specs.items() if n.endswith(part.final) and n not in block)
-        final = next(named, final)
+        named = [s for n, s in specs.items() if n.endswith(part.final) and n not in block]
+        if not named:
+            raise ValueError(f"fp8_dummy: the MTP layers' norms take {part.final}: none made")
+        final = named[0]
     units = []
     for module, name, t, shape in part.own:
         if name in part.norms:

@@ -108,6 +108,7 @@ def independent_hy_v4_mtp_acceptance(out: Path, k: int, prompts: int = 4, tokens
     of the target: the export's main model."""
     t = read(out)
     target = tf.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert not any(n.startswith("model.mtp_layers.1.") for n in t), "vLLM uses them in turn"
     layer = _Layer(t, 0, target.config)
     embed = torch.from_numpy(t["model.embed_tokens.weight"]).float()
     head = torch.from_numpy(t["lm_head.weight"]).float()

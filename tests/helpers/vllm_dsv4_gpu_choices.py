@@ -60,7 +60,9 @@ def _gpu_choices():
     def or_emulation(*args, **kwargs):
         try:
             return select(*args, **kwargs)
-        except NotImplementedError:  # "No NvFp4 MoE backend supports the deployment ..."
+        except NotImplementedError as e:  # "No NvFp4 MoE backend supports the deployment ..."
+            if not str(e).startswith("No NvFp4 MoE backend supports"):
+                raise
             from vllm.model_executor.layers.fused_moe.experts import nvfp4_emulation_moe as e
 
             return nvfp4.NvFp4MoeBackend.EMULATION, e.Nvfp4QuantizationEmulationTritonExperts

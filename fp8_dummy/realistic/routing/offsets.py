@@ -156,10 +156,10 @@ def _mtp(name: str, found: re.Match) -> bool:
 
 def _router_layer(name: str, found: re.Match, main: int) -> int:
     """A router's layer: ``layers.<i>``'s i; in an MTP layer kept apart (``mtp.<i>``,
-    ``mtp.layers.<i>``): main + i, the index the layouts that number MTP layers on from the
-    main ones give it (DeepSeek-V3's ``model.layers.<main + i>``), so that it orders after the
-    main model's layers (a recorded load's rows pair with the routers in that order) and keys
-    its own draws as that layer."""
+    ``mtp.layers.<i>``, ``mtp_layers.<i>``): main + i, the index the layouts that number MTP
+    layers on from the main ones give it (DeepSeek-V3's ``model.layers.<main + i>``), so that it
+    orders after the main model's layers (a recorded load's rows pair with the routers in that
+    order) and keys its own draws as that layer."""
     index = int(found.group(1))
     return main + index if _mtp(name, found) else index
 

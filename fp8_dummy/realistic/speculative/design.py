@@ -332,10 +332,14 @@ def gate_rows(
     k·hidden + j): their rows on S (``codes``) of every stream 0, so that the sigmoid gates the
     code's columns by 1/2 each."""
     rows: dict[str, list] = {}
+    hidden = codes.stop + 1  # S ends at the hidden size's last column but one (:class:`Layout`)
     for name in gates:
-        width, hidden = int(shapes[name][0]), codes.stop + 1
+        width = int(shapes[name][0])
         if len(shapes[name]) != 2 or width % hidden:
-            continue
+            raise DesignError(
+                f"fp8_dummy: {name} {list(shapes[name])}: a stream mixer's gate projection is "
+                f"[streams * {hidden}, rank]"
+            )
         rows[name] = [(0, range(k + codes.start, k + codes.stop), 0.0)
                       for k in range(0, width, hidden)]  # fmt: skip
     return rows

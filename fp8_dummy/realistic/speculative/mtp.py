@@ -81,12 +81,10 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
         cfg.layer_types = list(types)[:n]
     if getattr(cfg, "mlp_layer_types", None) is not None:  # DeepSeek-V3.2, GLM-5: by name
         cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or [arch.moe] * n)
-    if getattr(cfg, "indexer_types", None) is not None:  # HY-V4: each MTP layer its own indexer
-        cfg.indexer_types = ["full"] * n  # (vLLM builds one in every MTP layer)
+    if getattr(cfg, "indexer_types", None) is not None:  # GLM-5, GLM-5-Next, HY-V4: the
+        cfg.indexer_types = ["full"] * n  # engines' MTP layers each build their own indexer
     if getattr(cfg, "mlp_only_layers", None):
         cfg.mlp_only_layers = []
-    if getattr(cfg, "indexer_types", None) is not None:  # GLM-5, GLM-5-Next: the engines' MTP
-        cfg.indexer_types = ["full"] * n  # layers run their own indexer, none shares another's
     if arch.dense:  # ERNIE's by index, EXAONE's and MiMo's by name
         if getattr(cfg, "moe_layer_start_index", None) is not None:
             cfg.moe_layer_start_index = n
@@ -147,7 +145,9 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
     norm = torch.nn.Module()
     for i in range(n):
         norms, proj, copies = own_names(style, where(arch, text, i)[0], i, text)
-        part.copies.update({n: c for n, c in copies.items() if arch.head_copy or c != "lm_head"})
+        part.copies.update(
+            {name: c for name, c in copies.items() if arch.head_copy or c != "lm_head"}
+        )
         for name in norms:
             w = norm_width(style, name, text)
             part.own.append((norm, name, torch.empty(w, dtype=dtype, device="meta"), (w,)))
@@ -160,7 +160,9 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             square = torch.empty(h, h, dtype=dtype, device="meta")
             part.own.append((torch.nn.Module(), name, square, (h, h)))
             part.projections[name] = start
-            if style == "deepseek_v4":  # Qwen4-Exp's stay unquantized (no layer index)
+            # DeepSeek-V4's real checkpoints hold them in FP8; Qwen4-Exp's stay unquantized and
+            # listed as ignored (vLLM's draft reads that list under the names it builds)
+            if style == "deepseek_v4":
                 part.quantized += (name,)
     return part
 

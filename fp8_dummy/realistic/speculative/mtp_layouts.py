@@ -150,13 +150,13 @@ _QSA = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budg
 # one stream: ``is_mtp_layer``), under the same names
 _GLM5_NEXT = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
                                     "post_attention_layernorm."))  # fmt: skip
-# The config's own model type (its text config's, or an outer one's) -> its MTP layers
 # HY-V4's MTP block: its decoder layer without the iHC boundaries (``hc_pre.*``), the shared
 # expert's gate under the name vLLM's loader reads (transformers' conversion writes every
 # ``gate_proj`` back as ``linear_gate``, the attention's output gate's name)
 _HY_V4 = (("mlp.shared_experts.linear_gate.", "mlp.shared_experts.gate_proj."),
           ("self_attn.", "self_attn."), ("mlp.", "mlp."), ("input_layernorm.", "input_layernorm."),
           ("post_attention_layernorm.", "post_attention_layernorm."))  # fmt: skip
+# The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek"),
     "deepseek_v32": MtpArch("deepseek"),
@@ -206,13 +206,13 @@ ARCHS = {
         parts=_HY_V4,
         only=True,
     ),
-    # DeepSeek-V4: vLLM builds the MTP block's attention without a compressor (sliding) and
-    # its MoE with the learned router (no hash routing)
     # MiniMax-M3's multimodal checkpoint (vLLM's MiniMaxM3MTP: its text config's
     # num_mtp_modules, else one): the block always the sparse (indexed) attention and MoE
     "minimax_m3_vl": MtpArch(
         "minimax", ("num_mtp_modules",), default=1, attention="minimax_m3_sparse", whole=True
     ),
+    # DeepSeek-V4: vLLM builds the MTP block's attention without a compressor (sliding) and
+    # its MoE with the learned router (no hash routing)
     "deepseek_v4": MtpArch(
         "deepseek_v4",
         ("num_nextn_predict_layers",),

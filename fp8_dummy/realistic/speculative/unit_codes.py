@@ -66,6 +66,8 @@ def unit_overrides(weight: str, items: Sequence, fmt: Format) -> dict[str, list]
         _check(value, weight)
         if np.ndim(value) == 0:
             if dim == 1:  # a column of zeros: its code only, its byte's other code kept
+                if not isinstance(index, int):
+                    raise TypeError(f"fp8_dummy: {weight}: a column of zeros at one index")
                 # (an even column's code the low nibble, as ModelOpt packs them)
                 packed.append((1, index // 2, Kept(0xF0 if index % 2 == 0 else 0x0F)))
             else:
