@@ -30,6 +30,8 @@ CASES = [
     "deepseek_v3 from transformers' DeepseekV3Config, bf16",
     "qwen3_moe with num_experts and rope_theta, bf16",
     "llama, fp8 per tensor",
+    "qwen3_moe, fp8 (routed experts per channel)",
+    "deepseek_v3, fp8 (routed experts per channel)",
     "llama, FP8 block with modules_to_not_convert",
 ]
 
