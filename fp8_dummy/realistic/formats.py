@@ -53,9 +53,7 @@ class Format:
     block: tuple[int, int] = (BLOCK, BLOCK)  # "block": the scale's [rows, columns] of weight
     keep: tuple[str, ...] = ()  # the config's modules_to_not_convert, as written: unquantized
 
-    def quantization_config(
-        self, skipped: list[str], quantized: Sequence[str] = ()
-    ) -> dict | None:
+    def quantization_config(self, skipped: list[str], quantized: Sequence[str] = ()) -> dict | None:
         """The config.json entry the engines' loaders read for this method; ``skipped``: the
         linear modules left unquantized (routers, lm_head, the config's own list), each named
         in full after the config's own entries (vLLM matches names exactly, transformers by
