@@ -1,6 +1,8 @@
 """vLLM 0.33 reads fp8_dummy's exports as they are written: configs as callers write them
 (DeepSeek-V3 made by transformers' DeepseekV3Config, without topk_method/scoring_func;
-Qwen3-MoE with num_experts and rope_theta; Llama in the per-tensor fp8 format; Llama in FP8
+Qwen3-MoE with num_experts and rope_theta; Llama, Qwen3-MoE and DeepSeek-V3 in the per-tensor fp8
+format (the routed experts per channel: their fused w13/w2 and scales the file's bytes);
+Llama in FP8
 block with modules_to_not_convert; DeepSeek-V4 under its real checkpoint's names, vLLM's CPU
 class) exported, then built by vLLM from the exported config.json
 alone and loaded by its own safetensors loader (helpers/vllm_exports_worker.py): every
