@@ -83,3 +83,44 @@ def test_transformers_reads_the_per_tensor_fp8_export_at_its_scale(tmp_path):
     assert got.shape == want.shape
     assert abs(got.std().item() / want.std().item() - 1) < 0.01, (got.std(), want.std())
     assert (got - want).abs().max().item() <= 0.01 * want.abs().max().item()
+
+
+def test_transformers_reads_the_fp8_moes_routed_experts_at_their_scale(tmp_path):
+    """Qwen3-MoE in fp8: transformers (with compressed-tensors) fuses the experts it reads per
+    channel into ``gate_up_proj`` and ``down_proj``; each is the file's codes x scale in bf16,
+    byte for byte."""
+    pytest.importorskip("compressed_tensors")
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from safetensors.torch import load_file
+
+    from fp8_dummy.realistic.export import export
+
+    src = tmp_path / "src"
+    src.mkdir()
+    small = dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=128, vocab_size=256,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)  # fmt: skip
+    (src / "config.json").write_text(json.dumps(small))
+    export(src, tmp_path / "out", format="fp8", progress=False)
+    files = load_file(tmp_path / "out" / "model-00001-of-00001.safetensors")
+    read = transformers.CompressedTensorsConfig(run_compressed=False)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "out", quantization_config=read
+    )
+    base = "model.layers.1.mlp.experts"
+    experts = model.get_submodule(base)
+
+    def value(e: int, proj: str) -> torch.Tensor:
+        w, s = files[f"{base}.{e}.{proj}.weight"], files[f"{base}.{e}.{proj}.weight_scale"]
+        assert s.shape == (w.shape[0], 1)  # per channel
+        return w.float() * s
+
+    for e in range(4):
+        gate_up = torch.cat([value(e, "gate_proj"), value(e, "up_proj")])
+        for got, want in (
+            (experts.gate_up_proj[e], gate_up),
+            (experts.down_proj[e], value(e, "down_proj")),
+        ):
+            want = want.to(got.dtype)
+            assert torch.equal(got.detach().view(torch.int16), want.view(torch.int16)), e
