@@ -6,14 +6,12 @@ this CPU as vLLM's proposer builds the draft (the target's config, a speculative
 kernels), so its own modules register its parameters (``DeepSeekV4MultiTokenPredictorLayer``,
 vLLM's DeepSeek-V4 decoder layer, its MoE's fused experts, the scales each quantization method
 registers) and its own ``load_weights`` and ``weight_loader``s fill them. One and two MTP layers,
-in bf16, FP8 block, FP8 per channel and NVFP4, at TP=1 and TP=2 (two gloo processes): filled by
+in bf16, FP8 block, FP8 per tensor (its routed experts per channel), FP8 per channel and NVFP4,
+at TP=1 and TP=2 (two gloo processes): filled by
 ``--load-format fp8_dummy_realistic`` against a twin loaded from the export of the same config by
 vLLM's own safetensors loader; every parameter reached by both (vLLM's loader raises on an MTP
 name it has no parameter for), every tensor byte for byte equal, ``e_proj`` and ``h_proj``
-quantized where the format quantizes. In FP8 per tensor (compressed-tensors' per-tensor weights
-with dynamic per-token activations) vLLM 0.33 builds no MoE at all: its W8A8 FP8 MoE method
-takes per-tensor weights only with per-tensor activations (an assertion at construction, on any
-platform). Without vLLM 0.33: skipped, with why."""
+quantized where the format quantizes. Without vLLM 0.33: skipped, with why."""
 
 from __future__ import annotations
 
@@ -30,10 +28,11 @@ require("vllm", "0.33.", "DeepSeek-V4's MTP class")
 
 from helpers import vllm_deepseek_v4_mtp_worker as D  # noqa: E402
 
-BUILT = [c for c in D.CASES if c[0] != "fp8"]
+BUILT = D.CASES
 # what each format's methods register beside a linear's weight: the input projections are among
 # them (vLLM's GPU class builds them with the quantization config)
 SCALES = {"bf16": (), "fp8-block": ("weight_scale_inv",), "fp8-channel": ("weight_scale",),
+          "fp8": ("weight_scale",),
           "nvfp4": ("weight_scale", "weight_scale_2", "input_scale")}  # fmt: skip
 
 
@@ -78,10 +77,3 @@ def test_two_ranks_hold_their_halves(runs):
         for name in ("embed_tokens.weight", "shared_head.head.weight", "attn.wq_b.weight",
                      "attn.wo_b.weight", "routed_experts.w13_weight"):  # fmt: skip
             assert any(k.endswith(name) for k in halved), (case, name)
-
-
-def test_fp8_per_tensor_moe_is_refused_by_vllm(runs):
-    for cases in [runs[1], *runs[2]]:
-        r = cases[D.key(("fp8", 1))]
-        assert "compressed_tensors_moe_w8a8_fp8" in r["error"], r
-        assert r["error"].strip().splitlines()[-1] == "AssertionError", r["error"]

@@ -1,15 +1,17 @@
 """vLLM 0.33 reads fp8_dummy's exports as they are written: configs as callers write them
 (DeepSeek-V3 made by transformers' DeepseekV3Config, without topk_method/scoring_func;
-Qwen3-MoE with num_experts and rope_theta; Llama in the per-tensor fp8 format; Llama in FP8
-block with modules_to_not_convert; DeepSeek-V4 under its real checkpoint's names, vLLM's CPU
-class) exported, then built by vLLM from the exported config.json
-alone and loaded by its own safetensors loader (helpers/vllm_exports_worker.py): every
-parameter reached, the file's bytes where vLLM keeps a tensor under its name, DeepSeek-V3's
-e_score_correction_bias built and loaded (before: vLLM built none and its loader raised a
-KeyError), the caller's keys read as written, the modules the config keeps unquantized made
-unquantized. And transformers with compressed-tensors reads the per-tensor fp8 export at its
-scale (transformers read the ``"quant_method": "fp8"`` form 2,000x off). Without vLLM 0.33:
-skipped, with why (scripts/ci_engines.sh installs it)."""
+Qwen3-MoE with num_experts and rope_theta; Llama, Qwen3-MoE and DeepSeek-V3 in the per-tensor
+fp8 format, the MoEs' routed experts per channel; Llama in FP8 block with
+modules_to_not_convert; DeepSeek-V4 under its real checkpoint's names, vLLM's CPU class)
+exported, then built by vLLM from the exported config.json alone and loaded by its own
+safetensors loader (helpers/vllm_exports_worker.py): every parameter reached, the file's bytes
+where vLLM keeps a tensor under its name and in the fp8 MoEs' fused experts (w13, w2 and their
+scales, written back under the checkpoint's names), DeepSeek-V3's e_score_correction_bias
+built and loaded (before: vLLM built none and its loader raised a KeyError), the caller's keys
+read as written, the modules the config keeps unquantized made unquantized. And transformers
+with compressed-tensors reads the per-tensor fp8 export at its scale (transformers read the
+``"quant_method": "fp8"`` form 2,000x off). Without vLLM 0.33: skipped, with why
+(scripts/ci_engines.sh installs it)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ CASES = [
     "deepseek_v3 from transformers' DeepseekV3Config, bf16",
     "qwen3_moe with num_experts and rope_theta, bf16",
     "llama, fp8 per tensor",
+    "qwen3_moe, fp8 (routed experts per channel)",
+    "deepseek_v3, fp8 (routed experts per channel)",
     "llama, FP8 block with modules_to_not_convert",
 ]
 
@@ -79,3 +83,44 @@ def test_transformers_reads_the_per_tensor_fp8_export_at_its_scale(tmp_path):
     assert got.shape == want.shape
     assert abs(got.std().item() / want.std().item() - 1) < 0.01, (got.std(), want.std())
     assert (got - want).abs().max().item() <= 0.01 * want.abs().max().item()
+
+
+def test_transformers_reads_the_fp8_moes_routed_experts_at_their_scale(tmp_path):
+    """Qwen3-MoE in fp8: transformers (with compressed-tensors) fuses the experts it reads per
+    channel into ``gate_up_proj`` and ``down_proj``; each is the file's codes x scale in bf16,
+    byte for byte."""
+    pytest.importorskip("compressed_tensors")
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from safetensors.torch import load_file
+
+    from fp8_dummy.realistic.export import export
+
+    src = tmp_path / "src"
+    src.mkdir()
+    small = dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=128, vocab_size=256,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)  # fmt: skip
+    (src / "config.json").write_text(json.dumps(small))
+    export(src, tmp_path / "out", format="fp8", progress=False)
+    files = load_file(tmp_path / "out" / "model-00001-of-00001.safetensors")
+    read = transformers.CompressedTensorsConfig(run_compressed=False)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "out", quantization_config=read
+    )
+    base = "model.layers.1.mlp.experts"
+    experts = model.get_submodule(base)
+
+    def value(e: int, proj: str) -> torch.Tensor:
+        w, s = files[f"{base}.{e}.{proj}.weight"], files[f"{base}.{e}.{proj}.weight_scale"]
+        assert s.shape == (w.shape[0], 1)  # per channel
+        return w.float() * s
+
+    for e in range(4):
+        gate_up = torch.cat([value(e, "gate_proj"), value(e, "up_proj")])
+        for got, want in (
+            (experts.gate_up_proj[e], gate_up),
+            (experts.down_proj[e], value(e, "down_proj")),
+        ):
+            want = want.to(got.dtype)
+            assert torch.equal(got.detach().view(torch.int16), want.view(torch.int16)), e

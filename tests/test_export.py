@@ -230,10 +230,17 @@ def _quantization_config(fmt: str, q: dict) -> list[str]:
     """The method's config as its loaders read it; the modules it leaves unquantized."""
     if fmt in ("fp8-channel", "fp8"):  # per tensor: how transformers and vLLM both read it
         assert q["quant_method"] == "compressed-tensors" and q["format"] == "float-quantized"
-        (group,) = q["config_groups"].values()
-        strategy = "channel" if fmt == "fp8-channel" else "tensor"
-        assert group["weights"]["strategy"] == strategy and group["weights"]["num_bits"] == 8
-        assert group["input_activations"]["dynamic"] is True
+        # fp8: the routed experts per channel in a group of their own (an MoE's engines take
+        # no per-tensor experts with per-token activations)
+        want = {"Linear": "channel"} if fmt == "fp8-channel" else {"Linear": "tensor"}
+        if fmt == "fp8":
+            want[r"re:.*\.experts\.\d+\.[^.]+$"] = "channel"
+        groups = list(q["config_groups"].values())
+        assert {g["targets"][0]: g["weights"]["strategy"] for g in groups} == want
+        for group in groups:
+            assert len(group["targets"]) == 1 and group["weights"]["num_bits"] == 8
+            acts = group["input_activations"]
+            assert acts["dynamic"] is True and acts["strategy"] == "token"
         return q["ignore"]
     if fmt == "nvfp4":
         assert q["quant_method"] == "modelopt" and q["quant_algo"] == "NVFP4"
@@ -294,6 +301,11 @@ def test_quantized_formats(tmp_path, fmt):
             elif fmt == "fp8-channel":
                 s = t[f"{name}.weight_scale"]
                 assert s.dtype == torch.float32 and tuple(s.shape) == (w.shape[0], 1)
+                value = codes * s.numpy()
+            elif ".experts." in name:  # fp8: a routed expert per channel, each row alike
+                s = t[f"{name}.weight_scale"]
+                assert s.dtype == torch.float32 and tuple(s.shape) == (w.shape[0], 1)
+                assert (s == s[0, 0]).all()
                 value = codes * s.numpy()
             else:
                 s = t[f"{name}.weight_scale"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .formats import FORMATS, NVFP4_GROUP, Format, UnsupportedFormatError
+from .formats import FORMATS, NVFP4_GROUP, ROUTED_EXPERTS, Format, UnsupportedFormatError
 
 __all__ = ["config_format"]
 
@@ -90,7 +90,8 @@ def _kept_modules(q: Mapping) -> tuple[str, ...]:
 def _fp8_dynamic(q: Mapping) -> str | None:
     """ "channel" or "tensor" for a compressed-tensors config whose every group is FP8 weights
     of that one strategy with dynamic per-token activations (what fp8-channel and fp8 write),
-    else None."""
+    else None. Per tensor also with a group of the routed experts per channel, targeted by
+    :data:`~.formats.ROUTED_EXPERTS` alone (what fp8 writes for an MoE)."""
     groups = list((q.get("config_groups") or {}).values())
     strategies = set()
     for g in groups:
@@ -99,7 +100,11 @@ def _fp8_dynamic(q: Mapping) -> str | None:
             return None
         if a and (a.get("type"), a.get("num_bits"), a.get("dynamic")) != ("float", 8, True):
             return None
-        strategies.add(w.get("strategy"))
+        experts = w.get("strategy") == "channel" and g.get("targets") == [ROUTED_EXPERTS]
+        strategies.add("experts" if experts else w.get("strategy"))
+    if strategies == {"tensor", "experts"}:
+        return "tensor"
+    strategies = {"channel" if s == "experts" else s for s in strategies}
     return (
         strategies.pop() if len(strategies) == 1 and strategies <= {"channel", "tensor"} else None
     )

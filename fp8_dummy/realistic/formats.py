@@ -16,12 +16,25 @@ import torch
 
 from .rules import LAYER_INDEX, Spec, module_kind
 
-__all__ = ["BLOCK", "FORMATS", "Format", "UnsupportedFormatError", "kept", "quantize"]
+__all__ = [
+    "BLOCK",
+    "FORMATS",
+    "ROUTED_EXPERTS",
+    "Format",
+    "UnsupportedFormatError",
+    "kept",
+    "quantize",
+    "routed_expert",
+]
 
 BLOCK = 128  # fp8-block's scale granularity (DeepSeek-V3's [128, 128])
 NVFP4_GROUP = 16  # NVFP4: one e4m3 scale per 16 weights along K
 MXFP4_GROUP = 32  # MXFP4: one E8M0 scale per 32 weights along K
 E4M3 = torch.float8_e4m3fn
+# A routed expert's linear module, ``<...>.experts.<index>.<projection>``, as the checkpoint
+# names it and as vLLM and SGLang name an expert when they pick a fused MoE's scheme
+# (``<layer>.0.<projection>``); a shared expert (``shared_experts.``) is not one.
+ROUTED_EXPERTS = r"re:.*\.experts\.\d+\.[^.]+$"
 
 
 class UnsupportedFormatError(ValueError):
@@ -40,16 +53,20 @@ class Format:
     block: tuple[int, int] = (BLOCK, BLOCK)  # "block": the scale's [rows, columns] of weight
     keep: tuple[str, ...] = ()  # the config's modules_to_not_convert, as written: unquantized
 
-    def quantization_config(self, skipped: list[str]) -> dict | None:
+    def quantization_config(self, skipped: list[str], quantized: Sequence[str] = ()) -> dict | None:
         """The config.json entry the engines' loaders read for this method; ``skipped``: the
         linear modules left unquantized (routers, lm_head, the config's own list), each named
         in full after the config's own entries (vLLM matches names exactly, transformers by
-        prefix)."""
+        prefix); ``quantized``: the linear modules quantized (per tensor: whether routed
+        experts are among them)."""
         if self.quant is None:
             return None
         skipped = list(dict.fromkeys([*self.keep, *skipped]))
-        if self.quant in ("channel", "per-tensor"):  # one reading in transformers and vLLM
-            return _compressed_tensors(skipped, "channel" if self.quant == "channel" else "tensor")
+        if self.quant == "channel":  # one reading in transformers and vLLM
+            return _compressed_tensors(skipped, "channel")
+        if self.quant == "per-tensor":
+            experts = any(routed_expert(m) for m in quantized)
+            return _compressed_tensors(skipped, "tensor", experts=experts)
         if self.quant == "mxfp4":  # GPT-OSS's: only the experts; the rest as module patterns
             patterns = _patterns([s for s in skipped if s not in self.keep])
             return {"quant_method": "mxfp4", "modules_to_not_convert": [*self.keep, *patterns]}
@@ -80,22 +97,40 @@ def _patterns(modules: list[str]) -> list[str]:
     )
 
 
-def _compressed_tensors(skipped: list[str], strategy: str) -> dict:
-    """compressed-tensors' "float-quantized" scheme of FP8-dynamic checkpoints: e4m3 weights
-    with one scale per output channel (or per tensor), activations quantized per token at run
-    time. Per tensor too: transformers reads ``"quant_method": "fp8"`` as 128x128 blocks
-    (``weight_scale_inv``) where vLLM reads it per tensor (``weight_scale``); both read this."""
+def routed_expert(module: str) -> bool:
+    """Whether the linear module ``module`` is a routed expert (:data:`ROUTED_EXPERTS`)."""
+    return re.match(ROUTED_EXPERTS[len("re:") :], module) is not None
+
+
+def _fp8_group(strategy: str, targets: list[str]) -> dict:
+    """A compressed-tensors config group: e4m3 weights of ``strategy``, activations quantized
+    per token at run time."""
     weights = {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True}
     weights.update({"dynamic": False, "group_size": None, "observer": "minmax"})
     acts = {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True}
     acts.update({"dynamic": True, "observer": None})
-    group = {"targets": ["Linear"], "weights": weights, "input_activations": acts}
+    group = {"targets": targets, "weights": weights, "input_activations": acts}
     group.update({"output_activations": None, "format": "float-quantized"})
+    return group
+
+
+def _compressed_tensors(skipped: list[str], strategy: str, experts: bool = False) -> dict:
+    """compressed-tensors' "float-quantized" scheme of FP8-dynamic checkpoints: e4m3 weights
+    with one scale per output channel (or per tensor), activations quantized per token at run
+    time. Per tensor too: transformers reads ``"quant_method": "fp8"`` as 128x128 blocks
+    (``weight_scale_inv``) where vLLM reads it per tensor (``weight_scale``); both read this.
+    Per tensor with routed ``experts``: those in a group of their own, per channel (each row
+    the tensor's scale), as vLLM's and SGLang's fused MoE takes per-token activations only
+    with per-channel weights; both pick an expert's group by its name, which a ``re:`` target
+    matches before the ``Linear`` class, as compressed-tensors itself does."""
+    groups = {"group_0": _fp8_group(strategy, ["Linear"])}
+    if experts:
+        groups["group_1"] = _fp8_group("channel", [ROUTED_EXPERTS])
     return {
         "quant_method": "compressed-tensors",
         "format": "float-quantized",
         "quantization_status": "compressed",
-        "config_groups": {"group_0": group},
+        "config_groups": groups,
         "ignore": list(skipped),
         "kv_cache_scheme": None,
     }
@@ -110,7 +145,8 @@ FORMATS: dict[str, Format] = {
             "fp8",
             torch.bfloat16,
             "per-tensor",
-            "e4m3 linear weights, float32 weight_scale per tensor (compressed-tensors)",
+            "e4m3 linear weights, float32 weight_scale per tensor, a routed expert's per output "
+            "channel (compressed-tensors)",
         ),
         Format(
             "fp8-block",
@@ -196,7 +232,8 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
         return _quantize_mxfp4(entries, specs, fmt.keep)
     out, skipped, done, linear = [], [], 0, False
     kinds: dict[int, str] = {}  # id(module) -> module_kind: a MoE's experts share a few modules
-    # a weight's tensors by its shape, named after its owner (experts repeat a few shapes)
+    # a weight's tensors by its shape and whether it is a routed expert, named after its owner
+    # (experts repeat a few shapes)
     made: dict[tuple, list[tuple[str, tuple, torch.Tensor]]] = {}
     for module, name, t, shape in entries:
         spec = specs[name]
@@ -219,9 +256,10 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
                 skipped.append(owner)
             continue
         done += 1
-        tensors = made.get(tuple(shape))
-        if tensors is None:  # the first of its shape: the format's own errors name it
-            tensors = made[tuple(shape)] = [
+        key = (tuple(shape), fmt.quant == "per-tensor" and routed_expert(owner))
+        tensors = made.get(key)
+        if tensors is None:  # the first of its kind: the format's own errors name it
+            tensors = made[key] = [
                 (n[len(owner) :], s, meta_tensor(s, d)) for n, s, d in _tensors(fmt, name, shape)
             ]  # fmt: skip
         out += [(module, owner + local, m, s) for local, s, m in tensors]
@@ -273,7 +311,8 @@ def _tensors(fmt: Format, name: str, shape: tuple) -> list[tuple[str, tuple, tor
     if fmt.quant == "block":
         grid = tuple(-(-d // b) for d, b in zip(shape, fmt.block))
         return [(name, shape, E4M3), (f"{name}_scale_inv", grid, f32)]
-    if fmt.quant == "channel":
+    # per tensor, a routed expert per channel: its group's (_compressed_tensors)
+    if fmt.quant == "channel" or fmt.quant == "per-tensor" and routed_expert(prefix[:-1]):
         return [(name, shape, E4M3), (f"{prefix}weight_scale", (n, 1), f32)]
     if fmt.quant == "nvfp4":
         if k % NVFP4_GROUP:

@@ -130,7 +130,12 @@ class LogicalModel:
         yield from zip(batch, self.made(batch))
 
     def quantization_config(self) -> dict | None:
-        return self.format.quantization_config(self.skipped) if self.format else None
+        if not self.format:
+            return None
+        # the quantized linear modules: those with a weight scale beside their weight
+        scales = (n for n in self.tensors if n.endswith(".weight_scale"))
+        quantized = [n[: -len(".weight_scale")] for n in scales]
+        return self.format.quantization_config(self.skipped, quantized)
 
     @property
     def specs(self) -> dict[str, Spec]:

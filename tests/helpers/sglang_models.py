@@ -1,7 +1,8 @@
 """SGLang 0.5.23's own model classes (Llama, Qwen3-MoE, DeepSeek-V3, Mixtral, LongCat-Flash), in
-bf16 and FP8 block (16 x 16), built on this CPU from tiny configs at TP=1 and TP=2 (gloo), for
-tests/test_engines_sglang_realistic.py (inside its workers: this module imports SGLang
-lazily).
+bf16 and FP8 block (16 x 16), Qwen3-MoE and DeepSeek-V3 in fp8 too (compressed-tensors' FP8 per
+tensor, the routed experts per channel), built on this CPU from tiny configs at TP=1 and TP=2
+(gloo), for tests/test_engines_sglang_realistic.py (inside its workers: this module imports
+SGLang lazily).
 
 Built as SGLang builds a model: ``ServerArgs`` of a folder holding config.json, published
 into SGLang's runtime context (``runtime_context.publish``: parallel ranks, MoE flags),
@@ -23,6 +24,10 @@ is created by SGLang's code. What is replaced, and why (:func:`prepare`):
 - the model-parallel groups are plain gloo groups (no PyNccl, custom all-reduce, MSCCL++ or
   symmetric memory): the CUDA torch wheel ships libnccl, so SGLang would build a NCCL
   communicator on the CPU. Construction and ``load_weights`` never communicate.
+- ``CompressedTensorsConfig._check_scheme_supported`` answers True: it asks the CUDA driver
+  for the GPU's compute capability (raising on this CPU) to choose compressed-tensors' FP8
+  W8A8 linear scheme over the weight-only W8A16 one; a GPU that serves FP8 (Ada, Hopper)
+  gets W8A8. The MoE's scheme is picked by the experts' names alone.
 - SGLang's CPU engine (``SGLANG_USE_CPU_ENGINE``) stays off: it needs ``sgl_kernel``.
 
 ``process_weights_after_loading`` never runs (it needs SGLang's kernels): the weights are
@@ -49,9 +54,28 @@ from helpers import vllm_invariant_models as V
 MODELS = {m: dict(V.COMMON, **fields) for m, fields in V.MODELS.items()}
 MODELS["qwen3_moe"]["mlp_only_layers"] = []
 MODELS["deepseek_v3"]["moe_layer_freq"] = 1  # in DeepSeek's published configs; SGLang reads it
+
+
+def _fp8_group(strategy: str, targets: list) -> dict:
+    weights = dict(num_bits=8, type="float", strategy=strategy, symmetric=True, dynamic=False)
+    acts = dict(num_bits=8, type="float", strategy="token", symmetric=True, dynamic=True)
+    return dict(targets=targets, weights=weights, input_activations=acts)
+
+
 QUANTS = {
     "bf16": None,
     "blk": dict(quant_method="fp8", activation_scheme="dynamic", weight_block_size=[16, 16]),
+    # compressed-tensors' FP8 per tensor, the routed experts per channel in a group of their own
+    # (docs/export.md's fp8): the export reads it as its fp8 format
+    "fp8": dict(
+        quant_method="compressed-tensors",
+        format="float-quantized",
+        config_groups=dict(
+            group_0=_fp8_group("tensor", ["Linear"]),
+            group_1=_fp8_group("channel", [r"re:.*\.experts\.\d+\.[^.]+$"]),
+        ),
+        ignore=["lm_head"],
+    ),  # fmt: skip
 }
 
 
@@ -69,7 +93,8 @@ def longcat_flash() -> dict:
 # the models whose fields are made when written (tests/helpers/speculative.py's configs, which
 # the workers need not import)
 LATER = {"longcat_flash": longcat_flash}
-CASES = [f"{m}-{q}" for m in (*MODELS, *LATER) for q in QUANTS]
+CASES = [f"{m}-{q}" for m in (*MODELS, *LATER) for q in ("bf16", "blk")]
+CASES += ["qwen3_moe-fp8", "deepseek_v3-fp8"]
 
 
 def write_config(case: str, folder: Path) -> Path:
@@ -100,6 +125,12 @@ def prepare() -> None:
     factory.get_rope_wrapper = get_rope_wrapper
     if hasattr(rope, "get_rope_wrapper"):
         rope.get_rope_wrapper = get_rope_wrapper
+    # compressed-tensors' FP8 W8A8 linear scheme is chosen where the GPU's compute capability
+    # allows (else weight-only W8A16): the answer of a GPU that serves FP8 (Ada, Hopper), not
+    # the CUDA driver this CPU lacks (it raises). It picks a linear layer's scheme class only.
+    from sglang.srt.layers.quantization.compressed_tensors import compressed_tensors as ct
+
+    ct.CompressedTensorsConfig._check_scheme_supported = lambda self, *a, **k: True
     ps.set_custom_all_reduce(False)
     own_group = ps.init_model_parallel_group
 

@@ -67,6 +67,8 @@ def _configs() -> dict[str, tuple[dict, str | None, dict]]:
             {},
         ),
         "llama, fp8 per tensor": (model("llama"), "fp8", {qkv.format(0): fp8}),
+        "qwen3_moe, fp8 (routed experts per channel)": (model("qwen3_moe"), "fp8", {}),
+        "deepseek_v3, fp8 (routed experts per channel)": (model("deepseek_v3"), "fp8", {}),
         "llama, FP8 block with modules_to_not_convert": (
             model("llama", quantization_config=block),
             None,
@@ -142,6 +144,14 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
     # The MTP layers' tensors are their draft class's (tests/test_engines_vllm_mtp.py): the
     # main model's loader skips them.
     mtp = mtp_prefixes(model_config.hf_config) or ("\0",)
+    # The routed experts, fused by vLLM (w13: gate rows, then up rows; w2), written back under
+    # the checkpoint's names: the file's bytes (the MTP layers': their draft class's)
+    routed = [n for n in files if ".experts." in n and not n.startswith(mtp)]
+    back = M.checkpoint(model) if fmt == "fp8" and routed else {}
+    for name in routed if back else ():
+        b, t = back.get(name), files[name]
+        if b is None or b.shape != t.shape or not torch.equal(M.as_bytes(b), M.as_bytes(t)):
+            found.append(f"{name}: vLLM's experts do not hold the file's bytes")
     bias = [n for n in files if n.endswith("e_score_correction_bias") and not n.startswith(mtp)]
     for name in bias:
         if name not in params:

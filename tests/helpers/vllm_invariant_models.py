@@ -415,7 +415,7 @@ def checkpoint(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def _experts(base: str, own: dict, out: dict) -> None:
     """w13 (gate rows, then up rows) and w2 of each expert under the checkpoint's names
     ``{base}.{e}.gate_proj.weight`` ...; per-tensor scales: w13 one per shard, the input
-    scale shared by gate and up."""
+    scale shared by gate and up; per-channel scales [E, 2I, 1]: gate rows, then up rows."""
     for name, p in own.items():
         kind, _, rest = name.partition("_")
         for e in range(p.shape[0]):
@@ -424,7 +424,7 @@ def _experts(base: str, own: dict, out: dict) -> None:
                 continue
             if rest == "input_scale":
                 gate = up = p.data[e]
-            elif rest == "weight_scale":
+            elif rest == "weight_scale" and p.dim() == 2:  # per tensor: [E, 2]
                 gate, up = p.data[e, 0], p.data[e, 1]
             else:
                 gate, up = p.data[e].chunk(2)
