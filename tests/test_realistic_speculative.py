@@ -255,6 +255,26 @@ def test_routing_and_residual_rms_hold_with_acceptance(arch):
         assert abs(load.max() / load.mean() / (target.max() / target.mean()) - 1) <= 0.25
 
 
+def _tv_with_and_without(model, top_k: int, name: str) -> dict:
+    """Each MoE layer's TV from zipf:1.2 without and with acceptance 0.6 (the routing tests'
+    measurement), after checking residual RMS in [0.25, 4] and max/mean within 25%."""
+    from test_realistic_routing import measure, tv_sorted, zipf_oracle
+
+    tv = {}
+    for acceptance in (None, 0.6):
+        fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing="zipf:1.2",
+                                                     acceptance=acceptance)  # fmt: skip
+        got = measure(model, 0)
+        assert got["finite"] and all(0.25 <= r <= 4 for r in got["rms"]), got["rms"]
+        target = zipf_oracle(len(got["loads"][0]), top_k, 1.2)
+        tv[acceptance] = [tv_sorted(load, target) for load in got["loads"]]
+        want = target.max() / target.mean()
+        for load in got["loads"]:
+            assert abs(load.max() / load.mean() / want - 1) <= 0.25, (acceptance, load)
+    print(f"\n{name} TV without acceptance {tv[None]}, with {tv[0.6]}")
+    return tv
+
+
 def test_minimax_m3_routing_and_residual_rms_with_acceptance():
     """MiniMax-M3 (its multimodal class: a dense first layer, two sparse-attention MoE layers,
     an MTP layer in its export), the measurement above with and without acceptance: residual
@@ -262,22 +282,9 @@ def test_minimax_m3_routing_and_residual_rms_with_acceptance():
     zipf:1.2 without acceptance already (0.082 at seed 0: its sigmoid router's correction bias
     and shared expert, not the design's columns), so TV is held to 0.10, and acceptance must
     not move any layer's by more than 0.02 (measured 0.011)."""
-    from test_realistic_routing import measure, tv_sorted, zipf_oracle
-
     cfg = H.config("minimax_m3_vl", layers=3, mtp=1)
     model = tf.AutoModelForImageTextToText.from_config(cfg).eval()
-    tv = {}
-    for acceptance in (None, 0.6):
-        fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing="zipf:1.2",
-                                                     acceptance=acceptance)  # fmt: skip
-        got = measure(model, 0)
-        assert got["finite"] and all(0.25 <= r <= 4 for r in got["rms"]), got["rms"]
-        target = zipf_oracle(len(got["loads"][0]), cfg.text_config.num_experts_per_tok, 1.2)
-        tv[acceptance] = [tv_sorted(load, target) for load in got["loads"]]
-        want = target.max() / target.mean()
-        for load in got["loads"]:
-            assert abs(load.max() / load.mean() / want - 1) <= 0.25, (acceptance, load)
-    print(f"\nminimax_m3_vl TV without acceptance {tv[None]}, with {tv[0.6]}")
+    tv = _tv_with_and_without(model, cfg.text_config.num_experts_per_tok, "minimax_m3_vl")
     assert all(len(t) == 2 and max(t) <= 0.10 for t in tv.values()), tv
     assert all(abs(a - b) <= 0.02 for a, b in zip(tv[None], tv[0.6])), tv
 
@@ -288,19 +295,6 @@ def test_nemotron_h_routing_and_residual_rms_with_acceptance():
     0.08 of zipf:1.2, max/mean within 25%. Its non-gated squared-ReLU experts' output weights
     have rows of zero sum (docs/realistic.md): with independent rows, the part of their output
     common to every token shifts the later router's logits alike (TV 0.10-0.13 there)."""
-    from test_realistic_routing import measure, tv_sorted, zipf_oracle
-
     model = tf.AutoModelForCausalLM.from_config(H.config("nemotron_h", layers=3, mtp=1)).eval()
-    tv = {}
-    for acceptance in (None, 0.6):
-        fp8_dummy.initialize_realistic_dummy_weights(model, 0, routing="zipf:1.2",
-                                                     acceptance=acceptance)  # fmt: skip
-        got = measure(model, 0)
-        assert got["finite"] and all(0.25 <= r <= 4 for r in got["rms"]), got["rms"]
-        target = zipf_oracle(len(got["loads"][0]), model.config.num_experts_per_tok, 1.2)
-        tv[acceptance] = [tv_sorted(load, target) for load in got["loads"]]
-        want = target.max() / target.mean()
-        for load in got["loads"]:
-            assert abs(load.max() / load.mean() / want - 1) <= 0.25, (acceptance, load)
-    print(f"\nnemotron_h TV without acceptance {tv[None]}, with {tv[0.6]}")
+    tv = _tv_with_and_without(model, model.config.num_experts_per_tok, "nemotron_h")
     assert all(len(t) == 2 and max(t) <= 0.08 for t in tv.values()), tv
