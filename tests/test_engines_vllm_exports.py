@@ -2,9 +2,12 @@
 (DeepSeek-V3 made by transformers' DeepseekV3Config, without topk_method/scoring_func;
 Qwen3-MoE with num_experts and rope_theta; Llama in the per-tensor fp8 format; Llama in FP8
 block with modules_to_not_convert; DeepSeek-V4 under its real checkpoint's names, vLLM's CPU
-class) exported, then built by vLLM from the exported config.json
-alone and loaded by its own safetensors loader (helpers/vllm_exports_worker.py): every
-parameter reached, the file's bytes where vLLM keeps a tensor under its name, DeepSeek-V3's
+class; HY-V4's and MiniMax-M3's main layers under their real checkpoint's names: the dense MLPs'
+and shared experts' gates, HY-V4's hyper-connections, MiniMax-M3's vision MLP) exported, then
+built by vLLM from the exported config.json alone and loaded by its own safetensors loader
+(helpers/vllm_exports_worker.py): every parameter reached, every byte of it written by the
+loader, the file's bytes where vLLM keeps a tensor under its name (a fused gate/up projection's
+halves the files' gate and up), DeepSeek-V3's
 e_score_correction_bias built and loaded (before: vLLM built none and its loader raised a
 KeyError), the caller's keys read as written, the modules the config keeps unquantized made
 unquantized. And transformers with compressed-tensors reads the per-tensor fp8 export at its
@@ -26,6 +29,8 @@ from helpers.engine_required import require
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_exports_worker.py"
 CASES = [
+    "hy_v4's main layers under its real checkpoint's names, bf16",
+    "minimax_m3_vl's main layers under its real checkpoint's names, bf16",
     "deepseek_v4 under its real checkpoint's names, bf16",
     "deepseek_v3 from transformers' DeepseekV3Config, bf16",
     "qwen3_moe with num_experts and rope_theta, bf16",
