@@ -2,16 +2,19 @@
 (DeepSeek-V3 made by transformers' DeepseekV3Config, without topk_method/scoring_func;
 Qwen3-MoE with num_experts and rope_theta; Llama, Qwen3-MoE and DeepSeek-V3 in the per-tensor
 fp8 format, the MoEs' routed experts per channel; Llama in FP8 block with
-modules_to_not_convert; DeepSeek-V4 under its real checkpoint's names, vLLM's CPU class)
-exported, then built by vLLM from the exported config.json alone and loaded by its own
-safetensors loader (helpers/vllm_exports_worker.py): every parameter reached, the file's bytes
-where vLLM keeps a tensor under its name and in the fp8 MoEs' fused experts (w13, w2 and their
-scales, written back under the checkpoint's names), DeepSeek-V3's e_score_correction_bias
-built and loaded (before: vLLM built none and its loader raised a KeyError), the caller's keys
-read as written, the modules the config keeps unquantized made unquantized. And transformers
-with compressed-tensors reads the per-tensor fp8 export at its scale (transformers read the
-``"quant_method": "fp8"`` form 2,000x off). Without vLLM 0.33: skipped, with why
-(scripts/ci_engines.sh installs it)."""
+modules_to_not_convert; DeepSeek-V4 under its real checkpoint's names, vLLM's CPU class; HY-V4's
+and MiniMax-M3's main layers under their real checkpoint's names: the dense MLPs' and shared
+experts' gates, HY-V4's hyper-connections, MiniMax-M3's vision MLP) exported, then built by
+vLLM from the exported config.json alone and loaded by its own safetensors loader
+(helpers/vllm_exports_worker.py): every parameter reached, every byte of it written by the
+loader, the file's bytes where vLLM keeps a tensor under its name (a fused gate/up
+projection's halves the files' gate and up) and in the fp8 MoEs' fused experts (w13, w2 and
+their scales, written back under the checkpoint's names), DeepSeek-V3's
+e_score_correction_bias built and loaded (before: vLLM built none and its loader raised a
+KeyError), the caller's keys read as written, the modules the config keeps unquantized made
+unquantized. And transformers with compressed-tensors reads the per-tensor fp8 export at its
+scale (transformers read the ``"quant_method": "fp8"`` form 2,000x off). Without vLLM 0.33:
+skipped, with why (scripts/ci_engines.sh installs it)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ from helpers.engine_required import require
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_exports_worker.py"
 CASES = [
+    "hy_v4's main layers under its real checkpoint's names, bf16",
+    "minimax_m3_vl's main layers under its real checkpoint's names, bf16",
     "deepseek_v4 under its real checkpoint's names, bf16",
     "deepseek_v3 from transformers' DeepseekV3Config, bf16",
     "qwen3_moe with num_experts and rope_theta, bf16",

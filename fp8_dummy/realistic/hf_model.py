@@ -220,11 +220,33 @@ def _conversions(model: torch.nn.Module) -> list:
 
 
 # Renamings transformers' conversion merges: two checkpoint names its load renames to one
-# in-memory form, which its save then reverts to one of them for both. DeepSeek-V4's
-# ``\.norm\.`` -> ``.kv_norm.`` is for the compressors' ``norm``, yet its reverse takes
-# attention's own ``attn.kv_norm`` (a name the load leaves as it is) for one too: model type ->
-# (the reverted form, the checkpoint's) for the names the reverse over-renames.
-_MERGED = {"deepseek_v4": ((re.compile(r"(^|\.)attn\.norm\.weight$"), r"\1attn.kv_norm.weight"),)}
+# in-memory form, which its save then reverts to one of them for both: model type -> (the
+# reverted form, the checkpoint's) for the names the reverse over-renames, as the real
+# checkpoints name them (what the engines' loaders read).
+# - DeepSeek-V4: ``\.norm\.`` -> ``.kv_norm.`` is for the compressors' ``norm``, yet its reverse
+#   takes attention's own ``attn.kv_norm`` (a name the load leaves as it is) for one too.
+# - HY-V4: ``\.linear_gate`` -> ``.gate_proj`` is for the attention's output gate, yet its
+#   reverse takes the dense MLP's and the shared expert's ``gate_proj`` for one too; and
+#   ``\.hc_pre\.hc_`` -> ``.hc_`` drops the ``hc_pre.`` inside ``hc_attn_layer.hc_pre.hc_base``
+#   (and ``hc_mlp_layer``'s), which its reverse puts back before the first ``hc_`` instead: in
+#   front of ``hc_attn_layer`` and of the final ``hc_head``, which has none.
+# - MiniMax-M3: ``\.block_sparse_moe\.`` -> ``.mlp.`` is for the MoE layers, yet its reverse
+#   takes the dense layers' MLP (``gate_proj``, ``up_proj``, ``down_proj``) and the vision
+#   tower's (``fc1``, ``fc2``) for them too.
+_MERGED = {
+    "deepseek_v4": ((re.compile(r"(^|\.)attn\.norm\.weight$"), r"\1attn.kv_norm.weight"),),
+    "hy_v4": (
+        (re.compile(r"(^|\.)mlp\.(shared_experts\.)?linear_gate\."), r"\1mlp.\2gate_proj."),
+        (re.compile(r"(^|\.)hc_pre\.(hc_attn_layer|hc_mlp_layer)\."), r"\1\2.hc_pre."),
+        (re.compile(r"(^|\.)hc_pre\.hc_head\."), r"\1hc_head."),
+    ),
+    "minimax_m3_vl": (
+        (
+            re.compile(r"(^|\.)block_sparse_moe\.(gate_proj|up_proj|down_proj|fc1|fc2)\."),
+            r"\1mlp.\2.",
+        ),
+    ),
+}
 
 
 def _unmerged(model: torch.nn.Module, state: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -1,13 +1,16 @@
 """The worker of tests/test_engines_vllm_exports.py: fp8_dummy's exports of configs as
 callers write them, each built by vLLM 0.33 from the exported config.json alone and loaded by
 its own safetensors loader (helpers/vllm_invariant_models.py: how vLLM's classes are built on
-this CPU), one process, TP=1. Each case's findings (what vLLM reads otherwise than the export
+this CPU; for HY-V4's indexed sparse MLA and MiniMax-M3's experts the replacements of
+helpers/vllm_sparse_mla.py and helpers/vllm_swigluoai_moe_backend.py), one process, TP=1. Each
+case's findings (what vLLM reads otherwise than the export
 means; empty: none) go to OUT/result.json as {case: [finding, ...]}."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -58,7 +61,23 @@ def _configs() -> dict[str, tuple[dict, str | None, dict]]:
     v4 = deepseek_v4(128, 1024, 2, 4)
     v4.head_dim, v4.index_head_dim, v4.topk_method = 512, 128, "noaux_tc"
     v4 = json.loads(v4.to_json_string(use_diff=True))
+    from helpers import vllm_mtp_models as T
+
+    # HY-V4 and MiniMax-M3 (its multimodal checkpoint) with one MTP layer, as
+    # helpers/vllm_mtp_models.py writes them: the main model's class reads the main layers
+    def written(model: str) -> dict:  # as a config.json holds it (its dtype the export's)
+        out = json.loads(json.dumps(T.fields(model)))
+        return {k: v for k, v in out.items() if not (k == "dtype" and v is None)}
+
+    hy_v4 = dict(written("hy_v4"), num_nextn_predict_layers=1)
+    minimax = written("minimax_m3_vl")
+    minimax["text_config"] = dict(minimax["text_config"], num_mtp_modules=1)
+    vision = minimax["vision_config"]  # the release's key vLLM's vision tower reads
+    merge = {"spatial_merge_size": vision.get("spatial_merge_size", 2)}
+    minimax["vision_config"] = dict(vision, img_token_compression_config=merge)
     return {
+        "hy_v4's main layers under its real checkpoint's names, bf16": (hy_v4, None, {}),
+        "minimax_m3_vl's main layers under its real checkpoint's names, bf16": (minimax, None, {}),
         "deepseek_v4 under its real checkpoint's names, bf16": (v4, None, {}),
         "deepseek_v3 from transformers' DeepseekV3Config, bf16": (ds, None, {}),
         "qwen3_moe with num_experts and rope_theta, bf16": (
@@ -81,6 +100,13 @@ def _run(port: int, out: Path) -> dict:
     from helpers import vllm_invariant_models as M
 
     M.prepare(str(out))
+    from helpers import vllm_mtp_models as T
+    from helpers import vllm_sparse_mla
+    from helpers.vllm_swigluoai_moe_backend import allow_swigluoai_moe
+
+    vllm_sparse_mla.allow()  # HY-V4's indexed sparse MLA: its backend choice (the module says why)
+    allow_swigluoai_moe()  # MiniMax-M3's experts: their kernel choice (the module says why)
+    T._image_module_without_torchvision()
     import vllm.model_executor.layers.quantization.compressed_tensors.schemes.compressed_tensors_w8a8_fp8 as ct  # noqa: E501
     import vllm.model_executor.layers.quantization.fp8 as fp8
     from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
@@ -112,8 +138,8 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
     source.mkdir(parents=True)
     (source / "config.json").write_text(json.dumps(raw))
     ckpt = folder / "checkpoint"
-    # DeepSeek-V4's hyper-connections (hc_*) are tensors no role covers
-    unknown = raw.get("model_type") == "deepseek_v4"
+    # DeepSeek-V4's and HY-V4's hyper-connections (hc_*) are tensors no role covers
+    unknown = raw.get("model_type") in ("deepseek_v4", "hy_v4")
     export(source, ckpt, format=fmt, progress=False, allow_unknown=unknown)
     model, vllm_config, model_config = M.build_from(ckpt, 1)
     M.poison(model)
@@ -124,16 +150,35 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
     missing = sorted(n for n in params if n not in loaded and not n.endswith(KV_SCALES))
     if missing:
         found.append(f"parameters the export did not reach: {missing[:8]}")
+    # Every byte the loader writes: loaded again over the other poison, a byte it leaves is
+    # the poison's (a name it reports loaded yet only partly writes, a fused shard it skips)
+    first = {n: M.as_bytes(p.data).clone() for n, p in params.items() if not n.endswith(KV_SCALES)}
+    M.poison(model, 0xAA)
+    with set_current_vllm_config(vllm_config):
+        M.load_safetensors(model, model_config)
+    unwritten = sorted(n for n, b in first.items() if not torch.equal(b, M.as_bytes(params[n])))
+    if unwritten:
+        found.append(f"parameters with bytes no checkpoint tensor wrote: {unwritten[:8]}")
     files: dict[str, torch.Tensor] = {}
     for f in ckpt.glob("*.safetensors"):
         files.update(load_file(f))
     # Tensors vLLM keeps under the checkpoint's own name, as its weights mapper renames it
     # (DeepSeek-V4's: the base model's prefix, ``embed``, ``head``): their values must be the
     # file's (a per-tensor scale: a 0-d tensor in the file, one entry per shard in vLLM).
+    # A fused gate/up projection's (``gate_up_proj``: the dense MLPs', the shared experts') two
+    # halves are the files' ``gate_proj`` and ``up_proj``.
     mapper = getattr(model, "hf_to_vllm_mapper", None)
+    halves: set[str] = set()
     for name, t in files.items():
         mapped = list(mapper.apply([(name, t)])) if mapper is not None else [(name, t)]
         p = params.get(mapped[0][0]) if mapped else None
+        # the half by the file's name (a mapper may already name the fused parameter)
+        half = next((i for i, s in enumerate((".gate_proj.", ".up_proj.")) if s in name), None)
+        if mapped and half is not None and ".experts." not in name.replace("shared_experts", ""):
+            fused = mapped[0][0].replace((".gate_proj.", ".up_proj.")[half], ".gate_up_proj.")
+            if fused in params:
+                p = params[fused].data.chunk(2)[half]
+                halves.add(name)
         if p is None or p.dtype != t.dtype or p.numel() != t.numel():
             continue
         if not torch.equal(M.as_bytes(p).reshape(-1), M.as_bytes(t).reshape(-1)):
@@ -152,9 +197,16 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
         b, t = back.get(name), files[name]
         if b is None or b.shape != t.shape or not torch.equal(M.as_bytes(b), M.as_bytes(t)):
             found.append(f"{name}: vLLM's experts do not hold the file's bytes")
+    # every gate/up shard of the main layers' fused projections found its half (else it was
+    # not compared: a name vLLM's class does not build)
+    shards = [n for n in files if not n.startswith(mtp) and re.search(r"\.(gate|up)_proj\.", n)
+              and not re.search(r"\.experts\.\d+\.", n)]  # fmt: skip
+    if any(n not in halves for n in shards) and any("gate_up_proj" in n for n in params):
+        found.append(f"gate/up shards without their fused half: {sorted(set(shards) - halves)[:8]}")
     bias = [n for n in files if n.endswith("e_score_correction_bias") and not n.startswith(mtp)]
-    for name in bias:
-        if name not in params:
+    for name in bias:  # HY-V4's loader keeps it as the MoE's ``expert_bias``
+        kept = name.replace("gate.e_score_correction_bias", "expert_bias")
+        if name not in params and kept not in params:
             found.append(f"{name}: vLLM built no such parameter")
     exported = json.loads((ckpt / "config.json").read_text())
     for key, value in raw.items():

@@ -150,12 +150,10 @@ _QSA = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budg
 # one stream: ``is_mtp_layer``), under the same names
 _GLM5_NEXT = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
                                     "post_attention_layernorm."))  # fmt: skip
-# HY-V4's MTP block: its decoder layer without the iHC boundaries (``hc_pre.*``), the shared
-# expert's gate under the name vLLM's loader reads (transformers' conversion writes every
-# ``gate_proj`` back as ``linear_gate``, the attention's output gate's name)
-_HY_V4 = (("mlp.shared_experts.linear_gate.", "mlp.shared_experts.gate_proj."),
-          ("self_attn.", "self_attn."), ("mlp.", "mlp."), ("input_layernorm.", "input_layernorm."),
-          ("post_attention_layernorm.", "post_attention_layernorm."))  # fmt: skip
+# HY-V4's MTP block: its decoder layer without the iHC boundaries (``hc_*_layer.hc_pre.*``),
+# under the main layers' checkpoint names (hf_model's: the shared expert's ``gate_proj``)
+_HY_V4 = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
+                                "post_attention_layernorm."))  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek"),
