@@ -93,3 +93,14 @@ def test_a_dense_models_fp8_config_has_one_group(tmp_path):
     assert group["targets"] == ["Linear"] and group["weights"]["strategy"] == "tensor"
     scales = [t for n, t in files.items() if n.endswith(".weight_scale")]
     assert scales and all(t.dim() == 0 for t in scales)
+
+
+def test_the_experts_group_alone_is_not_fp8(tmp_path):
+    """The routed experts' group without the per-tensor one (every other linear left
+    unquantized): neither fp8 nor fp8-channel, refused before anything is made."""
+    _, cfg = _export(tmp_path, "qwen3_moe", "fp8", "out")
+    q = cfg["quantization_config"]
+    del q["config_groups"]["group_0"]
+    read = transformers.AutoConfig.for_model("qwen3_moe", quantization_config=q)
+    with pytest.raises(ValueError, match="compressed-tensors"):
+        config_format(read)

@@ -104,7 +104,8 @@ def _fp8_dynamic(q: Mapping) -> str | None:
         strategies.add("experts" if experts else w.get("strategy"))
     if strategies == {"tensor", "experts"}:
         return "tensor"
-    strategies = {"channel" if s == "experts" else s for s in strategies}
+    if "experts" in strategies:  # the experts' group beside no per-tensor one: not fp8's
+        return None
     return (
         strategies.pop() if len(strategies) == 1 and strategies <= {"channel", "tensor"} else None
     )
