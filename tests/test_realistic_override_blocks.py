@@ -2,7 +2,8 @@
 rows or columns zeroed, set to a value, to a vector) written into a block of it: any view a
 weight loader takes (one expert of a fused [E, H, I] tensor, as vLLM's MoE loaders select it; a
 chunk of it, a transpose, a strided narrow) holds the elements the whole tensor's overrides put
-there, byte for byte (the oracle: the whole tensor written, then viewed by torch)."""
+there, byte for byte (the oracle: the whole tensor written by numpy indexing, each override in
+turn, then viewed by torch; the whole tensor's own ``apply_overrides`` agrees with it)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,22 @@ FLAT_OVERRIDES = [(0, 4, np.arange(10) + 0.5), (1, 3, -np.arange(12) - 0.5), (1,
 
 
 def _whole(shape, overrides) -> torch.Tensor:
+    """The whole tensor with ``overrides`` written by numpy indexing: (dim, index, value), the
+    index an int or a range, the value a float or (2-D) a vector along the other dimension."""
+    a = np.full(shape, 9.0, dtype=np.float32)
+    for dim, index, value in overrides:
+        where = [slice(None)] * len(shape)
+        where[dim] = slice(index.start, index.stop) if isinstance(index, range) else index
+        a[tuple(where)] = np.asarray(value, dtype=np.float32)
+    return torch.from_numpy(a)
+
+
+@pytest.mark.parametrize("shape,overrides", [(SHAPE, OVERRIDES), (FLAT, FLAT_OVERRIDES)])
+def test_the_whole_tensors_overrides_are_numpys(shape, overrides):
     t = torch.full(shape, 9.0)
     apply_overrides(t, shape, overrides)
-    return t
+    want = _whole(shape, overrides)
+    assert torch.equal(t.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8))
 
 
 VIEWS = {
