@@ -137,8 +137,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
         block.append((module, new, torch.empty(b.shape, dtype=t_dtype, device="meta"), b.shape))
     plain = tuple(where(arch, text, i)[1] + m for i in range(n) for m in arch.plain)
     part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename), plain=plain, final=arch.final)
-    part.gates = tuple(new for new in rename.values()
-                       if arch.shared and new.endswith("input_mix_weight_up.weight")
+    part.gates = tuple(new for new in rename.values() if arch.gates and new.endswith(arch.gates)
                        and any(new.startswith(s) for _, s in arch.shared))  # fmt: skip
     h = text.hidden_size
     hidden_first = style == "inkling" and getattr(text, "mtp_hidden_states_first", True)
@@ -160,9 +159,7 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             square = torch.empty(h, h, dtype=dtype, device="meta")
             part.own.append((torch.nn.Module(), name, square, (h, h)))
             part.projections[name] = start
-            # DeepSeek-V4's real checkpoints hold them in FP8; Qwen4-Exp's stay unquantized and
-            # listed as ignored (vLLM's draft reads that list under the names it builds)
-            if style == "deepseek_v4":
+            if arch.quantized_inputs:
                 part.quantized += (name,)
     return part
 

@@ -132,6 +132,13 @@ class MtpArch:
     # config fields the MTP block's layer type needs (Qwen4-Exp's QSA indexer's): refused
     # without them, as neither transformers' decoder layer nor vLLM's QSA layer builds
     needs: tuple[str, ...] = ()
+    # the ends of the shared copies' names that are stream-mixer gate projections, whose rows
+    # on the code the design zeroes (Qwen4-Exp's ``input_mix_weight_up``)
+    gates: tuple[str, ...] = ()
+    # the split input projections are quantized in a quantized format (DeepSeek-V4's real
+    # checkpoints hold them in FP8); else unquantized and listed as ignored (Qwen4-Exp's: vLLM's
+    # draft reads that list under the names it builds)
+    quantized_inputs: bool = False
     # the MTP layer holds a copy of the lm_head (``shared_head.head``): not where the engine's
     # class builds none and its loader fails on one (GLM-5-Next's: the target's is shared)
     head_copy: bool = True
@@ -217,6 +224,7 @@ ARCHS = {
         attention="sliding_attention",
         moe="moe",
         heads=("hc_head_fn", "hc_head_base", "hc_head_scale"),
+        quantized_inputs=True,
     ),
     # Qwen4-Exp: vLLM builds the MTP block's attention as QSA (``qwen_sparse_attention``:
     # transformers' ``indexed_attention``)
@@ -228,6 +236,7 @@ ARCHS = {
         shared=(("model.hyper_connection_mixer.", "mtp.hyper_connection_mixer."),),
         final="hyper_connection_mixer.hc_norm.weight",
         needs=_QSA,
+        gates=("input_mix_weight_up.weight",),
     ),
 }
 ALL_COUNTS = sorted({key for arch in ARCHS.values() for key in arch.counts})
