@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ...ops import as_int64
-from ...realistic import config_checkpoint, parse_acceptance, parse_routing
+from ...realistic import config_checkpoint, config_of, parse_acceptance, parse_routing
 
 __all__ = ["LOAD_FORMAT", "load_checkpoint", "loader_class"]
 
@@ -60,8 +60,6 @@ def _checkpoints_config(model: torch.nn.Module, config: Any, folder: Any = None)
     (a model type transformers does not know): the checkpoint's config.json in ``folder``, read
     with transformers' own class."""
     if _promoted(config) and folder is not None:
-        from ...realistic import config_of
-
         return config_of(folder)
     own = getattr(model, "config", None)
     get = getattr(config, "get_text_config", None)
