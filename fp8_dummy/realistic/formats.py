@@ -35,6 +35,15 @@ E4M3 = torch.float8_e4m3fn
 # names it and as vLLM and SGLang name an expert when they pick a fused MoE's scheme
 # (``<layer>.0.<projection>``); a shared expert (``shared_experts.``) is not one.
 ROUTED_EXPERTS = r"re:.*\.experts\.\d+\.[^.]+$"
+# The linear modules the engines build unquantized whatever the checkpoint's format (vLLM 0.33's
+# ``ReplicatedLinear``/``MergedColumnParallelLinear`` with ``quant_config=None``; its loaders
+# find no parameter for their scales): the shared expert's gate [1, H] (Qwen2-MoE,
+# Qwen3-Next, Qwen3.5-MoE, Qwen4-Exp) and Qwen4-Exp's hyper-connections' projections
+# (``GatedResidual``). A quantized checkpoint keeps them unquantized and lists them ignored.
+ENGINE_UNQUANTIZED = re.compile(
+    r"(?:^|.*\.)(?:shared_expert_gate|[a-z]+_hyper_connection\."
+    r"(?:input_mix_weight_down|input_mix_weight_up|block_inject_weight))"
+)
 
 
 class UnsupportedFormatError(ValueError):
@@ -194,6 +203,12 @@ def kept(module: str, patterns: Sequence[str]) -> bool:
     return False
 
 
+def engine_unquantized(module: str) -> bool:
+    """Whether the engines build the linear module ``module`` unquantized in every format
+    (:data:`ENGINE_UNQUANTIZED`)."""
+    return ENGINE_UNQUANTIZED.fullmatch(module) is not None
+
+
 def quantized(name: str, shape: tuple, spec: Spec) -> bool:
     """A linear weight of a decoder layer (not a router, an embedding, lm_head or a norm)."""
     return (
@@ -243,7 +258,7 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
             kind = kinds[id(module)] = module_kind(module)
         # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
         # its scales and packing along those axes.
-        plain = kept(owner, fmt.keep) or kind == "transposed"
+        plain = kept(owner, fmt.keep) or kind == "transposed" or engine_unquantized(owner)
         linear_weight = quantized(name, shape, spec)
         linear |= linear_weight
         if not linear_weight or plain:
