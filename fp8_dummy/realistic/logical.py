@@ -204,7 +204,7 @@ def logical_model(
     arch = (derive(model) if not on_meta(model) else derive_twin(model)) if arch is None else arch
     entries = []
     built = built_dtype(own)
-    kept = fp32_rule(model, built)
+    in_fp32 = fp32_rule(model, built)
     modules = dict(model.named_modules(remove_duplicate=False))
     sources: dict[str, tuple] = {}  # in-memory name -> its dtype and owner (experts share one)
     for name, b in blocks.items():
@@ -213,7 +213,7 @@ def logical_model(
             source = sources[b.source] = (own[b.source].dtype, b.source.rpartition(".")[0])
         dtype = source[0]
         if fmt is not None and dtype.is_floating_point:
-            dtype = torch.float32 if kept(name, dtype) else fmt.dtype
+            dtype = torch.float32 if in_fp32(name, dtype) else fmt.dtype
         stand_in = meta_tensor(b.shape, dtype)  # read for its dtype only: one per kind
         entries.append((_module(modules, name, source[1]), name, stand_in, b.shape))
     arch = _renamed(arch, blocks)
@@ -227,14 +227,20 @@ def logical_model(
     heads = _renamed_heads(model, modules, blocks)
     specs = model_specs(model, entries, num_layers, arch, heads)
     skipped: list[str] = []
+    plain, trees = fmt, ()
     if fmt is not None and fmt.quant is not None:
-        # the MTP block's modules the engines build unquantized stay so (listed as skipped)
-        plain = replace(fmt, keep=fmt.keep + part.plain) if part is not None else fmt
+        # the MTP block's modules the engines build unquantized stay so (listed as skipped);
+        # in NVFP4, the MTP layers its record leaves whole (listed as module trees, once)
+        if part is not None:
+            trees = part.fp4_trees if fmt.quant == "nvfp4" else ()
+            plain = replace(fmt, keep=fmt.keep + part.plain + trees)
         entries, skipped = quantize(entries, specs, plain)
         specs = model_specs(model, entries, num_layers, arch, heads)
     units: list[str] = []  # the MTP input projections quantized (their 1s the unit's codes)
     if part is not None:
-        units = _add_mtp_own(part, entries, specs, skipped, fmt)
+        units = _add_mtp_own(part, entries, specs, skipped, plain)
+    if trees:  # each tree listed once, for the modules under it
+        skipped = [*trees, *(s for s in skipped if not kept(s, trees))]
     shapes = {n: tuple(s) for _, n, _, s in entries}
     # the design reads the MTP input projections' logical [out, in] (NVFP4 packs two a byte)
     logical = {**shapes, **{n: tuple(s) for _, n, _, s in part.own}} if part else shapes

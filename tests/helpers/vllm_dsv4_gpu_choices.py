@@ -15,15 +15,8 @@ Each is replaced only while the class is built (:func:`build`); none registers a
   ``vllm.models.deepseek_v4.nvidia.flashmla``): it reads the GPU's compute capability (none
   here: an assertion) to pick the forward's FP8 einsum scale layout; SM90's is given. The
   attention's linears register their parameters before it; no loader reads it;
-- NVFP4's kernels (ModelOpt's format): vLLM's registry of NVFP4 linear kernels lists none for
-  the CPU platform ("Failed to find a kernel"), so the CPU is given the list the ROCm platform
-  has (vLLM's own emulation kernel), chosen after the linear's ``create_weights`` has
-  registered its parameters; and no NVFP4 MoE backend supports the CPU (its emulation experts
-  are Triton's), so where vLLM's selection finds none, the emulation backend is taken. The MoE
-  backend decides one thing about the parameters: whether the input scales span every
-  expert of every rank (FlashInfer's backends) or the rank's; without expert parallelism, as
-  here, both are every expert. Neither kernel runs: nothing here calls the forward or
-  ``process_weights_after_loading``.
+- NVFP4's linear kernel and MoE backend (ModelOpt's format): as helpers/vllm_nvfp4_cpu.py
+  replaces them for every vLLM class built here.
 
 The JIT warmups the modules register (tilelang's, absent here) are a config choice, not a
 replacement: the draft's model config says ``enforce_eager``, which turns them off, as it does
@@ -49,30 +42,14 @@ class _NoStream:
 
 @contextlib.contextmanager
 def _gpu_choices():
-    from vllm.model_executor.kernels import linear
-    from vllm.model_executor.layers.fused_moe.oracle import nvfp4
-    from vllm.model_executor.layers.quantization import modelopt
     from vllm.models.deepseek_v4.nvidia import flashmla
-    from vllm.platforms import PlatformEnum
 
-    select = modelopt.select_nvfp4_moe_backend
+    from helpers import vllm_nvfp4_cpu
 
-    def or_emulation(*args, **kwargs):
-        try:
-            return select(*args, **kwargs)
-        except NotImplementedError as e:  # "No NvFp4 MoE backend supports the deployment ..."
-            if not str(e).startswith("No NvFp4 MoE backend supports"):
-                raise
-            from vllm.model_executor.layers.fused_moe.experts import nvfp4_emulation_moe as e
-
-            return nvfp4.NvFp4MoeBackend.EMULATION, e.Nvfp4QuantizationEmulationTritonExperts
-
-    cpu_nvfp4 = {PlatformEnum.CPU: [linear.EmulationNvFp4LinearKernel]}
     with (
         mock.patch.object(torch.cuda, "Stream", _NoStream),
         mock.patch.object(flashmla, "compute_fp8_einsum_recipe", lambda: _SM90_RECIPE),
-        mock.patch.dict(linear._POSSIBLE_NVFP4_KERNELS, cpu_nvfp4),
-        mock.patch.object(modelopt, "select_nvfp4_moe_backend", or_emulation),
+        vllm_nvfp4_cpu.choices(),
     ):
         yield
 

@@ -15,10 +15,6 @@ import sys
 import traceback
 from pathlib import Path
 
-# KV-cache quantization parameters vLLM's attention makes: no checkpoint holds them
-KV_SCALES = ("k_scale", "v_scale", "q_scale", "prob_scale", "k_zero_point", "v_zero_point")
-KV_SCALES += ("q_zero_point",)
-
 
 def main(port: int, out: str, root: str) -> None:
     os.environ["VLLM_TARGET_DEVICE"] = "cpu"
@@ -147,12 +143,13 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
         loaded = M.load_safetensors(model, model_config)
     found = []
     params = dict(model.named_parameters())
-    missing = sorted(n for n in params if n not in loaded and not n.endswith(KV_SCALES))
+    missing = sorted(n for n in params if n not in loaded and not n.endswith(M.KV_SCALES))
     if missing:
         found.append(f"parameters the export did not reach: {missing[:8]}")
     # Every byte the loader writes: loaded again over the other poison, a byte it leaves is
     # the poison's (a name it reports loaded yet only partly writes, a fused shard it skips)
-    first = {n: M.as_bytes(p.data).clone() for n, p in params.items() if not n.endswith(KV_SCALES)}
+    kv = M.KV_SCALES
+    first = {n: M.as_bytes(p.data).clone() for n, p in params.items() if not n.endswith(kv)}
     M.poison(model, 0xAA)
     with set_current_vllm_config(vllm_config):
         M.load_safetensors(model, model_config)

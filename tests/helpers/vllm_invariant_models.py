@@ -290,6 +290,12 @@ def _own(model: torch.nn.Module):
             yield prefix, module, own
 
 
+# KV-cache quantization parameters vLLM's attention makes (compressed-tensors' zero points are
+# plain parameters, hence by name): no checkpoint holds them; vLLM sets them after loading
+KV_SCALES = ("k_scale", "v_scale", "q_scale", "prob_scale", "k_zero_point", "v_zero_point")
+KV_SCALES += ("q_zero_point",)
+
+
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
     """The tensor's bytes (a 0-dim tensor too: KV-cache scales are scalars)."""
     return t.data.reshape(t.shape or (1,)).view(torch.uint8)

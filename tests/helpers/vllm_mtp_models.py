@@ -16,7 +16,8 @@ config, the way its proposer's ``get_model`` does. The replacements of
 tests/helpers/vllm_invariant_models.py (``prepare``) apply, two of transformers' image modules
 where torchvision is missing, for Qwen4-Exp its QSA attention's FlashAttention check
 (helpers/vllm_qsa_flash_attention_stub.py) and for the indexed sparse MLA its backend choice
-(helpers/vllm_sparse_mla.py) (:func:`build`); the oracle is the same: the export of the config,
+(helpers/vllm_sparse_mla.py), and for NVFP4 its linear kernel and MoE backend choices
+(helpers/vllm_nvfp4_cpu.py) (:func:`build`); the oracle is the same: the export of the config,
 read by vLLM's own safetensors loader into a twin."""
 
 from __future__ import annotations
@@ -197,6 +198,23 @@ CASES = [
 ]
 
 
+# Every architecture's MTP layer in each quantized format: FP8 blocks as the config's own
+# (``blk``: the harness's [16, 16] blocks, which these hidden-64 models divide), the others as
+# ``export --format`` writes them from a bf16 config (a case's quantization -> that format)
+EXPORT_FORMATS = {"fp8-tensor": "fp8", "fp8-channel": "fp8-channel", "nvfp4": "nvfp4"}
+CASES += [(m, q, 1, 1, 0.6) for m in dict.fromkeys(c[0] for c in CASES)
+          for q in ("blk", *EXPORT_FORMATS)]  # fmt: skip
+# Cases vLLM 0.33 cannot load, whatever the checkpoint holds -> what its load raises: GLM-OCR's
+# and HY-V3's MTP classes build the layer's head (a ParallelLMHead) with the NVFP4 method under a
+# name no checkpoint's exclusion list can name (HY-V3's has none; GLM-OCR's is vLLM's
+# ``model.layers.N.head``, which its config's mapper does not rename from the checkpoint's
+# ``model.language_model.layers.N``), then copy the export's unquantized head into it
+UNLOADABLE = {
+    ("glm_ocr", "nvfp4"): "The size of tensor a (32) must match the size of tensor b (64)",
+    ("hy_v3", "nvfp4"): "The size of tensor a (32) must match the size of tensor b (64)",
+}
+
+
 # A draft model (``export --draft``) of a Llama target: vLLM's Llama class from the draft's
 # config, its "fp8_dummy_draft" mark read through vLLM's own config loading.
 DRAFT = ("llama", "bf16", 0, 4, 0.7)
@@ -223,7 +241,7 @@ def write_config(case: tuple, folder: Path) -> Path:
         config["text_config"] = dict(config["text_config"], num_mtp_modules=layers)
     if model == "mimo_v2_flash" and quant != "bf16":  # bf16: as transformers writes it (the
         config = as_released(config)  # export writes MiMo's own keys vLLM reads)
-    if M.QUANTS[quant]:
+    if M.QUANTS.get(quant):
         config["quantization_config"] = M.QUANTS[quant]
     (folder / "config.json").write_text(json.dumps(config))
     return folder
@@ -245,7 +263,8 @@ def export(case: tuple, folder: Path) -> Path:
         assert main(args + ["--draft", str(out), "--draft-hidden", "64"]) == 0
         return out
     source = write_config(case, folder / "source")
-    write(source, out, acceptance=case[4], progress=False, allow_unknown=True)
+    fmt = EXPORT_FORMATS.get(case[1])  # else the config's own
+    write(source, out, acceptance=case[4], progress=False, allow_unknown=True, format=fmt)
     return out
 
 
@@ -292,9 +311,11 @@ def build(folder: Path, world: int, k: int, method: str = "mtp", draft: Path | N
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.utils.torch_utils import set_default_torch_dtype
 
+    from helpers import vllm_nvfp4_cpu
+
     vllm_config, draft = configs(folder, world, k, method, draft)
     loader = get_model_loader(LoadConfig(load_format="dummy"))
-    with set_current_vllm_config(vllm_config):
+    with set_current_vllm_config(vllm_config), vllm_nvfp4_cpu.choices():
         with set_default_torch_dtype(draft.dtype), torch.device("cpu"):
             model = loader.create_model(vllm_config=vllm_config, model_config=draft)
     return model, vllm_config, draft

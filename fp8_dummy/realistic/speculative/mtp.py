@@ -61,6 +61,9 @@ class MtpPart:
     # the MTP layers' stream mixers' gate projections [hc·H, r] (Qwen4-Exp's
     # ``input_mix_weight_up``): the design zeroes their rows on the code of every stream
     gates: tuple[str, ...] = ()
+    # the MTP layers as module trees (``model.layers.N.*``) an NVFP4 checkpoint leaves
+    # unquantized (:attr:`.mtp_layouts.MtpArch.fp4_tree`)
+    fp4_trees: tuple[str, ...] = ()
 
 
 def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
@@ -137,6 +140,8 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
         block.append((module, new, torch.empty(b.shape, dtype=t_dtype, device="meta"), b.shape))
     plain = tuple(where(arch, text, i)[1] + m for i in range(n) for m in arch.plain)
     part = MtpPart(n, block, [], arch=_facts(twin, blocks, rename), plain=plain, final=arch.final)
+    if arch.fp4_tree:
+        part.fp4_trees = tuple(where(arch, text, i)[0] + "*" for i in range(n))
     part.gates = tuple(new for new in rename.values() if arch.gates and new.endswith(arch.gates)
                        and any(new.startswith(s) for _, s in arch.shared))  # fmt: skip
     h = text.hidden_size

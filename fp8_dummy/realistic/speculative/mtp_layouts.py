@@ -142,6 +142,11 @@ class MtpArch:
     # the MTP layer holds a copy of the lm_head (``shared_head.head``): not where the engine's
     # class builds none and its loader fails on one (GLM-5-Next's: the target's is shared)
     head_copy: bool = True
+    # in NVFP4 each MTP layer is left unquantized whole, listed as one module tree
+    # (``model.layers.N.*``): vLLM's ModelOpt config quantizes a ParallelLMHead its list does
+    # not name, and these classes build the layer's head under a name of the engine's (the
+    # DeepSeek and GLM classes' ``model.layers.N.head``) or read it from ``lm_head`` (Ling's)
+    fp4_tree: bool = False
 
 
 _QWEN = MtpArch("qwen", default=1)
@@ -163,11 +168,11 @@ _HY_V4 = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
                                 "post_attention_layernorm."))  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
-    "deepseek_v3": MtpArch("deepseek"),
-    "deepseek_v32": MtpArch("deepseek"),
-    "glm4_moe": MtpArch("deepseek"),
-    "glm_moe_dsa": MtpArch("deepseek"),
-    "glm4_moe_lite": MtpArch("deepseek"),
+    "deepseek_v3": MtpArch("deepseek", fp4_tree=True),
+    "deepseek_v32": MtpArch("deepseek", fp4_tree=True),
+    "glm4_moe": MtpArch("deepseek", fp4_tree=True),
+    "glm_moe_dsa": MtpArch("deepseek", fp4_tree=True),
+    "glm4_moe_lite": MtpArch("deepseek", fp4_tree=True),
     "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
     # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections
     "glm5_next_text": MtpArch(
@@ -177,8 +182,9 @@ ARCHS = {
         parts=_GLM5_NEXT,
         only=True,
         head_copy=False,
+        fp4_tree=True,
     ),
-    "bailing_hybrid": MtpArch("bailing"),
+    "bailing_hybrid": MtpArch("bailing", fp4_tree=True),
     "hy_v3": MtpArch("bailing"),
     "qwen3_next": _QWEN,
     "qwen3_5_text": _QWEN35,
