@@ -182,7 +182,6 @@ ARCHS = {
         parts=_GLM5_NEXT,
         only=True,
         head_copy=False,
-        fp4_tree=True,
     ),
     "bailing_hybrid": MtpArch("bailing", fp4_tree=True),
     "hy_v3": MtpArch("bailing"),
