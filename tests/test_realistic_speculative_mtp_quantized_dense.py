@@ -130,9 +130,11 @@ def test_minimax_m3s_mtp_layer_in_fp8_channel_is_quantized_with_eh_proj(tmp_path
     cfg = H.config("minimax_m3_vl", mtp=1)
     t, quant = _export(cfg, tmp_path, "fp8-channel")
     b = MM + "transformer_layer."
-    linears = [MM + "eh_proj"] + [b + f"self_attn.{x}_proj" for x in (
-        "q", "k", "v", "o", "index_q", "index_k")] + [
-        b + f"block_sparse_moe.shared_experts.{x}_proj" for x in ("gate", "up", "down")]
+    linears = (
+        [MM + "eh_proj"]
+        + [b + f"self_attn.{x}_proj" for x in ("q", "k", "v", "o", "index_q", "index_k")]
+        + [b + f"block_sparse_moe.shared_experts.{x}_proj" for x in ("gate", "up", "down")]
+    )
     linears += [b + f"block_sparse_moe.experts.{e}.w{w}"
                 for e in range(cfg.text_config.num_local_experts) for w in (1, 2, 3)]  # fmt: skip
     for linear in linears:
