@@ -86,12 +86,15 @@ def test_the_block_is_valued_as_the_decoder_layers_parts():
     assert embed.overrides, "the designed codes"
 
 
-# mxfp4: GPT-OSS's fused experts only (LongCat's checkpoint is refused in it, MTP layer or not)
-@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "mxfp4"])
+# mxfp4: GPT-OSS's fused experts only (LongCat's checkpoint is refused in it, MTP layer or not);
+# fp8 and fp8-channel: refused with the MTP layer (vLLM's loader reads its scales under FP8-block
+# names alone: tests/test_realistic_speculative_mtp_quantized_dense.py)
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in ("mxfp4", "fp8", "fp8-channel")])
 def test_every_format_holds_the_mtp_layer(fmt):
-    """In every format the MTP tensors are under the same names: the block quantized as a
-    decoder layer (its linears' scales beside them), the input projection unquantized and listed
-    with the modules the quantized checkpoint leaves alone, the norms and the copy as they are."""
+    """In every format it is made in, the MTP tensors are under the same names: the block
+    quantized as a decoder layer (its linears' scales beside them), the input projection
+    ``eh_proj`` too (vLLM's class builds it with the quantization config) and not listed with
+    the modules the quantized checkpoint leaves alone, the norms and the copy as they are."""
     cfg = H.config("longcat_flash", hidden=256, mtp=1)
     model = build_model(cfg, dtype=torch.bfloat16)
     made = logical_model(model, 0, format=fmt, acceptance=0.6, mtp=True)
@@ -101,8 +104,11 @@ def test_every_format_holds_the_mtp_layer(fmt):
     extra = names - VLLM_NAMES
     quantized = FORMATS[fmt].quant is not None
     assert bool(extra) == quantized, extra
-    assert all(n.startswith((P + "self_attn.", P + "transformer_layer.")) for n in extra), extra
-    assert not any(n.startswith(P + "eh_proj.") and n != P + "eh_proj.weight" for n in names)
+    own = (P + "self_attn.", P + "transformer_layer.", P + "eh_proj.")
+    assert all(n.startswith(own) for n in extra), extra
+    assert P + "eh_proj" not in made.skipped
     if quantized:
-        assert P + "eh_proj" in made.skipped
         assert any(n.startswith(P + "self_attn.o_proj.") for n in extra)
+        o_proj = {n[len(P + "self_attn.o_proj.") :] for n in extra if ".o_proj." in n}
+        assert {n[len(P + "eh_proj.") :] for n in extra if ".eh_proj." in n} == o_proj
+        assert t[P + "eh_proj.weight"].dtype == t[P + "self_attn.o_proj.weight"].dtype

@@ -220,7 +220,8 @@ def logical_model(
     config = getattr(model, "config", None)
     part = None
     if mtp and config is not None:
-        part = mtp_part(config, fmt.dtype if fmt is not None else built)
+        quant = fmt.quant if fmt is not None else None
+        part = mtp_part(config, fmt.dtype if fmt is not None else built, quant)
     if part is not None:
         entries += part.block
         arch = _merged(arch, part.arch)

@@ -30,9 +30,9 @@ ROUTER = {"gate", "router"}
 SINK = {"sinks"}  # GPT-OSS's per-head attention sink logits
 _SCALE = re.compile(r"(?:^|_)scale(?:_inv|_2)?$")
 # A decoder layer's tensors: ``model.layers.<i>.``, GPT-2's ``h.<i>.``, ``blocks.<i>.``, and
-# DeepSeek-V4's MTP layers ``mtp.<i>.``, HY-V4's ``model.mtp_layers.<i>.`` (their block a
-# decoder layer's: quantized, routed alike)
-LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|mtp|mtp_layers)\.(\d+)\.")
+# DeepSeek-V4's MTP layers ``mtp.<i>.``, HY-V4's ``model.mtp_layers.<i>.``, ERNIE 4.5's MTP
+# blocks ``model.mtp_block.<i>.`` (their block a decoder layer's: quantized, routed alike)
+LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|mtp|mtp_layers|mtp_block)\.(\d+)\.")
 
 
 class Spec(NamedTuple):

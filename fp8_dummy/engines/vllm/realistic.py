@@ -47,8 +47,31 @@ def load_checkpoint(
     loaded = model.load_weights(checkpoint.items())
     if loaded is not None:  # a parameter the checkpoint misses would hold garbage
         quantized = getattr(model_config, "quantization", None) is not None
-        _all_loaded(model, set(loaded), quantized)
+        loaded = set(loaded)
+        _all_loaded(model, loaded | _shared_heads(model, model_config, loaded), quantized)
     return set(loaded or ())
+
+
+def _shared_heads(model: torch.nn.Module, model_config: Any, loaded: set) -> set:
+    """An MTP draft's output heads its loader did not write (LongCat-Flash's reads none): vLLM's
+    proposer replaces every MTP draft's ``lm_head`` and each layer's ``shared_head.head`` with
+    the target's lm_head after loading (``_maybe_share_lm_head``; an EAGLE draft, which says
+    ``has_own_lm_head``, keeps its own), so no checkpoint tensor need reach them."""
+    try:
+        from vllm.config import get_current_vllm_config
+
+        spec = get_current_vllm_config().speculative_config
+    except Exception:  # no current config (a model built outside vLLM's engine)
+        return set()
+    draft = getattr(spec, "draft_model_config", None)
+    if draft is None or draft is not model_config or getattr(spec, "method", None) != "mtp":
+        return set()
+    if hasattr(model, "has_own_lm_head"):
+        return set()
+    return {
+        n for n, _ in model.named_parameters()
+        if n not in loaded and (n.startswith("lm_head.") or ".shared_head.head." in n)
+    }  # fmt: skip
 
 
 def _checkpoints_config(model: torch.nn.Module, config: Any, folder: Any = None) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..arch import Arch, derive_twin
+from ..formats import UnsupportedFormatError
 from ..hf_model import build_model, built_dtype, kept_fp32, memory_blocks, own_tensors
 from .mtp_layouts import (
     ALL_COUNTS,
@@ -96,13 +97,21 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     return cfg
 
 
-def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
+def mtp_part(config: Any, dtype: torch.dtype, quant: str | None = None) -> MtpPart | None:
     """The MTP tensors of ``config``'s checkpoint in ``dtype`` (what stays in float32 as the
-    class keeps it), or None."""
+    class keeps it), or None; ``quant``: the format's quantization (``Format.quant``), refused
+    where the engine's class cannot load the MTP layers in it."""
     style, n = mtp_layers(config)
     if style is None:
         return None
     arch, text = arch_of(config)[0], text_config(config)
+    why = dict(arch.unloadable).get(quant) if quant is not None else None
+    if why is not None:
+        raise UnsupportedFormatError(
+            f"fp8_dummy: {n} MTP layer(s) ({arch.counts[0]}) in a {quant} FP8 format: {why}; "
+            f"choose another format, or set {arch.counts[0]} to 0 for a checkpoint without "
+            "MTP layers"
+        )
     missing = [key for key in arch.needs if getattr(text, key, None) is None]
     if missing:
         raise ValueError(
@@ -160,6 +169,8 @@ def mtp_part(config: Any, dtype: torch.dtype) -> MtpPart | None:
             wide = torch.empty(h, 2 * h, dtype=dtype, device="meta")
             part.own.append((torch.nn.Module(), proj, wide, (h, 2 * h)))
             part.projections[proj] = h if hidden_first else 0
+            if arch.quantized_inputs:
+                part.quantized += (proj,)
         for name, start in split_projections(style, where(arch, text, i)[0]).items():
             square = torch.empty(h, h, dtype=dtype, device="meta")
             part.own.append((torch.nn.Module(), name, square, (h, h)))

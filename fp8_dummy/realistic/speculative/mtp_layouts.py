@@ -135,10 +135,14 @@ class MtpArch:
     # the ends of the shared copies' names that are stream-mixer gate projections, whose rows
     # on the code the design zeroes (Qwen4-Exp's ``input_mix_weight_up``)
     gates: tuple[str, ...] = ()
-    # the split input projections are quantized in a quantized format (DeepSeek-V4's real
-    # checkpoints hold them in FP8); else unquantized and listed as ignored (Qwen4-Exp's: vLLM's
-    # draft reads that list under the names it builds)
+    # the input projections are quantized in a quantized format, as the engine's class builds
+    # them with the quantization config (DeepSeek-V4's split ones, which its real checkpoints hold
+    # in FP8; LongCat-Flash's and MiniMax-M3's ``eh_proj``); else unquantized and listed as
+    # ignored (Qwen4-Exp's: vLLM's draft reads that list under the names it builds)
     quantized_inputs: bool = False
+    # the quantized formats (``Format.quant``) whose MTP layers vLLM's draft class cannot load,
+    # each with why: refused before anything is written
+    unloadable: tuple[tuple[str, str], ...] = ()
     # the MTP layer holds a copy of the lm_head (``shared_head.head``): not where the engine's
     # class builds none and its loader fails on one (GLM-5-Next's: the target's is shared)
     head_copy: bool = True
@@ -166,6 +170,26 @@ _GLM5_NEXT = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
 # under the main layers' checkpoint names (hf_model's: the shared expert's ``gate_proj``)
 _HY_V4 = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
                                 "post_attention_layernorm."))  # fmt: skip
+# vLLM 0.33's LongCatFlashMTP.load_weights maps the MTP block's and eh_proj's scales by a table
+# of FP8-block names (``weight_scale_inv``) alone: any other scale under ``model.mtp.`` is a
+# parameter name it does not have (KeyError); and it builds the block under
+# ``model.layers.{2·num_layers}.``, eh_proj as ``eh_proj``, which no checkpoint's ignore list names
+_LONGCAT_WHY = (
+    "vLLM's LongCatFlashMTP builds the MTP layer quantized and reads its scales under the "
+    "FP8-block name weight_scale_inv alone: its loader fails on weight_scale"
+)
+_LONGCAT_UNLOADABLE = (("per-tensor", _LONGCAT_WHY), ("channel", _LONGCAT_WHY))
+# vLLM 0.33's MiniMaxM3MTP.load_weights renames every MTP ``weight_scale_inv`` to
+# ``weight_scale`` (ModelOpt MXFP8's name), which vLLM's FP8 block layers do not have (theirs:
+# ``weight_scale_inv``): no block scale reaches them; per tensor, its sparse attention's fused
+# qkv_proj (q, k, v, index_q, index_k) holds a per-tensor scale vLLM's PerTensorScaleParameter
+# loads by the shard ids q, k and v alone (index_q fails its assertion)
+_MINIMAX_UNLOADABLE = (
+    ("block", "vLLM's MiniMaxM3MTP renames the MTP layer's weight_scale_inv to weight_scale, "
+              "which its FP8 block layers do not have: no block scale is loaded"),
+    ("per-tensor", "vLLM's per-tensor scale of the MTP layer's fused qkv_proj takes the shard "
+                   "ids q, k, v alone: its loader fails on index_q_proj's scale"),
+)  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek", fp4_tree=True),
@@ -203,9 +227,17 @@ ARCHS = {
         parts=(("post_attention_layernorm.", "pre_mlp_layernorm."),),
         plain=("self_attn.o_proj",),
     ),
-    # LongCat-Flash: its num_hidden_layers counts two per decoder layer (its two attentions)
+    # LongCat-Flash: its num_hidden_layers counts two per decoder layer (its two attentions);
+    # vLLM's LongCatFlashMTP builds eh_proj with the quantization config
     "longcat_flash": MtpArch(
-        "longcat", default=1, most=1, layers="num_layers", parts=_LONGCAT, only=True
+        "longcat",
+        default=1,
+        most=1,
+        layers="num_layers",
+        parts=_LONGCAT,
+        only=True,
+        quantized_inputs=True,
+        unloadable=_LONGCAT_UNLOADABLE,
     ),
     # HY-V4: vLLM builds the MTP block as the last main layer's type (the indexed attention,
     # MoE) and without the iHC boundaries
@@ -217,9 +249,16 @@ ARCHS = {
         only=True,
     ),
     # MiniMax-M3's multimodal checkpoint (vLLM's MiniMaxM3MTP: its text config's
-    # num_mtp_modules, else one): the block always the sparse (indexed) attention and MoE
+    # num_mtp_modules, else one): the block always the sparse (indexed) attention and MoE, and
+    # eh_proj, all built with the quantization config
     "minimax_m3_vl": MtpArch(
-        "minimax", ("num_mtp_modules",), default=1, attention="minimax_m3_sparse", whole=True
+        "minimax",
+        ("num_mtp_modules",),
+        default=1,
+        attention="minimax_m3_sparse",
+        whole=True,
+        quantized_inputs=True,
+        unloadable=_MINIMAX_UNLOADABLE,
     ),
     # DeepSeek-V4: vLLM builds the MTP block's attention without a compressor (sliding) and
     # its MoE with the learned router (no hash routing)
