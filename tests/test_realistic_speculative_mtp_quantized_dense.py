@@ -169,7 +169,12 @@ def test_a_quantized_eh_proj_carries_the_design(arch, fmt, proj, tmp_path):
 REFUSED = [("longcat_flash", "fp8", "num_nextn_predict_layers", "LongCatFlashMTP"),
            ("longcat_flash", "fp8-channel", "num_nextn_predict_layers", "LongCatFlashMTP"),
            ("minimax_m3_vl", "fp8-block", "num_mtp_modules", "MiniMaxM3MTP"),
-           ("minimax_m3_vl", "fp8", "num_mtp_modules", "qkv_proj")]  # fmt: skip
+           ("minimax_m3_vl", "fp8", "num_mtp_modules", "qkv_proj"),
+           ("longcat_flash", "nvfp4", "num_nextn_predict_layers", "LongCatFlashMTP"),
+           ("minimax_m3_vl", "nvfp4", "num_mtp_modules", "lm_head")]  # fmt: skip
+
+
+_MTP = {"longcat_flash": "model.mtp.", "minimax_m3_vl": "language_model.model.mtp."}
 
 
 @pytest.mark.parametrize("arch, fmt, count, named", REFUSED)
@@ -177,16 +182,21 @@ def test_a_format_the_draft_class_cannot_load_is_refused(arch, fmt, count, named
     """LongCat-Flash per tensor or per channel (vLLM's loader maps its MTP scales by
     ``weight_scale_inv`` names alone), MiniMax-M3 in FP8 block (its loader renames them to
     ``weight_scale``, which FP8 block layers lack) or per tensor (the fused q/k/v/index
-    projection's per-tensor scale takes q, k, v alone): refused, naming the count to clear,
-    before anything is written (the export, and the in-engine fill's logical model); the same
-    config without MTP layers is made in the format."""
+    projection's per-tensor scale takes q, k, v alone): the export refused, naming the count
+    to clear, before anything is written; the in-engine fill's logical model made (the target
+    never loads its MTP layers; a draft's load fails in vLLM whatever the checkpoint); the same
+    config without MTP layers exported in the format."""
     cfg = H.config(arch, mtp=1)
     cfg.save_pretrained(tmp_path / "c")
     with pytest.raises(ExportError, match=f"{named}.*set {count} to 0"):
         export(tmp_path / "c", tmp_path / "out", format=fmt, progress=False)
     assert not (tmp_path / "out").exists()
+    model = build_model(cfg, dtype=torch.bfloat16)
     with pytest.raises(UnsupportedFormatError, match=named):
-        logical_model(build_model(cfg, dtype=torch.bfloat16), 0, format=fmt, mtp=True)
+        logical_model(model, 0, format=fmt, mtp=True, refuse_unloadable=True)
+    made = logical_model(model, 0, format=fmt, mtp=True)  # an in-engine fill's
+    assert any(n.startswith(_MTP[arch]) for n in made.tensors)
     none = H.config(arch, **({"num_nextn_predict_layers": 0} if arch == "longcat_flash" else {}))
-    made = logical_model(build_model(none, dtype=torch.bfloat16), 0, format=fmt, mtp=True)
-    assert any(t.dtype == E4M3 for t in made.tensors.values())
+    none.save_pretrained(tmp_path / "none")
+    export(tmp_path / "none", tmp_path / "plain", format=fmt, progress=False)
+    assert (tmp_path / "plain" / "config.json").exists()

@@ -127,7 +127,7 @@ def export(
     try:  # the unquantized tensors in --dtype: the format's own float dtype replaced
         lm = logical_model(
             model, seed, routing=routing, format=replace(fmt, dtype=floats),
-            acceptance=acceptance, mtp=True,
+            acceptance=acceptance, mtp=True, refuse_unloadable=True,
         )  # fmt: skip
     except UnsupportedFormatError as e:  # the architecture cannot take the format
         raise ExportError(str(e)) from None

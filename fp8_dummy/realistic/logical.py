@@ -182,13 +182,16 @@ def logical_model(
     acceptance: Any = None,
     mtp: bool = False,
     tokenizer: Any = None,
+    refuse_unloadable: bool = False,
 ) -> LogicalModel:
     """The logical checkpoint of ``model`` (a transformers model, on meta or real; its
     in-memory dtypes, or ``format``'s: :data:`FORMATS`), all checked before anything is
     written; ``arch``: default :func:`.arch.derive` (the plain rule on meta); ``mtp``: with
     the MTP layers the config's checkpoint carries; ``acceptance``: the designed speculative
     stream (:mod:`.speculative`; ``tokenizer``: its tokens' source, default the config's
-    directory's)."""
+    directory's); ``refuse_unloadable``: a format whose MTP layers the engines' draft classes
+    cannot load is refused (an export writes them for those classes; an in-engine fill of the
+    target makes them but never loads them)."""
     seed = as_int64(seed, "seed", "fp8_dummy") % (1 << 64)
     profile = parse_routing(routing)
     accept = parse_acceptance(acceptance)
@@ -220,7 +223,7 @@ def logical_model(
     config = getattr(model, "config", None)
     part = None
     if mtp and config is not None:
-        quant = fmt.quant if fmt is not None else None
+        quant = fmt.quant if fmt is not None and refuse_unloadable else None
         part = mtp_part(config, fmt.dtype if fmt is not None else built, quant)
     if part is not None:
         entries += part.block

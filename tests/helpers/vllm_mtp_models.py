@@ -204,6 +204,12 @@ CASES = [
 EXPORT_FORMATS = {"fp8-tensor": "fp8", "fp8-channel": "fp8-channel", "nvfp4": "nvfp4"}
 CASES += [(m, q, 1, 1, 0.6) for m in dict.fromkeys(c[0] for c in CASES)
           for q in ("blk", *EXPORT_FORMATS)]  # fmt: skip
+# Cases whose export fp8_dummy refuses before writing (vLLM 0.33's draft class cannot load the
+# format's MTP scales: LongCat-Flash's maps them by ``weight_scale_inv`` names alone,
+# MiniMax-M3's renames them to ``weight_scale``, its fused q/k/v/index projection's per-tensor
+# scale takes the shard ids q, k, v alone, and its NVFP4 lm_head is one no list names)
+REFUSED = {("longcat_flash", q) for q in ("fp8-tensor", "fp8-channel", "nvfp4")}
+REFUSED |= {("minimax_m3_vl", q) for q in ("blk", "fp8-tensor", "nvfp4")}
 # Cases vLLM 0.33 cannot load, whatever the checkpoint holds -> what its load raises: GLM-OCR's
 # and HY-V3's MTP classes build the layer's head (a ParallelLMHead) with the NVFP4 method under a
 # name no checkpoint's exclusion list can name (HY-V3's has none; GLM-OCR's is vLLM's

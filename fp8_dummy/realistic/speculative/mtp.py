@@ -108,7 +108,7 @@ def mtp_part(config: Any, dtype: torch.dtype, quant: str | None = None) -> MtpPa
     why = dict(arch.unloadable).get(quant) if quant is not None else None
     if why is not None:
         raise UnsupportedFormatError(
-            f"fp8_dummy: {n} MTP layer(s) ({arch.counts[0]}) in a {quant} FP8 format: {why}; "
+            f"fp8_dummy: {n} MTP layer(s) ({arch.counts[0]}) in the {quant} format: {why}; "
             f"choose another format, or set {arch.counts[0]} to 0 for a checkpoint without "
             "MTP layers"
         )

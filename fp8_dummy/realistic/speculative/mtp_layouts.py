@@ -179,6 +179,7 @@ _LONGCAT_WHY = (
     "FP8-block name weight_scale_inv alone: its loader fails on weight_scale"
 )
 _LONGCAT_UNLOADABLE = (("per-tensor", _LONGCAT_WHY), ("channel", _LONGCAT_WHY))
+_LONGCAT_UNLOADABLE += (("nvfp4", _LONGCAT_WHY),)
 # vLLM 0.33's MiniMaxM3MTP.load_weights renames every MTP ``weight_scale_inv`` to
 # ``weight_scale`` (ModelOpt MXFP8's name), which vLLM's FP8 block layers do not have (theirs:
 # ``weight_scale_inv``): no block scale reaches them; per tensor, its sparse attention's fused
@@ -189,6 +190,9 @@ _MINIMAX_UNLOADABLE = (
               "which its FP8 block layers do not have: no block scale is loaded"),
     ("per-tensor", "vLLM's per-tensor scale of the MTP layer's fused qkv_proj takes the shard "
                    "ids q, k, v alone: its loader fails on index_q_proj's scale"),
+    ("nvfp4", "vLLM's MiniMaxM3MTP builds its lm_head with the NVFP4 method under the name "
+              "lm_head, which the multimodal checkpoint's list (language_model.lm_head) does not "
+              "name: the unquantized head does not fit it"),
 )  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
