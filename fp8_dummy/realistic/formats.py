@@ -45,6 +45,14 @@ ENGINE_UNQUANTIZED = re.compile(
     r"(?:input_mix_weight_down|input_mix_weight_up|block_inject_weight))"
 )
 
+# The linear modules vLLM 0.33 builds without the quantization config in NVFP4 alone (ModelOpt's
+# ``modelopt_fp4``; Qwen4-Exp's ``without_modelopt_fp4``): the QSA attention's Q (with its gate),
+# K and V and its indexer's Q/K projection, which it packs into one merged linear
+# (``Qwen4ExpQSAQKVIndexerLinear``) that takes no per-tensor scales of its shards. The attention
+# whose indexer has the one projection ``indexer.index_qk_proj`` is a QSA attention.
+QSA_INDEXER = "indexer.index_qk_proj"
+QSA_PACKED = ("q_proj", "k_proj", "v_proj", QSA_INDEXER)
+
 
 class UnsupportedFormatError(ValueError):
     """A format a config or a model cannot take, named with the reason."""
@@ -209,6 +217,13 @@ def engine_unquantized(module: str) -> bool:
     return ENGINE_UNQUANTIZED.fullmatch(module) is not None
 
 
+def nvfp4_unquantized(modules: Sequence[str]) -> frozenset[str]:
+    """The linear modules among ``modules`` (a model's, each named in full) the engines build
+    unquantized in NVFP4 alone: each QSA attention's packed projections (:data:`QSA_PACKED`)."""
+    attentions = [m[: -len(QSA_INDEXER)] for m in modules if m.endswith("." + QSA_INDEXER)]
+    return frozenset(a + p for a in attentions for p in QSA_PACKED)
+
+
 def quantized(name: str, shape: tuple, spec: Spec) -> bool:
     """A linear weight of a decoder layer (not a router, an embedding, lm_head or a norm)."""
     return (
@@ -250,6 +265,8 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
     # a weight's tensors by its shape and whether it is a routed expert, named after its owner
     # (experts repeat a few shapes)
     made: dict[tuple, list[tuple[str, tuple, torch.Tensor]]] = {}
+    owners = [n[: -len(".weight")] for _, n, _, _ in entries if n.endswith(".weight")]
+    fp4_plain = nvfp4_unquantized(owners) if fmt.quant == "nvfp4" else frozenset()
     for module, name, t, shape in entries:
         spec = specs[name]
         owner = name[: -len(".weight")]
@@ -259,6 +276,7 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
         # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
         # its scales and packing along those axes.
         plain = kept(owner, fmt.keep) or kind == "transposed" or engine_unquantized(owner)
+        plain = plain or owner in fp4_plain
         linear_weight = quantized(name, shape, spec)
         linear |= linear_weight
         if not linear_weight or plain:
