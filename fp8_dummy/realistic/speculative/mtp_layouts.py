@@ -178,8 +178,7 @@ _LONGCAT_WHY = (
     "vLLM's LongCatFlashMTP builds the MTP layer quantized and reads its scales under the "
     "FP8-block name weight_scale_inv alone: its loader fails on weight_scale"
 )
-_LONGCAT_UNLOADABLE = (("per-tensor", _LONGCAT_WHY), ("channel", _LONGCAT_WHY))
-_LONGCAT_UNLOADABLE += (("nvfp4", _LONGCAT_WHY),)
+_LONGCAT_UNLOADABLE = tuple((quant, _LONGCAT_WHY) for quant in ("per-tensor", "channel", "nvfp4"))
 # vLLM 0.33's MiniMaxM3MTP.load_weights renames every MTP ``weight_scale_inv`` to
 # ``weight_scale`` (ModelOpt MXFP8's name), which vLLM's FP8 block layers do not have (theirs:
 # ``weight_scale_inv``): no block scale reaches them; per tensor, its sparse attention's fused
