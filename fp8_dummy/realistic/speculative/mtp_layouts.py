@@ -161,15 +161,21 @@ _GLM5_NEXT = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
 # under the main layers' checkpoint names (hf_model's: the shared expert's ``gate_proj``)
 _HY_V4 = tuple((p, p) for p in ("self_attn.", "mlp.", "input_layernorm.",
                                 "post_attention_layernorm."))  # fmt: skip
+# The indexed sparse MLA's indexer: vLLM fuses its ``wk`` and ``weights_proj`` into one
+# ``wk_weights_proj`` built without the quantization config (DeepSeek-V3.2's and GLM-5's
+# ``Indexer``, HY-V4's): both stay unquantized
+_INDEXER = ("self_attn.indexer.wk", "self_attn.indexer.weights_proj")
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek"),
-    "deepseek_v32": MtpArch("deepseek"),
+    "deepseek_v32": MtpArch("deepseek", plain=_INDEXER),
     "glm4_moe": MtpArch("deepseek"),
-    "glm_moe_dsa": MtpArch("deepseek"),
+    "glm_moe_dsa": MtpArch("deepseek", plain=_INDEXER),
     "glm4_moe_lite": MtpArch("deepseek"),
     "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
-    # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections
+    # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections;
+    # vLLM's ``Glm5NextDecoderLayer`` builds the whole MLA attention (its indexer too) without
+    # the quantization config
     "glm5_next_text": MtpArch(
         "deepseek",
         main="model.language_model.layers.",
@@ -177,6 +183,7 @@ ARCHS = {
         parts=_GLM5_NEXT,
         only=True,
         head_copy=False,
+        plain=("self_attn",),
     ),
     "bailing_hybrid": MtpArch("bailing"),
     "hy_v3": MtpArch("bailing"),
@@ -210,6 +217,7 @@ ARCHS = {
         attention="indexed_attention",
         parts=_HY_V4,
         only=True,
+        plain=_INDEXER,
     ),
     # MiniMax-M3's multimodal checkpoint (vLLM's MiniMaxM3MTP: its text config's
     # num_mtp_modules, else one): the block always the sparse (indexed) attention and MoE
