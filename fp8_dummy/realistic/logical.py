@@ -38,7 +38,14 @@ from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, hash_specs, parse_routing, plan_routing
 from .rules import Spec, residual_by_name, stored_in_out, tensor_spec
 from .specs import model_specs
-from .speculative import carrier_rows, gate_rows, mtp_part, parse_acceptance, plan_acceptance
+from .speculative import (
+    carrier_rows,
+    gate_rows,
+    layers_plain,
+    mtp_part,
+    parse_acceptance,
+    plan_acceptance,
+)
 from .speculative.unit_codes import unit_overrides, unit_specs
 from .values import fill_, made_whole
 
@@ -135,6 +142,8 @@ class LogicalModel:
         # the quantized linear modules: those with a weight scale beside their weight
         scales = (n for n in self.tensors if n.endswith(".weight_scale"))
         quantized = [n[: -len(".weight_scale")] for n in scales]
+        # fused routed experts (HY-V4's ``mlp.experts.gate_up_proj``): ``<name>_scale`` beside
+        quantized += [n[: -len("_scale")] for n in self.tensors if n.endswith("_proj_scale")]
         return self.format.quantization_config(self.skipped, quantized)
 
     @property
@@ -228,8 +237,10 @@ def logical_model(
     specs = model_specs(model, entries, num_layers, arch, heads)
     skipped: list[str] = []
     if fmt is not None and fmt.quant is not None:
-        # the MTP block's modules the engines build unquantized stay so (listed as skipped)
-        plain = replace(fmt, keep=fmt.keep + part.plain) if part is not None else fmt
+        # the MTP block's modules the engines build unquantized stay so (listed as skipped),
+        # and the main layers' where the engines build theirs so too
+        keep = (part.plain if part is not None else ()) + _layers_plain(config, entries)
+        plain = replace(fmt, keep=fmt.keep + keep) if keep else fmt
         entries, skipped = quantize(entries, specs, plain)
         specs = model_specs(model, entries, num_layers, arch, heads)
     units: list[str] = []  # the MTP input projections quantized (their 1s the unit's codes)
@@ -271,6 +282,16 @@ def logical_model(
     if part is not None:
         _add_copies(part, tensors, lookup)
     return LogicalModel(tensors, config, seed, fmt, skipped, facts)
+
+
+def _layers_plain(config: Any, entries: list) -> tuple[str, ...]:
+    """The decoder layers' modules (full names) the engines build unquantized whatever the
+    format (:func:`.speculative.layers_plain`)."""
+    ends = tuple("." + m for m in layers_plain(config)) if config is not None else ()
+    if not ends:
+        return ()
+    owners = (n[: -len(".weight")] for _, n, _, _ in entries if n.endswith(".weight"))
+    return tuple(dict.fromkeys(o for o in owners if o.endswith(ends)))
 
 
 def _lookup(model: torch.nn.Module, blocks: Mapping[str, Block], part) -> set[str]:
