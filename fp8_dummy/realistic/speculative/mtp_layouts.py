@@ -110,6 +110,9 @@ class MtpArch:
     text_only: bool = False  # the text model's checkpoint only: the multimodal one names its own
     attention: str = "full_attention"  # the block's layer type where the config names none
     plain: tuple[str, ...] = ()  # the block's modules the engines build unquantized
+    # the main decoder layers' same modules too: vLLM's main class builds them unquantized as
+    # well (HY-V4's indexer)
+    everywhere: bool = False
     most: int = 0  # at most this many (0: no limit): the engines' classes build no more
     layers: str = "num_hidden_layers"  # the config key that counts the class's decoder layers
     # the block's names within a layer the checkpoint keeps otherwise, (in-memory prefix,
@@ -168,9 +171,9 @@ _INDEXER = ("self_attn.indexer.wk", "self_attn.indexer.weights_proj")
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek"),
-    "deepseek_v32": MtpArch("deepseek", plain=_INDEXER),
+    "deepseek_v32": MtpArch("deepseek", plain=_INDEXER, everywhere=True),
     "glm4_moe": MtpArch("deepseek"),
-    "glm_moe_dsa": MtpArch("deepseek", plain=_INDEXER),
+    "glm_moe_dsa": MtpArch("deepseek", plain=_INDEXER, everywhere=True),
     "glm4_moe_lite": MtpArch("deepseek"),
     "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
     # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections;
@@ -218,6 +221,7 @@ ARCHS = {
         parts=_HY_V4,
         only=True,
         plain=_INDEXER,
+        everywhere=True,
     ),
     # MiniMax-M3's multimodal checkpoint (vLLM's MiniMaxM3MTP: its text config's
     # num_mtp_modules, else one): the block always the sparse (indexed) attention and MoE
@@ -269,6 +273,14 @@ def arch_of(config: Any) -> tuple[MtpArch | None, Any]:
     if arch is None or arch.outer or (arch.text_only and text is not config):
         return None, text
     return arch, text
+
+
+def layers_plain(config: Any) -> tuple[str, ...]:
+    """The modules of every decoder layer (a name's end) the engines build unquantized, the main
+    layers' as the MTP block's (:attr:`MtpArch.everywhere`), whether or not the config has MTP
+    layers; none for others."""
+    arch = arch_of(config)[0]
+    return arch.plain if arch is not None and arch.everywhere else ()
 
 
 def mtp_layers(config: Any) -> tuple[str | None, int]:
