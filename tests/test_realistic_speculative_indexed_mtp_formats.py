@@ -4,8 +4,9 @@ is quantized, what they build without it stays unquantized and is listed among t
 unquantized modules. Written out here from vLLM's classes, not from the export: the indexer's
 ``wk`` and ``weights_proj`` are one ``wk_weights_proj`` built with ``quant_config=None``
 (DeepSeek-V3.2's and GLM-5's ``Indexer``, HY-V4's), in the main layers as in the MTP block;
-GLM-5-Next's ``Glm5NextDecoderLayer`` builds its MTP block's whole MLA attention with
-``quant_config=None``; HY-V4's fused routed experts (``mlp.experts.gate_up_proj`` [E, 2I, H],
+GLM-5-Next's ``Glm5NextDecoderLayer`` builds its whole attention with ``quant_config=None``
+(the MTP block's MLA and the main layers', and their KDA: ``Glm5NextLinearAttention`` builds
+with the config set to None); HY-V4's fused routed experts (``mlp.experts.gate_up_proj`` [E, 2I, H],
 ``down_proj``) are a fused MoE built with the config, each expert's codes and scales read from
 ``<name>_scale_inv`` [E, N/128, K/128] or ``<name>_scale`` [E, N, 1] (``HYV4MTP``'s and
 ``HYV4ForCausalLM``'s loaders); the other linear modules take the config."""
@@ -72,6 +73,16 @@ def test_the_indexed_models_are_quantized_as_vllm_builds_them(model, fmt):
         assert dtypes[f"{name}.weight"] == E4M3, name
         assert dtypes[f"{name}.{scale}"] == torch.float32, name
         assert name not in ignored, name
+    if model == "glm5_next":  # every attention tensor of the main layers (KDA, MLA)
+        main = "model.language_model.layers."
+        attention = [n for n in dtypes if n.startswith(main) and ".self_attn." in n]
+        assert {n.split(".")[3] for n in attention} == {"0", "1", "2"}  # 2: the MTP block
+        assert not [n for n in attention if dtypes[n] == E4M3 or "scale" in n]
+        linear = [n[: -len(".weight")] for n in attention
+                  if n.endswith(".weight") and len(shapes[n]) == 2]  # fmt: skip
+        assert linear and set(linear) <= ignored
+        for name in (f"{main}0.mlp.gate_proj", f"{main}1.mlp.experts.0.down_proj"):
+            assert (dtypes[f"{name}.weight"], dtypes[f"{name}.{scale}"]) == (E4M3, torch.float32)
     if model != "hy_v4":
         return
     for p in (prefix, "model.layers.1."):  # the fused routed experts, the main layer's too

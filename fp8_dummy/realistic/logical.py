@@ -287,11 +287,15 @@ def logical_model(
 def _layers_plain(config: Any, entries: list) -> tuple[str, ...]:
     """The decoder layers' modules (full names) the engines build unquantized whatever the
     format (:func:`.speculative.layers_plain`)."""
-    ends = tuple("." + m for m in layers_plain(config)) if config is not None else ()
-    if not ends:
-        return ()
-    owners = (n[: -len(".weight")] for _, n, _, _ in entries if n.endswith(".weight"))
-    return tuple(dict.fromkeys(o for o in owners if o.endswith(ends)))
+    modules = layers_plain(config) if config is not None else ()
+    found: dict[str, None] = {}
+    for _, name, _, _ in entries:
+        owner = f"{name.rpartition('.')[0]}."
+        for m in modules:  # the module itself or one it is inside (GLM-5-Next's self_attn)
+            at = owner.find(f".{m}.")
+            if at >= 0:
+                found[owner[: at + len(m) + 1]] = None
+    return tuple(found)
 
 
 def _lookup(model: torch.nn.Module, blocks: Mapping[str, Block], part) -> set[str]:

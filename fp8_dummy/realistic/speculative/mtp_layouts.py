@@ -177,8 +177,8 @@ ARCHS = {
     "glm4_moe_lite": MtpArch("deepseek"),
     "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
     # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections;
-    # vLLM's ``Glm5NextDecoderLayer`` builds the whole MLA attention (its indexer too) without
-    # the quantization config
+    # vLLM's ``Glm5NextDecoderLayer`` builds the whole attention (the MLA with its indexer, the
+    # main layers' KDA too) without the quantization config
     "glm5_next_text": MtpArch(
         "deepseek",
         main="model.language_model.layers.",
@@ -187,6 +187,7 @@ ARCHS = {
         only=True,
         head_copy=False,
         plain=("self_attn",),
+        everywhere=True,
     ),
     "bailing_hybrid": MtpArch("bailing"),
     "hy_v3": MtpArch("bailing"),
