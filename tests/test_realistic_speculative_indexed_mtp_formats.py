@@ -105,3 +105,13 @@ def test_fused_experts_whose_halves_straddle_a_block_are_refused():
     hold rows of both, which vLLM's loader splits in halves; refused before anything is made."""
     with pytest.raises(UnsupportedFormatError, match="gate_up_proj.*straddle"):
         _logical("hy_v4", "fp8-block", moe_intermediate_size=64)
+
+
+def test_other_fused_experts_stay_as_they_were():
+    """Inkling's fused experts (``mlp.experts.gate_up_proj``, stored [E, out, in] too), which
+    vLLM reads under names of its own: no FP8 format quantizes them here."""
+    lm = logical_model(build_model(H.config("inkling_text", hidden=64, vocab=200)), 0,
+                       format="fp8-block")  # fmt: skip
+    fused = [n for n in lm.tensors if n.endswith((".experts.gate_up_proj", ".experts.down_proj"))]
+    assert fused and all(lm.tensors[n].dtype == torch.bfloat16 for n in fused)
+    assert not [n for n in lm.tensors if n.endswith("_proj_scale_inv")]

@@ -19,6 +19,7 @@ from .rules import LAYER_INDEX, Spec, module_kind
 __all__ = [
     "BLOCK",
     "FORMATS",
+    "FUSED_EXPERTS",
     "ROUTED_EXPERTS",
     "Format",
     "UnsupportedFormatError",
@@ -107,6 +108,10 @@ def routed_expert(module: str) -> bool:
 # A fused routed experts tensor ``<...>.experts.<projection>`` [E, out, in], all experts in one
 # (HY-V4's ``mlp.experts.gate_up_proj`` and ``down_proj``, as its checkpoints hold them)
 _FUSED = re.compile(r".*\.experts\.(gate_up_proj|down_proj)$")
+# The model types whose fused routed experts the FP8 formats quantize (:func:`fused_experts`):
+# vLLM's loaders read them under these names (HY-V4's ``HYV4ForCausalLM`` and ``HYV4MTP``);
+# others' stay as they are (Inkling's, which vLLM reads under names of its own)
+FUSED_EXPERTS = ("hy_v4",)
 
 
 def fused_experts(name: str, shape: tuple, spec: Spec, module: torch.nn.Module) -> bool:
@@ -241,11 +246,14 @@ def meta_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[list, list[str]]:
+def quantize(
+    entries: list, specs: Mapping[str, Spec], fmt: Format, fused: bool = False
+) -> tuple[list, list[str]]:
     """The format's tensors: each decoder-layer linear weight quantized with its scales beside
     it; the linear modules left unquantized (routers, lm_head; for MXFP4 every linear module:
     it quantizes the fused experts only). ``entries``: (module, name, meta stand-in, shape)
-    of the unquantized checkpoint."""
+    of the unquantized checkpoint; ``fused``: the fused routed experts too (a model type of
+    :data:`FUSED_EXPERTS`)."""
     if fmt.quant == "mxfp4":
         return _quantize_mxfp4(entries, specs, fmt.keep)
     out, skipped, done, linear = [], [], 0, False
@@ -260,13 +268,13 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
         # fused routed experts [E, out, in]: their scales are named after the tensor itself
-        fused = fmt.quant in _FP8 and fused_experts(name, shape, spec, module)
-        if fused:
+        fused_here = fused and fmt.quant in _FP8 and fused_experts(name, shape, spec, module)
+        if fused_here:
             owner = name
         # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
         # its scales and packing along those axes.
         plain = kept(owner, fmt.keep) or kind == "transposed"
-        linear_weight = quantized(name, shape, spec) or fused
+        linear_weight = quantized(name, shape, spec) or fused_here
         linear |= linear_weight
         if not linear_weight or plain:
             out.append((module, name, t, shape))
@@ -274,15 +282,15 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
                 name.endswith(".weight")
                 and len(shape) == 2
                 and (spec.role in ("router", "lm_head") or linear_weight)
-                and not fused
+                and not fused_here
             ):
                 skipped.append(owner)
             continue
         done += 1
-        key = (tuple(shape), fmt.quant == "per-tensor" and routed_expert(owner), fused)
+        key = (tuple(shape), fmt.quant == "per-tensor" and routed_expert(owner), fused_here)
         tensors = made.get(key)
         if tensors is None:  # the first of its kind: the format's own errors name it
-            each = _fused_tensors(fmt, name, shape) if fused else _tensors(fmt, name, shape)
+            each = _fused_tensors(fmt, name, shape) if fused_here else _tensors(fmt, name, shape)
             tensors = made[key] = [(n[len(owner) :], s, meta_tensor(s, d)) for n, s, d in each]
         out += [(module, owner + local, m, s) for local, s, m in tensors]
     if not done and linear:

@@ -24,7 +24,7 @@ from ..collector import paused
 from ..ops import as_int64
 from ..stateless import tensor_seeds
 from .arch import Arch, derive, derive_twin
-from .formats import FORMATS, Format, kept, meta_tensor, quantize
+from .formats import FORMATS, FUSED_EXPERTS, Format, kept, meta_tensor, quantize
 from .hf_model import (
     asked,
     built_dtype,
@@ -241,7 +241,8 @@ def logical_model(
         # and the main layers' where the engines build theirs so too
         keep = (part.plain if part is not None else ()) + _layers_plain(config, entries)
         plain = replace(fmt, keep=fmt.keep + keep) if keep else fmt
-        entries, skipped = quantize(entries, specs, plain)
+        fused = getattr(config, "model_type", None) in FUSED_EXPERTS
+        entries, skipped = quantize(entries, specs, plain, fused=fused)
         specs = model_specs(model, entries, num_layers, arch, heads)
     units: list[str] = []  # the MTP input projections quantized (their 1s the unit's codes)
     if part is not None:
