@@ -19,6 +19,7 @@ from .rules import LAYER_INDEX, Spec, module_kind
 __all__ = [
     "BLOCK",
     "FORMATS",
+    "FUSED_EXPERTS",
     "ROUTED_EXPERTS",
     "Format",
     "UnsupportedFormatError",
@@ -115,8 +116,30 @@ def _patterns(modules: list[str]) -> list[str]:
 
 
 def routed_expert(module: str) -> bool:
-    """Whether the linear module ``module`` is a routed expert (:data:`ROUTED_EXPERTS`)."""
-    return re.match(ROUTED_EXPERTS[len("re:") :], module) is not None
+    """Whether the linear module ``module`` is a routed expert (:data:`ROUTED_EXPERTS`), or
+    ``module`` a fused routed experts tensor (:func:`fused_experts`)."""
+    split = re.match(ROUTED_EXPERTS[len("re:") :], module) is not None
+    return split or _FUSED.match(module) is not None
+
+
+# A fused routed experts tensor ``<...>.experts.<projection>`` [E, out, in], all experts in one
+# (HY-V4's ``mlp.experts.gate_up_proj`` and ``down_proj``, as its checkpoints hold them)
+_FUSED = re.compile(r".*\.experts\.(gate_up_proj|down_proj)$")
+# The model types whose fused routed experts the FP8 formats quantize (:func:`fused_experts`):
+# vLLM's loaders read them under these names (HY-V4's ``HYV4ForCausalLM`` and ``HYV4MTP``);
+# others' stay as they are (Inkling's, which vLLM reads under names of its own)
+FUSED_EXPERTS = ("hy_v4",)
+
+
+def fused_experts(name: str, shape: tuple, spec: Spec, module: torch.nn.Module) -> bool:
+    """A fused routed experts tensor of a decoder layer whose module says it is stored
+    [E, out, in] (transformers' experts implementation: ``is_transposed`` False; Llama 4's
+    experts, [E, in, out], say nothing): an FP8 format quantizes it per expert as vLLM's fused
+    MoE reads it, each expert's codes with its scales (``<name>_scale_inv`` [E, out/128,
+    in/128] per block, ``<name>_scale`` [E, out, 1] per channel; per tensor, routed experts
+    are per channel: :func:`_compressed_tensors`)."""
+    fused = _FUSED.match(name) is not None and getattr(module, "is_transposed", None) is False
+    return fused and expert_weight(name, shape, spec)
 
 
 def _fp8_group(strategy: str, targets: list[str]) -> dict:
@@ -253,11 +276,14 @@ def meta_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
-def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[list, list[str]]:
+def quantize(
+    entries: list, specs: Mapping[str, Spec], fmt: Format, fused: bool = False
+) -> tuple[list, list[str]]:
     """The format's tensors: each decoder-layer linear weight quantized with its scales beside
     it; the linear modules left unquantized (routers, lm_head; for MXFP4 every linear module:
     it quantizes the fused experts only). ``entries``: (module, name, meta stand-in, shape)
-    of the unquantized checkpoint."""
+    of the unquantized checkpoint; ``fused``: the fused routed experts too (a model type of
+    :data:`FUSED_EXPERTS`)."""
     if fmt.quant == "mxfp4":
         return _quantize_mxfp4(entries, specs, fmt.keep)
     out, skipped, done, linear = [], [], 0, False
@@ -273,11 +299,15 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
         kind = kinds.get(id(module))
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
+        # fused routed experts [E, out, in]: their scales are named after the tensor itself
+        fused_here = fused and fmt.quant in _FP8 and fused_experts(name, shape, spec, module)
+        if fused_here:
+            owner = name
         # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
         # its scales and packing along those axes.
         plain = kept(owner, fmt.keep) or kind == "transposed" or engine_unquantized(owner)
         plain = plain or owner in fp4_plain
-        linear_weight = quantized(name, shape, spec)
+        linear_weight = quantized(name, shape, spec) or fused_here
         linear |= linear_weight
         if not linear_weight or plain:
             out.append((module, name, t, shape))
@@ -285,16 +315,16 @@ def quantize(entries: list, specs: Mapping[str, Spec], fmt: Format) -> tuple[lis
                 name.endswith(".weight")
                 and len(shape) == 2
                 and (spec.role in ("router", "lm_head") or linear_weight)
+                and not fused_here
             ):
                 skipped.append(owner)
             continue
         done += 1
-        key = (tuple(shape), fmt.quant == "per-tensor" and routed_expert(owner))
+        key = (tuple(shape), fmt.quant == "per-tensor" and routed_expert(owner), fused_here)
         tensors = made.get(key)
         if tensors is None:  # the first of its kind: the format's own errors name it
-            tensors = made[key] = [
-                (n[len(owner) :], s, meta_tensor(s, d)) for n, s, d in _tensors(fmt, name, shape)
-            ]  # fmt: skip
+            each = _fused_tensors(fmt, name, shape) if fused_here else _tensors(fmt, name, shape)
+            tensors = made[key] = [(n[len(owner) :], s, meta_tensor(s, d)) for n, s, d in each]
         out += [(module, owner + local, m, s) for local, s, m in tensors]
     if not done and linear:
         raise UnsupportedFormatError(
@@ -334,6 +364,28 @@ def _quantize_mxfp4(
             "this model's checkpoint has none"
         )
     return out, skipped
+
+
+_FP8 = ("per-tensor", "block", "channel")
+
+
+def _fused_tensors(fmt: Format, name: str, shape: tuple) -> list[tuple[str, tuple, torch.dtype]]:
+    """(name, shape, dtype) of what an FP8 format writes for the fused experts tensor ``name``
+    [E, out, in] (:func:`fused_experts`): the codes and each expert's scales, under the names
+    vLLM's fused-experts loaders read (``<name>_scale_inv``, ``<name>_scale``)."""
+    e, n, k = shape
+    f32 = torch.float32
+    if fmt.quant != "block":  # per channel: the per-tensor format's routed experts too
+        return [(name, shape, E4M3), (f"{name}_scale", (e, n, 1), f32)]
+    rows = fmt.block[0]
+    if name.endswith("gate_up_proj") and (n // 2) % rows:
+        raise UnsupportedFormatError(
+            f"fp8_dummy: {fmt.name}: {name} fuses gate and up projections of {n // 2} rows "
+            f"each, not a multiple of the {rows}-row block: a block of scales would straddle "
+            "both, which vLLM's loader splits in halves"
+        )
+    grid = (e, -(-n // rows), -(-k // fmt.block[1]))
+    return [(name, shape, E4M3), (f"{name}_scale_inv", grid, f32)]
 
 
 def _tensors(fmt: Format, name: str, shape: tuple) -> list[tuple[str, tuple, torch.dtype]]:

@@ -24,7 +24,7 @@ from ..collector import paused
 from ..ops import as_int64
 from ..stateless import tensor_seeds
 from .arch import Arch, derive, derive_twin
-from .formats import FORMATS, Format, kept, meta_tensor, quantize
+from .formats import FORMATS, FUSED_EXPERTS, Format, kept, meta_tensor, quantize
 from .hf_model import (
     asked,
     built_dtype,
@@ -38,7 +38,14 @@ from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, hash_specs, parse_routing, plan_routing
 from .rules import Spec, residual_by_name, stored_in_out, tensor_spec
 from .specs import model_specs
-from .speculative import carrier_rows, gate_rows, mtp_part, parse_acceptance, plan_acceptance
+from .speculative import (
+    carrier_rows,
+    gate_rows,
+    layers_plain,
+    mtp_part,
+    parse_acceptance,
+    plan_acceptance,
+)
 from .speculative.unit_codes import unit_overrides, unit_specs
 from .values import fill_, made_whole
 
@@ -135,6 +142,8 @@ class LogicalModel:
         # the quantized linear modules: those with a weight scale beside their weight
         scales = (n for n in self.tensors if n.endswith(".weight_scale"))
         quantized = [n[: -len(".weight_scale")] for n in scales]
+        # fused routed experts (HY-V4's ``mlp.experts.gate_up_proj``): ``<name>_scale`` beside
+        quantized += [n[: -len("_scale")] for n in self.tensors if n.endswith("_proj_scale")]
         return self.format.quantization_config(self.skipped, quantized)
 
     @property
@@ -233,12 +242,14 @@ def logical_model(
     skipped: list[str] = []
     plain, trees = fmt, ()
     if fmt is not None and fmt.quant is not None:
-        # the MTP block's modules the engines build unquantized stay so (listed as skipped);
-        # in NVFP4, the MTP layers its record leaves whole (listed as module trees, once)
-        if part is not None:
-            trees = part.fp4_trees if fmt.quant == "nvfp4" else ()
-            plain = replace(fmt, keep=fmt.keep + part.plain + trees)
-        entries, skipped = quantize(entries, specs, plain)
+        # the MTP block's modules the engines build unquantized stay so (listed as skipped),
+        # and the main layers' where the engines build theirs so too; in NVFP4, the MTP layers
+        # their record leaves whole (listed as module trees, once)
+        trees = part.fp4_trees if part is not None and fmt.quant == "nvfp4" else ()
+        keep = (part.plain if part is not None else ()) + _layers_plain(config, entries) + trees
+        plain = replace(fmt, keep=fmt.keep + keep) if keep else fmt
+        fused = getattr(config, "model_type", None) in FUSED_EXPERTS
+        entries, skipped = quantize(entries, specs, plain, fused=fused)
         specs = model_specs(model, entries, num_layers, arch, heads)
     units: list[str] = []  # the MTP input projections quantized (their 1s the unit's codes)
     if part is not None:
@@ -281,6 +292,20 @@ def logical_model(
     if part is not None:
         _add_copies(part, tensors, lookup)
     return LogicalModel(tensors, config, seed, fmt, skipped, facts)
+
+
+def _layers_plain(config: Any, entries: list) -> tuple[str, ...]:
+    """The decoder layers' modules (full names) the engines build unquantized whatever the
+    format (:func:`.speculative.layers_plain`)."""
+    modules = layers_plain(config) if config is not None else ()
+    found: dict[str, None] = {}
+    for _, name, _, _ in entries:
+        owner = f"{name.rpartition('.')[0]}."
+        for m in modules:  # the module itself or one it is inside (GLM-5-Next's self_attn)
+            at = owner.find(f".{m}.")
+            if at >= 0:
+                found[owner[: at + len(m) + 1]] = None
+    return tuple(found)
 
 
 def _lookup(model: torch.nn.Module, blocks: Mapping[str, Block], part) -> set[str]:

@@ -53,12 +53,12 @@ from .code_gain import code_rho
 from .design import RHO, DesignError, carrier_rows, gate_rows, layout, logit_multiplier, plan_design
 from .draft import DRAFT_KEY, LAYOUTS, draft_config, is_draft, stage_draft
 from .mtp import MtpPart, mtp_part
-from .mtp_layouts import mtp_layers, mtp_prefixes
+from .mtp_layouts import layers_plain, mtp_layers, mtp_prefixes
 from .stream import Stream, allowed_tokens, design_stream, predict
 
 __all__ = ["DEFAULT", "DRAFT_KEY", "ENV", "LAYOUTS", "Acceptance", "AcceptanceError", "DesignError"]
 __all__ += ["MtpPart", "Stream", "allowed_tokens", "carrier_rows", "chosen_acceptance"]
-__all__ += ["gate_rows"]
+__all__ += ["gate_rows", "layers_plain"]
 __all__ += ["design_stream", "draft_config", "is_draft", "layout", "mtp_layers", "mtp_part"]
 __all__ += ["mtp_prefixes", "parse_acceptance", "plan_acceptance", "predict", "stage_draft"]
 

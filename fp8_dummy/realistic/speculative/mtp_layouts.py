@@ -110,6 +110,9 @@ class MtpArch:
     text_only: bool = False  # the text model's checkpoint only: the multimodal one names its own
     attention: str = "full_attention"  # the block's layer type where the config names none
     plain: tuple[str, ...] = ()  # the block's modules the engines build unquantized
+    # the main decoder layers' same modules too: vLLM's main class builds them unquantized as
+    # well (HY-V4's indexer)
+    everywhere: bool = False
     most: int = 0  # at most this many (0: no limit): the engines' classes build no more
     layers: str = "num_hidden_layers"  # the config key that counts the class's decoder layers
     # the block's names within a layer the checkpoint keeps otherwise, (in-memory prefix,
@@ -193,15 +196,21 @@ _MINIMAX_UNLOADABLE = (
               "lm_head, which the multimodal checkpoint's list (language_model.lm_head) does not "
               "name: the unquantized head does not fit it"),
 )  # fmt: skip
+# The indexed sparse MLA's indexer: vLLM fuses its ``wk`` and ``weights_proj`` into one
+# ``wk_weights_proj`` built without the quantization config (DeepSeek-V3.2's and GLM-5's
+# ``Indexer``, HY-V4's): both stay unquantized
+_INDEXER = ("self_attn.indexer.wk", "self_attn.indexer.weights_proj")
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek", fp4_tree=True),
-    "deepseek_v32": MtpArch("deepseek", fp4_tree=True),
+    "deepseek_v32": MtpArch("deepseek", plain=_INDEXER, everywhere=True, fp4_tree=True),
     "glm4_moe": MtpArch("deepseek", fp4_tree=True),
-    "glm_moe_dsa": MtpArch("deepseek", fp4_tree=True),
+    "glm_moe_dsa": MtpArch("deepseek", plain=_INDEXER, everywhere=True, fp4_tree=True),
     "glm4_moe_lite": MtpArch("deepseek", fp4_tree=True),
     "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
-    # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections
+    # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections;
+    # vLLM's ``Glm5NextDecoderLayer`` builds the whole attention (the MLA with its indexer, the
+    # main layers' KDA too) without the quantization config
     "glm5_next_text": MtpArch(
         "deepseek",
         main="model.language_model.layers.",
@@ -209,6 +218,8 @@ ARCHS = {
         parts=_GLM5_NEXT,
         only=True,
         head_copy=False,
+        plain=("self_attn",),
+        everywhere=True,
     ),
     "bailing_hybrid": MtpArch("bailing", fp4_tree=True),
     "hy_v3": MtpArch("bailing"),
@@ -250,6 +261,8 @@ ARCHS = {
         attention="indexed_attention",
         parts=_HY_V4,
         only=True,
+        plain=_INDEXER,
+        everywhere=True,
     ),
     # MiniMax-M3's multimodal checkpoint (vLLM's MiniMaxM3MTP: its text config's
     # num_mtp_modules, else one): the block always the sparse (indexed) attention and MoE, and
@@ -308,6 +321,14 @@ def arch_of(config: Any) -> tuple[MtpArch | None, Any]:
     if arch is None or arch.outer or (arch.text_only and text is not config):
         return None, text
     return arch, text
+
+
+def layers_plain(config: Any) -> tuple[str, ...]:
+    """The modules of every decoder layer (a name's end) the engines build unquantized, the main
+    layers' as the MTP block's (:attr:`MtpArch.everywhere`), whether or not the config has MTP
+    layers; none for others."""
+    arch = arch_of(config)[0]
+    return arch.plain if arch is not None and arch.everywhere else ()
 
 
 def mtp_layers(config: Any) -> tuple[str | None, int]:
