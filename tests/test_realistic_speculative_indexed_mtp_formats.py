@@ -107,6 +107,20 @@ def test_fused_experts_whose_halves_straddle_a_block_are_refused():
         _logical("hy_v4", "fp8-block", moe_intermediate_size=64)
 
 
+def test_fused_experts_are_refused_in_nvfp4(tmp_path):
+    """HY-V4's fused routed experts are quantized in the FP8 formats alone: NVFP4, which vLLM
+    builds them in, refused for the model, before anything is written."""
+    from fp8_dummy.realistic.export import ExportError, export
+
+    with pytest.raises(UnsupportedFormatError, match="fused routed experts.*FP8 formats only"):
+        _logical("hy_v4", "nvfp4")
+    cfg = H.config("hy_v4", hidden=HIDDEN, vocab=200)
+    cfg.save_pretrained(tmp_path / "c")
+    with pytest.raises(ExportError, match="FP8 formats only"):
+        export(tmp_path / "c", tmp_path / "out", format="nvfp4", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_other_fused_experts_stay_as_they_were():
     """Inkling's fused experts (``mlp.experts.gate_up_proj``, stored [E, out, in] too), which
     vLLM reads under names of its own: no FP8 format quantizes them here."""

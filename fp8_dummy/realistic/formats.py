@@ -300,6 +300,13 @@ def quantize(
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
         # fused routed experts [E, out, in]: their scales are named after the tensor itself
+        if fused and fmt.quant == "nvfp4" and fused_experts(name, shape, spec, module):
+            # not made in NVFP4: the engines build these experts with the format's method,
+            # which unquantized values do not fit (no checkpoint an engine loads)
+            raise UnsupportedFormatError(
+                f"fp8_dummy: nvfp4: {name} is a fused routed experts tensor [E, out, in], "
+                "which fp8_dummy quantizes in the FP8 formats only (fp8, fp8-block, fp8-channel)"
+            )
         fused_here = fused and fmt.quant in _FP8 and fused_experts(name, shape, spec, module)
         if fused_here:
             owner = name
