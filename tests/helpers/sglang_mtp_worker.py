@@ -7,8 +7,8 @@ each case, two copies of SGLang's own speculative draft class (``DeepseekV3ForCa
 config.json, after the target where the case says (as SGLang's scheduler builds them): one
 filled by ``FP8_DUMMY_SGLANG=realistic``'s fill with the case's ``$FP8_DUMMY_ACCEPTANCE``
 (poisoned 0x55 first), the other (0xAA) loaded from the export's files by SGLang's own
-safetensors reader and the class's ``load_weights``. Findings go to OUT/<world>-<rank>.json as
-{case: {...}}."""
+safetensors reader and the class's ``load_weights``, each load's failure apart (``fill_error``,
+``load_error``). Findings go to OUT/<world>-<rank>.json as {case: {...}}."""
 
 from __future__ import annotations
 
@@ -71,9 +71,18 @@ def _compare(S, ckpt: Path, acceptance, target: bool, world: int, rank: int) -> 
         for p in model.parameters():
             p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)
     os.environ["FP8_DUMMY_ACCEPTANCE"] = "" if acceptance is None else str(acceptance)
-    with torch.no_grad():
-        fsglang._fill_realistic(ours)
-    S.load_safetensors(theirs, ckpt)
+    failed = {}  # each load's failure apart: the test tells SGLang's own load's from the fill's
+    try:
+        with torch.no_grad():
+            fsglang._fill_realistic(ours)
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        failed["fill_error"] = traceback.format_exc()
+    try:
+        S.load_safetensors(theirs, ckpt)
+    except Exception:  # noqa: BLE001 (reported to the parent test)
+        failed["load_error"] = traceback.format_exc()
+    if failed:
+        return failed
     shapes = {n: list(p.shape) for n, p in ours.named_parameters()}
     return dict(S.compare(ours, theirs), shapes=shapes, cls=type(ours).__name__)
 
