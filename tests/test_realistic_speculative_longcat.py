@@ -87,8 +87,8 @@ def test_the_block_is_valued_as_the_decoder_layers_parts():
 
 
 # mxfp4: GPT-OSS's fused experts only (LongCat's checkpoint is refused in it, MTP layer or not);
-# fp8 and fp8-channel: refused with the MTP layer (vLLM's loader reads its scales under FP8-block
-# names alone: tests/test_realistic_speculative_mtp_quantized_dense.py)
+# fp8, fp8-channel and nvfp4: the export refuses them with the MTP layer (vLLM's loader reads its
+# scales under FP8-block names alone: tests/test_realistic_speculative_mtp_quantized_dense.py)
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in ("mxfp4", "fp8", "fp8-channel")])
 def test_every_format_holds_the_mtp_layer(fmt):
     """In every format it is made in, the MTP tensors are under the same names: the block

@@ -171,10 +171,13 @@ REFUSED = [("longcat_flash", "fp8", "num_nextn_predict_layers", "LongCatFlashMTP
            ("minimax_m3_vl", "fp8-block", "num_mtp_modules", "MiniMaxM3MTP"),
            ("minimax_m3_vl", "fp8", "num_mtp_modules", "qkv_proj"),
            ("longcat_flash", "nvfp4", "num_nextn_predict_layers", "LongCatFlashMTP"),
-           ("minimax_m3_vl", "nvfp4", "num_mtp_modules", "lm_head")]  # fmt: skip
+           ("minimax_m3_vl", "nvfp4", "num_mtp_modules", "lm_head"),
+           ("glm_ocr", "nvfp4", "num_nextn_predict_layers", "head"),
+           ("hy_v3", "nvfp4", "num_nextn_predict_layers", "head")]  # fmt: skip
 
 
 _MTP = {"longcat_flash": "model.mtp.", "minimax_m3_vl": "language_model.model.mtp."}
+_MTP.update(glm_ocr="model.language_model.layers.2.", hy_v3="model.layers.2.")
 
 
 @pytest.mark.parametrize("arch, fmt, count, named", REFUSED)
@@ -182,7 +185,9 @@ def test_a_format_the_draft_class_cannot_load_is_refused(arch, fmt, count, named
     """LongCat-Flash per tensor or per channel (vLLM's loader maps its MTP scales by
     ``weight_scale_inv`` names alone), MiniMax-M3 in FP8 block (its loader renames them to
     ``weight_scale``, which FP8 block layers lack) or per tensor (the fused q/k/v/index
-    projection's per-tensor scale takes q, k, v alone): the export refused, naming the count
+    projection's per-tensor scale takes q, k, v alone), MiniMax-M3, GLM-OCR and HY-V3 in NVFP4
+    (each builds its MTP head with the NVFP4 method under a name no list of the checkpoint's
+    reaches): the export refused, naming the count
     to clear, before anything is written; the in-engine fill's logical model made (the target
     never loads its MTP layers; a draft's load fails in vLLM whatever the checkpoint); the same
     config without MTP layers exported in the format."""

@@ -36,7 +36,7 @@ from .hf_model import (
 )
 from .lazy_tensor import Block, LazyTensor
 from .routing import Profile, find_routers, hash_specs, parse_routing, plan_routing
-from .rules import Spec, residual_by_name, stored_in_out, tensor_spec
+from .rules import LAYER_INDEX, Spec, residual_by_name, stored_in_out, tensor_spec
 from .specs import model_specs
 from .speculative import (
     carrier_rows,
@@ -233,7 +233,8 @@ def logical_model(
     part = None
     if mtp and config is not None:
         quant = fmt.quant if fmt is not None and refuse_unloadable else None
-        part = mtp_part(config, fmt.dtype if fmt is not None else built, quant)
+        name = fmt.name if fmt is not None else ""
+        part = mtp_part(config, fmt.dtype if fmt is not None else built, quant, name)
     if part is not None:
         entries += part.block
         arch = _merged(arch, part.arch)
@@ -248,7 +249,8 @@ def logical_model(
         trees = part.fp4_trees if part is not None and fmt.quant == "nvfp4" else ()
         keep = (part.plain if part is not None else ()) + _layers_plain(config, entries) + trees
         plain = replace(fmt, keep=fmt.keep + keep) if keep else fmt
-        fused = getattr(config, "model_type", None) in FUSED_EXPERTS
+        # the class's own model type (vLLM renames an instance's for its draft)
+        fused = getattr(type(config), "model_type", None) in FUSED_EXPERTS
         entries, skipped = quantize(entries, specs, plain, fused=fused)
         specs = model_specs(model, entries, num_layers, arch, heads)
     units: list[str] = []  # the MTP input projections quantized (their 1s the unit's codes)
@@ -300,6 +302,8 @@ def _layers_plain(config: Any, entries: list) -> tuple[str, ...]:
     modules = layers_plain(config) if config is not None else ()
     found: dict[str, None] = {}
     for _, name, _, _ in entries:
+        if LAYER_INDEX.search(name) is None:  # a vision tower's attention is not a layer's
+            continue
         owner = f"{name.rpartition('.')[0]}."
         for m in modules:  # the module itself or one it is inside (GLM-5-Next's self_attn)
             at = owner.find(f".{m}.")

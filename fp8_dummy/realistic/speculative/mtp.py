@@ -97,10 +97,12 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     return cfg
 
 
-def mtp_part(config: Any, dtype: torch.dtype, quant: str | None = None) -> MtpPart | None:
+def mtp_part(
+    config: Any, dtype: torch.dtype, quant: str | None = None, name: str = ""
+) -> MtpPart | None:
     """The MTP tensors of ``config``'s checkpoint in ``dtype`` (what stays in float32 as the
-    class keeps it), or None; ``quant``: the format's quantization (``Format.quant``), refused
-    where the engine's class cannot load the MTP layers in it."""
+    class keeps it), or None; ``quant``: the format's quantization (``Format.quant``; ``name``
+    the format's name), refused where the engine's class cannot load the MTP layers in it."""
     style, n = mtp_layers(config)
     if style is None:
         return None
@@ -108,7 +110,7 @@ def mtp_part(config: Any, dtype: torch.dtype, quant: str | None = None) -> MtpPa
     why = dict(arch.unloadable).get(quant) if quant is not None else None
     if why is not None:
         raise UnsupportedFormatError(
-            f"fp8_dummy: {n} MTP layer(s) ({arch.counts[0]}) in the {quant} format: {why}; "
+            f"fp8_dummy: {n} MTP layer(s) ({arch.counts[0]}) in {name or quant}: {why}; "
             f"choose another format, or set {arch.counts[0]} to 0 for a checkpoint without "
             "MTP layers"
         )

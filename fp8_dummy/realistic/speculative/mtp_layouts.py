@@ -200,6 +200,13 @@ _MINIMAX_UNLOADABLE = (
 # ``wk_weights_proj`` built without the quantization config (DeepSeek-V3.2's and GLM-5's
 # ``Indexer``, HY-V4's): both stay unquantized
 _INDEXER = ("self_attn.indexer.wk", "self_attn.indexer.weights_proj")
+# vLLM 0.33's GlmOcrMTP and HYV3MTP build the MTP layer's head with ModelOpt's NVFP4 method under
+# a name no exclusion list of the checkpoint reaches (GLM-OCR's vLLM-only ``model.layers.N.head``,
+# which its mapper does not rename from ``model.language_model.layers.N``; HY-V3's has no prefix)
+_HEAD_NVFP4 = (
+    ("nvfp4", "vLLM's MTP class builds the layer's head with the NVFP4 method under a name no "
+              "checkpoint's exclusion list reaches: the unquantized head does not fit it"),
+)  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek", fp4_tree=True),
@@ -207,7 +214,9 @@ ARCHS = {
     "glm4_moe": MtpArch("deepseek", fp4_tree=True),
     "glm_moe_dsa": MtpArch("deepseek", plain=_INDEXER, everywhere=True, fp4_tree=True),
     "glm4_moe_lite": MtpArch("deepseek", fp4_tree=True),
-    "glm_ocr_text": MtpArch("deepseek", main="model.language_model.layers."),
+    "glm_ocr_text": MtpArch(
+        "deepseek", main="model.language_model.layers.", unloadable=_HEAD_NVFP4
+    ),
     # GLM-5-Next: the indexed (sparse) MLA attention, the block without its hyper-connections;
     # vLLM's ``Glm5NextDecoderLayer`` builds the whole attention (the MLA with its indexer, the
     # main layers' KDA too) without the quantization config
@@ -222,7 +231,7 @@ ARCHS = {
         everywhere=True,
     ),
     "bailing_hybrid": MtpArch("bailing", fp4_tree=True),
-    "hy_v3": MtpArch("bailing"),
+    "hy_v3": MtpArch("bailing", unloadable=_HEAD_NVFP4),
     "qwen3_next": _QWEN,
     "qwen3_5_text": _QWEN35,
     "qwen3_5_moe_text": _QWEN35,
