@@ -299,16 +299,15 @@ def quantize(
         kind = kinds.get(id(module))
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
-        # fused routed experts [E, out, in]: their scales are named after the tensor itself
-        if fused and fmt.quant == "nvfp4" and fused_experts(name, shape, spec, module):
+        fused_here = fused and fused_experts(name, shape, spec, module)
+        if fused_here and fmt.quant not in _FP8:
             # not made in NVFP4: the engines build these experts with the format's method,
             # which unquantized values do not fit (no checkpoint an engine loads)
             raise UnsupportedFormatError(
-                f"fp8_dummy: nvfp4: {name} is a fused routed experts tensor [E, out, in], "
+                f"fp8_dummy: {fmt.quant}: {name} is a fused routed experts tensor [E, out, in], "
                 "which fp8_dummy quantizes in the FP8 formats only (fp8, fp8-block, fp8-channel)"
             )
-        fused_here = fused and fmt.quant in _FP8 and fused_experts(name, shape, spec, module)
-        if fused_here:
+        if fused_here:  # its scales are named after the tensor itself
             owner = name
         # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
         # its scales and packing along those axes.
