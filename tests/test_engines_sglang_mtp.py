@@ -9,7 +9,8 @@ sets its config's main layers to the step's) and ``LongcatFlashForCausalLMNextN`
 (LongCat-Flash, whose draft config SGLang's draft settings give one layer: the main model's
 depth comes from the target built before it), each in bf16 and in each FP8 format: FP8 block
 (the config's own, 16 x 16 blocks), compressed-tensors' FP8 per tensor and per channel (``export
---format fp8``, ``fp8-channel``); not NVFP4 (docs/realistic.md#in-vllm-and-sglang says why).
+--format fp8``, ``fp8-channel``) and NVFP4 (``--format nvfp4``, SGLang's FP4 MoE method with the
+Marlin runner: helpers/sglang_models.py's ``MORE``).
 The fill reads the config as SGLang handed the class, before it built
 (tests/test_sglang_config_as_given.py). Built on this CPU as SGLang's
 scheduler builds them, the target (where it builds here: :data:`NO_TARGET`), then its draft
@@ -93,11 +94,11 @@ CLASSES = {
     "nemotron_h": "NemotronHForCausalLMMTP",
     "longcat_flash": "LongcatFlashForCausalLMNextN",
 }
-# Every architecture's MTP layer in each FP8 format: FP8 blocks as the config's own (``blk``: the
-# harness's [16, 16] blocks, which these hidden-64 models divide; the export's 128 x 128 do not),
-# compressed-tensors' FP8 per tensor and per channel as ``export --format`` writes them from the
-# bf16 config (a case's quantization -> that format). DeepSeek-V3's FP8 block case is above.
-EXPORT_FORMATS = {"fp8-tensor": "fp8", "fp8-channel": "fp8-channel"}
+# Every architecture's MTP layer in each quantized format: FP8 blocks as the config's own (``blk``:
+# the harness's [16, 16] blocks, which these hidden-64 models divide; the export's 128 x 128 do
+# not), compressed-tensors' FP8 per tensor and per channel and NVFP4 as ``export --format``
+# writes them from the bf16 config (a case's quantization -> that format). DeepSeek-V3's FP8 block case is above.
+EXPORT_FORMATS = {"fp8-tensor": "fp8", "fp8-channel": "fp8-channel", "nvfp4": "nvfp4"}
 for _model in CLASSES:
     for _quant in ("blk", *EXPORT_FORMATS):
         CASES.setdefault(f"{_model}-{_quant}", (_model, _quant, 0.6, 1))
@@ -106,6 +107,9 @@ for _model in CLASSES:
 # alone: SGLang's drops every ``weight_scale``)
 for _quant in EXPORT_FORMATS:
     del CASES[f"longcat_flash-{_quant}"]
+# and in NVFP4 GLM-OCR's and HY-V3's (vLLM's MTP classes build their head with NVFP4's method
+# under a name no list of the checkpoint's reaches: tests/test_realistic_mtp_nvfp4.py)
+del CASES["glm_ocr-nvfp4"], CASES["hy_v3-nvfp4"]
 # Cases SGLang 0.5.23 cannot load, whatever the checkpoint holds -> what both its load of the
 # export and the in-engine fill (through the class's load_weights) raise. GLM-4.7-Flash's loader
 # fuses q_a_proj and kv_a_proj_with_mqa by concatenating their tensors, their scales too: a per-
@@ -172,7 +176,8 @@ def runs(tmp_path_factory) -> dict:
                    allow_unknown=True, format=EXPORT_FORMATS.get(quant))  # fmt: skip
         finally:
             arch.TWIN_BUDGET_BYTES = BUDGET
-        cases[case] = {"acceptance": acceptance, "target": model not in NO_TARGET, "budget": budget}
+        cases[case] = {"acceptance": acceptance, "target": model not in NO_TARGET, "budget": budget,
+                       "more": S.MORE.get(quant, {})}  # fmt: skip
     (root / "cases.json").write_text(json.dumps(cases))
     out = S.run_ranks(WORKER, root, ROOT)
     for found in out.values():
@@ -181,8 +186,13 @@ def runs(tmp_path_factory) -> dict:
 
 
 def _shared_or_kv(name: str) -> bool:
-    return name in ("lm_head.weight", "model.embed_tokens.weight") or name.endswith(
-        (".k_scale", ".v_scale")
+    """The embedding and lm_head (an NVFP4 draft's head built with its scales: all the
+    target's at run time), FP8 attention's KV-cache scales, and NVFP4 experts' swizzled block
+    scales (made from the loaded ones by ``process_weights_after_loading``)."""
+    return (
+        name == "model.embed_tokens.weight"
+        or name.startswith("lm_head.")
+        or name.endswith((".k_scale", ".v_scale", *S.SWIZZLED))
     )
 
 

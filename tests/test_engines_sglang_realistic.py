@@ -2,7 +2,9 @@
 DeepSeek-V3, Mixtral and LongCat-Flash (its main model: two MLA attentions, two dense MLPs and a
 MoE with zero experts per layer; SGLang's own config class, which folds ``num_layers`` into
 ``num_hidden_layers``), in bf16 and FP8 block, Qwen3-MoE and DeepSeek-V3 in fp8 too (the routed
-experts per channel, in a config group SGLang picks by the experts' names), built on this CPU
+experts per channel, in a config group SGLang picks by the experts' names), Llama, Qwen3-MoE,
+DeepSeek-V3 and Mixtral in NVFP4 (ModelOpt's config, which SGLang hands the class as
+``modelopt_fp4``; its quantized Mixtral places whole experts on ranks), built on this CPU
 from tiny configs (helpers/sglang_models.py says how, and what is replaced to build them without
 SGLang's GPU kernels), at TP=1 (one process) and TP=2 (two gloo processes).
 
@@ -46,9 +48,12 @@ def runs(tmp_path_factory) -> dict:
 
 
 def _unreachable(case: str, name: str) -> bool:
-    """What no checkpoint reaches in SGLang 0.5.23: the KV-cache scales of FP8 attention; and
-    Llama's FP8 block scales, which its loader renames to ``weight_scale`` and then drops."""
+    """What no checkpoint reaches in SGLang 0.5.23: the KV-cache scales of FP8 attention; the
+    NVFP4 experts' swizzled block scales (``sglang_models.SWIZZLED``); and Llama's FP8 block scales,
+    which its loader renames to ``weight_scale`` and then drops."""
     if name.endswith((".k_scale", ".v_scale")):
+        return True
+    if case.endswith("-nvfp4") and name.endswith(S.SWIZZLED):
         return True
     return case == "llama-blk" and name.endswith(".weight_scale_inv")
 
@@ -76,8 +81,10 @@ def test_realistic_is_the_export_read_by_sglang(runs, case):
         assert all(_unreachable(case, n) for n in got["unreached"]), (where, got["unreached"])
         if case.endswith(("-blk", "-fp8")) and case != "llama-blk":
             assert got["distinct_fp8"] > 114, (where, got["distinct_fp8"])
-        if w == 2:
-            sharded = sum(got["shapes"][n] != s for n, s in one["shapes"].items())
+        if w == 2:  # a rank holds a shard of a tensor, or not the tensor (an expert elsewhere)
+            sharded = sum(got["shapes"].get(n) != s for n, s in one["shapes"].items())
             assert sharded >= 4, (where, sharded)
+    held = {n for (w, _), found in runs.items() if w == 2 for n in found[case]["shapes"]}
+    assert held == set(one["shapes"]), (case, sorted(held ^ set(one["shapes"]))[:8])
     if case == "llama-blk":  # SGLang's own loader drops every block scale: so does the hook
         assert any(n.endswith("weight_scale_inv") for n in one["unreached"])

@@ -418,6 +418,29 @@ def test_without_format_the_configs_own(tmp_path):
     E.export(src_bad, tmp_path / "chosen", format="bf16", progress=False)  # --format wins
 
 
+def test_nvfp4_as_sglang_names_it_is_the_same_checkpoint(tmp_path):
+    """SGLang hands a model's class the checkpoint's config with ModelOpt's method rewritten to
+    the one it picked ("modelopt_fp4"): the export (and the realistic fill reading that
+    config) makes the same checkpoint from it, byte for byte; ModelOpt's other algorithms are
+    still refused, naming them."""
+    E.export(config_dir(tmp_path, "qwen3_moe"), tmp_path / "a", format="nvfp4", progress=False)
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    config["quantization_config"]["quant_method"] = "modelopt_fp4"
+    (tmp_path / "renamed").mkdir()
+    (tmp_path / "renamed" / "config.json").write_text(json.dumps(config))
+    E.export(tmp_path / "renamed", tmp_path / "b", progress=False)
+    a, b = read_export(tmp_path / "a"), read_export(tmp_path / "b")
+    assert sorted(a) == sorted(b) and any(t.dtype == torch.uint8 for t in a.values())
+    for name, t in a.items():
+        assert t.dtype == b[name].dtype and torch.equal(raw(t), raw(b[name])), name
+    config["quantization_config"]["quant_algo"] = "FP8"
+    (tmp_path / "fp8").mkdir()
+    (tmp_path / "fp8" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(E.ExportError, match="'modelopt_fp4' \\(FP8\\)"):
+        E.export(tmp_path / "fp8", tmp_path / "c", progress=False)
+    assert not (tmp_path / "c").exists()
+
+
 def test_refusals_write_nothing(tmp_path, monkeypatch):
     src = config_dir(tmp_path, "llama")
     out = tmp_path / "out"

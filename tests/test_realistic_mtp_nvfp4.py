@@ -1,9 +1,11 @@
 """NVFP4 exports of the architectures whose MTP layer holds a head vLLM builds with the
-format's method (DeepSeek-V3's and GLM's ``shared_head``, Ling's head read from ``lm_head``):
-each MTP layer left unquantized whole and listed once as a module tree (``model.layers.N.*``)
-in ModelOpt's ``exclude_modules``, the main layers quantized as before; other formats and the
-other architectures' MTP layers quantized as a decoder layer. vLLM's own MTP classes load these
-exports (tests/test_engines_vllm_mtp.py)."""
+format's method (DeepSeek-V3's and GLM's ``shared_head``, Ling's head read from ``lm_head``),
+and of Qwen3.5's (SGLang's MTP class builds the layer without the quantization config for a
+serialized NVFP4 checkpoint): each MTP layer left unquantized whole and listed once as a
+module tree (``model.layers.N.*``, ``mtp.layers.N.*``) in ModelOpt's ``exclude_modules``, the
+main layers quantized as before; other formats and the other architectures' MTP layers
+quantized as a decoder layer. vLLM's own MTP classes load these exports
+(tests/test_engines_vllm_mtp.py), SGLang's too (tests/test_engines_sglang_mtp.py)."""
 
 from __future__ import annotations
 
@@ -54,10 +56,31 @@ def test_other_formats_quantize_the_mtp_block(fmt):
     assert not any(e.endswith("*") for e in made.skipped), made.skipped
 
 
+@pytest.mark.parametrize("arch", ["qwen3_5_text", "qwen3_5_moe_text"])
+def test_qwen3_5_leaves_its_mtp_layers_whole_in_nvfp4(arch):
+    cfg, made = _made(arch, "nvfp4", 2)
+    t = made.tensors
+    for i in range(2):
+        inside = [n for n in t if n.startswith(f"mtp.layers.{i}.")]
+        assert len(inside) > 8 and all(t[n].dtype == torch.bfloat16 for n in inside)
+    assert t["model.layers.0.mlp.down_proj.weight" if arch == "qwen3_5_text"
+             else "model.layers.0.mlp.experts.0.down_proj.weight"].dtype == torch.uint8  # fmt: skip
+    excluded = made.quantization_config()["exclude_modules"]
+    # and the MTP input projection, unquantized in every format (vLLM's and SGLang's alike)
+    assert [e for e in excluded if e.startswith("mtp.")] == ["mtp.layers.0.*", "mtp.layers.1.*",
+                                                             "mtp.fc"]  # fmt: skip
+
+
 def test_other_architectures_quantize_their_mtp_block_in_nvfp4():
-    """Qwen3.5's MTP layers (``mtp.*``: no head of their own) stay quantized as a decoder
-    layer."""
-    cfg, made = _made("qwen3_5_text", "nvfp4", 1)
+    """Qwen3-Next's MTP layers (``mtp.*``: no head of their own) stay quantized as a decoder
+    layer, but for its full attention's Q, K and V, which SGLang's class builds without
+    ModelOpt's FP4 config (main layers too)."""
+    cfg, made = _made("qwen3_next", "nvfp4", 1)
     t = made.tensors
     assert t["mtp.layers.0.self_attn.o_proj.weight"].dtype == torch.uint8
+    assert t["mtp.layers.0.self_attn.q_proj.weight"].dtype == torch.bfloat16
     assert not any(e.endswith("*") for e in made.skipped), made.skipped
+    excluded = made.quantization_config()["exclude_modules"]
+    assert "mtp.layers.0.self_attn.k_proj" in excluded
+    full = cfg.layer_types.index("full_attention")
+    assert f"model.layers.{full}.self_attn.v_proj" in excluded

@@ -9,7 +9,12 @@ indexer) with the quantization config, and the shared expert's gate ``shared_exp
 with the ignored modules; the main layers' alike (vLLM's target classes build the same
 modules). In NVFP4 alone Qwen4-Exp's QSA attention builds its Q, K, V and indexer projections,
 packed into one linear (``Qwen4ExpQSAQKVIndexerLinear``), without it too
-(``without_modelopt_fp4``). The router stays unquantized as in every format."""
+(``without_modelopt_fp4``). The router stays unquantized as in every format. Where SGLang
+0.5.23's classes build less with NVFP4's method, the export follows them and lists it, which
+vLLM's read: Qwen3-Next's full attention's Q, K and V (its ``qkv_proj`` built without
+ModelOpt's FP4 config, main and MTP layers), and Qwen3.5's whole MTP layer (its MTP class
+built without the quantization config for a serialized NVFP4 checkpoint), listed as the one
+tree ``mtp.layers.0.*``."""
 
 from __future__ import annotations
 
@@ -43,12 +48,15 @@ PLAIN = ["mlp.shared_expert_gate"]
 HC = ("input_mix_weight_down", "input_mix_weight_up", "block_inject_weight")
 QWEN4_PLAIN = [f"{b}_hyper_connection.{n}" for b in ("attn", "mlp") for n in HC]
 # ... and without it in NVFP4 alone: the QSA attention's packed projections
-QSA = [f"self_attn.{x}_proj" for x in "qkv"] + QWEN4_QUANTIZED
+QKV = [f"self_attn.{x}_proj" for x in "qkv"]
+QSA = QKV + QWEN4_QUANTIZED
 
 
 def _modules(arch: str, fmt: str) -> tuple[list[str], list[str]]:
     """(the quantized, the unquantized) linear modules of one decoder block of ``arch`` in
     ``fmt``."""
+    if arch == "qwen3_next" and fmt == "nvfp4":
+        return [m for m in QUANTIZED if m not in QKV], PLAIN + QKV
     if arch != "qwen4_exp_text":
         return QUANTIZED, PLAIN
     if fmt == "nvfp4":
@@ -72,7 +80,13 @@ def test_the_mtp_blocks_quantized_tensors(arch, fmt):
     ignored = set(lm.quantization_config()[key])
     main = f"model.layers.{cfg.num_hidden_layers - 1}."  # a main MoE layer (full attention)
     quantized, plain = _modules(arch, fmt)
-    for p in ("mtp.layers.0.", main):
+    tree = arch == "qwen3_5_moe_text" and fmt == "nvfp4"  # the MTP layer whole, listed once
+    assert ("mtp.layers.0.*" in ignored) == tree
+    if tree:
+        block = [n for n in t if n.startswith("mtp.layers.0.")]
+        assert len(block) > 10 and all(t[n].dtype == torch.bfloat16 for n in block)
+        assert not [m for m in ignored if m.startswith("mtp.layers.0.") and m != "mtp.layers.0.*"]
+    for p in (main,) if tree else ("mtp.layers.0.", main):
         for m in quantized:
             assert t[f"{p}{m}.weight"].dtype == codes, (p, m)
             assert t[f"{p}{m}.{scale}"].dtype == scales, (p, m)

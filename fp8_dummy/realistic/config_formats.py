@@ -15,6 +15,10 @@ from .formats import FORMATS, NVFP4_GROUP, ROUTED_EXPERTS, Format, UnsupportedFo
 __all__ = ["config_format"]
 
 _FLOATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+# ModelOpt's method as the checkpoint names it, and as SGLang names it in the config it hands a
+# model's class: SGLang's model config rewrites the checkpoint's "modelopt" in place to the
+# method it picked by the quant_algo ("modelopt_fp4" for NVFP4); the same checkpoint either way
+MODELOPT = ("modelopt", "modelopt_fp4")
 
 
 def _dtype_of(config: Any) -> torch.dtype:
@@ -48,7 +52,7 @@ def config_format(config: Any) -> Format:
         return replace(FORMATS[name], dtype=floats, keep=keep)
     if method == "mxfp4":
         return replace(FORMATS["mxfp4"], dtype=floats, keep=keep)
-    if method == "modelopt" and str(q.get("quant_algo", "")).upper() == "NVFP4":
+    if method in MODELOPT and str(q.get("quant_algo", "")).upper() == "NVFP4":
         if q.get("group_size", NVFP4_GROUP) != NVFP4_GROUP:
             raise UnsupportedFormatError(f"fp8_dummy: NVFP4 group_size {q['group_size']}: 16")
         return replace(FORMATS["nvfp4"], dtype=floats, keep=keep)

@@ -1,6 +1,7 @@
 """SGLang 0.5.23's own model classes (Llama, Qwen3-MoE, DeepSeek-V3, Mixtral, LongCat-Flash), in
 bf16 and FP8 block (16 x 16), Qwen3-MoE and DeepSeek-V3 in fp8 too (compressed-tensors' FP8 per
-tensor, the routed experts per channel), built on this CPU from tiny configs at TP=1 and TP=2
+tensor, the routed experts per channel), all but LongCat-Flash in NVFP4 (the experts with the
+Marlin MoE runner, :data:`MORE`), built on this CPU from tiny configs at TP=1 and TP=2
 (gloo), for tests/test_engines_sglang_realistic.py (inside its workers: this module imports
 SGLang lazily).
 
@@ -42,6 +43,7 @@ reads that key alone.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -76,6 +78,9 @@ QUANTS = {
         ),
         ignore=["lm_head"],
     ),  # fmt: skip
+    # ModelOpt's NVFP4 (docs/export.md's nvfp4); SGLang rewrites the method to "modelopt_fp4"
+    # in the config it hands the class, which the fill reads as the same checkpoint
+    "nvfp4": dict(quant_method="modelopt", quant_algo="NVFP4", group_size=16),
 }
 
 
@@ -95,6 +100,14 @@ def longcat_flash() -> dict:
 LATER = {"longcat_flash": longcat_flash}
 CASES = [f"{m}-{q}" for m in (*MODELS, *LATER) for q in ("bf16", "blk")]
 CASES += ["qwen3_moe-fp8", "deepseek_v3-fp8"]
+CASES += [f"{m}-nvfp4" for m in MODELS]
+# SGLang's ModelOpt FP4 MoE method refuses every MoE runner but Marlin off Blackwell (as SGLang
+# is told with --moe-runner-backend marlin); the runner chooses the experts' forward kernels
+# only, their parameters are the method's either way
+MORE = {"nvfp4": dict(moe_runner_backend="marlin")}
+# the NVFP4 experts' block scales in the layout SGLang's kernels read, made from the loaded
+# ``w13_weight_scale``/``w2_weight_scale`` by ``process_weights_after_loading``: no checkpoint's
+SWIZZLED = ("w13_blockscale_swizzled", "w2_blockscale_swizzled")
 
 
 def write_config(case: str, folder: Path) -> Path:
@@ -191,9 +204,25 @@ def build(folder: Path, world: int, rank: int, draft: bool = False, **more) -> t
     model_config = ModelConfig.from_server_args(args, is_draft_model=draft)
     load_config = LoadConfig(load_format="auto", tp_rank=rank)
     quant_config = _get_quantization_config(model_config, load_config)
-    with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+    with _runner(more), set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
         # through the plugin's hook on it, as SGLang's loaders build in the realistic mode
         return fsglang._around_build(_initialize_model, model_config, load_config, quant_config)
+
+
+@contextlib.contextmanager
+def _runner(more: dict):
+    """SGLang's MoE runner flag (set once per process from the published server arguments,
+    :func:`start`) as ``more`` names it, for one build: the cases of one process differ."""
+    from sglang.srt.layers.moe import utils
+
+    moe = utils.get_flags().moe
+    own = moe.runner_backend
+    if "moe_runner_backend" in more:
+        moe.runner_backend = utils.resolve_moe_runner_backend(more["moe_runner_backend"])
+    try:
+        yield
+    finally:
+        moe.runner_backend = own
 
 
 def load_safetensors(model: torch.nn.Module, folder: Path) -> None:

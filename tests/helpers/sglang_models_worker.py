@@ -32,10 +32,13 @@ def _run(world: int, rank: int, port: int, root: Path) -> dict:
 
     S.prepare()
     S.start(root / S.CASES[0] / "checkpoint", world, rank, port)
-    return {case: _case(S, root / case / "checkpoint", world, rank) for case in S.CASES}
+    return {
+        case: _case(S, root / case / "checkpoint", world, rank, S.MORE.get(case.split("-")[1], {}))
+        for case in S.CASES
+    }
 
 
-def _case(S, ckpt: Path, world: int, rank: int) -> dict:
+def _case(S, ckpt: Path, world: int, rank: int, more: dict) -> dict:
     import torch
 
     from fp8_dummy.engines import sglang as fsglang
@@ -43,7 +46,7 @@ def _case(S, ckpt: Path, world: int, rank: int) -> dict:
     t0 = time.perf_counter()
     r: dict = {}
     try:
-        ours, theirs = S.build(ckpt, world, rank), S.build(ckpt, world, rank)
+        ours, theirs = S.build(ckpt, world, rank, **more), S.build(ckpt, world, rank, **more)
         for model, byte in ((ours, 0x55), (theirs, 0xAA)):
             for p in model.parameters():
                 p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)

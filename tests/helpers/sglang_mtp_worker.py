@@ -43,20 +43,20 @@ def _run(world: int, rank: int, port: int, root: Path) -> dict:
     return {c: _case(S, root / c / "checkpoint", world, rank, **v) for c, v in cases.items()}
 
 
-def _case(S, ckpt: Path, world: int, rank: int, acceptance, target: bool, budget) -> dict:
+def _case(S, ckpt: Path, world: int, rank: int, acceptance, target: bool, budget, more) -> dict:
     from fp8_dummy.realistic import arch
 
     default = arch.TWIN_BUDGET_BYTES
     try:  # the probe's budget the export was made with (the test's edge cases: their own)
         arch.TWIN_BUDGET_BYTES = budget or default
-        return _compare(S, ckpt, acceptance, target, world, rank)
+        return _compare(S, ckpt, acceptance, target, world, rank, dict(MORE, **more))
     except Exception:  # noqa: BLE001 (reported to the parent test)
         return {"error": traceback.format_exc()}
     finally:
         arch.TWIN_BUDGET_BYTES = default
 
 
-def _compare(S, ckpt: Path, acceptance, target: bool, world: int, rank: int) -> dict:
+def _compare(S, ckpt: Path, acceptance, target: bool, world: int, rank: int, more: dict) -> dict:
     import torch
 
     from fp8_dummy.engines import sglang as fsglang
@@ -64,9 +64,9 @@ def _compare(S, ckpt: Path, acceptance, target: bool, world: int, rank: int) -> 
     # SGLang's scheduler builds the target before its draft, in the same process: the draft's
     # fill takes the main model's depth from it where SGLang's draft settings changed it
     if target:
-        S.build(ckpt, world, rank, **MORE)
-    ours = S.build(ckpt, world, rank, draft=True, **MORE)
-    theirs = S.build(ckpt, world, rank, draft=True, **MORE)
+        S.build(ckpt, world, rank, **more)
+    ours = S.build(ckpt, world, rank, draft=True, **more)
+    theirs = S.build(ckpt, world, rank, draft=True, **more)
     for model, byte in ((ours, 0x55), (theirs, 0xAA)):
         for p in model.parameters():
             p.data.reshape(p.shape or (1,)).view(torch.uint8).fill_(byte)

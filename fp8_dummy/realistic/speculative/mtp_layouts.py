@@ -154,14 +154,21 @@ class MtpArch:
     # not name, and these classes build the layer's head under a name of the engine's (the
     # DeepSeek and GLM classes' ``model.layers.N.head``) or read it from ``lm_head`` (Ling's)
     fp4_tree: bool = False
+    # the modules of every decoder layer, main and MTP, the engines build unquantized in NVFP4
+    # alone (a name's end), listed as ignored: Qwen3-Next's full attention's q/k/v, which
+    # SGLang's class builds without ModelOpt's FP4 config (vLLM's reads the list)
+    fp4_plain: tuple[str, ...] = ()
 
 
-_QWEN = MtpArch("qwen", default=1)
+_QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+_QWEN = MtpArch("qwen", default=1, fp4_plain=_QKV)
 # LongCat-Flash's MTP block: its decoder layer's first attention and first dense MLP (vLLM's names)
 _LONGCAT = (("self_attn.0.", "self_attn."), ("mlps.0.", "transformer_layer.mlp."),
             ("input_layernorm.0.", "input_layernorm."),
             ("post_attention_layernorm.0.", "post_attention_layernorm."))  # fmt: skip
-_QWEN35 = MtpArch("qwen", ("mtp_num_hidden_layers",), default=1)
+# in NVFP4 the MTP layers unquantized whole: SGLang's Qwen3.5 MTP class builds them without the
+# quantization config for a serialized NVFP4 checkpoint (as ModelOpt's keep them)
+_QWEN35 = MtpArch("qwen", ("mtp_num_hidden_layers",), default=1, fp4_tree=True)
 # Qwen4-Exp's QSA indexer's config fields (its MTP block's attention needs them)
 _QSA = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget",
         "indexer_compress_ratio")  # fmt: skip
@@ -332,12 +339,15 @@ def arch_of(config: Any) -> tuple[MtpArch | None, Any]:
     return arch, text
 
 
-def layers_plain(config: Any) -> tuple[str, ...]:
-    """The modules of every decoder layer (a name's end) the engines build unquantized, the main
-    layers' as the MTP block's (:attr:`MtpArch.everywhere`), whether or not the config has MTP
-    layers; none for others."""
+def layers_plain(config: Any, quant: str | None = None) -> tuple[str, ...]:
+    """The modules of every decoder layer (a name's end) the engines build unquantized in the
+    format of quantization ``quant`` (``Format.quant``), whether or not the config has MTP
+    layers: the main layers' as the MTP block's (:attr:`MtpArch.everywhere`), and in NVFP4
+    :attr:`MtpArch.fp4_plain`; none for others."""
     arch = arch_of(config)[0]
-    return arch.plain if arch is not None and arch.everywhere else ()
+    if arch is None:
+        return ()
+    return (arch.plain if arch.everywhere else ()) + (arch.fp4_plain if quant == "nvfp4" else ())
 
 
 def mtp_layers(config: Any) -> tuple[str | None, int]:
