@@ -97,7 +97,8 @@ CLASSES = {
 # Every architecture's MTP layer in each quantized format: FP8 blocks as the config's own (``blk``:
 # the harness's [16, 16] blocks, which these hidden-64 models divide; the export's 128 x 128 do
 # not), compressed-tensors' FP8 per tensor and per channel and NVFP4 as ``export --format``
-# writes them from the bf16 config (a case's quantization -> that format). DeepSeek-V3's FP8 block case is above.
+# writes them from the bf16 config (a case's quantization -> that format). DeepSeek-V3's FP8
+# block case is above.
 EXPORT_FORMATS = {"fp8-tensor": "fp8", "fp8-channel": "fp8-channel", "nvfp4": "nvfp4"}
 for _model in CLASSES:
     for _quant in ("blk", *EXPORT_FORMATS):
