@@ -70,6 +70,7 @@ CLASSES["qwen4_exp_text"] = "Qwen4ExpMTP"
 CLASSES.update(deepseek_v32="DeepSeekMTP", glm_moe_dsa="DeepSeekMTP")
 CLASSES["glm5_next"] = "Glm5NextMTP"
 CLASSES["minimax_m3_vl"] = "MiniMaxM3MTP"
+CLASSES["step3p5"] = "Step3p5MTP"
 CLASSES["llama"] = "LlamaForCausalLM"  # a draft model export --draft wrote
 # The architectures vLLM's speculative config gives these targets, as its registry resolves them
 # on this platform (module.class)
