@@ -119,16 +119,21 @@ def routed_expert(module: str) -> bool:
     """Whether the linear module ``module`` is a routed expert (:data:`ROUTED_EXPERTS`), or
     ``module`` a fused routed experts tensor (:func:`fused_experts`)."""
     split = re.match(ROUTED_EXPERTS[len("re:") :], module) is not None
-    return split or _FUSED.match(module) is not None
+    return split or _FUSED.match(module) is not None or _PACKED.match(module) is not None
 
 
 # A fused routed experts tensor ``<...>.experts.<projection>`` [E, out, in], all experts in one
-# (HY-V4's ``mlp.experts.gate_up_proj`` and ``down_proj``, as its checkpoints hold them)
+# (HY-V4's ``mlp.experts.gate_up_proj`` and ``down_proj``, as its checkpoints hold them), or a
+# decoder layer's packed ones (Step-3.5's ``moe.gate_proj.weight``, ``moe.up_proj.weight``,
+# ``moe.down_proj.weight``: transformers' conversion splits its fused gate/up along the rows)
 _FUSED = re.compile(r".*\.experts\.(gate_up_proj|down_proj)$")
+_PACKED = re.compile(r".*\.layers\.\d+\.moe\.(gate|up|down)_proj\.weight$")
 # The model types whose fused routed experts the FP8 formats quantize (:func:`fused_experts`):
-# vLLM's loaders read them under these names (HY-V4's ``HYV4ForCausalLM`` and ``HYV4MTP``);
-# others' stay as they are (Inkling's, which vLLM reads under names of its own)
-FUSED_EXPERTS = ("hy_v4",)
+# vLLM's loaders read them under these names (HY-V4's ``HYV4ForCausalLM`` and ``HYV4MTP``,
+# Step-3.5's ``Step3p5ForCausalLM``: its expert mapping takes ``moe.gate_proj.weight`` and the
+# names that begin with it, ``_scale_inv``, ``_scale``); others' stay as they are (Inkling's,
+# which vLLM reads under names of its own)
+FUSED_EXPERTS = ("hy_v4", "step3p5")
 
 
 def fused_experts(name: str, shape: tuple, spec: Spec, module: torch.nn.Module) -> bool:
@@ -138,6 +143,8 @@ def fused_experts(name: str, shape: tuple, spec: Spec, module: torch.nn.Module) 
     MoE reads it, each expert's codes with its scales (``<name>_scale_inv`` [E, out/128,
     in/128] per block, ``<name>_scale`` [E, out, 1] per channel; per tensor, routed experts
     are per channel: :func:`_compressed_tensors`)."""
+    if _PACKED.match(name) is not None:  # the checkpoint's own [E, out, in] (its names say so)
+        return len(shape) == 3 and spec.role in ("linear", "residual_out")
     fused = _FUSED.match(name) is not None and getattr(module, "is_transposed", None) is False
     return fused and expert_weight(name, shape, spec)
 

@@ -224,8 +224,9 @@ REFUSED |= {("glm_ocr", "nvfp4"), ("hy_v3", "nvfp4")}
 # Step-3.5's Step3p5MTP, whose loader requires every parameter loaded, compressed-tensors'
 # attention KV-cache ones (no checkpoint holds them) included
 REFUSED |= {("step3p5", q) for q in ("fp8-tensor", "fp8-channel")}
-# HY-V4's fused routed experts are quantized in the FP8 formats alone: NVFP4 refused (the model)
-REFUSED_MODEL = {("hy_v4", "nvfp4")}
+# HY-V4's fused routed experts and Step-3.5's packed ones are quantized in the FP8 formats
+# alone: NVFP4 refused (the model)
+REFUSED_MODEL = {("hy_v4", "nvfp4"), ("step3p5", "nvfp4")}
 
 
 # A draft model (``export --draft``) of a Llama target: vLLM's Llama class from the draft's
