@@ -36,6 +36,7 @@ WORKER = ROOT / "tests" / "helpers" / "vllm_exports_worker.py"
 CASES = [
     "step3p5's main layers under its real checkpoint's names, bf16",
     "step3p5's main layers under its real checkpoint's names, FP8 block",
+    "step3p5 without MTP layers, fp8 per channel",
     "hy_v4's main layers under its real checkpoint's names, bf16",
     "minimax_m3_vl's main layers under its real checkpoint's names, bf16",
     "deepseek_v4 under its real checkpoint's names, bf16",

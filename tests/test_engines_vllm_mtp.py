@@ -98,7 +98,7 @@ def test_the_draft_holds_the_export(runs, case, tp):
             assert "MTP layer(s)" in r.get("error", "") and "to 0" in r["error"], r
             continue
         if case[:2] in T.REFUSED_MODEL:  # the format refused for the model itself
-            assert "quantizes in the FP8 formats only" in r.get("error", ""), r
+            assert "is a fused routed experts tensor" in r.get("error", ""), r
             continue
         assert "error" not in r, r["error"]
         assert r["class"] == CLASSES[case[0]]

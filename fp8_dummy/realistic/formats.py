@@ -128,12 +128,17 @@ def routed_expert(module: str) -> bool:
 # ``moe.down_proj.weight``: transformers' conversion splits its fused gate/up along the rows)
 _FUSED = re.compile(r".*\.experts\.(gate_up_proj|down_proj)$")
 _PACKED = re.compile(r".*\.layers\.\d+\.moe\.(gate|up|down)_proj\.weight$")
-# The model types whose fused routed experts the FP8 formats quantize (:func:`fused_experts`):
-# vLLM's loaders read them under these names (HY-V4's ``HYV4ForCausalLM`` and ``HYV4MTP``,
-# Step-3.5's ``Step3p5ForCausalLM``: its expert mapping takes ``moe.gate_proj.weight`` and the
-# names that begin with it, ``_scale_inv``, ``_scale``); others' stay as they are (Inkling's,
-# which vLLM reads under names of its own)
-FUSED_EXPERTS = ("hy_v4", "step3p5")
+# The model types whose fused routed experts the FP8 formats quantize (:func:`fused_experts`),
+# each with the formats (``Format.quant``) that make them, the others refused: vLLM's loaders
+# read them under these names (HY-V4's ``HYV4ForCausalLM`` and ``HYV4MTP``, Step-3.5's
+# ``Step3p5ForCausalLM``: its expert mapping takes ``moe.gate_proj.weight`` and the names that
+# begin with it, ``_scale_inv``, ``_scale``); others' stay as they are (Inkling's, which vLLM
+# reads under names of its own). Not Step-3.5's per tensor: vLLM names its experts' layer
+# ``moe.experts.routed_experts``, which the routed experts' per-channel group of the
+# compressed-tensors config (``.experts.<e>.``) does not match, so it gets the per-tensor
+# group, whose weights per tensor beside activations per token its FP8 MoE method refuses
+FUSED_EXPERTS = {"hy_v4": ("per-tensor", "block", "channel"), "step3p5": ("block", "channel")}
+_QUANT_NAMES = {"per-tensor": "fp8", "block": "fp8-block", "channel": "fp8-channel"}
 
 
 def fused_experts(name: str, shape: tuple, spec: Spec, module: torch.nn.Module) -> bool:
@@ -284,13 +289,13 @@ def meta_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
 
 
 def quantize(
-    entries: list, specs: Mapping[str, Spec], fmt: Format, fused: bool = False
+    entries: list, specs: Mapping[str, Spec], fmt: Format, fused: tuple[str, ...] = ()
 ) -> tuple[list, list[str]]:
     """The format's tensors: each decoder-layer linear weight quantized with its scales beside
     it; the linear modules left unquantized (routers, lm_head; for MXFP4 every linear module:
     it quantizes the fused experts only). ``entries``: (module, name, meta stand-in, shape)
-    of the unquantized checkpoint; ``fused``: the fused routed experts too (a model type of
-    :data:`FUSED_EXPERTS`)."""
+    of the unquantized checkpoint; ``fused``: the quantizations that make the fused routed
+    experts too, the others refused (a model type of :data:`FUSED_EXPERTS`)."""
     if fmt.quant == "mxfp4":
         return _quantize_mxfp4(entries, specs, fmt.keep)
     out, skipped, done, linear = [], [], 0, False
@@ -306,13 +311,19 @@ def quantize(
         kind = kinds.get(id(module))
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
-        fused_here = fused and fused_experts(name, shape, spec, module)
-        if fused_here and fmt.quant not in _FP8:
-            # not made in NVFP4: the engines build these experts with the format's method,
-            # which unquantized values do not fit (no checkpoint an engine loads)
+        fused_here = bool(fused) and fused_experts(name, shape, spec, module)
+        if fused_here and fmt.quant not in fused:
+            # not made in NVFP4 (nor where the record leaves a format out): the engines build
+            # these experts with the format's method, which unquantized values do not fit (no
+            # checkpoint an engine loads)
+            which = (
+                "the FP8 formats only (fp8, fp8-block, fp8-channel)"
+                if set(fused) == set(_FP8)
+                else ", ".join(_QUANT_NAMES[q] for q in fused) + " only, for this model"
+            )
             raise UnsupportedFormatError(
                 f"fp8_dummy: {fmt.quant}: {name} is a fused routed experts tensor [E, out, in], "
-                "which fp8_dummy quantizes in the FP8 formats only (fp8, fp8-block, fp8-channel)"
+                f"which fp8_dummy quantizes in {which}"
             )
         if fused_here:  # its scales are named after the tensor itself
             owner = name

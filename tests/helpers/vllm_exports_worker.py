@@ -75,7 +75,9 @@ def _configs() -> dict[str, tuple[dict, str | None, dict]]:
     # helpers/vllm_mtp_models.py writes it; and in FP8 block (the harness's 16 x 16 blocks)
     step = written("step3p5")
     step_blk = dict(step, quantization_config=M.QUANTS["blk"])
+    plain = dict(step, num_nextn_predict_layers=0)  # the formats its MTP layers refuse
     return {
+        "step3p5 without MTP layers, fp8 per channel": (plain, "fp8-channel", {}),
         "step3p5's main layers under its real checkpoint's names, bf16": (step, None, {}),
         "step3p5's main layers under its real checkpoint's names, FP8 block": (step_blk, None, {}),
         "hy_v4's main layers under its real checkpoint's names, bf16": (hy_v4, None, {}),
