@@ -29,7 +29,8 @@ from fp8_dummy.realistic.export import ExportError  # noqa: E402
 
 H_, V, I_, MOE, E, HEADS, KV, D = 128, 1024, 256, 64, 16, 4, 2, 32
 ATTN = {"q_proj": (HEADS * D, H_), "k_proj": (KV * D, H_), "v_proj": (KV * D, H_),
-        "o_proj": (H_, HEADS * D), "g_proj": (HEADS, H_), "q_norm": (D,), "k_norm": (D,)}  # fmt: skip
+        "o_proj": (H_, HEADS * D), "g_proj": (HEADS, H_), "q_norm": (D,),
+        "k_norm": (D,)}  # fmt: skip
 NORMS = {"input_layernorm": (H_,), "post_attention_layernorm": (H_,)}
 
 
@@ -79,15 +80,19 @@ def test_names_and_shapes_are_vllms(layers):
 
 
 def test_the_mtp_block_follows_the_configs_lists():
-    """An MTP layer the config's lists call MoE is made one (vLLM builds it so: its layer
-    index in ``mtp_mlp_layer_types``); none named: dense, vLLM's reading past the list."""
+    """An MTP layer's MLP type none of the config's lists names is dense (vLLM's reading past
+    them); a MoE one, or a full-attention one, which vLLM's Step3p5MTP cannot build or load,
+    refused before anything is made."""
     cfg = H.config("step3p5", mtp=1)
-    cfg.mtp_mlp_layer_types = ["sparse"]
-    t = config_checkpoint(cfg, 0).tensors
-    assert "model.layers.2.moe.gate_proj.weight" in t and "model.layers.2.mlp.gate_proj.weight" not in t
     cfg.mtp_mlp_layer_types = None
     t = config_checkpoint(cfg, 0).tensors
     assert "model.layers.2.mlp.gate_proj.weight" in t and "model.layers.2.moe.gate.weight" not in t
+    for key, kind, why in (("mtp_mlp_layer_types", "sparse", "KeyError"),
+                           ("mtp_layer_types", "full_attention", "IndexError")):  # fmt: skip
+        cfg = H.config("step3p5", mtp=1)
+        setattr(cfg, key, [kind])
+        with pytest.raises(ValueError, match=f"1 MTP layer.* of type {kind}: .*{why}.*to 0"):
+            config_checkpoint(cfg, 0)
 
 
 def test_the_export_round_trip(tmp_path):

@@ -146,7 +146,8 @@ def _longcat_block(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Modu
 # transformers' decoder with the checkpoint renamed in the test (helpers/step3p5_model.py)
 LAYOUTS["step3p5"] = dict(block="model.layers.{L}.", fc="model.layers.{L}.eh_proj",
                           embed="model.layers.{L}.enorm", hidden="model.layers.{L}.hnorm",
-                          out="model.layers.{L}.shared_head.norm", offset=1.0, step3p5=True)  # fmt: skip
+                          out="model.layers.{L}.shared_head.norm", offset=1.0,
+                          step3p5=True)  # fmt: skip
 
 
 def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module:

@@ -37,8 +37,8 @@ class Step3p5:
                 continue
             if name.endswith("moe.gate_proj.weight"):
                 up = torch.as_tensor(t[name.replace("gate_proj", "up_proj")]).float()
-                state[name.replace("moe.gate_proj.weight", "mlp.experts.gate_up_proj")] = (
-                    torch.cat([v, up], 1)
+                state[name.replace("moe.gate_proj.weight", "mlp.experts.gate_up_proj")] = torch.cat(
+                    [v, up], 1
                 )
                 continue
             for pattern, new in _RENAMES:
@@ -76,7 +76,8 @@ def target(folder: Path, t: dict) -> Step3p5:
     config = tf.AutoConfig.from_pretrained(folder)
     layer = re.compile(r"^model\.layers\.(\d+)\.")
     main = {n: v for n, v in t.items()
-            if (m := layer.match(n)) is None or int(m.group(1)) < config.num_hidden_layers}  # fmt: skip
+            if (m := layer.match(n)) is None
+            or int(m.group(1)) < config.num_hidden_layers}  # fmt: skip
     return Step3p5(config, main)
 
 

@@ -210,7 +210,9 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
     for name in packed:
         layer = name[: -len("moe.gate_proj.weight")]
         for end in ("weight", "weight_scale_inv"):
-            gate, up, down = (files.get(f"{layer}moe.{p}_proj.{end}") for p in ("gate", "up", "down"))
+            gate, up, down = (
+                files.get(f"{layer}moe.{p}_proj.{end}") for p in ("gate", "up", "down")
+            )
             if gate is None:
                 continue
             for fused, want in (("w13", torch.cat([gate, up], 1)), ("w2", down)):

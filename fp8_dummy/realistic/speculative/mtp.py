@@ -125,7 +125,19 @@ def mtp_part(
             f"layer needs the config's {', '.join(missing)}; set them, or set "
             f"{arch.counts[0]} to 0 for a checkpoint without MTP layers"
         )
-    twin = build_model(_twin_config(config, _mtp_config(text, n, arch), arch), dtype=dtype)
+    alone = _mtp_config(text, n, arch)
+    types = [
+        *(getattr(alone, "layer_types", None) or ()),
+        *(getattr(alone, "mlp_layer_types", None) or ()),
+    ]
+    for kind, why in arch.unbuildable:
+        if kind in types:
+            raise ValueError(
+                f"fp8_dummy: {n} MTP layer(s) ({arch.counts[0]}) of type {kind}: {why}; set the "
+                f"MTP layers' types (mtp_layer_types, mtp_mlp_layer_types), or set "
+                f"{arch.counts[0]} to 0 for a checkpoint without MTP layers"
+            )
+    twin = build_model(_twin_config(config, alone, arch), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)

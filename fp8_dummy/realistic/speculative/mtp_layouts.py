@@ -159,6 +159,9 @@ class MtpArch:
     # the MTP layer holds a copy of the lm_head (``shared_head.head``): not where the engine's
     # class builds none and its loader fails on one (GLM-5-Next's: the target's is shared)
     head_copy: bool = True
+    # the MTP layers' types (an attention's in ``layer_types``, an MLP's in ``mlp_layer_types``)
+    # vLLM's draft class cannot build or load, each with why: refused before anything is written
+    unbuildable: tuple[tuple[str, str], ...] = ()
     # in NVFP4 each MTP layer is left unquantized whole, listed as one module tree
     # (``model.layers.N.*``): vLLM's ModelOpt config quantizes a ParallelLMHead its list does
     # not name, and these classes build the layer's head under a name of the engine's (the
@@ -227,6 +230,15 @@ _STEP3P5_WHY = (
     "loader fails"
 )
 _STEP3P5_UNLOADABLE = tuple((quant, _STEP3P5_WHY) for quant in ("per-tensor", "channel"))
+# vLLM 0.33's Step3p5MTP builds a full-attention MTP layer with the head count of
+# ``per_layer_config[L + i]``, past the main layers that transformers' config holds (IndexError);
+# and loads a MoE one's shared expert and packed experts under names its block does not have
+_STEP3P5_UNBUILDABLE = (
+    ("full_attention", "vLLM's Step3p5MTP reads a full-attention layer's heads from the "
+                       "config's per-layer list, which ends at the main layers (IndexError)"),
+    ("sparse", "vLLM's Step3p5MTP loads a MoE layer's share_expert and moe.*_proj under names "
+               "its block does not have (KeyError)"),
+)  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
     "deepseek_v3": MtpArch("deepseek", fp4_tree=True),
@@ -326,6 +338,7 @@ ARCHS = {
         moe="dense",
         fp4_tree=True,
         unloadable=_STEP3P5_UNLOADABLE,
+        unbuildable=_STEP3P5_UNBUILDABLE,
     ),
     # Qwen4-Exp: vLLM builds the MTP block's attention as QSA (``qwen_sparse_attention``:
     # transformers' ``indexed_attention``)
