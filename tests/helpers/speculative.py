@@ -99,9 +99,9 @@ MORE["hy_v4"] = dict(n_routed_experts=16, n_shared_experts=1, q_lora_rank=32, kv
 # dense; as its config.json, the layer types over the main and the MTP layers (transformers
 # splits them off into mtp_layer_types and mtp_mlp_layer_types), every fourth from the first
 # full attention, the others sliding (its MTP layers, 45 to 47, are sliding ones), the MoE
-# layers by index (an MTP layer none: dense)
+# layers by index (an MTP layer none: dense); its pad token an int (its config's type): bos's
 MORE["step3p5"] = dict(n_routed_experts=16, share_expert_dim=64, sliding_window=64,
-                       pad_token_id=2, **MOE)  # fmt: skip
+                       pad_token_id=0, **MOE)  # fmt: skip
 # their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's, LongCat's: one where the key
 # is absent)
 NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash", "longcat_flash")
