@@ -4,8 +4,8 @@
 ``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``'s class
 for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``, ``MiniMaxM3MTP``, ``HYV4MTP``, ``Step3p5MTP``) built
 on this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its
-gloo workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
-``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
+gloo workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's
+``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
 ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
 ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``,
 ``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``,
