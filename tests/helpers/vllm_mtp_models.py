@@ -2,18 +2,18 @@
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
 ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
 ``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``'s class
-for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``, ``MiniMaxM3MTP``, ``HYV4MTP``, ``Step3p5MTP``) built
-on this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its
-gloo workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's
-``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
-``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
-``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``,
-``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``,
-``MiMoV2MTPModel``, ``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``,
-``DeepseekV32MTPModel``, ``Glm5NextMTPModel``, ``MiniMaxM3MTP``, ``HYV4MTPModel``,
-``Step3p5MTP``), a
-``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
-config, the way its proposer's ``get_model`` does. The replacements of
+for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``, ``MiniMaxM3MTP``, ``HYV4MTP``, ``Step3p5MTP``)
+built on this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside
+its gloo workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's
+``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into
+the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``,
+``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``,
+``GlmOcrMTPModel``, ``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``,
+``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``, ``LongCatFlashMTPModel``,
+``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``, ``Glm5NextMTPModel``,
+``MiniMaxM3MTP``, ``HYV4MTPModel``, ``Step3p5MTP``), a ``VllmConfig`` holding both, then the
+model loader's ``create_model`` with the draft's model config, the way its proposer's
+``get_model`` does. The replacements of
 tests/helpers/vllm_invariant_models.py (``prepare``) apply, two of transformers' image modules
 where torchvision is missing, for Qwen4-Exp its QSA attention's FlashAttention check
 (helpers/vllm_qsa_flash_attention_stub.py) and for the indexed sparse MLA its backend choice
