@@ -74,10 +74,8 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     for name in (*ALL_COUNTS, "quantization_config"):
         if name in cfg.__dict__:
             delattr(cfg, name)
-            if name != "quantization_config" and not hasattr(cfg, name):
-                # a count the class reads and has no default of (Step-3.5's config takes it as
-                # a keyword only): none
-                setattr(cfg, name, 0)
+    if arch.reads_count:  # the class reads it, and its config has no default: none
+        setattr(cfg, arch.counts[0], 0)
     setattr(cfg, arch.layers, n)
     steps = getattr(text, "mtp_layers_block_type", None)  # Nemotron-H: n steps of P layers
     if steps is not None:

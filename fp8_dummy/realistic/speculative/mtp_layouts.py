@@ -159,6 +159,9 @@ class MtpArch:
     # the MTP layer holds a copy of the lm_head (``shared_head.head``): not where the engine's
     # class builds none and its loader fails on one (GLM-5-Next's: the target's is shared)
     head_copy: bool = True
+    # the model class reads the count (``counts[0]``) and the config has no default of it (it
+    # takes it as a keyword only: Step-3.5's): the MTP layers' twin gets 0, not none
+    reads_count: bool = False
     # the MTP layers' types (an attention's in ``layer_types``, an MLP's in ``mlp_layer_types``)
     # vLLM's draft class cannot build or load, each with why: refused before anything is written
     unbuildable: tuple[tuple[str, str], ...] = ()
@@ -339,6 +342,7 @@ ARCHS = {
         fp4_tree=True,
         unloadable=_STEP3P5_UNLOADABLE,
         unbuildable=_STEP3P5_UNBUILDABLE,
+        reads_count=True,
     ),
     # Qwen4-Exp: vLLM builds the MTP block's attention as QSA (``qwen_sparse_attention``:
     # transformers' ``indexed_attention``)
