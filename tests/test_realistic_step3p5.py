@@ -245,3 +245,32 @@ def test_without_an_acceptance_the_independent_forward_is_right_by_chance(tmp_pa
     print(f"\nstep3p5 MTP (independent forward), no acceptance: {float(np.mean(m >= 1)):.3f}"
           f" over {len(m)} steps")  # fmt: skip
     assert np.mean(m >= 1) < 0.05
+
+
+@pytest.mark.parametrize("layers", [16, pytest.param(64, marks=pytest.mark.slow)])
+def test_the_realistic_statistics_hold(layers):
+    """tests/test_realistic_architectures.py's bounds on the causal LM around transformers'
+    decoder (tests/helpers/realistic_sweep.py's sizes; Step-3.5 is in no table of transformers'
+    causal LMs the sweep reads): residual RMS in [0.25, 4] after every layer, MoE max/mean
+    expert load <= 2."""
+    from helpers import realistic_sweep as sweep
+
+    import fp8_dummy
+    from fp8_dummy.realistic.base_causal_lm import base_causal_lm
+
+    sizes = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+             "vocab_size", "head_dim", "moe_intermediate_size", "n_routed_experts",
+             "num_experts_per_tok", "max_position_embeddings")  # fmt: skip
+    cfg = tf.Step3p7TextConfig(
+        num_hidden_layers=layers, share_expert_dim=32, pad_token_id=0, sliding_window=64,
+        layer_types=[("sliding_attention", "full_attention")[i % 4 == 0] for i in range(layers)],
+        moe_layers_enum=",".join(str(i) for i in range(3, layers)),
+        **{k: v for k, v in sweep.SMALL.items() if k in sizes},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = base_causal_lm(cfg, {}).eval()
+    fp8_dummy.initialize_realistic_dummy_weights(model, seed=0)
+    m = sweep.measure(model)
+    assert m["finite"] and len(m["rms"]) >= layers
+    assert all(0.25 <= r <= 4.0 for r in m["rms"]), [round(r, 2) for r in m["rms"]]
+    assert len(m["max_mean"]) == layers - 3 and all(r <= 2.0 for r in m["max_mean"])
