@@ -4,7 +4,10 @@ Qwen3-MoE with num_experts and rope_theta; Llama, Qwen3-MoE and DeepSeek-V3 in t
 fp8 format, the MoEs' routed experts per channel; Llama in FP8 block with
 modules_to_not_convert; DeepSeek-V4 under its real checkpoint's names, vLLM's CPU class; HY-V4's
 and MiniMax-M3's main layers under their real checkpoint's names: the dense MLPs' and shared
-experts' gates, HY-V4's hyper-connections, MiniMax-M3's vision MLP) exported, then built by
+experts' gates, HY-V4's hyper-connections, MiniMax-M3's vision MLP; Step-3.5-Flash's text
+checkpoint, transformers' Step3p7TextModel with its lm_head, in bf16 and FP8 block: its packed
+experts ``moe.gate_proj``/``up_proj``/``down_proj``, ``moe.gate``, ``moe.router_bias``,
+``share_expert.*``, the attention's per-head gate ``g_proj``) exported, then built by
 vLLM from the exported config.json alone and loaded by its own safetensors loader
 (helpers/vllm_exports_worker.py): every parameter reached, every byte of it written by the
 loader, the file's bytes where vLLM keeps a tensor under its name (a fused gate/up
@@ -31,6 +34,9 @@ from helpers.engine_required import require
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "helpers" / "vllm_exports_worker.py"
 CASES = [
+    "step3p5's main layers under its real checkpoint's names, bf16",
+    "step3p5's main layers under its real checkpoint's names, FP8 block",
+    "step3p5 without MTP layers, fp8 per channel",
     "hy_v4's main layers under its real checkpoint's names, bf16",
     "minimax_m3_vl's main layers under its real checkpoint's names, bf16",
     "deepseek_v4 under its real checkpoint's names, bf16",

@@ -11,8 +11,9 @@ TP=2 rank must equal it byte for byte, and the TP=1 model must equal the format'
 tensors (restated from its definition). Negative controls: a KV-cache-scale rule that
 shards the replicated scalar is caught on the rank it gets wrong; without the rule, the
 FP8 models are refused by name before anything is written (the state before the rule).
---load-format fp8_dummy_realistic (Llama, Qwen3-MoE and DeepSeek-V3 in bf16 and FP8 block,
-Mixtral in bf16; the MoE models also with a routing profile): the checkpoint fp8_dummy's
+--load-format fp8_dummy_realistic (Llama, Qwen3-MoE, DeepSeek-V3 and Step-3.5-Flash's text
+model in bf16 and FP8 block, Mixtral in bf16; Qwen3-MoE and DeepSeek-V3 also with a routing
+profile): the checkpoint fp8_dummy's
 ``export`` writes for the same config and seed, loaded by vLLM's own safetensors loader into
 a twin of the model, must equal the in-engine fill byte for byte, at TP=1, at TP=2 and with
 EP. Without vLLM 0.33: skipped, with why.
@@ -33,6 +34,7 @@ QUANTS = ("bf16", "fp8", "blk")
 EP_CASES = (("qwen3_moe", "fp8"), ("deepseek_v3", "blk"))  # also at TP=2 with EP
 REALISTIC = [f"{m}-{q}-realistic" for m in MODELS for q in ("bf16", "blk")]
 REALISTIC += ["mixtral-bf16-realistic"]  # and deepseek_v3's FP8 block one with EP
+REALISTIC += ["step3p5-bf16-realistic", "step3p5-blk-realistic"]  # Step-3.5-Flash's text model
 ROUTED_QUANT = {"qwen3_moe": "bf16", "deepseek_v3": "blk"}  # with a routing profile
 ROUTED = [f"{m}-{q}-routed" for m, q in ROUTED_QUANT.items()]
 # What vLLM 0.33 creates in these models (Fp8Config: Fp8LinearMethod, Fp8MoEMethod's plain

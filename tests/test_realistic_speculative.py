@@ -115,7 +115,8 @@ ARCHS += ["hy_v4"]  # HY-V4: one MTP layer (its block the decoder layer without 
 MULTIMODAL = ["glm_ocr", "exaone4_5", "minimax_m3_vl"]
 
 
-@pytest.mark.parametrize("arch", ARCHS + MULTIMODAL)
+# Step-3.5-Flash's text checkpoint (one MTP layer): no transformers class runs it (the entropy)
+@pytest.mark.parametrize("arch", ARCHS + MULTIMODAL + ["step3p5"])
 def test_the_weights_alone_give_the_designed_acceptance(arch, tmp_path):
     """From the export's files alone (no fill code): no branch writes the code columns, the
     target's greedy successors form one cycle over the stream's tokens, and an engine's

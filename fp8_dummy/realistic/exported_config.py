@@ -14,7 +14,8 @@ model assumed written out, so that no reader falls back to a default of its own:
   ``scoring_func`` and ``topk_method`` ("noaux_tc"): a reader defaulting to softmax or greedy
   builds another router, or none for the bias;
 - an architecture's own keys that the engines' classes read where transformers' config says
-  the same otherwise (MiMo-V2-Flash's: :func:`_mimo_v2_keys`), where the caller left them out."""
+  the same otherwise (MiMo-V2-Flash's: :func:`_mimo_v2_keys`), or does not declare
+  (Step-3.5-Flash's: :func:`_step3p5_keys`), where the caller left them out."""
 
 from __future__ import annotations
 
@@ -118,6 +119,22 @@ def _mimo_v2_keys(config: Any) -> dict:
     return keys
 
 
+def _step3p5_keys(config: Any) -> dict:
+    """Step-3.5-Flash's config.json keys that vLLM's ``Step3p5ForCausalLM`` and ``Step3p5MTP``
+    read and transformers' config does not declare, for the model transformers' decoder builds:
+    the per-head attention gate (``g_proj``: without the key vLLM builds none and its main
+    loader skips the checkpoint's), the router's bias and float32 gate (its asserts), the
+    sigmoid scores and the top-k weights normalized (``norm_expert_weight``, read without a
+    default)."""
+    return {
+        "use_head_wise_attn_gate": config.gating is True or config.gating == "per-head",
+        "use_moe_router_bias": True,
+        "need_fp32_gate": True,
+        "moe_router_activation": "sigmoid",
+        "norm_expert_weight": True,
+    }
+
+
 def _expert_dtype(config: Any) -> dict:
     """DeepSeek-V4's ``expert_dtype``: ``fp8`` in every format, whatever the caller's config
     said (a copy of DeepSeek-V4-Flash's says ``fp4``). vLLM 0.33 reads the key as a switch:
@@ -133,7 +150,7 @@ def _expert_dtype(config: Any) -> dict:
 
 
 # model type -> its own config keys (of the config object) where the caller left them out
-_OWN_KEYS = {"mimo_v2_flash": _mimo_v2_keys}
+_OWN_KEYS = {"mimo_v2_flash": _mimo_v2_keys, "step3p5": _step3p5_keys}
 
 # model type -> its text config's keys, whatever the caller's said: Inkling's multimodal
 # checkpoint, whose text model transformers always builds with the dense MLP's global scale

@@ -119,16 +119,26 @@ def routed_expert(module: str) -> bool:
     """Whether the linear module ``module`` is a routed expert (:data:`ROUTED_EXPERTS`), or
     ``module`` a fused routed experts tensor (:func:`fused_experts`)."""
     split = re.match(ROUTED_EXPERTS[len("re:") :], module) is not None
-    return split or _FUSED.match(module) is not None
+    return split or _FUSED.match(module) is not None or _PACKED.match(module) is not None
 
 
 # A fused routed experts tensor ``<...>.experts.<projection>`` [E, out, in], all experts in one
-# (HY-V4's ``mlp.experts.gate_up_proj`` and ``down_proj``, as its checkpoints hold them)
+# (HY-V4's ``mlp.experts.gate_up_proj`` and ``down_proj``, as its checkpoints hold them), or a
+# decoder layer's packed ones (Step-3.5's ``moe.gate_proj.weight``, ``moe.up_proj.weight``,
+# ``moe.down_proj.weight``: transformers' conversion splits its fused gate/up along the rows)
 _FUSED = re.compile(r".*\.experts\.(gate_up_proj|down_proj)$")
-# The model types whose fused routed experts the FP8 formats quantize (:func:`fused_experts`):
-# vLLM's loaders read them under these names (HY-V4's ``HYV4ForCausalLM`` and ``HYV4MTP``);
-# others' stay as they are (Inkling's, which vLLM reads under names of its own)
-FUSED_EXPERTS = ("hy_v4",)
+_PACKED = re.compile(r".*\.layers\.\d+\.moe\.(gate|up|down)_proj\.weight$")
+# The model types whose fused routed experts the FP8 formats quantize (:func:`fused_experts`),
+# each with the formats (``Format.quant``) that make them, the others refused: vLLM's loaders
+# read them under these names (HY-V4's ``HYV4ForCausalLM`` and ``HYV4MTP``, Step-3.5's
+# ``Step3p5ForCausalLM``: its expert mapping takes ``moe.gate_proj.weight`` and the names that
+# begin with it, ``_scale_inv``, ``_scale``); others' stay as they are (Inkling's, which vLLM
+# reads under names of its own). Not Step-3.5's per tensor: vLLM names its experts' layer
+# ``moe.experts.routed_experts``, which the routed experts' per-channel group of the
+# compressed-tensors config (``.experts.<e>.``) does not match, so it gets the per-tensor
+# group, whose weights per tensor beside activations per token its FP8 MoE method refuses
+FUSED_EXPERTS = {"hy_v4": ("per-tensor", "block", "channel"), "step3p5": ("block", "channel")}
+_QUANT_NAMES = {"per-tensor": "fp8", "block": "fp8-block", "channel": "fp8-channel"}
 
 
 def fused_experts(name: str, shape: tuple, spec: Spec, module: torch.nn.Module) -> bool:
@@ -138,6 +148,8 @@ def fused_experts(name: str, shape: tuple, spec: Spec, module: torch.nn.Module) 
     MoE reads it, each expert's codes with its scales (``<name>_scale_inv`` [E, out/128,
     in/128] per block, ``<name>_scale`` [E, out, 1] per channel; per tensor, routed experts
     are per channel: :func:`_compressed_tensors`)."""
+    if _PACKED.match(name) is not None:  # the checkpoint's own [E, out, in] (its names say so)
+        return len(shape) == 3 and spec.role in ("linear", "residual_out")
     fused = _FUSED.match(name) is not None and getattr(module, "is_transposed", None) is False
     return fused and expert_weight(name, shape, spec)
 
@@ -277,13 +289,13 @@ def meta_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
 
 
 def quantize(
-    entries: list, specs: Mapping[str, Spec], fmt: Format, fused: bool = False
+    entries: list, specs: Mapping[str, Spec], fmt: Format, fused: tuple[str, ...] = ()
 ) -> tuple[list, list[str]]:
     """The format's tensors: each decoder-layer linear weight quantized with its scales beside
     it; the linear modules left unquantized (routers, lm_head; for MXFP4 every linear module:
     it quantizes the fused experts only). ``entries``: (module, name, meta stand-in, shape)
-    of the unquantized checkpoint; ``fused``: the fused routed experts too (a model type of
-    :data:`FUSED_EXPERTS`)."""
+    of the unquantized checkpoint; ``fused``: the quantizations that make the fused routed
+    experts too, the others refused (a model type of :data:`FUSED_EXPERTS`)."""
     if fmt.quant == "mxfp4":
         return _quantize_mxfp4(entries, specs, fmt.keep)
     out, skipped, done, linear = [], [], 0, False
@@ -299,13 +311,19 @@ def quantize(
         kind = kinds.get(id(module))
         if kind is None:
             kind = kinds[id(module)] = module_kind(module)
-        fused_here = fused and fused_experts(name, shape, spec, module)
-        if fused_here and fmt.quant not in _FP8:
-            # not made in NVFP4: the engines build these experts with the format's method,
-            # which unquantized values do not fit (no checkpoint an engine loads)
+        fused_here = bool(fused) and fused_experts(name, shape, spec, module)
+        if fused_here and fmt.quant not in fused:
+            # not made in NVFP4 (nor where the record leaves a format out): the engines build
+            # these experts with the format's method, which unquantized values do not fit (no
+            # checkpoint an engine loads)
+            which = (
+                "the FP8 formats only (fp8, fp8-block, fp8-channel)"
+                if set(fused) == set(_FP8)
+                else ", ".join(_QUANT_NAMES[q] for q in fused) + " only, for this model"
+            )
             raise UnsupportedFormatError(
                 f"fp8_dummy: {fmt.quant}: {name} is a fused routed experts tensor [E, out, in], "
-                "which fp8_dummy quantizes in the FP8 formats only (fp8, fp8-block, fp8-channel)"
+                f"which fp8_dummy quantizes in {which}"
             )
         if fused_here:  # its scales are named after the tensor itself
             owner = name

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .base_causal_lm import base_causal_lm
 from .interleaved import InterleavedBlock, interleaved_blocks
 from .lazy_tensor import Block, NotAffineError, view_map
 from .meta_views import meta_view_map
@@ -60,6 +61,10 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
         config = own.from_dict(fields)
 
     kw = {"dtype": dtype} if dtype is not None else {}
+    with torch.device("meta"):
+        model = base_causal_lm(config, kw)  # a type transformers maps to no class (Step-3.5's)
+    if model is not None:
+        return model
     errors = []
     # a multimodal checkpoint's lm_head is on its image-text-to-text class (GLM-OCR's), not on
     # its base model

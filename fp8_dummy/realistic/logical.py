@@ -251,7 +251,7 @@ def logical_model(
         keep += trees
         plain = replace(fmt, keep=fmt.keep + keep) if keep else fmt
         # the class's own model type (vLLM renames an instance's for its draft)
-        fused = getattr(type(config), "model_type", None) in FUSED_EXPERTS
+        fused = FUSED_EXPERTS.get(getattr(type(config), "model_type", None), ())
         entries, skipped = quantize(entries, specs, plain, fused=fused)
         specs = model_specs(model, entries, num_layers, arch, heads)
     units: list[str] = []  # the MTP input projections quantized (their 1s the unit's codes)

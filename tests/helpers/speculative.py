@@ -95,10 +95,17 @@ MORE["hy_v4"] = dict(n_routed_experts=16, n_shared_experts=1, q_lora_rank=32, kv
                      qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=32, index_head_dim=16,
                      index_n_heads=2, hc_mult=2, n_group=1, topk_group=1, pad_token_id=None,
                      **MOE)  # fmt: skip
+# Step-3.5-Flash's text checkpoint: 16 experts top-2 and the shared expert, its first layer
+# dense; as its config.json, the layer types over the main and the MTP layers (transformers
+# splits them off into mtp_layer_types and mtp_mlp_layer_types), every fourth from the first
+# full attention, the others sliding (its MTP layers, 45 to 47, are sliding ones), the MoE
+# layers by index (an MTP layer none: dense); its pad token an int (its config's type): bos's
+MORE["step3p5"] = dict(n_routed_experts=16, share_expert_dim=64, sliding_window=64,
+                       pad_token_id=0, **MOE)  # fmt: skip
 # their configs count MTP layers as DeepSeek-V3's (EXAONE-MoE's, LongCat's: one where the key
 # is absent)
 NEXTN = ("glm4_moe_lite", "ernie4_5_moe", "exaone_moe", "hy_v3", "mimo_v2_flash", "longcat_flash")
-NEXTN += ("deepseek_v32", "glm_moe_dsa", "hy_v4")
+NEXTN += ("deepseek_v32", "glm_moe_dsa", "hy_v4", "step3p5")
 # GLM-5-Next's text model: a KDA layer, then an indexed MLA one (NoPE), dense then MoE (16 experts
 # top-2, a shared one), four hyper-connection streams; the indexer's top-k (64, in pools of 4) at
 # least the sequences the tests run, so that its selection keeps every earlier token
@@ -180,6 +187,11 @@ def config(arch: str, hidden: int = 128, vocab: int = 1024, layers: int = 2, mtp
             kw["layer_types"] = ["sliding_attention"] + ["full_attention"] * (layers - 1)
         if arch == "longcat_flash":  # its num_hidden_layers counts two per decoder layer
             kw["num_layers"] = kw.pop("num_hidden_layers")
+        if arch == "step3p5":  # its lists over the main and MTP layers, as its config.json
+            kw[count] = mtp
+            kw["layer_types"] = [("sliding_attention", "full_attention")[i % 4 == 0]
+                                 for i in range(layers + mtp)]  # fmt: skip
+            kw["moe_layers_enum"] = ",".join(str(i) for i in range(1, layers))
         cfg = tf.AutoConfig.for_model(arch, **kw)
     else:
         cfg = tf.AutoConfig.for_model(arch, **common)

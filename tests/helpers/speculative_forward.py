@@ -1,10 +1,12 @@
 """MTP layers transformers cannot run (Qwen3-Next, Qwen3.5, GLM-4.7-Flash, GLM-OCR, EXAONE 4.5,
 ERNIE 4.5 MoE, EXAONE-MoE, HY-V3, MiniMax-M3: their configs declare no ``num_mtp_layers``;
+Step-3.5-Flash's text checkpoint: no class of transformers loads it;
 Bailing's hybrid and Nemotron-H: stateful models, which assisted generation refuses), run
 independently of fp8_dummy and of any engine, as vLLM's MTP classes compute them
 (``Qwen3NextMTP``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``ExaoneMoeMTP``,
 ``BailingMoeV25MTPModel``, ``BailingMoeV3MTPModel``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
-``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``HYV3MTP``, ``MiniMaxM3MTP``): the input
+``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``HYV3MTP``, ``MiniMaxM3MTP``,
+``Step3p5MTP``): the input
 projection of the normalized embedding and the target's last hidden state, the MTP decoder block
 (transformers' own decoder layer, full attention (EXAONE-MoE's: the config's first layer type;
 MiniMax-M3's: its sparse attention), loaded from the export as a one-layer model of the target's
@@ -139,11 +141,24 @@ def _longcat_block(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Modu
     return _load(one)
 
 
+# Step-3.5-Flash's text checkpoint (vLLM's Step3p5MTP): DeepSeek's names but its head's copy
+# shared_head.output, Gemma norms (1 + w), a dense block of the config's MTP layer types; run by
+# transformers' decoder with the checkpoint renamed in the test (helpers/step3p5_model.py)
+LAYOUTS["step3p5"] = dict(block="model.layers.{L}.", fc="model.layers.{L}.eh_proj",
+                          embed="model.layers.{L}.enorm", hidden="model.layers.{L}.hnorm",
+                          out="model.layers.{L}.shared_head.norm", offset=1.0,
+                          step3p5=True)  # fmt: skip
+
+
 def _block_model(out: Path, t: dict, names: dict, work: Path) -> torch.nn.Module:
     """The MTP block as a one-layer model of the target's class (full attention, MoE), its
     final norm the MTP layer's: transformers' own loader reads it."""
     from safetensors.torch import save_file
 
+    if names.get("step3p5"):
+        from . import step3p5_model
+
+        return step3p5_model.mtp_block(out, t, names["block"])
     if names.get("longcat"):
         return _longcat_block(out, t, names, work)
     one = work / "mtp-as-model"
@@ -197,7 +212,12 @@ def independent_mtp_acceptance(out: Path, arch: str, k: int, work: Path, prompts
     """The tokens accepted per step of greedy MTP decoding with k draft tokens, the MTP layer
     of ``arch``'s export run as above."""
     t = read(out)
-    target = _load(out)
+    if LAYOUTS[arch].get("step3p5"):  # transformers has no class that loads its checkpoint
+        from . import step3p5_model
+
+        target = step3p5_model.target(out, t)
+    else:
+        target = _load(out)
     main = target.config.get_text_config().num_hidden_layers
     names = {key: v.format(L=main) if isinstance(v, str) else v for key, v in LAYOUTS[arch].items()}
     block = _block_model(out, t, names, work)

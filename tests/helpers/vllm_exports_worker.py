@@ -71,7 +71,15 @@ def _configs() -> dict[str, tuple[dict, str | None, dict]]:
     vision = minimax["vision_config"]  # the release's key vLLM's vision tower reads
     merge = {"spatial_merge_size": vision.get("spatial_merge_size", 2)}
     minimax["vision_config"] = dict(vision, img_token_compression_config=merge)
+    # Step-3.5-Flash's text checkpoint with one MTP layer (vLLM's main class skips it), as
+    # helpers/vllm_mtp_models.py writes it; and in FP8 block (the harness's 16 x 16 blocks)
+    step = written("step3p5")
+    step_blk = dict(step, quantization_config=M.QUANTS["blk"])
+    plain = dict(step, num_nextn_predict_layers=0)  # the formats its MTP layers refuse
     return {
+        "step3p5 without MTP layers, fp8 per channel": (plain, "fp8-channel", {}),
+        "step3p5's main layers under its real checkpoint's names, bf16": (step, None, {}),
+        "step3p5's main layers under its real checkpoint's names, FP8 block": (step_blk, None, {}),
         "hy_v4's main layers under its real checkpoint's names, bf16": (hy_v4, None, {}),
         "minimax_m3_vl's main layers under its real checkpoint's names, bf16": (minimax, None, {}),
         "deepseek_v4 under its real checkpoint's names, bf16": (v4, None, {}),
@@ -194,10 +202,28 @@ def _case(M, raw: dict, fmt: str | None, expect: dict, folder: Path) -> list[str
         b, t = back.get(name), files[name]
         if b is None or b.shape != t.shape or not torch.equal(M.as_bytes(b), M.as_bytes(t)):
             found.append(f"{name}: vLLM's experts do not hold the file's bytes")
+    # packed routed experts, all experts in one tensor [E, out, in] (Step-3.5's moe.gate_proj,
+    # up_proj, down_proj and their block scales), which vLLM fuses (w13: the gate's rows of each
+    # expert, then the up's; w2): the files' bytes
+    packed = [n for n in files if not n.startswith(mtp) and files[n].dim() == 3
+              and re.search(r"\.moe\.gate_proj\.weight$", n)]  # fmt: skip
+    for name in packed:
+        layer = name[: -len("moe.gate_proj.weight")]
+        for end in ("weight", "weight_scale_inv"):
+            gate, up, down = (
+                files.get(f"{layer}moe.{p}_proj.{end}") for p in ("gate", "up", "down")
+            )
+            if gate is None:
+                continue
+            for fused, want in (("w13", torch.cat([gate, up], 1)), ("w2", down)):
+                got = params.get(f"{layer}moe.experts.routed_experts.{fused}_{end}")
+                if got is None or not torch.equal(M.as_bytes(got.data), M.as_bytes(want)):
+                    found.append(f"{layer}moe.*_proj.{end}: vLLM's {fused} is not the files'")
     # every gate/up shard of the main layers' fused projections found its half (else it was
-    # not compared: a name vLLM's class does not build)
+    # not compared: a name vLLM's class does not build; packed experts: above)
     shards = [n for n in files if not n.startswith(mtp) and re.search(r"\.(gate|up)_proj\.", n)
-              and not re.search(r"\.experts\.\d+\.", n)]  # fmt: skip
+              and not re.search(r"\.experts\.\d+\.", n) and n not in packed
+              and not any(n.startswith(p[: -len("gate_proj.weight")]) for p in packed)]  # fmt: skip
     if any(n not in halves for n in shards) and any("gate_up_proj" in n for n in params):
         found.append(f"gate/up shards without their fused half: {sorted(set(shards) - halves)[:8]}")
     bias = [n for n in files if n.endswith("e_score_correction_bias") and not n.startswith(mtp)]

@@ -103,6 +103,30 @@ MODELS = {
         scoring_func="sigmoid",
         routed_scaling_factor=1.0,
     ),
+    # Step-3.5-Flash's text checkpoint (transformers' Step3p7TextConfig, which vLLM reads it
+    # with): a dense full-attention layer, then a sliding MoE one (its packed experts and shared
+    # expert); 32 heads, so that the per-head gate g_proj's rows divide into the 16-row FP8
+    # blocks on each of two ranks; the keys of its config.json vLLM's class reads
+    "step3p5": dict(
+        architectures=["Step3p5ForCausalLM"],
+        model_type="step3p5",
+        num_attention_heads=32,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        share_expert_dim=32,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        layer_types=["full_attention", "sliding_attention"],
+        sliding_window=64,
+        moe_layers_enum="1",
+        pad_token_id=0,
+        use_head_wise_attn_gate=True,
+        use_moe_router_bias=True,
+        need_fp32_gate=True,
+        moe_router_activation="sigmoid",
+        norm_expert_weight=True,
+    ),
     "mixtral": dict(
         architectures=["MixtralForCausalLM"],
         model_type="mixtral",
@@ -133,7 +157,7 @@ LOADS = {
 # bias), DeepSeek-V3's stays unquantized.
 ONLY = {
     "invariant": tuple((m, q) for m in ("llama", "qwen3_moe", "deepseek_v3") for q in QUANTS),
-    "realistic": (("mixtral", "bf16"),)
+    "realistic": (("mixtral", "bf16"), ("step3p5", "bf16"), ("step3p5", "blk"))
     + tuple((m, q) for m in ("llama", "qwen3_moe", "deepseek_v3") for q in ("bf16", "blk")),
     "routed": (("qwen3_moe", "bf16"), ("deepseek_v3", "blk")),
 }

@@ -2,17 +2,18 @@
 ``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTP``, ``GlmOcrMTP``,
 ``Exaone4_5_MTP``, ``NemotronHMTP``, ``ErnieMTP``, ``ExaoneMoeMTP``, ``HYV3MTP``, ``MiMoV2MTP``,
 ``LongCatFlashMTP``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``'s class
-for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``, ``MiniMaxM3MTP``, ``HYV4MTP``) built on this CPU
-from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside its gloo workers:
-vLLM is imported lazily). Built as vLLM builds a draft: the target's ``ModelConfig``, a
-``SpeculativeConfig`` (method ``mtp``, which turns the target's config into the draft's:
-``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``, ``BailingMoeV25MTPModel``,
-``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``, ``GlmOcrMTPModel``,
-``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``, ``ExaoneMoeMTP``, ``HYV3MTPModel``,
-``MiMoV2MTPModel``, ``LongCatFlashMTPModel``, ``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``,
-``DeepseekV32MTPModel``, ``Glm5NextMTPModel``, ``MiniMaxM3MTP``, ``HYV4MTPModel``), a
-``VllmConfig`` holding both, then the model loader's ``create_model`` with the draft's model
-config, the way its proposer's ``get_model`` does. The replacements of
+for DeepSeek-V3.2 and GLM-5, ``Glm5NextMTP``, ``MiniMaxM3MTP``, ``HYV4MTP``, ``Step3p5MTP``)
+built on this CPU from tiny configs with MTP layers, for tests/test_engines_vllm_mtp.py (inside
+its gloo workers: vLLM is imported lazily). Built as vLLM builds a draft: the target's
+``ModelConfig``, a ``SpeculativeConfig`` (method ``mtp``, which turns the target's config into
+the draft's: ``DeepSeekMTPModel``, ``Glm4MoeMTPModel``, ``Qwen3NextMTP``,
+``BailingMoeV25MTPModel``, ``Qwen3_5MTP``, ``Qwen3_5MoeMTP``, ``Glm4MoeLiteMTPModel``,
+``GlmOcrMTPModel``, ``Exaone4_5_MTP``, ``NemotronHMTPModel``, ``ErnieMTPModel``,
+``ExaoneMoeMTP``, ``HYV3MTPModel``, ``MiMoV2MTPModel``, ``LongCatFlashMTPModel``,
+``BailingMoeV3MTPModel``, ``Qwen4ExpMTP``, ``DeepseekV32MTPModel``, ``Glm5NextMTPModel``,
+``MiniMaxM3MTP``, ``HYV4MTPModel``, ``Step3p5MTP``), a ``VllmConfig`` holding both, then the
+model loader's ``create_model`` with the draft's model config, the way its proposer's
+``get_model`` does. The replacements of
 tests/helpers/vllm_invariant_models.py (``prepare``) apply, two of transformers' image modules
 where torchvision is missing, for Qwen4-Exp its QSA attention's FlashAttention check
 (helpers/vllm_qsa_flash_attention_stub.py) and for the indexed sparse MLA its backend choice
@@ -56,6 +57,7 @@ ARCHITECTURES["glm5_next"] = "Glm5NextForConditionalGeneration"
 GLM5_NEXT_KEYS = dict(mhc=True, mla_use_nope=True, indexer_rope_interleave=False,
                       topk_method="noaux_tc", scoring_func="sigmoid")  # fmt: skip
 ARCHITECTURES["minimax_m3_vl"] = "MiniMaxM3SparseForConditionalGeneration"  # vLLM's only one
+ARCHITECTURES["step3p5"] = "Step3p5ForCausalLM"  # Step-3.5-Flash's text checkpoint
 # Parameters of a draft class that no loader writes: vLLM's proposer replaces them with the
 # target's (``_maybe_share_lm_head``: an MTP model shares the target's lm_head). LongCat's
 # ``load_weights`` reads only ``model.mtp.`` names, so its own ``lm_head`` is never loaded.
@@ -76,14 +78,16 @@ def padding(model: str, config) -> dict[str, int]:
     return {"input_mix_weight_down_block_inject.weight": config.hc_lowrank + config.hc_count}
 
 
-def fields(model: str) -> dict:
+def fields(model: str, mtp: int = 1) -> dict:
     """config.json's fields of ``model`` at this harness's sizes (helpers/vllm_invariant_models'
     COMMON: hidden 64, vocabulary 200, two decoder layers; Qwen3-Next and Qwen3.5 four):
     DeepSeek-V3 as there, GLM-4.5, Qwen3-Next, Ling's hybrid (Bailing, one MTP layer), Qwen3.5's
     text models, Nemotron-H (four layers, one MTP step: attention, MoE), ERNIE 4.5 MoE, EXAONE-
     MoE, HY-V3, MiMo-V2-Flash, LongCat-Flash, Qwen4-Exp's text model and HY-V4 as
     tests/helpers/speculative.py makes them (HY-V4 with the keys of its config.json vLLM reads);
-    Ling-3.0 (``bailing_v3``): Ling's hybrid config naming its own class."""
+    Ling-3.0 (``bailing_v3``): Ling's hybrid config naming its own class; Step-3.5-Flash's
+    text checkpoint with ``mtp`` MTP layers (its layer lists cover them, as its config.json's:
+    vLLM reads an MTP layer's types there)."""
     if model == "deepseek_v3":
         return dict(M.COMMON, **M.MODELS[model])
     from helpers import speculative as H
@@ -91,7 +95,7 @@ def fields(model: str) -> dict:
     arch = ARCHITECTURES[model]
     model = {"bailing_v3": "bailing_hybrid"}.get(model, model)  # one config, another class
     mtp = (
-        1
+        mtp
         if model in H.MORE or model in ("glm_ocr", "exaone4_5", "glm5_next", "minimax_m3_vl")
         else 0
     )
@@ -107,6 +111,9 @@ def fields(model: str) -> dict:
         out.update(expert_hidden_dim=cfg.moe_intermediate_size, route_norm=True, qk_norm=True)
     if model == "minimax_m3_vl":
         out["text_config"] = minimax_m3_released(out["text_config"])
+    if model == "step3p5":  # 32 heads: the per-head gate g_proj's rows (one a head) a multiple of
+        # the harness's 16-row FP8 blocks on each of two ranks (vLLM checks each rank's)
+        out.update(num_attention_heads=32, num_sliding_attention_heads=32)
     if model == "hy_v4":  # keys HY-V4's config.json has, which vLLM reads (transformers' class
         # always builds the attention's output gate, elementwise, its sinks and the iHC streams)
         out.update(gated_mla=True, gating_type="elementwise", learnable_sink=True, enable_ihc=True)
@@ -195,6 +202,8 @@ CASES = [
     ("glm5_next", "bf16", 1, 1, 0.6),
     ("minimax_m3_vl", "bf16", 1, 1, 0.6),
     ("minimax_m3_vl", "bf16", 2, 2, "0.8,0.5"),
+    ("step3p5", "bf16", 1, 1, 0.6),
+    ("step3p5", "bf16", 2, 2, "0.8,0.5"),
 ]
 
 
@@ -213,8 +222,12 @@ REFUSED |= {("minimax_m3_vl", q) for q in ("blk", "fp8-tensor", "nvfp4")}
 # GLM-OCR's and HY-V3's MTP head, which vLLM builds with the NVFP4 method under a name no list of
 # the checkpoint's reaches
 REFUSED |= {("glm_ocr", "nvfp4"), ("hy_v3", "nvfp4")}
-# HY-V4's fused routed experts are quantized in the FP8 formats alone: NVFP4 refused (the model)
-REFUSED_MODEL = {("hy_v4", "nvfp4")}
+# Step-3.5's Step3p5MTP, whose loader requires every parameter loaded, compressed-tensors'
+# attention KV-cache ones (no checkpoint holds them) included
+REFUSED |= {("step3p5", q) for q in ("fp8-tensor", "fp8-channel")}
+# HY-V4's fused routed experts and Step-3.5's packed ones are quantized in the FP8 formats
+# alone: NVFP4 refused (the model)
+REFUSED_MODEL = {("hy_v4", "nvfp4"), ("step3p5", "nvfp4")}
 
 
 # A draft model (``export --draft``) of a Llama target: vLLM's Llama class from the draft's
@@ -235,7 +248,8 @@ def write_config(case: tuple, folder: Path) -> Path:
     # the MTP layer count under the key vLLM reads (Qwen3.5's own)
     own = model.startswith(("qwen3_5", "qwen4_exp"))
     count = "mtp_num_hidden_layers" if own else "num_nextn_predict_layers"
-    config = dict(fields(model), **{count: layers})
+    # Step-3.5's layer lists cover its MTP layers: made for the case's count
+    config = dict(fields(model, layers if model == "step3p5" else 1), **{count: layers})
     if model in ("glm_ocr", "glm5_next"):  # its text config's (vLLM's MTP class reads it there)
         config["text_config"] = dict(config["text_config"], **{count: layers})
     if model == "minimax_m3_vl":  # its text config's num_mtp_modules (vLLM's MiniMaxM3MTP's)

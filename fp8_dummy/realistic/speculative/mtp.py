@@ -74,6 +74,8 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
     for name in (*ALL_COUNTS, "quantization_config"):
         if name in cfg.__dict__:
             delattr(cfg, name)
+    if arch.reads_count:  # the class reads it, and its config has no default: none
+        setattr(cfg, arch.counts[0], 0)
     setattr(cfg, arch.layers, n)
     steps = getattr(text, "mtp_layers_block_type", None)  # Nemotron-H: n steps of P layers
     if steps is not None:
@@ -121,7 +123,19 @@ def mtp_part(
             f"layer needs the config's {', '.join(missing)}; set them, or set "
             f"{arch.counts[0]} to 0 for a checkpoint without MTP layers"
         )
-    twin = build_model(_twin_config(config, _mtp_config(text, n, arch), arch), dtype=dtype)
+    alone = _mtp_config(text, n, arch)
+    types = [
+        *(getattr(alone, "layer_types", None) or ()),
+        *(getattr(alone, "mlp_layer_types", None) or ()),
+    ]
+    for kind, why in arch.unbuildable:
+        if kind in types:
+            raise ValueError(
+                f"fp8_dummy: {n} MTP layer(s) ({arch.counts[0]}) of type {kind}: {why}; set the "
+                f"MTP layers' types (mtp_layer_types, mtp_mlp_layer_types), or set "
+                f"{arch.counts[0]} to 0 for a checkpoint without MTP layers"
+            )
+    twin = build_model(_twin_config(config, alone, arch), dtype=dtype)
     own = own_tensors(twin)
     built = built_dtype(own)
     blocks = memory_blocks(twin)

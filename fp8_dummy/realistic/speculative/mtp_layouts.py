@@ -76,6 +76,14 @@ one layout per family of checkpoints (the tensors themselves are made by :mod:`.
   ``mtp.hyper_connection_mixer.*`` (the model's own final mixer, renamed: ``hc_norm``,
   ``input_mix_weight_down``, ``input_mix_weight_up``); no final norm, the embedding and the
   lm_head the model's;
+- ``step3p5``: Step-3.5-Flash's text checkpoint (``num_nextn_predict_layers`` = n; vLLM's
+  ``Step3p5MTP``): ``model.layers.{L+i}.`` the block (the decoder layer of the config's MTP
+  layer types, ``mtp_layer_types``/``mtp_mlp_layer_types``: dense where they name none, as
+  vLLM reads a layer past its lists), ``enorm``, ``hnorm``, ``eh_proj`` [H, 2H] (the
+  normalized embedding first), ``shared_head.norm`` and ``shared_head.output`` (a copy of the
+  lm_head, under the name Step's checkpoints give it: vLLM's and SGLang's loaders rename it
+  to their ``shared_head.head``); no copy of the embedding (vLLM's loader reads every
+  ``embed_tokens`` into the one its draft shares);
 - ``minimax``: MiniMax-M3's multimodal checkpoint (``minimax_m3_vl``, its text config's
   ``num_mtp_modules``, else one, as vLLM's ``MiniMaxM3MTP`` reads it):
   ``language_model.model.mtp.layers.{i}.`` the block under ``transformer_layer.`` (the sparse
@@ -99,7 +107,7 @@ _COUNTS = ("num_nextn_predict_layers", "num_mtp_layers")
 class MtpArch:
     """Where one architecture's checkpoint keeps its MTP layers and how its config counts them."""
 
-    layout: str  # deepseek | bailing | qwen | inkling | ... | hy_v4 | deepseek_v4 (the docstring)
+    layout: str  # deepseek | bailing | qwen | ... | step3p5 | deepseek_v4 (the docstring)
     counts: tuple[str, ...] = _COUNTS  # the keys that count them: the first one set
     default: int = 0  # the count where the config names none (vLLM's reading)
     dense: bool = False  # a dense block whatever the main layers are (vLLM's class builds one)
@@ -119,7 +127,9 @@ class MtpArch:
     # checkpoint's); with ``only``, the block is these parts of the class's decoder layer alone
     parts: tuple[tuple[str, str], ...] = ()
     only: bool = False
-    moe: str = "sparse"  # the config's name of a MoE layer in ``mlp_layer_types``
+    # an MTP layer's ``mlp_layer_types`` entry where the config names none: a MoE layer's name
+    # there (DeepSeek-V4's ``moe``), Step-3.5's ``dense`` (vLLM's reading of a layer past the list)
+    moe: str = "sparse"
     # the model's own tensors (outside its decoder layers) each MTP layer has a renamed copy of
     # under its prefix: made as the model's are (DeepSeek-V4's head's stream collapse)
     heads: tuple[str, ...] = ()
@@ -149,6 +159,12 @@ class MtpArch:
     # the MTP layer holds a copy of the lm_head (``shared_head.head``): not where the engine's
     # class builds none and its loader fails on one (GLM-5-Next's: the target's is shared)
     head_copy: bool = True
+    # the model class reads the count (``counts[0]``) and the config has no default of it (it
+    # takes it as a keyword only: Step-3.5's): the MTP layers' twin gets 0, not none
+    reads_count: bool = False
+    # the MTP layers' types (an attention's in ``layer_types``, an MLP's in ``mlp_layer_types``)
+    # vLLM's draft class cannot build or load, each with why: refused before anything is written
+    unbuildable: tuple[tuple[str, str], ...] = ()
     # in NVFP4 each MTP layer is left unquantized whole, listed as one module tree
     # (``model.layers.N.*``): vLLM's ModelOpt config quantizes a ParallelLMHead its list does
     # not name, and these classes build the layer's head under a name of the engine's (the
@@ -213,6 +229,25 @@ _INDEXER = ("self_attn.indexer.wk", "self_attn.indexer.weights_proj")
 _HEAD_NVFP4 = (
     ("nvfp4", "vLLM's MTP class builds the layer's head with the NVFP4 method under a name no "
               "checkpoint's exclusion list reaches: the unquantized head does not fit it"),
+)  # fmt: skip
+# vLLM 0.33's Step3p5MTP.load_weights fails unless every parameter of its draft was loaded, the
+# attention's KV-cache parameters included but the unit scales a checkpoint may omit (numel 1,
+# no gradient): compressed-tensors' attention method (FP8 per tensor and per channel) makes a
+# q_zero_point and a q_scale that fall outside that exception, which no checkpoint holds
+_STEP3P5_WHY = (
+    "vLLM's Step3p5MTP requires every parameter of its draft loaded, and compressed-tensors' "
+    "attention makes KV-cache parameters (q_zero_point, q_scale) no checkpoint holds: its "
+    "loader fails"
+)
+_STEP3P5_UNLOADABLE = tuple((quant, _STEP3P5_WHY) for quant in ("per-tensor", "channel"))
+# vLLM 0.33's Step3p5MTP builds a full-attention MTP layer with the head count of
+# ``per_layer_config[L + i]``, past the main layers that transformers' config holds (IndexError);
+# and loads a MoE one's shared expert and packed experts under names its block does not have
+_STEP3P5_UNBUILDABLE = (
+    ("full_attention", "vLLM's Step3p5MTP reads a full-attention layer's heads from the "
+                       "config's per-layer list, which ends at the main layers (IndexError)"),
+    ("sparse", "vLLM's Step3p5MTP loads a MoE layer's share_expert and moe.*_proj under names "
+               "its block does not have (KeyError)"),
 )  # fmt: skip
 # The config's own model type (its text config's, or an outer one's) -> its MTP layers
 ARCHS = {
@@ -302,6 +337,20 @@ ARCHS = {
         heads=("hc_head_fn", "hc_head_base", "hc_head_scale"),
         quantized_inputs=True,
     ),
+    # Step-3.5-Flash's text checkpoint: vLLM's Step3p5MTP builds the head with the quantization
+    # config under its own name (``model.layers.N.shared_head.head``), which no list of the
+    # checkpoint's names (``shared_head.output``) reaches: in NVFP4 the layer is one module tree
+    # (the block, which vLLM builds as ``mtp_block``, no list entry reaches in the FP8 formats:
+    # quantized whole)
+    "step3p5": MtpArch(
+        "step3p5",
+        ("num_nextn_predict_layers",),
+        moe="dense",
+        fp4_tree=True,
+        unloadable=_STEP3P5_UNLOADABLE,
+        unbuildable=_STEP3P5_UNBUILDABLE,
+        reads_count=True,
+    ),
     # Qwen4-Exp: vLLM builds the MTP block's attention as QSA (``qwen_sparse_attention``:
     # transformers' ``indexed_attention``)
     "qwen4_exp_text": MtpArch(
@@ -388,6 +437,9 @@ def own_names(style: str, p: str, i: int, text: Any) -> tuple[list[str], str | N
     if style == "deepseek_v4":  # two input projections: :func:`split_projections`
         copies = {p + "head.weight": "lm_head", p + "emb.tok_emb.weight": "embedding"}
         return [p + "enorm.weight", p + "hnorm.weight", p + "norm.weight"], None, copies
+    if style == "step3p5":
+        norms = [p + "enorm.weight", p + "hnorm.weight", p + "shared_head.norm.weight"]
+        return norms, p + "eh_proj.weight", {p + "shared_head.output.weight": "lm_head"}
     if style in ("bailing", "mimo", "minimax", "hy_v4"):
         norms = [p + n for n in ("enorm.weight", "hnorm.weight", "final_layernorm.weight")]
         return norms, p + "eh_proj.weight", {}
@@ -441,7 +493,7 @@ def where(arch: MtpArch, text: Any, i: int) -> tuple[str, str]:
         return f"mtp.{i}.", f"mtp.{i}."
     if style == "hy_v4":
         return f"model.mtp_layers.{i}.", f"model.mtp_layers.{i}."
-    if style in ("deepseek", "bailing"):
+    if style in ("deepseek", "bailing", "step3p5"):
         p = f"{arch.main}{text.num_hidden_layers + i}."
         return p, p
     if style in ("inkling", "longcat", "mimo"):
