@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .gathered import gathered_blocks
 from .interleaved import InterleavedBlock, interleaved_blocks
 from .lazy_tensor import Block, NotAffineError, view_map
 from .meta_views import meta_view_map
@@ -203,9 +204,15 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
         found = interleaved_blocks(convert, own, _conversions(model))
         if found is not None:
             return found
+        # elements moved, not computed, into parts of strided views (Step-3.7's vision tower:
+        # q/k rows permuted for RoPE, then q, k and v concatenated into one in_proj_weight)
+        try:
+            return gathered_blocks(convert, own)
+        except NotAffineError as moved:
+            why = moved
         raise UnplacedTensorError(
             f"fp8_dummy: {type(model).__name__}: transformers' checkpoint conversion of this "
-            f"model is not views of its tensors ({e}), so its checkpoint names cannot be placed"
+            f"model is not views of its tensors ({why}), so its checkpoint names cannot be placed"
         ) from None
 
 

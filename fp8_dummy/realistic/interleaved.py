@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_flatten
 from ..stateless import row_major_strides
 from .lazy_tensor import Block
 
-__all__ = ["InterleavedBlock", "Part", "interleaved_blocks", "parts_of"]
+__all__ = ["InterleavedBlock", "Part", "interleaved_blocks", "mutates", "parts_of"]
 
 _CONTIGUOUS = torch.Tensor.contiguous
 
@@ -68,7 +68,7 @@ class _Sources(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is _CONTIGUOUS and args and type(args[0]) is torch.Tensor:
             return args[0]
-        if _mutates(func, kwargs):  # a result that shares memory would not hold its values
+        if mutates(func, kwargs):  # a result that shares memory would not hold its values
             raise _Mutated(getattr(func, "__name__", repr(func)))
         out = func(*args, **kwargs)
         found: frozenset = frozenset()
@@ -86,7 +86,7 @@ class _Mutated(Exception):
     """A conversion wrote into a tensor: its results are placed by nobody here."""
 
 
-def _mutates(func: Any, kwargs: Mapping[str, Any]) -> bool:
+def mutates(func: Any, kwargs: Mapping[str, Any]) -> bool:
     """Whether ``func`` writes into a tensor it is given: an in-place method (``mul_``,
     ``copy_``, ``__setitem__``, ``__imul__``) or an ``out=``."""
     name = getattr(func, "__name__", "")

@@ -1,0 +1,284 @@
+"""Checkpoint tensors a conversion makes by moving in-memory elements without computing any
+(:func:`gathered_blocks`): a reshape no strided view holds (transformers' ``PermuteForRope``
+on Step-3.7's vision q/k rows: each head's rows (2, half) read as (half, 2)), a concatenation
+of several in-memory tensors (its reverse of ``Chunk``: the vision tower's fused
+``attn.in_proj_weight`` made of ``q_proj``, ``k_proj`` and ``v_proj``), or both.
+
+Such a tensor is no strided view of one in-memory tensor, but it is made of parts that are:
+a reshape of a strided view ``source.as_strided(vs, st, off).reshape(...)`` lies, in the
+checkpoint tensor's row-major order, at the strided block of shape ``vs`` with row-major
+strides; a concatenation puts each piece at a narrow of it. So each part is a
+:class:`.interleaved.Part` (an in-memory view holding a strided block of the checkpoint
+tensor), the tensor an :class:`.interleaved.InterleavedBlock`, which the in-memory fill
+writes part by part (:func:`.inplace.fill_model`) from the checkpoint tensor's own elements:
+the export, an engine's load of it (keyed by checkpoint names alone) and the in-memory fill
+hold the same bytes.
+
+How the parts are found, exactly: the conversion runs once on meta tensors under a tape that
+records each operation; a result that is no view of one source is replayed, its sources
+replaced by integer tensors of element ids (source number, row-major index), through the
+recorded operations, each of which must be one that only moves elements (:data:`MOVES`: a
+reshape, a transpose, a concatenation, a split, ...): anything that computes (arithmetic, a
+dtype change, a value made from nothing) is refused by name. The ids the result holds say
+where each of its elements comes from; they are factored into strided parts (the rows split
+by source where a concatenation put them, each dimension split into factors until every
+factor is a constant step in memory), and the parts are checked to give back every id of the
+result, each in-memory element used once, or the tensor is refused (NotAffineError)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..stateless import row_major_strides
+from .interleaved import InterleavedBlock, Part, mutates
+from .lazy_tensor import Block, NotAffineError
+
+__all__ = ["MAX_PARTS", "MOVES", "gathered_blocks", "parts_from_ids"]
+
+_SHIFT = 40  # an element id: the source's number << _SHIFT | its row-major index in the source
+_INDEX = (1 << _SHIFT) - 1
+# A checkpoint tensor of more parts than this is refused: each part is a write of its own in
+# the in-memory fill (a fused qkv of RoPE-permuted q/k is 3 parts; a row-by-row gather would
+# be thousands, no layout a conversion means)
+MAX_PARTS = 1024
+_CONTIGUOUS = torch.Tensor.contiguous
+
+# The operations that only move elements (by the name torch's function has at the Python
+# level, method or function): replayed on ids, their result says where each element came from.
+MOVES = frozenset({
+    "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze",
+    "transpose", "swapaxes", "swapdims", "t", "permute", "movedim", "moveaxis",
+    "cat", "concat", "concatenate", "stack", "chunk", "split", "tensor_split", "unbind",
+    "narrow", "select", "__getitem__", "contiguous", "clone", "detach",
+})  # fmt: skip
+
+
+def _name(func: Any) -> str:
+    return getattr(func, "__name__", repr(func))
+
+
+class _Tape(TorchFunctionMode):
+    """Records each operation a conversion runs (its result's id -> the call), so that a
+    result can be replayed on ids; ``contiguous()`` answered by the tensor itself, as
+    :mod:`.meta_views` answers it (the same elements, the same order)."""
+
+    def __init__(self, sources: set[int]):
+        super().__init__()
+        self.sources = sources
+        self.made: dict[int, tuple] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _CONTIGUOUS and args and type(args[0]) is torch.Tensor:
+            return args[0]
+        if mutates(func, kwargs):  # a replay would not see the values written
+            raise NotAffineError(f"the conversion writes into a tensor ({_name(func)})")
+        out = func(*args, **kwargs)
+        for i, o in enumerate(tree_flatten(out)[0]):
+            if isinstance(o, torch.Tensor) and id(o) not in self.sources and id(o) not in self.made:
+                self.made[id(o)] = (o, func, args, kwargs, i)  # o kept: its id stays its own
+        return out
+
+
+def gathered_blocks(
+    convert: Callable[[dict[str, torch.Tensor]], Mapping[str, Any]],
+    tensors: Mapping[str, torch.Tensor],
+) -> dict[str, Block]:
+    """``convert`` (in-memory name -> tensor) -> (checkpoint name -> tensor) run on meta
+    tensors: each checkpoint tensor a :class:`Block` where it is a strided view of one
+    in-memory tensor, else an :class:`.interleaved.InterleavedBlock` of the parts its
+    elements come from; NotAffineError (naming the tensor and why) where a result is made by
+    anything but moving elements, or its elements are no few strided parts."""
+    metas, owner, numbers = {}, {}, {}
+    for k, (name, t) in enumerate(tensors.items()):
+        shape = tuple(t.shape)
+        base = torch.empty(max(math.prod(shape), 1), dtype=t.dtype, device="meta")
+        metas[name] = m = base.as_strided(shape, row_major_strides(shape), 0)
+        owner[m.untyped_storage()._cdata] = name
+        numbers[id(m)] = (k, name, shape)
+    tape = _Tape(set(numbers))
+    try:
+        with torch.no_grad(), tape:
+            out = convert(metas)
+    except NotAffineError:
+        raise
+    except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
+        raise NotAffineError(f"the conversion raised {type(e).__name__}: {e}") from None
+    names = list(tensors)
+    blocks: dict[str, Block] = {}
+    for name, t in out.items():
+        t = t[0] if isinstance(t, list) and t else t
+        if type(t) is not torch.Tensor or not t.is_meta:
+            raise NotAffineError(f"{name}: the conversion made no tensor of the model's")
+        found = owner.get(t.untyped_storage()._cdata)
+        if found is not None:  # a view of one in-memory tensor: a plain block
+            shape = tuple(tensors[found].shape)
+            blocks[name] = Block(found, shape, tuple(t.shape), t.storage_offset(), t.stride())
+            continue
+        try:
+            ids = _replay(t, tape.made, numbers, {})
+        except NotAffineError as e:
+            raise NotAffineError(f"{name}: {e}") from None
+        shapes = {n: tuple(tensors[n].shape) for n in names}
+        blocks[name] = parts_from_ids(name, ids, names, shapes)
+    return blocks
+
+
+def _replay(t: torch.Tensor, made: dict, numbers: dict, memo: dict) -> torch.Tensor:
+    """The ids of ``t``'s elements: the recorded operations that made it, run on the ids of
+    its sources (each a source's own ``arange``, its number in the high bits)."""
+    key = id(t)
+    if key in memo:
+        return memo[key]
+    if key in numbers:
+        k, _, shape = numbers[key]
+        value = (torch.arange(math.prod(shape), dtype=torch.int64) | (k << _SHIFT)).view(shape)
+    else:
+        record = made.get(key)
+        if record is None:
+            raise NotAffineError("made from no in-memory tensor")
+        _, func, args, kwargs, i = record
+        if _name(func) not in MOVES:
+            raise NotAffineError(f"made by {_name(func)}, which computes, not only moves, elements")
+
+        def real(a: Any) -> Any:
+            return _replay(a, made, numbers, memo) if isinstance(a, torch.Tensor) else a
+
+        with torch.no_grad():
+            value = tree_flatten(func(*tree_map(real, args), **tree_map(real, kwargs)))[0][i]
+    memo[key] = value
+    return value
+
+
+def parts_from_ids(
+    name: str, ids: torch.Tensor, sources: list[str], shapes: Mapping[str, tuple[int, ...]]
+) -> InterleavedBlock:
+    """The checkpoint tensor ``name`` whose element at each index is the in-memory element
+    ``ids`` names there (``sources[id >> 40]``'s row-major element ``id & (2^40 - 1)``) as
+    strided parts, checked to give back every id, each in-memory element once."""
+    shape = tuple(ids.shape)
+    ids = ids.contiguous()
+    if ids.numel() and ids.unique().numel() != ids.numel():
+        raise NotAffineError(f"{name}: holds an in-memory element twice (no one place for it)")
+    flat = ids.view(-1)
+    parts = []
+    for lay in _one_source_regions(name, flat, shape):
+        x = flat.as_strided(*lay)
+        first = int(x.reshape(-1)[0])
+        dims = []  # (size, checkpoint stride, in-memory stride), outer to inner
+        for d in range(x.dim()):
+            factors = _factors(x.movedim(d, -1).reshape(-1, x.shape[d]) & _INDEX)
+            if factors is None:
+                raise NotAffineError(f"{name}: its elements are no strided block of their source")
+            step, inner = lay[1][d], []
+            for size, mem in reversed(factors):  # the innermost factor steps as the dimension
+                inner.append((size, step, mem))
+                step *= size
+            dims += reversed(inner)
+        view, ck, mem = _coalesced(dims)
+        source = sources[first >> _SHIFT]
+        block = Block(name, shape, view, lay[2], ck)
+        parts.append(Part(source, first & _INDEX, mem, block))
+    _check(name, ids, parts, sources)
+    head = parts[0].source if parts else sources[0]
+    return InterleavedBlock(
+        head, tuple(shapes[head]), shape, 0, tuple(row_major_strides(shape)), tuple(parts)
+    )
+
+
+def _one_source_regions(name: str, flat: torch.Tensor, shape: tuple[int, ...]) -> list:
+    """Layouts (shape, strides, offset) on the checkpoint tensor's row-major ``flat`` ids that
+    hold elements of one source each: a region that mixes sources is cut, along its first
+    dimension whose index alone says the source (a concatenation's), into runs of one."""
+    out: list = []
+    todo = [(shape, tuple(row_major_strides(shape)), 0)]
+    while todo:
+        lay = todo.pop()
+        if math.prod(lay[0]) == 0:
+            continue
+        src = flat.as_strided(*lay) >> _SHIFT
+        if bool((src == src.reshape(-1)[0]).all()):
+            out.append(lay)
+            continue
+        for d, n in enumerate(lay[0]):
+            rows = src.movedim(d, 0).reshape(n, -1)
+            if bool((rows == rows[:, :1]).all()):
+                break
+        else:
+            raise NotAffineError(f"{name}: its rows mix elements of several in-memory tensors")
+        col = rows[:, 0]
+        cuts = [0, *(torch.nonzero(col[1:] != col[:-1]).view(-1) + 1).tolist(), n]
+        if len(out) + len(todo) + len(cuts) - 1 > MAX_PARTS:
+            raise NotAffineError(f"{name}: made of more than {MAX_PARTS} parts")
+        shape_, strides, offset = lay
+        for a, b in zip(cuts, cuts[1:]):
+            todo.append((shape_[:d] + (b - a,) + shape_[d + 1 :], strides, offset + a * strides[d]))
+    if len(out) > MAX_PARTS:
+        raise NotAffineError(f"{name}: made of more than {MAX_PARTS} parts")
+    return sorted(out, key=lambda lay: lay[2])
+
+
+def _factors(m: torch.Tensor) -> list[tuple[int, int]] | None:
+    """One dimension of ids (``m``: [the other dimensions' elements, n], in-memory indices) as
+    factors n = f_1 ... f_k (outer to inner), each a constant positive step in memory
+    wherever the others are: [(f_i, step_i)], or None. A dimension that is no constant step
+    (a RoPE permutation's rows) is split at the smallest divisor whose inner factor is one,
+    and its outer factor split likewise (the next divisor tried where that fails)."""
+    rows, n = m.shape
+    if n <= 1:
+        return [(n, 1)]
+    step = m[:, 1:] - m[:, :-1]
+    s = int(step[0, 0])
+    if bool((step == s).all()):
+        return [(n, s)] if s > 0 else None
+    for b in range(2, n):
+        if n % b:
+            continue
+        inner = m.reshape(rows, n // b, b)
+        step = inner[..., 1:] - inner[..., :-1]
+        s = int(step.reshape(-1)[0])
+        if s <= 0 or not bool((step == s).all()):
+            continue
+        outer = _factors(inner[..., 0].reshape(rows, n // b))
+        if outer is not None:
+            return [*outer, (b, s)]
+    return None
+
+
+def _coalesced(dims: list[tuple[int, int, int]]) -> tuple[tuple[int, ...], ...]:
+    """(shape, checkpoint strides, in-memory strides) of ``dims`` (size, checkpoint stride,
+    in-memory stride; outer to inner) without its size-1 dimensions, and each pair that
+    steps as one dimension in both (a factor split no further than it needed) merged."""
+    kept: list[tuple[int, int, int]] = []
+    for size, ck, mem in dims:
+        if size == 1:
+            continue
+        if kept and kept[-1][1] == ck * size and kept[-1][2] == mem * size:
+            kept[-1] = (kept[-1][0] * size, ck, mem)
+            continue
+        kept.append((size, ck, mem))
+    return tuple(d[0] for d in kept), tuple(d[1] for d in kept), tuple(d[2] for d in kept)
+
+
+def _check(name: str, ids: torch.Tensor, parts: list[Part], sources: list[str]) -> None:
+    """The ids ``parts`` place, each written where its block lies: every element of ``ids``,
+    none left and none written twice, or NotAffineError."""
+    number = {s: k for k, s in enumerate(sources)}
+    made = torch.full((ids.numel(),), -1, dtype=torch.int64)
+    for p in parts:
+        b = p.block
+        value = torch.full(b.shape, p.offset | (number[p.source] << _SHIFT), dtype=torch.int64)
+        for d, (n, step) in enumerate(zip(b.shape, p.strides)):
+            value += (torch.arange(n) * step).view([-1 if e == d else 1 for e in range(len(b.shape))])
+        into = made.as_strided(b.shape, b.strides, b.offset)
+        if bool((into != -1).any()):
+            raise NotAffineError(f"{name}: two of its parts overlap")
+        into.copy_(value)
+    if not torch.equal(made.view(ids.shape), ids):
+        raise NotAffineError(f"{name}: its parts do not give back its elements")
