@@ -171,16 +171,9 @@ def parts_from_ids(
     for lay in _one_source_regions(name, flat, shape):
         x = flat.as_strided(*lay)
         first = int(x.reshape(-1)[0])
-        dims = []  # (size, checkpoint stride, in-memory stride), outer to inner
-        for d in range(x.dim()):
-            factors = _factors(x.movedim(d, -1).reshape(-1, x.shape[d]) & _INDEX)
-            if factors is None:
-                raise NotAffineError(f"{name}: its elements are no strided block of their source")
-            step, inner = lay[1][d], []
-            for size, mem in reversed(factors):  # the innermost factor steps as the dimension
-                inner.append((size, step, mem))
-                step *= size
-            dims += reversed(inner)
+        dims = _dims(x, lay) if not _in_order(lay) else _dims(x.reshape(1, -1), _flat(lay))
+        if dims is None:
+            raise NotAffineError(f"{name}: its elements are no strided block of their source")
         view, ck, mem = _coalesced(dims)
         source = sources[first >> _SHIFT]
         block = Block(name, shape, view, lay[2], ck)
@@ -224,22 +217,60 @@ def _one_source_regions(name: str, flat: torch.Tensor, shape: tuple[int, ...]) -
     return sorted(out, key=lambda lay: lay[2])
 
 
+def _in_order(lay) -> bool:
+    """Whether the layout is a run of the checkpoint tensor's row-major elements (the whole
+    tensor, or a concatenation's rows): then any shape of its elements is a block of it."""
+    shape, strides, _ = lay
+    return all(s == r for n, s, r in zip(shape, strides, row_major_strides(shape)) if n != 1)
+
+
+def _flat(lay):
+    """A run of row-major elements (:func:`_in_order`) as one dimension, behind a size-1 one."""
+    n = math.prod(lay[0])
+    return (1, n), (n, 1), lay[2]
+
+
+def _dims(x: torch.Tensor, lay) -> list[tuple[int, int, int]] | None:
+    """(size, checkpoint stride, in-memory stride) of each factor, outer to inner, that ``x``
+    (ids at the checkpoint layout ``lay``) is strided over: each dimension split into
+    factors (:func:`_factors`), or None. Applied to a run of row-major elements as one
+    dimension, it reads any reshape of a strided view, wherever the reshape's dimensions
+    fall; applied to the region's own dimensions, a factor cannot straddle two."""
+    dims: list[tuple[int, int, int]] = []
+    for d in range(x.dim()):
+        factors = _factors(x.movedim(d, -1).reshape(-1, x.shape[d]) & _INDEX)
+        if factors is None:
+            return None
+        step, inner = lay[1][d], []
+        for size, mem in reversed(factors):  # the innermost factor steps as the dimension
+            inner.append((size, step, mem))
+            step *= size
+        dims += reversed(inner)
+    return dims
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` strictly between 1 and ``n``, ascending."""
+    low = [d for d in range(2, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
+
+
 def _factors(m: torch.Tensor) -> list[tuple[int, int]] | None:
     """One dimension of ids (``m``: [the other dimensions' elements, n], in-memory indices) as
     factors n = f_1 ... f_k (outer to inner), each a constant positive step in memory
     wherever the others are: [(f_i, step_i)], or None. A dimension that is no constant step
-    (a RoPE permutation's rows) is split at the smallest divisor whose inner factor is one,
-    and its outer factor split likewise (the next divisor tried where that fails)."""
+    (a RoPE permutation's rows) is split where its first constant run ends, else at each
+    divisor in turn whose inner factor is one, and its outer factor split likewise."""
     rows, n = m.shape
     if n <= 1:
         return [(n, 1)]
     step = m[:, 1:] - m[:, :-1]
     s = int(step[0, 0])
-    if bool((step == s).all()):
+    same = step == s
+    if bool(same.all()):
         return [(n, s)] if s > 0 else None
-    for b in range(2, n):
-        if n % b:
-            continue
+    run = int(same[0].long().cumprod(0).sum()) + 1  # the first row's first constant run
+    for b in ([run] if n % run == 0 and 1 < run < n else []) + _divisors(n):
         inner = m.reshape(rows, n // b, b)
         step = inner[..., 1:] - inner[..., :-1]
         s = int(step.reshape(-1)[0])
@@ -275,7 +306,8 @@ def _check(name: str, ids: torch.Tensor, parts: list[Part], sources: list[str]) 
         b = p.block
         value = torch.full(b.shape, p.offset | (number[p.source] << _SHIFT), dtype=torch.int64)
         for d, (n, step) in enumerate(zip(b.shape, p.strides)):
-            value += (torch.arange(n) * step).view([-1 if e == d else 1 for e in range(len(b.shape))])
+            along = [-1 if e == d else 1 for e in range(len(b.shape))]
+            value += (torch.arange(n) * step).view(along)
         into = made.as_strided(b.shape, b.strides, b.offset)
         if bool((into != -1).any()):
             raise NotAffineError(f"{name}: two of its parts overlap")

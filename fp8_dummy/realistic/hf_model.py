@@ -198,7 +198,7 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
         return found
     try:
         return view_map(convert, own)
-    except NotAffineError as e:
+    except NotAffineError:
         # rows interleaved by the conversion: each in-memory part a strided block of the
         # checkpoint tensor (Inkling's fused gate/up projections)
         found = interleaved_blocks(convert, own, _conversions(model))
