@@ -1,0 +1,157 @@
+"""Checkpoint tensors a conversion makes by moving in-memory elements
+(fp8_dummy/realistic/gathered.py): the parts found on meta tensors, written from real
+tensors, give the bytes torch's own run of the conversion on those real tensors gives (the
+oracle), for random reshapes, permutations, slices and concatenations; a conversion that
+computes, or uses an element twice, is refused by name."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from fp8_dummy.realistic.gathered import MAX_PARTS, gathered_blocks
+from fp8_dummy.realistic.interleaved import InterleavedBlock
+from fp8_dummy.realistic.lazy_tensor import NotAffineError
+
+
+def _factors(rng: random.Random, n: int) -> list[int]:
+    """``n`` as a random product (each factor > 1, or [n])."""
+    out = []
+    while n > 1:
+        d = rng.choice([d for d in range(2, n + 1) if n % d == 0])
+        out.append(d)
+        n //= d
+    return out or [n]
+
+
+def _moved(rng: random.Random, t: torch.Tensor) -> torch.Tensor:
+    """``t`` with its dimensions split into factors, permuted, maybe sliced, read as a
+    random shape of its elements (a reshape no view holds, most of the time)."""
+    fine = [f for n in t.shape for f in _factors(rng, n)]
+    x = t.reshape(fine)
+    order = list(range(x.dim()))
+    rng.shuffle(order)
+    x = x.permute(order)
+    if x.dim() and rng.random() < 0.3:
+        d = rng.randrange(x.dim())
+        start = rng.randrange(x.shape[d])
+        x = x.narrow(d, start, rng.randint(1, x.shape[d] - start))
+    return x.reshape(_factors(rng, x.numel()))
+
+
+def _conversion(seed: int, names: list[str], transposed: bool):
+    """A conversion (a function of the in-memory tensors) that moves their elements: each
+    result a moved source, or several moved ones concatenated along rows of a common width;
+    ``transposed``: some results transposed too (columns of several sources, whose parts
+    need not be strided blocks: placed or refused)."""
+
+    def convert(d: dict) -> dict:
+        rng = random.Random(seed)
+        out = {}
+        for k in range(rng.randint(1, 3)):
+            picked = rng.sample(names, rng.randint(1, len(names)))
+            pieces = [_moved(rng, d[n]).reshape(-1) for n in picked]
+            width = math.gcd(*(p.numel() for p in pieces))
+            width = rng.choice([w for w in range(1, width + 1) if width % w == 0])
+            out[f"r{k}"] = torch.cat([p.view(-1, width) for p in pieces], 0)
+            if transposed and rng.random() < 0.5:
+                out[f"t{k}"] = out.pop(f"r{k}").t()
+        return out
+
+    return convert
+
+
+def _written(block, real: dict) -> torch.Tensor:
+    """The checkpoint tensor ``block`` says, written from the real in-memory tensors ``real``
+    as the in-memory fill places it (each part's block of it from its in-memory view)."""
+    if not isinstance(block, InterleavedBlock):
+        src = real[block.source]
+        return src.as_strided(block.shape, block.strides, block.offset).contiguous()
+    out = torch.full(block.shape, float("nan"))
+    for p in block.parts:
+        b = p.block
+        into = out.view(-1).as_strided(b.shape, b.strides, b.offset)
+        into.copy_(real[p.source].view(-1).as_strided(b.shape, p.strides, p.offset))
+    return out
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def test_the_parts_give_what_the_conversion_gives_on_real_tensors():
+    rng = random.Random(7)
+    placed = refused = 0
+    for seed in range(400):
+        sizes = [1, 2, 3, 4, 6, 8, 12]
+        shapes = {f"w{i}": tuple(rng.choice(sizes) for _ in range(rng.randint(1, 3)))
+                  for i in range(rng.randint(1, 3))}  # fmt: skip
+        meta = {n: torch.empty(s, device="meta") for n, s in shapes.items()}
+        real = {n: torch.randn(s) for n, s in shapes.items()}
+        for transposed in (False, True):
+            convert = _conversion(seed, list(shapes), transposed)
+            want = convert(real)
+            try:
+                blocks = gathered_blocks(convert, meta)
+            except NotAffineError as e:
+                # a reshape of a strided view, or rows of several: always placed
+                assert transposed and str(e).startswith("t"), (seed, e)
+                refused += 1
+                continue
+            assert set(blocks) == set(want)
+            for name, t in want.items():
+                got = _written(blocks[name], real)
+                assert tuple(blocks[name].shape) == tuple(t.shape)
+                assert torch.equal(_bytes(got), _bytes(t)), seed
+            placed += 1
+    assert placed > 600 and refused > 10, (placed, refused)
+
+
+def test_the_rope_permutation_is_three_parts_of_the_fused_qkv():
+    """transformers' ``PermuteForRope`` (inverse) on q and k, then q, k, v concatenated:
+    q's part is 4-D (heads, half, 2, in) in the file, each a strided view in memory."""
+    heads, dim, width = 2, 8, 5
+
+    def convert(d):
+        def permuted(t):
+            return t.view(heads, 2, dim // heads // 2, width).transpose(1, 2).reshape(dim, width)
+
+        return {"qkv": torch.cat([permuted(d["q"]), permuted(d["k"]), d["v"]], 0)}
+
+    meta = {n: torch.empty(dim, width, device="meta") for n in "qkv"}
+    (block,) = gathered_blocks(convert, meta).values()
+    assert [p.source for p in block.parts] == ["q", "k", "v"]
+    assert [p.block.offset for p in block.parts] == [0, dim * width, 2 * dim * width]
+    assert block.parts[0].block.shape == (heads, 2, 2, width)  # v's: its rows whole
+    assert len(block.parts[2].block.shape) == 1
+
+
+@pytest.mark.parametrize(
+    ("convert", "why"),
+    [
+        (lambda d: {"b": d["x"] * 2}, "made by mul"),
+        (lambda d: {"b": d["x"].to(torch.float16)}, "made by to"),
+        (lambda d: {"b": torch.cat([d["x"], d["x"]])}, "holds an in-memory element twice"),
+        (lambda d: {"b": torch.zeros(3)}, "made no tensor of the model's"),
+        (lambda d: {"b": d["x"].view(2, 3).t().reshape(-1).add_(1)}, "writes into a tensor"),
+        (lambda d: {"b": d["x"].flip(0)}, "made by flip"),
+    ],
+)
+def test_a_conversion_that_computes_is_refused_by_name(convert, why):
+    with pytest.raises(NotAffineError, match=why):
+        gathered_blocks(convert, {"x": torch.empty(6, device="meta")})
+
+
+def test_too_many_parts_are_refused():
+    """Rows of two sources alternating one by one: a part a row, more than the bound."""
+    n = MAX_PARTS // 2 + 1
+
+    def convert(d):
+        return {"b": torch.stack([d["x"], d["y"]], 1).reshape(2 * n, 1)}
+
+    meta = {s: torch.empty(n, 1, device="meta") for s in "xy"}
+    with pytest.raises(NotAffineError, match="more than"):
+        gathered_blocks(convert, meta)
