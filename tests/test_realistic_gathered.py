@@ -135,6 +135,9 @@ def test_the_rope_permutation_is_three_parts_of_the_fused_qkv():
         (lambda d: {"b": d["x"] * 2}, "made by mul"),
         (lambda d: {"b": d["x"].to(torch.float16)}, "made by to"),
         (lambda d: {"b": torch.cat([d["x"], d["x"]])}, "holds an in-memory element twice"),
+        (lambda d: {"b": torch.cat([d["x"], d["y"], d["x"]])}, "holds an in-memory element twice"),
+        # one part that reads overlapping rows: steps all positive, yet elements twice
+        (lambda d: {"b": torch.cat([d["x"][0:3], d["x"][1:4]])}, "holds an in-memory element"),
         (lambda d: {"b": torch.zeros(3)}, "made no tensor of the model's"),
         (lambda d: {"b": d["x"].view(2, 3).t().reshape(-1).add_(1)}, "writes into a tensor"),
         (lambda d: {"b": d["x"].flip(0)}, "made by flip"),
@@ -142,7 +145,7 @@ def test_the_rope_permutation_is_three_parts_of_the_fused_qkv():
 )
 def test_a_conversion_that_computes_is_refused_by_name(convert, why):
     with pytest.raises(NotAffineError, match=why):
-        gathered_blocks(convert, {"x": torch.empty(6, device="meta")})
+        gathered_blocks(convert, {s: torch.empty(6, device="meta") for s in "xy"})
 
 
 def test_too_many_parts_are_refused():

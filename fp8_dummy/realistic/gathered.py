@@ -164,8 +164,6 @@ def parts_from_ids(
     strided parts, checked to give back every id, each in-memory element once."""
     shape = tuple(ids.shape)
     ids = ids.contiguous()
-    if ids.numel() and ids.unique().numel() != ids.numel():
-        raise NotAffineError(f"{name}: holds an in-memory element twice (no one place for it)")
     flat = ids.view(-1)
     parts = []
     for lay in _one_source_regions(name, flat, shape):
@@ -173,16 +171,49 @@ def parts_from_ids(
         first = int(x.reshape(-1)[0])
         dims = _dims(x, lay) if not _in_order(lay) else _dims(x.reshape(1, -1), _flat(lay))
         if dims is None:
+            if _twice(ids):  # the likelier reason, said as such (a source concatenated twice)
+                raise NotAffineError(f"{name}: holds an in-memory element twice")
             raise NotAffineError(f"{name}: its elements are no strided block of their source")
         view, ck, mem = _coalesced(dims)
         source = sources[first >> _SHIFT]
         block = Block(name, shape, view, lay[2], ck)
         parts.append(Part(source, first & _INDEX, mem, block))
     _check(name, ids, parts, sources)
+    if not _distinct(parts) and _twice(ids):
+        raise NotAffineError(f"{name}: holds an in-memory element twice")
     head = parts[0].source if parts else sources[0]
     return InterleavedBlock(
         head, tuple(shapes[head]), shape, 0, tuple(row_major_strides(shape)), tuple(parts)
     )
+
+
+def _distinct(parts: list[Part]) -> bool:
+    """Whether the parts' in-memory views are seen to hold distinct elements from their
+    layouts alone: each from a source no other part reads, with each stride (ascending)
+    past the reach of the smaller ones. Where not seen so, the ids are counted
+    (:func:`_twice`)."""
+    if len({p.source for p in parts}) != len(parts):
+        return False
+    for p in parts:
+        reach = 0
+        for step, size in sorted(zip(p.strides, p.block.shape)):
+            if size > 1 and step <= reach:
+                return False
+            reach += (size - 1) * step
+    return True
+
+
+def _twice(ids: torch.Tensor) -> bool:
+    """Whether an id occurs twice in ``ids``: counted per source, in linear passes (a sort of
+    a fused qkv's millions of ids was most of the placement's time)."""
+    flat = ids.view(-1)
+    src = flat >> _SHIFT
+    present = torch.bincount(src).nonzero().view(-1).tolist()  # source numbers: small
+    for k in present:
+        mine = (flat if len(present) == 1 else flat[src == k]) & _INDEX
+        if int(torch.bincount(mine).max()) > 1:
+            return True
+    return False
 
 
 def _one_source_regions(name: str, flat: torch.Tensor, shape: tuple[int, ...]) -> list:
