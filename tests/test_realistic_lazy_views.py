@@ -31,53 +31,72 @@ def test_a_view_of_a_view_is_still_placed():
     assert (block.source, block.shape, block.offset, block.strides) == ("bias", (12,), 0, (1,))
 
 
-def test_step3p7_export_loads_as_the_logical_models_in_memory_tensors(tmp_path):
-    """Step-3.7's vision tower: transformers' save conversion permutes the q/k rows for RoPE
-    and concatenates q, k, v into ``attn.in_proj_weight`` (no view: parts,
-    fp8_dummy/realistic/gathered.py). The export is made, and transformers' own load of it
-    (its conversion undoing the permutation) holds, byte for byte, the tensors the in-memory
-    fill of the logical model writes."""
+# (model type, its transformers auto class, its config's fields, the embedding's checkpoint
+# name, a fused checkpoint tensor and its in-memory parts, the first one permuted or not)
+_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16,
+             num_attention_heads=4, num_key_value_heads=2, vocab_size=256)  # fmt: skip
+_VISION = "model.vision_model.layers.0.self_attn."
+_HRM = "model.L_module.layers.0."
+_GATHERED = {
+    # Step-3.7's vision tower: q/k rows permuted for RoPE, then q, k, v concatenated
+    "step3p7": (
+        "AutoModelForImageTextToText",
+        dict(text_config=dict(_TEXT, n_routed_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=32, share_expert_dim=32, sliding_window=8),
+             vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                num_attention_heads=2)),
+        "model.embed_tokens.weight",
+        "vision_model.transformer.resblocks.0.attn.in_proj_weight",
+        [f"{_VISION}{p}_proj.weight" for p in "qkv"],
+        True,
+    ),
+    # HRM: gate, q, k, v concatenated (no permutation)
+    "hrm_text": (
+        "AutoModelForCausalLM", _TEXT, "model.embed_tokens.weight",
+        f"{_HRM}attn.gqkv_proj.weight",
+        [f"{_HRM}self_attn.{p}_proj.weight" for p in ("gate", "q", "k", "v")], False,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", sorted(_GATHERED))
+def test_a_gathered_export_loads_as_the_logical_models_in_memory_tensors(tmp_path, model_type):
+    """Checkpoint tensors transformers' save conversion makes by moving elements (no view:
+    parts, fp8_dummy/realistic/gathered.py): the export is made, and transformers' own load
+    of it (its conversion undoing the permutation, splitting the concatenation) holds, byte
+    for byte, the tensors the in-memory fill of the logical model writes."""
     tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+    from safetensors.torch import load_file
+
     import fp8_dummy
     from fp8_dummy.realistic.export import main
 
-    config = _step3p7(tf)
+    auto, fields, embed, fused, parts, permuted = _GATHERED[model_type]
+    auto = getattr(tf, auto)
+    config = tf.AutoConfig.for_model(model_type, **fields)
     config.save_pretrained(tmp_path / "c")
-    # the vision layers' layer scales (``ls_1.gamma``) have no role of their own yet: assumed
+    # tensors no role covers (Step-3.7's vision layer scales ``ls_1.gamma``, HRM's initial
+    # states ``z_L_init``): assumed, as --allow-unknown says
     assert main([str(tmp_path / "c"), str(tmp_path / "out"), "--quiet", "--allow-unknown"]) == 0
-    from safetensors.torch import load_file
-
     files = {}
     for f in sorted((tmp_path / "out").glob("*.safetensors")):
         files.update(load_file(f))
-    dtype = files["model.embed_tokens.weight"].dtype  # the export's own
-    loaded, info = tf.AutoModelForImageTextToText.from_pretrained(
-        tmp_path / "out", dtype=dtype, output_loading_info=True
-    )
+    dtype = files[embed].dtype  # the export's own
+    loaded, info = auto.from_pretrained(tmp_path / "out", dtype=dtype, output_loading_info=True)
     assert not any(info.values()), info
-    filled = tf.AutoModelForImageTextToText.from_config(config, dtype=dtype)
+    filled = auto.from_config(config, dtype=dtype)
     fp8_dummy.initialize_realistic_dummy_weights(filled, 0)
-    ours = filled.state_dict()
-    got = loaded.state_dict()
+    ours, got = filled.state_dict(), loaded.state_dict()
     assert set(got) == set(ours)
     for name, t in got.items():
         assert t.dtype == ours[name].dtype, name
         assert torch.equal(t.view(torch.uint8), ours[name].view(torch.uint8)), name
-    # the parts matter: q/k's rows in the file are the in-memory rows permuted (no view)
-    fused = files["vision_model.transformer.resblocks.0.attn.in_proj_weight"]
-    q = got["model.vision_model.layers.0.self_attn.q_proj.weight"]
-    assert not torch.equal(fused[: q.shape[0]], q)
-    v = got["model.vision_model.layers.0.self_attn.v_proj.weight"]
-    assert torch.equal(fused[-q.shape[0] :], v)
-
-
-def _step3p7(tf):
-    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16,
-                num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-                n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                share_expert_dim=32, sliding_window=8)  # fmt: skip
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-    return tf.AutoConfig.for_model("step3p7", text_config=text, vision_config=vision)
+    # the file's fused tensor is the parts in turn, the last one as it is, the first one's
+    # rows permuted (Step-3.7's q) or not (HRM's gate)
+    rows = [got[p] for p in parts]
+    assert torch.equal(files[fused][-rows[-1].shape[0] :], rows[-1])
+    assert torch.equal(files[fused][: rows[0].shape[0]], rows[0]) is not permuted
+    assert torch.equal(files[fused], torch.cat(rows)) is not permuted
 
 
 # The view ops a conversion or a loader takes have their layouts computed directly
