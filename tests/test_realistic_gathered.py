@@ -158,3 +158,31 @@ def test_too_many_parts_are_refused():
     meta = {s: torch.empty(n, 1, device="meta") for s in "xy"}
     with pytest.raises(NotAffineError, match="more than"):
         gathered_blocks(convert, meta)
+
+
+def test_a_model_whose_conversion_computes_is_refused_before_anything_is_written(
+    tmp_path, capsys, monkeypatch
+):
+    """A save conversion that computes a checkpoint tensor (here: one doubled) is no moving
+    of elements: the export says which tensor and why, exits 2, and writes nothing."""
+    tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+    import transformers.core_model_loading as loading
+
+    from fp8_dummy.realistic.export import main
+
+    own = loading.revert_weight_conversion
+
+    def doubled(model, state):
+        out = dict(own(model, state))
+        out["model.norm.weight"] = out["model.norm.weight"] * 2
+        return out
+
+    monkeypatch.setattr(loading, "revert_weight_conversion", doubled)
+    tf.AutoConfig.for_model(
+        "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
+    ).save_pretrained(tmp_path / "c")  # fmt: skip
+    assert main([str(tmp_path / "c"), str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "not views of its tensors" in err and "model.norm.weight: made by mul" in err, err
+    assert not (tmp_path / "out").exists()
