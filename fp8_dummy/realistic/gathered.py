@@ -111,6 +111,7 @@ def gathered_blocks(
     except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
         raise NotAffineError(f"the conversion raised {type(e).__name__}: {e}") from None
     names = list(tensors)
+    shapes = {n: tuple(t.shape) for n, t in tensors.items()}
     blocks: dict[str, Block] = {}
     for name, t in out.items():
         t = t[0] if isinstance(t, list) and t else t
@@ -125,7 +126,6 @@ def gathered_blocks(
             ids = _replay(t, tape.made, numbers, {})
         except NotAffineError as e:
             raise NotAffineError(f"{name}: {e}") from None
-        shapes = {n: tuple(tensors[n].shape) for n in names}
         blocks[name] = parts_from_ids(name, ids, names, shapes)
     return blocks
 

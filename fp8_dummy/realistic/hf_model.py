@@ -2,7 +2,9 @@
 meta device), its tensors, and where each checkpoint tensor lies in them: the checkpoint's
 names are what ``save_pretrained`` writes, transformers' own ``revert_weight_conversion`` run
 on meta tensors whose results are views of them (:func:`.meta_views.meta_view_map`), else on
-stand-ins that record the views it takes (:func:`.lazy_tensor.view_map`)."""
+stand-ins that record the views it takes (:func:`.lazy_tensor.view_map`); a checkpoint tensor
+no view holds is placed by parts, each a strided view of an in-memory tensor
+(:mod:`.interleaved`: rows interleaved; :mod:`.gathered`: any other moving of elements)."""
 
 from __future__ import annotations
 
