@@ -183,3 +183,16 @@ def test_a_conversions_blocks_are_the_general_paths(monkeypatch):
     monkeypatch.setattr(lazy_tensor, "VIEWS", {})
     general = hf_model.memory_blocks(model)
     assert len(fast) > 2 * 5 * 3 and fast == general
+
+
+def test_checkpoint_state_has_no_view_of_a_tensor_made_of_parts():
+    """Step-3.7's fused vision qkv is no view of one in-memory tensor: ``checkpoint_state``
+    (views, no copy) says so by name rather than give a copy."""
+    tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+    from fp8_dummy.realistic import checkpoint_state
+    from fp8_dummy.realistic.hf_model import UnplacedTensorError, build_model
+
+    _, fields, *_ = _GATHERED["step3p7"]
+    model = build_model(tf.AutoConfig.for_model("step3p7", **fields))
+    with pytest.raises(UnplacedTensorError, match=r"in_proj_\w+: made of parts"):
+        checkpoint_state(model)

@@ -328,7 +328,7 @@ def placed_views(own: Mapping[str, torch.Tensor], blocks: Mapping[str, Block]):
     for name, b in blocks.items():
         if isinstance(b, InterleavedBlock):
             raise UnplacedTensorError(
-                f"fp8_dummy: {name}: its rows interleave in-memory tensors' (no view of one)"
+                f"fp8_dummy: {name}: made of parts of in-memory tensors (no view of one)"
             )
         src = own[b.source].detach()
         if not src.is_meta and not src.is_contiguous():
