@@ -286,12 +286,16 @@ def _divisors(n: int) -> list[int]:
     return low + [n // d for d in reversed(low) if d * d != n]
 
 
-def _factors(m: torch.Tensor) -> list[tuple[int, int]] | None:
+def _factors(m: torch.Tensor, failed: set[int] | None = None) -> list[tuple[int, int]] | None:
     """One dimension of ids (``m``: [the other dimensions' elements, n], in-memory indices) as
     factors n = f_1 ... f_k (outer to inner), each a constant positive step in memory
     wherever the others are: [(f_i, step_i)], or None. A dimension that is no constant step
     (a RoPE permutation's rows) is split where its first constant run ends, else at each
-    divisor in turn whose inner factor is one, and its outer factor split likewise."""
+    divisor in turn whose inner factor is one, and its outer factor split likewise. The
+    outer factor of n / b elements is every b-th element whatever split led there, so an
+    outer length that failed once (``failed``) is not searched again: at most one search per
+    divisor of the dimension, never one per chain of divisors."""
+    failed = set() if failed is None else failed
     rows, n = m.shape
     if n <= 1:
         return [(n, 1)]
@@ -302,14 +306,17 @@ def _factors(m: torch.Tensor) -> list[tuple[int, int]] | None:
         return [(n, s)] if s > 0 else None
     run = int(same[0].long().cumprod(0).sum()) + 1  # the first row's first constant run
     for b in ([run] if n % run == 0 and 1 < run < n else []) + _divisors(n):
+        if n // b in failed:
+            continue
         inner = m.reshape(rows, n // b, b)
         step = inner[..., 1:] - inner[..., :-1]
         s = int(step.reshape(-1)[0])
         if s <= 0 or not bool((step == s).all()):
             continue
-        outer = _factors(inner[..., 0].reshape(rows, n // b))
+        outer = _factors(inner[..., 0].reshape(rows, n // b), failed)
         if outer is not None:
             return [*outer, (b, s)]
+        failed.add(n // b)
     return None
 
 
