@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from ..stateless import row_major_strides
 from .interleaved import InterleavedBlock, Part, mutates
 from .lazy_tensor import Block, NotAffineError
+from .meta_views import CONTIGUOUS, stand_ins, storage_key
 
 __all__ = ["MAX_PARTS", "MOVES", "gathered_blocks", "parts_from_ids"]
 
@@ -47,7 +48,6 @@ _INDEX = (1 << _SHIFT) - 1
 # the in-memory fill (a fused qkv of RoPE-permuted q/k is 3 parts; a row-by-row gather would
 # be thousands, no layout a conversion means)
 MAX_PARTS = 1024
-_CONTIGUOUS = torch.Tensor.contiguous
 
 # The operations that only move elements (by the name torch's function has at the Python
 # level, method or function): replayed on ids, their result says where each element came from.
@@ -75,7 +75,7 @@ class _Tape(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is _CONTIGUOUS and args and type(args[0]) is torch.Tensor:
+        if func is CONTIGUOUS and args and type(args[0]) is torch.Tensor:
             return args[0]
         if mutates(func, kwargs):  # a replay would not see the values written
             raise NotAffineError(f"the conversion writes into a tensor ({_name(func)})")
@@ -95,13 +95,8 @@ def gathered_blocks(
     in-memory tensor, else an :class:`.interleaved.InterleavedBlock` of the parts its
     elements come from; NotAffineError (naming the tensor and why) where a result is made by
     anything but moving elements, or its elements are no few strided parts."""
-    metas, owner, numbers = {}, {}, {}
-    for k, (name, t) in enumerate(tensors.items()):
-        shape = tuple(t.shape)
-        base = torch.empty(max(math.prod(shape), 1), dtype=t.dtype, device="meta")
-        metas[name] = m = base.as_strided(shape, row_major_strides(shape), 0)
-        owner[m.untyped_storage()._cdata] = name
-        numbers[id(m)] = (k, name, shape)
+    metas, owner = stand_ins(tensors)
+    numbers = {id(m): (k, name, tuple(m.shape)) for k, (name, m) in enumerate(metas.items())}
     tape = _Tape(set(numbers))
     try:
         with torch.no_grad(), tape:
@@ -117,7 +112,7 @@ def gathered_blocks(
         t = t[0] if isinstance(t, list) and t else t
         if type(t) is not torch.Tensor or not t.is_meta:
             raise NotAffineError(f"{name}: the conversion made no tensor of the model's")
-        found = owner.get(t.untyped_storage()._cdata)
+        found = owner.get(storage_key(t))
         if found is not None:  # a view of one in-memory tensor: a plain block
             shape = tuple(tensors[found].shape)
             blocks[name] = Block(found, shape, tuple(t.shape), t.storage_offset(), t.stride())
@@ -205,7 +200,7 @@ def _distinct(parts: list[Part]) -> bool:
 
 def _twice(ids: torch.Tensor) -> bool:
     """Whether an id occurs twice in ``ids``: counted per source, in linear passes (a sort of
-    a fused qkv's millions of ids was most of the placement's time)."""
+    a fused qkv's millions of ids costs many times their count)."""
     flat = ids.view(-1)
     src = flat >> _SHIFT
     present = torch.bincount(src).nonzero().view(-1).tolist()  # source numbers: small
