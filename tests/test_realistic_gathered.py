@@ -141,11 +141,50 @@ def test_the_rope_permutation_is_three_parts_of_the_fused_qkv():
         (lambda d: {"b": torch.zeros(3)}, "made no tensor of the model's"),
         (lambda d: {"b": d["x"].view(2, 3).t().reshape(-1).add_(1)}, "writes into a tensor"),
         (lambda d: {"b": d["x"].flip(0)}, "made by flip"),
+        # a view(dtype) reinterprets bytes: on element ids it would read the ids' own
+        (lambda d: {"b": torch.cat([d["x"], d["y"]]).view(torch.int32)}, "reinterprets"),
+        (lambda d: {"b": torch.cat([d["x"], d["y"]]).view(torch.float16)}, "reinterprets"),
+        (lambda d: {"b": torch.cat([d["x"], d["y"]]).view(dtype=torch.int32)}, "reinterprets"),
     ],
 )
 def test_a_conversion_that_computes_is_refused_by_name(convert, why):
     with pytest.raises(NotAffineError, match=why):
         gathered_blocks(convert, {s: torch.empty(6, device="meta") for s in "xy"})
+
+
+def test_an_index_by_a_tensors_values_is_refused():
+    """An in-memory tensor used as an index: its values are data no replay on element ids
+    holds (its ids, where it comes first, index the right elements by chance)."""
+
+    def convert(d):
+        return {"b": torch.cat([d["i"], d["x"][d["i"]]])}
+
+    meta = {"i": torch.empty(3, dtype=torch.long, device="meta"),
+            "x": torch.empty(6, dtype=torch.long, device="meta")}  # fmt: skip
+    with pytest.raises(NotAffineError, match="b: made by __getitem__ given a tensor"):
+        gathered_blocks(convert, meta)
+
+
+def test_any_failure_of_the_replay_or_the_parts_is_a_refusal_naming_the_tensor(monkeypatch):
+    """A call counted as a move whose replay gives no ids of the recorded result (here
+    ``float``, were it counted), an error in the replay (``mean`` of integers), or any error
+    while finding the parts: NotAffineError naming the tensor (the in-memory fill catches
+    that alone)."""
+    from fp8_dummy.realistic import gathered
+
+    meta = {s: torch.empty(6, device="meta", dtype=torch.bfloat16) for s in "xy"}
+    monkeypatch.setattr(gathered, "MOVES", gathered.MOVES | {"float", "mean"})
+    with pytest.raises(NotAffineError, match="b: made by float, whose replay gives no"):
+        gathered_blocks(lambda d: {"b": torch.cat([d["x"], d["y"]]).float()}, meta)
+    with pytest.raises(NotAffineError, match="b: its replay on element ids raised RuntimeError"):
+        gathered_blocks(lambda d: {"b": torch.cat([d["x"], d["y"]]).view(2, 6).mean(0)}, meta)
+
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gathered, "parts_from_ids", broken)
+    with pytest.raises(NotAffineError, match="b: finding its parts raised RuntimeError: boom"):
+        gathered_blocks(lambda d: {"b": torch.cat([d["x"], d["y"]])}, meta)
 
 
 def test_too_many_parts_are_refused():

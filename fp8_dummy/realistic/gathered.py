@@ -18,12 +18,14 @@ How the parts are found, exactly: the conversion runs once on meta tensors under
 records each operation; a result that is no view of one source is replayed, its sources
 replaced by integer tensors of element ids (source number, row-major index), through the
 recorded operations, each of which must be one that only moves elements (:data:`MOVES`: a
-reshape, a transpose, a concatenation, a split, ...): anything that computes (arithmetic, a
-dtype change, a value made from nothing) is refused by name. The ids the result holds say
-where each of its elements comes from; they are factored into strided parts (the rows split
-by source where a concatenation put them, each dimension split into factors until every
-factor is a constant step in memory), and the parts are checked to give back every id of the
-result, each in-memory element used once, or the tensor is refused (NotAffineError)."""
+reshape, a transpose, a concatenation, a split, ...), given no dtype and no tensor but the
+one moved: anything that computes (arithmetic, a dtype change, a value made from nothing), a
+``view(dtype)`` (it reinterprets bytes) or an index by a tensor's values is refused by name,
+as is any error of the replay. The ids the result holds say where each of its elements
+comes from; they are factored into strided parts (the rows split by source where a
+concatenation put them, each dimension split into factors until every factor is a constant
+step in memory), and the parts are checked to give back every id of the result, each
+in-memory element used once, or the tensor is refused (NotAffineError)."""
 
 from __future__ import annotations
 
@@ -121,8 +123,19 @@ def gathered_blocks(
             ids = _replay(t, tape.made, numbers, {})
         except NotAffineError as e:
             raise NotAffineError(f"{name}: {e}") from None
-        blocks[name] = parts_from_ids(name, ids, names, shapes)
+        except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
+            raise NotAffineError(f"{name}: its replay on element ids raised {_said(e)}") from None
+        try:
+            blocks[name] = parts_from_ids(name, ids, names, shapes)
+        except NotAffineError:
+            raise
+        except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
+            raise NotAffineError(f"{name}: finding its parts raised {_said(e)}") from None
     return blocks
+
+
+def _said(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}"
 
 
 def _replay(t: torch.Tensor, made: dict, numbers: dict, memo: dict) -> torch.Tensor:
@@ -138,17 +151,45 @@ def _replay(t: torch.Tensor, made: dict, numbers: dict, memo: dict) -> torch.Ten
         record = made.get(key)
         if record is None:
             raise NotAffineError("made from no in-memory tensor")
-        _, func, args, kwargs, i = record
-        if _name(func) not in MOVES:
-            raise NotAffineError(f"made by {_name(func)}, which computes, not only moves, elements")
+        result, func, args, kwargs, i = record
+        _moves(func, args, kwargs)
 
         def real(a: Any) -> Any:
             return _replay(a, made, numbers, memo) if isinstance(a, torch.Tensor) else a
 
         with torch.no_grad():
             value = tree_flatten(func(*tree_map(real, args), **tree_map(real, kwargs)))[0][i]
+        if (
+            type(value) is not torch.Tensor
+            or value.dtype != torch.int64
+            or value.shape != result.shape
+        ):
+            raise NotAffineError(f"made by {_name(func)}, whose replay gives no element ids")
     memo[key] = value
     return value
+
+
+# Arguments that say where the elements go (tensors of them: the data moved; a view_as's or
+# reshape_as's other: a shape); a tensor anywhere else (an index) is read for its values.
+_DATA = frozenset({"input", "tensors", "self"})
+_SHAPE_OF = frozenset({"view_as", "reshape_as"})
+
+
+def _moves(func: Any, args: tuple, kwargs: Mapping[str, Any]) -> None:
+    """NotAffineError unless the call only moves its tensor's elements: one of :data:`MOVES`,
+    given no dtype (a ``view(dtype)`` reinterprets the bytes: on element ids it would read
+    the ids' own) and no tensor but the one moved (an index's values are data a replay on
+    element ids would not hold)."""
+    name = _name(func)
+    if name not in MOVES:
+        raise NotAffineError(f"made by {name}, which computes, not only moves, elements")
+    rest = [args[1:] if name not in _SHAPE_OF else args[2:]]
+    rest += [v for k, v in kwargs.items() if k not in _DATA]
+    for a in tree_flatten(rest)[0]:
+        if isinstance(a, torch.dtype):
+            raise NotAffineError(f"made by {name}({a}), which reinterprets its bytes")
+        if isinstance(a, torch.Tensor):
+            raise NotAffineError(f"made by {name} given a tensor, whose values it reads")
 
 
 def parts_from_ids(
