@@ -187,6 +187,15 @@ def test_any_failure_of_the_replay_or_the_parts_is_a_refusal_naming_the_tensor(m
         gathered_blocks(lambda d: {"b": torch.cat([d["x"], d["y"]])}, meta)
 
 
+@pytest.mark.parametrize("order", ["xy", "yx"])
+def test_a_concatenation_of_two_dtypes_is_refused(order):
+    """torch promotes one of them: its elements computed (converted), not moved."""
+    meta = {"x": torch.empty(4, device="meta", dtype=torch.bfloat16),
+            "y": torch.empty(4, device="meta", dtype=torch.float32)}  # fmt: skip
+    with pytest.raises(NotAffineError, match="b: changes the dtype"):
+        gathered_blocks(lambda d: {"b": torch.cat([d[s] for s in order])}, meta)
+
+
 def test_too_many_parts_are_refused():
     """Rows of two sources alternating one by one: a part a row, more than the bound."""
     n = MAX_PARTS // 2 + 1

@@ -38,7 +38,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..stateless import row_major_strides
-from .interleaved import InterleavedBlock, Part, mutates
+from .interleaved import InterleavedBlock, Part, mutates, parts_of
 from .lazy_tensor import Block, NotAffineError
 from .meta_views import CONTIGUOUS, stand_ins, storage_key
 
@@ -118,6 +118,7 @@ def gathered_blocks(
         if found is not None:  # a view of one in-memory tensor: a plain block
             shape = tuple(tensors[found].shape)
             blocks[name] = Block(found, shape, tuple(t.shape), t.storage_offset(), t.stride())
+            _same_dtype(name, blocks[name], t.dtype, tensors)
             continue
         try:
             ids = _replay(t, tape.made, numbers, {})
@@ -131,7 +132,18 @@ def gathered_blocks(
             raise
         except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
             raise NotAffineError(f"{name}: finding its parts raised {_said(e)}") from None
+        _same_dtype(name, blocks[name], t.dtype, tensors)
     return blocks
+
+
+def _same_dtype(name: str, block: Block, dtype: torch.dtype, tensors: Mapping) -> None:
+    """NotAffineError unless every in-memory tensor ``block`` reads is of the checkpoint
+    tensor's ``dtype``: the checkpoint's is its source's (a ``cat`` of bf16 and fp32 promotes
+    one of them: computed, not moved)."""
+    for p in parts_of(name, block) or (Part(block.source, 0, (), block),):
+        if tensors[p.source].dtype != dtype:
+            have = tensors[p.source].dtype
+            raise NotAffineError(f"{name}: changes the dtype ({p.source}: {have}, it: {dtype})")
 
 
 def _said(e: Exception) -> str:
