@@ -116,10 +116,7 @@ def test_the_rope_permutation_is_three_parts_of_the_fused_qkv():
     heads, dim, width = 2, 8, 5
 
     def convert(d):
-        def permuted(t):
-            return t.view(heads, 2, dim // heads // 2, width).transpose(1, 2).reshape(dim, width)
-
-        return {"qkv": torch.cat([permuted(d["q"]), permuted(d["k"]), d["v"]], 0)}
+        return {"qkv": torch.cat([_rope(d["q"], heads), _rope(d["k"], heads), d["v"]], 0)}
 
     meta = {n: torch.empty(dim, width, device="meta") for n in "qkv"}
     (block,) = gathered_blocks(convert, meta).values()
@@ -127,6 +124,79 @@ def test_the_rope_permutation_is_three_parts_of_the_fused_qkv():
     assert [p.block.offset for p in block.parts] == [0, dim * width, 2 * dim * width]
     assert block.parts[0].block.shape == (heads, 2, 2, width)  # v's: its rows whole
     assert len(block.parts[2].block.shape) == 1
+
+
+def _rope(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """transformers' ``PermuteForRope`` (inverse): each head's rows (2, half) read as (half, 2)."""
+    d, w = t.shape
+    return t.view(heads, 2, d // heads // 2, w).transpose(1, 2).reshape(d, w)
+
+
+def test_results_made_alike_are_replayed_once_each_from_its_own_sources(monkeypatch):
+    """Layers of fused q/k/v weights and biases, and of q and v side by side: one replay per
+    structure (the weights' and the biases' of equal shapes and heads), each layer's parts
+    its own tensors'; a layer of another width, or of other heads, is a structure of its
+    own. Against torch's run on real tensors."""
+    from fp8_dummy.realistic import gathered
+
+    layers = {0: (8, 5, 2), 1: (8, 5, 2), 2: (8, 5, 2), 3: (8, 3, 2), 4: (8, 5, 4)}
+    shapes = {}
+    for i, (d, w, _) in layers.items():
+        shapes.update({f"{i}.{s}.weight": (d, w) for s in "qkv"})
+        shapes.update({f"{i}.{s}.bias": (d, 1) for s in "qkv"})
+
+    def convert(x):
+        out = {}
+        for i, (_, _, heads) in layers.items():
+            for kind in ("weight", "bias"):
+                q, k, v = (x[f"{i}.{s}.{kind}"] for s in "qkv")
+                out[f"{i}.qkv.{kind}"] = torch.cat([_rope(q, heads), _rope(k, heads), v])
+            out[f"{i}.qv.weight"] = torch.cat([x[f"{i}.q.weight"], x[f"{i}.v.weight"]], 1)
+        return out
+
+    placed = []
+    own = gathered._placed
+    monkeypatch.setattr(gathered, "_placed", lambda name, *a: placed.append(name) or own(name, *a))
+    meta = {n: torch.empty(s, device="meta") for n, s in shapes.items()}
+    real = {n: torch.randn(s) for n, s in shapes.items()}
+    blocks = gathered_blocks(convert, meta)
+    # the biases (width 1) of layers 0-3 alike, the weights of 0-2; the concatenations of
+    # all but layer 3 (only its sources' shapes tell it apart)
+    assert sorted(placed) == ["0.qkv.bias", "0.qkv.weight", "0.qv.weight", "3.qkv.weight",
+                              "3.qv.weight", "4.qkv.bias", "4.qkv.weight"]  # fmt: skip
+    for name, t in convert(real).items():
+        i = name.split(".")[0]
+        assert {p.source.split(".")[0] for p in blocks[name].parts} == {i}
+        assert {p.block.source for p in blocks[name].parts} == {name}
+        assert torch.equal(_bytes(_written(blocks[name], real)), _bytes(t)), name
+
+
+def test_every_result_is_checked_before_any_is_replayed(monkeypatch):
+    """A conversion that computes its second result: refused before the first is replayed."""
+    from fp8_dummy.realistic import gathered
+
+    replays = []
+    own = gathered._replay
+    monkeypatch.setattr(gathered, "_replay", lambda *a: replays.append(1) or own(*a))
+
+    def convert(d):
+        return {"a": torch.cat([d["x"], d["y"]]), "b": d["x"] * 2}
+
+    with pytest.raises(NotAffineError, match="b: made by mul"):
+        gathered_blocks(convert, {s: torch.empty(6, device="meta") for s in "xy"})
+    assert not replays
+
+
+def test_ids_are_int32_where_every_id_fits():
+    """An id: its source's number above the bits of the largest index (the largest id of two
+    sources of up to 2^30 elements is 2^31 - 1; of three, or of one of 2^31 + 1, more)."""
+    from fp8_dummy.realistic.gathered import _id_layout
+
+    two = {"a": (1 << 15, 1 << 15), "b": (4,), "c": (1,)}
+    assert _id_layout(["a", "b"], two) == (30, torch.int32)
+    assert _id_layout(["a", "b", "c"], two) == (30, torch.int64)
+    assert _id_layout(["a"], {"a": ((1 << 31) + 1,)}) == (32, torch.int64)
+    assert _id_layout(["a"], {"a": (0,)}) == (1, torch.int32)
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -44,8 +45,6 @@ from .meta_views import CONTIGUOUS, stand_ins, storage_key
 
 __all__ = ["MAX_PARTS", "MOVES", "gathered_blocks", "parts_from_ids"]
 
-_SHIFT = 40  # an element id: the source's number << _SHIFT | its row-major index in the source
-_INDEX = (1 << _SHIFT) - 1
 # A checkpoint tensor of more parts than this is refused: each part is a write of its own in
 # the in-memory fill (a fused qkv of RoPE-permuted q/k is 3 parts; a row-by-row gather would
 # be thousands, no layout a conversion means)
@@ -96,10 +95,12 @@ def gathered_blocks(
     tensors: each checkpoint tensor a :class:`Block` where it is a strided view of one
     in-memory tensor, else an :class:`.interleaved.InterleavedBlock` of the parts its
     elements come from; NotAffineError (naming the tensor and why) where a result is made by
-    anything but moving elements, or its elements are no few strided parts."""
+    anything but moving elements, or its elements are no few strided parts. Every result's
+    operations are checked before any is replayed; results made alike (a model's layers)
+    are replayed once (:func:`_structure`)."""
     metas, owner = stand_ins(tensors)
-    numbers = {id(m): (k, name, tuple(m.shape)) for k, (name, m) in enumerate(metas.items())}
-    tape = _Tape(set(numbers))
+    names = {id(m): name for name, m in metas.items()}
+    tape = _Tape(set(names))
     try:
         with torch.no_grad(), tape:
             out = convert(metas)
@@ -107,9 +108,8 @@ def gathered_blocks(
         raise
     except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
         raise NotAffineError(f"the conversion raised {type(e).__name__}: {e}") from None
-    names = list(tensors)
-    shapes = {n: tuple(t.shape) for n, t in tensors.items()}
     blocks: dict[str, Block] = {}
+    todo = []
     for name, t in out.items():
         t = t[0] if isinstance(t, list) and t else t
         if type(t) is not torch.Tensor or not t.is_meta:
@@ -120,20 +120,89 @@ def gathered_blocks(
             blocks[name] = Block(found, shape, tuple(t.shape), t.storage_offset(), t.stride())
             _same_dtype(name, blocks[name], t.dtype, tensors)
             continue
+        slots: dict[str, int] = {}
         try:
-            ids = _replay(t, tape.made, numbers, {})
+            structure = _structure(t, tape.made, names, tensors, slots, {})
         except NotAffineError as e:
             raise NotAffineError(f"{name}: {e}") from None
-        except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
-            raise NotAffineError(f"{name}: its replay on element ids raised {_said(e)}") from None
-        try:
-            blocks[name] = parts_from_ids(name, ids, names, shapes)
-        except NotAffineError:
-            raise
-        except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
-            raise NotAffineError(f"{name}: finding its parts raised {_said(e)}") from None
-        _same_dtype(name, blocks[name], t.dtype, tensors)
+        todo.append((name, t, structure, list(slots)))
+    shapes = {n: tuple(t.shape) for n, t in tensors.items()}
+    placed: dict[Any, tuple[Block, list[str]]] = {}  # structure -> (its block, its sources)
+    for name, t, structure, sources in todo:
+        if structure not in placed:
+            placed[structure] = (_placed(name, t, tape.made, sources, metas, shapes), sources)
+        block, first = placed[structure]
+        if first is not sources:
+            block = _renamed(block, name, dict(zip(first, sources)))
+        _same_dtype(name, block, t.dtype, tensors)
+        blocks[name] = block
     return blocks
+
+
+def _structure(
+    t: torch.Tensor, made: dict, names: dict, tensors: Mapping, slots: dict, memo: dict
+) -> Any:
+    """How ``t`` is made, from the tape, each operation checked to only move elements
+    (:func:`_moves`): its in-memory sources as slots (``slots``: name -> number, in the order
+    first met) with their shapes and dtypes, each operation as its function, its arguments
+    but tensors, the structures of those, and which of its results ``t`` is. Two results of
+    one structure are the same moving of elements of their own sources: the same parts,
+    slot for slot."""
+    key = id(t)
+    if key in memo:
+        return memo[key]
+    if key in names:
+        name = names[key]
+        slot = slots.setdefault(name, len(slots))
+        found: Any = ("in", slot, tuple(tensors[name].shape), tensors[name].dtype)
+    else:
+        record = made.get(key)
+        if record is None:
+            raise NotAffineError("made from no in-memory tensor")
+        _, func, args, kwargs, i = record
+        _moves(func, args, kwargs)
+        leaves, spec = tree_flatten((args, kwargs))
+        said = tuple(
+            _structure(a, made, names, tensors, slots, memo)
+            if isinstance(a, torch.Tensor)
+            else (type(a).__name__, repr(a))
+            for a in leaves
+        )
+        found = (func, str(spec), said, i)
+    memo[key] = found
+    return found
+
+
+def _placed(
+    name: str, t: torch.Tensor, made: dict, sources: list[str], metas: Mapping, shapes: Mapping
+) -> Block:
+    """The block of the result ``t`` (checkpoint name ``name``) made of the in-memory
+    ``sources`` (its slots, in order): replayed on their ids, the ids read as parts."""
+    numbers = {id(metas[n]): (k, shapes[n]) for k, n in enumerate(sources)}
+    bits, dtype = _id_layout(sources, shapes)
+    try:
+        ids = _replay(t, made, numbers, {}, bits, dtype)
+    except NotAffineError as e:
+        raise NotAffineError(f"{name}: {e}") from None
+    except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
+        raise NotAffineError(f"{name}: its replay on element ids raised {_said(e)}") from None
+    try:
+        return parts_from_ids(name, ids, sources, shapes)
+    except NotAffineError:
+        raise
+    except Exception as e:  # noqa: BLE001 (said as the reason nothing is placed)
+        raise NotAffineError(f"{name}: finding its parts raised {_said(e)}") from None
+
+
+def _renamed(block: Block, name: str, to: Mapping[str, str]) -> Block:
+    """``block`` of another result of the same structure, as the checkpoint tensor ``name``
+    made of the in-memory tensors ``to`` names for its sources, slot for slot."""
+    if not isinstance(block, InterleavedBlock):
+        return replace(block, source=to[block.source])
+    parts = tuple(
+        replace(p, source=to[p.source], block=replace(p.block, source=name)) for p in block.parts
+    )
+    return replace(block, source=to[block.source], parts=parts)
 
 
 def _same_dtype(name: str, block: Block, dtype: torch.dtype, tensors: Mapping) -> None:
@@ -150,32 +219,40 @@ def _said(e: Exception) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _replay(t: torch.Tensor, made: dict, numbers: dict, memo: dict) -> torch.Tensor:
-    """The ids of ``t``'s elements: the recorded operations that made it, run on the ids of
-    its sources (each a source's own ``arange``, its number in the high bits)."""
+def _id_layout(sources: list[str], shapes: Mapping) -> tuple[int, torch.dtype]:
+    """(b, dtype) of the ids of elements of ``sources``: an element's id is its source's
+    number << b | its row-major index, b the bits of the largest index; int32 where every
+    id fits (half the memory and time of int64 on a fused qkv's millions), else int64."""
+    bits = max(max(math.prod(shapes[s]) - 1, 1).bit_length() for s in sources)
+    top = (len(sources) << bits) - 1
+    if top >= 1 << 63:
+        raise NotAffineError("its sources have too many elements to number")
+    return bits, torch.int32 if top < 1 << 31 else torch.int64
+
+
+def _replay(
+    t: torch.Tensor, made: dict, numbers: dict, memo: dict, bits: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The ids of ``t``'s elements: the recorded operations that made it (checked by
+    :func:`_structure`), run on the ids of its sources (each a source's own ``arange``, its
+    number in the bits above ``bits``)."""
     key = id(t)
     if key in memo:
         return memo[key]
     if key in numbers:
-        k, _, shape = numbers[key]
-        value = (torch.arange(math.prod(shape), dtype=torch.int64) | (k << _SHIFT)).view(shape)
+        k, shape = numbers[key]
+        value = (torch.arange(math.prod(shape), dtype=dtype) | (k << bits)).view(shape)
     else:
-        record = made.get(key)
-        if record is None:
-            raise NotAffineError("made from no in-memory tensor")
-        result, func, args, kwargs, i = record
-        _moves(func, args, kwargs)
+        result, func, args, kwargs, i = made[key]
 
         def real(a: Any) -> Any:
-            return _replay(a, made, numbers, memo) if isinstance(a, torch.Tensor) else a
+            return (
+                _replay(a, made, numbers, memo, bits, dtype) if isinstance(a, torch.Tensor) else a
+            )
 
         with torch.no_grad():
             value = tree_flatten(func(*tree_map(real, args), **tree_map(real, kwargs)))[0][i]
-        if (
-            type(value) is not torch.Tensor
-            or value.dtype != torch.int64
-            or value.shape != result.shape
-        ):
+        if type(value) is not torch.Tensor or value.dtype != dtype or value.shape != result.shape:
             raise NotAffineError(f"made by {_name(func)}, whose replay gives no element ids")
     memo[key] = value
     return value
@@ -208,26 +285,31 @@ def parts_from_ids(
     name: str, ids: torch.Tensor, sources: list[str], shapes: Mapping[str, tuple[int, ...]]
 ) -> InterleavedBlock:
     """The checkpoint tensor ``name`` whose element at each index is the in-memory element
-    ``ids`` names there (``sources[id >> 40]``'s row-major element ``id & (2^40 - 1)``) as
-    strided parts, checked to give back every id, each in-memory element once."""
+    ``ids`` names there (``sources[id >> b]``'s row-major element ``id & (2^b - 1)``, b the
+    bits of the largest source's largest index: :func:`_id_layout`) as strided parts,
+    checked to give back every id, each in-memory element once."""
+    bits, _ = _id_layout(sources, shapes)
     shape = tuple(ids.shape)
     ids = ids.contiguous()
     flat = ids.view(-1)
     parts = []
-    for lay in _one_source_regions(name, flat, shape):
+    for lay in _one_source_regions(name, flat, shape, bits):
         x = flat.as_strided(*lay)
         first = int(x.reshape(-1)[0])
-        dims = _dims(x, lay) if not _in_order(lay) else _dims(x.reshape(1, -1), _flat(lay))
+        mask = (1 << bits) - 1
+        dims = (
+            _dims(x, lay, mask) if not _in_order(lay) else _dims(x.reshape(1, -1), _flat(lay), mask)
+        )
         if dims is None:
-            if _twice(ids):  # the likelier reason, said as such (a source concatenated twice)
+            if _twice(ids, bits):  # the likelier reason, said as such (a source concatenated twice)
                 raise NotAffineError(f"{name}: holds an in-memory element twice")
             raise NotAffineError(f"{name}: its elements are no strided block of their source")
         view, ck, mem = _coalesced(dims)
-        source = sources[first >> _SHIFT]
+        source = sources[first >> bits]
         block = Block(name, shape, view, lay[2], ck)
-        parts.append(Part(source, first & _INDEX, mem, block))
-    _check(name, ids, parts, sources)
-    if not _distinct(parts) and _twice(ids):
+        parts.append(Part(source, first & mask, mem, block))
+    _check(name, ids, parts, sources, bits)
+    if not _distinct(parts) and _twice(ids, bits):
         raise NotAffineError(f"{name}: holds an in-memory element twice")
     head = parts[0].source if parts else sources[0]
     return InterleavedBlock(
@@ -251,20 +333,20 @@ def _distinct(parts: list[Part]) -> bool:
     return True
 
 
-def _twice(ids: torch.Tensor) -> bool:
+def _twice(ids: torch.Tensor, bits: int) -> bool:
     """Whether an id occurs twice in ``ids``: counted per source, in linear passes (a sort of
     a fused qkv's millions of ids costs many times their count)."""
     flat = ids.view(-1)
-    src = flat >> _SHIFT
+    src = flat >> bits
     present = torch.bincount(src).nonzero().view(-1).tolist()  # source numbers: small
     for k in present:
-        mine = (flat if len(present) == 1 else flat[src == k]) & _INDEX
+        mine = (flat if len(present) == 1 else flat[src == k]) & ((1 << bits) - 1)
         if int(torch.bincount(mine).max()) > 1:
             return True
     return False
 
 
-def _one_source_regions(name: str, flat: torch.Tensor, shape: tuple[int, ...]) -> list:
+def _one_source_regions(name: str, flat: torch.Tensor, shape: tuple[int, ...], bits: int) -> list:
     """Layouts (shape, strides, offset) on the checkpoint tensor's row-major ``flat`` ids that
     hold elements of one source each: a region that mixes sources is cut, along its first
     dimension whose index alone says the source (a concatenation's), into runs of one."""
@@ -274,7 +356,7 @@ def _one_source_regions(name: str, flat: torch.Tensor, shape: tuple[int, ...]) -
         lay = todo.pop()
         if math.prod(lay[0]) == 0:
             continue
-        src = flat.as_strided(*lay) >> _SHIFT
+        src = flat.as_strided(*lay) >> bits
         if bool((src == src.reshape(-1)[0]).all()):
             out.append(lay)
             continue
@@ -309,15 +391,16 @@ def _flat(lay):
     return (1, n), (n, 1), lay[2]
 
 
-def _dims(x: torch.Tensor, lay) -> list[tuple[int, int, int]] | None:
+def _dims(x: torch.Tensor, lay, mask: int) -> list[tuple[int, int, int]] | None:
     """(size, checkpoint stride, in-memory stride) of each factor, outer to inner, that ``x``
-    (ids at the checkpoint layout ``lay``) is strided over: each dimension split into
-    factors (:func:`_factors`), or None. Applied to a run of row-major elements as one
-    dimension, it reads any reshape of a strided view, wherever the reshape's dimensions
-    fall; applied to the region's own dimensions, a factor cannot straddle two."""
+    (ids at the checkpoint layout ``lay``; ``mask``: the bits of their in-memory index) is
+    strided over: each dimension split into factors (:func:`_factors`), or None. Applied to
+    a run of row-major elements as one dimension, it reads any reshape of a strided view,
+    wherever the reshape's dimensions fall; applied to the region's own dimensions, a
+    factor cannot straddle two."""
     dims: list[tuple[int, int, int]] = []
     for d in range(x.dim()):
-        factors = _factors(x.movedim(d, -1).reshape(-1, x.shape[d]) & _INDEX)
+        factors = _factors(x.movedim(d, -1).reshape(-1, x.shape[d]) & mask)
         if factors is None:
             return None
         step, inner = lay[1][d], []
@@ -383,17 +466,17 @@ def _coalesced(dims: list[tuple[int, int, int]]) -> tuple[tuple[int, ...], ...]:
     return tuple(d[0] for d in kept), tuple(d[1] for d in kept), tuple(d[2] for d in kept)
 
 
-def _check(name: str, ids: torch.Tensor, parts: list[Part], sources: list[str]) -> None:
+def _check(name: str, ids: torch.Tensor, parts: list[Part], sources: list[str], bits: int) -> None:
     """The ids ``parts`` place, each written where its block lies: every element of ``ids``,
     none left and none written twice, or NotAffineError."""
     number = {s: k for k, s in enumerate(sources)}
-    made = torch.full((ids.numel(),), -1, dtype=torch.int64)
+    made = torch.full((ids.numel(),), -1, dtype=ids.dtype)
     for p in parts:
         b = p.block
-        value = torch.full(b.shape, p.offset | (number[p.source] << _SHIFT), dtype=torch.int64)
+        value = torch.full(b.shape, p.offset | (number[p.source] << bits), dtype=ids.dtype)
         for d, (n, step) in enumerate(zip(b.shape, p.strides)):
             along = [-1 if e == d else 1 for e in range(len(b.shape))]
-            value += (torch.arange(n) * step).view(along)
+            value += (torch.arange(n, dtype=ids.dtype) * step).view(along)
         into = made.as_strided(b.shape, b.strides, b.offset)
         if bool((into != -1).any()):
             raise NotAffineError(f"{name}: two of its parts overlap")
