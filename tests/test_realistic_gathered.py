@@ -266,6 +266,15 @@ def test_a_concatenation_of_two_dtypes_is_refused(order):
         gathered_blocks(lambda d: {"b": torch.cat([d[s] for s in order])}, meta)
 
 
+def test_an_empty_result_is_headed_by_a_tensor_it_is_made_of():
+    """A result of no elements has no parts: its head (its dtype, its owner's role) is the
+    first of the tensors the tape shows it made of, not the model's first."""
+    meta = {s: torch.empty(3, device="meta", dtype=torch.bfloat16) for s in "wz"}
+    meta.update({s: torch.empty(0, 4, device="meta", dtype=torch.bfloat16) for s in "xy"})
+    (block,) = gathered_blocks(lambda d: {"b": torch.cat([d["y"], d["x"]])}, meta).values()
+    assert (block.source, block.source_shape, block.shape, block.parts) == ("y", (0, 4), (0, 4), ())
+
+
 def test_too_many_parts_are_refused():
     """Rows of two sources alternating one by one: a part a row, more than the bound."""
     n = MAX_PARTS // 2 + 1
