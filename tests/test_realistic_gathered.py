@@ -14,7 +14,7 @@ import torch
 
 from fp8_dummy.realistic.gathered import MAX_PARTS, gathered_blocks
 from fp8_dummy.realistic.interleaved import InterleavedBlock
-from fp8_dummy.realistic.lazy_tensor import NotAffineError
+from fp8_dummy.realistic.lazy_tensor import Block, NotAffineError
 
 
 def _factors(rng: random.Random, n: int) -> list[int]:
@@ -273,6 +273,30 @@ def test_an_empty_result_is_headed_by_a_tensor_it_is_made_of():
     meta.update({s: torch.empty(0, 4, device="meta", dtype=torch.bfloat16) for s in "xy"})
     (block,) = gathered_blocks(lambda d: {"b": torch.cat([d["y"], d["x"]])}, meta).values()
     assert (block.source, block.source_shape, block.shape, block.parts) == ("y", (0, 4), (0, 4), ())
+
+
+def test_a_copy_of_one_strided_view_is_a_plain_block():
+    """One part holding all of the tensor in its order, of a shape a view gives: a plain
+    block (what every reader takes); where no view gives it (one tensor's RoPE permutation,
+    columns flattened), parts still."""
+    meta = {"x": torch.empty(4, 6, device="meta")}
+    real = {"x": torch.randn(4, 6)}
+    for convert, kind in (
+        (lambda d: {"b": d["x"].clone()}, Block),
+        (lambda d: {"b": d["x"].t().clone()}, Block),
+        (lambda d: {"b": d["x"][1:, :3].clone()}, Block),
+        (lambda d: {"b": d["x"][1:, :3].clone().view(-1)}, InterleavedBlock),
+        (lambda d: {"b": _rope(d["x"], 1)}, InterleavedBlock),
+    ):
+        (block,) = gathered_blocks(convert, meta).values()
+        assert type(block) is kind and len(getattr(block, "parts", "1")) == 1
+        assert torch.equal(_bytes(_written(block, real)), _bytes(convert(real)["b"]))
+    # a part of all of it, not in its order (its transpose; no search gives one): parts
+    from fp8_dummy.realistic.gathered import _plain
+    from fp8_dummy.realistic.interleaved import Part
+
+    across = Part("x", 0, (1, 4), Block("b", (4, 4), (4, 4), 0, (1, 4)))
+    assert _plain([across], (4, 4), {"x": (4, 4)}) is None
 
 
 def test_too_many_parts_are_refused():

@@ -283,11 +283,13 @@ def _moves(func: Any, args: tuple, kwargs: Mapping[str, Any]) -> None:
 
 def parts_from_ids(
     name: str, ids: torch.Tensor, sources: list[str], shapes: Mapping[str, tuple[int, ...]]
-) -> InterleavedBlock:
+) -> Block:
     """The checkpoint tensor ``name`` whose element at each index is the in-memory element
     ``ids`` names there (``sources[id >> b]``'s row-major element ``id & (2^b - 1)``, b the
     bits of the largest source's largest index: :func:`_id_layout`) as strided parts,
-    checked to give back every id, each in-memory element once."""
+    checked to give back every id, each in-memory element once: an
+    :class:`.interleaved.InterleavedBlock` (headed by ``sources[0]`` where it has no parts),
+    or a plain :class:`Block` where one part holds it all as a view (:func:`_plain`)."""
     bits, _ = _id_layout(sources, shapes)
     shape = tuple(ids.shape)
     ids = ids.contiguous()
@@ -311,10 +313,33 @@ def parts_from_ids(
     _check(name, ids, parts, sources, bits)
     if not _distinct(parts) and _twice(ids, bits):
         raise NotAffineError(f"{name}: holds an in-memory element twice")
+    plain = _plain(parts, shape, shapes)
+    if plain is not None:
+        return plain
     head = parts[0].source if parts else sources[0]
     return InterleavedBlock(
         head, tuple(shapes[head]), shape, 0, tuple(row_major_strides(shape)), tuple(parts)
     )
+
+
+def _plain(parts: list[Part], shape: tuple[int, ...], shapes: Mapping) -> Block | None:
+    """The one part that holds all of the tensor in its row-major order, as a plain block
+    where the tensor's ``shape`` is a view of it (a copy of one strided view: ``clone``), or
+    None (a reshape no view holds: one tensor's RoPE permutation)."""
+    if len(parts) != 1:
+        return None
+    (p,) = parts
+    b = p.block
+    rows = tuple(row_major_strides(b.shape))
+    if b.offset or tuple(b.strides) != rows or math.prod(b.shape) != math.prod(shape):
+        return None
+    source_shape = tuple(shapes[p.source])
+    base = torch.empty(max(math.prod(source_shape), 1), device="meta")
+    try:
+        view = base.as_strided(b.shape, p.strides, p.offset).view(shape)
+    except RuntimeError:  # no view of that shape
+        return None
+    return Block(p.source, source_shape, shape, p.offset, tuple(view.stride()))
 
 
 def _distinct(parts: list[Part]) -> bool:
