@@ -299,6 +299,25 @@ def test_a_copy_of_one_strided_view_is_a_plain_block():
     assert _plain([across], (4, 4), {"x": (4, 4)}) is None
 
 
+def test_interleaved_rows_are_placed_before_any_gathering(monkeypatch):
+    """Inkling's fused gate/up projections (rows interleaved: transformers' ``Interleave``)
+    get their parts from :mod:`.interleaved`, the gathered parts asked only where nothing
+    else places a tensor: the last resort."""
+    pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+    from helpers import speculative as H
+
+    from fp8_dummy.realistic import hf_model
+
+    def never(*args):
+        raise AssertionError("gathered_blocks asked")
+
+    monkeypatch.setattr(hf_model, "gathered_blocks", never)
+    cfg = H.inkling_mm(mlp_layer_types=["dense", "sparse"], moe_intermediate_size=48)
+    blocks = hf_model.memory_blocks(hf_model.build_model(cfg))
+    fused = {n.rsplit(".", 2)[-2] for n, b in blocks.items() if isinstance(b, InterleavedBlock)}
+    assert fused == {"w13_dn", "experts", "shared_experts"}, fused
+
+
 def test_too_many_parts_are_refused():
     """Rows of two sources alternating one by one: a part a row, more than the bound."""
     n = MAX_PARTS // 2 + 1
