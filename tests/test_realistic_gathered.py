@@ -222,6 +222,19 @@ def test_a_conversion_that_computes_is_refused_by_name(convert, why):
         gathered_blocks(convert, {s: torch.empty(6, device="meta") for s in "xy"})
 
 
+@pytest.mark.parametrize("prop", ["T", "mT"])
+def test_a_transpose_by_property_moves_elements(prop):
+    """``.T`` and ``.mT`` (the tape sees their getters) are transposes: placed."""
+    meta = {s: torch.empty(2, 3, device="meta") for s in "xy"}
+    real = {s: torch.randn(2, 3) for s in "xy"}
+
+    def convert(d):
+        return {"b": getattr(torch.cat([d["x"], d["y"]]), prop)}
+
+    (block,) = gathered_blocks(convert, meta).values()
+    assert torch.equal(_bytes(_written(block, real)), _bytes(convert(real)["b"]))
+
+
 def test_an_index_by_a_tensors_values_is_refused():
     """An in-memory tensor used as an index: its values are data no replay on element ids
     holds (its ids, where it comes first, index the right elements by chance)."""

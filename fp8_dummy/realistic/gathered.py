@@ -51,17 +51,26 @@ __all__ = ["MAX_PARTS", "MOVES", "gathered_blocks", "parts_from_ids"]
 MAX_PARTS = 1024
 
 # The operations that only move elements (by the name torch's function has at the Python
-# level, method or function): replayed on ids, their result says where each element came from.
+# level: method, function or property): replayed on ids, their result says where each
+# element came from.
 MOVES = frozenset({
     "view", "reshape", "view_as", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze",
     "transpose", "swapaxes", "swapdims", "t", "permute", "movedim", "moveaxis",
     "cat", "concat", "concatenate", "stack", "chunk", "split", "tensor_split", "unbind",
-    "narrow", "select", "__getitem__", "contiguous", "clone", "detach",
+    "narrow", "select", "__getitem__", "contiguous", "clone", "detach", "T", "mT",
 })  # fmt: skip
+
+# Properties that only move elements, as the tape sees them (their getters, each named
+# ``__get__``): by the property's name.
+_PROPERTIES = {torch.Tensor.T.__get__: "T", torch.Tensor.mT.__get__: "mT"}
 
 
 def _name(func: Any) -> str:
-    return getattr(func, "__name__", repr(func))
+    try:
+        found = _PROPERTIES.get(func)
+    except TypeError:  # unhashable: no property's getter
+        found = None
+    return found or getattr(func, "__name__", repr(func))
 
 
 class _Tape(TorchFunctionMode):
