@@ -1,8 +1,9 @@
 """The stand-ins that map a model's in-memory tensors to checkpoint names
 (fp8_dummy/realistic/lazy_tensor.py): a conversion that reshapes a block no strided view can
 hold (a permutation of rows, as transformers' RoPE permutation of Step-3.7's vision q/k is)
-is no view: a clear refusal (``NotAffineError``, the model's ``UnplacedTensorError``, the
-export's one line and exit status 2, nothing written), never a traceback from inside torch."""
+is no view: the stand-ins refuse it clearly (``NotAffineError``), never with a traceback
+from inside torch; a model's such tensors are then placed by parts
+(fp8_dummy/realistic/gathered.py, tests/test_realistic_gathered.py)."""
 
 from __future__ import annotations
 
@@ -30,21 +31,72 @@ def test_a_view_of_a_view_is_still_placed():
     assert (block.source, block.shape, block.offset, block.strides) == ("bias", (12,), 0, (1,))
 
 
-def test_step3p7_is_refused_before_anything_is_written(tmp_path, capsys):
+# (model type, its transformers auto class, its config's fields, the embedding's checkpoint
+# name, a fused checkpoint tensor and its in-memory parts, the first one permuted or not)
+_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16,
+             num_attention_heads=4, num_key_value_heads=2, vocab_size=256)  # fmt: skip
+_VISION = "model.vision_model.layers.0.self_attn."
+_HRM = "model.L_module.layers.0."
+_GATHERED = {
+    # Step-3.7's vision tower: q/k rows permuted for RoPE, then q, k, v concatenated
+    "step3p7": (
+        "AutoModelForImageTextToText",
+        dict(text_config=dict(_TEXT, n_routed_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=32, share_expert_dim=32, sliding_window=8),
+             vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                num_attention_heads=2)),
+        "model.embed_tokens.weight",
+        "vision_model.transformer.resblocks.0.attn.in_proj_weight",
+        [f"{_VISION}{p}_proj.weight" for p in "qkv"],
+        True,
+    ),
+    # HRM: gate, q, k, v concatenated (no permutation)
+    "hrm_text": (
+        "AutoModelForCausalLM", _TEXT, "model.embed_tokens.weight",
+        f"{_HRM}attn.gqkv_proj.weight",
+        [f"{_HRM}self_attn.{p}_proj.weight" for p in ("gate", "q", "k", "v")], False,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", sorted(_GATHERED))
+def test_a_gathered_export_loads_as_the_logical_models_in_memory_tensors(tmp_path, model_type):
+    """Checkpoint tensors transformers' save conversion makes by moving elements (no view:
+    parts, fp8_dummy/realistic/gathered.py): the export is made, and transformers' own load
+    of it (its conversion undoing the permutation, splitting the concatenation) holds, byte
+    for byte, the tensors the in-memory fill of the logical model writes."""
     tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+    from safetensors.torch import load_file
+
+    import fp8_dummy
     from fp8_dummy.realistic.export import main
 
-    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16,
-                num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-                n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                share_expert_dim=32)  # fmt: skip
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-    tf.AutoConfig.for_model("step3p7", text_config=text, vision_config=vision).save_pretrained(
-        tmp_path / "c"
-    )
-    assert main([str(tmp_path / "c"), str(tmp_path / "out"), "--quiet"]) == 2
-    assert "not views of its tensors" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    auto, fields, embed, fused, parts, permuted = _GATHERED[model_type]
+    auto = getattr(tf, auto)
+    config = tf.AutoConfig.for_model(model_type, **fields)
+    config.save_pretrained(tmp_path / "c")
+    # tensors no role covers (Step-3.7's vision layer scales ``ls_1.gamma``, HRM's initial
+    # states ``z_L_init``): assumed, as --allow-unknown says
+    assert main([str(tmp_path / "c"), str(tmp_path / "out"), "--quiet", "--allow-unknown"]) == 0
+    files = {}
+    for f in sorted((tmp_path / "out").glob("*.safetensors")):
+        files.update(load_file(f))
+    dtype = files[embed].dtype  # the export's own
+    loaded, info = auto.from_pretrained(tmp_path / "out", dtype=dtype, output_loading_info=True)
+    assert not any(info.values()), info
+    filled = auto.from_config(config, dtype=dtype)
+    fp8_dummy.initialize_realistic_dummy_weights(filled, 0)
+    ours, got = filled.state_dict(), loaded.state_dict()
+    assert set(got) == set(ours)
+    for name, t in got.items():
+        assert t.dtype == ours[name].dtype, name
+        assert torch.equal(t.view(torch.uint8), ours[name].view(torch.uint8)), name
+    # the file's fused tensor is the parts in turn, the last one as it is, the first one's
+    # rows permuted (Step-3.7's q) or not (HRM's gate)
+    rows = [got[p] for p in parts]
+    assert torch.equal(files[fused][-rows[-1].shape[0] :], rows[-1])
+    assert torch.equal(files[fused][: rows[0].shape[0]], rows[0]) is not permuted
+    assert torch.equal(files[fused], torch.cat(rows)) is not permuted
 
 
 # The view ops a conversion or a loader takes have their layouts computed directly
@@ -131,3 +183,16 @@ def test_a_conversions_blocks_are_the_general_paths(monkeypatch):
     monkeypatch.setattr(lazy_tensor, "VIEWS", {})
     general = hf_model.memory_blocks(model)
     assert len(fast) > 2 * 5 * 3 and fast == general
+
+
+def test_checkpoint_state_has_no_view_of_a_tensor_made_of_parts():
+    """Step-3.7's fused vision qkv is no view of one in-memory tensor: ``checkpoint_state``
+    (views, no copy) says so by name rather than give a copy."""
+    tf = pytest.importorskip("transformers", reason="transformers is installed by setup_env.sh")
+    from fp8_dummy.realistic import checkpoint_state
+    from fp8_dummy.realistic.hf_model import UnplacedTensorError, build_model
+
+    _, fields, *_ = _GATHERED["step3p7"]
+    model = build_model(tf.AutoConfig.for_model("step3p7", **fields))
+    with pytest.raises(UnplacedTensorError, match=r"in_proj_\w+: made of parts"):
+        checkpoint_state(model)

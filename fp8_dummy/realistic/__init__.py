@@ -43,7 +43,10 @@ bytes on disk:
   computed from a stand-in's block, without a meta op; ``meta_views.py``: the quick way to
   place a conversion's results (run on plain meta tensors; the stand-ins where it cannot);
   ``interleaved.py``: a checkpoint tensor whose rows interleave in-memory tensors'
-  (Inkling's fused gate/up projections), placed as strided parts of it;
+  (Inkling's fused gate/up projections), placed as strided parts of it; ``gathered.py``:
+  one a conversion makes by any other moving of elements (Step-3.7's vision q/k rows
+  permuted for RoPE, then q, k and v concatenated), its parts found by replaying the
+  conversion on element ids;
 - ``logical.py``: the logical model: each checkpoint tensor's spec, key and overrides, and
   its writer (every holder of the model takes its bytes from here); the weights iterator an
   engine's loader is fed (small tensors whole, a batch at a time; large ones stand-ins);

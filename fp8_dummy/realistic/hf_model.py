@@ -2,7 +2,9 @@
 meta device), its tensors, and where each checkpoint tensor lies in them: the checkpoint's
 names are what ``save_pretrained`` writes, transformers' own ``revert_weight_conversion`` run
 on meta tensors whose results are views of them (:func:`.meta_views.meta_view_map`), else on
-stand-ins that record the views it takes (:func:`.lazy_tensor.view_map`)."""
+stand-ins that record the views it takes (:func:`.lazy_tensor.view_map`); a checkpoint tensor
+no view holds is placed by parts, each a strided view of an in-memory tensor
+(:mod:`.interleaved`: rows interleaved; :mod:`.gathered`: any other moving of elements)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import torch
 
 from .base_causal_lm import base_causal_lm
+from .gathered import gathered_blocks
 from .interleaved import InterleavedBlock, interleaved_blocks
 from .lazy_tensor import Block, NotAffineError, view_map
 from .meta_views import meta_view_map
@@ -202,15 +205,21 @@ def memory_blocks(model: torch.nn.Module) -> dict[str, Block]:
         return found
     try:
         return view_map(convert, own)
-    except NotAffineError as e:
+    except NotAffineError:
         # rows interleaved by the conversion: each in-memory part a strided block of the
         # checkpoint tensor (Inkling's fused gate/up projections)
         found = interleaved_blocks(convert, own, _conversions(model))
         if found is not None:
             return found
+        # elements moved, not computed, into parts of strided views (Step-3.7's vision tower:
+        # q/k rows permuted for RoPE, then q, k and v concatenated into one in_proj_weight)
+        try:
+            return gathered_blocks(convert, own)
+        except NotAffineError as moved:
+            why = moved
         raise UnplacedTensorError(
             f"fp8_dummy: {type(model).__name__}: transformers' checkpoint conversion of this "
-            f"model is not views of its tensors ({e}), so its checkpoint names cannot be placed"
+            f"model is not views of its tensors ({why}), so its checkpoint names cannot be placed"
         ) from None
 
 
@@ -324,7 +333,7 @@ def placed_views(own: Mapping[str, torch.Tensor], blocks: Mapping[str, Block]):
     for name, b in blocks.items():
         if isinstance(b, InterleavedBlock):
             raise UnplacedTensorError(
-                f"fp8_dummy: {name}: its rows interleave in-memory tensors' (no view of one)"
+                f"fp8_dummy: {name}: made of parts of in-memory tensors (no view of one)"
             )
         src = own[b.source].detach()
         if not src.is_meta and not src.is_contiguous():

@@ -10,7 +10,6 @@ fill writes each part from those elements of the checkpoint tensor
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,10 +21,9 @@ from torch.utils._pytree import tree_flatten
 
 from ..stateless import row_major_strides
 from .lazy_tensor import Block
+from .meta_views import CONTIGUOUS, stand_ins, storage_key
 
-__all__ = ["InterleavedBlock", "Part", "interleaved_blocks", "parts_of"]
-
-_CONTIGUOUS = torch.Tensor.contiguous
+__all__ = ["InterleavedBlock", "Part", "interleaved_blocks", "mutates", "parts_of"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +64,9 @@ class _Sources(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is _CONTIGUOUS and args and type(args[0]) is torch.Tensor:
+        if func is CONTIGUOUS and args and type(args[0]) is torch.Tensor:
             return args[0]
-        if _mutates(func, kwargs):  # a result that shares memory would not hold its values
+        if mutates(func, kwargs):  # a result that shares memory would not hold its values
             raise _Mutated(getattr(func, "__name__", repr(func)))
         out = func(*args, **kwargs)
         found: frozenset = frozenset()
@@ -86,7 +84,7 @@ class _Mutated(Exception):
     """A conversion wrote into a tensor: its results are placed by nobody here."""
 
 
-def _mutates(func: Any, kwargs: Mapping[str, Any]) -> bool:
+def mutates(func: Any, kwargs: Mapping[str, Any]) -> bool:
     """Whether ``func`` writes into a tensor it is given: an in-place method (``mul_``,
     ``copy_``, ``__setitem__``, ``__imul__``) or an ``out=``."""
     name = getattr(func, "__name__", "")
@@ -112,16 +110,9 @@ def interleaved_blocks(
     ``WeightConverter``, its load ``Interleave(d)`` then maybe ``Chunk(d)``) as an
     :class:`InterleavedBlock`; None where any result is neither, where the conversion writes
     into a tensor, or where no result is interleaved (the caller's refusal stands)."""
-    sources: dict[int, tuple[torch.Tensor, frozenset]] = {}
-    owner, shapes = {}, {}
-    metas = {}
-    for name, t in tensors.items():
-        shape = tuple(t.shape)
-        base = torch.empty(max(math.prod(shape), 1), dtype=t.dtype, device="meta")
-        metas[name] = m = base.as_strided(shape, row_major_strides(shape), 0)
-        owner[m.untyped_storage()._cdata] = name
-        shapes[name] = shape
-        sources[id(m)] = (m, frozenset((name,)))
+    metas, owner = stand_ins(tensors)
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    sources = {id(m): (m, frozenset((name,))) for name, m in metas.items()}
     try:
         with torch.no_grad(), _Sources(sources):
             out = convert(metas)
@@ -132,7 +123,7 @@ def interleaved_blocks(
         t = t[0] if isinstance(t, list) and t else t
         if type(t) is not torch.Tensor or not t.is_meta:
             return None
-        found = owner.get(t.untyped_storage()._cdata)
+        found = owner.get(storage_key(t))
         if found is not None:
             blocks[name] = Block(
                 found, shapes[found], tuple(t.shape), t.storage_offset(), t.stride()

@@ -20,9 +20,9 @@ from torch.overrides import TorchFunctionMode
 from ..stateless import row_major_strides
 from .lazy_tensor import Block
 
-__all__ = ["meta_view_map"]
+__all__ = ["CONTIGUOUS", "meta_view_map", "stand_ins", "storage_key"]
 
-_CONTIGUOUS = torch.Tensor.contiguous
+CONTIGUOUS = torch.Tensor.contiguous
 
 
 class _Contiguous(TorchFunctionMode):
@@ -30,13 +30,30 @@ class _Contiguous(TorchFunctionMode):
     other call as torch runs it."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is _CONTIGUOUS and args and type(args[0]) is torch.Tensor:
+        if func is CONTIGUOUS and args and type(args[0]) is torch.Tensor:
             return args[0]
         return func(*args, **(kwargs or {}))
 
 
-def _storage(t: torch.Tensor) -> int:
+def storage_key(t: torch.Tensor) -> int:
+    """The storage ``t`` is a view of (the stand-ins' owner map's key)."""
     return t.untyped_storage()._cdata
+
+
+def stand_ins(
+    tensors: Mapping[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], dict[int, str]]:
+    """(name -> a meta tensor of the in-memory tensor's shape and dtype, made as a stand-in's
+    proxy is: a strided view of its own storage of at least one element; that storage's
+    :func:`storage_key` -> the name), so that a conversion's result is found a view of the
+    one tensor whose storage it shares."""
+    metas, owner = {}, {}
+    for name, t in tensors.items():
+        shape = tuple(t.shape)
+        base = torch.empty(max(math.prod(shape), 1), dtype=t.dtype, device="meta")
+        metas[name] = m = base.as_strided(shape, row_major_strides(shape), 0)
+        owner[storage_key(m)] = name
+    return metas, owner
 
 
 def meta_view_map(
@@ -46,13 +63,7 @@ def meta_view_map(
     """``convert`` (in-memory name -> tensor) -> (checkpoint name -> tensor) run on meta
     tensors: each checkpoint tensor's :class:`Block` of an in-memory tensor, or None where a
     result is not a view of exactly one of them (or the conversion raised)."""
-    metas, owner = {}, {}
-    for name, t in tensors.items():
-        shape = tuple(t.shape)
-        # as a stand-in's proxy is made: a strided view of its own storage of at least one element
-        base = torch.empty(max(math.prod(shape), 1), dtype=t.dtype, device="meta")
-        metas[name] = m = base.as_strided(shape, row_major_strides(shape), 0)
-        owner[_storage(m)] = (name, shape)
+    metas, owner = stand_ins(tensors)
     try:
         with torch.no_grad(), _Contiguous():
             out = convert(metas)
@@ -63,9 +74,9 @@ def meta_view_map(
         t = t[0] if isinstance(t, list) and t else t
         if type(t) is not torch.Tensor or not t.is_meta:
             return None
-        found = owner.get(_storage(t))
-        if found is None:
+        source = owner.get(storage_key(t))
+        if source is None:
             return None
-        source, shape = found
+        shape = tuple(tensors[source].shape)
         blocks[name] = Block(source, shape, tuple(t.shape), t.storage_offset(), t.stride())
     return blocks
