@@ -189,6 +189,46 @@ def test_per_tensor_and_nvfp4_are_refused_for_the_packed_experts(tmp_path, fmt):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_step3p7_holds_its_text_models_checkpoint(tmp_path):
+    """Step-3.7's multimodal checkpoint (``step3p7``) holds the text checkpoint of its text
+    config (``step3p5``): its main and MTP layers, embedding and lm_head under the same names,
+    byte for byte what the text config's own export writes (the MTP layers by the same record,
+    which tests/test_engines_vllm_mtp.py loads into vLLM's Step3p5MTP); beside them its vision
+    tower and projector alone."""
+    from safetensors.torch import load_file
+
+    from fp8_dummy.realistic.export import export
+
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                share_expert_dim=32, num_nextn_predict_layers=1, sliding_window=64,
+                layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+                moe_layers_enum="1")  # fmt: skip
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    tf.AutoConfig.for_model("step3p7", text_config=text, vision_config=vision).save_pretrained(
+        tmp_path / "mm"
+    )
+    tf.AutoConfig.for_model("step3p5", **text).save_pretrained(tmp_path / "text")
+    made = {}
+    for name in ("mm", "text"):  # --allow-unknown: the vision layers' scales have no role
+        export(tmp_path / name, tmp_path / f"{name}-out", progress=False, allow_unknown=True,
+               acceptance=0.6)  # fmt: skip
+        files = sorted((tmp_path / f"{name}-out").glob("*.safetensors"))
+        made[name] = {n: t for f in files for n, t in load_file(f).items()}
+    mm, text_only = made["mm"], made["text"]
+    assert {n for n in text_only if n.startswith("model.layers.2.")} >= {
+        "model.layers.2.eh_proj.weight",
+        "model.layers.2.shared_head.output.weight",
+    }
+    assert set(text_only) <= set(mm)
+    others = set(mm) - set(text_only)  # the vision tower and its projector
+    assert all(n.startswith(("vision_model.", "vit_large_projector.")) for n in others), others
+    for n, t in text_only.items():
+        same = torch.equal(mm[n].reshape(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8))
+        assert mm[n].dtype == t.dtype and same, n
+
+
 def test_no_other_model_type_is_made_so():
     """The causal LM around a base model is Step-3.5's alone: its conversion the instance's own
     (transformers' table for ``step3p5`` stays empty), and the multimodal Step-3.7 config is
