@@ -65,6 +65,8 @@ CASES = {
     "glm_ocr-bf16": ("glm_ocr", "bf16", 0.6, 1),
     "nemotron_h-bf16": ("nemotron_h", "bf16", 0.6, 1),
     "longcat_flash-bf16": ("longcat_flash", "bf16", 0.6, 1),
+    "hy_v4-bf16": ("hy_v4", "bf16", 0.6, 1),
+    "deepseek_v4-bf16": ("deepseek_v4", "bf16", 0.6, 1),
 }
 # Checkpoints of two MTP layers (Nemotron-H: two steps) whose draft config SGLang's draft settings
 # give one (num_nextn_predict_layers = 1: their classes build one and read the first): the draft's
@@ -93,6 +95,8 @@ CLASSES = {
     "glm_ocr": "GlmOcrForConditionalGenerationNextN",
     "nemotron_h": "NemotronHForCausalLMMTP",
     "longcat_flash": "LongcatFlashForCausalLMNextN",
+    "hy_v4": "HYV4ForCausalLMNextN",
+    "deepseek_v4": "DeepseekV4ForCausalLMNextN",
 }
 # Every architecture's MTP layer in each quantized format: FP8 blocks as the config's own (``blk``:
 # the harness's [16, 16] blocks, which these hidden-64 models divide; the export's 128 x 128 do
@@ -132,7 +136,10 @@ CHECKED = {"ernie4_5_moe-bf16": 9}
 
 def _config(model: str, quant: str, layers: int) -> dict:
     count = "mtp_num_hidden_layers" if model.startswith("qwen3_5") else "num_nextn_predict_layers"
-    config = dict(S.MODELS.get(model) or T.fields(model), **{count: layers})
+    fields = _deepseek_v4() if model == "deepseek_v4" else S.MODELS.get(model) or T.fields(model)
+    config = dict(fields, **{count: layers})
+    if model == "deepseek_v4":  # its release's per-layer list counts the MTP layers too
+        config["compress_ratios"] += [0] * layers
     if model == "longcat_flash":  # SGLang's LongCat config class reads rope_scaling alone
         config["rope_scaling"] = config["rope_parameters"]
     if model == "nemotron_h" and quant == "blk":  # its target's Mamba in_proj: every part (the
@@ -140,6 +147,28 @@ def _config(model: str, quant: str, layers: int) -> dict:
         config.update(mamba_num_heads=32, mamba_head_dim=8)
     if S.QUANTS.get(quant):  # else bf16, or an export format's (written by the export)
         config["quantization_config"] = S.QUANTS[quant]
+    return config
+
+
+def _deepseek_v4() -> dict:
+    """tests/test_realistic_speculative_deepseek_v4.py's tiny DeepSeek-V4 (hidden 128,
+    vocabulary 1024, two layers: hash-routed sliding attention, then compressed sparse; four
+    streams) as DeepSeek-V4's release writes its config.json, the keys SGLang's config reads
+    (transformers' class reads them as its legacy names): the per-layer ``compress_ratios``
+    (0 a sliding layer; the MTP layers' added by the caller), ``num_hash_layers``,
+    ``qk_rope_head_dim``, ``rope_theta`` and ``compress_rope_theta``, and the compressed layers'
+    YaRN as ``rope_scaling``; the router's ``noaux_tc`` as the release names it."""
+    from test_realistic_speculative_deepseek_v4 import config as tiny
+
+    config = tiny(128, 1024, 2, 4).to_dict()
+    rates, rope = config.pop("compress_rates"), config.pop("rope_parameters")
+    config["compress_ratios"] = [rates.get(t, 0) for t in config.pop("layer_types")]
+    config["num_hash_layers"] = config.pop("mlp_layer_types").count("hash_moe")
+    config["qk_rope_head_dim"] = int(config["head_dim"] * config.pop("partial_rotary_factor"))
+    config.update(rope_theta=rope["main"]["rope_theta"], max_position_embeddings=1024,
+                  compress_rope_theta=rope["compress"]["rope_theta"], topk_method="noaux_tc",
+                  rope_scaling=dict(type="yarn", factor=4, original_max_position_embeddings=256,
+                                    beta_fast=32, beta_slow=1))  # fmt: skip
     return config
 
 
