@@ -30,6 +30,13 @@ is created by SGLang's code. What is replaced, and why (:func:`prepare`):
   W8A8 linear scheme over the weight-only W8A16 one; a GPU that serves FP8 (Ada, Hopper)
   gets W8A8. The MoE's scheme is picked by the experts' names alone.
 - SGLang's CPU engine (``SGLANG_USE_CPU_ENGINE``) stays off: it needs ``sgl_kernel``.
+- ``torch.cuda.get_device_capability`` answers a Hopper's (9, 0) while the server arguments of
+  a model SGLang counts as DeepSeek's sparse attention (DSA: its ``is_deepseek_dsa`` of the
+  config.json; HY-V4 here, not DeepSeek-V4, whose own attention asks nothing) are resolved,
+  and then only: SGLang's DSA resolution asks the CUDA driver (raising on this CPU)
+  for the KV cache's dtype and the DSA attention backends, both of which HY-V4's learnable
+  attention sinks fix whatever the answer (bfloat16, ``flashmla_sparse``). The KV cache and
+  the attention kernels hold no parameter that a loader reads.
 
 ``process_weights_after_loading`` never runs (it needs SGLang's kernels): the weights are
 compared as loaded. Qwen3-MoE has no dense layer here: SGLang 0.5.23's Qwen3-MoE builds every
@@ -155,6 +162,30 @@ def prepare() -> None:
         return own_group(*args, **kwargs)
 
     ps.init_model_parallel_group = init_model_parallel_group
+    _dsa_capability()
+
+
+def _dsa_capability() -> None:
+    """The capability a DSA model's server-argument resolution asks for (module docstring):
+    a Hopper's, while those arguments resolve."""
+    from unittest import mock
+
+    from sglang.srt.configs.model_config import is_deepseek_dsa
+    from sglang.srt.server_args import ServerArgs
+
+    own = ServerArgs.resolve_once
+    if getattr(own, "dsa_capability", False):
+        return
+
+    def resolve_once(self) -> None:
+        config = json.loads((Path(self.model_path) / "config.json").read_text())
+        if not is_deepseek_dsa(config):
+            return own(self)
+        with mock.patch.object(torch.cuda, "get_device_capability", lambda *_, **__: (9, 0)):
+            return own(self)
+
+    resolve_once.dsa_capability = True
+    ServerArgs.resolve_once = resolve_once
 
 
 def server_args(folder: Path, world: int, **more):

@@ -3,7 +3,8 @@ each case, two copies of SGLang's own speculative draft class (``DeepseekV3ForCa
 ``Glm4MoeForCausalLMNextN``, ``Qwen3NextForCausalLMMTP``, ``Qwen3_5ForCausalLMMTP``,
 ``Glm4MoeLiteForCausalLMNextN``, ``Ernie4_5_MoeForCausalLMMTP``, ``HYV3ForCausalLMNextN``,
 ``GlmOcrForConditionalGenerationNextN``, ``NemotronHForCausalLMMTP``,
-``LongcatFlashForCausalLMNextN``: what SGLang's draft config names) built from the export's
+``LongcatFlashForCausalLMNextN``, ``HYV4ForCausalLMNextN``, ``DeepseekV4ForCausalLMNextN``:
+what SGLang's draft config names) built from the export's
 config.json, after the target where the case says (as SGLang's scheduler builds them): one
 filled by ``FP8_DUMMY_SGLANG=realistic``'s fill with the case's ``$FP8_DUMMY_ACCEPTANCE``
 (poisoned 0x55 first), the other (0xAA) loaded from the export's files by SGLang's own
