@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -189,6 +190,31 @@ def test_per_tensor_and_nvfp4_are_refused_for_the_packed_experts(tmp_path, fmt):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def _step3p7(vocab: int = 256):
+    """Step-3.7's multimodal config at this file's sizes: its text config Step-3.5's (one MTP
+    layer, sliding and dense as Step's are), a one-layer vision tower."""
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab,
+                n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                share_expert_dim=32, num_nextn_predict_layers=1, sliding_window=64,
+                layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+                moe_layers_enum="1", bos_token_id=0, eos_token_id=1, pad_token_id=0)  # fmt: skip
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    return text, tf.AutoConfig.for_model("step3p7", text_config=text, vision_config=vision)
+
+
+@pytest.mark.parametrize("acceptance", [0.3, 0.6, 0.9])
+def test_step3p7_mtp_generation_in_transformers(acceptance, tmp_path, monkeypatch):
+    """transformers runs Step-3.7's MTP decoding (its config declares ``num_mtp_layers``):
+    greedy over several prompts, the steps its own MTP candidate generator accepts are the
+    designed share."""
+    out = H.export(_step3p7(vocab=1024)[1], tmp_path, acceptance)
+    m = H.mtp_acceptance(out, 1, monkeypatch, prompts=3, tokens=100)
+    got = float(np.mean(m >= 1))
+    print(f"\nStep-3.7 MTP, A={acceptance}: measured {got:.3f} over {len(m)} steps")
+    assert len(m) > 150 and abs(got - acceptance) <= 0.05, (got, len(m))
+
+
 def test_step3p7_holds_its_text_models_checkpoint(tmp_path):
     """Step-3.7's multimodal checkpoint (``step3p7``) holds the text checkpoint of its text
     config (``step3p5``): its main and MTP layers, embedding and lm_head under the same names,
@@ -199,16 +225,8 @@ def test_step3p7_holds_its_text_models_checkpoint(tmp_path):
 
     from fp8_dummy.realistic.export import export
 
-    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16,
-                num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-                n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                share_expert_dim=32, num_nextn_predict_layers=1, sliding_window=64,
-                layer_types=["full_attention", "sliding_attention", "sliding_attention"],
-                moe_layers_enum="1")  # fmt: skip
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-    tf.AutoConfig.for_model("step3p7", text_config=text, vision_config=vision).save_pretrained(
-        tmp_path / "mm"
-    )
+    text, multimodal = _step3p7()
+    multimodal.save_pretrained(tmp_path / "mm")
     tf.AutoConfig.for_model("step3p5", **text).save_pretrained(tmp_path / "text")
     made = {}
     for name in ("mm", "text"):  # --allow-unknown: the vision layers' scales have no role
@@ -277,7 +295,6 @@ def test_step3p5_mtp_by_an_independent_forward(acceptance, k, other, tmp_path):
 def test_without_an_acceptance_the_independent_forward_is_right_by_chance(tmp_path):
     """The independent forward can fail: the export without an acceptance (the MTP layer filled
     by the rule alone) is accepted about as often as a random token is right."""
-    import numpy as np
     from helpers.speculative_forward import independent_mtp_acceptance
 
     out = H.export(H.config("step3p5", mtp=1), tmp_path, None)

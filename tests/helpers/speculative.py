@@ -433,9 +433,11 @@ def mtp_acceptance(out: Path, layers: int, monkeypatch, prompts: int = 4, tokens
 
 
 def _auto(out: Path):
-    """The auto class of the export's model: Inkling's multimodal one's image-text-to-text."""
+    """The auto class of the export's model: Inkling's and Step-3.7's multimodal ones'
+    image-text-to-text."""
     kind = json.loads((out / "config.json").read_text()).get("model_type")
-    return tf.AutoModelForImageTextToText if kind == "inkling_mm_model" else tf.AutoModelForCausalLM
+    multimodal = kind in ("inkling_mm_model", "step3p7")
+    return tf.AutoModelForImageTextToText if multimodal else tf.AutoModelForCausalLM
 
 
 def assisted_acceptance(out: Path, draft: Path, k: int, monkeypatch, prompts: int = 4,
