@@ -247,6 +247,29 @@ def test_step3p7_holds_its_text_models_checkpoint(tmp_path):
         assert mm[n].dtype == t.dtype and same, n
 
 
+def test_the_export_names_the_checkpoints_architecture(tmp_path):
+    """A config that names no architecture (transformers' own for this model type) gets the
+    one vLLM and SGLang register for Step-3.5's checkpoint, not the made class's base name."""
+    cfg = H.config("step3p5", mtp=0)
+    assert not getattr(cfg, "architectures", None)
+    out = H.export(cfg, tmp_path, None)
+    written = json.loads((out / "config.json").read_text())
+    assert written["architectures"] == ["Step3p5ForCausalLM"]
+
+
+def test_a_gate_the_engines_do_not_build_is_refused(tmp_path):
+    """Step's attention gate is per head (``gating`` true); transformers also builds one per
+    element, which vLLM's and SGLang's classes do not: refused before anything is written."""
+    from fp8_dummy.realistic.export import export
+
+    cfg = H.config("step3p5", mtp=0)
+    cfg.gating = "elementwise"
+    cfg.save_pretrained(tmp_path / "c")
+    with pytest.raises(ExportError, match="gating 'elementwise'"):
+        export(tmp_path / "c", tmp_path / "out", progress=False, allow_unknown=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_no_other_model_type_is_made_so():
     """The causal LM around a base model is Step-3.5's alone: its conversion the instance's own
     (transformers' table for ``step3p5`` stays empty), and the multimodal Step-3.7 config is
@@ -258,7 +281,7 @@ def test_no_other_model_type_is_made_so():
 
     assert set(BASE_ONLY) == {"step3p5"}
     model = build_model(H.config("step3p5", mtp=1))
-    assert type(model).__name__ == "Step3p7TextForCausalLM"
+    assert type(model).__name__ == "Step3p5ForCausalLM"  # the checkpoint's architecture
     assert isinstance(model.model, tf.Step3p7TextModel) and model._weight_conversions
     assert get_checkpoint_conversion_mapping("step3p5") is None
     assert base_causal_lm(tf.AutoConfig.for_model("step3p7"), {}) is None

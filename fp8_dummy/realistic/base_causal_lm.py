@@ -25,8 +25,9 @@ import torch
 __all__ = ["BASE_ONLY", "base_causal_lm"]
 
 # model type -> (transformers' base model class of that config, the model type whose checkpoint
-# conversion names its checkpoint)
-BASE_ONLY = {"step3p5": ("Step3p7TextModel", "step3p7")}
+# conversion names its checkpoint, the checkpoint's architecture: the made class's name, which
+# an export writes in config.json's ``architectures`` where the caller's config names none)
+BASE_ONLY = {"step3p5": ("Step3p7TextModel", "step3p7", "Step3p5ForCausalLM")}
 
 
 def base_causal_lm(config: Any, kw: dict) -> torch.nn.Module | None:
@@ -42,22 +43,29 @@ def base_causal_lm(config: Any, kw: dict) -> torch.nn.Module | None:
     base = getattr(transformers, entry[0], None)
     if base is None or not isinstance(config, base.config_class):
         return None
-    model = _causal_lm_class(base)._from_config(config, **kw)
+    gating = getattr(config, "gating", True)
+    if gating is not True and gating != "per-head":  # the engines build no other gate
+        raise ValueError(
+            f"fp8_dummy: {entry[2]} with gating {gating!r}: vLLM's and SGLang's classes build "
+            "its attention's gate per head alone (gating true, as Step's configs say)"
+        )
+    model = _causal_lm_class(base, entry[2])._from_config(config, **kw)
     model._weight_conversions = get_checkpoint_conversion_mapping(entry[1]) or []
     return model
 
 
-_CLASSES: dict[type, type] = {}
+_CLASSES: dict[tuple[type, str], type] = {}
 
 
-def _causal_lm_class(base: type) -> type:
-    """One causal-LM class per base model class (made once: its name is its identity)."""
-    if base not in _CLASSES:
-        _CLASSES[base] = _make(base)
-    return _CLASSES[base]
+def _causal_lm_class(base: type, name: str) -> type:
+    """One causal-LM class per base model class and name (made once: its name is its
+    identity)."""
+    if (base, name) not in _CLASSES:
+        _CLASSES[base, name] = _make(base, name)
+    return _CLASSES[base, name]
 
 
-def _make(base: type) -> type:
+def _make(base: type, name: str) -> type:
     from transformers import GenerationMixin
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
@@ -82,7 +90,6 @@ def _make(base: type) -> type:
             logits=logits, hidden_states=getattr(out, "hidden_states", None)
         )
 
-    name = base.__name__.removesuffix("Model") + "ForCausalLM"
     return type(
         name,
         (pretrained, GenerationMixin),

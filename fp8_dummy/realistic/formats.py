@@ -20,6 +20,7 @@ __all__ = [
     "BLOCK",
     "FORMATS",
     "FUSED_EXPERTS",
+    "NVFP4_UNQUANTIZED",
     "ROUTED_EXPERTS",
     "Format",
     "UnsupportedFormatError",
@@ -53,6 +54,10 @@ ENGINE_UNQUANTIZED = re.compile(
 # whose indexer has the one projection ``indexer.index_qk_proj`` is a QSA attention.
 QSA_INDEXER = "indexer.index_qk_proj"
 QSA_PACKED = ("q_proj", "k_proj", "v_proj", QSA_INDEXER)
+# model type -> the modules of every decoder layer, main and MTP (a name's end), the engines
+# build unquantized in NVFP4 alone, listed as ignored: Qwen3-Next's full attention's q/k/v,
+# which SGLang 0.5.23 builds as one qkv_proj without ModelOpt's FP4 config (vLLM's reads the list)
+NVFP4_UNQUANTIZED = {"qwen3_next": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")}
 
 
 class UnsupportedFormatError(ValueError):
@@ -252,11 +257,16 @@ def engine_unquantized(module: str) -> bool:
     return ENGINE_UNQUANTIZED.fullmatch(module) is not None
 
 
-def nvfp4_unquantized(modules: Sequence[str]) -> frozenset[str]:
+def nvfp4_unquantized(modules: Sequence[str], model_type: Any = None) -> frozenset[str]:
     """The linear modules among ``modules`` (a model's, each named in full) the engines build
-    unquantized in NVFP4 alone: each QSA attention's packed projections (:data:`QSA_PACKED`)."""
+    unquantized in NVFP4 alone: each QSA attention's packed projections (:data:`QSA_PACKED`),
+    and the decoder layers' of the model type's :data:`NVFP4_UNQUANTIZED`."""
     attentions = [m[: -len(QSA_INDEXER)] for m in modules if m.endswith("." + QSA_INDEXER)]
-    return frozenset(a + p for a in attentions for p in QSA_PACKED)
+    found = {a + p for a in attentions for p in QSA_PACKED}
+    ends = tuple("." + m for m in NVFP4_UNQUANTIZED.get(model_type, ()))
+    if ends:
+        found |= {m for m in modules if m.endswith(ends) and LAYER_INDEX.search(m) is not None}
+    return frozenset(found)
 
 
 def quantized(name: str, shape: tuple, spec: Spec) -> bool:
@@ -289,13 +299,15 @@ def meta_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
 
 
 def quantize(
-    entries: list, specs: Mapping[str, Spec], fmt: Format, fused: tuple[str, ...] = ()
-) -> tuple[list, list[str]]:
+    entries: list, specs: Mapping[str, Spec], fmt: Format, fused: tuple[str, ...] = (),
+    model_type: Any = None,
+) -> tuple[list, list[str]]:  # fmt: skip
     """The format's tensors: each decoder-layer linear weight quantized with its scales beside
     it; the linear modules left unquantized (routers, lm_head; for MXFP4 every linear module:
     it quantizes the fused experts only). ``entries``: (module, name, meta stand-in, shape)
     of the unquantized checkpoint; ``fused``: the quantizations that make the fused routed
-    experts too, the others refused (a model type of :data:`FUSED_EXPERTS`)."""
+    experts too, the others refused (a model type of :data:`FUSED_EXPERTS`); ``model_type``:
+    the model's (:func:`nvfp4_unquantized`)."""
     if fmt.quant == "mxfp4":
         return _quantize_mxfp4(entries, specs, fmt.keep)
     out, skipped, done, linear = [], [], 0, False
@@ -304,7 +316,7 @@ def quantize(
     # (experts repeat a few shapes)
     made: dict[tuple, list[tuple[str, tuple, torch.Tensor]]] = {}
     owners = [n[: -len(".weight")] for _, n, _, _ in entries if n.endswith(".weight")]
-    fp4_plain = nvfp4_unquantized(owners) if fmt.quant == "nvfp4" else frozenset()
+    fp4_plain = nvfp4_unquantized(owners, model_type) if fmt.quant == "nvfp4" else frozenset()
     for module, name, t, shape in entries:
         spec = specs[name]
         owner = name[: -len(".weight")]

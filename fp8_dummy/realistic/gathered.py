@@ -407,8 +407,6 @@ def _one_source_regions(name: str, flat: torch.Tensor, shape: tuple[int, ...], b
         shape_, strides, offset = lay
         for a, b in zip(cuts, cuts[1:]):
             todo.append((shape_[:d] + (b - a,) + shape_[d + 1 :], strides, offset + a * strides[d]))
-    if len(out) > MAX_PARTS:
-        raise NotAffineError(f"{name}: made of more than {MAX_PARTS} parts")
     return sorted(out, key=lambda lay: lay[2])
 
 

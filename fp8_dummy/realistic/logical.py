@@ -247,12 +247,13 @@ def logical_model(
         # and the main layers' where the engines build theirs so too; in NVFP4, the MTP layers
         # their record leaves whole (listed as module trees, once)
         trees = part.fp4_trees if part is not None and fmt.quant == "nvfp4" else ()
-        keep = (part.plain if part is not None else ()) + _layers_plain(config, entries, fmt.quant)
-        keep += trees
+        keep = (part.plain if part is not None else ()) + _layers_plain(config, entries) + trees
         plain = replace(fmt, keep=fmt.keep + keep) if keep else fmt
         # the class's own model type (vLLM renames an instance's for its draft)
-        fused = FUSED_EXPERTS.get(getattr(type(config), "model_type", None), ())
-        entries, skipped = quantize(entries, specs, plain, fused=fused)
+        own = getattr(type(config), "model_type", None)
+        entries, skipped = quantize(
+            entries, specs, plain, fused=FUSED_EXPERTS.get(own, ()), model_type=own
+        )
         specs = model_specs(model, entries, num_layers, arch, heads)
     units: list[str] = []  # the MTP input projections quantized (their 1s the unit's codes)
     if part is not None:
@@ -297,10 +298,10 @@ def logical_model(
     return LogicalModel(tensors, config, seed, fmt, skipped, facts)
 
 
-def _layers_plain(config: Any, entries: list, quant: str) -> tuple[str, ...]:
-    """The decoder layers' modules (full names) the engines build unquantized in the format of
-    quantization ``quant`` (:func:`.speculative.layers_plain`)."""
-    modules = layers_plain(config, quant) if config is not None else ()
+def _layers_plain(config: Any, entries: list) -> tuple[str, ...]:
+    """The decoder layers' modules (full names) the engines build unquantized whatever the
+    format (:func:`.speculative.layers_plain`)."""
+    modules = layers_plain(config) if config is not None else ()
     found: dict[str, None] = {}
     for _, name, _, _ in entries:
         if LAYER_INDEX.search(name) is None:  # a vision tower's attention is not a layer's

@@ -170,14 +170,9 @@ class MtpArch:
     # not name, and these classes build the layer's head under a name of the engine's (the
     # DeepSeek and GLM classes' ``model.layers.N.head``) or read it from ``lm_head`` (Ling's)
     fp4_tree: bool = False
-    # the modules of every decoder layer, main and MTP, the engines build unquantized in NVFP4
-    # alone (a name's end), listed as ignored: Qwen3-Next's full attention's q/k/v, which
-    # SGLang's class builds without ModelOpt's FP4 config (vLLM's reads the list)
-    fp4_plain: tuple[str, ...] = ()
 
 
-_QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
-_QWEN = MtpArch("qwen", default=1, fp4_plain=_QKV)
+_QWEN = MtpArch("qwen", default=1)
 # LongCat-Flash's MTP block: its decoder layer's first attention and first dense MLP (vLLM's names)
 _LONGCAT = (("self_attn.0.", "self_attn."), ("mlps.0.", "transformer_layer.mlp."),
             ("input_layernorm.0.", "input_layernorm."),
@@ -388,15 +383,12 @@ def arch_of(config: Any) -> tuple[MtpArch | None, Any]:
     return arch, text
 
 
-def layers_plain(config: Any, quant: str | None = None) -> tuple[str, ...]:
-    """The modules of every decoder layer (a name's end) the engines build unquantized in the
-    format of quantization ``quant`` (``Format.quant``), whether or not the config has MTP
-    layers: the main layers' as the MTP block's (:attr:`MtpArch.everywhere`), and in NVFP4
-    :attr:`MtpArch.fp4_plain`; none for others."""
+def layers_plain(config: Any) -> tuple[str, ...]:
+    """The modules of every decoder layer (a name's end) the engines build unquantized, the main
+    layers' as the MTP block's (:attr:`MtpArch.everywhere`), whether or not the config has MTP
+    layers; none for others."""
     arch = arch_of(config)[0]
-    if arch is None:
-        return ()
-    return (arch.plain if arch.everywhere else ()) + (arch.fp4_plain if quant == "nvfp4" else ())
+    return arch.plain if arch is not None and arch.everywhere else ()
 
 
 def mtp_layers(config: Any) -> tuple[str | None, int]:
