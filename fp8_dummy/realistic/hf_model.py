@@ -56,7 +56,7 @@ def build_model(config: Any, dtype: torch.dtype | None = None) -> torch.nn.Modul
         fields = _engine_fields(config)
         own = transformers_config_class(type(config).model_type)
         try:
-            config = own(**_unaliased(own, fields)) if own is not None else config
+            config = own(**_unaliased(own, fields, config)) if own is not None else config
         except (ValueError, KeyError, TypeError):  # fields transformers' config refuses
             pass
     elif (own := _renamed_class(config)) is not None:
@@ -144,15 +144,24 @@ def _engine_fields(config: Any) -> dict[str, Any]:
     return fields
 
 
-def _unaliased(own: type, fields: dict[str, Any]) -> dict[str, Any]:
-    """``fields`` without those ``own``'s config class reads as another of them
-    (``attribute_map``) where that one is there too: an engine's class of another model type
-    holds the two apart, the alias at its own default (SGLang reads DeepSeek-V4's config.json
-    with DeepSeek-V3's class, whose ``intermediate_size`` 18432 no V4 file says, where V4's
-    class reads ``intermediate_size`` as ``moe_intermediate_size``); given both, transformers'
-    class would take the alias's value."""
+def _unaliased(own: type, fields: dict[str, Any], engine: Any) -> dict[str, Any]:
+    """``fields`` (of the engine's config ``engine``) without those ``own``'s config class
+    reads as another of them (``attribute_map``) where that one is there too and the alias
+    holds the engine class's own default: an engine's class of another model type holds the
+    two apart, the alias at its default (SGLang reads DeepSeek-V4's config.json with
+    DeepSeek-V3's class, whose ``intermediate_size`` 18432 no V4 file says, where V4's class
+    reads ``intermediate_size`` as ``moe_intermediate_size``); given both, transformers' class
+    would take the alias's value. An alias that holds another value is the file's: kept."""
     aliases = getattr(own, "attribute_map", {}) or {}
-    return {k: v for k, v in fields.items() if aliases.get(k) not in fields}
+    both = [k for k in fields if aliases.get(k) in fields]
+    if not both:
+        return fields
+    try:
+        defaults = type(engine)().to_dict()
+    except Exception:  # noqa: BLE001 (a class that needs arguments: no default to tell by)
+        return fields
+    dropped = {k for k in both if k in defaults and fields[k] == defaults[k]}
+    return {k: v for k, v in fields.items() if k not in dropped}
 
 
 def own_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
