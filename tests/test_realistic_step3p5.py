@@ -183,8 +183,8 @@ def test_compressed_tensors_formats_refuse_the_mtp_layers(tmp_path, fmt):
     assert files["model.layers.1.moe.gate_proj.weight_scale"].shape == (E, MOE, 1)
 
 
-@pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
-def test_per_tensor_and_nvfp4_are_refused_for_the_packed_experts(tmp_path, fmt):
+@pytest.mark.parametrize("fmt", ["fp8", "nvfp4", "mxfp4"])
+def test_per_tensor_nvfp4_and_mxfp4_are_refused_for_the_packed_experts(tmp_path, fmt):
     with pytest.raises(ExportError, match=r"moe\.(gate|up|down)_proj\.weight is a fused routed"):
         _format(tmp_path, fmt, layers=0)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -309,6 +309,9 @@ def quantize(
     experts too, the others refused (a model type of :data:`FUSED_EXPERTS`); ``model_type``:
     the model's (:func:`nvfp4_unquantized`)."""
     if fmt.quant == "mxfp4":
+        for module, name, _, shape in entries if fused else ():
+            if fused_experts(name, shape, specs[name], module):
+                raise _fused_refusal(fmt, name, fused)
         return _quantize_mxfp4(entries, specs, fmt.keep)
     out, skipped, done, linear = [], [], 0, False
     kinds: dict[int, str] = {}  # id(module) -> module_kind: a MoE's experts share a few modules
@@ -325,18 +328,7 @@ def quantize(
             kind = kinds[id(module)] = module_kind(module)
         fused_here = bool(fused) and fused_experts(name, shape, spec, module)
         if fused_here and fmt.quant not in fused:
-            # not made in NVFP4 (nor where the record leaves a format out): the engines build
-            # these experts with the format's method, which unquantized values do not fit (no
-            # checkpoint an engine loads)
-            which = (
-                "the FP8 formats only (fp8, fp8-block, fp8-channel)"
-                if set(fused) == set(_FP8)
-                else ", ".join(_QUANT_NAMES[q] for q in fused) + " only, for this model"
-            )
-            raise UnsupportedFormatError(
-                f"fp8_dummy: {fmt.quant}: {name} is a fused routed experts tensor [E, out, in], "
-                f"which fp8_dummy quantizes in {which}"
-            )
+            raise _fused_refusal(fmt, name, fused)
         if fused_here:  # its scales are named after the tensor itself
             owner = name
         # A weight stored [in, out] (transformers' Conv1D) stays unquantized: no reader takes
@@ -368,6 +360,22 @@ def quantize(
             "is stored [in, out], as transformers' Conv1D, or kept unquantized by the config)"
         )
     return out, skipped
+
+
+def _fused_refusal(fmt: Format, name: str, fused: tuple[str, ...]) -> UnsupportedFormatError:
+    """A format that does not make the fused routed experts tensor ``name`` (NVFP4, MXFP4, or
+    one the model's :data:`FUSED_EXPERTS` entry leaves out): the engines build these experts
+    with the format's method, which unquantized values do not fit (no checkpoint an engine
+    loads)."""
+    which = (
+        "the FP8 formats only (fp8, fp8-block, fp8-channel)"
+        if set(fused) == set(_FP8)
+        else ", ".join(_QUANT_NAMES[q] for q in fused) + " only, for this model"
+    )
+    return UnsupportedFormatError(
+        f"fp8_dummy: {fmt.quant}: {name} is a fused routed experts tensor [E, out, in], "
+        f"which fp8_dummy quantizes in {which}"
+    )
 
 
 def _quantize_mxfp4(
