@@ -86,7 +86,8 @@ def _mtp_config(text: Any, n: int, arch: MtpArch) -> Any:
         types = getattr(text, "mtp_layer_types", None) or [arch.attention] * n
         cfg.layer_types = list(types)[:n]
     if getattr(cfg, "mlp_layer_types", None) is not None:  # DeepSeek-V3.2, GLM-5: by name
-        cfg.mlp_layer_types = list(getattr(text, "mtp_mlp_layer_types", None) or [arch.moe] * n)
+        named = getattr(text, "mtp_mlp_layer_types", None)
+        cfg.mlp_layer_types = list(named or [arch.mlp_default] * n)
     if getattr(cfg, "indexer_types", None) is not None:  # GLM-5, GLM-5-Next, HY-V4: the
         cfg.indexer_types = ["full"] * n  # engines' MTP layers each build their own indexer
     if getattr(cfg, "mlp_only_layers", None):

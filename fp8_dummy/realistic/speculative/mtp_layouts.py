@@ -129,7 +129,7 @@ class MtpArch:
     only: bool = False
     # an MTP layer's ``mlp_layer_types`` entry where the config names none: a MoE layer's name
     # there (DeepSeek-V4's ``moe``), Step-3.5's ``dense`` (vLLM's reading of a layer past the list)
-    moe: str = "sparse"
+    mlp_default: str = "sparse"
     # the model's own tensors (outside its decoder layers) each MTP layer has a renamed copy of
     # under its prefix: made as the model's are (DeepSeek-V4's head's stream collapse)
     heads: tuple[str, ...] = ()
@@ -328,7 +328,7 @@ ARCHS = {
         "deepseek_v4",
         ("num_nextn_predict_layers",),
         attention="sliding_attention",
-        moe="moe",
+        mlp_default="moe",
         heads=("hc_head_fn", "hc_head_base", "hc_head_scale"),
         quantized_inputs=True,
     ),
@@ -340,7 +340,7 @@ ARCHS = {
     "step3p5": MtpArch(
         "step3p5",
         ("num_nextn_predict_layers",),
-        moe="dense",
+        mlp_default="dense",
         fp4_tree=True,
         unloadable=_STEP3P5_UNLOADABLE,
         unbuildable=_STEP3P5_UNBUILDABLE,
